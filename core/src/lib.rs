@@ -1,0 +1,1 @@
+//! fusewire-core: the sans-IO resilience engine.

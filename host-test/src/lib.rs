@@ -1,0 +1,1 @@
+//! fusewire-host-test: a proxy-wasm host harness that behaves like Envoy.

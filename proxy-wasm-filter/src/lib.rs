@@ -1,0 +1,1 @@
+//! fusewire-proxy-wasm: the Envoy HTTP filter.
