@@ -6,8 +6,16 @@ bash scripts/setup.sh
 echo "== lint: cargo fmt, cargo clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-for stage in scripts/test-*.sh; do
-  echo "== $stage"
-  bash "$stage"
+# Stages run in dependency order; every scripts/test-*.sh must be listed here.
+stages=(core host filter envoy-example)
+for f in scripts/test-*.sh; do
+  name=${f#scripts/test-}; name=${name%.sh}
+  [[ " ${stages[*]} " == *" $name "* ]] || { echo "scripts/test.sh: stage $f is not listed" >&2; exit 1; }
+done
+for name in "${stages[@]}"; do
+  f=scripts/test-$name.sh
+  [ -f "$f" ] || { echo "scripts/test.sh: missing stage $f" >&2; exit 1; }
+  echo "== $f"
+  bash "$f"
 done
 echo "== all test stages passed"
