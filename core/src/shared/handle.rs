@@ -1,0 +1,630 @@
+//! One worker's handle on one key's process-wide state: cached view, local delta,
+//! local slot count, and the CAS round trips that keep them in step with the store.
+//!
+//! Shared-store traffic per request, by design:
+//! - admission: one `get` of the state key; the bytes are decoded only when the CAS
+//!   token changed since the last decode;
+//! - outcomes: recorded in the local [`Delta`]; written at once (one CAS
+//!   read-modify-write) only when they can matter right away — an error, any outcome
+//!   while the key is "hot" (errors in the window, a streak, or not closed), a probe's
+//!   result — and otherwise on the host's tick ([`KeyHandle::tick`]);
+//! - transitions and probe leases: one CAS write each;
+//! - bulkhead (only if the policy has one): one CAS write to take a slot and one to
+//!   give it back.
+
+use super::codec::{DecodeError, Kind};
+use super::ledger::{Acquire, SlotLedger};
+use super::state::{BreakerParams, Decision, Delta, KeyState, Phase, Reject, Transition};
+use super::store::{keys, update, Loaded, SharedStore, StoreError, UpdateError, Updated};
+use super::window::Event;
+
+/// Knobs of the shared layer (not of any one breaker).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedParams {
+    /// CAS attempts per update before giving up (degraded behaviour applies).
+    pub cas_attempts: u32,
+    /// A slot entry not refreshed for this long belongs to a dead VM and is reclaimed.
+    pub lease_ttl_ms: u64,
+    /// A worker holding slots refreshes its entry at least this often (on tick).
+    pub heartbeat_ms: u64,
+}
+
+impl Default for SharedParams {
+    fn default() -> Self {
+        SharedParams {
+            cas_attempts: 8,
+            lease_ttl_ms: 30_000,
+            heartbeat_ms: 5_000,
+        }
+    }
+}
+
+/// A probe lease held by an admitted half-open call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Generation the probe belongs to.
+    pub generation: u32,
+    /// Lease id.
+    pub lease_id: u64,
+}
+
+/// The verdict of [`KeyHandle::admit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Go ahead. Report the result with this generation (and probe lease, if any).
+    Allowed {
+        /// Breaker generation the call was admitted under.
+        generation: u32,
+        /// Probe lease id if this call is a half-open probe.
+        probe: Option<u64>,
+    },
+    /// Rejected by the breaker.
+    Rejected(Reject),
+}
+
+/// The verdict of [`KeyHandle::acquire_slot`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// A slot is held: release it exactly once with [`KeyHandle::release_slot`].
+    Granted,
+    /// Every slot is in use process-wide.
+    Full,
+    /// The store could not be updated (contention or host error): rejected, nothing
+    /// held.
+    Degraded,
+}
+
+/// Final outcome of an admitted call, for [`KeyHandle::record`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Upstream success.
+    Success,
+    /// Upstream failure.
+    Failure,
+    /// Deadline passed.
+    Timeout,
+    /// Caller's fault; never an error.
+    BadRequest,
+    /// No verdict (e.g. the client went away before any response): counts nowhere.
+    Cancelled,
+}
+
+/// Problems the host should log (the handle itself never logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Issue {
+    /// Stored bytes were undecodable; they were (or will be) replaced by a fresh state.
+    Invalid(DecodeError),
+    /// An update lost every CAS race.
+    Contended,
+    /// The host store failed with this status.
+    Host(u32),
+}
+
+/// What a call into the handle changed, for logs and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// A breaker transition this worker performed.
+    pub transition: Option<Transition>,
+    /// Something to log.
+    pub issue: Option<Issue>,
+}
+
+/// One worker's handle on one key.
+#[derive(Clone, Debug)]
+pub struct KeyHandle {
+    state_key: String,
+    slots_key: String,
+    cached: Option<(u32, KeyState)>,
+    delta: Delta,
+    in_flight: u32,
+    ledger_dirty: bool,
+    last_heartbeat_ms: u64,
+    seen_invalid: bool,
+}
+
+fn newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+impl KeyHandle {
+    /// A handle for `key` (the policy's resolved key string).
+    pub fn new(key: &str, p: &BreakerParams) -> Self {
+        let mut state_key = String::new();
+        let mut slots_key = String::new();
+        keys::state(key, &mut state_key);
+        keys::slots(key, &mut slots_key);
+        KeyHandle {
+            state_key,
+            slots_key,
+            cached: None,
+            delta: Delta::new(0, p.bucket_ms, p.buckets),
+            in_flight: 0,
+            ledger_dirty: false,
+            last_heartbeat_ms: 0,
+            seen_invalid: false,
+        }
+    }
+
+    /// Shared-data key of the breaker state.
+    pub fn state_key(&self) -> &str {
+        &self.state_key
+    }
+
+    /// Slots this worker holds for the key.
+    pub fn local_in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// The last decoded shared state, if any.
+    pub fn view(&self) -> Option<&KeyState> {
+        self.cached.as_ref().map(|c| &c.1)
+    }
+
+    /// Adopts a new config's parameters (same key identity): reshapes the local delta
+    /// if the window shape changed. The shared state conforms on its next write.
+    pub fn reconfigure(&mut self, p: &BreakerParams) {
+        if !self.delta.window.has_shape(p.bucket_ms, p.buckets) {
+            self.delta = Delta::new(self.delta.generation, p.bucket_ms, p.buckets);
+        }
+    }
+
+    /// Reads the state key, decoding only when its CAS token changed.
+    fn refresh(&mut self, store: &mut impl SharedStore, p: &BreakerParams, now_ms: u64) -> Report {
+        let mut report = Report::default();
+        match store.get(&self.state_key) {
+            Ok(Some((bytes, cas))) => {
+                if !matches!(&self.cached, Some((c, _)) if *c == cas) {
+                    match super::codec::decode::<KeyState>(Kind::KeyState, &bytes) {
+                        Ok(mut s) => {
+                            s.conform(p);
+                            self.seen_invalid = false;
+                            self.cached = Some((cas, s));
+                        }
+                        Err(e) => {
+                            if !self.seen_invalid {
+                                report.issue = Some(Issue::Invalid(e));
+                                self.seen_invalid = true;
+                            }
+                            self.cached = Some((cas, KeyState::new(p, now_ms)));
+                        }
+                    }
+                }
+            }
+            Ok(None) => {
+                if !matches!(&self.cached, Some((0, _))) {
+                    self.cached = Some((0, KeyState::new(p, now_ms)));
+                }
+            }
+            // Keep the last view: a host failure must not open or close the breaker.
+            Err(StoreError::CasMismatch) => {}
+            Err(StoreError::Host(s)) => report.issue = Some(Issue::Host(s)),
+        }
+        if let Some((_, s)) = &self.cached {
+            if newer(s.generation, self.delta.generation) || self.delta.generation == 0 {
+                self.delta.reset(s.generation);
+            }
+        }
+        report
+    }
+
+    /// Breaker admission: one store read; a write only to take a probe lease.
+    ///
+    /// Degraded behaviour: if the lease cannot be written (contention, host error) the
+    /// call is rejected as if the breaker were open; a host read failure reuses the last
+    /// view (or admits when there is none).
+    pub fn admit(
+        &mut self,
+        store: &mut impl SharedStore,
+        sp: &SharedParams,
+        p: &BreakerParams,
+        now_ms: u64,
+        rand: u32,
+        lease_id: u64,
+    ) -> (Admission, Report) {
+        let mut report = self.refresh(store, p, now_ms);
+        let (decision, generation) = match &self.cached {
+            Some((_, s)) => (s.decide(p, now_ms, rand), s.generation),
+            None => (Decision::Allow, self.delta.generation),
+        };
+        match decision {
+            Decision::Allow => (
+                Admission::Allowed {
+                    generation,
+                    probe: None,
+                },
+                report,
+            ),
+            Decision::Reject(r) => (Admission::Rejected(r), report),
+            Decision::Probe => {
+                let init = || KeyState::new(p, now_ms);
+                let mut invalid = None;
+                let res = update(
+                    store,
+                    &self.state_key,
+                    Kind::KeyState,
+                    sp.cas_attempts,
+                    init,
+                    |e| invalid = Some(e),
+                    |s: &mut KeyState| {
+                        let reshaped = s.conform(p);
+                        let mut t = None;
+                        let g = s.take_probe(p, now_ms, lease_id, rand, &mut t);
+                        ((g, t), reshaped || g.is_some() || t.is_some())
+                    },
+                );
+                if let Some(e) = invalid {
+                    report.issue = Some(Issue::Invalid(e));
+                }
+                let (g, t) = match res {
+                    Ok(Updated::Written(r)) => {
+                        self.cached = None;
+                        r
+                    }
+                    Ok(Updated::Unchanged(r, _)) => r,
+                    Err(e) => {
+                        report.issue = Some(issue(e));
+                        (None, None)
+                    }
+                };
+                report.transition = t;
+                match g {
+                    Some(generation) => {
+                        self.delta.reset(generation);
+                        (
+                            Admission::Allowed {
+                                generation,
+                                probe: Some(lease_id),
+                            },
+                            report,
+                        )
+                    }
+                    None => (Admission::Rejected(Reject::Open), report),
+                }
+            }
+        }
+    }
+
+    /// Records a short-circuit or bulkhead rejection locally (flushed on tick).
+    pub fn record_rejection(&mut self, now_ms: u64, bulkhead: bool) {
+        let e = if bulkhead {
+            Event::Rejected
+        } else {
+            Event::ShortCircuited
+        };
+        self.delta.window.record(now_ms, e);
+    }
+
+    /// Records an admitted call's outcome. Returns true when the delta should be
+    /// flushed now (see the module doc); otherwise the tick flushes it. Results from
+    /// an earlier generation are dropped.
+    pub fn record(
+        &mut self,
+        p: &BreakerParams,
+        generation: u32,
+        outcome: Outcome,
+        latency_ms: u64,
+        now_ms: u64,
+    ) -> bool {
+        if generation != self.delta.generation {
+            if newer(generation, self.delta.generation) {
+                self.delta.reset(generation);
+            } else {
+                return false;
+            }
+        }
+        let slow_ms = p.rules.slow_call.map(|_| p.rules.slow_call_ms);
+        let urgent = match outcome {
+            Outcome::Success => {
+                self.delta.window.record(now_ms, Event::Success);
+                self.delta.streak.success();
+                false
+            }
+            Outcome::Failure => {
+                self.delta.window.record(now_ms, Event::Failure);
+                self.delta.streak.error();
+                true
+            }
+            Outcome::Timeout => {
+                self.delta.window.record(now_ms, Event::Timeout);
+                self.delta.streak.error();
+                true
+            }
+            Outcome::BadRequest => {
+                self.delta.window.record(now_ms, Event::BadRequest);
+                false
+            }
+            Outcome::Cancelled => false,
+        };
+        let mut slow = false;
+        if let Some(t) = slow_ms {
+            if latency_ms >= t && matches!(outcome, Outcome::Success | Outcome::Failure) {
+                self.delta.window.record_slow(now_ms);
+                slow = true;
+            }
+        }
+        urgent || slow || self.is_hot(now_ms)
+    }
+
+    /// Whether the key's shared view shows trouble, so every outcome is written at once
+    /// (exact trip decisions across workers while it matters, zero writes when healthy).
+    fn is_hot(&self, now_ms: u64) -> bool {
+        match &self.cached {
+            Some((_, s)) => {
+                s.phase != Phase::Closed
+                    || s.consecutive_errors > 0
+                    || s.window.snapshot(now_ms).errors() > 0
+                    || s.window.snapshot(now_ms).slow > 0
+            }
+            None => false,
+        }
+    }
+
+    /// Writes the local delta into the shared state (merge + trip evaluation under
+    /// CAS). On failure the delta is kept and retried on the next flush.
+    pub fn flush(
+        &mut self,
+        store: &mut impl SharedStore,
+        sp: &SharedParams,
+        p: &BreakerParams,
+        now_ms: u64,
+        rand: u32,
+    ) -> Report {
+        let mut report = Report::default();
+        if self.delta.is_empty() {
+            return report;
+        }
+        let delta = &self.delta;
+        let mut invalid = None;
+        let res = update(
+            store,
+            &self.state_key,
+            Kind::KeyState,
+            sp.cas_attempts,
+            || {
+                let mut s = KeyState::new(p, now_ms);
+                // A fresh state adopts the delta's generation so it is not dropped.
+                s.generation = delta.generation.max(1);
+                s
+            },
+            |e| invalid = Some(e),
+            |s: &mut KeyState| {
+                s.conform(p);
+                let t = s.merge_delta(p, delta, now_ms, rand);
+                let t2 = s.expire(p, now_ms, rand);
+                (t.or(t2), true)
+            },
+        );
+        if let Some(e) = invalid {
+            report.issue = Some(Issue::Invalid(e));
+        }
+        match res {
+            Ok(Updated::Written(t)) | Ok(Updated::Unchanged(t, _)) => {
+                report.transition = t;
+                self.cached = None;
+                let g = self.delta.generation;
+                self.delta.reset(g);
+            }
+            Err(e) => report.issue = Some(issue(e)),
+        }
+        report
+    }
+
+    /// Reports a probe's verdict (`None`: no verdict, the lease is handed back).
+    #[allow(clippy::too_many_arguments)]
+    pub fn probe_done(
+        &mut self,
+        store: &mut impl SharedStore,
+        sp: &SharedParams,
+        p: &BreakerParams,
+        probe: Probe,
+        success: Option<bool>,
+        now_ms: u64,
+        rand: u32,
+    ) -> Report {
+        let Probe {
+            generation,
+            lease_id,
+        } = probe;
+        let mut report = Report::default();
+        let res = update(
+            store,
+            &self.state_key,
+            Kind::KeyState,
+            sp.cas_attempts,
+            || KeyState::new(p, now_ms),
+            |_| {},
+            |s: &mut KeyState| match success {
+                Some(ok) => {
+                    let leases = s.leases.len();
+                    let t = s.probe_result(p, generation, lease_id, ok, now_ms, rand);
+                    (t, t.is_some() || s.leases.len() != leases)
+                }
+                None => (None, s.probe_abandon(generation, lease_id)),
+            },
+        );
+        match res {
+            Ok(Updated::Written(t)) => {
+                self.cached = None;
+                report.transition = t;
+            }
+            Ok(Updated::Unchanged(..)) => {}
+            // The lease expires at its deadline: degraded, never wedged.
+            Err(e) => report.issue = Some(issue(e)),
+        }
+        report
+    }
+
+    /// Takes one bulkhead slot if the process-wide count stays within `max`.
+    pub fn acquire_slot(
+        &mut self,
+        store: &mut impl SharedStore,
+        sp: &SharedParams,
+        owner: u64,
+        max: u32,
+        now_ms: u64,
+    ) -> (Slot, Report) {
+        let mut report = Report::default();
+        let local = self.in_flight;
+        let res = update(
+            store,
+            &self.slots_key,
+            Kind::SlotLedger,
+            sp.cas_attempts,
+            SlotLedger::new,
+            |e| report.issue = Some(Issue::Invalid(e)),
+            |l: &mut SlotLedger| match l.try_acquire(owner, local, max, now_ms, sp.lease_ttl_ms) {
+                Acquire::Granted => (true, true),
+                Acquire::Full => (false, false),
+            },
+        );
+        match res {
+            Ok(Updated::Written(true)) => {
+                self.in_flight = local.saturating_add(1);
+                self.ledger_dirty = false;
+                self.last_heartbeat_ms = now_ms;
+                (Slot::Granted, report)
+            }
+            Ok(_) => (Slot::Full, report),
+            Err(e) => {
+                report.issue = Some(issue(e));
+                (Slot::Degraded, report)
+            }
+        }
+    }
+
+    /// Gives one slot back. The local count drops at once; if the ledger cannot be
+    /// written now it overstates this worker's slots (never understates) until the next
+    /// tick writes the true count.
+    pub fn release_slot(
+        &mut self,
+        store: &mut impl SharedStore,
+        sp: &SharedParams,
+        owner: u64,
+        now_ms: u64,
+    ) -> Report {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.write_ledger(store, sp, owner, now_ms)
+    }
+
+    fn write_ledger(
+        &mut self,
+        store: &mut impl SharedStore,
+        sp: &SharedParams,
+        owner: u64,
+        now_ms: u64,
+    ) -> Report {
+        let mut report = Report::default();
+        let count = self.in_flight;
+        let res = update(
+            store,
+            &self.slots_key,
+            Kind::SlotLedger,
+            sp.cas_attempts,
+            SlotLedger::new,
+            |e| report.issue = Some(Issue::Invalid(e)),
+            |l: &mut SlotLedger| {
+                l.prune(now_ms, sp.lease_ttl_ms);
+                (l.set(owner, count, now_ms), true)
+            },
+        );
+        match res {
+            Ok(Updated::Written(true)) | Ok(Updated::Unchanged(true, _)) => {
+                self.ledger_dirty = false;
+                self.last_heartbeat_ms = now_ms;
+            }
+            Ok(_) => self.ledger_dirty = true,
+            Err(e) => {
+                self.ledger_dirty = true;
+                report.issue = Some(issue(e));
+            }
+        }
+        report
+    }
+
+    /// Periodic work: flush the delta, expire hung probes, refresh this worker's slot
+    /// heartbeat (or retry a failed ledger write).
+    pub fn tick(
+        &mut self,
+        store: &mut impl SharedStore,
+        sp: &SharedParams,
+        p: &BreakerParams,
+        owner: u64,
+        now_ms: u64,
+        rand: u32,
+    ) -> Report {
+        let mut report = self.flush(store, sp, p, now_ms, rand);
+        let hung = matches!(&self.cached, Some((_, s))
+            if s.phase == Phase::HalfOpen && s.leases.iter().any(|l| now_ms >= l.deadline_ms));
+        if hung {
+            let res = update(
+                store,
+                &self.state_key,
+                Kind::KeyState,
+                sp.cas_attempts,
+                || KeyState::new(p, now_ms),
+                |_| {},
+                |s: &mut KeyState| {
+                    let t = s.expire(p, now_ms, rand);
+                    (t, t.is_some())
+                },
+            );
+            match res {
+                Ok(Updated::Written(t)) => {
+                    self.cached = None;
+                    report.transition = report.transition.or(t);
+                }
+                Ok(_) => {}
+                Err(e) => report.issue = Some(issue(e)),
+            }
+        }
+        let heartbeat_due =
+            self.in_flight > 0 && now_ms.abs_diff(self.last_heartbeat_ms) >= sp.heartbeat_ms;
+        if self.ledger_dirty || heartbeat_due {
+            let r = self.write_ledger(store, sp, owner, now_ms);
+            report.issue = report.issue.or(r.issue);
+        }
+        report
+    }
+
+    /// Reads the process-wide in-flight count of the key (live owners only).
+    pub fn global_in_flight(
+        &self,
+        store: &mut impl SharedStore,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Option<u64> {
+        match super::store::load::<SlotLedger>(store, &self.slots_key, Kind::SlotLedger) {
+            Ok(Loaded::Value(l, _)) => Some(l.in_flight(now_ms, ttl_ms)),
+            Ok(Loaded::Absent) => Some(0),
+            _ => None,
+        }
+    }
+}
+
+fn issue(e: UpdateError) -> Issue {
+    match e {
+        UpdateError::Contended => Issue::Contended,
+        UpdateError::Host(s) => Issue::Host(s),
+    }
+}
+
+/// Allocates a process-unique owner id for a worker VM from the store's sequence key.
+/// Falls back to `fallback` (e.g. time ⊕ randomness) if the store cannot be updated.
+pub fn allocate_owner(store: &mut impl SharedStore, attempts: u32, fallback: u64) -> u64 {
+    let res = update(
+        store,
+        keys::OWNER_SEQ,
+        Kind::Sequence,
+        attempts,
+        || 0u64,
+        |_| {},
+        |seq: &mut u64| {
+            *seq = seq.wrapping_add(1);
+            (*seq, true)
+        },
+    );
+    match res {
+        Ok(Updated::Written(id)) => id,
+        _ => fallback | (1 << 63),
+    }
+}

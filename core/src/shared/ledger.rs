@@ -1,0 +1,183 @@
+//! Cross-worker bulkhead: a ledger of in-flight slots per owner (one owner per worker
+//! VM), each entry stamped with its owner's last heartbeat.
+//!
+//! An owner always writes its *true* local in-flight count for the key (not a delta),
+//! so the ledger heals itself: if an entry was reclaimed while its owner was alive, the
+//! owner's next write puts the right number back. An entry whose heartbeat is further
+//! than the lease TTL from the reader's clock (in either direction: the host clock is a
+//! wall clock) belongs to a crashed or stuck VM and no longer counts.
+
+use serde::{Deserialize, Serialize};
+
+/// Most owners one ledger holds; acquiring when it is full of live owners is refused.
+pub const MAX_OWNERS: usize = 256;
+
+/// One owner's slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotEntry {
+    /// The owner (worker VM) id.
+    pub owner: u64,
+    /// Slots it holds now.
+    pub count: u32,
+    /// Its clock when it last wrote the entry (ms).
+    pub heartbeat_ms: u64,
+}
+
+/// The slot ledger of one key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotLedger {
+    entries: Vec<SlotEntry>,
+}
+
+/// Result of [`SlotLedger::try_acquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// A slot was taken; the ledger changed and must be written back.
+    Granted,
+    /// Every slot is in use across the live owners.
+    Full,
+}
+
+impl SlotLedger {
+    /// An empty ledger.
+    pub fn new() -> Self {
+        SlotLedger::default()
+    }
+
+    /// Whether `e` still counts at `now_ms` under `ttl_ms`.
+    pub fn is_live(e: &SlotEntry, now_ms: u64, ttl_ms: u64) -> bool {
+        now_ms.abs_diff(e.heartbeat_ms) < ttl_ms
+    }
+
+    /// Slots held by live owners other than `except`.
+    pub fn others_in_flight(&self, except: u64, now_ms: u64, ttl_ms: u64) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| e.owner != except && Self::is_live(e, now_ms, ttl_ms))
+            .map(|e| e.count as u64)
+            .sum()
+    }
+
+    /// Slots held by every live owner.
+    pub fn in_flight(&self, now_ms: u64, ttl_ms: u64) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| Self::is_live(e, now_ms, ttl_ms))
+            .map(|e| e.count as u64)
+            .sum()
+    }
+
+    /// The entry of `owner`, if any.
+    pub fn entry(&self, owner: u64) -> Option<&SlotEntry> {
+        self.entries.iter().find(|e| e.owner == owner)
+    }
+
+    /// Takes one slot for `owner`, whose true local count *before* this call is
+    /// `local`, if the live total stays within `max`. Drops expired entries.
+    pub fn try_acquire(
+        &mut self,
+        owner: u64,
+        local: u32,
+        max: u32,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Acquire {
+        self.prune(now_ms, ttl_ms);
+        let others = self.others_in_flight(owner, now_ms, ttl_ms);
+        if others + local as u64 + 1 > max as u64 {
+            return Acquire::Full;
+        }
+        if self.set(owner, local.saturating_add(1), now_ms) {
+            Acquire::Granted
+        } else {
+            Acquire::Full
+        }
+    }
+
+    /// Writes `owner`'s true count (0 removes the entry) with a fresh heartbeat.
+    /// Returns false only when the ledger is full of other live owners.
+    pub fn set(&mut self, owner: u64, count: u32, now_ms: u64) -> bool {
+        if let Some(i) = self.entries.iter().position(|e| e.owner == owner) {
+            if count == 0 {
+                self.entries.swap_remove(i);
+            } else if let Some(e) = self.entries.get_mut(i) {
+                e.count = count;
+                e.heartbeat_ms = now_ms;
+            }
+            return true;
+        }
+        if count == 0 {
+            return true;
+        }
+        if self.entries.len() >= MAX_OWNERS {
+            return false;
+        }
+        self.entries.push(SlotEntry {
+            owner,
+            count,
+            heartbeat_ms: now_ms,
+        });
+        true
+    }
+
+    /// Removes entries that are empty or whose lease expired. Returns how many slots
+    /// were reclaimed from expired owners.
+    pub fn prune(&mut self, now_ms: u64, ttl_ms: u64) -> u64 {
+        let mut reclaimed = 0;
+        self.entries.retain(|e| {
+            let keep = e.count > 0 && Self::is_live(e, now_ms, ttl_ms);
+            if !keep {
+                reclaimed += e.count as u64;
+            }
+            keep
+        });
+        reclaimed
+    }
+
+    /// Number of entries (live or not).
+    pub fn owners(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_is_global_and_crashed_owner_is_reclaimed() {
+        let mut l = SlotLedger::new();
+        assert_eq!(l.try_acquire(1, 0, 3, 0, 1000), Acquire::Granted);
+        assert_eq!(l.try_acquire(2, 0, 3, 0, 1000), Acquire::Granted);
+        assert_eq!(l.try_acquire(1, 1, 3, 0, 1000), Acquire::Granted);
+        assert_eq!(l.try_acquire(3, 0, 3, 10, 1000), Acquire::Full);
+        assert_eq!(l.in_flight(10, 1000), 3);
+        // Owner 2 crashed; owner 1 heartbeats.
+        assert!(l.set(1, 2, 900));
+        assert_eq!(l.try_acquire(3, 0, 3, 999, 1000), Acquire::Full);
+        assert_eq!(l.try_acquire(3, 0, 3, 1000, 1000), Acquire::Granted);
+        assert_eq!(l.entry(2), None);
+        assert_eq!(l.in_flight(1000, 1000), 3);
+        // Release to 0 removes the entry.
+        assert!(l.set(3, 0, 1001));
+        assert_eq!(l.owners(), 1);
+    }
+
+    #[test]
+    fn clock_far_behind_or_ahead_expires_entry() {
+        let mut l = SlotLedger::new();
+        l.set(1, 5, 1_000_000);
+        assert_eq!(l.in_flight(1_000_500, 1000), 5);
+        assert_eq!(l.in_flight(999_500, 1000), 5);
+        assert_eq!(l.in_flight(10, 1000), 0);
+    }
+
+    #[test]
+    fn reclaimed_live_owner_heals_on_its_next_write() {
+        let mut l = SlotLedger::new();
+        l.set(1, 2, 0);
+        assert_eq!(l.prune(5000, 1000), 2);
+        assert_eq!(l.try_acquire(1, 2, 10, 5000, 1000), Acquire::Granted);
+        assert_eq!(l.entry(1).map(|e| e.count), Some(3));
+    }
+}

@@ -1,0 +1,476 @@
+//! Multi-worker behaviour of the shared layer on an in-memory store with Envoy
+//! (lenient) and Kong (strict) CAS rules, plus merge properties.
+
+use super::codec::{self, Kind};
+use super::handle::*;
+use super::state::*;
+use super::store::{MemoryStore, SharedStore};
+use super::window::{Event, SharedWindow};
+use crate::config::Config;
+use proptest::prelude::*;
+
+fn params(json: &str) -> BreakerParams {
+    BreakerParams::from_config(&Config::from_json(json).expect("valid test config"))
+}
+
+struct Cluster {
+    store: MemoryStore,
+    workers: Vec<KeyHandle>,
+    sp: SharedParams,
+    p: BreakerParams,
+    seq: u64,
+}
+
+impl Cluster {
+    fn new(strict: bool, n: usize, p: BreakerParams) -> Self {
+        Cluster {
+            store: MemoryStore::new(strict),
+            workers: (0..n).map(|_| KeyHandle::new("svc", &p)).collect(),
+            sp: SharedParams::default(),
+            p,
+            seq: 0,
+        }
+    }
+
+    fn admit(&mut self, w: usize, now: u64) -> Admission {
+        self.seq += 1;
+        let lease = ((w as u64 + 1) << 32) | self.seq;
+        let (a, _) = self.workers[w].admit(&mut self.store, &self.sp, &self.p, now, 7, lease);
+        a
+    }
+
+    /// Admits and completes one call on worker `w`; returns whether it was admitted.
+    fn call(&mut self, w: usize, now: u64, outcome: Outcome) -> bool {
+        match self.admit(w, now) {
+            Admission::Allowed { generation, probe } => {
+                let h = &mut self.workers[w];
+                if let Some(lease_id) = probe {
+                    let ok = match outcome {
+                        Outcome::Success => Some(true),
+                        Outcome::Failure | Outcome::Timeout => Some(false),
+                        _ => None,
+                    };
+                    h.probe_done(
+                        &mut self.store,
+                        &self.sp,
+                        &self.p,
+                        Probe {
+                            generation,
+                            lease_id,
+                        },
+                        ok,
+                        now,
+                        7,
+                    );
+                }
+                if h.record(&self.p, generation, outcome, 1, now) {
+                    h.flush(&mut self.store, &self.sp, &self.p, now, 7);
+                }
+                true
+            }
+            Admission::Rejected(_) => {
+                self.workers[w].record_rejection(now, false);
+                false
+            }
+        }
+    }
+
+    fn tick(&mut self, now: u64) {
+        for (i, h) in self.workers.iter_mut().enumerate() {
+            h.tick(&mut self.store, &self.sp, &self.p, i as u64 + 1, now, 7);
+        }
+    }
+
+    fn shared(&mut self) -> KeyState {
+        let bytes = self
+            .store
+            .raw_get("fusewire/v1/state/svc")
+            .expect("state written");
+        codec::decode(Kind::KeyState, bytes).expect("decodes")
+    }
+}
+
+const HYSTRIX: &str = r#"{"breaker":{"half_open":{"permitted_probes":2,"success_threshold":2}}}"#;
+
+fn both_modes(f: impl Fn(bool)) {
+    f(false);
+    f(true);
+}
+
+#[test]
+fn trips_exactly_at_volume_threshold_across_four_workers() {
+    both_modes(|strict| {
+        let mut c = Cluster::new(strict, 4, params(HYSTRIX));
+        for i in 0..19 {
+            assert!(c.call(i % 4, 1000, Outcome::Failure), "call {i} admitted");
+        }
+        assert_eq!(c.shared().phase, Phase::Closed, "19 calls < volume 20");
+        assert!(c.call(19 % 4, 1000, Outcome::Failure));
+        assert_eq!(c.shared().phase, Phase::Open);
+        // Every worker rejects on its very next request.
+        for w in 0..4 {
+            assert_eq!(
+                c.admit(w, 1001),
+                Admission::Rejected(Reject::Open),
+                "worker {w}"
+            );
+        }
+    });
+}
+
+#[test]
+fn below_threshold_never_trips_with_batched_successes() {
+    both_modes(|strict| {
+        let mut c = Cluster::new(strict, 4, params("{}"));
+        // 40 % errors, round robin; successes are only written when hot or on tick.
+        let mut now = 0;
+        for i in 0..200u64 {
+            now += 10;
+            let o = if i % 5 < 2 {
+                Outcome::Failure
+            } else {
+                Outcome::Success
+            };
+            assert!(c.call((i % 4) as usize, now, o), "call {i} admitted");
+            if i % 25 == 0 {
+                c.tick(now);
+            }
+        }
+        assert_eq!(c.shared().phase, Phase::Closed);
+    });
+}
+
+#[test]
+fn healthy_traffic_writes_only_on_tick() {
+    let mut c = Cluster::new(false, 4, params("{}"));
+    for i in 0..1000 {
+        c.call(i % 4, 5, Outcome::Success);
+    }
+    assert_eq!(c.store.writes, 0);
+    c.tick(10);
+    assert_eq!(c.store.writes, 4);
+    assert_eq!(c.shared().snapshot(10).success, 1000);
+}
+
+#[test]
+fn half_open_admits_exactly_the_permitted_probes_then_closes() {
+    both_modes(|strict| {
+        let mut c = Cluster::new(strict, 4, params(HYSTRIX));
+        for i in 0..20 {
+            c.call(i % 4, 0, Outcome::Failure);
+        }
+        assert_eq!(c.shared().phase, Phase::Open);
+        assert_eq!(c.admit(0, 4_999), Admission::Rejected(Reject::Open));
+        // After the sleep window: many attempts from every worker, exactly 2 probes.
+        let mut probes = vec![];
+        for i in 0..40 {
+            if let Admission::Allowed { generation, probe } = c.admit(i % 4, 5_000 + i as u64) {
+                probes.push((i % 4, generation, probe.expect("a probe")));
+            }
+        }
+        assert_eq!(probes.len(), 2, "{probes:?}");
+        assert_eq!(c.shared().phase, Phase::HalfOpen);
+        for (w, generation, lease_id) in probes {
+            let h = &mut c.workers[w];
+            let probe = Probe {
+                generation,
+                lease_id,
+            };
+            h.probe_done(&mut c.store, &c.sp, &c.p, probe, Some(true), 5_100, 7);
+        }
+        assert_eq!(c.shared().phase, Phase::Closed);
+        assert!(c.shared().snapshot(5_100).is_empty());
+        for w in 0..4 {
+            assert!(matches!(
+                c.admit(w, 5_200),
+                Admission::Allowed { probe: None, .. }
+            ));
+        }
+    });
+}
+
+#[test]
+fn hung_probe_expires_and_reopens_and_late_results_are_ignored() {
+    let p = params(r#"{"breaker":{"half_open":{"probe_timeout_ms":1000}}}"#);
+    let mut c = Cluster::new(false, 4, p);
+    for i in 0..20 {
+        c.call(i % 4, 0, Outcome::Failure);
+    }
+    let Admission::Allowed { generation, probe } = c.admit(1, 5_000) else {
+        panic!("probe expected")
+    };
+    let lease_id = probe.expect("probe");
+    assert_eq!(c.admit(2, 5_500), Admission::Rejected(Reject::Open));
+    // The probe hangs: at its deadline the next tick reopens the breaker.
+    c.tick(6_000);
+    let s = c.shared();
+    assert_eq!(s.phase, Phase::Open);
+    assert_eq!(s.trips, 2);
+    // Its late success belongs to an earlier generation: ignored.
+    let h = &mut c.workers[1];
+    let probe = Probe {
+        generation,
+        lease_id,
+    };
+    h.probe_done(&mut c.store, &c.sp, &c.p, probe, Some(true), 6_001, 7);
+    assert_eq!(c.shared().phase, Phase::Open);
+    // A late failure from before the trip is ignored too.
+    let old = c.shared().generation - 3;
+    c.workers[0].record(&c.p, old, Outcome::Failure, 1, 6_002);
+    c.workers[0].flush(&mut c.store, &c.sp, &c.p, 6_002, 7);
+    assert_eq!(c.shared().snapshot(6_002).failure, 20);
+}
+
+#[test]
+fn consecutive_failures_across_workers_reset_by_any_success() {
+    let p = params(
+        r#"{"breaker":{"error_percentage":{"enabled":false},
+            "consecutive_failures":{"enabled":true,"threshold":5}}}"#,
+    );
+    both_modes(|strict| {
+        let mut c = Cluster::new(strict, 4, p.clone());
+        for i in 0..4 {
+            c.call(i, 0, Outcome::Failure);
+        }
+        c.call(0, 1, Outcome::Success);
+        for i in 0..4 {
+            c.call(i, 2, Outcome::Failure);
+        }
+        assert_eq!(c.shared().phase, Phase::Closed);
+        c.call(1, 3, Outcome::Timeout);
+        assert_eq!(c.shared().phase, Phase::Open);
+    });
+}
+
+#[test]
+fn exponential_open_schedule_grows_and_resets_after_close() {
+    let p = params(
+        r#"{"breaker":{"open":{"schedule":"exponential","sleep_window_ms":1000,"max_ms":3000}}}"#,
+    );
+    let mut c = Cluster::new(false, 2, p);
+    for i in 0..20 {
+        c.call(i % 2, 0, Outcome::Failure);
+    }
+    assert_eq!(c.shared().open_until_ms, 1000);
+    assert!(c.call(0, 1000, Outcome::Failure)); // probe fails
+    assert_eq!(c.shared().open_until_ms, 3000);
+    assert!(c.call(1, 3000, Outcome::Failure));
+    assert_eq!(c.shared().open_until_ms, 3000 + 3000); // capped
+    assert!(c.call(1, 6000, Outcome::Success));
+    assert_eq!(c.shared().phase, Phase::Closed);
+    assert_eq!(c.shared().trips, 0);
+}
+
+#[test]
+fn bulkhead_limit_holds_across_workers_and_crashed_worker_is_reclaimed() {
+    both_modes(|strict| {
+        let p = params("{}");
+        let mut c = Cluster::new(strict, 4, p);
+        let sp = SharedParams {
+            lease_ttl_ms: 1000,
+            heartbeat_ms: 300,
+            ..Default::default()
+        };
+        c.sp = sp;
+        let mut held = [0u32; 4];
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        for step in 0..2000u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let w = (rng % 4) as usize;
+            if rng % 3 == 0 && held[w] > 0 {
+                c.workers[w].release_slot(&mut c.store, &c.sp, w as u64 + 1, step);
+                held[w] -= 1;
+            } else {
+                let (s, _) = c.workers[w].acquire_slot(&mut c.store, &c.sp, w as u64 + 1, 5, step);
+                if s == Slot::Granted {
+                    held[w] += 1;
+                }
+            }
+            assert!(held.iter().sum::<u32>() <= 5, "step {step}: {held:?}");
+            let global = c.workers[0].global_in_flight(&mut c.store, step, 1000);
+            assert_eq!(global, Some(held.iter().sum::<u32>() as u64));
+        }
+        // Worker 3 crashes holding slots; the others release everything.
+        for (w, h) in held.iter_mut().enumerate().take(3) {
+            while *h > 0 {
+                c.workers[w].release_slot(&mut c.store, &c.sp, w as u64 + 1, 2000);
+                *h -= 1;
+            }
+        }
+        let crashed = held[3] as u64;
+        assert_eq!(
+            c.workers[0].global_in_flight(&mut c.store, 2000, 1000),
+            Some(crashed)
+        );
+        // Past the lease TTL (last heartbeat ≤ 1999) its slots no longer count.
+        assert_eq!(
+            c.workers[0].global_in_flight(&mut c.store, 3000, 1000),
+            Some(0)
+        );
+        let (s, _) = c.workers[0].acquire_slot(&mut c.store, &c.sp, 1, 5, 3000);
+        assert_eq!(s, Slot::Granted);
+    });
+}
+
+#[test]
+fn corrupt_truncated_and_future_state_is_reported_and_replaced() {
+    let p = params("{}");
+    for damage in 0..3 {
+        let mut c = Cluster::new(false, 2, p.clone());
+        c.call(0, 0, Outcome::Failure);
+        let mut bytes = c
+            .store
+            .raw_get("fusewire/v1/state/svc")
+            .expect("written")
+            .to_vec();
+        match damage {
+            0 => bytes[6] ^= 0x40,
+            1 => bytes.truncate(5),
+            _ => bytes[2] = codec::SCHEMA_VERSION + 1,
+        }
+        c.store.raw_set("fusewire/v1/state/svc", &bytes);
+        let (a, r) = c.workers[1].admit(&mut c.store, &c.sp, &c.p, 1, 7, 1);
+        assert!(matches!(a, Admission::Allowed { .. }));
+        assert!(
+            matches!(r.issue, Some(Issue::Invalid(_))),
+            "{damage}: {r:?}"
+        );
+        // The next write replaces it with a valid state.
+        c.call(1, 2, Outcome::Failure);
+        assert_eq!(c.shared().snapshot(2).failure, 1);
+    }
+}
+
+#[test]
+fn reload_with_new_window_shape_keeps_breaker_phase() {
+    let mut c = Cluster::new(false, 1, params("{}"));
+    for _ in 0..20 {
+        c.call(0, 0, Outcome::Failure);
+    }
+    let p2 = params(r#"{"metrics":{"rolling_window_ms":20000,"rolling_buckets":20}}"#);
+    c.p = p2.clone();
+    c.workers[0].reconfigure(&p2);
+    assert_eq!(c.admit(0, 10), Admission::Rejected(Reject::Open));
+    let mut s = c.shared();
+    assert!(s.conform(&p2));
+    assert_eq!(s.phase, Phase::Open);
+}
+
+#[test]
+fn forced_and_metrics_only_modes() {
+    let mut c = Cluster::new(false, 1, params(r#"{"breaker":{"mode":"forced_open"}}"#));
+    assert_eq!(c.admit(0, 0), Admission::Rejected(Reject::Open));
+    let mut c = Cluster::new(false, 1, params(r#"{"breaker":{"mode":"metrics_only"}}"#));
+    for _ in 0..25 {
+        assert!(c.call(0, 0, Outcome::Failure));
+    }
+    assert_eq!(
+        c.shared().phase,
+        Phase::Open,
+        "metrics-only reports the trip"
+    );
+    assert!(c.call(0, 1, Outcome::Failure), "but still admits");
+}
+
+fn window_from(events: &[(u64, u8)]) -> SharedWindow {
+    let mut w = SharedWindow::new(100, 8);
+    for &(t, e) in events {
+        let e = match e % 4 {
+            0 => Event::Success,
+            1 => Event::Failure,
+            2 => Event::Timeout,
+            _ => Event::Rejected,
+        };
+        w.record(t, e);
+    }
+    w
+}
+
+fn events() -> impl Strategy<Value = Vec<(u64, u8)>> {
+    proptest::collection::vec((0u64..3000, any::<u8>()), 0..40)
+}
+
+proptest! {
+    #[test]
+    fn window_merge_is_commutative(a in events(), b in events()) {
+        let (wa, wb) = (window_from(&a), window_from(&b));
+        let mut ab = wa.clone();
+        ab.merge(&wb);
+        let mut ba = wb.clone();
+        ba.merge(&wa);
+        prop_assert_eq!(ab, ba);
+    }
+
+    #[test]
+    fn window_merge_is_associative(a in events(), b in events(), c in events()) {
+        let (wa, wb, wc) = (window_from(&a), window_from(&b), window_from(&c));
+        let mut left = wa.clone();
+        left.merge(&wb);
+        left.merge(&wc);
+        let mut bc = wb.clone();
+        bc.merge(&wc);
+        let mut right = wa.clone();
+        right.merge(&bc);
+        prop_assert_eq!(left, right);
+    }
+
+    #[test]
+    fn merging_split_recordings_equals_recording_all(events in events(), split in any::<u64>()) {
+        // Events recorded in time order, spread over two workers, then merged, give
+        // the same snapshot as one window that saw them all.
+        let mut sorted = events.clone();
+        sorted.sort_by_key(|e| e.0);
+        let all = window_from(&sorted);
+        let (x, y): (Vec<_>, Vec<_>) =
+            sorted.iter().enumerate().partition(|(i, _)| (split >> (i % 64)) & 1 == 0);
+        let x: Vec<_> = x.into_iter().map(|(_, e)| *e).collect();
+        let y: Vec<_> = y.into_iter().map(|(_, e)| *e).collect();
+        let mut merged = window_from(&x);
+        merged.merge(&window_from(&y));
+        let now = sorted.last().map(|e| e.0).unwrap_or(0);
+        prop_assert_eq!(merged.snapshot(now), all.snapshot(now));
+    }
+
+    #[test]
+    fn streak_composition_is_associative(a in any::<(bool, u8)>(), b in any::<(bool, u8)>(), c in any::<(bool, u8)>(), start in 0u32..100) {
+        let s = |(r, e): (bool, u8)| Streak { reset: r, errors: e as u32 };
+        let (a, b, c) = (s(a), s(b), s(c));
+        prop_assert_eq!(a.then(&b).then(&c), a.then(&b.then(&c)));
+        prop_assert_eq!(a.then(&b).apply(start), b.apply(a.apply(start)));
+    }
+
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+        let _ = codec::decode::<KeyState>(Kind::KeyState, &bytes);
+        let _ = codec::decode::<super::SlotLedger>(Kind::SlotLedger, &bytes);
+    }
+
+    #[test]
+    fn state_roundtrips(fails in 0u32..50, now in 0u64..1_000_000) {
+        let p = params("{}");
+        let mut s = KeyState::new(&p, now);
+        for _ in 0..fails { s.window.record(now, Event::Failure); }
+        s.evaluate(&p, now, 3);
+        let bytes = codec::encode(Kind::KeyState, &s).expect("encodes");
+        prop_assert!(bytes.len() < 200, "compact: {} bytes", bytes.len());
+        prop_assert_eq!(codec::decode::<KeyState>(Kind::KeyState, &bytes), Ok(s));
+    }
+}
+
+#[test]
+fn store_contract_matches_envoy_and_kong() {
+    let mut lenient = MemoryStore::new(false);
+    lenient
+        .set("k", b"a", 99)
+        .expect("absent key inserted even with a cas (Envoy)");
+    lenient.set("k", b"b", 0).expect("cas 0 overwrites (Envoy)");
+    let mut strict = MemoryStore::new(true);
+    assert!(strict.set("k", b"a", 99).is_err());
+    strict.set("k", b"a", 0).expect("create");
+    assert!(
+        strict.set("k", b"b", 0).is_err(),
+        "cas 0 on an existing key (Kong)"
+    );
+}
