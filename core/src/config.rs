@@ -1,0 +1,528 @@
+//! The one configuration schema (serde, snake_case JSON) shared by every host.
+//!
+//! Every struct denies unknown fields and fills omitted fields with Hystrix's
+//! defaults, so `{}` is a complete, valid config. Durations are integer
+//! milliseconds in fields ending `_ms`; percentages are numbers in `0..=100`.
+//! [`Config::validate`] names the offending field path and the reason.
+
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+/// Configuration for one command key: breaker, metrics, timeout and bulkhead.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Circuit breaker rules.
+    pub breaker: BreakerConfig,
+    /// Rolling metrics windows.
+    pub metrics: MetricsConfig,
+    /// Per-call timeout.
+    pub execution: ExecutionConfig,
+    /// Concurrency limits of the pool this command runs in.
+    pub bulkhead: BulkheadConfig,
+}
+
+/// How the breaker behaves overall.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerMode {
+    /// Normal operation: the rules decide.
+    #[default]
+    Normal,
+    /// Reject every call (Hystrix `forceOpen`).
+    ForcedOpen,
+    /// Admit every call; metrics are still computed, the breaker never leaves Closed
+    /// (Hystrix `forceClosed`).
+    ForcedClosed,
+    /// No-op breaker: admit everything, evaluate nothing (Hystrix `enabled=false`).
+    /// Metrics are still recorded.
+    Disabled,
+    /// Shadow mode: the full state machine runs and reports its transitions, but
+    /// every call is admitted.
+    MetricsOnly,
+}
+
+/// Circuit breaker rules. Any enabled trip rule can open the breaker.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BreakerConfig {
+    /// Overall mode.
+    pub mode: BreakerMode,
+    /// Hystrix error-percentage rule.
+    pub error_percentage: ErrorPercentageConfig,
+    /// gobreaker-style consecutive-failures rule.
+    pub consecutive_failures: ConsecutiveFailuresConfig,
+    /// resilience4j-style slow-call-rate rule.
+    pub slow_call: SlowCallConfig,
+    /// Google-SRE adaptive throttling (client-side, probabilistic, stateless).
+    pub adaptive_throttle: AdaptiveThrottleConfig,
+    /// How long the breaker stays open.
+    pub open: OpenConfig,
+    /// Probing in half-open.
+    pub half_open: HalfOpenConfig,
+    /// Ramp after closing.
+    pub slow_start: SlowStartConfig,
+}
+
+/// Trip when `total >= request_volume_threshold` and `error % >= threshold_percentage`.
+/// errors = failure + timeout + rejections; short-circuits are not counted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ErrorPercentageConfig {
+    /// Whether the rule is active.
+    pub enabled: bool,
+    /// Minimum calls in the rolling window before the rule may trip.
+    pub request_volume_threshold: u32,
+    /// Error percentage (0..=100) at or above which the breaker trips.
+    pub threshold_percentage: f64,
+}
+
+impl Default for ErrorPercentageConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            request_volume_threshold: 20,
+            threshold_percentage: 50.0,
+        }
+    }
+}
+
+/// Trip after `threshold` consecutive failures (failure or timeout).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsecutiveFailuresConfig {
+    /// Whether the rule is active.
+    pub enabled: bool,
+    /// Consecutive failures that trip the breaker.
+    pub threshold: u32,
+}
+
+impl Default for ConsecutiveFailuresConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            threshold: 5,
+        }
+    }
+}
+
+/// Trip when the share of calls slower than `duration_threshold_ms` reaches
+/// `rate_threshold_percentage` (with at least `request_volume_threshold` calls).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlowCallConfig {
+    /// Whether the rule is active.
+    pub enabled: bool,
+    /// A call at or above this latency counts as slow.
+    pub duration_threshold_ms: u64,
+    /// Slow-call percentage (0..=100) at or above which the breaker trips.
+    pub rate_threshold_percentage: f64,
+    /// Minimum calls in the rolling window before the rule may trip.
+    pub request_volume_threshold: u32,
+}
+
+impl Default for SlowCallConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            duration_threshold_ms: 60_000,
+            rate_threshold_percentage: 100.0,
+            request_volume_threshold: 20,
+        }
+    }
+}
+
+/// Reject locally with probability `max(0, (requests - k * accepts) / (requests + 1))`
+/// over the rolling window. The throttle's own rejections are not fed back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdaptiveThrottleConfig {
+    /// Whether the throttle is active.
+    pub enabled: bool,
+    /// Multiplier on accepts; lower is more aggressive (SRE book: 2, go-zero: 1.5).
+    pub k: f64,
+}
+
+impl Default for AdaptiveThrottleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            k: 2.0,
+        }
+    }
+}
+
+/// Shape of the open-duration schedule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenSchedule {
+    /// Always `sleep_window_ms` (Hystrix).
+    #[default]
+    Fixed,
+    /// `sleep_window_ms * multiplier^n`, capped at `max_ms`, for the n-th trip in a row.
+    Exponential,
+    /// `ladder_ms[n]` for the n-th trip in a row, the last step repeating.
+    Ladder,
+}
+
+/// How long the breaker stays open before it lets probes through.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenConfig {
+    /// Schedule shape.
+    pub schedule: OpenSchedule,
+    /// Base open duration (Hystrix `sleepWindowInMilliseconds`).
+    pub sleep_window_ms: u64,
+    /// Growth factor for `exponential`.
+    pub multiplier: f64,
+    /// Cap for `exponential`.
+    pub max_ms: u64,
+    /// Steps for `ladder`.
+    pub ladder_ms: Vec<u64>,
+    /// Random spread of each open duration, ± this percentage (0..=100).
+    pub jitter_percentage: f64,
+}
+
+impl Default for OpenConfig {
+    fn default() -> Self {
+        Self {
+            schedule: OpenSchedule::Fixed,
+            sleep_window_ms: 5_000,
+            multiplier: 2.0,
+            max_ms: 300_000,
+            ladder_ms: vec![5_000, 10_000, 60_000, 300_000],
+            jitter_percentage: 0.0,
+        }
+    }
+}
+
+/// Half-open probing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HalfOpenConfig {
+    /// Calls let through concurrently while half-open (at most 16).
+    pub permitted_probes: u32,
+    /// Successful probes needed to close; any failed probe reopens.
+    pub success_threshold: u32,
+    /// A probe with no result after this long counts as failed (lease deadline).
+    pub probe_timeout_ms: u64,
+}
+
+impl Default for HalfOpenConfig {
+    fn default() -> Self {
+        Self {
+            permitted_probes: 1,
+            success_threshold: 1,
+            probe_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// Admission ramp after the breaker closes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlowStartConfig {
+    /// Ramp length; 0 disables the ramp.
+    pub ramp_ms: u64,
+    /// Admitted share (0..=100) right after closing; rises linearly to 100.
+    pub initial_percentage: f64,
+}
+
+impl Default for SlowStartConfig {
+    fn default() -> Self {
+        Self {
+            ramp_ms: 0,
+            initial_percentage: 10.0,
+        }
+    }
+}
+
+/// Rolling windows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Length of the health/counter window (Hystrix `metrics.rollingStats.timeInMilliseconds`).
+    pub rolling_window_ms: u64,
+    /// Buckets in the counter window; must divide `rolling_window_ms`.
+    pub rolling_buckets: u32,
+    /// Length of the latency-percentile window (Hystrix `metrics.rollingPercentile`).
+    pub percentile_window_ms: u64,
+    /// Buckets in the percentile window; must divide `percentile_window_ms`.
+    pub percentile_buckets: u32,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            rolling_window_ms: 10_000,
+            rolling_buckets: 10,
+            percentile_window_ms: 60_000,
+            percentile_buckets: 4,
+        }
+    }
+}
+
+/// Per-call timeout.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecutionConfig {
+    /// Whether calls get a deadline.
+    pub timeout_enabled: bool,
+    /// Deadline after the call starts running (Hystrix default 1000 ms).
+    pub timeout_ms: u64,
+}
+
+impl Default for ExecutionConfig {
+    fn default() -> Self {
+        Self {
+            timeout_enabled: true,
+            timeout_ms: 1_000,
+        }
+    }
+}
+
+/// Concurrency limits of a pool (semaphore, optionally with a bounded wait queue).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BulkheadConfig {
+    /// Concurrent executions (Hystrix semaphore / core size: 10).
+    pub max_concurrent: u32,
+    /// Wait-queue capacity; 0 = no queue, excess calls are rejected at once.
+    pub max_queue: u32,
+    /// Dynamic cap on the queue length (Hystrix `queueSizeRejectionThreshold`: 5).
+    pub queue_rejection_threshold: u32,
+    /// Longest a call may wait in the queue before it is rejected.
+    pub max_wait_ms: u64,
+    /// Concurrent fallbacks (Hystrix `fallback.isolation.semaphore.maxConcurrentRequests`).
+    pub fallback_max_concurrent: u32,
+}
+
+impl Default for BulkheadConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 10,
+            max_queue: 0,
+            queue_rejection_threshold: 5,
+            max_wait_ms: 1_000,
+            fallback_max_concurrent: 10,
+        }
+    }
+}
+
+/// A config that failed to parse or validate: the field path and the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted path of the offending field, e.g. `breaker.half_open.permitted_probes`
+    /// (empty when the document itself is malformed).
+    pub path: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl ConfigError {
+    fn new(path: &str, reason: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(f, "{}: {}", self.path, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Largest `permitted_probes` (probe leases are tracked in a fixed array).
+pub const MAX_PROBES: u32 = 16;
+/// Largest bucket count of either window.
+pub const MAX_BUCKETS: u32 = 1_000;
+/// Longest duration accepted anywhere (one year), so `ms * 1e6` never overflows.
+pub const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
+
+fn percentage(path: &str, v: f64) -> Result<(), ConfigError> {
+    if !v.is_finite() || !(0.0..=100.0).contains(&v) {
+        return Err(ConfigError::new(
+            path,
+            format!("must be a number in 0..=100, got {v}"),
+        ));
+    }
+    Ok(())
+}
+
+fn duration(path: &str, v: u64, min: u64) -> Result<(), ConfigError> {
+    if v < min || v > MAX_DURATION_MS {
+        return Err(ConfigError::new(
+            path,
+            format!("must be in {min}..={MAX_DURATION_MS} ms, got {v}"),
+        ));
+    }
+    Ok(())
+}
+
+fn window(path_ms: &str, path_buckets: &str, ms: u64, buckets: u32) -> Result<(), ConfigError> {
+    duration(path_ms, ms, 1)?;
+    if buckets == 0 || buckets > MAX_BUCKETS {
+        return Err(ConfigError::new(
+            path_buckets,
+            format!("must be in 1..={MAX_BUCKETS}, got {buckets}"),
+        ));
+    }
+    if !ms.is_multiple_of(u64::from(buckets)) {
+        return Err(ConfigError::new(
+            path_buckets,
+            format!("must divide {path_ms} ({ms}) evenly, got {buckets}"),
+        ));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Parses JSON and validates it. Errors name the field path and the reason.
+    pub fn from_json(json: &str) -> Result<Self, ConfigError> {
+        Self::from_json_bytes(json.as_bytes())
+    }
+
+    /// Parses JSON bytes and validates them.
+    pub fn from_json_bytes(json: &[u8]) -> Result<Self, ConfigError> {
+        let de = &mut serde_json::Deserializer::from_slice(json);
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            ConfigError {
+                path,
+                reason: e.into_inner().to_string(),
+            }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Serialises to compact JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Checks every field; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let b = &self.breaker;
+        percentage(
+            "breaker.error_percentage.threshold_percentage",
+            b.error_percentage.threshold_percentage,
+        )?;
+        if b.consecutive_failures.enabled && b.consecutive_failures.threshold == 0 {
+            return Err(ConfigError::new(
+                "breaker.consecutive_failures.threshold",
+                "must be at least 1 when the rule is enabled",
+            ));
+        }
+        duration(
+            "breaker.slow_call.duration_threshold_ms",
+            b.slow_call.duration_threshold_ms,
+            0,
+        )?;
+        percentage(
+            "breaker.slow_call.rate_threshold_percentage",
+            b.slow_call.rate_threshold_percentage,
+        )?;
+        let k = b.adaptive_throttle.k;
+        if !k.is_finite() || !(1.0..=100.0).contains(&k) {
+            return Err(ConfigError::new(
+                "breaker.adaptive_throttle.k",
+                format!("must be a number in 1..=100, got {k}"),
+            ));
+        }
+        let o = &b.open;
+        duration("breaker.open.sleep_window_ms", o.sleep_window_ms, 0)?;
+        if !o.multiplier.is_finite() || !(1.0..=1000.0).contains(&o.multiplier) {
+            return Err(ConfigError::new(
+                "breaker.open.multiplier",
+                format!("must be a number in 1..=1000, got {}", o.multiplier),
+            ));
+        }
+        duration("breaker.open.max_ms", o.max_ms, 0)?;
+        if o.schedule == OpenSchedule::Exponential && o.max_ms < o.sleep_window_ms {
+            return Err(ConfigError::new(
+                "breaker.open.max_ms",
+                format!(
+                    "must be at least sleep_window_ms ({}), got {}",
+                    o.sleep_window_ms, o.max_ms
+                ),
+            ));
+        }
+        if o.schedule == OpenSchedule::Ladder && o.ladder_ms.is_empty() {
+            return Err(ConfigError::new(
+                "breaker.open.ladder_ms",
+                "must have at least one step when schedule is \"ladder\"",
+            ));
+        }
+        if o.ladder_ms.len() > 64 {
+            return Err(ConfigError::new(
+                "breaker.open.ladder_ms",
+                format!("must have at most 64 steps, got {}", o.ladder_ms.len()),
+            ));
+        }
+        for (i, &step) in o.ladder_ms.iter().enumerate() {
+            duration(&format!("breaker.open.ladder_ms[{i}]"), step, 0)?;
+        }
+        percentage("breaker.open.jitter_percentage", o.jitter_percentage)?;
+        let h = &b.half_open;
+        if h.permitted_probes == 0 || h.permitted_probes > MAX_PROBES {
+            return Err(ConfigError::new(
+                "breaker.half_open.permitted_probes",
+                format!("must be in 1..={MAX_PROBES}, got {}", h.permitted_probes),
+            ));
+        }
+        if h.success_threshold == 0 || h.success_threshold > h.permitted_probes {
+            return Err(ConfigError::new(
+                "breaker.half_open.success_threshold",
+                format!(
+                    "must be in 1..=permitted_probes ({}), got {}",
+                    h.permitted_probes, h.success_threshold
+                ),
+            ));
+        }
+        duration("breaker.half_open.probe_timeout_ms", h.probe_timeout_ms, 1)?;
+        duration("breaker.slow_start.ramp_ms", b.slow_start.ramp_ms, 0)?;
+        percentage(
+            "breaker.slow_start.initial_percentage",
+            b.slow_start.initial_percentage,
+        )?;
+        let m = &self.metrics;
+        window(
+            "metrics.rolling_window_ms",
+            "metrics.rolling_buckets",
+            m.rolling_window_ms,
+            m.rolling_buckets,
+        )?;
+        window(
+            "metrics.percentile_window_ms",
+            "metrics.percentile_buckets",
+            m.percentile_window_ms,
+            m.percentile_buckets,
+        )?;
+        duration("execution.timeout_ms", self.execution.timeout_ms, 1)?;
+        let p = &self.bulkhead;
+        if p.max_concurrent == 0 {
+            return Err(ConfigError::new(
+                "bulkhead.max_concurrent",
+                "must be at least 1",
+            ));
+        }
+        if p.max_queue > 1_000_000 {
+            return Err(ConfigError::new(
+                "bulkhead.max_queue",
+                format!("must be at most 1000000, got {}", p.max_queue),
+            ));
+        }
+        duration("bulkhead.max_wait_ms", p.max_wait_ms, 0)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,29 @@
+//! Host time as the core sees it: `u64` nanoseconds on a monotonic clock.
+//!
+//! The core never reads a clock. Hosts pass `now` into every call. A clock that
+//! steps backwards is tolerated: every elapsed-time computation saturates at zero,
+//! so a backwards step is treated as "no time has passed".
+
+/// Nanoseconds on the host's monotonic clock.
+pub type Nanos = u64;
+
+/// Nanoseconds per millisecond.
+pub const NANOS_PER_MS: u64 = 1_000_000;
+
+/// Converts a config duration in milliseconds to nanoseconds (saturating).
+#[inline]
+pub const fn ms_to_ns(ms: u64) -> Nanos {
+    ms.saturating_mul(NANOS_PER_MS)
+}
+
+/// Time elapsed from `since` to `now`; zero when the clock stepped backwards.
+#[inline]
+pub const fn elapsed(now: Nanos, since: Nanos) -> Nanos {
+    now.saturating_sub(since)
+}
+
+/// Maps an injected random `u64` to a uniform `f64` in `[0, 1)`.
+#[inline]
+pub fn unit_f64(rand: u64) -> f64 {
+    (rand >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
