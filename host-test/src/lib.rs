@@ -1,1 +1,28 @@
-//! fusewire-host-test: a proxy-wasm host harness that behaves like Envoy.
+//! fusewire-host-test: a wasmtime proxy-wasm (ABI 0.2.1) host that behaves like Envoy,
+//! with a scenario runner. See README.md for the API, the scenario format and the
+//! Envoy behaviours reproduced.
+
+#![warn(missing_docs)]
+
+pub mod abi;
+pub mod clock;
+pub mod env;
+pub mod harness;
+pub mod headers;
+mod hostcalls;
+pub mod shared;
+pub mod stats;
+pub mod types;
+mod vm;
+mod wasi;
+mod worker;
+
+pub use abi::Status;
+pub use clock::ClockMode;
+pub use env::{LifecycleCall, LogRecord, Process};
+pub use harness::{Harness, HarnessConfig};
+pub use headers::HeaderMap;
+pub use shared::CasMode;
+pub use stats::MetricValue;
+pub use types::*;
+pub use vm::WasmModule;

@@ -1,0 +1,408 @@
+//! [`Harness`]: one plugin loaded the way Envoy loads it (base VM, canary, one VM per
+//! worker plus the main thread, each on its own OS thread), driven by a scheduler.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use serde::{Deserialize, Serialize};
+
+use crate::abi::Status;
+use crate::clock::{Clock, ClockMode};
+use crate::env::{Bus, Env, LifecycleCall, LogRecord, Process};
+use crate::shared::CasMode;
+use crate::stats::MetricValue;
+use crate::types::{
+    ClusterConfig, PluginConfig, Request, RouteConfig, StreamRecord, UpstreamReply,
+};
+use crate::vm::{Vm, WasmModule};
+use crate::worker::{Event, EventQueue, Scheduled, WorkerThread};
+
+/// How to build a harness.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HarnessConfig {
+    /// Number of Envoy worker threads (each gets its own VM). The main thread's VM
+    /// is extra (index `workers`).
+    pub workers: usize,
+    /// Virtual (deterministic) or real time.
+    pub clock: ClockMode,
+    /// Shared-data CAS rules.
+    pub cas_mode: CasMode,
+    /// The wasm filter config.
+    pub plugin: PluginConfig,
+    /// Routes, first prefix match wins. Default: one route "default" for "/" → "backend".
+    pub routes: Vec<RouteConfig>,
+    /// Clusters. Default: one cluster "backend".
+    pub clusters: Vec<ClusterConfig>,
+    /// Seed for WASI random_get, request ids and anything else random in the host.
+    pub seed: u64,
+    /// Level `proxy_get_log_level` reports (0 trace .. 5 critical; Envoy default 2 info).
+    pub log_level: i32,
+}
+
+impl Default for HarnessConfig {
+    fn default() -> Self {
+        HarnessConfig {
+            workers: 2,
+            clock: ClockMode::Virtual,
+            cas_mode: CasMode::Envoy,
+            plugin: PluginConfig::default(),
+            routes: vec![RouteConfig::default()],
+            clusters: vec![ClusterConfig::default()],
+            seed: 1,
+            log_level: 2,
+        }
+    }
+}
+
+/// A loaded plugin with its worker VMs, driven by a time-ordered event scheduler.
+///
+/// Every event (request start, upstream reply, tick, callout reply, queue
+/// notification) is dispatched to the OS thread of the worker it belongs to, one at
+/// a time, in (time, sequence) order — so a virtual-clock run is deterministic. For
+/// truly parallel load use [`Harness::run_parallel`] (real clock).
+pub struct Harness {
+    env: Arc<Env>,
+    workers: Vec<WorkerThread>,
+    _base: Vm,
+    queue: EventQueue,
+    seq: u64,
+    next_id: u64,
+    records: BTreeMap<u64, StreamRecord>,
+}
+
+impl Harness {
+    /// Loads `module` in a fresh simulated Envoy process.
+    pub fn new(module: &WasmModule, cfg: HarnessConfig) -> anyhow::Result<Self> {
+        Self::with_process(Process::new(), module, cfg)
+    }
+
+    /// Loads `module` in an existing process: plugins with the same vm_id share its
+    /// shared data (config reload, side-by-side versions), stats are shared too.
+    pub fn with_process(
+        process: Arc<Process>,
+        module: &WasmModule,
+        cfg: HarnessConfig,
+    ) -> anyhow::Result<Self> {
+        if cfg.workers == 0 {
+            bail!("workers: must be at least 1");
+        }
+        let n = cfg.workers;
+        let env = Arc::new(Env {
+            process,
+            plugin: cfg.plugin.clone(),
+            cas_mode: cfg.cas_mode,
+            clock: Clock::new(cfg.clock),
+            clusters: cfg
+                .clusters
+                .iter()
+                .map(|c| (c.name.clone(), c.clone()))
+                .collect(),
+            routes: cfg.routes.clone(),
+            bus: Bus {
+                inbox: (0..=n).map(|_| Mutex::new(Vec::new())).collect(),
+                completed: Mutex::new(Vec::new()),
+            },
+            seed: cfg.seed,
+            log_level: cfg.log_level,
+        });
+        let base = Vm::new(module, env.clone(), usize::MAX, "base").context("base VM")?;
+        {
+            let mut canary =
+                Vm::new(module, env.clone(), usize::MAX, "canary").context("canary VM")?;
+            canary
+                .start_root()
+                .map_err(|e| anyhow::anyhow!("plugin config rejected by the canary VM: {e}"))?;
+        }
+        let mut workers = Vec::with_capacity(n + 1);
+        for i in 0..n {
+            workers.push(WorkerThread::spawn(
+                env.clone(),
+                module.clone(),
+                i,
+                format!("worker-{i}"),
+            )?);
+        }
+        workers.push(WorkerThread::spawn(
+            env.clone(),
+            module.clone(),
+            n,
+            "main".into(),
+        )?);
+        let mut h = Harness {
+            env,
+            workers,
+            _base: base,
+            queue: EventQueue::new(),
+            seq: 0,
+            next_id: 0,
+            records: BTreeMap::new(),
+        };
+        h.collect();
+        Ok(h)
+    }
+
+    /// The simulated Envoy process (shared data, stats, logs, lifecycle log).
+    pub fn process(&self) -> &Arc<Process> {
+        &self.env.process
+    }
+
+    /// Number of worker VMs (the main thread's VM is index `workers()`).
+    pub fn workers(&self) -> usize {
+        self.workers.len() - 1
+    }
+
+    /// Current time, ns since start.
+    pub fn now_ns(&self) -> u64 {
+        self.env.clock.now()
+    }
+
+    /// The clock mode.
+    pub fn clock_mode(&self) -> ClockMode {
+        self.env.clock.mode()
+    }
+
+    fn push(&mut self, at: u64, worker: usize, ev: Event) {
+        self.seq += 1;
+        self.queue.push(Scheduled {
+            at,
+            seq: self.seq,
+            worker,
+            ev,
+        });
+    }
+
+    /// Moves events posted by VMs into the queue (worker order → deterministic) and
+    /// finished streams into the records.
+    fn collect(&mut self) {
+        for w in 0..self.workers.len() {
+            for (at, ev) in self.env.bus.take(w) {
+                self.push(at, w, ev);
+            }
+        }
+        let done = std::mem::take(
+            &mut *self
+                .env
+                .bus
+                .completed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for r in done {
+            self.records.insert(r.id, r);
+        }
+    }
+
+    /// Starts a request on `worker` now; returns its stream id.
+    pub fn submit(&mut self, worker: usize, req: Request, reply: UpstreamReply) -> u64 {
+        let now = self.now_ns();
+        self.submit_at(now, worker, req, reply)
+    }
+
+    /// Starts a request on `worker` at time `at_ns` (ns since start).
+    pub fn submit_at(
+        &mut self,
+        at_ns: u64,
+        worker: usize,
+        req: Request,
+        reply: UpstreamReply,
+    ) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let w = worker.min(self.workers.len() - 1);
+        self.push(
+            at_ns,
+            w,
+            Event::Start {
+                id,
+                req: Box::new(req),
+                reply: Box::new(reply),
+            },
+        );
+        id
+    }
+
+    /// Dispatches the next event if it is due at or before `limit_ns`.
+    fn step(&mut self, limit_ns: u64) -> bool {
+        if !self.queue.peek().is_some_and(|s| s.at <= limit_ns) {
+            return false;
+        }
+        let Some(s) = self.queue.pop() else {
+            return false;
+        };
+        match self.env.clock.mode() {
+            ClockMode::Virtual => self.env.clock.advance_to(s.at),
+            ClockMode::Real => {
+                let now = self.now_ns();
+                if s.at > now {
+                    std::thread::sleep(Duration::from_nanos(s.at - now));
+                }
+            }
+        }
+        let ev = s.ev;
+        self.workers[s.worker].exec(move |w| w.handle(ev));
+        self.collect();
+        true
+    }
+
+    /// Runs every event due up to `t_ns`, then moves the clock to `t_ns`.
+    pub fn run_until(&mut self, t_ns: u64) {
+        while self.step(t_ns) {}
+        match self.env.clock.mode() {
+            ClockMode::Virtual => self.env.clock.advance_to(t_ns),
+            ClockMode::Real => {
+                let now = self.now_ns();
+                if t_ns > now {
+                    std::thread::sleep(Duration::from_nanos(t_ns - now));
+                }
+            }
+        }
+    }
+
+    /// Runs for `d` from now (virtual: instantly; ticks fire on schedule).
+    pub fn run_for(&mut self, d: Duration) {
+        let t = self.now_ns() + d.as_nanos() as u64;
+        self.run_until(t);
+    }
+
+    /// Runs until stream `id` has finished (at most 1 h of clock time).
+    pub fn run_until_complete(&mut self, id: u64) -> Option<StreamRecord> {
+        let limit = self.now_ns() + 3_600_000_000_000;
+        while !self.records.contains_key(&id) {
+            if !self.step(limit) {
+                break;
+            }
+        }
+        self.records.get(&id).cloned()
+    }
+
+    /// Runs one request to completion on `worker` and returns what was observed.
+    /// Panics if it does not finish within 1 h of clock time (a hang with no route
+    /// timeout and no client timeout).
+    pub fn request(&mut self, worker: usize, req: Request, reply: UpstreamReply) -> StreamRecord {
+        let id = self.submit(worker, req, reply);
+        self.run_until_complete(id)
+            .unwrap_or_else(|| panic!("stream {id} did not finish within 1 h"))
+    }
+
+    /// A finished stream's record.
+    pub fn record(&self, id: u64) -> Option<&StreamRecord> {
+        self.records.get(&id)
+    }
+
+    /// Removes and returns every finished stream record, in id order.
+    pub fn take_records(&mut self) -> Vec<StreamRecord> {
+        std::mem::take(&mut self.records).into_values().collect()
+    }
+
+    /// Streams submitted but not finished yet.
+    pub fn in_flight(&self) -> usize {
+        self.next_id as usize - self.records.len()
+    }
+
+    /// Shared data under this plugin's vm_id.
+    pub fn shared_data(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        self.env.process.shared.get(&self.env.plugin.vm_id, key)
+    }
+
+    /// Writes shared data under this plugin's vm_id with the harness's CAS rules.
+    pub fn set_shared_data(&self, key: &str, value: Option<&[u8]>, cas: u32) -> Status {
+        self.env
+            .process
+            .shared
+            .set(self.env.cas_mode, &self.env.plugin.vm_id, key, value, cas)
+    }
+
+    /// Current value of the stat behind metric `name`.
+    pub fn metric(&self, name: &str) -> Option<MetricValue> {
+        self.env.process.stats.value(name)
+    }
+
+    /// `/stats`-style text for all metrics (`wasmcustom.<name>: <value>`).
+    pub fn stats_text(&self) -> String {
+        self.env.process.stats.stats_text()
+    }
+
+    /// `/stats/prometheus` text for all metrics.
+    pub fn prometheus_text(&self) -> String {
+        self.env.process.stats.prometheus_text()
+    }
+
+    /// Guest log lines.
+    pub fn logs(&self) -> Vec<LogRecord> {
+        self.env.process.logs()
+    }
+
+    /// Root-context lifecycle calls (context create, on_vm_start, on_configure) made so far.
+    pub fn lifecycle(&self) -> Vec<LifecycleCall> {
+        self.env.process.lifecycle()
+    }
+
+    /// Whether worker `w`'s VM is alive (false after a trap until a FAIL_RELOAD).
+    pub fn worker_alive(&self, w: usize) -> bool {
+        self.workers[w].exec(|vm| vm.alive())
+    }
+
+    /// Real clock only: every worker thread runs its own list of requests at the same
+    /// time (offsets in ns from the call), each on its own event loop; returns when all
+    /// have finished. Returns the records of these requests.
+    pub fn run_parallel(
+        &mut self,
+        per_worker: Vec<Vec<(u64, Request, UpstreamReply)>>,
+    ) -> anyhow::Result<Vec<StreamRecord>> {
+        if self.env.clock.mode() != ClockMode::Real {
+            bail!("run_parallel needs the real clock (clock = \"real\")");
+        }
+        if per_worker.len() > self.workers() {
+            bail!(
+                "run_parallel: {} request lists for {} workers",
+                per_worker.len(),
+                self.workers()
+            );
+        }
+        let start = self.now_ns();
+        let mut pending: Vec<Vec<(u64, Event)>> =
+            (0..self.workers.len()).map(|_| Vec::new()).collect();
+        for s in std::mem::take(&mut self.queue)
+            .into_sorted_vec()
+            .into_iter()
+            .rev()
+        {
+            pending[s.worker].push((s.at, s.ev));
+        }
+        let first = self.next_id;
+        let mut rxs = Vec::new();
+        for (w, list) in per_worker.into_iter().enumerate() {
+            let mut plan: Vec<(u64, u64, Request, UpstreamReply)> = Vec::with_capacity(list.len());
+            for (off, req, reply) in list {
+                plan.push((start + off, self.next_id, req, reply));
+                self.next_id += 1;
+            }
+            plan.sort_by_key(|p| p.0);
+            let queue = std::mem::take(&mut pending[w]);
+            let plan: VecDeque<_> = plan.into();
+            rxs.push((
+                w,
+                self.workers[w].submit(move |vm| vm.run_local(plan, queue)),
+            ));
+        }
+        for (w, rx) in rxs {
+            let rest = rx
+                .recv()
+                .map_err(|_| anyhow::anyhow!("worker {w} panicked"))?;
+            pending[w].extend(rest);
+        }
+        for (w, evs) in pending.into_iter().enumerate() {
+            for (at, ev) in evs {
+                self.push(at, w, ev);
+            }
+        }
+        self.collect();
+        let last = self.next_id;
+        Ok((first..last)
+            .filter_map(|id| self.records.remove(&id))
+            .collect())
+    }
+}

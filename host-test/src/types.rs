@@ -1,0 +1,359 @@
+//! Plain data types of the harness API: plugin config, requests, upstream replies,
+//! routes, clusters and what the host observed for each stream.
+
+use serde::{Deserialize, Serialize};
+
+use crate::headers::HeaderMap;
+
+/// What Envoy does when the VM has failed (trapped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum FailurePolicy {
+    /// Default: requests get a 503 local reply with details `wasm_fail_stream`.
+    #[default]
+    FailClosed,
+    /// The filter is skipped; requests go upstream untouched.
+    FailOpen,
+    /// The VM is re-cloned on the next request (after the reload backoff); shared data
+    /// is kept. Within the backoff requests fail closed.
+    FailReload,
+}
+
+/// The Envoy `envoy.filters.http.wasm` config of one plugin.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginConfig {
+    /// `config.name` (property `plugin_name`).
+    pub name: String,
+    /// `config.root_id` (property `plugin_root_id`).
+    pub root_id: String,
+    /// `vm_config.vm_id`: the shared-data namespace.
+    pub vm_id: String,
+    /// `config.configuration` (StringValue, unwrapped): the plugin JSON text.
+    pub configuration: String,
+    /// `vm_config.configuration` (StringValue, unwrapped).
+    pub vm_configuration: String,
+    /// `config.failure_policy`.
+    pub failure_policy: FailurePolicy,
+    /// FAIL_RELOAD backoff between reload attempts, in milliseconds.
+    pub reload_backoff_ms: u64,
+}
+
+impl Default for PluginConfig {
+    fn default() -> Self {
+        PluginConfig {
+            name: "fusewire".into(),
+            root_id: "fusewire".into(),
+            vm_id: "fusewire-v1".into(),
+            configuration: String::new(),
+            vm_configuration: String::new(),
+            failure_policy: FailurePolicy::FailClosed,
+            reload_backoff_ms: 1000,
+        }
+    }
+}
+
+/// A route: requests matching `prefix` go to `cluster` with a route timeout.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouteConfig {
+    /// Route name (property `xds.route_name`).
+    pub name: String,
+    /// Path prefix it matches (first match wins; "/" matches everything).
+    pub prefix: String,
+    /// Target cluster (property `xds.cluster_name`).
+    pub cluster: String,
+    /// Route timeout in ms (Envoy default 15000; 0 disables). On expiry the router
+    /// answers 504 with flag UT and details `upstream_response_timeout`.
+    pub timeout_ms: u64,
+}
+
+impl Default for RouteConfig {
+    fn default() -> Self {
+        RouteConfig {
+            name: "default".into(),
+            prefix: "/".into(),
+            cluster: "backend".into(),
+            timeout_ms: 15_000,
+        }
+    }
+}
+
+/// A simulated upstream cluster (target of routes and of `proxy_http_call`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Cluster name.
+    pub name: String,
+    /// Upstream host address (property `upstream.address` is `address:port`).
+    pub address: String,
+    /// Upstream port (property `upstream.port`).
+    pub port: u16,
+    /// How the cluster answers `proxy_http_call` callouts.
+    pub http_call_reply: UpstreamReply,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            name: "backend".into(),
+            address: "10.0.0.2".into(),
+            port: 8080,
+            http_call_reply: UpstreamReply::status(200),
+        }
+    }
+}
+
+/// What the upstream does with one request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum UpstreamReply {
+    /// Answers `status` after `latency_ns`.
+    Response {
+        /// HTTP status.
+        status: u16,
+        /// Virtual/real time until the response arrives.
+        #[serde(default)]
+        latency_ns: u64,
+        /// Extra response headers.
+        #[serde(default)]
+        headers: Vec<(String, String)>,
+        /// Response body.
+        #[serde(default)]
+        body: String,
+    },
+    /// Resets the connection after `latency_ns` (router answers 503, flag UR).
+    Reset {
+        /// Time until the reset.
+        #[serde(default)]
+        latency_ns: u64,
+    },
+    /// Never answers (the route timeout, if any, answers 504).
+    Hang,
+}
+
+impl UpstreamReply {
+    /// An immediate response with `status`.
+    pub fn status(status: u16) -> Self {
+        UpstreamReply::Response {
+            status,
+            latency_ns: 0,
+            headers: vec![],
+            body: String::new(),
+        }
+    }
+    /// An immediate reset.
+    pub fn reset() -> Self {
+        UpstreamReply::Reset { latency_ns: 0 }
+    }
+    /// No answer at all.
+    pub fn hang() -> Self {
+        UpstreamReply::Hang
+    }
+    /// The same reply arriving after `ms` milliseconds.
+    pub fn after_ms(self, ms: u64) -> Self {
+        self.after_ns(ms * 1_000_000)
+    }
+    /// The same reply arriving after `ns` nanoseconds.
+    pub fn after_ns(mut self, ns: u64) -> Self {
+        match &mut self {
+            UpstreamReply::Response { latency_ns, .. } | UpstreamReply::Reset { latency_ns } => {
+                *latency_ns = ns
+            }
+            UpstreamReply::Hang => {}
+        }
+        self
+    }
+    /// Adds a response header (no-op for resets and hangs).
+    pub fn with_header(mut self, k: &str, v: &str) -> Self {
+        if let UpstreamReply::Response { headers, .. } = &mut self {
+            headers.push((k.into(), v.into()));
+        }
+        self
+    }
+}
+
+/// A downstream request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// `:method`.
+    pub method: String,
+    /// `:path`.
+    pub path: String,
+    /// `:authority`.
+    pub authority: String,
+    /// Extra headers (after the pseudo-headers).
+    pub headers: Vec<(String, String)>,
+    /// Request body (empty: headers end the stream).
+    #[serde(with = "lossy_text")]
+    pub body: Vec<u8>,
+    /// The client resets the stream after this many ns if it has no response yet.
+    pub client_timeout_ns: Option<u64>,
+}
+
+impl Request {
+    /// A GET for `path`.
+    pub fn get(path: &str) -> Self {
+        Request {
+            method: "GET".into(),
+            path: path.into(),
+            authority: "example.com".into(),
+            headers: vec![],
+            body: vec![],
+            client_timeout_ns: None,
+        }
+    }
+    /// Adds a header.
+    pub fn header(mut self, k: &str, v: &str) -> Self {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+    /// Sets the method.
+    pub fn method(mut self, m: &str) -> Self {
+        self.method = m.into();
+        self
+    }
+    /// Sets the body.
+    pub fn body(mut self, b: &[u8]) -> Self {
+        self.body = b.to_vec();
+        self
+    }
+    /// The client gives up (resets) after `ms` milliseconds.
+    pub fn client_timeout_ms(mut self, ms: u64) -> Self {
+        self.client_timeout_ns = Some(ms * 1_000_000);
+        self
+    }
+    /// The request header map as Envoy builds it (pseudo-headers first).
+    pub fn header_map(&self) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        m.add(":authority", self.authority.as_bytes());
+        m.add(":path", self.path.as_bytes());
+        m.add(":method", self.method.as_bytes());
+        m.add(":scheme", b"http");
+        for (k, v) in &self.headers {
+            m.add(k, v.as_bytes());
+        }
+        m
+    }
+}
+
+/// Who produced a local reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LocalReplySource {
+    /// The wasm filter called `proxy_send_local_response`.
+    Filter,
+    /// Envoy's router (upstream reset → 503, route timeout → 504).
+    Router,
+    /// Envoy's wasm filter after a VM failure under FAIL_CLOSED (`wasm_fail_stream`).
+    WasmFailure,
+}
+
+/// A local reply as sent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LocalReply {
+    /// Who sent it.
+    pub source: LocalReplySource,
+    /// HTTP status.
+    pub status: u16,
+    /// Response code details.
+    pub details: String,
+    /// Headers the sender added.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: String,
+}
+
+/// How a stream ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Upstream answered with a status < 500.
+    UpstreamOk,
+    /// Upstream answered >= 500, reset, or timed out (router reply).
+    UpstreamFailed,
+    /// The filter sent a local reply (from any phase).
+    LocalReply,
+    /// The VM had failed and FAIL_CLOSED answered 503 `wasm_fail_stream`.
+    FailClosed,
+    /// The client reset the stream before a response.
+    DownstreamReset,
+    /// The filter called `proxy_close_stream` (details `wasm_close_stream`).
+    ClosedByFilter,
+}
+
+/// Everything the host observed for one stream.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StreamRecord {
+    /// Harness stream id (submission order).
+    pub id: u64,
+    /// Worker that served it.
+    pub worker: usize,
+    /// The filter context id (0 when the filter was bypassed/failed before creation).
+    pub context_id: u32,
+    /// Start time (ns since harness start).
+    pub start_ns: u64,
+    /// End time.
+    pub end_ns: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Whether the request was forwarded upstream.
+    pub sent_upstream: bool,
+    /// Request headers as the upstream received them (after the filter).
+    pub upstream_request_headers: Option<HeaderMap>,
+    /// The upstream's status, when it answered.
+    pub upstream_status: Option<u16>,
+    /// Local reply, if any (filter, router or wasm failure).
+    pub local_reply: Option<LocalReply>,
+    /// Final status the client saw (None on reset).
+    pub response_status: Option<u16>,
+    /// Response headers the client saw (after the filter).
+    pub response_headers: Option<HeaderMap>,
+    /// Response body the client saw.
+    #[serde(with = "lossy_text")]
+    pub response_body: Vec<u8>,
+    /// Filter callbacks in call order, e.g. `on_request_headers`, `on_log`, `on_done`.
+    pub callbacks: Vec<String>,
+    /// Response code details (`via_upstream`, `wasm_fail_stream`, ...).
+    pub code_details: String,
+    /// Envoy response flags bit-vector (UT 0x4, UR 0x10, DC 0x4000, ...).
+    pub response_flags: u64,
+}
+
+impl StreamRecord {
+    /// Value of response header `k` the client saw.
+    pub fn response_header(&self, k: &str) -> Option<String> {
+        self.response_headers.as_ref()?.get_str(k)
+    }
+    /// Latency from start to end in ns.
+    pub fn latency_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
+/// Envoy response flag bits (StreamInfo::ResponseFlag).
+pub mod flags {
+    #![allow(missing_docs)]
+    pub const UPSTREAM_REQUEST_TIMEOUT: u64 = 0x4;
+    pub const LOCAL_RESET: u64 = 0x8;
+    pub const UPSTREAM_REMOTE_RESET: u64 = 0x10;
+    pub const DOWNSTREAM_CONNECTION_TERMINATION: u64 = 0x4000;
+}
+
+/// Serde helper: bytes as (lossy) UTF-8 text.
+mod lossy_text {
+    pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&String::from_utf8_lossy(v))
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s: String = serde::Deserialize::deserialize(d)?;
+        Ok(s.into_bytes())
+    }
+}
+
+impl StreamRecord {
+    /// The response body as lossy UTF-8 text.
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.response_body).into_owned()
+    }
+}

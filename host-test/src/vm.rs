@@ -1,0 +1,451 @@
+//! The wasmtime side: module loading, the per-VM store state and one VM instance with
+//! typed handles to the proxy-wasm exports.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{anyhow, bail, Context as _};
+use wasmtime::{Engine, InstancePre, Linker, Memory, Module, Store, TypedFunc};
+
+use crate::clock::Rng;
+use crate::env::{Env, LifecycleCall};
+use crate::headers::HeaderMap;
+use crate::types::{LocalReply, UpstreamReply};
+
+/// Converts a wasmtime error into an anyhow error (keeping the full message).
+pub(crate) fn wt(e: wasmtime::Error) -> anyhow::Error {
+    anyhow!("{e:?}")
+}
+
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut cfg = wasmtime::Config::new();
+        cfg.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        Engine::new(&cfg).unwrap_or_else(|e| panic!("wasmtime engine: {e:?}"))
+    })
+}
+
+fn linker() -> &'static Linker<VmState> {
+    static LINKER: OnceLock<Linker<VmState>> = OnceLock::new();
+    LINKER.get_or_init(|| {
+        let mut l = Linker::new(engine());
+        crate::hostcalls::add_to_linker(&mut l).unwrap_or_else(|e| panic!("linker: {e:?}"));
+        crate::wasi::add_to_linker(&mut l).unwrap_or_else(|e| panic!("linker: {e:?}"));
+        l
+    })
+}
+
+/// A compiled proxy-wasm module, ready to be instantiated as many VMs.
+#[derive(Clone)]
+pub struct WasmModule {
+    pre: InstancePre<VmState>,
+    name: String,
+}
+
+impl WasmModule {
+    /// Compiles a `.wasm` file (wasm32-wasip1 or wasm32-unknown-unknown).
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> anyhow::Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading wasm module {}", path.display()))?;
+        Self::from_bytes(&bytes, &path.display().to_string())
+    }
+
+    /// Compiles module bytes; `name` is used in errors and reports.
+    pub fn from_bytes(bytes: &[u8], name: &str) -> anyhow::Result<Self> {
+        let module = Module::new(engine(), bytes)
+            .map_err(wt)
+            .with_context(|| format!("compiling {name}"))?;
+        if module.get_export("proxy_abi_version_0_2_1").is_none() {
+            bail!("{name}: not a proxy-wasm ABI 0.2.1 module (no export proxy_abi_version_0_2_1)");
+        }
+        for imp in module.imports() {
+            let known = match imp.module() {
+                "env" => crate::hostcalls::NAMES.contains(&imp.name()),
+                "wasi_snapshot_preview1" => crate::wasi::NAMES.contains(&imp.name()),
+                _ => false,
+            };
+            if !known {
+                bail!(
+                    "{name}: Failed to load Wasm module due to a missing import: {}.{}",
+                    imp.module(),
+                    imp.name()
+                );
+            }
+        }
+        let pre = linker()
+            .instantiate_pre(&module)
+            .map_err(wt)
+            .with_context(|| format!("linking {name}"))?;
+        Ok(WasmModule {
+            pre,
+            name: name.to_string(),
+        })
+    }
+
+    /// The name given at load time.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Which callback is running (decides which maps/buffers exist).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    None,
+    VmStart,
+    Configure,
+    Root,
+    RequestHeaders,
+    RequestBody,
+    ResponseHeaders,
+    ResponseBody,
+    HttpCallResponse,
+    Log,
+    Done,
+}
+
+/// Per-stream data the host functions read and write.
+#[derive(Default)]
+pub(crate) struct StreamData {
+    pub route_name: String,
+    pub cluster_name: String,
+    pub upstream_address: Option<String>,
+    pub upstream_port: u16,
+    pub request_id: String,
+    pub start_wall_ns: u64,
+    pub req_headers: HeaderMap,
+    pub req_body: Vec<u8>,
+    pub resp_headers: Option<HeaderMap>,
+    pub resp_body: Vec<u8>,
+    pub response_code: Option<u16>,
+    /// Set once the stream is complete (on_log onwards).
+    pub final_info: Option<FinalInfo>,
+    pub local_reply: Option<LocalReply>,
+    pub continue_request: bool,
+    pub continue_response: bool,
+    pub close: bool,
+    pub props: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Stream info complete only at on_log.
+#[derive(Clone, Default)]
+pub(crate) struct FinalInfo {
+    pub code_details: String,
+    pub flags: u64,
+    pub duration_ns: u64,
+    pub backend_latency_ns: Option<u64>,
+}
+
+/// An in-flight `proxy_http_call`.
+pub(crate) struct PendingCall {
+    pub context_id: u32,
+    pub reply: UpstreamReply,
+}
+
+/// The store data of one VM.
+pub struct VmState {
+    pub(crate) env: Arc<Env>,
+    /// Worker index (main thread = number of workers); usize::MAX for base/canary.
+    pub(crate) worker: usize,
+    pub(crate) vm_name: String,
+    pub(crate) memory: Option<Memory>,
+    pub(crate) alloc: Option<TypedFunc<i32, i32>>,
+    pub(crate) current: u32,
+    pub(crate) phase: Phase,
+    pub(crate) plugin_config: Option<Vec<u8>>,
+    pub(crate) vm_config: Option<Vec<u8>>,
+    pub(crate) streams: HashMap<u32, StreamData>,
+    pub(crate) calls: HashMap<u32, PendingCall>,
+    pub(crate) next_token: u32,
+    pub(crate) call_response: Option<(HeaderMap, Vec<u8>, HeaderMap)>,
+    pub(crate) tick_period_ms: u32,
+    pub(crate) tick_gen: u64,
+    pub(crate) metric_ids: Vec<usize>,
+    pub(crate) rng: Rng,
+    pub(crate) root_props: HashMap<Vec<u8>, Vec<u8>>,
+    /// Set when a guest called a host function while the host was tearing down.
+    pub(crate) done_called: bool,
+}
+
+/// Typed handles to the exports the host calls.
+#[derive(Clone)]
+struct Exports {
+    on_context_create: Option<TypedFunc<(i32, i32), ()>>,
+    on_vm_start: Option<TypedFunc<(i32, i32), i32>>,
+    on_configure: Option<TypedFunc<(i32, i32), i32>>,
+    on_tick: Option<TypedFunc<i32, ()>>,
+    on_queue_ready: Option<TypedFunc<(i32, i32), ()>>,
+    on_done: Option<TypedFunc<i32, i32>>,
+    on_log: Option<TypedFunc<i32, ()>>,
+    on_delete: Option<TypedFunc<i32, ()>>,
+    on_request_headers: Option<TypedFunc<(i32, i32, i32), i32>>,
+    on_request_body: Option<TypedFunc<(i32, i32, i32), i32>>,
+    on_response_headers: Option<TypedFunc<(i32, i32, i32), i32>>,
+    on_response_body: Option<TypedFunc<(i32, i32, i32), i32>>,
+    on_http_call_response: Option<TypedFunc<(i32, i32, i32, i32, i32), ()>>,
+}
+
+/// One instantiated VM (a "clone" in Envoy terms).
+pub(crate) struct Vm {
+    pub store: Store<VmState>,
+    ex: Exports,
+    next_ctx: u32,
+}
+
+/// Result of one guest call: the i32 result (0 for void), or the trap message.
+pub(crate) type CallResult = Result<i32, String>;
+
+impl Vm {
+    /// Instantiates and runs the start functions (`_initialize` then `main`/
+    /// `__main_void`, else `_start`).
+    pub fn new(
+        module: &WasmModule,
+        env: Arc<Env>,
+        worker: usize,
+        vm_name: &str,
+    ) -> anyhow::Result<Vm> {
+        let seed = env.seed ^ (worker as u64).wrapping_mul(0x9E37_79B9);
+        let state = VmState {
+            env,
+            worker,
+            vm_name: vm_name.to_string(),
+            memory: None,
+            alloc: None,
+            current: 0,
+            phase: Phase::None,
+            plugin_config: None,
+            vm_config: None,
+            streams: HashMap::new(),
+            calls: HashMap::new(),
+            next_token: 1,
+            call_response: None,
+            tick_period_ms: 0,
+            tick_gen: 0,
+            metric_ids: Vec::new(),
+            rng: Rng::new(seed),
+            root_props: HashMap::new(),
+            done_called: false,
+        };
+        let mut store = Store::new(engine(), state);
+        let inst = module
+            .pre
+            .instantiate(&mut store)
+            .map_err(wt)
+            .with_context(|| format!("instantiating {}", module.name))?;
+        let memory = inst.get_memory(&mut store, "memory");
+        let alloc = inst
+            .get_typed_func::<i32, i32>(&mut store, "malloc")
+            .or_else(|_| inst.get_typed_func::<i32, i32>(&mut store, "proxy_on_memory_allocate"))
+            .ok();
+        store.data_mut().memory = memory;
+        store.data_mut().alloc = alloc;
+        macro_rules! f {
+            ($name:literal) => {
+                inst.get_typed_func(&mut store, $name).ok()
+            };
+        }
+        let ex = Exports {
+            on_context_create: f!("proxy_on_context_create"),
+            on_vm_start: f!("proxy_on_vm_start"),
+            on_configure: f!("proxy_on_configure"),
+            on_tick: f!("proxy_on_tick"),
+            on_queue_ready: f!("proxy_on_queue_ready"),
+            on_done: f!("proxy_on_done"),
+            on_log: f!("proxy_on_log"),
+            on_delete: f!("proxy_on_delete"),
+            on_request_headers: f!("proxy_on_request_headers"),
+            on_request_body: f!("proxy_on_request_body"),
+            on_response_headers: f!("proxy_on_response_headers"),
+            on_response_body: f!("proxy_on_response_body"),
+            on_http_call_response: f!("proxy_on_http_call_response"),
+        };
+        let init: Option<TypedFunc<(), ()>> = inst.get_typed_func(&mut store, "_initialize").ok();
+        let start = |store: &mut Store<VmState>, r: wasmtime::Result<()>| {
+            r.map_err(|e| anyhow!("{}: start function trapped: {e:?}", store.data().vm_name))
+        };
+        if let Some(init) = init {
+            let r = init.call(&mut store, ());
+            start(&mut store, r)?;
+            if let Ok(m) = inst.get_typed_func::<(), i32>(&mut store, "__main_void") {
+                let r = m.call(&mut store, ()).map(|_| ());
+                start(&mut store, r)?;
+            } else if let Ok(m) = inst.get_typed_func::<(i32, i32), i32>(&mut store, "main") {
+                let r = m.call(&mut store, (0, 0)).map(|_| ());
+                start(&mut store, r)?;
+            }
+        } else if let Ok(s) = inst.get_typed_func::<(), ()>(&mut store, "_start") {
+            let r = s.call(&mut store, ());
+            start(&mut store, r)?;
+        }
+        Ok(Vm {
+            store,
+            ex,
+            next_ctx: 2,
+        })
+    }
+
+    /// A fresh stream context id (root is 1).
+    pub fn next_context_id(&mut self) -> u32 {
+        let id = self.next_ctx;
+        self.next_ctx += 1;
+        id
+    }
+
+    fn enter(&mut self, ctx: u32, phase: Phase) {
+        let d = self.store.data_mut();
+        d.current = ctx;
+        d.phase = phase;
+    }
+
+    fn lifecycle(&self, callback: &str, ctx: u32, result: Option<i32>) {
+        let d = self.store.data();
+        d.env.process.lifecycle_call(LifecycleCall {
+            vm: d.vm_name.clone(),
+            callback: callback.into(),
+            context_id: ctx,
+            result,
+        });
+    }
+
+    fn finish<T>(&mut self, r: wasmtime::Result<T>, f: impl FnOnce(T) -> i32) -> CallResult {
+        self.store.data_mut().phase = Phase::None;
+        r.map(f).map_err(|e| format!("{e:?}"))
+    }
+
+    /// Root context create → on_vm_start → on_configure, as every clone does.
+    /// Err: a trap message or "on_vm_start/on_configure returned false".
+    pub fn start_root(&mut self) -> Result<(), String> {
+        let env = self.store.data().env.clone();
+        if let Some(f) = self.ex.on_context_create.clone() {
+            self.enter(1, Phase::Root);
+            let r = f.call(&mut self.store, (1, 0));
+            self.finish(r, |_| 0)?;
+            self.lifecycle("proxy_on_context_create", 1, None);
+        }
+        if let Some(f) = self.ex.on_vm_start.clone() {
+            self.enter(1, Phase::VmStart);
+            self.store.data_mut().vm_config =
+                Some(env.plugin.vm_configuration.clone().into_bytes());
+            let r = f.call(
+                &mut self.store,
+                (1, env.plugin.vm_configuration.len() as i32),
+            );
+            self.store.data_mut().vm_config = None;
+            let r = self.finish(r, |v| v);
+            self.lifecycle("proxy_on_vm_start", 1, r.as_ref().ok().copied());
+            if r? == 0 {
+                return Err("on_vm_start returned false".into());
+            }
+        }
+        if let Some(f) = self.ex.on_configure.clone() {
+            self.enter(1, Phase::Configure);
+            self.store.data_mut().plugin_config =
+                Some(env.plugin.configuration.clone().into_bytes());
+            let r = f.call(&mut self.store, (1, env.plugin.configuration.len() as i32));
+            self.store.data_mut().plugin_config = None;
+            let r = self.finish(r, |v| v);
+            self.lifecycle("proxy_on_configure", 1, r.as_ref().ok().copied());
+            if r? == 0 {
+                return Err("on_configure returned false".into());
+            }
+        }
+        Ok(())
+    }
+
+    pub fn on_tick(&mut self) -> CallResult {
+        let Some(f) = self.ex.on_tick.clone() else {
+            return Ok(0);
+        };
+        self.enter(1, Phase::Root);
+        let r = f.call(&mut self.store, 1);
+        self.finish(r, |_| 0)
+    }
+
+    pub fn on_queue_ready(&mut self, queue: u32) -> CallResult {
+        let Some(f) = self.ex.on_queue_ready.clone() else {
+            return Ok(0);
+        };
+        self.enter(1, Phase::Root);
+        let r = f.call(&mut self.store, (1, queue as i32));
+        self.finish(r, |_| 0)
+    }
+
+    pub fn on_context_create(&mut self, ctx: u32) -> CallResult {
+        let Some(f) = self.ex.on_context_create.clone() else {
+            return Ok(0);
+        };
+        self.enter(ctx, Phase::RequestHeaders);
+        let r = f.call(&mut self.store, (ctx as i32, 1));
+        self.finish(r, |_| 0)
+    }
+
+    /// A stream callback: headers/body phases (returns the action).
+    pub fn on_stream(&mut self, phase: Phase, ctx: u32, n: usize, eos: bool) -> CallResult {
+        let f = match phase {
+            Phase::RequestHeaders => self.ex.on_request_headers.clone(),
+            Phase::RequestBody => self.ex.on_request_body.clone(),
+            Phase::ResponseHeaders => self.ex.on_response_headers.clone(),
+            Phase::ResponseBody => self.ex.on_response_body.clone(),
+            _ => None,
+        };
+        let Some(f) = f else { return Ok(0) };
+        self.enter(ctx, phase);
+        let r = f.call(&mut self.store, (ctx as i32, n as i32, eos as i32));
+        self.finish(r, |v| v)
+    }
+
+    /// on_log (Phase::Log), on_done (Phase::Done) or on_delete (Phase::None).
+    pub fn on_end(&mut self, phase: Phase, ctx: u32) -> CallResult {
+        match phase {
+            Phase::Log => {
+                let Some(f) = self.ex.on_log.clone() else {
+                    return Ok(0);
+                };
+                self.enter(ctx, phase);
+                let r = f.call(&mut self.store, ctx as i32);
+                self.finish(r, |_| 0)
+            }
+            Phase::Done => {
+                let Some(f) = self.ex.on_done.clone() else {
+                    return Ok(0);
+                };
+                self.enter(ctx, phase);
+                let r = f.call(&mut self.store, ctx as i32);
+                self.finish(r, |v| v)
+            }
+            _ => {
+                let Some(f) = self.ex.on_delete.clone() else {
+                    return Ok(0);
+                };
+                self.enter(ctx, Phase::Log);
+                let r = f.call(&mut self.store, ctx as i32);
+                self.finish(r, |_| 0)
+            }
+        }
+    }
+
+    pub fn on_http_call_response(
+        &mut self,
+        ctx: u32,
+        token: u32,
+        resp: Option<(HeaderMap, Vec<u8>, HeaderMap)>,
+    ) -> CallResult {
+        let Some(f) = self.ex.on_http_call_response.clone() else {
+            return Ok(0);
+        };
+        let (nh, nb, nt) = resp
+            .as_ref()
+            .map(|(h, b, t)| (h.len(), b.len(), t.len()))
+            .unwrap_or((0, 0, 0));
+        self.enter(ctx, Phase::HttpCallResponse);
+        self.store.data_mut().call_response = resp;
+        let r = f.call(
+            &mut self.store,
+            (ctx as i32, token as i32, nh as i32, nb as i32, nt as i32),
+        );
+        self.store.data_mut().call_response = None;
+        self.finish(r, |_| 0)
+    }
+}

@@ -1,0 +1,164 @@
+//! The WASI preview1 subset Envoy (proxy-wasm-cpp-host) provides: stdout/stderr go to
+//! the log (info / error), clocks are the harness clock, randomness is seeded, there
+//! are no args, no environment and no files.
+
+use wasmtime::Linker;
+
+use crate::hostcalls::{read, write, write_u32, C};
+use crate::vm::VmState;
+
+/// Every `wasi_snapshot_preview1` import the host provides.
+pub const NAMES: &[&str] = &[
+    "fd_write",
+    "fd_read",
+    "fd_seek",
+    "fd_close",
+    "fd_fdstat_get",
+    "fd_fdstat_set_flags",
+    "fd_prestat_get",
+    "fd_prestat_dir_name",
+    "environ_get",
+    "environ_sizes_get",
+    "args_get",
+    "args_sizes_get",
+    "clock_time_get",
+    "clock_res_get",
+    "random_get",
+    "sched_yield",
+    "poll_oneoff",
+    "proc_exit",
+    "path_open",
+];
+
+const ESUCCESS: i32 = 0;
+const EBADF: i32 = 8;
+const EFAULT: i32 = 21;
+const EINVAL: i32 = 28;
+const ENOSYS: i32 = 52;
+
+fn errno<T>(r: Result<T, crate::hostcalls::HErr>) -> i32 {
+    if r.is_ok() {
+        ESUCCESS
+    } else {
+        EFAULT
+    }
+}
+
+fn fd_write(c: &mut C, fd: i32, iovs: i32, n: i32, ret: i32) -> i32 {
+    if fd != 1 && fd != 2 {
+        return EBADF;
+    }
+    let mut out = Vec::new();
+    for i in 0..n {
+        let Ok(iov) = read(c, iovs + 8 * i, 8) else {
+            return EFAULT;
+        };
+        let p = i32::from_le_bytes([iov[0], iov[1], iov[2], iov[3]]);
+        let l = i32::from_le_bytes([iov[4], iov[5], iov[6], iov[7]]);
+        let Ok(b) = read(c, p, l) else { return EFAULT };
+        out.extend_from_slice(&b);
+    }
+    let written = out.len() as u32;
+    let d = c.data();
+    let msg = String::from_utf8_lossy(&out)
+        .trim_end_matches('\n')
+        .to_string();
+    d.env.process.log(crate::env::LogRecord {
+        time_ns: d.env.clock.now(),
+        vm: d.vm_name.clone(),
+        level: if fd == 1 { 2 } else { 4 },
+        message: msg,
+    });
+    errno(write_u32(c, ret, written))
+}
+
+pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
+    const M: &str = "wasi_snapshot_preview1";
+    l.func_wrap(
+        M,
+        "fd_write",
+        |mut c: C, fd: i32, iovs: i32, n: i32, ret: i32| fd_write(&mut c, fd, iovs, n, ret),
+    )?;
+    l.func_wrap(
+        M,
+        "fd_read",
+        |_c: C, _fd: i32, _i: i32, _n: i32, _r: i32| ENOSYS,
+    )?;
+    l.func_wrap(
+        M,
+        "fd_seek",
+        |_c: C, _fd: i32, _o: i64, _w: i32, _r: i32| ENOSYS,
+    )?;
+    l.func_wrap(M, "fd_close", |_c: C, _fd: i32| ENOSYS)?;
+    l.func_wrap(M, "fd_fdstat_get", |mut c: C, fd: i32, buf: i32| {
+        if fd != 1 && fd != 2 {
+            return EBADF;
+        }
+        // filetype character_device (2), no flags, all rights.
+        let mut st = [0u8; 24];
+        st[0] = 2;
+        st[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        st[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        errno(write(&mut c, buf, &st))
+    })?;
+    l.func_wrap(M, "fd_fdstat_set_flags", |_c: C, _fd: i32, _f: i32| ENOSYS)?;
+    l.func_wrap(M, "fd_prestat_get", |_c: C, _fd: i32, _b: i32| EBADF)?;
+    l.func_wrap(
+        M,
+        "fd_prestat_dir_name",
+        |_c: C, _fd: i32, _p: i32, _n: i32| ENOSYS,
+    )?;
+    l.func_wrap(M, "environ_get", |_c: C, _a: i32, _b: i32| ESUCCESS)?;
+    l.func_wrap(M, "environ_sizes_get", |mut c: C, cnt: i32, size: i32| {
+        errno(write_u32(&mut c, cnt, 0).and_then(|_| write_u32(&mut c, size, 0)))
+    })?;
+    l.func_wrap(M, "args_get", |_c: C, _a: i32, _b: i32| ESUCCESS)?;
+    l.func_wrap(M, "args_sizes_get", |mut c: C, cnt: i32, size: i32| {
+        errno(write_u32(&mut c, cnt, 0).and_then(|_| write_u32(&mut c, size, 0)))
+    })?;
+    l.func_wrap(
+        M,
+        "clock_time_get",
+        |mut c: C, id: i32, _prec: i64, ret: i32| {
+            let clock = &c.data().env.clock;
+            let t = match id {
+                0 => clock.wall(),
+                1 => clock.now(),
+                _ => return EINVAL,
+            };
+            errno(write(&mut c, ret, &t.to_le_bytes()))
+        },
+    )?;
+    l.func_wrap(M, "clock_res_get", |mut c: C, _id: i32, ret: i32| {
+        errno(write(&mut c, ret, &1u64.to_le_bytes()))
+    })?;
+    l.func_wrap(M, "random_get", |mut c: C, buf: i32, len: i32| {
+        let mut b = vec![0u8; len as u32 as usize];
+        c.data_mut().rng.fill(&mut b);
+        errno(write(&mut c, buf, &b))
+    })?;
+    l.func_wrap(M, "sched_yield", |_c: C| ESUCCESS)?;
+    l.func_wrap(
+        M,
+        "poll_oneoff",
+        |_c: C, _i: i32, _o: i32, _n: i32, _r: i32| ENOSYS,
+    )?;
+    l.func_wrap(M, "proc_exit", |_c: C, code: i32| -> wasmtime::Result<()> {
+        Err(wasmtime::format_err!("proc_exit({code})"))
+    })?;
+    l.func_wrap(
+        M,
+        "path_open",
+        |_c: C,
+         _fd: i32,
+         _df: i32,
+         _p: i32,
+         _pl: i32,
+         _of: i32,
+         _rb: i64,
+         _ri: i64,
+         _ff: i32,
+         _r: i32| ENOSYS,
+    )?;
+    Ok(())
+}
