@@ -1,0 +1,466 @@
+//! Deterministic-clock tests of every breaker rule (time in ns, simulated).
+
+use fusewire_core::breaker::open_duration_ns;
+use fusewire_core::config::{BreakerMode, OpenSchedule};
+use fusewire_core::{
+    CircuitBreaker, Config, EventKind, Outcome, Phase, Rejection, TransitionReason,
+};
+
+const MS: u64 = 1_000_000;
+const T0: u64 = 1_000 * MS;
+
+fn cb(config: Config) -> CircuitBreaker {
+    config.validate().expect("valid test config");
+    CircuitBreaker::new(config, T0)
+}
+
+/// Runs one call that finishes immediately with `outcome` at `now`.
+fn call(b: &mut CircuitBreaker, now: u64, outcome: Outcome) -> Result<(), Rejection> {
+    let p = b.try_acquire(now, 0)?;
+    b.record(p, outcome, now, 0);
+    Ok(())
+}
+
+fn calls(b: &mut CircuitBreaker, now: u64, ok: u32, failed: u32) {
+    for _ in 0..ok {
+        call(b, now, Outcome::Success).expect("admitted");
+    }
+    for _ in 0..failed {
+        call(b, now, Outcome::Failure).expect("admitted");
+    }
+}
+
+#[test]
+fn trips_at_error_threshold_with_enough_volume() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 10, 9);
+    assert_eq!(b.phase(), Phase::Closed);
+    call(&mut b, T0 + MS, Outcome::Failure).unwrap();
+    assert_eq!(b.phase(), Phase::Open, "20 calls at 50 % errors trips");
+    let t = b.take_transition().unwrap();
+    assert_eq!((t.from, t.to), (Phase::Closed, Phase::Open));
+    assert_eq!(t.reason, TransitionReason::ErrorPercentage);
+    assert_eq!(b.try_acquire(T0 + 2 * MS, 0), Err(Rejection::Open));
+}
+
+#[test]
+fn no_trip_below_error_threshold() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 11, 9);
+    assert_eq!(b.health(T0).total, 20);
+    assert!(b.health(T0).error_percentage < 50.0);
+    assert_eq!(b.phase(), Phase::Closed);
+}
+
+#[test]
+fn no_trip_under_low_volume() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 0, 19);
+    assert_eq!(b.phase(), Phase::Closed, "19 failures < volume threshold 20");
+    calls(&mut b, T0, 0, 1);
+    assert_eq!(b.phase(), Phase::Open);
+}
+
+#[test]
+fn failures_outside_the_rolling_window_do_not_count() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 0, 19);
+    // 10 s later the window has rolled past all of them.
+    calls(&mut b, T0 + 10_000 * MS, 0, 1);
+    assert_eq!(b.health(T0 + 10_000 * MS).total, 1);
+    assert_eq!(b.phase(), Phase::Closed);
+}
+
+#[test]
+fn timeouts_and_rejections_count_as_errors() {
+    let mut b = cb(Config::default());
+    for _ in 0..10 {
+        call(&mut b, T0, Outcome::Success).unwrap();
+        call(&mut b, T0, Outcome::Timeout).unwrap();
+    }
+    assert_eq!(b.phase(), Phase::Open);
+
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 10, 0);
+    for _ in 0..9 {
+        b.record_event(EventKind::SemaphoreRejected, T0, 0);
+    }
+    assert_eq!(b.phase(), Phase::Closed);
+    b.record_event(EventKind::ThreadPoolRejected, T0, 0);
+    assert_eq!(b.phase(), Phase::Open);
+}
+
+#[test]
+fn bad_requests_and_short_circuits_are_not_errors() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 5, 0);
+    for _ in 0..30 {
+        call(&mut b, T0, Outcome::BadRequest).unwrap();
+    }
+    let h = b.health(T0);
+    assert_eq!((h.total, h.errors), (5, 0));
+    assert_eq!(h.count(EventKind::BadRequest), 30);
+    assert_eq!(b.phase(), Phase::Closed);
+
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 0, 20);
+    for _ in 0..100 {
+        assert!(b.try_acquire(T0, 0).is_err());
+    }
+    let h = b.health(T0);
+    assert_eq!(h.total, 20, "short-circuits are not in the total");
+    assert_eq!(h.count(EventKind::ShortCircuited), 100);
+}
+
+#[test]
+fn single_probe_after_sleep_window_then_close() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 0, 20);
+    assert_eq!(b.next_deadline(), Some(T0 + 5_000 * MS));
+    assert_eq!(b.try_acquire(T0 + 4_999 * MS, 0), Err(Rejection::Open));
+    let probe = b.try_acquire(T0 + 5_000 * MS, 0).expect("probe after sleep window");
+    assert!(probe.is_probe());
+    assert_eq!(b.phase(), Phase::HalfOpen);
+    assert_eq!(
+        b.try_acquire(T0 + 5_000 * MS, 0),
+        Err(Rejection::ProbesExhausted),
+        "only one probe"
+    );
+    let t = b.record(probe, Outcome::Success, T0 + 5_010 * MS, 0).unwrap();
+    assert_eq!((t.from, t.to), (Phase::HalfOpen, Phase::Closed));
+    assert_eq!(b.health(T0 + 5_010 * MS).total, 0, "window reset on close");
+    call(&mut b, T0 + 5_011 * MS, Outcome::Success).unwrap();
+}
+
+#[test]
+fn several_sleep_windows_before_closing() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 0, 20);
+    let mut now = T0;
+    for _ in 0..3 {
+        now += 5_000 * MS;
+        let p = b.try_acquire(now, 0).expect("probe");
+        let t = b.record(p, Outcome::Failure, now + MS, 0).unwrap();
+        assert_eq!((t.to, t.reason), (Phase::Open, TransitionReason::ProbeFailed));
+        now += MS;
+        assert_eq!(b.try_acquire(now + 4_999 * MS, 0), Err(Rejection::Open));
+    }
+    now += 5_000 * MS;
+    let p = b.try_acquire(now, 0).expect("probe");
+    b.record(p, Outcome::Success, now, 0);
+    assert_eq!(b.phase(), Phase::Closed);
+}
+
+#[test]
+fn consecutive_failures_rule() {
+    let mut c = Config::default();
+    c.breaker.error_percentage.enabled = false;
+    c.breaker.consecutive_failures.enabled = true;
+    c.breaker.consecutive_failures.threshold = 3;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 2);
+    call(&mut b, T0, Outcome::Success).unwrap();
+    calls(&mut b, T0, 0, 2);
+    assert_eq!(b.phase(), Phase::Closed, "a success resets the run");
+    call(&mut b, T0, Outcome::Timeout).unwrap();
+    assert_eq!(b.phase(), Phase::Open);
+    assert_eq!(
+        b.take_transition().unwrap().reason,
+        TransitionReason::ConsecutiveFailures
+    );
+}
+
+#[test]
+fn slow_call_rate_rule() {
+    let mut c = Config::default();
+    c.breaker.error_percentage.enabled = false;
+    c.breaker.slow_call.enabled = true;
+    c.breaker.slow_call.duration_threshold_ms = 100;
+    c.breaker.slow_call.rate_threshold_percentage = 50.0;
+    c.breaker.slow_call.request_volume_threshold = 10;
+    let mut b = cb(c);
+    for i in 0..10u64 {
+        let p = b.try_acquire(T0, 0).unwrap();
+        let latency = if i < 4 { 150 * MS } else { 10 * MS };
+        b.record(p, Outcome::Success, T0 + latency, 0);
+    }
+    assert_eq!(b.phase(), Phase::Closed, "40 % slow");
+    let p = b.try_acquire(T0, 0).unwrap();
+    b.record(p, Outcome::Success, T0 + 100 * MS, 0);
+    assert_eq!(b.health(T0 + 100 * MS).slow, 5);
+    assert_eq!(b.phase(), Phase::Closed, "5 of 11 slow");
+    let p = b.try_acquire(T0, 0).unwrap();
+    b.record(p, Outcome::Success, T0 + 200 * MS, 0);
+    assert_eq!(b.phase(), Phase::Open, "6 of 12 slow");
+    assert_eq!(b.take_transition().unwrap().reason, TransitionReason::SlowCallRate);
+}
+
+#[test]
+fn slow_probe_counts_as_failed() {
+    let mut c = Config::default();
+    c.breaker.slow_call.enabled = true;
+    c.breaker.slow_call.duration_threshold_ms = 100;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 20);
+    let now = T0 + 5_000 * MS;
+    let p = b.try_acquire(now, 0).unwrap();
+    b.record(p, Outcome::Success, now + 150 * MS, 0);
+    assert_eq!(b.phase(), Phase::Open);
+}
+
+#[test]
+fn adaptive_throttle_rejects_probabilistically_and_ignores_its_own_rejections() {
+    let mut c = Config::default();
+    c.breaker.error_percentage.enabled = false;
+    c.breaker.adaptive_throttle.enabled = true;
+    c.breaker.adaptive_throttle.k = 2.0;
+    let mut b = cb(c);
+    // 10 successes, 90 failures: p = (100 - 2*10) / 101 = 0.792. A draw near 1
+    // is never throttled.
+    for i in 0..100 {
+        let permit = b.try_acquire(T0, u64::MAX).expect("admitted");
+        let outcome = if i < 10 { Outcome::Success } else { Outcome::Failure };
+        b.record(permit, outcome, T0, 0);
+    }
+    let p = (100.0 - 20.0) / 101.0;
+    let below = ((p * 0.99) * (1u64 << 53) as f64) as u64;
+    let above = ((p * 1.01) * (1u64 << 53) as f64) as u64;
+    // The throttle draws from rand.rotate_left(32) >> 11.
+    let rand_for = |u53: u64| (u53 << 11).rotate_right(32);
+    assert_eq!(b.try_acquire(T0, rand_for(below)), Err(Rejection::Throttled));
+    let permit = b.try_acquire(T0, rand_for(above)).expect("admitted above p");
+    b.record(permit, Outcome::Success, T0, 0);
+    // Its own rejections do not feed back: hammering it changes nothing.
+    let before = b.health(T0);
+    for _ in 0..1_000 {
+        let _ = b.try_acquire(T0, rand_for(0));
+    }
+    let after = b.health(T0);
+    assert_eq!(before.total, after.total);
+    assert_eq!(after.count(EventKind::ShortCircuited), 1_001);
+    assert_eq!(b.phase(), Phase::Closed, "the throttle has no states");
+    // When the backend recovers, the rejection probability falls to zero.
+    calls(&mut b, T0 + 11_000 * MS, 10, 0);
+    assert!(b.try_acquire(T0 + 11_000 * MS, rand_for(0)).is_ok());
+}
+
+#[test]
+fn half_open_with_several_probes_and_success_threshold() {
+    let mut c = Config::default();
+    c.breaker.half_open.permitted_probes = 3;
+    c.breaker.half_open.success_threshold = 2;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 20);
+    let now = T0 + 5_000 * MS;
+    let p1 = b.try_acquire(now, 0).unwrap();
+    let p2 = b.try_acquire(now, 0).unwrap();
+    let p3 = b.try_acquire(now, 0).unwrap();
+    assert_eq!(b.try_acquire(now, 0), Err(Rejection::ProbesExhausted));
+    assert!(b.record(p1, Outcome::Success, now, 0).is_none());
+    assert_eq!(b.phase(), Phase::HalfOpen);
+    let t = b.record(p2, Outcome::Success, now, 0).unwrap();
+    assert_eq!(t.to, Phase::Closed);
+    // p3 is from the half-open generation: ignored by the breaker.
+    assert!(b.record(p3, Outcome::Failure, now, 0).is_none());
+    assert_eq!(b.phase(), Phase::Closed);
+}
+
+#[test]
+fn any_failed_probe_reopens() {
+    let mut c = Config::default();
+    c.breaker.half_open.permitted_probes = 3;
+    c.breaker.half_open.success_threshold = 3;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 20);
+    let now = T0 + 5_000 * MS;
+    let p1 = b.try_acquire(now, 0).unwrap();
+    let p2 = b.try_acquire(now, 0).unwrap();
+    b.record(p1, Outcome::Success, now, 0);
+    let t = b.record(p2, Outcome::Failure, now, 0).unwrap();
+    assert_eq!(t.to, Phase::Open);
+}
+
+#[test]
+fn hung_probe_lease_expires_and_reopens() {
+    let mut c = Config::default();
+    c.breaker.half_open.probe_timeout_ms = 2_000;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 20);
+    let now = T0 + 5_000 * MS;
+    let hung = b.try_acquire(now, 0).unwrap();
+    assert_eq!(b.next_deadline(), Some(now + 2_000 * MS));
+    assert!(b.poll(now + 1_999 * MS, 0).is_none());
+    let t = b.poll(now + 2_000 * MS, 0).unwrap();
+    assert_eq!((t.to, t.reason), (Phase::Open, TransitionReason::ProbeLeaseExpired));
+    // The hung probe's late answer is from an old generation: ignored.
+    assert!(b.record(hung, Outcome::Success, now + 3_000 * MS, 0).is_none());
+    assert_eq!(b.phase(), Phase::Open);
+    // Next sleep window, a new probe gets through and can close.
+    let later = now + 2_000 * MS + 5_000 * MS;
+    let p = b.try_acquire(later, 0).unwrap();
+    b.record(p, Outcome::Success, later, 0);
+    assert_eq!(b.phase(), Phase::Closed);
+}
+
+#[test]
+fn late_results_from_earlier_generations_are_ignored() {
+    let mut b = cb(Config::default());
+    let old = b.try_acquire(T0, 0).unwrap();
+    calls(&mut b, T0, 0, 20);
+    assert_eq!(b.phase(), Phase::Open);
+    let now = T0 + 5_000 * MS;
+    let _probe = b.try_acquire(now, 0).unwrap();
+    // A success from the closed generation must not close the breaker.
+    assert!(b.record(old, Outcome::Success, now, 0).is_none());
+    assert_eq!(b.phase(), Phase::HalfOpen);
+}
+
+#[test]
+fn exponential_schedule_grows_caps_and_resets_after_close() {
+    let mut c = Config::default();
+    c.breaker.open.schedule = OpenSchedule::Exponential;
+    c.breaker.open.sleep_window_ms = 1_000;
+    c.breaker.open.multiplier = 2.0;
+    c.breaker.open.max_ms = 5_000;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 20);
+    let mut now = T0;
+    let mut seen = vec![];
+    for _ in 0..5 {
+        let until = b.state().open_until();
+        seen.push((until - now) / MS);
+        now = until;
+        let p = b.try_acquire(now, 0).unwrap();
+        b.record(p, Outcome::Failure, now, 0);
+    }
+    assert_eq!(seen, vec![1_000, 2_000, 4_000, 5_000, 5_000]);
+    now = b.state().open_until();
+    let p = b.try_acquire(now, 0).unwrap();
+    b.record(p, Outcome::Success, now, 0);
+    assert_eq!(b.state().open_step(), 0);
+    calls(&mut b, now, 0, 20);
+    assert_eq!(b.state().open_until() - now, 1_000 * MS, "schedule reset");
+}
+
+#[test]
+fn ladder_schedule_and_jitter() {
+    let mut c = Config::default();
+    c.breaker.open.schedule = OpenSchedule::Ladder;
+    c.breaker.open.ladder_ms = vec![5_000, 10_000, 60_000, 300_000];
+    let steps: Vec<u64> = (0..6)
+        .map(|s| open_duration_ns(&c.breaker.open, s, 0) / MS)
+        .collect();
+    // rand = 0 with no jitter: exact steps.
+    assert_eq!(steps, vec![5_000, 10_000, 60_000, 300_000, 300_000, 300_000]);
+    c.breaker.open.jitter_percentage = 20.0;
+    let lo = open_duration_ns(&c.breaker.open, 0, 0) / MS;
+    let hi = open_duration_ns(&c.breaker.open, 0, u64::MAX) / MS;
+    let mid = open_duration_ns(&c.breaker.open, 0, 1 << 63) / MS;
+    assert_eq!(lo, 4_000);
+    assert!((5_999..=6_000).contains(&hi), "{hi}");
+    assert_eq!(mid, 5_000);
+}
+
+#[test]
+fn slow_start_ramps_admission_after_close() {
+    let mut c = Config::default();
+    c.breaker.slow_start.ramp_ms = 10_000;
+    c.breaker.slow_start.initial_percentage = 10.0;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 20);
+    let closed = T0 + 5_000 * MS;
+    let p = b.try_acquire(closed, 0).unwrap();
+    b.record(p, Outcome::Success, closed, 0);
+    assert_eq!(b.phase(), Phase::Closed);
+    let u = |x: f64| ((x * (1u64 << 53) as f64) as u64) << 11;
+    // Right after closing 10 % get through.
+    assert!(b.try_acquire(closed, u(0.05)).is_ok());
+    assert_eq!(b.try_acquire(closed, u(0.2)), Err(Rejection::SlowStart));
+    // Halfway: 55 %.
+    let half = closed + 5_000 * MS;
+    assert!(b.try_acquire(half, u(0.5)).is_ok());
+    assert_eq!(b.try_acquire(half, u(0.6)), Err(Rejection::SlowStart));
+    // After the ramp everything passes.
+    assert!(b.try_acquire(closed + 10_000 * MS, u(0.999)).is_ok());
+    assert_eq!(b.state().ramp_started_at(), None);
+}
+
+#[test]
+fn forced_open_rejects_everything() {
+    let mut c = Config::default();
+    c.breaker.mode = BreakerMode::ForcedOpen;
+    let mut b = cb(c);
+    assert_eq!(b.try_acquire(T0, 0), Err(Rejection::ForcedOpen));
+    assert_eq!(b.health(T0).count(EventKind::ShortCircuited), 1);
+}
+
+#[test]
+fn forced_closed_admits_everything_but_keeps_computing() {
+    let mut c = Config::default();
+    c.breaker.mode = BreakerMode::ForcedClosed;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 50);
+    assert_eq!(b.phase(), Phase::Closed);
+    assert_eq!(b.health(T0).errors, 50);
+    assert_eq!(b.health(T0).error_percentage, 100.0);
+}
+
+#[test]
+fn disabled_breaker_is_a_noop_but_metrics_still_count() {
+    let mut c = Config::default();
+    c.breaker.mode = BreakerMode::Disabled;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 50);
+    assert_eq!(b.phase(), Phase::Closed);
+    assert!(b.take_transition().is_none());
+    assert_eq!(b.window().cumulative_count(EventKind::Failure), 50);
+}
+
+#[test]
+fn metrics_only_runs_the_state_machine_but_admits_everything() {
+    let mut c = Config::default();
+    c.breaker.mode = BreakerMode::MetricsOnly;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 20);
+    assert_eq!(b.phase(), Phase::Open, "transition is reported");
+    for _ in 0..5 {
+        call(&mut b, T0 + MS, Outcome::Failure).expect("still admitted");
+    }
+    assert_eq!(b.state().shadow_rejections(), 5);
+    assert_eq!(b.health(T0 + MS).count(EventKind::ShortCircuited), 0);
+}
+
+#[test]
+fn clock_stepping_backwards_is_no_time_passing() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0 + 3_000 * MS, 0, 20);
+    assert_eq!(b.phase(), Phase::Open);
+    // The clock jumps back 3 s: nothing panics, nothing expires, still open.
+    assert_eq!(b.try_acquire(T0, 0), Err(Rejection::Open));
+    assert!(b.poll(0, 0).is_none());
+    let p = b.try_acquire(T0 + 8_000 * MS, 0).unwrap();
+    // Recorded "before" it was issued: latency saturates at zero.
+    b.record(p, Outcome::Success, 0, 0);
+    assert_eq!(b.phase(), Phase::Closed);
+    let h = b.health(0);
+    assert_eq!(h.total, 0, "window reset at close; clock back in time is fine");
+}
+
+#[test]
+fn reconfigure_keeps_state_and_counts() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 3, 7);
+    let mut c = Config::default();
+    c.metrics.rolling_window_ms = 20_000;
+    c.metrics.rolling_buckets = 40;
+    c.breaker.error_percentage.request_volume_threshold = 5;
+    b.reconfigure(c);
+    let h = b.health(T0);
+    assert_eq!((h.total, h.errors), (10, 7));
+    // Tripping now follows the new volume threshold.
+    call(&mut b, T0 + MS, Outcome::Failure).unwrap();
+    assert_eq!(b.phase(), Phase::Open);
+    // And state survives another reconfig.
+    b.reconfigure(Config::default());
+    assert_eq!(b.phase(), Phase::Open);
+}

@@ -1,0 +1,253 @@
+//! Rolling window and latency histogram: expiry, totals, percentiles, accuracy.
+
+use fusewire_core::config::MetricsConfig;
+use fusewire_core::histogram::{bin_index, bin_lower_bound, bin_value, RELATIVE_ERROR};
+use fusewire_core::{EventKind, Histogram, Window};
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+/// A small deterministic generator (splitmix64) for test data.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn exact_quantile(sorted: &[u64], q: f64) -> u64 {
+    if q <= 0.0 {
+        return sorted[0];
+    }
+    let rank = ((q / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+#[test]
+fn every_bin_is_within_the_relative_error_bound() {
+    // From 1 ns to beyond 60 s, every bin's representative is within
+    // RELATIVE_ERROR of both its edges (hence of every value inside).
+    let last = u32::from(bin_index(120_000 * MS));
+    for i in 0..=last {
+        let lo = bin_lower_bound(i);
+        let hi = bin_lower_bound(i + 1);
+        let v = bin_value(i);
+        assert!(hi > lo);
+        assert!((v - lo) / lo <= RELATIVE_ERROR, "bin {i}");
+        assert!((hi - v) / hi <= RELATIVE_ERROR, "bin {i}");
+    }
+    assert!(RELATIVE_ERROR <= 0.02);
+}
+
+#[test]
+fn values_map_to_bins_that_represent_them_within_two_percent() {
+    let mut rng = Rng(7);
+    for _ in 0..200_000 {
+        // Log-uniform over 1 µs .. 60 s.
+        let v = (US as f64 * (60_000_000f64).powf(rng.unit())) as u64;
+        let rep = bin_value(u32::from(bin_index(v)));
+        let err = (rep - v as f64).abs() / v as f64;
+        assert!(err <= RELATIVE_ERROR, "value {v} -> {rep} ({err})");
+    }
+}
+
+#[test]
+fn quantiles_are_within_two_percent_of_exact() {
+    let mut rng = Rng(42);
+    // Distributions spanning up to ~400x, at scales from 1 µs to 60 s.
+    for &(base, span) in &[
+        (US, 400.0),
+        (50 * US, 100.0),
+        (MS, 400.0),
+        (3 * MS, 20.0),
+        (100 * MS, 300.0),
+        (1_000 * MS, 60.0),
+    ] {
+        for &n in &[1usize, 7, 100, 5_000] {
+            let mut h = Histogram::new();
+            let mut values = Vec::with_capacity(n);
+            for _ in 0..n {
+                let v = (base as f64 * f64::powf(span, rng.unit() * rng.unit())) as u64;
+                h.record(v);
+                values.push(v);
+            }
+            values.sort_unstable();
+            for q in [0.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 100.0] {
+                let exact = exact_quantile(&values, q) as f64;
+                let got = h.quantile(q) as f64;
+                let err = (got - exact).abs() / exact;
+                assert!(
+                    err <= 0.02,
+                    "base {base} span {span} n {n} q {q}: {got} vs {exact} ({err})"
+                );
+            }
+            let mean = values.iter().sum::<u64>() as f64 / n as f64;
+            assert!((h.mean() - mean).abs() < 1e-6 * mean.max(1.0));
+            assert_eq!(h.min(), values.first().copied());
+            assert_eq!(h.max(), values.last().copied());
+        }
+    }
+}
+
+#[test]
+fn tail_stays_accurate_when_low_values_are_folded() {
+    // 1 µs and 10 s in one histogram: far beyond the dense span. The low values
+    // fold into the lowest bin; the tail stays exact to 2 % and p0 stays exact.
+    let mut h = Histogram::new();
+    for _ in 0..900 {
+        h.record(US);
+    }
+    for i in 0..100 {
+        h.record(10_000 * MS + i * MS);
+    }
+    assert_eq!(h.quantile(0.0), US);
+    let p99 = h.quantile(99.0) as f64;
+    let exact = (10_000 * MS + 89 * MS) as f64;
+    assert!((p99 - exact).abs() / exact <= 0.02, "{p99} vs {exact}");
+    assert_eq!(h.quantile(100.0), 10_099 * MS);
+}
+
+#[test]
+fn histogram_merge_equals_recording_everything_in_one() {
+    let mut rng = Rng(3);
+    let mut all = Histogram::new();
+    let mut parts = [Histogram::new(), Histogram::new(), Histogram::new()];
+    for i in 0..3_000 {
+        let v = (US as f64 * (1e7f64).powf(rng.unit())) as u64;
+        all.record(v);
+        parts[i % 3].record(v);
+    }
+    let mut merged = Histogram::new();
+    for p in &parts {
+        merged.merge(p);
+    }
+    assert_eq!(merged, all);
+}
+
+fn metrics(window_ms: u64, buckets: u32) -> MetricsConfig {
+    MetricsConfig {
+        rolling_window_ms: window_ms,
+        rolling_buckets: buckets,
+        percentile_window_ms: 60_000,
+        percentile_buckets: 4,
+    }
+}
+
+#[test]
+fn buckets_expire_as_the_window_rolls() {
+    let mut w = Window::new(&metrics(10_000, 10), 0);
+    for s in 0..10u64 {
+        for _ in 0..=s {
+            w.record(EventKind::Success, s * 1_000 * MS);
+        }
+    }
+    assert_eq!(w.rolling_count(EventKind::Success, 9_999 * MS), 55);
+    // At 10 s the bucket of second 0 (1 event) expires.
+    assert_eq!(w.rolling_count(EventKind::Success, 10_000 * MS), 54);
+    assert_eq!(w.rolling_count(EventKind::Success, 15_500 * MS), 55 - 21);
+    assert_eq!(w.rolling_count(EventKind::Success, 100_000 * MS), 0);
+    assert_eq!(w.cumulative_count(EventKind::Success), 55);
+}
+
+#[test]
+fn all_event_kinds_are_counted_and_health_is_derived() {
+    let mut w = Window::new(&metrics(10_000, 10), 0);
+    for (i, k) in EventKind::ALL.iter().enumerate() {
+        for _ in 0..=i {
+            w.record(*k, MS);
+        }
+    }
+    let h = w.health(MS);
+    for (i, k) in EventKind::ALL.iter().enumerate() {
+        assert_eq!(h.count(*k), i as u64 + 1, "{}", k.name());
+    }
+    // success 1, failure 2, timeout 3, semaphore 5, pool 6.
+    assert_eq!(h.total, 1 + 2 + 3 + 5 + 6);
+    assert_eq!(h.errors, 2 + 3 + 5 + 6);
+    assert!((h.error_percentage - 1600.0 / 17.0).abs() < 1e-9);
+}
+
+#[test]
+fn rolling_max_concurrency() {
+    let mut w = Window::new(&metrics(10_000, 10), 0);
+    w.observe_concurrency(3, 0);
+    w.observe_concurrency(9, 2_000 * MS);
+    w.observe_concurrency(4, 5_000 * MS);
+    assert_eq!(w.rolling_max_concurrency(5_000 * MS), 9);
+    assert_eq!(w.rolling_max_concurrency(12_000 * MS), 4);
+}
+
+#[test]
+fn percentile_window_rolls_separately() {
+    let mut w = Window::new(&metrics(10_000, 10), 0);
+    w.record_execution(EventKind::Success, 5 * MS, false, 0);
+    w.record_execution(EventKind::Success, 50 * MS, false, 20_000 * MS);
+    let p = w.percentiles(20_000 * MS);
+    assert_eq!((p.count, p.p0, p.p100), (2, 5 * MS, 50 * MS));
+    // 60 s in 4 buckets of 15 s: at 60 s the first bucket has expired.
+    let p = w.percentiles(60_000 * MS);
+    assert_eq!((p.count, p.p0), (1, 50 * MS));
+    assert_eq!(w.percentiles(200_000 * MS).count, 0);
+}
+
+#[test]
+fn window_merge_is_epoch_aligned() {
+    let c = metrics(10_000, 10);
+    let mut a = Window::new(&c, 0);
+    let mut b = Window::new(&c, 0);
+    let mut both = Window::new(&c, 0);
+    let ea = [(0, EventKind::Success), (3_000, EventKind::Failure), (9_000, EventKind::Timeout)];
+    let eb = [(1_000, EventKind::Success), (3_500, EventKind::Failure), (12_000, EventKind::Success)];
+    for (t, k) in ea {
+        a.record(k, t * MS);
+    }
+    for (t, k) in eb {
+        b.record(k, t * MS);
+    }
+    let mut all: Vec<_> = ea.iter().chain(eb.iter()).copied().collect();
+    all.sort_by_key(|e| e.0);
+    for (t, k) in all {
+        both.record(k, t * MS);
+    }
+    let mut m = a.clone();
+    m.merge(&b);
+    assert_eq!(m, both, "merge equals recording into one window");
+    // Buckets at 0 s and 1 s are stale for b's current epoch (12 s): dropped.
+    assert_eq!(m.rolling_count(EventKind::Success, 12_000 * MS), 1);
+    assert_eq!(m.rolling_count(EventKind::Failure, 12_000 * MS), 2);
+    assert_eq!(m.cumulative_count(EventKind::Success), 3);
+}
+
+#[test]
+fn reconfigure_rebuckets_live_counts() {
+    let mut w = Window::new(&metrics(10_000, 10), 0);
+    for s in 0..10u64 {
+        w.record(EventKind::Failure, s * 1_000 * MS + 10 * MS);
+    }
+    w.reconfigure(&metrics(10_000, 5));
+    assert_eq!(w.rolling_count(EventKind::Failure, 9_999 * MS), 10);
+    w.reconfigure(&metrics(20_000, 20));
+    assert_eq!(w.rolling_count(EventKind::Failure, 9_999 * MS), 10);
+    assert_eq!(w.cumulative_count(EventKind::Failure), 10);
+    // Shrinking the window drops what falls outside it.
+    w.reconfigure(&metrics(4_000, 4));
+    assert_eq!(w.rolling_count(EventKind::Failure, 9_999 * MS), 4);
+}
+
+#[test]
+fn clock_going_backwards_records_into_the_current_bucket() {
+    let mut w = Window::new(&metrics(10_000, 10), 5_000 * MS);
+    w.record(EventKind::Success, 5_000 * MS);
+    w.record(EventKind::Success, 0);
+    w.record_execution(EventKind::Success, 0, false, 1);
+    assert_eq!(w.rolling_count(EventKind::Success, 0), 3);
+    assert_eq!(w.rolling_count(EventKind::Success, 14_999 * MS), 3);
+    assert_eq!(w.rolling_count(EventKind::Success, 15_000 * MS), 0);
+}
