@@ -56,7 +56,11 @@ fn no_trip_below_error_threshold() {
 fn no_trip_under_low_volume() {
     let mut b = cb(Config::default());
     calls(&mut b, T0, 0, 19);
-    assert_eq!(b.phase(), Phase::Closed, "19 failures < volume threshold 20");
+    assert_eq!(
+        b.phase(),
+        Phase::Closed,
+        "19 failures < volume threshold 20"
+    );
     calls(&mut b, T0, 0, 1);
     assert_eq!(b.phase(), Phase::Open);
 }
@@ -118,7 +122,9 @@ fn single_probe_after_sleep_window_then_close() {
     calls(&mut b, T0, 0, 20);
     assert_eq!(b.next_deadline(), Some(T0 + 5_000 * MS));
     assert_eq!(b.try_acquire(T0 + 4_999 * MS, 0), Err(Rejection::Open));
-    let probe = b.try_acquire(T0 + 5_000 * MS, 0).expect("probe after sleep window");
+    let probe = b
+        .try_acquire(T0 + 5_000 * MS, 0)
+        .expect("probe after sleep window");
     assert!(probe.is_probe());
     assert_eq!(b.phase(), Phase::HalfOpen);
     assert_eq!(
@@ -126,7 +132,9 @@ fn single_probe_after_sleep_window_then_close() {
         Err(Rejection::ProbesExhausted),
         "only one probe"
     );
-    let t = b.record(probe, Outcome::Success, T0 + 5_010 * MS, 0).unwrap();
+    let t = b
+        .record(probe, Outcome::Success, T0 + 5_010 * MS, 0)
+        .unwrap();
     assert_eq!((t.from, t.to), (Phase::HalfOpen, Phase::Closed));
     assert_eq!(b.health(T0 + 5_010 * MS).total, 0, "window reset on close");
     call(&mut b, T0 + 5_011 * MS, Outcome::Success).unwrap();
@@ -141,7 +149,10 @@ fn several_sleep_windows_before_closing() {
         now += 5_000 * MS;
         let p = b.try_acquire(now, 0).expect("probe");
         let t = b.record(p, Outcome::Failure, now + MS, 0).unwrap();
-        assert_eq!((t.to, t.reason), (Phase::Open, TransitionReason::ProbeFailed));
+        assert_eq!(
+            (t.to, t.reason),
+            (Phase::Open, TransitionReason::ProbeFailed)
+        );
         now += MS;
         assert_eq!(b.try_acquire(now + 4_999 * MS, 0), Err(Rejection::Open));
     }
@@ -192,7 +203,10 @@ fn slow_call_rate_rule() {
     let p = b.try_acquire(T0, 0).unwrap();
     b.record(p, Outcome::Success, T0 + 200 * MS, 0);
     assert_eq!(b.phase(), Phase::Open, "6 of 12 slow");
-    assert_eq!(b.take_transition().unwrap().reason, TransitionReason::SlowCallRate);
+    assert_eq!(
+        b.take_transition().unwrap().reason,
+        TransitionReason::SlowCallRate
+    );
 }
 
 #[test]
@@ -219,7 +233,11 @@ fn adaptive_throttle_rejects_probabilistically_and_ignores_its_own_rejections() 
     // is never throttled.
     for i in 0..100 {
         let permit = b.try_acquire(T0, u64::MAX).expect("admitted");
-        let outcome = if i < 10 { Outcome::Success } else { Outcome::Failure };
+        let outcome = if i < 10 {
+            Outcome::Success
+        } else {
+            Outcome::Failure
+        };
         b.record(permit, outcome, T0, 0);
     }
     let p = (100.0 - 20.0) / 101.0;
@@ -227,8 +245,13 @@ fn adaptive_throttle_rejects_probabilistically_and_ignores_its_own_rejections() 
     let above = ((p * 1.01) * (1u64 << 53) as f64) as u64;
     // The throttle draws from rand.rotate_left(32) >> 11.
     let rand_for = |u53: u64| (u53 << 11).rotate_right(32);
-    assert_eq!(b.try_acquire(T0, rand_for(below)), Err(Rejection::Throttled));
-    let permit = b.try_acquire(T0, rand_for(above)).expect("admitted above p");
+    assert_eq!(
+        b.try_acquire(T0, rand_for(below)),
+        Err(Rejection::Throttled)
+    );
+    let permit = b
+        .try_acquire(T0, rand_for(above))
+        .expect("admitted above p");
     b.record(permit, Outcome::Success, T0, 0);
     // Its own rejections do not feed back: hammering it changes nothing.
     let before = b.health(T0);
@@ -291,9 +314,14 @@ fn hung_probe_lease_expires_and_reopens() {
     assert_eq!(b.next_deadline(), Some(now + 2_000 * MS));
     assert!(b.poll(now + 1_999 * MS, 0).is_none());
     let t = b.poll(now + 2_000 * MS, 0).unwrap();
-    assert_eq!((t.to, t.reason), (Phase::Open, TransitionReason::ProbeLeaseExpired));
+    assert_eq!(
+        (t.to, t.reason),
+        (Phase::Open, TransitionReason::ProbeLeaseExpired)
+    );
     // The hung probe's late answer is from an old generation: ignored.
-    assert!(b.record(hung, Outcome::Success, now + 3_000 * MS, 0).is_none());
+    assert!(b
+        .record(hung, Outcome::Success, now + 3_000 * MS, 0)
+        .is_none());
     assert_eq!(b.phase(), Phase::Open);
     // Next sleep window, a new probe gets through and can close.
     let later = now + 2_000 * MS + 5_000 * MS;
@@ -351,7 +379,10 @@ fn ladder_schedule_and_jitter() {
         .map(|s| open_duration_ns(&c.breaker.open, s, 0) / MS)
         .collect();
     // rand = 0 with no jitter: exact steps.
-    assert_eq!(steps, vec![5_000, 10_000, 60_000, 300_000, 300_000, 300_000]);
+    assert_eq!(
+        steps,
+        vec![5_000, 10_000, 60_000, 300_000, 300_000, 300_000]
+    );
     c.breaker.open.jitter_percentage = 20.0;
     let lo = open_duration_ns(&c.breaker.open, 0, 0) / MS;
     let hi = open_duration_ns(&c.breaker.open, 0, u64::MAX) / MS;
@@ -443,7 +474,10 @@ fn clock_stepping_backwards_is_no_time_passing() {
     b.record(p, Outcome::Success, 0, 0);
     assert_eq!(b.phase(), Phase::Closed);
     let h = b.health(0);
-    assert_eq!(h.total, 0, "window reset at close; clock back in time is fine");
+    assert_eq!(
+        h.total, 0,
+        "window reset at close; clock back in time is fine"
+    );
 }
 
 #[test]

@@ -59,7 +59,10 @@ fn unknown_fields_are_rejected_with_their_path() {
     let (path, reason) = err(r#"{"breaker": {"half_open": {"permited_probes": 2}}}"#);
     assert_eq!(path, "breaker.half_open.permited_probes");
     assert!(reason.contains("unknown field"), "{reason}");
-    assert!(reason.contains("permitted_probes"), "suggests the valid names: {reason}");
+    assert!(
+        reason.contains("permitted_probes"),
+        "suggests the valid names: {reason}"
+    );
     let (path, _) = err(r#"{"brekaer": {}}"#);
     assert_eq!(path, "brekaer");
 }
@@ -80,19 +83,58 @@ fn wrong_types_name_the_field() {
 #[test]
 fn invalid_values_name_the_field_and_reason() {
     let cases = [
-        (r#"{"breaker": {"half_open": {"permitted_probes": 0}}}"#, "breaker.half_open.permitted_probes"),
-        (r#"{"breaker": {"half_open": {"permitted_probes": 2, "success_threshold": 3}}}"#, "breaker.half_open.success_threshold"),
-        (r#"{"breaker": {"error_percentage": {"threshold_percentage": 101}}}"#, "breaker.error_percentage.threshold_percentage"),
-        (r#"{"breaker": {"consecutive_failures": {"enabled": true, "threshold": 0}}}"#, "breaker.consecutive_failures.threshold"),
-        (r#"{"breaker": {"adaptive_throttle": {"k": 0.5}}}"#, "breaker.adaptive_throttle.k"),
-        (r#"{"breaker": {"open": {"schedule": "ladder", "ladder_ms": []}}}"#, "breaker.open.ladder_ms"),
-        (r#"{"breaker": {"open": {"ladder_ms": [1, 99999999999999]}}}"#, "breaker.open.ladder_ms[1]"),
-        (r#"{"breaker": {"open": {"schedule": "exponential", "max_ms": 10}}}"#, "breaker.open.max_ms"),
-        (r#"{"breaker": {"open": {"multiplier": 0.5}}}"#, "breaker.open.multiplier"),
-        (r#"{"metrics": {"rolling_window_ms": 10000, "rolling_buckets": 3}}"#, "metrics.rolling_buckets"),
-        (r#"{"metrics": {"percentile_window_ms": 0}}"#, "metrics.percentile_window_ms"),
-        (r#"{"execution": {"timeout_ms": 0}}"#, "execution.timeout_ms"),
-        (r#"{"bulkhead": {"max_concurrent": 0}}"#, "bulkhead.max_concurrent"),
+        (
+            r#"{"breaker": {"half_open": {"permitted_probes": 0}}}"#,
+            "breaker.half_open.permitted_probes",
+        ),
+        (
+            r#"{"breaker": {"half_open": {"permitted_probes": 2, "success_threshold": 3}}}"#,
+            "breaker.half_open.success_threshold",
+        ),
+        (
+            r#"{"breaker": {"error_percentage": {"threshold_percentage": 101}}}"#,
+            "breaker.error_percentage.threshold_percentage",
+        ),
+        (
+            r#"{"breaker": {"consecutive_failures": {"enabled": true, "threshold": 0}}}"#,
+            "breaker.consecutive_failures.threshold",
+        ),
+        (
+            r#"{"breaker": {"adaptive_throttle": {"k": 0.5}}}"#,
+            "breaker.adaptive_throttle.k",
+        ),
+        (
+            r#"{"breaker": {"open": {"schedule": "ladder", "ladder_ms": []}}}"#,
+            "breaker.open.ladder_ms",
+        ),
+        (
+            r#"{"breaker": {"open": {"ladder_ms": [1, 99999999999999]}}}"#,
+            "breaker.open.ladder_ms[1]",
+        ),
+        (
+            r#"{"breaker": {"open": {"schedule": "exponential", "max_ms": 10}}}"#,
+            "breaker.open.max_ms",
+        ),
+        (
+            r#"{"breaker": {"open": {"multiplier": 0.5}}}"#,
+            "breaker.open.multiplier",
+        ),
+        (
+            r#"{"metrics": {"rolling_window_ms": 10000, "rolling_buckets": 3}}"#,
+            "metrics.rolling_buckets",
+        ),
+        (
+            r#"{"metrics": {"percentile_window_ms": 0}}"#,
+            "metrics.percentile_window_ms",
+        ),
+        (
+            r#"{"execution": {"timeout_ms": 0}}"#,
+            "execution.timeout_ms",
+        ),
+        (
+            r#"{"bulkhead": {"max_concurrent": 0}}"#,
+            "bulkhead.max_concurrent",
+        ),
     ];
     for (json, want) in cases {
         let (path, reason) = err(json);

@@ -21,9 +21,16 @@ fn pool(max: u32, queue: u32, threshold: u32) -> BulkheadConfig {
 #[test]
 fn semaphore_rejects_beyond_max_and_permits_release_once() {
     let mut b = Bulkhead::new(pool(2, 0, 5));
-    let Acquire::Granted(p1) = b.try_acquire(0) else { panic!() };
-    let Acquire::Granted(p2) = b.try_acquire(0) else { panic!() };
-    assert_eq!(b.try_acquire(0), Acquire::Rejected(EventKind::SemaphoreRejected));
+    let Acquire::Granted(p1) = b.try_acquire(0) else {
+        panic!()
+    };
+    let Acquire::Granted(p2) = b.try_acquire(0) else {
+        panic!()
+    };
+    assert_eq!(
+        b.try_acquire(0),
+        Acquire::Rejected(EventKind::SemaphoreRejected)
+    );
     assert!(b.release(p1, 0).is_none());
     assert_eq!(b.state().in_use, 1);
     // `p1` has moved: releasing it again does not compile. The count can't underflow.
@@ -34,9 +41,15 @@ fn semaphore_rejects_beyond_max_and_permits_release_once() {
 #[test]
 fn queue_with_rejection_threshold_and_max_wait() {
     let mut b = Bulkhead::new(pool(1, 10, 2));
-    let Acquire::Granted(p) = b.try_acquire(0) else { panic!() };
-    let Acquire::Queued(t1) = b.try_acquire(0) else { panic!() };
-    let Acquire::Queued(t2) = b.try_acquire(10 * MS) else { panic!() };
+    let Acquire::Granted(p) = b.try_acquire(0) else {
+        panic!()
+    };
+    let Acquire::Queued(t1) = b.try_acquire(0) else {
+        panic!()
+    };
+    let Acquire::Queued(t2) = b.try_acquire(10 * MS) else {
+        panic!()
+    };
     assert_eq!(
         b.try_acquire(10 * MS),
         Acquire::Rejected(EventKind::ThreadPoolRejected),
@@ -58,8 +71,12 @@ fn queue_with_rejection_threshold_and_max_wait() {
 #[test]
 fn cancelled_waiters_leave_the_queue() {
     let mut b = Bulkhead::new(pool(1, 5, 5));
-    let Acquire::Granted(p) = b.try_acquire(0) else { panic!() };
-    let Acquire::Queued(t) = b.try_acquire(0) else { panic!() };
+    let Acquire::Granted(p) = b.try_acquire(0) else {
+        panic!()
+    };
+    let Acquire::Queued(t) = b.try_acquire(0) else {
+        panic!()
+    };
     assert!(b.cancel(t));
     assert!(!b.cancel(t));
     assert!(b.release(p, 0).is_none());
@@ -71,7 +88,9 @@ fn fallback_limit_is_separate() {
     let f1 = b.try_acquire_fallback().unwrap();
     let f2 = b.try_acquire_fallback().unwrap();
     assert!(b.try_acquire_fallback().is_none());
-    let Acquire::Granted(_p) = b.try_acquire(0) else { panic!("fallbacks do not use execution slots") };
+    let Acquire::Granted(_p) = b.try_acquire(0) else {
+        panic!("fallbacks do not use execution slots")
+    };
     b.release_fallback(f1);
     assert!(b.try_acquire_fallback().is_some());
     b.release_fallback(f2);
@@ -110,11 +129,23 @@ fn registry(config: Config) -> (Registry, fusewire_core::registry::CommandId) {
 #[test]
 fn registry_runs_the_hystrix_flow() {
     let (mut r, id) = registry(Config::default());
-    assert_eq!(r.pool_of(id), r.pool_id("users"), "pool key defaults to the group key");
-    let Start::Running(call) = r.start(id, 0, 0) else { panic!() };
+    assert_eq!(
+        r.pool_of(id),
+        r.pool_id("users"),
+        "pool key defaults to the group key"
+    );
+    let Start::Running(call) = r.start(id, 0, 0) else {
+        panic!()
+    };
     assert_eq!(r.next_deadline(), Some(1_000 * MS));
-    assert_eq!(r.complete(call, Outcome::Success, 5 * MS, 0), Completion::Recorded(None));
-    assert_eq!(r.complete(call, Outcome::Success, 5 * MS, 0), Completion::Unknown);
+    assert_eq!(
+        r.complete(call, Outcome::Success, 5 * MS, 0),
+        Completion::Recorded(None)
+    );
+    assert_eq!(
+        r.complete(call, Outcome::Success, 5 * MS, 0),
+        Completion::Unknown
+    );
     let cb = r.command_mut(id).unwrap();
     assert_eq!(cb.health(5 * MS).count(EventKind::Success), 1);
     assert_eq!(cb.percentiles(5 * MS).p50, 5 * MS);
@@ -123,15 +154,27 @@ fn registry_runs_the_hystrix_flow() {
 #[test]
 fn registry_times_calls_out_and_discards_late_results() {
     let (mut r, id) = registry(Config::default());
-    let Start::Running(call) = r.start(id, 0, 0) else { panic!() };
+    let Start::Running(call) = r.start(id, 0, 0) else {
+        panic!()
+    };
     assert!(r.poll(999 * MS, 0).is_none());
     assert_eq!(r.poll(1_000 * MS, 0), Some(Event::TimedOut(id, call)));
     assert!(r.poll(1_000 * MS, 0).is_none());
-    assert_eq!(r.complete(call, Outcome::Success, 1_500 * MS, 0), Completion::Late);
+    assert_eq!(
+        r.complete(call, Outcome::Success, 1_500 * MS, 0),
+        Completion::Late
+    );
     let cb = r.command_mut(id).unwrap();
     let h = cb.health(1_500 * MS);
-    assert_eq!((h.count(EventKind::Timeout), h.count(EventKind::Success)), (1, 0));
-    assert_eq!(r.pool(r.pool_of(id).unwrap()).unwrap().state().in_use, 0, "slot released at timeout");
+    assert_eq!(
+        (h.count(EventKind::Timeout), h.count(EventKind::Success)),
+        (1, 0)
+    );
+    assert_eq!(
+        r.pool(r.pool_of(id).unwrap()).unwrap().state().in_use,
+        0,
+        "slot released at timeout"
+    );
 }
 
 #[test]
@@ -139,15 +182,23 @@ fn registry_rejects_when_full_and_when_open() {
     let mut c = Config::default();
     c.bulkhead.max_concurrent = 1;
     let (mut r, id) = registry(c);
-    let Start::Running(_a) = r.start(id, 0, 0) else { panic!() };
-    assert_eq!(r.start(id, 0, 0), Start::Rejected(EventKind::SemaphoreRejected));
+    let Start::Running(_a) = r.start(id, 0, 0) else {
+        panic!()
+    };
+    assert_eq!(
+        r.start(id, 0, 0),
+        Start::Rejected(EventKind::SemaphoreRejected)
+    );
     // 20 rejections at 100 % errors trip the breaker.
     for _ in 0..19 {
         r.start(id, 0, 0);
     }
     while r.poll(0, 0).is_some() {}
     assert_eq!(r.command(id).unwrap().phase(), Phase::Open);
-    assert_eq!(r.start(id, 0, 0), Start::Rejected(EventKind::ShortCircuited));
+    assert_eq!(
+        r.start(id, 0, 0),
+        Start::Rejected(EventKind::ShortCircuited)
+    );
 }
 
 #[test]
@@ -155,11 +206,19 @@ fn registry_queue_dequeues_and_expires() {
     let mut c = Config::default();
     c.bulkhead = pool(1, 5, 5);
     let (mut r, id) = registry(c);
-    let Start::Running(a) = r.start(id, 0, 0) else { panic!() };
-    let Start::Queued(_, t1) = r.start(id, 0, 0) else { panic!() };
-    let Start::Queued(_, t2) = r.start(id, 50 * MS, 0) else { panic!() };
+    let Start::Running(a) = r.start(id, 0, 0) else {
+        panic!()
+    };
+    let Start::Queued(_, t1) = r.start(id, 0, 0) else {
+        panic!()
+    };
+    let Start::Queued(_, t2) = r.start(id, 50 * MS, 0) else {
+        panic!()
+    };
     r.complete(a, Outcome::Success, 10 * MS, 0);
-    let Some(Event::Dequeued(_, t, b)) = r.poll(10 * MS, 0) else { panic!() };
+    let Some(Event::Dequeued(_, t, b)) = r.poll(10 * MS, 0) else {
+        panic!()
+    };
     assert_eq!(t, t1);
     assert_eq!(r.poll(149 * MS, 0), None);
     assert_eq!(r.poll(150 * MS, 0), Some(Event::QueueExpired(id, t2)));
@@ -174,12 +233,18 @@ fn registry_queue_dequeues_and_expires() {
 fn registry_shares_pools_and_keeps_state_on_reregister() {
     let mut r = Registry::new();
     let a = r.register("a", "g", None, Config::default(), 0).unwrap();
-    let b = r.register("b", "g", Some("shared"), Config::default(), 0).unwrap();
-    let c = r.register("c", "other", Some("shared"), Config::default(), 0).unwrap();
+    let b = r
+        .register("b", "g", Some("shared"), Config::default(), 0)
+        .unwrap();
+    let c = r
+        .register("c", "other", Some("shared"), Config::default(), 0)
+        .unwrap();
     assert_ne!(r.pool_of(a), r.pool_of(b));
     assert_eq!(r.pool_of(b), r.pool_of(c));
     for _ in 0..20 {
-        let Start::Running(x) = r.start(a, 0, 0) else { panic!() };
+        let Start::Running(x) = r.start(a, 0, 0) else {
+            panic!()
+        };
         r.complete(x, Outcome::Failure, 0, 0);
     }
     assert_eq!(r.command(a).unwrap().phase(), Phase::Open);
@@ -188,7 +253,10 @@ fn registry_shares_pools_and_keeps_state_on_reregister() {
     assert_eq!(r.command(a).unwrap().phase(), Phase::Open);
     let mut bad = Config::default();
     bad.execution.timeout_ms = 0;
-    assert_eq!(r.register("d", "g", None, bad, 0).unwrap_err().path, "execution.timeout_ms");
+    assert_eq!(
+        r.register("d", "g", None, bad, 0).unwrap_err().path,
+        "execution.timeout_ms"
+    );
     assert!(r.command_id("d").is_none());
 }
 
@@ -196,11 +264,15 @@ fn registry_shares_pools_and_keeps_state_on_reregister() {
 fn registry_reports_breaker_transitions_driven_by_time() {
     let (mut r, id) = registry(Config::default());
     for _ in 0..20 {
-        let Start::Running(x) = r.start(id, 0, 0) else { panic!() };
+        let Start::Running(x) = r.start(id, 0, 0) else {
+            panic!()
+        };
         let _ = r.complete(x, Outcome::Failure, 0, 0);
     }
     assert_eq!(r.next_deadline(), Some(5_000 * MS));
-    let Some(Event::Transition(_, t)) = r.poll(5_000 * MS, 0) else { panic!() };
+    let Some(Event::Transition(_, t)) = r.poll(5_000 * MS, 0) else {
+        panic!()
+    };
     assert_eq!(t.to, Phase::HalfOpen);
 }
 

@@ -203,8 +203,16 @@ fn window_merge_is_epoch_aligned() {
     let mut a = Window::new(&c, 0);
     let mut b = Window::new(&c, 0);
     let mut both = Window::new(&c, 0);
-    let ea = [(0, EventKind::Success), (3_000, EventKind::Failure), (9_000, EventKind::Timeout)];
-    let eb = [(1_000, EventKind::Success), (3_500, EventKind::Failure), (12_000, EventKind::Success)];
+    let ea = [
+        (0, EventKind::Success),
+        (3_000, EventKind::Failure),
+        (9_000, EventKind::Timeout),
+    ];
+    let eb = [
+        (1_000, EventKind::Success),
+        (3_500, EventKind::Failure),
+        (12_000, EventKind::Success),
+    ];
     for (t, k) in ea {
         a.record(k, t * MS);
     }
