@@ -140,12 +140,19 @@ fn header_map<'a>(d: &'a mut VmState, ty: i32) -> HR<&'a mut HeaderMap> {
             &mut r.2
         });
     }
+    // Envoy: a map that does not exist now is BAD_ARGUMENT, except in the access-log
+    // phase (on_log/on_done/on_delete), where it is NOT_FOUND.
+    let missing = if matches!(d.phase, Phase::Log | Phase::Done) {
+        Status::NotFound
+    } else {
+        Status::BadArgument
+    };
     let cur = d.current;
-    let s = d.streams.get_mut(&cur).ok_or(Status::BadArgument)?;
+    let s = d.streams.get_mut(&cur).ok_or(missing)?;
     match ty {
         map::REQUEST_HEADERS => Ok(&mut s.req_headers),
-        map::RESPONSE_HEADERS => Ok(s.resp_headers.as_mut().ok_or(Status::BadArgument)?),
-        _ => Err(Status::BadArgument.into()),
+        map::RESPONSE_HEADERS => Ok(s.resp_headers.as_mut().ok_or(missing)?),
+        _ => Err(missing.into()),
     }
 }
 
@@ -236,7 +243,7 @@ fn property(d: &VmState, path: &[u8]) -> Option<Vec<u8>> {
         return Some(v.clone());
     }
     let segs: Vec<&[u8]> = path.split(|b| *b == 0).collect();
-    if segs.len() > 1 && segs.iter().any(|s| s.contains(&b'.')) {
+    if segs.iter().any(|s| s.contains(&b'.')) {
         return None;
     }
     let name = segs
@@ -611,7 +618,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
          tp: i32,
          tn: i32,
          to: i32,
-         rt: i32| { http_call(c, [up, un, hp, hn, bp, bn, tp, tn, to], rt) }
+         rt: i32| http_call(c, [up, un, hp, hn, bp, bn, tp, tn, to], rt)
     );
     wrap!(
         l,

@@ -12,11 +12,21 @@ static BUILD: Mutex<()> = Mutex::new(());
 pub fn fixture_path(name: &str, target: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let target_dir = root.join("../target/fixtures");
-    let file = target_dir.join(target).join("release").join(format!("fixture_{name}.wasm"));
+    let file = target_dir
+        .join(target)
+        .join("release")
+        .join(format!("fixture_{name}.wasm"));
     let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     if std::env::var_os("FUSEWIRE_FIXTURES_PREBUILT").is_none() || !file.exists() {
         let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-            .args(["build", "--quiet", "--release", "--target", target, "--manifest-path"])
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--target",
+                target,
+                "--manifest-path",
+            ])
             .arg(root.join("fixtures/Cargo.toml"))
             .arg("--target-dir")
             .arg(&target_dir)

@@ -1,0 +1,682 @@
+//! Fixture-based tests: what the host observed when the probe module ran.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fusewire_host_test::clock::VIRTUAL_EPOCH_NS;
+use fusewire_host_test::*;
+
+fn probe() -> &'static WasmModule {
+    static M: OnceLock<WasmModule> = OnceLock::new();
+    M.get_or_init(|| common::fixture("probe"))
+}
+
+fn harness(workers: usize, configuration: &str) -> Harness {
+    harness_with(HarnessConfig {
+        workers,
+        plugin: PluginConfig {
+            configuration: configuration.into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+}
+
+fn harness_with(cfg: HarnessConfig) -> Harness {
+    Harness::new(probe(), cfg).expect("harness")
+}
+
+fn get(h: &mut Harness, worker: usize, path: &str) -> StreamRecord {
+    h.request(worker, Request::get(path), UpstreamReply::status(200))
+}
+
+fn shared_text(h: &Harness, key: &str) -> String {
+    String::from_utf8_lossy(&h.shared_data(key).expect(key).0).into_owned()
+}
+
+#[test]
+fn header_round_trip_lowercases_and_edits() {
+    let mut h = harness(2, "");
+    let r = h.request(
+        1,
+        Request::get("/x")
+            .header("X-In", "hi")
+            .header("x-remove-me", "1")
+            .header("X-Replace", "a")
+            .header("x-replace", "b"),
+        UpstreamReply::status(200).with_header("X-Up", "1"),
+    );
+    let up = r.upstream_request_headers.clone().expect("sent upstream");
+    assert_eq!(up.get_str("x-echo").as_deref(), Some("hi"));
+    assert_eq!(up.get_str("x-in").as_deref(), Some("hi"));
+    assert!(up
+        .pairs()
+        .iter()
+        .all(|(k, _)| k.chars().all(|c| !c.is_ascii_uppercase())));
+    assert_eq!(up.get("x-remove-me"), None);
+    assert_eq!(
+        up.pairs().iter().filter(|(k, _)| k == "x-replace").count(),
+        1
+    );
+    assert_eq!(up.get_str("x-replace").as_deref(), Some("replaced"));
+    assert_eq!(
+        up.get_str("x-probe-ctx").as_deref(),
+        Some("2"),
+        "first stream context id is 2"
+    );
+    assert_eq!(up.get_str(":path").as_deref(), Some("/x"));
+    assert_eq!(r.response_header("x-probe-resp").as_deref(), Some("200"));
+    assert_eq!(r.response_header("x-probe-req-path").as_deref(), Some("/x"));
+    assert_eq!(r.response_header("x-up").as_deref(), Some("1"));
+    assert_eq!(r.outcome, Outcome::UpstreamOk);
+}
+
+#[test]
+fn maps_missing_in_phase_are_bad_argument() {
+    let mut h = harness(1, "");
+    let r = get(&mut h, 0, "/probe/maps");
+    assert_eq!(
+        r.body_text(),
+        "response_headers=2 call_headers=2 request_headers=0"
+    );
+}
+
+#[test]
+fn cas_mismatch_changes_nothing() {
+    let mut h = harness(1, "");
+    let r = get(&mut h, 0, "/probe/cas");
+    let body = r.body_text();
+    assert!(
+        body.starts_with("mismatch=Err(CasMismatch) after_mismatch=a ok=Ok(()) value=c"),
+        "{body}"
+    );
+}
+
+#[test]
+fn global_cas_counter_starts_at_1_and_is_shared_by_all_keys() {
+    let mut h = harness(2, "");
+    // 4 configures (canary, 2 workers, main) each wrote "configures" once: tokens 1..=4.
+    assert_eq!(h.shared_data("configures").unwrap().1, 4);
+    let r = get(&mut h, 0, "/probe/cas");
+    // cas-k: insert → 5, failed CAS takes no token, update → 6.
+    assert!(r.body_text().ends_with("cas=5 cas2=6"), "{}", r.body_text());
+    // The probe's on_log then wrote "log-/probe/cas" → 7; the next write anywhere → 8.
+    assert_eq!(h.shared_data("log-/probe/cas").unwrap().1, 7);
+    assert_eq!(h.set_shared_data("other", Some(b"v"), 0), Status::Ok);
+    assert_eq!(h.shared_data("other").unwrap().1, 8);
+    // Wrap-around skips 0.
+    h.process().shared.set_last_cas(u32::MAX);
+    assert_eq!(h.set_shared_data("other", Some(b"w"), 0), Status::Ok);
+    assert_eq!(h.shared_data("other").unwrap().1, 1);
+}
+
+#[test]
+fn empty_value_is_stored_absent_key_is_not_found() {
+    let mut h = harness(1, "");
+    let r = get(&mut h, 0, "/probe/empty");
+    assert_eq!(
+        r.body_text(),
+        "set=Ok(()) value=None cas_some=true absent=None/None"
+    );
+    assert_eq!(h.shared_data("empty-k").map(|v| v.0), Some(vec![]));
+}
+
+#[test]
+fn absent_key_with_cas_envoy_inserts_kong_refuses() {
+    let mut h = harness(1, "");
+    assert_eq!(
+        get(&mut h, 0, "/probe/absent-cas").body_text(),
+        "set=Ok(()) stored=true"
+    );
+    let mut k = harness_with(HarnessConfig {
+        workers: 1,
+        cas_mode: CasMode::Kong,
+        ..Default::default()
+    });
+    assert_eq!(
+        get(&mut k, 0, "/probe/absent-cas").body_text(),
+        "set=Err(CasMismatch) stored=false"
+    );
+}
+
+#[test]
+fn on_configure_runs_n_plus_2_times_with_root_context_1() {
+    let h = harness(3, "a=1");
+    let calls = h.lifecycle();
+    let configures: Vec<_> = calls
+        .iter()
+        .filter(|c| c.callback == "proxy_on_configure")
+        .collect();
+    assert_eq!(configures.len(), 5);
+    assert!(configures
+        .iter()
+        .all(|c| c.context_id == 1 && c.result == Some(1)));
+    let vms: Vec<&str> = configures.iter().map(|c| c.vm.as_str()).collect();
+    assert_eq!(vms, ["canary", "worker-0", "worker-1", "worker-2", "main"]);
+    assert!(calls
+        .iter()
+        .filter(|c| c.callback == "proxy_on_vm_start")
+        .all(|c| c.context_id == 1));
+    assert!(
+        !calls.iter().any(|c| c.vm == "base"),
+        "the base VM only runs _initialize"
+    );
+    assert_eq!(shared_text(&h, "configures"), "5");
+    let logs = h.logs();
+    assert!(logs
+        .iter()
+        .any(|l| l.message == "on_configure config=Some(\"a=1\")"));
+}
+
+#[test]
+fn plugin_config_exists_only_during_on_configure() {
+    let mut h = harness(1, "x=1");
+    assert_eq!(
+        get(&mut h, 0, "/probe/config").body_text(),
+        "config=Ok(None)"
+    );
+}
+
+#[test]
+fn canary_rejection_and_trap_fail_the_config() {
+    let e = Harness::new(
+        probe(),
+        HarnessConfig {
+            plugin: PluginConfig {
+                configuration: "reject_configure=1".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    assert!(format!("{:#}", e.err().expect("rejected")).contains("on_configure returned false"));
+    let e = Harness::new(
+        probe(),
+        HarnessConfig {
+            plugin: PluginConfig {
+                configuration: "trap_configure=1".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    assert!(format!("{:#}", e.err().expect("trapped")).contains("canary"));
+}
+
+#[test]
+fn on_log_runs_before_on_done() {
+    let mut h = harness(1, "");
+    let r = get(&mut h, 0, "/x");
+    assert_eq!(
+        r.callbacks,
+        [
+            "on_context_create",
+            "on_request_headers",
+            "on_response_headers",
+            "on_log",
+            "on_done",
+            "on_delete"
+        ]
+    );
+    let logs: Vec<String> = h.logs().into_iter().map(|l| l.message).collect();
+    let log_at = logs.iter().position(|m| m == "on_log 2").expect("on_log");
+    let done_at = logs.iter().position(|m| m == "on_done 2").expect("on_done");
+    assert!(log_at < done_at);
+}
+
+#[test]
+fn local_reply_travels_through_the_response_phase() {
+    let mut h = harness(1, "");
+    let r = get(&mut h, 0, "/probe/local");
+    assert_eq!(r.outcome, Outcome::LocalReply);
+    assert!(
+        !r.sent_upstream,
+        "Continue after send_local_response is ignored"
+    );
+    assert_eq!(r.response_status, Some(429));
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("rejected"));
+    assert_eq!(
+        r.response_header("x-probe-resp").as_deref(),
+        Some("429"),
+        "filter saw its own reply"
+    );
+    assert_eq!(r.body_text(), "rejected");
+    assert_eq!(
+        r.local_reply.as_ref().map(|l| l.source),
+        Some(LocalReplySource::Filter)
+    );
+    assert!(r.callbacks.contains(&"on_response_headers".to_string()));
+    assert!(r.callbacks.contains(&"on_response_body".to_string()));
+}
+
+#[test]
+fn metrics_follow_envoy_rules() {
+    let mut h = harness(2, "");
+    let body = get(&mut h, 0, "/probe/metrics").body_text();
+    assert_eq!(
+        body,
+        "inc0=Err(BadArgument) incneg=Err(BadArgument) inc2=Ok(()) rec3=Ok(()) counter=Ok(5) \
+         gneg=Ok(()) gauge=Ok(6) hrec=Ok(()) hget=Err(BadArgument) unknown=Err(NotFound)"
+    );
+    // The stat behind a name is process-wide: worker 1 adds to the same counter.
+    get(&mut h, 1, "/probe/metrics");
+    assert_eq!(
+        h.metric("probe.counter"),
+        Some(MetricValue::Counter { value: 10 })
+    );
+    assert_eq!(h.metric("probe.requests").map(|m| m.scalar()), Some(2));
+    let stats = h.stats_text();
+    assert!(stats.contains("wasmcustom.probe.counter: 10\n"), "{stats}");
+    let prom = h.prometheus_text();
+    assert!(
+        prom.contains("# TYPE probe_counter counter\nprobe_counter{} 10\n"),
+        "{prom}"
+    );
+    assert!(prom.contains("probe_histogram_count{} 2\n"), "{prom}");
+}
+
+#[test]
+fn trap_under_fail_closed_answers_503_and_keeps_other_workers() {
+    let mut h = harness(2, "");
+    let r = get(&mut h, 0, "/probe/trap");
+    assert_eq!(r.outcome, Outcome::FailClosed);
+    assert_eq!(r.response_status, Some(503));
+    assert_eq!(r.code_details, "wasm_fail_stream");
+    assert!(!h.worker_alive(0));
+    let r = get(&mut h, 0, "/x");
+    assert_eq!(
+        (r.outcome, r.response_status),
+        (Outcome::FailClosed, Some(503))
+    );
+    assert!(r.callbacks.is_empty() && !r.sent_upstream);
+    assert!(h.worker_alive(1));
+    assert_eq!(get(&mut h, 1, "/x").outcome, Outcome::UpstreamOk);
+    assert!(h
+        .logs()
+        .iter()
+        .any(|l| l.level == 5 && l.message.contains("wasm VM failed")));
+}
+
+#[test]
+fn trap_under_fail_open_skips_the_filter() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        plugin: PluginConfig {
+            failure_policy: FailurePolicy::FailOpen,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let r = get(&mut h, 0, "/probe/trap");
+    assert_eq!(
+        (r.outcome, r.response_status),
+        (Outcome::UpstreamOk, Some(200))
+    );
+    assert!(r.sent_upstream);
+    let r = get(&mut h, 0, "/x");
+    assert!(r.callbacks.is_empty());
+    assert_eq!(
+        r.upstream_request_headers
+            .as_ref()
+            .unwrap()
+            .get("x-probe-ctx"),
+        None
+    );
+    assert_eq!(r.response_header("x-probe-resp"), None);
+}
+
+#[test]
+fn trap_under_fail_reload_recreates_the_vm_and_keeps_shared_data() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        plugin: PluginConfig {
+            failure_policy: FailurePolicy::FailReload,
+            reload_backoff_ms: 1000,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    h.set_shared_data("keep", Some(b"me"), 0);
+    assert_eq!(get(&mut h, 0, "/probe/trap").outcome, Outcome::FailClosed);
+    // Within the backoff: fail closed.
+    assert_eq!(get(&mut h, 0, "/x").outcome, Outcome::FailClosed);
+    h.run_for(Duration::from_secs(1));
+    let r = get(&mut h, 0, "/x");
+    assert_eq!(r.outcome, Outcome::UpstreamOk);
+    assert!(h.worker_alive(0));
+    assert_eq!(
+        r.upstream_request_headers
+            .unwrap()
+            .get_str("x-probe-ctx")
+            .as_deref(),
+        Some("2"),
+        "fresh VM"
+    );
+    assert_eq!(shared_text(&h, "keep"), "me");
+    assert_eq!(
+        shared_text(&h, "configures"),
+        "4",
+        "canary + worker + main + reload"
+    );
+}
+
+#[test]
+fn config_reload_with_same_vm_id_keeps_shared_data() {
+    let h1 = harness(2, "");
+    let process = h1.process().clone();
+    let h2 = Harness::with_process(
+        process,
+        probe(),
+        HarnessConfig {
+            workers: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(shared_text(&h2, "configures"), "8");
+    let h3 = Harness::with_process(
+        h1.process().clone(),
+        probe(),
+        HarnessConfig {
+            workers: 2,
+            plugin: PluginConfig {
+                vm_id: "other".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(shared_text(&h3, "configures"), "4");
+}
+
+#[test]
+fn ticks_fire_per_vm_on_schedule_and_canary_ticks_never_fire() {
+    let mut h = harness(2, "tick_ms=100");
+    h.run_for(Duration::from_millis(1000));
+    // worker-0, worker-1 and main: 10 ticks each in 1 s.
+    assert_eq!(h.metric("probe.ticks").map(|m| m.scalar()), Some(30));
+}
+
+#[test]
+fn paused_stream_resumed_from_tick_via_effective_context() {
+    let mut h = harness(1, "tick_ms=100");
+    let id = h.submit(
+        0,
+        Request::get("/probe/pause"),
+        UpstreamReply::status(200).after_ms(10),
+    );
+    h.run_for(Duration::from_millis(500));
+    let r = h.record(id).expect("finished").clone();
+    assert_eq!(r.outcome, Outcome::UpstreamOk);
+    assert_eq!(
+        r.latency_ns(),
+        110_000_000,
+        "resumed at the 100 ms tick, then 10 ms upstream"
+    );
+}
+
+#[test]
+fn local_reply_from_tick_while_waiting() {
+    let mut h = harness(1, "tick_ms=50");
+    let id = h.submit(
+        0,
+        Request::get("/probe/pause-timeout"),
+        UpstreamReply::status(200),
+    );
+    h.run_for(Duration::from_millis(200));
+    let r = h.record(id).expect("finished").clone();
+    assert_eq!(r.outcome, Outcome::LocalReply);
+    assert_eq!(r.response_status, Some(504));
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
+    assert_eq!(r.response_header("x-probe-resp").as_deref(), Some("504"));
+    assert_eq!(r.latency_ns(), 50_000_000);
+}
+
+#[test]
+fn http_call_to_simulated_cluster() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        clusters: vec![ClusterConfig {
+            http_call_reply: UpstreamReply::Response {
+                status: 201,
+                latency_ns: 5_000_000,
+                headers: vec![],
+                body: "callout-body".into(),
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let r = get(&mut h, 0, "/probe/callout");
+    assert_eq!(r.response_status, Some(200));
+    assert_eq!(
+        r.response_header("x-callout-status").as_deref(),
+        Some("201")
+    );
+    assert_eq!(r.body_text(), "callout-body");
+    assert_eq!(r.latency_ns(), 5_000_000);
+    let r = get(&mut h, 0, "/probe/callout-bad");
+    assert_eq!(
+        r.body_text(),
+        "unknown_cluster=Err(BadArgument) missing_headers=Err(BadArgument)"
+    );
+}
+
+#[test]
+fn http_call_timeout_calls_back_with_nothing() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        clusters: vec![ClusterConfig {
+            http_call_reply: UpstreamReply::hang(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let r = get(&mut h, 0, "/probe/callout");
+    assert_eq!(
+        r.response_header("x-callout-status").as_deref(),
+        Some("failed")
+    );
+    assert_eq!(r.latency_ns(), 1_000_000_000);
+}
+
+#[test]
+fn properties_use_envoy_attribute_names() {
+    let mut h = harness(1, "");
+    let body = get(&mut h, 0, "/probe/props").body_text();
+    assert_eq!(
+        body,
+        "cluster=backend route=default plugin=fusewire root_id=fusewire vm_id=fusewire-v1 path=/probe/props \
+         method=GET code=<none> flat=<none> bare_cluster=backend"
+    );
+    get(&mut h, 0, "/ok");
+    assert_eq!(
+        shared_text(&h, "log-/ok"),
+        "code=200 flags=0 details=via_upstream duration_set=true"
+    );
+}
+
+#[test]
+fn upstream_reset_becomes_router_503_through_the_filter() {
+    let mut h = harness(1, "");
+    let r = h.request(
+        0,
+        Request::get("/reset"),
+        UpstreamReply::reset().after_ms(3),
+    );
+    assert_eq!(
+        (r.outcome, r.response_status),
+        (Outcome::UpstreamFailed, Some(503))
+    );
+    assert_eq!(r.response_header("x-probe-resp").as_deref(), Some("503"));
+    assert_eq!(
+        r.local_reply.as_ref().map(|l| l.source),
+        Some(LocalReplySource::Router)
+    );
+    assert_eq!(r.response_flags, flags::UPSTREAM_REMOTE_RESET);
+    assert_eq!(
+        shared_text(&h, "log-/reset"),
+        "code=503 flags=16 details=upstream_reset_before_response_started{remote_reset} duration_set=true"
+    );
+}
+
+#[test]
+fn route_timeout_answers_504() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        routes: vec![RouteConfig {
+            timeout_ms: 100,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let r = h.request(
+        0,
+        Request::get("/slow"),
+        UpstreamReply::status(200).after_ms(500),
+    );
+    assert_eq!(
+        (r.response_status, r.response_flags),
+        (Some(504), flags::UPSTREAM_REQUEST_TIMEOUT)
+    );
+    assert_eq!(r.latency_ns(), 100_000_000);
+    let r = h.request(0, Request::get("/hang"), UpstreamReply::hang());
+    assert_eq!(r.code_details, "upstream_response_timeout");
+}
+
+#[test]
+fn client_reset_ends_the_stream_without_a_response() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        routes: vec![RouteConfig {
+            timeout_ms: 0,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let r = h.request(
+        0,
+        Request::get("/hang").client_timeout_ms(50),
+        UpstreamReply::hang(),
+    );
+    assert_eq!(r.outcome, Outcome::DownstreamReset);
+    assert_eq!(r.response_status, None);
+    assert_eq!(
+        r.callbacks,
+        [
+            "on_context_create",
+            "on_request_headers",
+            "on_log",
+            "on_done",
+            "on_delete"
+        ]
+    );
+    assert_eq!(r.response_flags, flags::DOWNSTREAM_CONNECTION_TERMINATION);
+}
+
+#[test]
+fn close_stream_resets_with_wasm_close_stream() {
+    let mut h = harness(1, "");
+    let r = get(&mut h, 0, "/probe/close");
+    assert_eq!(
+        (r.outcome, r.code_details.as_str()),
+        (Outcome::ClosedByFilter, "wasm_close_stream")
+    );
+    assert!(!r.sent_upstream);
+}
+
+#[test]
+fn bodies_can_be_read_and_replaced() {
+    let mut h = harness(1, "");
+    let r = h.request(
+        0,
+        Request::get("/probe/body").method("POST").body(b"abc"),
+        UpstreamReply::Response {
+            status: 200,
+            latency_ns: 0,
+            headers: vec![],
+            body: "hello".into(),
+        },
+    );
+    assert_eq!(r.body_text(), "HELLO");
+    assert!(r.callbacks.contains(&"on_request_body".to_string()));
+}
+
+#[test]
+fn shared_queue_notifies_the_registering_vm() {
+    let mut h = harness(2, "");
+    get(&mut h, 0, "/probe/enqueue");
+    get(&mut h, 1, "/probe/enqueue");
+    // Notifications are asynchronous (posted to the owner's thread).
+    assert_eq!(h.metric("probe.queue_msgs").map(|m| m.scalar()), Some(1));
+    h.run_for(Duration::from_millis(1));
+    assert_eq!(h.metric("probe.queue_msgs").map(|m| m.scalar()), Some(2));
+}
+
+#[test]
+fn virtual_time_is_what_the_guest_sees() {
+    let mut h = harness(1, "");
+    h.run_for(Duration::from_millis(1234));
+    let body = get(&mut h, 0, "/probe/time").body_text();
+    assert_eq!(body, format!("time={}", VIRTUAL_EPOCH_NS + 1_234_000_000));
+}
+
+#[test]
+fn wasm32_unknown_unknown_module_loads_and_runs() {
+    let m = WasmModule::from_file(common::fixture_path("noop", "wasm32-unknown-unknown")).unwrap();
+    let mut h = Harness::new(
+        &m,
+        HarnessConfig {
+            workers: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let r = h.request(1, Request::get("/x"), UpstreamReply::status(204));
+    assert_eq!(
+        (r.outcome, r.response_status),
+        (Outcome::UpstreamOk, Some(204))
+    );
+}
+
+#[test]
+fn non_proxy_wasm_module_is_refused() {
+    let e = WasmModule::from_bytes(b"\0asm\x01\0\0\0", "empty")
+        .err()
+        .expect("refused");
+    assert!(
+        e.to_string().contains("not a proxy-wasm ABI 0.2.1 module"),
+        "{e}"
+    );
+}
+
+#[test]
+fn concurrent_cas_increments_from_8_worker_threads_lose_nothing() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 8,
+        clock: ClockMode::Real,
+        ..Default::default()
+    });
+    assert_eq!(h.set_shared_data("count", Some(b"0"), 0), Status::Ok);
+    let per = 400;
+    let lists = (0..8)
+        .map(|_| {
+            (0..per)
+                .map(|_| (0, Request::get("/probe/incr"), UpstreamReply::status(200)))
+                .collect()
+        })
+        .collect();
+    let records = h.run_parallel(lists).unwrap();
+    assert_eq!(records.len(), 8 * per);
+    assert!(records.iter().all(|r| r.outcome == Outcome::UpstreamOk));
+    let workers: std::collections::BTreeSet<usize> = records.iter().map(|r| r.worker).collect();
+    assert_eq!(workers.len(), 8);
+    assert_eq!(shared_text(&h, "count"), (8 * per).to_string());
+    eprintln!(
+        "CAS retries under contention: {:?}",
+        h.metric("probe.cas_retries")
+    );
+}
