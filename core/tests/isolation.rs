@@ -203,8 +203,10 @@ fn registry_rejects_when_full_and_when_open() {
 
 #[test]
 fn registry_queue_dequeues_and_expires() {
-    let mut c = Config::default();
-    c.bulkhead = pool(1, 5, 5);
+    let c = Config {
+        bulkhead: pool(1, 5, 5),
+        ..Config::default()
+    };
     let (mut r, id) = registry(c);
     let Start::Running(a) = r.start(id, 0, 0) else {
         panic!()
