@@ -70,6 +70,7 @@ pub struct Harness {
     queue: EventQueue,
     seq: u64,
     next_id: u64,
+    finished: u64,
     records: BTreeMap<u64, StreamRecord>,
 }
 
@@ -138,6 +139,7 @@ impl Harness {
             queue: EventQueue::new(),
             seq: 0,
             next_id: 0,
+            finished: 0,
             records: BTreeMap::new(),
         };
         h.collect();
@@ -191,6 +193,7 @@ impl Harness {
                 .unwrap_or_else(|e| e.into_inner()),
         );
         for r in done {
+            self.finished += 1;
             self.records.insert(r.id, r);
         }
     }
@@ -224,8 +227,9 @@ impl Harness {
         id
     }
 
-    /// Dispatches the next event if it is due at or before `limit_ns`.
-    fn step(&mut self, limit_ns: u64) -> bool {
+    /// Dispatches the next event if it is due at or before `limit_ns`; false when
+    /// there is none (the clock is not moved then).
+    pub fn step(&mut self, limit_ns: u64) -> bool {
         if !self.queue.peek().is_some_and(|s| s.at <= limit_ns) {
             return false;
         }
@@ -297,9 +301,14 @@ impl Harness {
         std::mem::take(&mut self.records).into_values().collect()
     }
 
+    /// Time of the next scheduled event, if any.
+    pub fn next_event_ns(&self) -> Option<u64> {
+        self.queue.peek().map(|s| s.at)
+    }
+
     /// Streams submitted but not finished yet.
     pub fn in_flight(&self) -> usize {
-        self.next_id as usize - self.records.len()
+        (self.next_id - self.finished) as usize
     }
 
     /// Shared data under this plugin's vm_id.

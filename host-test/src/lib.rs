@@ -5,11 +5,15 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod bench;
 pub mod clock;
 pub mod env;
 pub mod harness;
 pub mod headers;
 mod hostcalls;
+mod html;
+pub mod report;
+pub mod scenario;
 pub mod shared;
 pub mod stats;
 pub mod types;
@@ -22,6 +26,8 @@ pub use clock::ClockMode;
 pub use env::{LifecycleCall, LogRecord, Process};
 pub use harness::{Harness, HarnessConfig};
 pub use headers::HeaderMap;
+pub use report::Report;
+pub use scenario::Scenario;
 pub use shared::CasMode;
 pub use stats::MetricValue;
 pub use types::*;

@@ -13,7 +13,7 @@ pub const HISTOGRAM_BUCKETS: [f64; 19] = [
 ];
 
 /// Current value of one stat.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum MetricValue {
     /// A counter's total.
