@@ -1,1 +1,34 @@
 //! fusewire-proxy-wasm: the Envoy HTTP filter.
+//!
+//! Hystrix-style circuit breakers, bulkheads and timeouts per route or cluster, with
+//! one process-wide state per key shared by every Envoy worker through proxy-wasm
+//! shared data (see `fusewire_core::shared`). See the crate README for the plugin JSON.
+
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+#![cfg_attr(
+    test,
+    allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
+)]
+
+pub mod classify;
+pub mod config;
+pub mod filter;
+pub mod host;
+pub mod matcher;
+pub mod metrics;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_root_context(|_| -> Box<dyn proxy_wasm::traits::RootContext> {
+        Box::new(filter::Root::new())
+    });
+}}

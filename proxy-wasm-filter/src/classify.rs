@@ -1,0 +1,381 @@
+//! Failure classification: which upstream results count as FAILURE, TIMEOUT or
+//! BAD_REQUEST, from the HTTP status, the gRPC status and Envoy's response flags.
+
+use serde::Deserialize;
+
+/// A set of HTTP status codes: single codes, classes (`"5xx"`) and ranges
+/// (`"500-504"`). Stored as a 600-bit bitmap: O(1) lookup, no allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusSet {
+    bits: [u64; 10],
+}
+
+/// One entry of a status list in JSON.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StatusEntry {
+    /// A single code, e.g. `503`.
+    Code(u32),
+    /// `"5xx"`, `"503"` or `"500-504"`.
+    Text(String),
+}
+
+impl StatusSet {
+    /// The empty set.
+    pub const fn empty() -> Self {
+        StatusSet { bits: [0; 10] }
+    }
+
+    /// Codes `lo..=hi` (clamped to 100..=599).
+    pub fn with_range(mut self, lo: u32, hi: u32) -> Self {
+        for c in lo.max(100)..=hi.min(599) {
+            self.insert(c);
+        }
+        self
+    }
+
+    fn insert(&mut self, code: u32) {
+        if let Some(w) = self.bits.get_mut((code / 64) as usize) {
+            *w |= 1 << (code % 64);
+        }
+    }
+
+    /// Whether `code` is in the set.
+    #[inline]
+    pub fn contains(&self, code: u32) -> bool {
+        self.bits
+            .get((code / 64) as usize)
+            .is_some_and(|w| w & (1 << (code % 64)) != 0)
+    }
+
+    /// Parses a JSON list; errors name the entry and the reason.
+    pub fn parse(entries: &[StatusEntry]) -> Result<Self, (usize, String)> {
+        let mut set = StatusSet::empty();
+        for (i, e) in entries.iter().enumerate() {
+            let (lo, hi) = match e {
+                StatusEntry::Code(c) => (*c, *c),
+                StatusEntry::Text(t) => parse_status_text(t).map_err(|r| (i, r))?,
+            };
+            if !(100..=599).contains(&lo) || !(100..=599).contains(&hi) || lo > hi {
+                return Err((
+                    i,
+                    format!("must be a status code or range within 100..=599, got {lo}..={hi}"),
+                ));
+            }
+            set = set.with_range(lo, hi);
+        }
+        Ok(set)
+    }
+}
+
+fn parse_status_text(t: &str) -> Result<(u32, u32), String> {
+    let t = t.trim();
+    if let [d, x, y] = t.as_bytes() {
+        if d.is_ascii_digit() && x.eq_ignore_ascii_case(&b'x') && y.eq_ignore_ascii_case(&b'x') {
+            let class = (d - b'0') as u32 * 100;
+            return Ok((class, class + 99));
+        }
+    }
+    let num = |s: &str| {
+        s.trim().parse::<u32>().map_err(|_| {
+            format!("expected a code (503), a class (\"5xx\") or a range (\"500-504\"), got {t:?}")
+        })
+    };
+    match t.split_once('-') {
+        Some((a, z)) => Ok((num(a)?, num(z)?)),
+        None => {
+            let c = num(t)?;
+            Ok((c, c))
+        }
+    }
+}
+
+/// Envoy response flags by bit position in Envoy's `response.flags` bit-vector
+/// (`FailedLocalHealthCheck = 0x1` … `DropOverLoad = 0x8000000`), short names as in
+/// access logs.
+pub const RESPONSE_FLAGS: &[&str] = &[
+    "LH", "UH", "UT", "LR", "UR", "UF", "UC", "UO", "NR", "DI", "FI", "RL", "UAEX", "RLSE", "DC",
+    "URX", "SI", "IH", "DPE", "UMSDR", "RFCF", "NFCF", "DT", "UPE", "NC", "OM", "DF", "DO",
+];
+
+/// A set of Envoy response flags, with Envoy's own bit values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlagSet(pub u64);
+
+impl FlagSet {
+    /// Parses a list of short flag names.
+    pub fn parse(names: &[String]) -> Result<Self, (usize, String)> {
+        let mut bits = 0;
+        for (i, n) in names.iter().enumerate() {
+            match RESPONSE_FLAGS.iter().position(|f| f == n) {
+                Some(p) => bits |= 1 << p,
+                None => {
+                    return Err((
+                        i,
+                        format!(
+                            "unknown Envoy response flag {n:?} (known: {})",
+                            RESPONSE_FLAGS.join(" ")
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(FlagSet(bits))
+    }
+
+    /// Flags from Envoy's `response.flags` property: a u64 bit-vector (8 bytes LE).
+    /// Hosts that report the access-log string form (`"UF,URX"`) are understood too;
+    /// anything else is no flags.
+    pub fn from_property(raw: &[u8]) -> Self {
+        if let Ok(b) = <[u8; 8]>::try_from(raw) {
+            return FlagSet(u64::from_le_bytes(b));
+        }
+        let mut bits = 0;
+        for part in raw.split(|&c| c == b',') {
+            if let Some(p) = RESPONSE_FLAGS.iter().position(|f| f.as_bytes() == part) {
+                bits |= 1 << p;
+            }
+        }
+        FlagSet(bits)
+    }
+
+    /// Set of one flag.
+    pub fn one(name: &str) -> Self {
+        FlagSet(
+            RESPONSE_FLAGS
+                .iter()
+                .position(|f| *f == name)
+                .map_or(0, |p| 1 << p),
+        )
+    }
+
+    /// Whether any flag is in both sets.
+    #[inline]
+    pub fn intersects(self, other: FlagSet) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    /// No flag set.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// gRPC status names, indexed by code.
+pub const GRPC_CODES: &[&str] = &[
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// A gRPC status code (number) or name (`"UNAVAILABLE"`) in JSON.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum GrpcEntry {
+    /// Numeric code 0..=16.
+    Code(u32),
+    /// Upper-case name.
+    Name(String),
+}
+
+/// A set of gRPC status codes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrpcSet(u32);
+
+impl GrpcSet {
+    /// Parses a list of codes or names.
+    pub fn parse(entries: &[GrpcEntry]) -> Result<Self, (usize, String)> {
+        let mut bits = 0;
+        for (i, e) in entries.iter().enumerate() {
+            let code = match e {
+                GrpcEntry::Code(c) if (*c as usize) < GRPC_CODES.len() => *c,
+                GrpcEntry::Code(c) => return Err((i, format!("gRPC codes are 0..=16, got {c}"))),
+                GrpcEntry::Name(n) => {
+                    match GRPC_CODES.iter().position(|g| g.eq_ignore_ascii_case(n)) {
+                        Some(p) => p as u32,
+                        None => return Err((i, format!("unknown gRPC status name {n:?}"))),
+                    }
+                }
+            };
+            bits |= 1 << code;
+        }
+        Ok(GrpcSet(bits))
+    }
+
+    /// Whether `code` is in the set.
+    #[inline]
+    pub fn contains(self, code: u32) -> bool {
+        code < 32 && self.0 & (1 << code) != 0
+    }
+}
+
+/// How an upstream result is judged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Classifier {
+    /// HTTP statuses that are failures.
+    pub failure_status: StatusSet,
+    /// gRPC statuses that are failures.
+    pub failure_grpc: GrpcSet,
+    /// Response flags that are failures.
+    pub failure_flags: FlagSet,
+    /// Response flags that are timeouts (`UT` by default).
+    pub timeout_flags: FlagSet,
+    /// Whether a stream that ended without any response is a failure.
+    pub resets_are_failures: bool,
+    /// HTTP statuses that are the caller's fault.
+    pub bad_request_status: StatusSet,
+}
+
+/// What the filter saw of one upstream exchange.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// `:status` of the upstream response, if one arrived.
+    pub status: Option<u32>,
+    /// `grpc-status` from response headers or trailers, if any.
+    pub grpc: Option<u32>,
+    /// Envoy response flags (read at `on_log`).
+    pub flags: FlagSet,
+}
+
+/// The verdict on an upstream exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Counts as SUCCESS.
+    Success,
+    /// Counts as FAILURE.
+    Failure,
+    /// Counts as TIMEOUT.
+    Timeout,
+    /// Counts as BAD_REQUEST (never an error).
+    BadRequest,
+    /// No response and resets are not failures: counts nowhere.
+    Cancelled,
+}
+
+impl Classifier {
+    /// Classifies; precedence: timeout flags, failure flags, failure status, failure
+    /// gRPC status, no response (reset), bad-request status, success.
+    pub fn classify(&self, o: &Observed) -> Verdict {
+        if o.flags.intersects(self.timeout_flags) {
+            return Verdict::Timeout;
+        }
+        if o.flags.intersects(self.failure_flags) {
+            return Verdict::Failure;
+        }
+        let Some(status) = o.status else {
+            // The client went away first: not the upstream's fault.
+            if o.flags.intersects(FlagSet::one("DC")) {
+                return Verdict::Cancelled;
+            }
+            return if self.resets_are_failures {
+                Verdict::Failure
+            } else {
+                Verdict::Cancelled
+            };
+        };
+        if self.failure_status.contains(status) {
+            return Verdict::Failure;
+        }
+        if o.grpc.is_some_and(|g| self.failure_grpc.contains(g)) {
+            return Verdict::Failure;
+        }
+        if self.bad_request_status.contains(status) {
+            return Verdict::BadRequest;
+        }
+        Verdict::Success
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(v: &[&str]) -> StatusSet {
+        let e: Vec<StatusEntry> = v.iter().map(|s| StatusEntry::Text(s.to_string())).collect();
+        StatusSet::parse(&e).unwrap()
+    }
+
+    #[test]
+    fn status_sets() {
+        let s = set(&["5xx", "429", "401-403"]);
+        for c in [500, 503, 599, 429, 401, 402, 403] {
+            assert!(s.contains(c), "{c}");
+        }
+        for c in [0, 99, 200, 404, 428, 430, 600, 10_000] {
+            assert!(!s.contains(c), "{c}");
+        }
+        let bad = |v: StatusEntry| StatusSet::parse(&[v]).unwrap_err().1;
+        assert!(bad(StatusEntry::Code(99)).contains("100..=599"));
+        assert!(bad(StatusEntry::Text("6xx".into())).contains("100..=599"));
+        assert!(bad(StatusEntry::Text("504-500".into())).contains("504..=500"));
+        assert!(bad(StatusEntry::Text("five".into())).contains("class"));
+    }
+
+    #[test]
+    fn flags_and_grpc() {
+        let f = FlagSet::parse(&["UF".into(), "URX".into()]).unwrap();
+        assert!(FlagSet::from_property(b"URX").intersects(f));
+        assert!(FlagSet::from_property(b"DC,UF").intersects(f));
+        assert!(!FlagSet::from_property(b"UT").intersects(f));
+        assert!(!FlagSet::from_property(b"UFX,").intersects(f));
+        // Envoy's bit-vector: UF = 0x20, URX = 0x8000, UT = 0x4.
+        assert!(FlagSet::from_property(&0x20u64.to_le_bytes()).intersects(f));
+        assert!(FlagSet::from_property(&0x8000u64.to_le_bytes()).intersects(f));
+        assert_eq!(FlagSet::one("UT"), FlagSet(0x4));
+        assert_eq!(FlagSet::one("UO"), FlagSet(0x80));
+        assert_eq!(FlagSet::one("DC"), FlagSet(0x4000));
+        assert_eq!(FlagSet::one("DF"), FlagSet(0x4000000));
+        assert!(FlagSet::parse(&["XX".into()])
+            .unwrap_err()
+            .1
+            .contains("unknown"));
+        let g = GrpcSet::parse(&[GrpcEntry::Code(14), GrpcEntry::Name("internal".into())]).unwrap();
+        assert!(g.contains(14) && g.contains(13) && !g.contains(0) && !g.contains(99));
+        assert!(GrpcSet::parse(&[GrpcEntry::Code(17)]).is_err());
+    }
+
+    #[test]
+    fn classification_precedence() {
+        let c = Classifier {
+            failure_status: set(&["5xx"]),
+            failure_grpc: GrpcSet::parse(&[GrpcEntry::Code(14)]).unwrap(),
+            failure_flags: FlagSet::parse(&["UF".into()]).unwrap(),
+            timeout_flags: FlagSet::one("UT"),
+            resets_are_failures: true,
+            bad_request_status: set(&["4xx"]),
+        };
+        let o = |status, grpc, flags: &[u8]| Observed {
+            status,
+            grpc,
+            flags: FlagSet::from_property(flags),
+        };
+        assert_eq!(c.classify(&o(Some(200), None, b"")), Verdict::Success);
+        assert_eq!(c.classify(&o(Some(503), None, b"")), Verdict::Failure);
+        assert_eq!(c.classify(&o(Some(404), None, b"")), Verdict::BadRequest);
+        assert_eq!(c.classify(&o(Some(504), None, b"UT")), Verdict::Timeout);
+        assert_eq!(c.classify(&o(None, None, b"UF")), Verdict::Failure);
+        assert_eq!(c.classify(&o(None, None, b"")), Verdict::Failure);
+        assert_eq!(c.classify(&o(None, None, b"DC")), Verdict::Cancelled);
+        assert_eq!(c.classify(&o(Some(200), Some(14), b"")), Verdict::Failure);
+        assert_eq!(c.classify(&o(Some(200), Some(5), b"")), Verdict::Success);
+        let lenient = Classifier {
+            resets_are_failures: false,
+            ..c
+        };
+        assert_eq!(lenient.classify(&o(None, None, b"")), Verdict::Cancelled);
+    }
+}

@@ -1,0 +1,312 @@
+//! Which requests a policy applies to, and the key its state lives under.
+
+/// What a matcher or key template may read from a request. Implemented over host calls
+/// in the filter and over plain maps in tests.
+pub trait RequestView {
+    /// First value of a (lower-case) request header.
+    fn header(&mut self, name: &str) -> Option<String>;
+    /// Envoy's `xds.route_name`.
+    fn route(&mut self) -> Option<String>;
+    /// Envoy's `xds.cluster_name`.
+    fn cluster(&mut self) -> Option<String>;
+}
+
+/// One header condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeaderCond {
+    /// Value equals.
+    Exact(String),
+    /// Value starts with.
+    Prefix(String),
+    /// Header present (true) or absent (false).
+    Present(bool),
+}
+
+/// All conditions must hold; each list matches if any entry does; an empty list or
+/// absent field matches everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Matcher {
+    /// Route names.
+    pub routes: Vec<String>,
+    /// Cluster names.
+    pub clusters: Vec<String>,
+    /// `:path` prefixes.
+    pub path_prefixes: Vec<String>,
+    /// Upper-case methods.
+    pub methods: Vec<String>,
+    /// Header conditions (lower-case names).
+    pub headers: Vec<(String, HeaderCond)>,
+}
+
+impl Matcher {
+    /// Whether the request matches. Cheap conditions (method, path, headers) are
+    /// checked before properties (route, cluster).
+    pub fn matches(&self, r: &mut impl RequestView) -> bool {
+        if !self.methods.is_empty() {
+            let m = r.header(":method").unwrap_or_default();
+            if !self.methods.contains(&m) {
+                return false;
+            }
+        }
+        if !self.path_prefixes.is_empty() {
+            let p = r.header(":path").unwrap_or_default();
+            if !self.path_prefixes.iter().any(|x| p.starts_with(x.as_str())) {
+                return false;
+            }
+        }
+        for (name, cond) in &self.headers {
+            let v = r.header(name);
+            let ok = match cond {
+                HeaderCond::Exact(e) => v.as_deref() == Some(e.as_str()),
+                HeaderCond::Prefix(p) => v.is_some_and(|v| v.starts_with(p.as_str())),
+                HeaderCond::Present(want) => v.is_some() == *want,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        if !self.routes.is_empty() {
+            let v = r.route().unwrap_or_default();
+            if !self.routes.contains(&v) {
+                return false;
+            }
+        }
+        if !self.clusters.is_empty() {
+            let v = r.cluster().unwrap_or_default();
+            if !self.clusters.contains(&v) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// One piece of a key template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Literal text.
+    Lit(String),
+    /// `{policy}`.
+    Policy,
+    /// `{cluster}`.
+    Cluster,
+    /// `{route}`.
+    Route,
+    /// `{method}`.
+    Method,
+    /// `{authority}`.
+    Authority,
+    /// `{header:NAME}`.
+    Header(String),
+}
+
+/// Longest key a template may produce; longer keys are cut (at a char boundary).
+pub const MAX_KEY_LEN: usize = 200;
+
+/// How a policy's key is built: `"policy"` (one breaker for the policy),
+/// `"cluster"` (`{policy}/{cluster}`), `"route"` (`{policy}/{route}`) or a template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeySpec {
+    /// Parsed template.
+    pub parts: Vec<Part>,
+}
+
+impl KeySpec {
+    /// Parses `"policy"`, `"cluster"`, `"route"` or a template with placeholders.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = match s {
+            "policy" => "{policy}",
+            "cluster" => "{policy}/{cluster}",
+            "route" => "{policy}/{route}",
+            t if t.contains('{') => t,
+            other => {
+                return Err(format!(
+                    "must be \"policy\", \"cluster\", \"route\" or a template with {{placeholders}}, got {other:?}"
+                ))
+            }
+        };
+        let mut parts = Vec::new();
+        let mut rest = t;
+        while let Some((lit, after)) = rest.split_once('{') {
+            if !lit.is_empty() {
+                if lit.contains('}') {
+                    return Err(format!("unmatched '}}' in key template {t:?}"));
+                }
+                parts.push(Part::Lit(lit.to_string()));
+            }
+            let (name, tail) = after
+                .split_once('}')
+                .ok_or_else(|| format!("unclosed '{{' in key template {t:?}"))?;
+            parts.push(match name {
+                "policy" => Part::Policy,
+                "cluster" => Part::Cluster,
+                "route" => Part::Route,
+                "method" => Part::Method,
+                "authority" => Part::Authority,
+                h if h.len() > 7 && h.starts_with("header:") => {
+                    Part::Header(h.trim_start_matches("header:").to_ascii_lowercase())
+                }
+                other => {
+                    return Err(format!(
+                        "unknown placeholder {{{other}}} (known: policy cluster route method authority header:NAME)"
+                    ))
+                }
+            });
+            rest = tail;
+        }
+        if rest.contains('}') {
+            return Err(format!("unmatched '}}' in key template {t:?}"));
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Lit(rest.to_string()));
+        }
+        Ok(KeySpec { parts })
+    }
+
+    /// Whether the key depends on the request (otherwise it is the same for every
+    /// request of the policy).
+    pub fn is_static(&self) -> bool {
+        self.parts
+            .iter()
+            .all(|p| matches!(p, Part::Lit(_) | Part::Policy))
+    }
+
+    /// Builds the key into `out` (cleared first). Missing values render as `-`.
+    pub fn render(&self, policy: &str, r: &mut impl RequestView, out: &mut String) {
+        out.clear();
+        for p in &self.parts {
+            let v = match p {
+                Part::Lit(s) => {
+                    out.push_str(s);
+                    continue;
+                }
+                Part::Policy => {
+                    out.push_str(policy);
+                    continue;
+                }
+                Part::Cluster => r.cluster(),
+                Part::Route => r.route(),
+                Part::Method => r.header(":method"),
+                Part::Authority => r.header(":authority"),
+                Part::Header(h) => r.header(h),
+            };
+            match v {
+                Some(v) if !v.is_empty() => out.push_str(&v),
+                _ => out.push('-'),
+            }
+        }
+        if out.len() > MAX_KEY_LEN {
+            let mut cut = MAX_KEY_LEN;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[derive(Default)]
+    pub struct MapView {
+        pub headers: HashMap<String, String>,
+        pub route: Option<String>,
+        pub cluster: Option<String>,
+        pub property_reads: u32,
+    }
+
+    impl RequestView for MapView {
+        fn header(&mut self, name: &str) -> Option<String> {
+            self.headers.get(name).cloned()
+        }
+        fn route(&mut self) -> Option<String> {
+            self.property_reads += 1;
+            self.route.clone()
+        }
+        fn cluster(&mut self) -> Option<String> {
+            self.property_reads += 1;
+            self.cluster.clone()
+        }
+    }
+
+    pub fn view(method: &str, path: &str, cluster: &str) -> MapView {
+        let mut v = MapView::default();
+        v.headers.insert(":method".into(), method.into());
+        v.headers.insert(":path".into(), path.into());
+        v.headers.insert(":authority".into(), "api.example".into());
+        v.cluster = Some(cluster.into());
+        v.route = Some("r1".into());
+        v
+    }
+
+    #[test]
+    fn matching() {
+        let m = Matcher {
+            methods: vec!["GET".into(), "POST".into()],
+            path_prefixes: vec!["/orders".into()],
+            clusters: vec!["orders".into()],
+            headers: vec![
+                ("x-tier".into(), HeaderCond::Exact("gold".into())),
+                ("x-debug".into(), HeaderCond::Present(false)),
+            ],
+            ..Default::default()
+        };
+        let mut ok = view("GET", "/orders/1", "orders");
+        ok.headers.insert("x-tier".into(), "gold".into());
+        assert!(m.matches(&mut ok));
+        let mut wrong_method = view("DELETE", "/orders/1", "orders");
+        wrong_method.headers.insert("x-tier".into(), "gold".into());
+        assert!(!m.matches(&mut wrong_method));
+        assert_eq!(
+            wrong_method.property_reads, 0,
+            "properties only read when needed"
+        );
+        let mut no_header = view("GET", "/orders/1", "orders");
+        assert!(!m.matches(&mut no_header));
+        let mut debug = view("GET", "/orders/1", "orders");
+        debug.headers.insert("x-tier".into(), "gold".into());
+        debug.headers.insert("x-debug".into(), "1".into());
+        assert!(!m.matches(&mut debug));
+        let mut other_cluster = view("GET", "/orders/1", "users");
+        other_cluster.headers.insert("x-tier".into(), "gold".into());
+        assert!(!m.matches(&mut other_cluster));
+        assert!(Matcher::default().matches(&mut view("PUT", "/", "x")));
+    }
+
+    #[test]
+    fn keys() {
+        let mut v = view("GET", "/a", "orders");
+        let mut out = String::new();
+        KeySpec::parse("cluster")
+            .unwrap()
+            .render("p", &mut v, &mut out);
+        assert_eq!(out, "p/orders");
+        KeySpec::parse("route")
+            .unwrap()
+            .render("p", &mut v, &mut out);
+        assert_eq!(out, "p/r1");
+        KeySpec::parse("policy")
+            .unwrap()
+            .render("p", &mut v, &mut out);
+        assert_eq!(out, "p");
+        let t = KeySpec::parse("{cluster}:{method}@{authority}/{header:X-Tenant}").unwrap();
+        t.render("p", &mut v, &mut out);
+        assert_eq!(out, "orders:GET@api.example/-");
+        assert!(!t.is_static());
+        assert!(KeySpec::parse("static-{policy}").unwrap().is_static());
+        assert!(KeySpec::parse("byhost").unwrap_err().contains("template"));
+        assert!(KeySpec::parse("{nope}")
+            .unwrap_err()
+            .contains("unknown placeholder"));
+        assert!(KeySpec::parse("{cluster").unwrap_err().contains("unclosed"));
+        assert!(KeySpec::parse("{cluster}}")
+            .unwrap_err()
+            .contains("unmatched"));
+        v.headers.insert("x-tenant".into(), "é".repeat(150));
+        t.render("p", &mut v, &mut out);
+        assert!(out.len() <= MAX_KEY_LEN);
+    }
+}

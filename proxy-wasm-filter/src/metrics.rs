@@ -1,0 +1,147 @@
+//! The filter's metrics, defined once per root context and key (never per request).
+//!
+//! Names (`<prefix>` defaults to `fusewire`; `<key>` is the policy key with every
+//! character outside `[A-Za-z0-9_]` replaced by `_`):
+//!
+//! | name | type | meaning |
+//! | --- | --- | --- |
+//! | `<prefix>.<key>.success` | counter | upstream success |
+//! | `<prefix>.<key>.failure` | counter | upstream failure (status, gRPC, flags, reset) |
+//! | `<prefix>.<key>.timeout` | counter | tick timeout or Envoy `UT` |
+//! | `<prefix>.<key>.bad_request` | counter | caller's fault (default 4xx) |
+//! | `<prefix>.<key>.short_circuited` | counter | rejected by the breaker |
+//! | `<prefix>.<key>.semaphore_rejected` | counter | rejected by the bulkhead |
+//! | `<prefix>.<key>.fallback_success` | counter | fallback local reply sent |
+//! | `<prefix>.<key>.cancelled` | counter | stream ended with no verdict |
+//! | `<prefix>.<key>.opened` / `half_opened` / `closed` | counter | transitions |
+//! | `<prefix>.<key>.breaker_state` | gauge | 0 closed, 1 open, 2 half-open |
+//! | `<prefix>.<key>.in_flight` | gauge | admitted calls in flight (all workers) |
+//! | `<prefix>.<key>.latency_ms` | histogram | upstream latency of admitted calls |
+//!
+//! In Envoy they appear as `wasmcustom.<name>` in `/stats` and as the sanitised name
+//! (dots → underscores) in `/stats/prometheus`.
+
+use crate::host;
+
+/// Counter kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Counter {
+    /// success
+    Success,
+    /// failure
+    Failure,
+    /// timeout
+    Timeout,
+    /// bad_request
+    BadRequest,
+    /// short_circuited
+    ShortCircuited,
+    /// semaphore_rejected
+    SemaphoreRejected,
+    /// fallback_success
+    FallbackSuccess,
+    /// cancelled
+    Cancelled,
+    /// opened
+    Opened,
+    /// half_opened
+    HalfOpened,
+    /// closed
+    Closed,
+}
+
+/// Suffixes, indexed by [`Counter`].
+pub const COUNTER_NAMES: [&str; 11] = [
+    "success",
+    "failure",
+    "timeout",
+    "bad_request",
+    "short_circuited",
+    "semaphore_rejected",
+    "fallback_success",
+    "cancelled",
+    "opened",
+    "half_opened",
+    "closed",
+];
+
+/// Metric ids of one key (None where the host refused a definition).
+#[derive(Clone, Debug, Default)]
+pub struct KeyMetrics {
+    counters: [Option<u32>; 11],
+    state: Option<u32>,
+    in_flight: Option<u32>,
+    latency: Option<u32>,
+}
+
+/// `<prefix>.<sanitised key>.<suffix>`.
+pub fn metric_name(prefix: &str, key: &str, suffix: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + key.len() + suffix.len() + 2);
+    s.push_str(prefix);
+    s.push('.');
+    s.extend(key.chars().map(|c| {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            c
+        } else {
+            '_'
+        }
+    }));
+    s.push('.');
+    s.push_str(suffix);
+    s
+}
+
+impl KeyMetrics {
+    /// Defines every metric of `key`.
+    pub fn define(prefix: &str, key: &str) -> Self {
+        let mut m = KeyMetrics::default();
+        for (slot, name) in m.counters.iter_mut().zip(COUNTER_NAMES) {
+            *slot = host::define_metric(host::COUNTER, &metric_name(prefix, key, name));
+        }
+        m.state = host::define_metric(host::GAUGE, &metric_name(prefix, key, "breaker_state"));
+        m.in_flight = host::define_metric(host::GAUGE, &metric_name(prefix, key, "in_flight"));
+        m.latency = host::define_metric(host::HISTOGRAM, &metric_name(prefix, key, "latency_ms"));
+        m
+    }
+
+    /// Adds one to a counter.
+    #[inline]
+    pub fn count(&self, c: Counter) {
+        if let Some(Some(id)) = self.counters.get(c as usize) {
+            host::increment_metric(*id, 1);
+        }
+    }
+
+    /// Sets the breaker-state gauge.
+    pub fn state(&self, phase: u8) {
+        if let Some(id) = self.state {
+            host::record_metric(id, phase as u64);
+        }
+    }
+
+    /// Moves the process-wide in-flight gauge by ±1.
+    pub fn in_flight(&self, delta: i64) {
+        if let Some(id) = self.in_flight {
+            host::increment_metric(id, delta);
+        }
+    }
+
+    /// Records a latency sample.
+    pub fn latency(&self, ms: u64) {
+        if let Some(id) = self.latency {
+            host::record_metric(id, ms);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_are_prometheus_friendly() {
+        assert_eq!(
+            super::metric_name("fusewire", "orders/GET:é", "success"),
+            "fusewire.orders_GET__.success"
+        );
+    }
+}
