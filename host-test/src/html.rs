@@ -50,8 +50,9 @@ fn frame(out: &mut String, r: &Report, h: f64, ymax: f64, unit: &str) {
         r#"<svg viewBox="0 0 {W} {}" width="100%" role="img">"#,
         h + 34.0
     );
-    for (i, (from, label)) in r.phases.iter().enumerate() {
-        let to = r.phases.get(i + 1).map(|p| p.0).unwrap_or(n).min(n);
+    for (i, p) in r.phases.iter().enumerate() {
+        let (from, label) = (&p.from_s, &p.label);
+        let to = r.phases.get(i + 1).map(|p| p.from_s).unwrap_or(n).min(n);
         let x0 = PAD_L + pw * from / n;
         let x1 = PAD_L + pw * to / n;
         let fill = if label == "healthy" {

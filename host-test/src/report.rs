@@ -129,6 +129,17 @@ fn percentiles(v: &mut [u64]) -> Percentiles {
     }
 }
 
+/// One upstream phase as shown on the timeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseInfo {
+    /// Start second.
+    pub from_s: f64,
+    /// Label (from the scenario, or generated from the status mix).
+    pub label: String,
+    /// Whether the phase has 5xx, resets or hangs.
+    pub degraded: bool,
+}
+
 /// Counts for one second of the timeline (by request start time).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Second {
@@ -182,8 +193,8 @@ pub struct Report {
     pub workers: usize,
     /// Traffic seconds.
     pub duration_s: u64,
-    /// Upstream phases: (from_s, label).
-    pub phases: Vec<(f64, String)>,
+    /// Upstream phases in order.
+    pub phases: Vec<PhaseInfo>,
     /// Totals.
     pub totals: Totals,
     /// Latency percentiles: `all`, and per class name.
@@ -224,7 +235,13 @@ impl ReportBuilder {
                 phases: s
                     .upstream
                     .iter()
-                    .map(|p| (p.from_s, phase_label(p)))
+                    .map(|p| PhaseInfo {
+                        from_s: p.from_s,
+                        label: phase_label(p),
+                        degraded: p.reset_ratio > 0.0
+                            || p.hang_ratio > 0.0
+                            || p.status.iter().any(|(k, w)| *w > 0.0 && k.as_str() >= "500"),
+                    })
                     .collect(),
                 totals: Totals::default(),
                 latency: BTreeMap::new(),
