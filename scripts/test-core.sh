@@ -28,6 +28,6 @@ for t in $targets; do
   dirs=("corpus/$t")
   if [ -d "seeds/$t" ]; then dirs+=("seeds/$t"); fi
   # New inputs go to corpus/ (gitignored); seeds/ stays as committed.
-  "${fuzz[@]}" run "$t" "${dirs[@]}" -- -max_total_time="$secs" -print_final_stats=1 2>&1 | tail -n 5
+  "${fuzz[@]}" run "$t" "${dirs[@]}" -- -max_total_time="$secs" -print_final_stats=1 2>&1 | tail -n 15
 done
 echo "== core: all tests passed"

@@ -235,7 +235,8 @@ impl Histogram {
             seen += u64::from(c);
             if seen >= rank {
                 let v = bin_value(u32::from(self.offset) + j as u32);
-                return (v.round() as u64).clamp(self.min, self.max);
+                // max/min rather than clamp: never panics, even on decoded garbage.
+                return (v.round() as u64).max(self.min).min(self.max);
             }
         }
         self.max

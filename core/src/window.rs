@@ -113,8 +113,37 @@ impl HealthSnapshot {
 }
 
 /// The rolling window of one command key.
+///
+/// Serialised without its derived caches; deserialising re-derives them and
+/// repairs inconsistent input (zero bucket length, no buckets, totals that do
+/// not match the buckets), so decoded bytes can never make it panic.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "WindowData")]
 pub struct Window {
+    bucket_ns: u64,
+    current: u64,
+    /// Cached `(current + 1) * bucket_ns` and `current % buckets` (no division on
+    /// the hot path); always derived from `current`.
+    #[serde(skip)]
+    current_end: u64,
+    #[serde(skip)]
+    current_slot: u32,
+    buckets: Vec<CounterBucket>,
+    totals: [u64; EVENT_KINDS],
+    slow_total: u64,
+    cumulative: [u64; EVENT_KINDS],
+    latency_bucket_ns: u64,
+    latency_current: u64,
+    #[serde(skip)]
+    latency_end: u64,
+    #[serde(skip)]
+    latency_slot: u32,
+    latency: Vec<LatencyBucket>,
+}
+
+/// The serialised form of [`Window`] (same fields, in order, without caches).
+#[derive(Deserialize)]
+struct WindowData {
     bucket_ns: u64,
     current: u64,
     buckets: Vec<CounterBucket>,
@@ -124,6 +153,34 @@ pub struct Window {
     latency_bucket_ns: u64,
     latency_current: u64,
     latency: Vec<LatencyBucket>,
+}
+
+impl From<WindowData> for Window {
+    fn from(d: WindowData) -> Self {
+        let mut w = Window {
+            bucket_ns: d.bucket_ns.max(1),
+            current: d.current,
+            current_end: 0,
+            current_slot: 0,
+            buckets: d.buckets,
+            totals: d.totals,
+            slow_total: d.slow_total,
+            cumulative: d.cumulative,
+            latency_bucket_ns: d.latency_bucket_ns.max(1),
+            latency_current: d.latency_current,
+            latency_end: 0,
+            latency_slot: 0,
+            latency: d.latency,
+        };
+        if w.buckets.is_empty() {
+            w.buckets.push(CounterBucket::default());
+        }
+        if w.latency.is_empty() {
+            w.latency.push(LatencyBucket::default());
+        }
+        w.recompute_totals();
+        w
+    }
 }
 
 fn geometry(window_ms: u64, buckets: u32) -> (u64, usize) {
@@ -138,17 +195,32 @@ impl Window {
         let (bucket_ns, n) = geometry(config.rolling_window_ms, config.rolling_buckets);
         let (latency_bucket_ns, ln) =
             geometry(config.percentile_window_ms, config.percentile_buckets);
-        Self {
+        let mut w = Self {
             bucket_ns,
             current: now / bucket_ns,
+            current_end: 0,
+            current_slot: 0,
             buckets: vec![CounterBucket::default(); n],
             totals: [0; EVENT_KINDS],
             slow_total: 0,
             cumulative: [0; EVENT_KINDS],
             latency_bucket_ns,
             latency_current: now / latency_bucket_ns,
+            latency_end: 0,
+            latency_slot: 0,
             latency: vec![LatencyBucket::default(); ln],
-        }
+        };
+        w.sync();
+        w
+    }
+
+    /// Recomputes the cached bucket bounds and slots from the current epochs.
+    fn sync(&mut self) {
+        self.current_end = (self.current.saturating_add(1)).saturating_mul(self.bucket_ns);
+        self.current_slot = (self.current % self.buckets.len().max(1) as u64) as u32;
+        self.latency_end =
+            (self.latency_current.saturating_add(1)).saturating_mul(self.latency_bucket_ns);
+        self.latency_slot = (self.latency_current % self.latency.len().max(1) as u64) as u32;
     }
 
     /// Counter-bucket length in nanoseconds.
@@ -183,15 +255,18 @@ impl Window {
 
     #[inline]
     fn slot(&self) -> usize {
-        (self.current % self.buckets.len() as u64) as usize
+        self.current_slot as usize
     }
 
-    /// Moves the counter ring forward to `now`, expiring buckets. O(1) amortised.
+    /// Moves the counter ring forward to `now`, expiring buckets. O(1) amortised;
+    /// a single comparison while `now` stays in the current bucket.
     #[inline]
     fn roll(&mut self, now: Nanos) {
-        let e = now / self.bucket_ns;
-        if e > self.current {
-            self.roll_to(e);
+        if now >= self.current_end {
+            let e = now / self.bucket_ns;
+            if e > self.current {
+                self.roll_to(e);
+            }
         }
     }
 
@@ -203,19 +278,23 @@ impl Window {
             let slot = (ep % n) as usize;
             let b = &mut self.buckets[slot];
             for (t, c) in self.totals.iter_mut().zip(b.counts.iter()) {
-                *t -= u64::from(*c);
+                *t = t.saturating_sub(u64::from(*c));
             }
-            self.slow_total -= u64::from(b.slow);
+            self.slow_total = self.slow_total.saturating_sub(u64::from(b.slow));
             *b = CounterBucket {
                 epoch: ep,
                 ..CounterBucket::default()
             };
         }
         self.current = e;
+        self.sync();
     }
 
     #[inline]
     fn roll_latency(&mut self, now: Nanos) {
+        if now < self.latency_end {
+            return;
+        }
         let e = now / self.latency_bucket_ns;
         if e > self.latency_current {
             let n = self.latency.len() as u64;
@@ -226,6 +305,7 @@ impl Window {
                 b.latency.clear();
             }
             self.latency_current = e;
+            self.sync();
         }
     }
 
@@ -266,8 +346,7 @@ impl Window {
     #[inline]
     pub fn record_latency(&mut self, latency_ns: u64, now: Nanos) {
         self.roll_latency(now);
-        let n = self.latency.len() as u64;
-        let b = &mut self.latency[(self.latency_current % n) as usize];
+        let b = &mut self.latency[self.latency_slot as usize];
         b.epoch = self.latency_current;
         b.latency.record(latency_ns);
     }
@@ -337,7 +416,7 @@ impl Window {
 
     fn recompute_totals(&mut self) {
         let n = self.buckets.len() as u64;
-        let live_from = (self.current + 1).saturating_sub(n);
+        let live_from = self.current.saturating_add(1).saturating_sub(n);
         let mut totals = [0u64; EVENT_KINDS];
         let mut slow = 0;
         for b in &mut self.buckets {
@@ -352,8 +431,9 @@ impl Window {
         }
         self.totals = totals;
         self.slow_total = slow;
+        self.sync();
         let ln = self.latency.len() as u64;
-        let live_from = (self.latency_current + 1).saturating_sub(ln);
+        let live_from = self.latency_current.saturating_add(1).saturating_sub(ln);
         for b in &mut self.latency {
             if b.epoch < live_from || b.epoch > self.latency_current {
                 *b = LatencyBucket::default();
@@ -416,7 +496,7 @@ impl Window {
 
     fn rebucket(&mut self, bns: u64, n: usize, lns: u64, ln: usize) {
         let old_n = self.buckets.len() as u64;
-        let live_from = (self.current + 1).saturating_sub(old_n);
+        let live_from = self.current.saturating_add(1).saturating_sub(old_n);
         let start_ns = self.current.saturating_mul(self.bucket_ns);
         let mut buckets = vec![CounterBucket::default(); n];
         let current = start_ns / bns;
@@ -426,13 +506,16 @@ impl Window {
             }
             let mut moved = *b;
             moved.epoch = b.epoch.saturating_mul(self.bucket_ns) / bns;
-            if moved.epoch + n as u64 <= current {
+            if moved.epoch.saturating_add(n as u64) <= current {
                 continue;
             }
             buckets[(moved.epoch % n as u64) as usize].join(&moved);
         }
         let old_ln = self.latency.len() as u64;
-        let llive_from = (self.latency_current + 1).saturating_sub(old_ln);
+        let llive_from = self
+            .latency_current
+            .saturating_add(1)
+            .saturating_sub(old_ln);
         let lstart = self.latency_current.saturating_mul(self.latency_bucket_ns);
         let latency_current = lstart / lns;
         let mut latency = vec![LatencyBucket::default(); ln];
@@ -442,7 +525,7 @@ impl Window {
             }
             let mut moved = b.clone();
             moved.epoch = b.epoch.saturating_mul(self.latency_bucket_ns) / lns;
-            if moved.epoch + ln as u64 <= latency_current {
+            if moved.epoch.saturating_add(ln as u64) <= latency_current {
                 continue;
             }
             latency[(moved.epoch % ln as u64) as usize].join(&moved);
