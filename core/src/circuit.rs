@@ -7,6 +7,26 @@ use crate::event::EventKind;
 use crate::histogram::Percentiles;
 use crate::time::{ms_to_ns, Nanos};
 use crate::window::{HealthSnapshot, Window};
+use serde::{Deserialize, Serialize};
+
+/// Everything a dashboard shows for one key, at one instant.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Breaker phase.
+    pub phase: Phase,
+    /// Breaker generation.
+    pub generation: u32,
+    /// Rolling health counts (health window).
+    pub health: HealthSnapshot,
+    /// Execution-latency percentiles (percentile window), nanoseconds.
+    pub latency: Percentiles,
+    /// Highest concurrency in the health window.
+    pub rolling_max_concurrency: u32,
+    /// Calls admitted and not yet recorded.
+    pub in_flight: u32,
+    /// Counts since start, per [`EventKind`] index.
+    pub cumulative: [u64; crate::event::EVENT_KINDS],
+}
 
 /// A command key's breaker and metrics.
 #[derive(Clone, Debug, PartialEq)]
@@ -165,6 +185,20 @@ impl CircuitBreaker {
     /// Latency percentiles over the percentile window.
     pub fn percentiles(&mut self, now: Nanos) -> Percentiles {
         self.window.percentiles(now)
+    }
+
+    /// Health, percentiles, concurrency and cumulative counts at `now` (no
+    /// allocation; O(buckets × histogram bins) for the percentiles).
+    pub fn snapshot(&mut self, now: Nanos) -> Snapshot {
+        Snapshot {
+            phase: self.state.phase(),
+            generation: self.state.generation(),
+            health: self.window.health(now),
+            latency: self.window.percentiles(now),
+            rolling_max_concurrency: self.window.rolling_max_concurrency(now),
+            in_flight: self.in_flight,
+            cumulative: *self.window.cumulative(),
+        }
     }
 
     /// Highest concurrency in the live buckets.

@@ -18,7 +18,7 @@ pub mod timeouts;
 pub mod window;
 
 pub use breaker::{BreakerState, Outcome, Permit, Phase, Rejection, Transition, TransitionReason};
-pub use circuit::CircuitBreaker;
+pub use circuit::{CircuitBreaker, Snapshot};
 pub use config::{Config, ConfigError};
 pub use event::EventKind;
 pub use histogram::{Histogram, Percentiles};

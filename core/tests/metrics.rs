@@ -259,3 +259,25 @@ fn clock_going_backwards_records_into_the_current_bucket() {
     assert_eq!(w.rolling_count(EventKind::Success, 14_999 * MS), 3);
     assert_eq!(w.rolling_count(EventKind::Success, 15_000 * MS), 0);
 }
+
+#[test]
+fn snapshot_gathers_health_latency_and_concurrency() {
+    use fusewire_core::{CircuitBreaker, Config, Outcome, Phase};
+    let mut cb = CircuitBreaker::new(Config::default(), 0);
+    let a = cb.try_acquire(0, 0).unwrap();
+    let b = cb.try_acquire(0, 0).unwrap();
+    cb.record(a, Outcome::Success, 10 * MS, 0);
+    let s = cb.snapshot(10 * MS);
+    assert_eq!(s.phase, Phase::Closed);
+    assert_eq!(s.in_flight, 1);
+    assert_eq!(s.rolling_max_concurrency, 2);
+    assert_eq!(s.health.total, 1);
+    assert_eq!(s.latency.p50, 10 * MS);
+    assert_eq!(s.cumulative[EventKind::Success.index()], 1);
+    cb.record(b, Outcome::Failure, 30 * MS, 0);
+    let s = cb.snapshot(30 * MS);
+    assert_eq!(
+        (s.in_flight, s.health.errors, s.latency.p100),
+        (0, 1, 30 * MS)
+    );
+}
