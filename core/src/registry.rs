@@ -16,7 +16,7 @@ use crate::config::{Config, ConfigError};
 use crate::event::EventKind;
 use crate::time::{ms_to_ns, Nanos};
 use crate::timeouts::{CallId, Finish, Timeouts};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Index of a registered command key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,7 +60,8 @@ pub enum Completion {
     Recorded(Option<Transition>),
     /// The call had already timed out: the result is discarded.
     Late,
-    /// Not a running call (finished twice, or never started).
+    /// Not a running call (finished twice, never started, or timed out so long ago
+    /// that its slot was reused): discard the result.
     Unknown,
 }
 
@@ -89,7 +90,7 @@ pub struct Registry {
     pool_keys: HashMap<String, u32>,
     calls: Timeouts<Running>,
     waiting: Vec<Waiting>,
-    pending: Vec<Event>,
+    pending: VecDeque<Event>,
 }
 
 impl Registry {
@@ -218,7 +219,7 @@ impl Registry {
                     Outcome::SemaphoreRejected
                 };
                 if let Some(t) = self.commands[c].record(permit, outcome, now, rand) {
-                    self.pending.push(Event::Transition(id, t));
+                    self.pending.push_back(Event::Transition(id, t));
                 }
                 Start::Rejected(event)
             }
@@ -240,7 +241,7 @@ impl Registry {
                 Some(w) => {
                     let call = self.run(w.command, w.permit, g.permit, now);
                     self.pending
-                        .push(Event::Dequeued(CommandId(w.command), g.ticket, call));
+                        .push_back(Event::Dequeued(CommandId(w.command), g.ticket, call));
                 }
                 None => grant = self.pools[pool as usize].release(g.permit, now),
             }
@@ -288,7 +289,7 @@ impl Registry {
     pub fn record_event(&mut self, id: CommandId, kind: EventKind, now: Nanos, rand: u64) {
         if let Some(cb) = self.commands.get_mut(id.0 as usize) {
             if let Some(t) = cb.record_event(kind, now, rand) {
-                self.pending.push(Event::Transition(id, t));
+                self.pending.push_back(Event::Transition(id, t));
             }
         }
     }
@@ -320,7 +321,7 @@ impl Registry {
     /// Advances time: timeouts, queue expiry and breaker transitions. Call until
     /// it returns `None`, then sleep until [`Registry::next_deadline`].
     pub fn poll(&mut self, now: Nanos, rand: u64) -> Option<Event> {
-        if let Some(e) = self.pending.pop() {
+        if let Some(e) = self.pending.pop_front() {
             return Some(e);
         }
         if let Some((call, r)) = self.calls.poll_expired(now) {
@@ -329,7 +330,7 @@ impl Registry {
                 self.commands[r.command as usize].record(r.permit, Outcome::Timeout, now, rand)
             {
                 self.pending
-                    .push(Event::Transition(CommandId(r.command), t));
+                    .push_back(Event::Transition(CommandId(r.command), t));
             }
             self.release_slot(pool, r.slot, now);
             return Some(Event::TimedOut(CommandId(r.command), call));
@@ -344,7 +345,7 @@ impl Registry {
                         now,
                         rand,
                     ) {
-                        self.pending.push(Event::Transition(CommandId(cmd), t));
+                        self.pending.push_back(Event::Transition(CommandId(cmd), t));
                     }
                     return Some(Event::QueueExpired(CommandId(cmd), ticket));
                 }

@@ -9,6 +9,7 @@
 
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 
 /// Handle of one tracked call (slot + generation, so stale handles are detected).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -61,6 +62,9 @@ pub enum Finish<T> {
 pub struct Timeouts<T> {
     slots: Vec<Slot<T>>,
     free: Vec<u32>,
+    /// Expired slots waiting for their late result, oldest first; reclaimed when no
+    /// free slot is left, so a late result that never comes cannot leak a slot.
+    expired: VecDeque<u32>,
     running: usize,
     /// Cached earliest deadline; `None` = recompute.
     next: Option<Option<Nanos>>,
@@ -78,6 +82,7 @@ impl<T> Timeouts<T> {
         Self {
             slots: Vec::with_capacity(capacity),
             free: Vec::with_capacity(capacity),
+            expired: VecDeque::with_capacity(capacity),
             running: 0,
             next: Some(None),
         }
@@ -87,6 +92,7 @@ impl<T> Timeouts<T> {
     pub fn reserve(&mut self, additional: usize) {
         self.slots.reserve(additional);
         self.free.reserve(additional);
+        self.expired.reserve(additional);
     }
 
     /// Calls running (not finished, not expired).
@@ -96,7 +102,7 @@ impl<T> Timeouts<T> {
 
     /// Starts tracking a call that must finish by `deadline`.
     pub fn start(&mut self, deadline: Nanos, payload: T) -> CallId {
-        let slot = match self.free.pop() {
+        let slot = match self.free.pop().or_else(|| self.reclaim_expired()) {
             Some(i) => i,
             None => {
                 self.slots.push(Slot {
@@ -116,6 +122,21 @@ impl<T> Timeouts<T> {
             slot,
             generation: s.generation,
         }
+    }
+
+    /// Reuses the oldest expired slot (its late result, if it ever comes, will be
+    /// reported `Unknown`).
+    fn reclaim_expired(&mut self) -> Option<u32> {
+        while let Some(i) = self.expired.pop_front() {
+            if let Some(s) = self.slots.get_mut(i as usize) {
+                if matches!(s.state, SlotState::Expired) {
+                    s.state = SlotState::Free;
+                    s.generation = s.generation.wrapping_add(1);
+                    return Some(i);
+                }
+            }
+        }
+        None
     }
 
     fn release(&mut self, slot: u32) {
@@ -179,6 +200,7 @@ impl<T> Timeouts<T> {
         };
         self.running -= 1;
         self.next = None;
+        self.expired.push_back(i as u32);
         Some((
             CallId {
                 slot: i as u32,

@@ -292,3 +292,33 @@ fn fallback_rejection_is_recorded() {
     assert_eq!(w.cumulative_count(EventKind::FallbackSuccess), 1);
     assert_eq!(w.cumulative_count(EventKind::FallbackMissing), 1);
 }
+
+#[test]
+fn expired_slots_are_reclaimed_when_late_results_never_come() {
+    let mut t: Timeouts<u32> = Timeouts::with_capacity(2);
+    let a = t.start(10, 1);
+    let b = t.start(10, 2);
+    assert!(t.poll_expired(10).is_some());
+    assert!(t.poll_expired(10).is_some());
+    // Neither late result ever arrives; new calls reuse the two expired slots
+    // instead of growing the table.
+    for i in 0..100 {
+        let c1 = t.start(1_000 + i, 3);
+        let c2 = t.start(1_000 + i, 3);
+        assert_eq!(t.finish(c1), Finish::OnTime(3));
+        assert_eq!(t.finish(c2), Finish::OnTime(3));
+    }
+    assert_eq!(t.finish(a), Finish::Unknown);
+    assert_eq!(t.finish(b), Finish::Unknown);
+    let c = t.start(5, 4);
+    let d = t.start(5, 5);
+    let e = t.start(5, 6);
+    assert!(t.poll_expired(5).is_some());
+    assert_eq!(t.finish(d), Finish::OnTime(5));
+    assert_eq!(t.finish(e), Finish::OnTime(6));
+    assert_eq!(
+        t.finish(c),
+        Finish::Late,
+        "a late result in time is still reported late"
+    );
+}
