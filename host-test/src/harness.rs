@@ -230,7 +230,7 @@ impl Harness {
     /// Dispatches the next event if it is due at or before `limit_ns`; false when
     /// there is none (the clock is not moved then).
     pub fn step(&mut self, limit_ns: u64) -> bool {
-        if !self.queue.peek().is_some_and(|s| s.at <= limit_ns) {
+        if self.queue.peek().is_none_or(|s| s.at > limit_ns) {
             return false;
         }
         let Some(s) = self.queue.pop() else {
@@ -269,6 +269,18 @@ impl Harness {
     pub fn run_for(&mut self, d: Duration) {
         let t = self.now_ns() + d.as_nanos() as u64;
         self.run_until(t);
+    }
+
+    /// Runs events until no stream is in flight (ticks alone do not keep it running),
+    /// for at most `max` of clock time; returns whether everything finished.
+    pub fn run_until_idle(&mut self, max: Duration) -> bool {
+        let limit = self.now_ns() + max.as_nanos() as u64;
+        while self.in_flight() > 0 {
+            if !self.step(limit) {
+                break;
+            }
+        }
+        self.in_flight() == 0
     }
 
     /// Runs until stream `id` has finished (at most 1 h of clock time).

@@ -177,6 +177,37 @@ fn take<'a>(b: &'a [u8], pos: &mut usize, len: usize) -> Result<&'a [u8], MapErr
     Ok(s)
 }
 
+impl std::fmt::Debug for HeaderMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(
+                self.pairs
+                    .iter()
+                    .map(|(k, v)| (k, String::from_utf8_lossy(v))),
+            )
+            .finish()
+    }
+}
+
+impl serde::Serialize for HeaderMap {
+    /// As a list of `[name, value]` pairs (values as lossy UTF-8).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.pairs.len()))?;
+        for (k, v) in &self.pairs {
+            seq.serialize_element(&(k, String::from_utf8_lossy(v)))?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for HeaderMap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let pairs: Vec<(String, String)> = serde::Deserialize::deserialize(d)?;
+        Ok(HeaderMap::from_pairs(pairs))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,36 +259,5 @@ mod tests {
         m.remove("a");
         assert_eq!(m.get("a"), None);
         assert_eq!(m.len(), 2);
-    }
-}
-
-impl std::fmt::Debug for HeaderMap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(
-                self.pairs
-                    .iter()
-                    .map(|(k, v)| (k, String::from_utf8_lossy(v))),
-            )
-            .finish()
-    }
-}
-
-impl serde::Serialize for HeaderMap {
-    /// As a list of `[name, value]` pairs (values as lossy UTF-8).
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let mut seq = s.serialize_seq(Some(self.pairs.len()))?;
-        for (k, v) in &self.pairs {
-            seq.serialize_element(&(k, String::from_utf8_lossy(v)))?;
-        }
-        seq.end()
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for HeaderMap {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let pairs: Vec<(String, String)> = serde::Deserialize::deserialize(d)?;
-        Ok(HeaderMap::from_pairs(pairs))
     }
 }

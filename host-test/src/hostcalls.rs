@@ -131,7 +131,7 @@ fn stream_mut<'a>(c: &'a mut C) -> HR<&'a mut StreamData> {
 }
 
 /// The header map `ty` as it exists in the current context and phase.
-fn header_map<'a>(d: &'a mut VmState, ty: i32) -> HR<&'a mut HeaderMap> {
+fn header_map(d: &mut VmState, ty: i32) -> HR<&mut HeaderMap> {
     if ty == map::HTTP_CALL_RESPONSE_HEADERS || ty == map::HTTP_CALL_RESPONSE_TRAILERS {
         let r = d.call_response.as_mut().ok_or(Status::BadArgument)?;
         return Ok(if ty == map::HTTP_CALL_RESPONSE_HEADERS {
@@ -360,6 +360,7 @@ fn send_local_response(c: &mut C, a: [i32; 8]) -> HR<()> {
                 .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
                 .collect(),
             body,
+            grpc_status: if a[7] < 0 { None } else { Some(a[7] as u32) },
         });
     }
     Ok(())
@@ -374,6 +375,7 @@ macro_rules! wrap {
     };
 }
 
+#[allow(clippy::redundant_closure_call)]
 pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
     wrap!(l, "proxy_log", |c, level: i32, p: i32, n: i32| log(
         c, level, p, n

@@ -22,7 +22,8 @@ pub enum Class {
     UpstreamOk,
     /// Upstream answered >= 500, reset or timed out (and the filter let that through).
     UpstreamFailed,
-    /// The filter answered locally with an error (status >= 400, tag not "fallback").
+    /// The filter answered locally with an error (status >= 400 or a non-zero
+    /// grpc-status, tag not "fallback").
     RejectedLocally,
     /// The filter answered locally with a substitute (status < 400 or tag contains
     /// "fallback").
@@ -83,8 +84,9 @@ pub fn classify(r: &StreamRecord) -> Class {
         Outcome::ClosedByFilter => Class::ClosedByFilter,
         Outcome::LocalReply => {
             let status = r.response_status.unwrap_or(0);
+            let grpc_error = r.response_header("grpc-status").is_some_and(|g| g != "0");
             let tag = local_tag(r).unwrap_or_default();
-            if tag.contains("fallback") || status < 400 {
+            if tag.contains("fallback") || (status < 400 && !grpc_error) {
                 Class::FallbackServed
             } else {
                 Class::RejectedLocally
@@ -240,7 +242,9 @@ impl ReportBuilder {
                         label: phase_label(p),
                         degraded: p.reset_ratio > 0.0
                             || p.hang_ratio > 0.0
-                            || p.status.iter().any(|(k, w)| *w > 0.0 && k.as_str() >= "500"),
+                            || p.status
+                                .iter()
+                                .any(|(k, w)| *w > 0.0 && k.as_str() >= "500"),
                     })
                     .collect(),
                 totals: Totals::default(),

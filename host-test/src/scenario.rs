@@ -335,12 +335,16 @@ impl Scenario {
             }
         }
         if t.paths.is_empty()
-            || t.paths.iter().any(|w| !(w.weight >= 0.0))
+            || t.paths.iter().any(|w| w.weight.is_nan() || w.weight < 0.0)
             || t.paths.iter().all(|w| w.weight == 0.0)
         {
             bail!("traffic.paths: need at least one path with a positive weight");
         }
-        if t.methods.is_empty() || t.methods.iter().all(|w| !(w.weight > 0.0)) {
+        if t.methods.is_empty()
+            || t.methods
+                .iter()
+                .all(|w| w.weight.is_nan() || w.weight <= 0.0)
+        {
             bail!("traffic.methods: need at least one method with a positive weight");
         }
         if self.upstream.is_empty() {
@@ -363,7 +367,7 @@ impl Scenario {
                 let code: u16 = k.parse().map_err(|_| {
                     anyhow::anyhow!("upstream[{i}].status: key {k:?} is not an HTTP status")
                 })?;
-                if !(100..=599).contains(&code) || !(*w >= 0.0) {
+                if !(100..=599).contains(&code) || w.is_nan() || *w < 0.0 {
                     bail!("upstream[{i}].status.{k}: status must be 100..=599 and weight >= 0");
                 }
             }

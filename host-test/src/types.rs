@@ -262,6 +262,9 @@ pub struct LocalReply {
     pub headers: Vec<(String, String)>,
     /// Body.
     pub body: String,
+    /// gRPC status passed to `proxy_send_local_response` (None for -1).
+    #[serde(default)]
+    pub grpc_status: Option<u32>,
 }
 
 /// How a stream ended.

@@ -169,6 +169,8 @@ pub struct VmState {
     pub(crate) done_called: bool,
 }
 
+type I32x5 = (i32, i32, i32, i32, i32);
+
 /// Typed handles to the exports the host calls.
 #[derive(Clone)]
 struct Exports {
@@ -184,7 +186,7 @@ struct Exports {
     on_request_body: Option<TypedFunc<(i32, i32, i32), i32>>,
     on_response_headers: Option<TypedFunc<(i32, i32, i32), i32>>,
     on_response_body: Option<TypedFunc<(i32, i32, i32), i32>>,
-    on_http_call_response: Option<TypedFunc<(i32, i32, i32, i32, i32), ()>>,
+    on_http_call_response: Option<TypedFunc<I32x5, ()>>,
 }
 
 /// One instantiated VM (a "clone" in Envoy terms).

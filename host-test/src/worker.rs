@@ -318,6 +318,7 @@ impl WorkerVm {
                         details: "wasm_fail_stream".into(),
                         headers: vec![],
                         body: String::new(),
+                        grpc_status: None,
                     };
                     ctl.st = St::Active;
                     ctl.rec.local_reply = Some(lr.clone());
@@ -546,6 +547,7 @@ impl WorkerVm {
             details: details.into(),
             headers: vec![("content-type".into(), "text/plain".into())],
             body: body.into(),
+            grpc_status: None,
         };
         self.local_reply(id, lr);
     }
@@ -567,15 +569,35 @@ impl WorkerVm {
         }
         ctl.details = lr.details.clone();
         ctl.due = None;
+        let is_grpc = ctl.req.headers.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("content-type") && v.starts_with("application/grpc")
+        });
         let mut h = HeaderMap::new();
-        h.add(":status", lr.status.to_string().as_bytes());
-        for (k, v) in &lr.headers {
-            h.add(k, v.as_bytes());
-        }
-        if !lr.body.is_empty() {
-            h.add("content-length", lr.body.len().to_string().as_bytes());
-        }
-        let body = lr.body.clone().into_bytes();
+        let body = match lr.grpc_status {
+            // Envoy answers a gRPC request with a trailers-only gRPC response.
+            Some(g) if is_grpc => {
+                h.add(":status", b"200");
+                h.add("content-type", b"application/grpc");
+                h.add("grpc-status", g.to_string().as_bytes());
+                if !lr.body.is_empty() {
+                    h.add("grpc-message", lr.body.as_bytes());
+                }
+                for (k, v) in &lr.headers {
+                    h.add(k, v.as_bytes());
+                }
+                Vec::new()
+            }
+            _ => {
+                h.add(":status", lr.status.to_string().as_bytes());
+                for (k, v) in &lr.headers {
+                    h.add(k, v.as_bytes());
+                }
+                if !lr.body.is_empty() {
+                    h.add("content-length", lr.body.len().to_string().as_bytes());
+                }
+                lr.body.clone().into_bytes()
+            }
+        };
         let replace = ctl.in_response;
         ctl.rec.local_reply = Some(lr);
         if replace {

@@ -252,6 +252,32 @@ fn local_reply_travels_through_the_response_phase() {
 }
 
 #[test]
+fn grpc_local_reply_is_trailers_only_for_grpc_requests() {
+    let mut h = harness(1, "");
+    let r = h.request(
+        0,
+        Request::get("/probe/grpc-reject")
+            .method("POST")
+            .header("content-type", "application/grpc"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(r.response_status, Some(200));
+    assert_eq!(r.response_header("grpc-status").as_deref(), Some("14"));
+    assert_eq!(
+        r.response_header("grpc-message").as_deref(),
+        Some("rejected")
+    );
+    assert_eq!(
+        r.response_header("content-type").as_deref(),
+        Some("application/grpc")
+    );
+    assert_eq!(report::classify(&r), report::Class::RejectedLocally);
+    let plain = get(&mut h, 0, "/probe/grpc-reject");
+    assert_eq!(plain.response_header("grpc-status"), None);
+    assert_eq!(plain.body_text(), "rejected");
+}
+
+#[test]
 fn metrics_follow_envoy_rules() {
     let mut h = harness(2, "");
     let body = get(&mut h, 0, "/probe/metrics").body_text();
@@ -433,6 +459,32 @@ fn local_reply_from_tick_while_waiting() {
     assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
     assert_eq!(r.response_header("x-probe-resp").as_deref(), Some("504"));
     assert_eq!(r.latency_ns(), 50_000_000);
+}
+
+#[test]
+fn local_reply_from_tick_cancels_the_upstream_request() {
+    let mut h = harness(1, "tick_ms=50");
+    let id = h.submit(
+        0,
+        Request::get("/probe/watch"),
+        UpstreamReply::status(200).after_ms(1000),
+    );
+    assert!(h.run_until_idle(Duration::from_secs(5)));
+    let r = h.record(id).expect("finished").clone();
+    assert!(r.sent_upstream);
+    assert_eq!(r.upstream_status, None, "the upstream answer never arrived");
+    assert_eq!(
+        (r.outcome, r.response_status),
+        (Outcome::LocalReply, Some(504))
+    );
+    assert_eq!(r.response_header("x-probe-resp").as_deref(), Some("504"));
+    assert_eq!(r.latency_ns(), 50_000_000);
+    h.run_for(Duration::from_secs(2));
+    assert_eq!(
+        h.take_records().len(),
+        1,
+        "no second completion when the upstream reply is due"
+    );
 }
 
 #[test]

@@ -48,7 +48,11 @@ fn virtual_runs_are_bit_for_bit_reproducible() {
     assert_eq!(a, b, "same scenario + seed must give an identical report");
     let mut other = s.clone();
     other.seed = 12;
-    assert_ne!(other.run(probe()).unwrap().to_json(), a, "a different seed changes the run");
+    assert_ne!(
+        other.run(probe()).unwrap().to_json(),
+        a,
+        "a different seed changes the run"
+    );
 }
 
 #[test]
@@ -58,14 +62,35 @@ fn report_counts_every_outcome_per_second() {
     let t = &r.totals;
     assert!(t.requests > 2500 && t.requests < 3500, "{}", t.requests);
     assert_eq!(t.unfinished, 0);
-    assert_eq!(t.requests, r.timeline.iter().map(|s| s.requests).sum::<u64>());
+    assert_eq!(
+        t.requests,
+        r.timeline.iter().map(|s| s.requests).sum::<u64>()
+    );
     assert_eq!(t.requests, t.outcomes.values().sum::<u64>());
-    for c in [Class::UpstreamOk, Class::UpstreamFailed, Class::RejectedLocally, Class::FallbackServed] {
-        assert!(t.outcomes.get(c.name()).copied().unwrap_or(0) > 0, "no {}", c.name());
+    for c in [
+        Class::UpstreamOk,
+        Class::UpstreamFailed,
+        Class::RejectedLocally,
+        Class::FallbackServed,
+    ] {
+        assert!(
+            t.outcomes.get(c.name()).copied().unwrap_or(0) > 0,
+            "no {}",
+            c.name()
+        );
     }
-    assert_eq!(t.local_by_tag.get("rejected"), t.outcomes.get("rejected_locally"));
-    assert_eq!(t.local_by_tag.get("fallback"), t.outcomes.get("fallback_served"));
-    assert_eq!(t.local_by_status.keys().cloned().collect::<Vec<_>>(), ["200", "429"]);
+    assert_eq!(
+        t.local_by_tag.get("rejected"),
+        t.outcomes.get("rejected_locally")
+    );
+    assert_eq!(
+        t.local_by_tag.get("fallback"),
+        t.outcomes.get("fallback_served")
+    );
+    assert_eq!(
+        t.local_by_status.keys().cloned().collect::<Vec<_>>(),
+        ["200", "429"]
+    );
     // Phase 2 (resets and hangs) fails upstream requests; phase 1 mostly succeeds.
     let ok = |s: &report::Second| *s.outcomes.get("upstream_ok").unwrap_or(&0);
     assert!(r.timeline[..10].iter().all(|s| ok(s) > 0));
@@ -77,7 +102,11 @@ fn report_counts_every_outcome_per_second() {
     assert_eq!(req.len(), 20);
     assert!(req.windows(2).all(|w| w[0] <= w[1]));
     assert_eq!(r.metrics["probe.requests"].scalar(), t.requests);
-    assert_eq!(r.metric_series["probe.ticks"][0], 4 * 4, "3 workers + main, 4 ticks per second");
+    assert_eq!(
+        r.metric_series["probe.ticks"][0],
+        4 * 4,
+        "3 workers + main, 4 ticks per second"
+    );
     assert!(r.stats.contains("wasmcustom.probe.requests: "));
     assert!(r.prometheus.contains("# TYPE probe_requests counter"));
 }
@@ -95,7 +124,10 @@ from_s = 0
 latency = { dist = "fixed", ms = 100 }
 "#;
     let r = Scenario::from_toml(text).unwrap().run(probe()).unwrap();
-    assert_eq!(r.totals.requests, 200, "10 clients x 20 sequential 100 ms requests");
+    assert_eq!(
+        r.totals.requests, 200,
+        "10 clients x 20 sequential 100 ms requests"
+    );
     assert_eq!(r.timeline[0].requests, 100);
 }
 
@@ -111,15 +143,22 @@ fn html_is_self_contained() {
 
 #[test]
 fn bad_scenarios_name_the_field() {
-    let err = |t: &str| format!("{:#}", Scenario::from_toml(t).err().expect("must fail"));
+    let err = |t: &str| format!("{:#}", Scenario::from_toml(t).expect_err("must fail"));
     let base = "duration_s = 1\n[traffic]\nrate_per_s = 1\n";
-    assert!(err(&format!("{base}[[upstream]]\nfrom_s = 0\nstatus = {{ \"abc\" = 1 }}\n")).contains("upstream[0].status"));
+    assert!(err(&format!(
+        "{base}[[upstream]]\nfrom_s = 0\nstatus = {{ \"abc\" = 1 }}\n"
+    ))
+    .contains("upstream[0].status"));
     assert!(err(&format!("{base}[[upstream]]\nfrom_s = 1\n")).contains("upstream[0].from_s"));
-    assert!(err(&format!("{base}[[upstream]]\nfrom_s = 0\nreset_ratio = 2.0\n")).contains("upstream[0]"));
+    assert!(err(&format!(
+        "{base}[[upstream]]\nfrom_s = 0\nreset_ratio = 2.0\n"
+    ))
+    .contains("upstream[0]"));
     assert!(err(&format!("{base}[[upstream]]\nfrom_s = 0\nbogus = 1\n")).contains("bogus"));
     assert!(err("duration_s = 1\n[traffic]\n[[upstream]]\nfrom_s = 0\n").contains("traffic"));
     assert!(err(&format!("workers = 0\n{base}[[upstream]]\nfrom_s = 0\n")).contains("workers"));
-    let bad_route = format!("{base}[[routes]]\nname = \"r\"\ncluster = \"nope\"\n[[upstream]]\nfrom_s = 0\n");
+    let bad_route =
+        format!("{base}[[routes]]\nname = \"r\"\ncluster = \"nope\"\n[[upstream]]\nfrom_s = 0\n");
     assert!(err(&bad_route).contains("unknown cluster"));
 }
 
