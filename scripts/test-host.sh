@@ -31,6 +31,7 @@ $bin run host-test/scenarios/flaky-backend.toml --json "$out/a.json" --html "$ou
 $bin run host-test/scenarios/flaky-backend.toml --json "$out/b.json" --quiet
 cmp "$out/a.json" "$out/b.json" || { echo "virtual-time run not reproducible" >&2; exit 1; }
 grep -q '<svg' "$out/a.html"
-$bin check target/fixtures/wasm32-wasip1/release/fixture_probe.wasm --workers 2 | grep -q proxy_on_configure
+check_out=$($bin check target/fixtures/wasm32-wasip1/release/fixture_probe.wasm --workers 2)
+[ "$(grep -c proxy_on_configure <<<"$check_out")" = 4 ] || { echo "check: expected 4 on_configure calls" >&2; exit 1; }
 $bin bench --module target/fixtures/wasm32-wasip1/release/fixture_noop.wasm --requests 300 --rounds 1 >/dev/null
 echo "== host-test: ok"

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::clock::ClockMode;
 use crate::harness::{Harness, HarnessConfig};
-use crate::types::{PluginConfig, Request, UpstreamReply};
+use crate::types::{PluginConfig, RecordDetail, Request, UpstreamReply};
 use crate::vm::WasmModule;
 
 /// One module to measure.
@@ -74,6 +74,7 @@ fn measure(t: &BenchTarget, cfg: &BenchConfig, workers: usize) -> anyhow::Result
             workers,
             clock: ClockMode::Real,
             plugin: t.plugin.clone(),
+            records: RecordDetail::Summary,
             ..Default::default()
         },
     )?;

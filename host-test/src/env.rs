@@ -136,6 +136,7 @@ pub(crate) struct Env {
     pub bus: Bus,
     pub seed: u64,
     pub log_level: i32,
+    pub records: crate::types::RecordDetail,
 }
 
 impl Env {

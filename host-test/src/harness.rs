@@ -14,7 +14,7 @@ use crate::env::{Bus, Env, LifecycleCall, LogRecord, Process};
 use crate::shared::CasMode;
 use crate::stats::MetricValue;
 use crate::types::{
-    ClusterConfig, PluginConfig, Request, RouteConfig, StreamRecord, UpstreamReply,
+    ClusterConfig, PluginConfig, RecordDetail, Request, RouteConfig, StreamRecord, UpstreamReply,
 };
 use crate::vm::{Vm, WasmModule};
 use crate::worker::{Event, EventQueue, Scheduled, WorkerThread};
@@ -40,6 +40,8 @@ pub struct HarnessConfig {
     pub seed: u64,
     /// Level `proxy_get_log_level` reports (0 trace .. 5 critical; Envoy default 2 info).
     pub log_level: i32,
+    /// Full stream records (default) or cheaper summaries.
+    pub records: RecordDetail,
 }
 
 impl Default for HarnessConfig {
@@ -53,6 +55,7 @@ impl Default for HarnessConfig {
             clusters: vec![ClusterConfig::default()],
             seed: 1,
             log_level: 2,
+            records: RecordDetail::Full,
         }
     }
 }
@@ -108,6 +111,7 @@ impl Harness {
             },
             seed: cfg.seed,
             log_level: cfg.log_level,
+            records: cfg.records,
         });
         let base = Vm::new(module, env.clone(), usize::MAX, "base").context("base VM")?;
         {
@@ -420,10 +424,26 @@ impl Harness {
                 self.push(at, w, ev);
             }
         }
-        self.collect();
         let last = self.next_id;
-        Ok((first..last)
-            .filter_map(|id| self.records.remove(&id))
-            .collect())
+        let done = std::mem::take(
+            &mut *self
+                .env
+                .bus
+                .completed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let mut out = Vec::with_capacity((last - first) as usize);
+        for r in done {
+            self.finished += 1;
+            if (first..last).contains(&r.id) {
+                out.push(r);
+            } else {
+                self.records.insert(r.id, r);
+            }
+        }
+        self.collect();
+        out.sort_by_key(|r| r.id);
+        Ok(out)
     }
 }

@@ -416,6 +416,7 @@ impl Scenario {
             clusters: self.clusters.clone(),
             seed: self.seed,
             log_level: 2,
+            records: crate::types::RecordDetail::Summary,
         }
     }
 

@@ -237,6 +237,18 @@ impl Request {
     }
 }
 
+/// How much of each stream a harness records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordDetail {
+    /// Everything: upstream request headers, response headers and body, callbacks.
+    #[default]
+    Full,
+    /// Outcome, statuses, times, flags, details, the local reply, and only the
+    /// `x-fusewire` / `grpc-status` response headers — cheaper (benchmarks, scenarios).
+    Summary,
+}
+
 /// Who produced a local reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use crate::env::{Env, LogRecord};
 use crate::headers::HeaderMap;
 use crate::types::{
-    flags, FailurePolicy, LocalReply, LocalReplySource, Outcome, Request, StreamRecord,
-    UpstreamReply,
+    flags, FailurePolicy, LocalReply, LocalReplySource, Outcome, RecordDetail, Request,
+    StreamRecord, UpstreamReply,
 };
 use crate::vm::{FinalInfo, Phase, StreamData, Vm, WasmModule};
 
@@ -87,7 +87,9 @@ pub(crate) struct WorkerVm {
     module: WasmModule,
     vm: Option<Vm>,
     failed_at: u64,
-    ctls: BTreeMap<u64, Ctl>,
+    ctls: BTreeMap<u64, Box<Ctl>>,
+    /// Keep full stream records (headers, bodies, callbacks) or summaries.
+    full: bool,
 }
 
 impl WorkerVm {
@@ -101,6 +103,7 @@ impl WorkerVm {
         let mut vm = Vm::new(&module, env.clone(), index, &name)?;
         vm.start_root()
             .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        let full = env.records == RecordDetail::Full;
         Ok(WorkerVm {
             env,
             index,
@@ -109,6 +112,7 @@ impl WorkerVm {
             vm: Some(vm),
             failed_at: 0,
             ctls: BTreeMap::new(),
+            full,
         })
     }
 
@@ -249,7 +253,7 @@ impl WorkerVm {
             }
         }
         let Some(vm) = self.vm.as_mut() else {
-            self.ctls.insert(id, ctl);
+            self.ctls.insert(id, Box::new(ctl));
             return self.vm_unavailable(id);
         };
         let ctx = vm.next_context_id();
@@ -269,8 +273,10 @@ impl WorkerVm {
             ..StreamData::default()
         };
         vm.store.data_mut().streams.insert(ctx, data);
-        ctl.rec.callbacks.push("on_context_create".into());
-        self.ctls.insert(id, ctl);
+        if self.full {
+            ctl.rec.callbacks.push("on_context_create".into());
+        }
+        self.ctls.insert(id, Box::new(ctl));
         let r = self.vm.as_mut().map(|vm| vm.on_context_create(ctx));
         if let Some(Err(e)) = r {
             self.fail(e);
@@ -357,7 +363,9 @@ impl WorkerVm {
             return Flow::Continue;
         }
         let ctx = ctl.ctx;
-        ctl.rec.callbacks.push(phase_name(phase).into());
+        if self.full {
+            ctl.rec.callbacks.push(phase_name(phase).into());
+        }
         ctl.st = St::Active;
         let Some(vm) = self.vm.as_mut() else {
             self.vm_unavailable(id);
@@ -408,7 +416,7 @@ impl WorkerVm {
         let Some(ctl) = self.ctls.get(&id) else {
             return;
         };
-        let n = ctl.req.header_map().len() + 1;
+        let n = ctl.req.headers.len() + 5;
         let eos = ctl.req.body.is_empty();
         match self.call(id, Phase::RequestHeaders, n, eos) {
             Flow::Continue => self.req_body(id),
@@ -475,7 +483,9 @@ impl WorkerVm {
             return;
         };
         ctl.rec.sent_upstream = true;
-        ctl.rec.upstream_request_headers = Some(headers);
+        if self.full {
+            ctl.rec.upstream_request_headers = Some(headers);
+        }
         ctl.st = St::Upstream;
         ctl.sent_ns = now;
         let timeout = route.timeout_ms * 1_000_000;
@@ -671,8 +681,19 @@ impl WorkerVm {
         };
         let (h, b) = from_vm.or_else(|| ctl.resp.clone()).unwrap_or_default();
         ctl.rec.response_status = h.get_str(":status").and_then(|s| s.parse().ok());
-        ctl.rec.response_headers = Some(h);
-        ctl.rec.response_body = b;
+        if self.full {
+            ctl.rec.response_headers = Some(h);
+            ctl.rec.response_body = b;
+        } else {
+            // Summary records keep only what reports classify by.
+            let keep = h
+                .pairs()
+                .iter()
+                .filter(|(k, _)| k == crate::report::TAG_HEADER || k == "grpc-status");
+            ctl.rec.response_headers = Some(HeaderMap::from_pairs(
+                keep.map(|(k, v)| (k.as_str(), v.as_slice())),
+            ));
+        }
         ctl.rec.outcome = match ctl.rec.local_reply.as_ref().map(|l| l.source) {
             Some(LocalReplySource::Filter) => Outcome::LocalReply,
             Some(LocalReplySource::WasmFailure) => Outcome::FailClosed,
@@ -736,15 +757,12 @@ impl WorkerVm {
                 (Phase::None, "on_delete"),
             ] {
                 let Some(vm) = self.vm.as_mut() else { break };
-                ctl.rec.callbacks.push(name.into());
+                if self.full {
+                    ctl.rec.callbacks.push(name.into());
+                }
                 if let Err(e) = vm.on_end(phase, ctx) {
-                    self.ctls.insert(
-                        id,
-                        Ctl {
-                            bypass: true,
-                            ..ctl
-                        },
-                    );
+                    ctl.bypass = true;
+                    self.ctls.insert(id, ctl);
                     self.fail(e);
                     let Some(c) = self.ctls.remove(&id) else {
                         return;
