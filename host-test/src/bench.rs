@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use crate::clock::ClockMode;
 use crate::harness::{Harness, HarnessConfig};
-use crate::types::{PluginConfig, RecordDetail, Request, UpstreamReply};
+use crate::types::{
+    ClusterConfig, PluginConfig, RecordDetail, Request, RouteConfig, UpstreamReply,
+};
 use crate::vm::WasmModule;
 
 /// One module to measure.
@@ -33,6 +35,8 @@ pub struct BenchConfig {
     pub path: String,
     /// Upstream status.
     pub status: u16,
+    /// Name of the cluster the route sends to (properties `xds.cluster_name`).
+    pub cluster: String,
 }
 
 impl Default for BenchConfig {
@@ -43,6 +47,7 @@ impl Default for BenchConfig {
             rounds: 3,
             path: "/".into(),
             status: 200,
+            cluster: "backend".into(),
         }
     }
 }
@@ -75,6 +80,14 @@ fn measure(t: &BenchTarget, cfg: &BenchConfig, workers: usize) -> anyhow::Result
             clock: ClockMode::Real,
             plugin: t.plugin.clone(),
             records: RecordDetail::Summary,
+            routes: vec![RouteConfig {
+                cluster: cfg.cluster.clone(),
+                ..Default::default()
+            }],
+            clusters: vec![ClusterConfig {
+                name: cfg.cluster.clone(),
+                ..Default::default()
+            }],
             ..Default::default()
         },
     )?;

@@ -55,7 +55,7 @@ fn frame(out: &mut String, r: &Report, h: f64, ymax: f64, unit: &str) {
         let to = r.phases.get(i + 1).map(|p| p.from_s).unwrap_or(n).min(n);
         let x0 = PAD_L + pw * from / n;
         let x1 = PAD_L + pw * to / n;
-        let fill = if label == "healthy" {
+        let fill = if !p.degraded {
             "#f4faf6"
         } else if i % 2 == 0 {
             "#fdf1f0"

@@ -14,7 +14,8 @@ USAGE:
                     [--json OUT.json] [--html OUT.html] [--stats] [--prometheus] [--quiet]
       Plays a scenario; prints a summary (and /stats or Prometheus text if asked).
   fusewire-host bench --module A.wasm [--config A.json] [--name A] [--module B.wasm ...]
-                    [--workers N] [--requests N] [--rounds N] [--path /p] [--json OUT.json]
+                    [--workers N] [--requests N] [--rounds N] [--path /p] [--cluster NAME]
+                    [--status CODE] [--json OUT.json]
       Requests/s and µs/request through the harness (real clock, zero-latency upstream)
       for each module in the same run; the first module is the baseline.
   fusewire-host check <module.wasm> [--config plugin.json] [--workers N]
@@ -190,6 +191,12 @@ fn bench_cmd(args: &[String]) -> anyhow::Result<()> {
                     .context("--rounds: not an integer")?
             }
             "--path" => cfg.path = value(args, &mut i, "--path")?.into(),
+            "--cluster" => cfg.cluster = value(args, &mut i, "--cluster")?.into(),
+            "--status" => {
+                cfg.status = value(args, &mut i, "--status")?
+                    .parse()
+                    .context("--status: not an HTTP status")?
+            }
             "--json" => json = Some(value(args, &mut i, "--json")?.to_string()),
             a => bail!("bench: unknown argument {a:?}"),
         }
