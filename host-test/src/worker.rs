@@ -310,6 +310,7 @@ impl WorkerVm {
         ctl.bypass = true;
         if self.env.plugin.failure_policy == FailurePolicy::FailOpen {
             match ctl.st {
+                _ if ctl.in_response => self.complete(id),
                 St::Active | St::PausedReqHeaders | St::PausedReqBody => self.send_upstream(id),
                 St::PausedRespHeaders | St::PausedRespBody => self.complete(id),
                 St::Upstream => {}

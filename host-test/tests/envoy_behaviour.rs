@@ -354,6 +354,33 @@ fn trap_under_fail_open_skips_the_filter() {
 }
 
 #[test]
+fn trap_in_the_response_phase_follows_the_policy() {
+    for (policy, status, outcome) in [
+        (FailurePolicy::FailOpen, 200, Outcome::UpstreamOk),
+        (FailurePolicy::FailClosed, 503, Outcome::FailClosed),
+    ] {
+        let mut h = harness_with(HarnessConfig {
+            workers: 1,
+            plugin: PluginConfig {
+                failure_policy: policy,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let r = get(&mut h, 0, "/probe/trap-response");
+        assert_eq!(
+            (r.response_status, r.outcome),
+            (Some(status), outcome),
+            "{policy:?}"
+        );
+        assert!(r.sent_upstream, "{policy:?}: forwarded exactly once");
+        assert_eq!(r.response_header("x-probe-resp"), None, "{policy:?}");
+        assert!(!h.worker_alive(0));
+        assert_eq!(h.take_records().len(), 1, "{policy:?}: one completion");
+    }
+}
+
+#[test]
 fn trap_under_fail_reload_recreates_the_vm_and_keeps_shared_data() {
     let mut h = harness_with(HarnessConfig {
         workers: 1,
