@@ -340,6 +340,13 @@ impl Worker {
             let r = e
                 .handle
                 .tick(&mut self.store, &plugin.shared, &p.params, owner, now, rand);
+            if p.bulkhead.is_some() {
+                // The ledger is the truth (it forgets crashed VMs): resync the gauge.
+                let ttl = plugin.shared.lease_ttl_ms;
+                if let Some(n) = e.handle.global_in_flight(&mut self.store, now, ttl) {
+                    e.metrics.set_in_flight(n);
+                }
+            }
             self.report(ki, r);
         }
     }

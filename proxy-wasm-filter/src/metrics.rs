@@ -127,6 +127,13 @@ impl KeyMetrics {
         }
     }
 
+    /// Sets the in-flight gauge to the process-wide count read from the slot ledger.
+    pub fn set_in_flight(&self, n: u64) {
+        if let Some(id) = self.in_flight {
+            host::record_metric(id, n);
+        }
+    }
+
     /// Records a latency sample.
     pub fn latency(&self, ms: u64) {
         if let Some(id) = self.latency {

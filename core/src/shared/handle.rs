@@ -553,6 +553,10 @@ impl KeyHandle {
         rand: u32,
     ) -> Report {
         let mut report = self.flush(store, sp, p, now_ms, rand);
+        // A fresh view (one read; decoded only if it changed) so hung probes are seen
+        // by every worker, not only by those that recently read the key.
+        let r = self.refresh(store, p, now_ms);
+        report.issue = report.issue.or(r.issue);
         let hung = matches!(&self.cached, Some((_, s))
             if s.phase == Phase::HalfOpen && s.leases.iter().any(|l| now_ms >= l.deadline_ms));
         if hung {

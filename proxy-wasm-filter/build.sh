@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds fusewire_proxy_wasm.wasm for both wasm targets with the root `wasm` profile,
+# runs wasm-opt (npm package binaryen, installed locally under target/npm), checks
+# the size budget and the import list. Output: target/fusewire/<target>/fusewire.wasm
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MAX_BYTES=${FUSEWIRE_MAX_WASM_BYTES:-256000}
+WASM_OPT=target/npm/node_modules/.bin/wasm-opt
+if [ ! -x "$WASM_OPT" ]; then
+  mkdir -p target/npm
+  npm install --prefix target/npm --no-audit --no-fund --silent binaryen@132 >/dev/null
+fi
+for t in wasm32-wasip1 wasm32-unknown-unknown; do
+  cargo build --quiet -p fusewire-proxy-wasm --profile wasm --target "$t"
+  mkdir -p "target/fusewire/$t"
+  out="target/fusewire/$t/fusewire.wasm"
+  "$WASM_OPT" -Oz --converge --strip-debug --strip-producers \
+    --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
+    --enable-mutable-globals "target/$t/wasm/fusewire_proxy_wasm.wasm" -o "$out"
+  raw=$(stat -c %s "target/$t/wasm/fusewire_proxy_wasm.wasm")
+  size=$(stat -c %s "$out")
+  echo "$t: $raw bytes from cargo, $size bytes after wasm-opt -Oz (budget $MAX_BYTES)"
+  if [ "$size" -gt "$MAX_BYTES" ]; then
+    echo "error: $out is $size bytes, over the $MAX_BYTES byte budget" >&2
+    exit 1
+  fi
+done

@@ -1,0 +1,617 @@
+//! The filter inside fusewire-host-test (Envoy's stand-in): 4 worker VMs on OS
+//! threads, shared data with Envoy (lenient) and Kong (strict) CAS rules, virtual time.
+//!
+//! Needs the built module: `scripts/test-filter.sh` builds it first (or set
+//! `FUSEWIRE_WASM` to a .wasm path).
+
+use std::time::Duration;
+
+use fusewire_core::shared::codec::{self, Kind};
+use fusewire_core::shared::{KeyState, Phase, SlotLedger};
+use fusewire_host_test::*;
+
+fn module_path(target: &str) -> String {
+    std::env::var("FUSEWIRE_WASM").unwrap_or_else(|_| {
+        format!(
+            "{}/../target/fusewire/{target}/fusewire.wasm",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    })
+}
+
+fn module() -> WasmModule {
+    let p = module_path("wasm32-wasip1");
+    WasmModule::from_file(&p)
+        .unwrap_or_else(|e| panic!("{p}: {e} — build it with proxy-wasm-filter/build.sh"))
+}
+
+const BASE: &str = r#"{
+  "tick_ms": 100,
+  "shared": {"lease_ttl_ms": 2000, "heartbeat_ms": 500},
+  "policies": [{
+    "name": "svc",
+    "match": {"path_prefix": "/api"},
+    "breaker": {
+      "error_percentage": {"request_volume_threshold": 20, "threshold_percentage": 50},
+      "open": {"sleep_window_ms": 5000},
+      "half_open": {"permitted_probes": 2, "success_threshold": 2, "probe_timeout_ms": 3000}
+    },
+    BULKHEAD
+    "fallback": {"status": 503, "headers": {"content-type": "text/plain"}, "body": "fallback: {reason}"}
+  }]
+}"#;
+
+fn config(bulkhead: Option<u32>) -> String {
+    BASE.replace(
+        "BULKHEAD",
+        &bulkhead.map_or(String::new(), |n| {
+            format!(r#""bulkhead": {{"max_concurrent": {n}}},"#)
+        }),
+    )
+}
+
+fn harness_with(
+    process: Option<std::sync::Arc<Process>>,
+    cas: CasMode,
+    json: &str,
+    route_timeout_ms: u64,
+) -> Harness {
+    let cfg = HarnessConfig {
+        workers: 4,
+        clock: ClockMode::Virtual,
+        cas_mode: cas,
+        plugin: PluginConfig {
+            name: "fusewire".into(),
+            root_id: "fusewire".into(),
+            vm_id: "fusewire-v1".into(),
+            configuration: json.into(),
+            failure_policy: FailurePolicy::FailClosed,
+            ..Default::default()
+        },
+        routes: vec![RouteConfig {
+            name: "r1".into(),
+            prefix: "/".into(),
+            cluster: "backend".into(),
+            timeout_ms: route_timeout_ms,
+        }],
+        clusters: vec![ClusterConfig::default()],
+        seed: 1,
+        ..Default::default()
+    };
+    let m = module();
+    match process {
+        Some(p) => Harness::with_process(p, &m, cfg),
+        None => Harness::new(&m, cfg),
+    }
+    .expect("plugin loads")
+}
+
+fn harness(cas: CasMode, json: &str) -> Harness {
+    harness_with(None, cas, json, 15_000)
+}
+
+fn counter(h: &Harness, name: &str) -> u64 {
+    match h.metric(name) {
+        Some(MetricValue::Counter { value }) => value,
+        Some(MetricValue::Gauge { value }) => value as u64,
+        _ => 0,
+    }
+}
+
+fn state(h: &Harness, key: &str) -> KeyState {
+    let (bytes, _) = h
+        .shared_data(&format!("fusewire/v1/state/{key}"))
+        .expect("state written");
+    codec::decode(Kind::KeyState, &bytes).expect("valid state")
+}
+
+fn in_flight(h: &Harness, key: &str, now_ms: u64) -> u64 {
+    match h.shared_data(&format!("fusewire/v1/slots/{key}")) {
+        None => 0,
+        Some((bytes, _)) => codec::decode::<SlotLedger>(Kind::SlotLedger, &bytes)
+            .expect("valid ledger")
+            .in_flight(now_ms, 2000),
+    }
+}
+
+/// Writes to shared data since `mark` (CAS tokens come from one global counter).
+fn writes_since(h: &Harness, mark: u32) -> u32 {
+    h.set_shared_data("test/mark", Some(b"x"), 0);
+    let (_, cas) = h.shared_data("test/mark").expect("mark");
+    cas - mark - 1
+}
+
+fn mark(h: &Harness) -> u32 {
+    h.set_shared_data("test/mark", Some(b"x"), 0);
+    h.shared_data("test/mark").expect("mark").1
+}
+
+fn short_circuited(r: &StreamRecord) -> bool {
+    !r.sent_upstream
+        && r.response_status == Some(503)
+        && r.response_header("x-fusewire").as_deref() == Some("short-circuited")
+}
+
+fn both_modes(f: impl Fn(CasMode)) {
+    f(CasMode::Envoy);
+    f(CasMode::Kong);
+}
+
+#[test]
+fn trips_at_threshold_across_workers_and_every_worker_rejects_next() {
+    both_modes(|cas| {
+        let mut h = harness(cas, &config(None));
+        for i in 0..19 {
+            let r = h.request(
+                i % 4,
+                Request::get("/api/x"),
+                UpstreamReply::status(503).after_ms(1),
+            );
+            assert!(r.sent_upstream, "{cas:?} call {i}");
+            assert_eq!(r.response_status, Some(503));
+            assert_eq!(
+                r.response_header("x-fusewire"),
+                None,
+                "upstream 503 passes through"
+            );
+        }
+        assert_eq!(
+            state(&h, "svc").phase,
+            Phase::Closed,
+            "{cas:?}: 19 < volume 20"
+        );
+        h.request(3, Request::get("/api/x"), UpstreamReply::status(503));
+        assert_eq!(state(&h, "svc").phase, Phase::Open, "{cas:?}");
+        for w in 0..4 {
+            let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
+            assert!(
+                short_circuited(&r),
+                "{cas:?}: worker {w} must reject its next request: {r:?}"
+            );
+            assert_eq!(r.response_body, b"fallback: short-circuited");
+            assert_eq!(
+                r.response_header("content-type").as_deref(),
+                Some("text/plain")
+            );
+        }
+        assert_eq!(counter(&h, "fusewire.svc.failure"), 20);
+        assert_eq!(counter(&h, "fusewire.svc.short_circuited"), 4);
+        assert_eq!(counter(&h, "fusewire.svc.opened"), 1);
+        assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 1);
+    });
+}
+
+#[test]
+fn half_open_admits_exactly_the_permitted_probes_then_closes() {
+    both_modes(|cas| {
+        let mut h = harness(cas, &config(None));
+        for i in 0..20 {
+            h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
+        }
+        assert_eq!(state(&h, "svc").phase, Phase::Open);
+        h.run_for(Duration::from_millis(5_100));
+        // 16 concurrent requests over 4 workers; probes take 300 ms.
+        let t0 = h.now_ns();
+        let ids: Vec<u64> = (0..16)
+            .map(|i| {
+                h.submit_at(
+                    t0 + i as u64 * 1_000_000,
+                    i % 4,
+                    Request::get("/api/x"),
+                    UpstreamReply::status(200).after_ms(300),
+                )
+            })
+            .collect();
+        h.run_for(Duration::from_millis(1_000));
+        let recs: Vec<StreamRecord> = ids
+            .iter()
+            .map(|id| h.record(*id).expect("done").clone())
+            .collect();
+        let probes = recs.iter().filter(|r| r.sent_upstream).count();
+        assert_eq!(probes, 2, "{cas:?}: exactly permitted_probes process-wide");
+        assert_eq!(recs.iter().filter(|r| short_circuited(r)).count(), 14);
+        assert_eq!(
+            state(&h, "svc").phase,
+            Phase::Closed,
+            "{cas:?}: 2 successful probes close it"
+        );
+        for w in 0..4 {
+            let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
+            assert!(r.sent_upstream, "{cas:?}: closed again on worker {w}");
+        }
+        assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 0);
+        assert_eq!(counter(&h, "fusewire.svc.half_opened"), 1);
+        assert_eq!(counter(&h, "fusewire.svc.closed"), 1);
+    });
+}
+
+#[test]
+fn failed_probe_reopens_and_hung_probe_lease_expires() {
+    let mut h = harness(CasMode::Envoy, &config(None));
+    for i in 0..20 {
+        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
+    }
+    h.run_for(Duration::from_millis(5_100));
+    // One probe fails: open again with a fresh sleep window.
+    let r = h.request(1, Request::get("/api/x"), UpstreamReply::status(502));
+    assert!(r.sent_upstream);
+    assert_eq!(state(&h, "svc").phase, Phase::Open);
+    assert!(short_circuited(&h.request(
+        2,
+        Request::get("/api/x"),
+        UpstreamReply::status(200)
+    )));
+    h.run_for(Duration::from_millis(5_100));
+    // Two probes hang: after probe_timeout_ms the tick reopens instead of wedging.
+    let a = h.submit(0, Request::get("/api/x"), UpstreamReply::hang());
+    let b = h.submit(1, Request::get("/api/x"), UpstreamReply::hang());
+    h.run_for(Duration::from_millis(100));
+    assert_eq!(state(&h, "svc").phase, Phase::HalfOpen);
+    assert!(short_circuited(&h.request(
+        2,
+        Request::get("/api/x"),
+        UpstreamReply::status(200)
+    )));
+    h.run_for(Duration::from_millis(3_100));
+    assert_eq!(state(&h, "svc").phase, Phase::Open, "hung probes expired");
+    assert!(
+        h.record(a).is_none() && h.record(b).is_none(),
+        "still hanging upstream"
+    );
+    h.run_for(Duration::from_millis(20_000));
+    assert!(h.record(a).is_some(), "route timeout ended them");
+}
+
+#[test]
+fn bulkhead_never_exceeds_its_limit_across_workers() {
+    both_modes(|cas| {
+        // Rejections count as errors (Hystrix): keep the breaker's volume out of reach.
+        let json = config(Some(3)).replace(
+            "\"request_volume_threshold\": 20",
+            "\"request_volume_threshold\": 1000",
+        );
+        let mut h = harness(cas, &json);
+        let t0 = h.now_ns();
+        let ids: Vec<u64> = (0..40)
+            .map(|i| {
+                h.submit_at(
+                    t0 + (i / 8) as u64 * 40_000_000,
+                    i % 4,
+                    Request::get("/api/x"),
+                    UpstreamReply::status(200).after_ms(100),
+                )
+            })
+            .collect();
+        h.run_for(Duration::from_millis(2_000));
+        let recs: Vec<StreamRecord> = ids
+            .iter()
+            .map(|id| h.record(*id).expect("done").clone())
+            .collect();
+        let mut events: Vec<(u64, i32)> = recs
+            .iter()
+            .filter(|r| r.sent_upstream)
+            .flat_map(|r| [(r.start_ns, 1), (r.end_ns, -1)])
+            .collect();
+        events.sort_by_key(|&(t, d)| (t, d));
+        let (mut cur, mut max) = (0, 0);
+        for (_, d) in events {
+            cur += d;
+            max = max.max(cur);
+        }
+        assert_eq!(max, 3, "{cas:?}: limit reached but never exceeded");
+        let rejected = recs
+            .iter()
+            .filter(|r| r.response_header("x-fusewire").as_deref() == Some("rejected"))
+            .count();
+        let sent = recs.iter().filter(|r| r.sent_upstream).count();
+        assert!(
+            rejected > 0 && rejected + sent == 40,
+            "{cas:?}: rejected {rejected}, sent {sent}: {:?}",
+            recs.iter()
+                .filter(|r| !r.sent_upstream
+                    && r.response_header("x-fusewire").as_deref() != Some("rejected"))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            counter(&h, "fusewire.svc.semaphore_rejected"),
+            rejected as u64
+        );
+        let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
+        assert_eq!(in_flight(&h, "svc", now_ms), 0, "{cas:?}");
+    });
+}
+
+#[test]
+fn soak_with_resets_and_a_crashed_vm_returns_in_flight_to_zero() {
+    both_modes(|cas| {
+        let json = config(Some(16));
+        let mut h = harness(cas, &json);
+        // A second set of VMs (same vm_id) takes slots and dies without any callback.
+        {
+            let mut doomed = harness_with(Some(h.process().clone()), cas, &json, 0);
+            for w in 0..4 {
+                doomed.submit(w, Request::get("/api/hang"), UpstreamReply::hang());
+            }
+            doomed.run_for(Duration::from_millis(10));
+            let now_ms = 1_767_225_600_000 + doomed.now_ns() / 1_000_000;
+            assert_eq!(
+                in_flight(&doomed, "svc", now_ms),
+                4,
+                "{cas:?}: crashed VMs hold 4 slots"
+            );
+        }
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let t0 = h.now_ns();
+        for i in 0..10_000u64 {
+            let r = rnd();
+            let reply = match r % 100 {
+                0..=2 => UpstreamReply::reset().after_ms(r % 30),
+                3..=5 => UpstreamReply::status(503).after_ms(r % 30),
+                _ => UpstreamReply::status(200).after_ms(1 + r % 20),
+            };
+            let mut req = Request::get("/api/soak");
+            if r % 97 == 0 {
+                req = req.client_timeout_ms(5); // client goes away
+            }
+            h.submit_at(t0 + i * 2_000_000, (r >> 8) as usize % 4, req, reply);
+        }
+        h.run_for(Duration::from_secs(25));
+        let recs = h.take_records();
+        assert_eq!(recs.len(), 10_000);
+        let admitted = recs.iter().filter(|r| r.sent_upstream).count();
+        let rejected = recs
+            .iter()
+            .filter(|r| r.response_header("x-fusewire").is_some())
+            .count();
+        assert!(
+            admitted > 9_000,
+            "{cas:?}: admitted {admitted}, fallbacks {rejected}"
+        );
+        let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
+        assert_eq!(
+            in_flight(&h, "svc", now_ms),
+            0,
+            "{cas:?}: every slot released, crashed ones reclaimed"
+        );
+        assert_eq!(
+            counter(&h, "fusewire.svc.in_flight"),
+            0,
+            "{cas:?}: gauge back to 0"
+        );
+    });
+}
+
+#[test]
+fn non_matching_request_passes_untouched() {
+    let mut h = harness(CasMode::Envoy, &config(Some(1)));
+    let m = mark(&h);
+    let r = h.request(
+        0,
+        Request::get("/other").header("x-a", "1"),
+        UpstreamReply::status(503).with_header("x-up", "y"),
+    );
+    assert!(r.sent_upstream);
+    assert_eq!(r.response_status, Some(503));
+    assert_eq!(r.response_header("x-fusewire"), None);
+    assert_eq!(r.response_header("x-up").as_deref(), Some("y"));
+    let up = r.upstream_request_headers.as_ref().expect("forwarded");
+    assert_eq!(up.get("x-a"), Some(b"1".as_ref()));
+    assert_eq!(writes_since(&h, m), 0, "no shared-data traffic");
+    assert!(h.shared_data("fusewire/v1/state/svc").is_none());
+    assert!(h.metric("fusewire.svc.failure").is_none());
+}
+
+#[test]
+fn healthy_traffic_writes_shared_data_only_on_tick() {
+    let mut h = harness(CasMode::Envoy, &config(None));
+    // Warm: first flush creates the key.
+    h.request(0, Request::get("/api/x"), UpstreamReply::status(200));
+    h.run_for(Duration::from_millis(200));
+    let m = mark(&h);
+    for i in 0..400 {
+        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(200));
+    }
+    let per_request = writes_since(&h, m) as f64 / 400.0;
+    assert!(
+        per_request <= 0.05,
+        "writes per healthy request: {per_request}"
+    );
+    h.run_for(Duration::from_millis(200));
+    assert_eq!(
+        state(&h, "svc")
+            .snapshot(1_767_225_600_000 + h.now_ns() / 1_000_000)
+            .success,
+        401
+    );
+}
+
+#[test]
+fn tick_timeout_replies_504_and_counts_timeout_once() {
+    let json = BASE.replace("BULKHEAD", r#""execution": {"timeout_ms": 200}, "timeout": "tick", "bulkhead": {"max_concurrent": 2},"#);
+    let mut h = harness(CasMode::Envoy, &json);
+    let id = h.submit(
+        0,
+        Request::get("/api/slow"),
+        UpstreamReply::status(200).after_ms(1_000),
+    );
+    h.run_for(Duration::from_millis(2_000));
+    let r = h.record(id).expect("done").clone();
+    assert_eq!(r.response_status, Some(504));
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
+    assert_eq!(counter(&h, "fusewire.svc.timeout"), 1);
+    assert_eq!(
+        counter(&h, "fusewire.svc.success"),
+        0,
+        "late result discarded"
+    );
+    assert_eq!(
+        state(&h, "svc")
+            .snapshot(1_767_225_600_000 + h.now_ns() / 1_000_000)
+            .timeout,
+        1
+    );
+    let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
+    assert_eq!(in_flight(&h, "svc", now_ms), 0);
+    // A fast call is not touched.
+    let r = h.request(
+        1,
+        Request::get("/api/fast"),
+        UpstreamReply::status(200).after_ms(50),
+    );
+    assert_eq!(r.response_status, Some(200));
+}
+
+#[test]
+fn route_timeout_ut_counts_as_timeout() {
+    let mut h = harness_with(None, CasMode::Envoy, &config(None), 300);
+    let r = h.request(0, Request::get("/api/x"), UpstreamReply::hang());
+    assert_eq!(r.response_status, Some(504));
+    assert_eq!(
+        r.response_flags & flags::UPSTREAM_REQUEST_TIMEOUT,
+        flags::UPSTREAM_REQUEST_TIMEOUT
+    );
+    assert_eq!(counter(&h, "fusewire.svc.timeout"), 1);
+    assert_eq!(counter(&h, "fusewire.svc.failure"), 0);
+}
+
+#[test]
+fn bad_requests_never_count_as_errors() {
+    let mut h = harness(CasMode::Envoy, &config(None));
+    for i in 0..40 {
+        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(404));
+    }
+    assert_eq!(counter(&h, "fusewire.svc.bad_request"), 40);
+    h.run_for(Duration::from_millis(200));
+    assert_eq!(state(&h, "svc").phase, Phase::Closed);
+}
+
+#[test]
+fn invalid_config_is_rejected_with_field_path() {
+    let bad = r#"{"policies":[{"name":"svc","breaker":{"half_open":{"permitted_probes":0}}}]}"#;
+    let cfg = HarnessConfig {
+        workers: 1,
+        plugin: PluginConfig {
+            configuration: bad.into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let m = module();
+    let e = match Harness::new(&m, cfg) {
+        Err(e) => e.to_string(),
+        Ok(h) => panic!("must be rejected; logs: {:?}", h.logs()),
+    };
+    assert!(e.contains("rejected"), "{e}");
+    let p = Process::new();
+    let cfg = HarnessConfig {
+        workers: 1,
+        plugin: PluginConfig {
+            configuration: bad.into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let _ = Harness::with_process(p.clone(), &m, cfg);
+    let logs = p.logs();
+    assert!(
+        logs.iter().any(|l| l
+            .message
+            .contains("policies[0].breaker.half_open.permitted_probes")),
+        "{logs:?}"
+    );
+}
+
+#[test]
+fn corrupt_shared_state_is_logged_and_reset() {
+    let mut h = harness(CasMode::Envoy, &config(None));
+    h.request(0, Request::get("/api/x"), UpstreamReply::status(500));
+    let (mut bytes, _) = h.shared_data("fusewire/v1/state/svc").expect("written");
+    bytes[5] ^= 0xff;
+    h.set_shared_data("fusewire/v1/state/svc", Some(&bytes), 0);
+    let r = h.request(1, Request::get("/api/x"), UpstreamReply::status(500));
+    assert!(r.sent_upstream);
+    assert!(
+        h.logs().iter().any(|l| l.message.contains("unreadable")),
+        "{:?}",
+        h.logs()
+    );
+    assert_eq!(
+        state(&h, "svc")
+            .snapshot(1_767_225_600_000 + h.now_ns() / 1_000_000)
+            .failure,
+        1
+    );
+    h.set_shared_data("fusewire/v1/state/svc", Some(b"\xff"), 0);
+    let r = h.request(2, Request::get("/api/x"), UpstreamReply::status(200));
+    assert!(r.sent_upstream, "garbage never traps");
+}
+
+#[test]
+fn reload_keeps_state_of_unchanged_keys_and_new_key_schema_starts_clean() {
+    let mut h = harness(CasMode::Envoy, &config(None));
+    for i in 0..20 {
+        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
+    }
+    // Same policy and key in a reloaded config (other settings changed): still open.
+    let reloaded = config(Some(50)).replace("\"tick_ms\": 100", "\"tick_ms\": 50");
+    let mut h2 = harness_with(Some(h.process().clone()), CasMode::Envoy, &reloaded, 15_000);
+    assert!(short_circuited(&h2.request(
+        0,
+        Request::get("/api/x"),
+        UpstreamReply::status(200)
+    )));
+    // Key schema changed (per route): a different key, which starts closed.
+    let per_route = config(None).replace(
+        "\"name\": \"svc\",",
+        "\"name\": \"svc\", \"key\": \"route\",",
+    );
+    let mut h3 = harness_with(
+        Some(h.process().clone()),
+        CasMode::Envoy,
+        &per_route,
+        15_000,
+    );
+    assert!(
+        h3.request(0, Request::get("/api/x"), UpstreamReply::status(200))
+            .sent_upstream
+    );
+    drop(h2);
+    drop(h3);
+    assert!(short_circuited(&h.request(
+        1,
+        Request::get("/api/x"),
+        UpstreamReply::status(200)
+    )));
+}
+
+#[test]
+fn unknown_unknown_build_works_too() {
+    let p = module_path("wasm32-unknown-unknown");
+    let m = WasmModule::from_file(&p).expect("wasm32-unknown-unknown build");
+    let mut h = Harness::new(
+        &m,
+        HarnessConfig {
+            workers: 2,
+            plugin: PluginConfig {
+                configuration: config(Some(2)),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .expect("loads");
+    for i in 0..20 {
+        h.request(i % 2, Request::get("/api/x"), UpstreamReply::status(500));
+    }
+    assert!(short_circuited(&h.request(
+        0,
+        Request::get("/api/x"),
+        UpstreamReply::status(200)
+    )));
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# fusewire-proxy-wasm: builds the filter for wasm32-wasip1 and wasm32-unknown-unknown
+# with the root `wasm` profile, shrinks it with wasm-opt (npm package binaryen,
+# installed under target/npm), checks its size and imports, runs the unit tests, the
+# shared-state tests of the core, the filter-in-host-test integration tests (4 workers,
+# Envoy and Kong CAS modes), a short fuzz run of the state decoder, and the demo
+# scenario. Installs what it needs; idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+echo "== filter: build .wasm (profile wasm)"
+bash proxy-wasm-filter/build.sh
+
+echo "== filter: unit tests"
+cargo test -p fusewire-proxy-wasm --lib
+echo "== filter: shared-state layer tests (core::shared)"
+cargo test -p fusewire-core --lib shared::
+
+echo "== filter: in the host harness (4 workers, Envoy + Kong CAS modes)"
+cargo test --release -p fusewire-proxy-wasm --test host
+
+echo "== filter: fuzz state_decode (${FUZZ_SECONDS:-15}s)"
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  fuzz=(cargo +nightly fuzz)
+else
+  fuzz=(env RUSTC_BOOTSTRAP=1 cargo fuzz)
+fi
+(
+  cd core/fuzz
+  mkdir -p corpus/state_decode
+  "${fuzz[@]}" run state_decode corpus/state_decode seeds/state_decode -- \
+    -max_total_time="${FUZZ_SECONDS:-15}" -print_final_stats=1 2>&1 | tail -n 5
+)
+
+echo "== filter: all tests passed"
