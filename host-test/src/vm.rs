@@ -52,8 +52,36 @@ impl WasmModule {
         Self::from_bytes(&bytes, &path.display().to_string())
     }
 
-    /// Compiles module bytes; `name` is used in errors and reports.
+    /// Compiles module bytes; `name` is used in errors and reports. Compiled modules
+    /// are memoized per process by content, so loading the same bytes again is free.
     pub fn from_bytes(bytes: &[u8], name: &str) -> anyhow::Result<Self> {
+        use std::hash::{Hash, Hasher};
+        static CACHE: std::sync::Mutex<Vec<(u64, usize, WasmModule)>> =
+            std::sync::Mutex::new(Vec::new());
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        bytes.hash(&mut hasher);
+        let key = (hasher.finish(), bytes.len());
+        if let Some((_, _, m)) = CACHE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(h, l, _)| (*h, *l) == key)
+        {
+            return Ok(WasmModule {
+                pre: m.pre.clone(),
+                name: name.to_string(),
+            });
+        }
+        let m = Self::compile(bytes, name)?;
+        let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= 32 {
+            cache.remove(0);
+        }
+        cache.push((key.0, key.1, m.clone()));
+        Ok(m)
+    }
+
+    fn compile(bytes: &[u8], name: &str) -> anyhow::Result<Self> {
         let module = Module::new(engine(), bytes)
             .map_err(wt)
             .with_context(|| format!("compiling {name}"))?;
