@@ -734,28 +734,35 @@ fn non_proxy_wasm_module_is_refused() {
 
 #[test]
 fn concurrent_cas_increments_from_8_worker_threads_lose_nothing() {
-    let mut h = harness_with(HarnessConfig {
-        workers: 8,
-        clock: ClockMode::Real,
-        ..Default::default()
-    });
-    assert_eq!(h.set_shared_data("count", Some(b"0"), 0), Status::Ok);
-    let per = 400;
-    let lists = (0..8)
-        .map(|_| {
-            (0..per)
-                .map(|_| (0, Request::get("/probe/incr"), UpstreamReply::status(200)))
-                .collect()
-        })
-        .collect();
-    let records = h.run_parallel(lists).unwrap();
-    assert_eq!(records.len(), 8 * per);
-    assert!(records.iter().all(|r| r.outcome == Outcome::UpstreamOk));
-    let workers: std::collections::BTreeSet<usize> = records.iter().map(|r| r.worker).collect();
-    assert_eq!(workers.len(), 8);
-    assert_eq!(shared_text(&h, "count"), (8 * per).to_string());
-    eprintln!(
-        "CAS retries under contention: {:?}",
-        h.metric("probe.cas_retries")
-    );
+    for cas_mode in [CasMode::Envoy, CasMode::Kong] {
+        let mut h = harness_with(HarnessConfig {
+            workers: 8,
+            clock: ClockMode::Real,
+            cas_mode,
+            ..Default::default()
+        });
+        assert_eq!(h.set_shared_data("count", Some(b"0"), 0), Status::Ok);
+        let per = 400;
+        let lists = (0..8)
+            .map(|_| {
+                (0..per)
+                    .map(|_| (0, Request::get("/probe/incr"), UpstreamReply::status(200)))
+                    .collect()
+            })
+            .collect();
+        let records = h.run_parallel(lists).unwrap();
+        assert_eq!(records.len(), 8 * per);
+        assert!(records.iter().all(|r| r.outcome == Outcome::UpstreamOk));
+        let workers: std::collections::BTreeSet<usize> = records.iter().map(|r| r.worker).collect();
+        assert_eq!(workers.len(), 8);
+        assert_eq!(
+            shared_text(&h, "count"),
+            (8 * per).to_string(),
+            "{cas_mode:?}"
+        );
+        eprintln!(
+            "{cas_mode:?}: CAS retries under contention: {:?}",
+            h.metric("probe.cas_retries")
+        );
+    }
 }
