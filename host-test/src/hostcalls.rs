@@ -320,7 +320,7 @@ fn http_call(c: &mut C, a: [i32; 9], ret: i32) -> HR<()> {
     let now = d.env.clock.now();
     let timeout_ns = timeout_ms * 1_000_000;
     let (at, timed_out) = match &reply {
-        UpstreamReply::Response { latency_ns, .. } | UpstreamReply::Reset { latency_ns } => {
+        UpstreamReply::Response { latency_ns, .. } | UpstreamReply::Reset { latency_ns, .. } => {
             if timeout_ns > 0 && *latency_ns > timeout_ns {
                 (now + timeout_ns, true)
             } else {

@@ -11,7 +11,7 @@ use crate::clock::{ClockMode, Rng};
 use crate::harness::{Harness, HarnessConfig};
 use crate::report::{Report, ReportBuilder};
 use crate::shared::CasMode;
-use crate::types::{ClusterConfig, PluginConfig, Request, RouteConfig, UpstreamReply};
+use crate::types::{ClusterConfig, PluginConfig, Request, ResetReason, RouteConfig, UpstreamReply};
 use crate::vm::WasmModule;
 
 /// A scenario file. Every field is documented in README.md.
@@ -201,6 +201,10 @@ pub struct UpstreamPhase {
     /// Fraction of requests the upstream resets (router 503, flag UR).
     #[serde(default)]
     pub reset_ratio: f64,
+    /// What kind of reset (`remote_reset`, `connection_failure`,
+    /// `connection_termination`, `overflow`, `no_healthy_upstream`).
+    #[serde(default)]
+    pub reset_reason: ResetReason,
     /// Fraction of requests the upstream never answers (route timeout 504 / client reset).
     #[serde(default)]
     pub hang_ratio: f64,
@@ -537,6 +541,7 @@ impl Runner<'_> {
         let reply = if u < phase.reset_ratio {
             UpstreamReply::Reset {
                 latency_ns: latency,
+                reason: phase.reset_reason,
             }
         } else if u < phase.reset_ratio + phase.hang_ratio {
             UpstreamReply::Hang

@@ -122,11 +122,15 @@ pub enum UpstreamReply {
         #[serde(default)]
         body: String,
     },
-    /// Resets the connection after `latency_ns` (router answers 503, flag UR).
+    /// Resets after `latency_ns`; the router answers 503 with the flag and details of
+    /// `reason` (default remote reset, flag UR).
     Reset {
         /// Time until the reset.
         #[serde(default)]
         latency_ns: u64,
+        /// What kind of reset.
+        #[serde(default)]
+        reason: ResetReason,
     },
     /// Never answers (the route timeout, if any, answers 504).
     Hang,
@@ -144,7 +148,17 @@ impl UpstreamReply {
     }
     /// An immediate reset.
     pub fn reset() -> Self {
-        UpstreamReply::Reset { latency_ns: 0 }
+        UpstreamReply::Reset {
+            latency_ns: 0,
+            reason: ResetReason::RemoteReset,
+        }
+    }
+    /// An immediate reset of the given kind.
+    pub fn reset_with(reason: ResetReason) -> Self {
+        UpstreamReply::Reset {
+            latency_ns: 0,
+            reason,
+        }
     }
     /// No answer at all.
     pub fn hang() -> Self {
@@ -157,9 +171,8 @@ impl UpstreamReply {
     /// The same reply arriving after `ns` nanoseconds.
     pub fn after_ns(mut self, ns: u64) -> Self {
         match &mut self {
-            UpstreamReply::Response { latency_ns, .. } | UpstreamReply::Reset { latency_ns } => {
-                *latency_ns = ns
-            }
+            UpstreamReply::Response { latency_ns, .. }
+            | UpstreamReply::Reset { latency_ns, .. } => *latency_ns = ns,
             UpstreamReply::Hang => {}
         }
         self
@@ -170,6 +183,53 @@ impl UpstreamReply {
             headers.push((k.into(), v.into()));
         }
         self
+    }
+}
+
+/// How an upstream request fails without a response; each maps to the Envoy response
+/// flag, details and body the router produces (all answered 503).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResetReason {
+    /// Stream reset by the upstream: flag UR (0x10), `{remote_reset}`.
+    #[default]
+    RemoteReset,
+    /// Connection could not be established: flag UF (0x20), `{connection_failure}`.
+    ConnectionFailure,
+    /// Connection closed before the response: flag UC (0x40), `{connection_termination}`.
+    ConnectionTermination,
+    /// Cluster circuit breaker overflow: flag UO (0x80), `{overflow}`.
+    Overflow,
+    /// No healthy host: flag UH (0x2), details `no_healthy_upstream`.
+    NoHealthyUpstream,
+}
+
+impl ResetReason {
+    /// (response flag bit, code details, local reply body) as Envoy's router produces.
+    pub fn envoy(self) -> (u64, &'static str, &'static str) {
+        match self {
+            ResetReason::RemoteReset => (
+                0x10,
+                "upstream_reset_before_response_started{remote_reset}",
+                "upstream connect error or disconnect/reset before headers. reset reason: remote reset",
+            ),
+            ResetReason::ConnectionFailure => (
+                0x20,
+                "upstream_reset_before_response_started{connection_failure}",
+                "upstream connect error or disconnect/reset before headers. reset reason: connection failure",
+            ),
+            ResetReason::ConnectionTermination => (
+                0x40,
+                "upstream_reset_before_response_started{connection_termination}",
+                "upstream connect error or disconnect/reset before headers. reset reason: connection termination",
+            ),
+            ResetReason::Overflow => (
+                0x80,
+                "upstream_reset_before_response_started{overflow}",
+                "upstream connect error or disconnect/reset before headers. reset reason: overflow",
+            ),
+            ResetReason::NoHealthyUpstream => (0x2, "no_healthy_upstream", "no healthy upstream"),
+        }
     }
 }
 
@@ -352,6 +412,12 @@ pub mod flags {
     pub const UPSTREAM_REQUEST_TIMEOUT: u64 = 0x4;
     pub const LOCAL_RESET: u64 = 0x8;
     pub const UPSTREAM_REMOTE_RESET: u64 = 0x10;
+    pub const UPSTREAM_CONNECTION_FAILURE: u64 = 0x20;
+    pub const UPSTREAM_CONNECTION_TERMINATION: u64 = 0x40;
+    pub const UPSTREAM_OVERFLOW: u64 = 0x80;
+    pub const NO_HEALTHY_UPSTREAM: u64 = 0x2;
+    pub const NO_ROUTE_FOUND: u64 = 0x100;
+    pub const NO_CLUSTER_FOUND: u64 = 0x100_0000;
     pub const DOWNSTREAM_CONNECTION_TERMINATION: u64 = 0x4000;
 }
 

@@ -11,7 +11,7 @@ use crate::env::{Env, LogRecord};
 use crate::headers::HeaderMap;
 use crate::types::{
     flags, FailurePolicy, LocalReply, LocalReplySource, Outcome, RecordDetail, Request,
-    StreamRecord, UpstreamReply,
+    ResetReason, StreamRecord, UpstreamReply,
 };
 use crate::vm::{FinalInfo, Phase, StreamData, Vm, WasmModule};
 
@@ -460,7 +460,7 @@ impl WorkerVm {
         };
         let (ctx, bypass) = (ctl.ctx, ctl.bypass);
         let Some(route) = self.env.route_for(&ctl.req.path).cloned() else {
-            return self.router_reply(id, 404, "route_not_found", 0x100, "");
+            return self.router_reply(id, 404, "route_not_found", flags::NO_ROUTE_FOUND, "");
         };
         let cluster = self.env.clusters.get(&route.cluster).cloned();
         let headers = match (bypass, self.stream_data(ctx)) {
@@ -478,7 +478,7 @@ impl WorkerVm {
             }
         };
         if cluster.is_none() {
-            return self.router_reply(id, 503, "cluster_not_found", 0x2, "");
+            return self.router_reply(id, 503, "cluster_not_found", flags::NO_CLUSTER_FOUND, "");
         }
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return;
@@ -491,7 +491,8 @@ impl WorkerVm {
         ctl.sent_ns = now;
         let timeout = route.timeout_ms * 1_000_000;
         let (due, at) = match &ctl.reply {
-            UpstreamReply::Response { latency_ns, .. } | UpstreamReply::Reset { latency_ns }
+            UpstreamReply::Response { latency_ns, .. }
+            | UpstreamReply::Reset { latency_ns, .. }
                 if timeout == 0 || *latency_ns <= timeout =>
             {
                 let d = if matches!(ctl.reply, UpstreamReply::Reset { .. }) {
@@ -523,7 +524,15 @@ impl WorkerVm {
         ctl.backend_latency = Some(now - ctl.sent_ns);
         match due {
             Some(Due::Response) => {
-                let UpstreamReply::Response { status, headers, body, .. } = ctl.reply.clone() else { return };
+                let UpstreamReply::Response {
+                    status,
+                    headers,
+                    body,
+                    ..
+                } = ctl.reply.clone()
+                else {
+                    return;
+                };
                 ctl.rec.upstream_status = Some(status);
                 ctl.details = "via_upstream".into();
                 let mut h = HeaderMap::new();
@@ -533,16 +542,21 @@ impl WorkerVm {
                 }
                 self.response(id, h, body.into_bytes());
             }
-            Some(Due::Reset) => self.router_reply(
-                id,
-                503,
-                "upstream_reset_before_response_started{remote_reset}",
-                flags::UPSTREAM_REMOTE_RESET,
-                "upstream connect error or disconnect/reset before headers. reset reason: remote reset",
-            ),
-            Some(Due::Timeout) => {
-                self.router_reply(id, 504, "upstream_response_timeout", flags::UPSTREAM_REQUEST_TIMEOUT, "upstream request timeout")
+            Some(Due::Reset) => {
+                let reason = match ctl.reply {
+                    UpstreamReply::Reset { reason, .. } => reason,
+                    _ => ResetReason::RemoteReset,
+                };
+                let (flag, details, body) = reason.envoy();
+                self.router_reply(id, 503, details, flag, body)
             }
+            Some(Due::Timeout) => self.router_reply(
+                id,
+                504,
+                "upstream_response_timeout",
+                flags::UPSTREAM_REQUEST_TIMEOUT,
+                "upstream request timeout",
+            ),
             None => {}
         }
     }

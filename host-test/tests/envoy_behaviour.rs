@@ -603,6 +603,65 @@ fn upstream_reset_becomes_router_503_through_the_filter() {
 }
 
 #[test]
+fn every_reset_reason_has_envoys_flag_and_details() {
+    let mut h = harness(1, "");
+    for (reason, flag) in [
+        (ResetReason::RemoteReset, flags::UPSTREAM_REMOTE_RESET),
+        (
+            ResetReason::ConnectionFailure,
+            flags::UPSTREAM_CONNECTION_FAILURE,
+        ),
+        (
+            ResetReason::ConnectionTermination,
+            flags::UPSTREAM_CONNECTION_TERMINATION,
+        ),
+        (ResetReason::Overflow, flags::UPSTREAM_OVERFLOW),
+        (ResetReason::NoHealthyUpstream, flags::NO_HEALTHY_UPSTREAM),
+    ] {
+        let r = h.request(0, Request::get("/r"), UpstreamReply::reset_with(reason));
+        assert_eq!(
+            (r.response_status, r.response_flags),
+            (Some(503), flag),
+            "{reason:?}"
+        );
+        assert_eq!(r.code_details, reason.envoy().1);
+        assert_eq!(
+            r.response_header("x-probe-resp").as_deref(),
+            Some("503"),
+            "through the filter"
+        );
+        let logged = shared_text(&h, "log-/r");
+        assert!(
+            logged.starts_with(&format!(
+                "code=503 flags={flag} details={}",
+                reason.envoy().1
+            )),
+            "{logged}"
+        );
+    }
+}
+
+#[test]
+fn no_route_is_a_router_404() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        routes: vec![RouteConfig {
+            prefix: "/api".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let r = get(&mut h, 0, "/other");
+    assert_eq!(
+        (r.response_status, r.response_flags),
+        (Some(404), flags::NO_ROUTE_FOUND)
+    );
+    assert!(!r.sent_upstream);
+    assert_eq!(r.code_details, "route_not_found");
+    assert_eq!(r.response_header("x-probe-resp").as_deref(), Some("404"));
+}
+
+#[test]
 fn route_timeout_answers_504() {
     let mut h = harness_with(HarnessConfig {
         workers: 1,
