@@ -84,6 +84,14 @@ fn maps_missing_in_phase_are_bad_argument() {
 }
 
 #[test]
+fn misused_calls_return_statuses_not_traps() {
+    let mut h = harness(1, "");
+    let r = get(&mut h, 0, "/probe/misuse");
+    assert_eq!(r.body_text(), "log_oob=6 log_level=2 pairs_oob=6 key_oob=6");
+    assert!(h.worker_alive(0));
+}
+
+#[test]
 fn cas_mismatch_changes_nothing() {
     let mut h = harness(1, "");
     let r = get(&mut h, 0, "/probe/cas");
