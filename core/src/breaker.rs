@@ -94,20 +94,34 @@ const NO_PROBE: u8 = u8::MAX;
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a permit must be handed back with the call's outcome"]
 pub struct Permit {
-    generation: u32,
-    probe: u8,
     started_at: Nanos,
+    /// `generation | probe << 32`: two plain words keep the permit cheap to move.
+    tag: u64,
 }
 
 impl Permit {
+    #[inline(always)]
+    const fn new(generation: u32, probe: u8, started_at: Nanos) -> Self {
+        Self {
+            started_at,
+            tag: generation as u64 | (probe as u64) << 32,
+        }
+    }
+
     /// Generation the permit was issued in.
+    #[inline(always)]
     pub fn generation(&self) -> u32 {
-        self.generation
+        self.tag as u32
+    }
+
+    #[inline(always)]
+    fn probe(&self) -> u8 {
+        (self.tag >> 32) as u8
     }
 
     /// Whether this call is a half-open probe.
     pub fn is_probe(&self) -> bool {
-        self.probe != NO_PROBE
+        self.probe() != NO_PROBE
     }
 
     /// Host time the permit was issued.
@@ -117,17 +131,13 @@ impl Permit {
 
     /// Raw parts, for hosts that must park a permit across an FFI boundary.
     pub fn into_raw(self) -> (u32, u8, Nanos) {
-        (self.generation, self.probe, self.started_at)
+        (self.generation(), self.probe(), self.started_at)
     }
 
     /// Rebuilds a permit from [`Permit::into_raw`]. The host must not rebuild the
     /// same permit twice (a stale generation is ignored by the breaker anyway).
     pub fn from_raw(generation: u32, probe: u8, started_at: Nanos) -> Self {
-        Self {
-            generation,
-            probe,
-            started_at,
-        }
+        Self::new(generation, probe, started_at)
     }
 }
 
@@ -377,7 +387,7 @@ impl BreakerState {
 
     /// Decides whether a call may run at `now`. Rejections are not counted here;
     /// the caller records `SHORT_CIRCUITED` (see [`crate::CircuitBreaker`]).
-    #[inline]
+    #[inline(always)]
     pub fn admit(
         &mut self,
         cfg: &BreakerConfig,
@@ -385,51 +395,40 @@ impl BreakerState {
         now: Nanos,
         rand: u64,
     ) -> Result<Permit, Rejection> {
-        let mut permit = Permit {
-            generation: self.generation,
-            probe: NO_PROBE,
-            started_at: now,
-        };
-        match cfg.mode {
-            BreakerMode::Normal => {}
-            BreakerMode::ForcedOpen => return Err(Rejection::ForcedOpen),
-            BreakerMode::ForcedClosed | BreakerMode::Disabled => return Ok(permit),
-            BreakerMode::MetricsOnly => {
-                return match self.decide(cfg, window, now, rand) {
-                    Ok(p) => Ok(p),
-                    Err(_) => {
-                        self.shadow_rejections = self.shadow_rejections.saturating_add(1);
-                        permit.generation = self.generation;
-                        Ok(permit)
-                    }
-                };
-            }
+        if cfg.mode == BreakerMode::Normal
+            && self.phase == Phase::Closed
+            && self.ramp_started_at.is_none()
+            && !cfg.adaptive_throttle.enabled
+        {
+            return Ok(Permit::new(self.generation, NO_PROBE, now));
         }
-        self.decide(cfg, window, now, rand)
+        self.admit_slow(cfg, window, now, rand)
     }
 
-    #[inline]
-    fn decide(
+    #[cold]
+    #[inline(never)]
+    fn admit_slow(
         &mut self,
         cfg: &BreakerConfig,
         window: &mut Window,
         now: Nanos,
         rand: u64,
     ) -> Result<Permit, Rejection> {
-        if self.phase == Phase::Closed
-            && self.ramp_started_at.is_none()
-            && !cfg.adaptive_throttle.enabled
-        {
-            return Ok(Permit {
-                generation: self.generation,
-                probe: NO_PROBE,
-                started_at: now,
-            });
+        let permit = Permit::new(self.generation, NO_PROBE, now);
+        match cfg.mode {
+            BreakerMode::Normal => self.decide_slow(cfg, window, now, rand),
+            BreakerMode::ForcedOpen => Err(Rejection::ForcedOpen),
+            BreakerMode::ForcedClosed | BreakerMode::Disabled => Ok(permit),
+            BreakerMode::MetricsOnly => match self.decide_slow(cfg, window, now, rand) {
+                Ok(p) => Ok(p),
+                Err(_) => {
+                    self.shadow_rejections = self.shadow_rejections.saturating_add(1);
+                    Ok(Permit::new(self.generation, NO_PROBE, now))
+                }
+            },
         }
-        self.decide_slow(cfg, window, now, rand)
     }
 
-    #[cold]
     fn decide_slow(
         &mut self,
         cfg: &BreakerConfig,
@@ -451,12 +450,8 @@ impl BreakerState {
                     .saturating_add(ms_to_ns(cfg.half_open.probe_timeout_ms))
                     .max(1);
                 self.probe_leases[slot] = deadline;
-                self.probes_issued += 1;
-                Ok(Permit {
-                    generation: self.generation,
-                    probe: slot as u8,
-                    started_at: now,
-                })
+                self.probes_issued = self.probes_issued.saturating_add(1);
+                Ok(Permit::new(self.generation, slot as u8, now))
             }
             Phase::Closed => {
                 if let Some(start) = self.ramp_started_at {
@@ -483,11 +478,7 @@ impl BreakerState {
                         return Err(Rejection::Throttled);
                     }
                 }
-                Ok(Permit {
-                    generation: self.generation,
-                    probe: NO_PROBE,
-                    started_at: now,
-                })
+                Ok(Permit::new(self.generation, NO_PROBE, now))
             }
         }
     }
@@ -495,7 +486,7 @@ impl BreakerState {
     /// Applies one call's outcome at `now` (latency = `now - permit.started_at()`).
     /// The window must already hold the outcome (so the rules see it). Results from
     /// an older generation change nothing.
-    #[inline]
+    #[inline(always)]
     pub fn on_result(
         &mut self,
         cfg: &BreakerConfig,
@@ -505,7 +496,28 @@ impl BreakerState {
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        if permit.generation != self.generation || !Self::state_machine_runs(cfg.mode) {
+        if outcome == Outcome::Success
+            && self.phase == Phase::Closed
+            && !cfg.slow_call.enabled
+            && permit.generation() == self.generation
+        {
+            self.consecutive_failures = 0;
+            return None;
+        }
+        self.on_result_slow(cfg, window, permit, outcome, now, rand)
+    }
+
+    #[inline(never)]
+    fn on_result_slow(
+        &mut self,
+        cfg: &BreakerConfig,
+        window: &mut Window,
+        permit: Permit,
+        outcome: Outcome,
+        now: Nanos,
+        rand: u64,
+    ) -> Option<Transition> {
+        if permit.generation() != self.generation || !Self::state_machine_runs(cfg.mode) {
             return None;
         }
         let slow = cfg.slow_call.enabled
@@ -530,7 +542,7 @@ impl BreakerState {
             }
             Phase::Open => None,
             Phase::HalfOpen => {
-                let slot = usize::from(permit.probe);
+                let slot = usize::from(permit.probe());
                 if slot >= self.probe_leases.len() || self.probe_leases[slot] == 0 {
                     return None;
                 }
@@ -547,7 +559,7 @@ impl BreakerState {
                 if probe_failed {
                     return Some(self.open(cfg, now, rand, TransitionReason::ProbeFailed));
                 }
-                self.probe_successes += 1;
+                self.probe_successes = self.probe_successes.saturating_add(1);
                 if self.probe_successes >= cfg.half_open.success_threshold {
                     return Some(self.close(window, now));
                 }

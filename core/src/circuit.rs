@@ -35,7 +35,10 @@ pub struct CircuitBreaker {
     slow_ns: u64,
     state: BreakerState,
     window: Window,
-    in_flight: u32,
+    /// Permits issued and permits handed back (in flight = difference). Two
+    /// counters, each only ever incremented, keep admit and record independent.
+    admitted: u64,
+    completed: u64,
 }
 
 impl CircuitBreaker {
@@ -54,7 +57,8 @@ impl CircuitBreaker {
             slow_ns,
             state,
             window,
-            in_flight: 0,
+            admitted: 0,
+            completed: 0,
         }
     }
 
@@ -89,21 +93,23 @@ impl CircuitBreaker {
     }
 
     /// Calls admitted and not yet recorded.
+    #[inline(always)]
     pub fn in_flight(&self) -> u32 {
-        self.in_flight
+        self.admitted
+            .wrapping_sub(self.completed)
+            .min(u64::from(u32::MAX)) as u32
     }
 
     /// Asks to run one call at `now`. On `Err`, `SHORT_CIRCUITED` has been recorded
     /// and the caller should fall back. O(1), no allocation.
-    #[inline]
+    #[inline(always)]
     pub fn try_acquire(&mut self, now: Nanos, rand: u64) -> Result<Permit, Rejection> {
         match self
             .state
             .admit(&self.config.breaker, &mut self.window, now, rand)
         {
             Ok(p) => {
-                self.in_flight = self.in_flight.saturating_add(1);
-                self.window.observe_concurrency(self.in_flight, now);
+                self.admitted = self.admitted.wrapping_add(1);
                 Ok(p)
             }
             Err(r) => {
@@ -118,7 +124,7 @@ impl CircuitBreaker {
     /// Every result is counted in the window; a result from an earlier generation
     /// (a late answer from before a transition) never moves the breaker.
     /// O(1), no allocation.
-    #[inline]
+    #[inline(always)]
     pub fn record(
         &mut self,
         permit: Permit,
@@ -126,12 +132,15 @@ impl CircuitBreaker {
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        self.in_flight = self.in_flight.saturating_sub(1);
+        // The concurrency this call ran at: the peak between two completions is
+        // seen by the next completion, so the rolling maximum is exact.
+        let concurrency = self.in_flight();
+        self.completed = self.completed.wrapping_add(1);
         let latency = now.saturating_sub(permit.started_at());
         let slow = outcome.executed() && latency >= self.slow_ns;
         if outcome.executed() {
             self.window
-                .record_execution(outcome.event(), latency, slow, now);
+                .record_call(outcome.event(), latency, slow, concurrency, now);
         } else {
             self.window.record(outcome.event(), now);
         }
@@ -196,8 +205,8 @@ impl CircuitBreaker {
             health: self.window.health(now),
             latency: self.window.percentiles(now),
             rolling_max_concurrency: self.window.rolling_max_concurrency(now),
-            in_flight: self.in_flight,
-            cumulative: *self.window.cumulative(),
+            in_flight: self.in_flight(),
+            cumulative: self.window.cumulative(),
         }
     }
 

@@ -9,6 +9,7 @@ pub mod breaker;
 pub mod bulkhead;
 pub mod circuit;
 pub mod config;
+mod counter;
 pub mod event;
 pub mod histogram;
 pub mod registry;

@@ -129,9 +129,12 @@ pub struct Window {
     #[serde(skip)]
     current_slot: u32,
     buckets: Vec<CounterBucket>,
-    totals: [u64; EVENT_KINDS],
-    slow_total: u64,
-    cumulative: [u64; EVENT_KINDS],
+    /// Sum of the live buckets other than the current one (live totals = past +
+    /// current bucket), so recording touches only the current bucket.
+    past: [u64; EVENT_KINDS],
+    past_slow: u64,
+    /// Counts of expired or reset buckets; cumulative = retired + live totals.
+    retired: [u64; EVENT_KINDS],
     latency_bucket_ns: u64,
     latency_current: u64,
     #[serde(skip)]
@@ -147,9 +150,9 @@ struct WindowData {
     bucket_ns: u64,
     current: u64,
     buckets: Vec<CounterBucket>,
-    totals: [u64; EVENT_KINDS],
-    slow_total: u64,
-    cumulative: [u64; EVENT_KINDS],
+    past: [u64; EVENT_KINDS],
+    past_slow: u64,
+    retired: [u64; EVENT_KINDS],
     latency_bucket_ns: u64,
     latency_current: u64,
     latency: Vec<LatencyBucket>,
@@ -163,9 +166,9 @@ impl From<WindowData> for Window {
             current_end: 0,
             current_slot: 0,
             buckets: d.buckets,
-            totals: d.totals,
-            slow_total: d.slow_total,
-            cumulative: d.cumulative,
+            past: d.past,
+            past_slow: d.past_slow,
+            retired: d.retired,
             latency_bucket_ns: d.latency_bucket_ns.max(1),
             latency_current: d.latency_current,
             latency_end: 0,
@@ -178,7 +181,10 @@ impl From<WindowData> for Window {
         if w.latency.is_empty() {
             w.latency.push(LatencyBucket::default());
         }
+        w.sync_cache();
+        let cumulative = w.cumulative();
         w.recompute_totals();
+        w.set_cumulative(&cumulative);
         w
     }
 }
@@ -201,9 +207,9 @@ impl Window {
             current_end: 0,
             current_slot: 0,
             buckets: vec![CounterBucket::default(); n],
-            totals: [0; EVENT_KINDS],
-            slow_total: 0,
-            cumulative: [0; EVENT_KINDS],
+            past: [0; EVENT_KINDS],
+            past_slow: 0,
+            retired: [0; EVENT_KINDS],
             latency_bucket_ns,
             latency_current: now / latency_bucket_ns,
             latency_end: 0,
@@ -214,13 +220,43 @@ impl Window {
         w
     }
 
-    /// Recomputes the cached bucket bounds and slots from the current epochs.
+    /// Recomputes the cached bucket bounds and slots, and stamps the current slots.
     fn sync(&mut self) {
+        self.sync_cache();
+        self.stamp_current();
+    }
+
+    /// Recomputes the cached bucket bounds and slots from the current epochs.
+    fn sync_cache(&mut self) {
         self.current_end = (self.current.saturating_add(1)).saturating_mul(self.bucket_ns);
         self.current_slot = (self.current % self.buckets.len().max(1) as u64) as u32;
         self.latency_end =
             (self.latency_current.saturating_add(1)).saturating_mul(self.latency_bucket_ns);
         self.latency_slot = (self.latency_current % self.latency.len().max(1) as u64) as u32;
+    }
+
+    fn stamp_current(&mut self) {
+        // Invariant: the current slots carry the current epochs (so the hot path
+        // never stores an epoch). A slot with another epoch is stale: reset it.
+        if let Some(b) = self.buckets.get_mut(self.current_slot as usize) {
+            if b.epoch != self.current {
+                for (r, c) in self.retired.iter_mut().zip(&b.counts) {
+                    *r = r.saturating_add(u64::from(*c));
+                }
+                *b = CounterBucket {
+                    epoch: self.current,
+                    ..CounterBucket::default()
+                };
+            }
+        }
+        if let Some(b) = self.latency.get_mut(self.latency_slot as usize) {
+            if b.epoch != self.latency_current {
+                *b = LatencyBucket {
+                    epoch: self.latency_current,
+                    ..LatencyBucket::default()
+                };
+            }
+        }
     }
 
     /// Counter-bucket length in nanoseconds.
@@ -243,44 +279,91 @@ impl Window {
         &self.latency
     }
 
+    /// The current bucket (its slot always carries the current epoch).
+    #[inline(always)]
+    fn current_bucket(&self) -> Option<&CounterBucket> {
+        self.buckets.get(self.current_slot as usize)
+    }
+
+    /// Live totals: past buckets plus the current one. O(event kinds).
+    #[inline]
+    fn totals(&self) -> ([u64; EVENT_KINDS], u64) {
+        let mut t = self.past;
+        let mut slow = self.past_slow;
+        if let Some(b) = self.current_bucket() {
+            for (t, c) in t.iter_mut().zip(&b.counts) {
+                *t = t.wrapping_add(u64::from(*c));
+            }
+            slow = slow.wrapping_add(u64::from(b.slow));
+        }
+        (t, slow)
+    }
+
     /// Counts since the window was created (never reset), per [`EventKind`] index.
-    pub fn cumulative(&self) -> &[u64; EVENT_KINDS] {
-        &self.cumulative
+    pub fn cumulative(&self) -> [u64; EVENT_KINDS] {
+        let mut c = self.retired;
+        for (c, t) in c.iter_mut().zip(self.totals().0.iter()) {
+            *c = c.saturating_add(*t);
+        }
+        c
+    }
+
+    /// Sets `retired` so that the cumulative counts equal `cumulative`.
+    fn set_cumulative(&mut self, cumulative: &[u64; EVENT_KINDS]) {
+        let totals = self.totals().0;
+        for ((r, c), t) in self.retired.iter_mut().zip(cumulative).zip(&totals) {
+            *r = c.saturating_sub(*t);
+        }
     }
 
     /// Cumulative count of one kind.
     pub fn cumulative_count(&self, kind: EventKind) -> u64 {
-        self.cumulative[kind.index()]
+        self.cumulative()[kind.index()]
     }
 
-    #[inline]
+    #[inline(always)]
     fn slot(&self) -> usize {
         self.current_slot as usize
     }
 
     /// Moves the counter ring forward to `now`, expiring buckets. O(1) amortised;
     /// a single comparison while `now` stays in the current bucket.
-    #[inline]
+    #[inline(always)]
     fn roll(&mut self, now: Nanos) {
         if now >= self.current_end {
-            let e = now / self.bucket_ns;
-            if e > self.current {
-                self.roll_to(e);
-            }
+            self.roll_slow(now);
         }
     }
 
     #[cold]
+    #[inline(never)]
+    fn roll_slow(&mut self, now: Nanos) {
+        let e = now / self.bucket_ns;
+        if e > self.current {
+            self.roll_to(e);
+        }
+    }
+
     fn roll_to(&mut self, e: u64) {
+        // The current bucket becomes a past one.
+        let (past, past_slow) = self.totals();
+        self.past = past;
+        self.past_slow = past_slow;
         let n = self.buckets.len() as u64;
         let steps = (e - self.current).min(n);
         for ep in (e - steps + 1)..=e {
             let slot = (ep % n) as usize;
             let b = &mut self.buckets[slot];
-            for (t, c) in self.totals.iter_mut().zip(b.counts.iter()) {
+            for ((t, r), c) in self
+                .past
+                .iter_mut()
+                .zip(self.retired.iter_mut())
+                .zip(&b.counts)
+            {
                 *t = t.saturating_sub(u64::from(*c));
+                *r = r.saturating_add(u64::from(*c));
             }
-            self.slow_total = self.slow_total.saturating_sub(u64::from(b.slow));
+            self.past_slow = self.past_slow.saturating_sub(u64::from(b.slow));
             *b = CounterBucket {
                 epoch: ep,
                 ..CounterBucket::default()
@@ -290,11 +373,16 @@ impl Window {
         self.sync();
     }
 
-    #[inline]
+    #[inline(always)]
     fn roll_latency(&mut self, now: Nanos) {
-        if now < self.latency_end {
-            return;
+        if now >= self.latency_end {
+            self.roll_latency_slow(now);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn roll_latency_slow(&mut self, now: Nanos) {
         let e = now / self.latency_bucket_ns;
         if e > self.latency_current {
             let n = self.latency.len() as u64;
@@ -309,46 +397,55 @@ impl Window {
         }
     }
 
-    #[inline]
-    fn bump(&mut self, kind: EventKind) -> usize {
-        let slot = self.slot();
-        let k = kind.index();
-        let b = &mut self.buckets[slot];
-        b.epoch = self.current;
-        b.counts[k] = b.counts[k].saturating_add(1);
-        self.totals[k] += 1;
-        self.cumulative[k] = self.cumulative[k].saturating_add(1);
-        slot
-    }
-
     /// Counts one event at `now`. O(1), no allocation.
-    #[inline]
+    #[inline(always)]
     pub fn record(&mut self, kind: EventKind, now: Nanos) {
         self.roll(now);
-        self.bump(kind);
+        let slot = self.slot();
+        if let Some(b) = self.buckets.get_mut(slot) {
+            crate::counter::increment(&mut b.counts[kind.index()]);
+        }
     }
 
     /// Counts one execution outcome with its latency (ns); `slow` marks it for the
     /// slow-call rule. O(1), no allocation.
-    #[inline]
+    #[inline(always)]
     pub fn record_execution(&mut self, kind: EventKind, latency_ns: u64, slow: bool, now: Nanos) {
+        self.record_call(kind, latency_ns, slow, 0, now);
+    }
+
+    /// [`Window::record_execution`] plus the concurrency the call ran at (for the
+    /// rolling maximum), in one bucket access. O(1), no allocation.
+    #[inline(always)]
+    pub fn record_call(
+        &mut self,
+        kind: EventKind,
+        latency_ns: u64,
+        slow: bool,
+        concurrency: u32,
+        now: Nanos,
+    ) {
         self.roll(now);
-        let slot = self.bump(kind);
-        if slow {
-            let b = &mut self.buckets[slot];
-            b.slow = b.slow.saturating_add(1);
-            self.slow_total += 1;
+        let slot = self.slot();
+        if let Some(b) = self.buckets.get_mut(slot) {
+            crate::counter::increment(&mut b.counts[kind.index()]);
+            if concurrency > b.max_concurrency {
+                b.max_concurrency = concurrency;
+            }
+            if slow {
+                crate::counter::increment(&mut b.slow);
+            }
         }
         self.record_latency(latency_ns, now);
     }
 
     /// Adds one latency sample (ns) to the percentile window. O(1), no allocation.
-    #[inline]
+    #[inline(always)]
     pub fn record_latency(&mut self, latency_ns: u64, now: Nanos) {
         self.roll_latency(now);
-        let b = &mut self.latency[self.latency_slot as usize];
-        b.epoch = self.latency_current;
-        b.latency.record(latency_ns);
+        if let Some(b) = self.latency.get_mut(self.latency_slot as usize) {
+            b.latency.record(latency_ns);
+        }
     }
 
     /// Notes the current concurrency for the rolling maximum.
@@ -356,23 +453,26 @@ impl Window {
     pub fn observe_concurrency(&mut self, concurrency: u32, now: Nanos) {
         self.roll(now);
         let slot = self.slot();
-        let b = &mut self.buckets[slot];
-        b.epoch = self.current;
-        b.max_concurrency = b.max_concurrency.max(concurrency);
+        if let Some(b) = self.buckets.get_mut(slot) {
+            b.max_concurrency = b.max_concurrency.max(concurrency);
+        }
     }
 
     /// The health counts at `now`. O(1), no allocation.
     #[inline]
     pub fn health(&mut self, now: Nanos) -> HealthSnapshot {
         self.roll(now);
-        HealthSnapshot::from_counts(&self.totals, self.slow_total)
+        let (totals, slow) = self.totals();
+        HealthSnapshot::from_counts(&totals, slow)
     }
 
     /// Live count of one kind at `now`. O(1).
     #[inline]
     pub fn rolling_count(&mut self, kind: EventKind, now: Nanos) -> u64 {
         self.roll(now);
-        self.totals[kind.index()]
+        let k = kind.index();
+        let current = self.current_bucket().map_or(0, |b| u64::from(b.counts[k]));
+        self.past[k].wrapping_add(current)
     }
 
     /// Highest concurrency seen in the live buckets.
@@ -403,6 +503,7 @@ impl Window {
     /// Clears the live health counters (the breaker does this when it closes).
     /// Cumulative counts and latencies are kept.
     pub fn reset_counts(&mut self) {
+        let cumulative = self.cumulative();
         for b in &mut self.buckets {
             let epoch = b.epoch;
             *b = CounterBucket {
@@ -410,8 +511,9 @@ impl Window {
                 ..CounterBucket::default()
             };
         }
-        self.totals = [0; EVENT_KINDS];
-        self.slow_total = 0;
+        self.past = [0; EVENT_KINDS];
+        self.past_slow = 0;
+        self.set_cumulative(&cumulative);
     }
 
     fn recompute_totals(&mut self) {
@@ -424,13 +526,16 @@ impl Window {
                 *b = CounterBucket::default();
                 continue;
             }
-            for (t, c) in totals.iter_mut().zip(b.counts.iter()) {
-                *t += u64::from(*c);
+            if b.epoch == self.current {
+                continue;
             }
-            slow += u64::from(b.slow);
+            for (t, c) in totals.iter_mut().zip(b.counts.iter()) {
+                *t = t.wrapping_add(u64::from(*c));
+            }
+            slow = u64::wrapping_add(slow, u64::from(b.slow));
         }
-        self.totals = totals;
-        self.slow_total = slow;
+        self.past = totals;
+        self.past_slow = slow;
         self.sync();
         let ln = self.latency.len() as u64;
         let live_from = self.latency_current.saturating_add(1).saturating_sub(ln);
@@ -466,6 +571,10 @@ impl Window {
             self.merge(&o);
             return;
         }
+        let mut cumulative = self.cumulative();
+        for (a, b) in cumulative.iter_mut().zip(other.cumulative().iter()) {
+            *a = a.saturating_add(*b);
+        }
         self.current = self.current.max(other.current);
         self.latency_current = self.latency_current.max(other.latency_current);
         for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
@@ -474,10 +583,8 @@ impl Window {
         for (a, b) in self.latency.iter_mut().zip(other.latency.iter()) {
             a.join(b);
         }
-        for (a, b) in self.cumulative.iter_mut().zip(other.cumulative.iter()) {
-            *a = a.saturating_add(*b);
-        }
         self.recompute_totals();
+        self.set_cumulative(&cumulative);
     }
 
     /// Applies a new metrics config, keeping counts: live buckets are re-bucketed
@@ -495,6 +602,7 @@ impl Window {
     }
 
     fn rebucket(&mut self, bns: u64, n: usize, lns: u64, ln: usize) {
+        let cumulative = self.cumulative();
         let old_n = self.buckets.len() as u64;
         let live_from = self.current.saturating_add(1).saturating_sub(old_n);
         let start_ns = self.current.saturating_mul(self.bucket_ns);
@@ -537,6 +645,7 @@ impl Window {
         self.latency_current = latency_current;
         self.latency = latency;
         self.recompute_totals();
+        self.set_cumulative(&cumulative);
     }
 
     /// Bytes this window occupies (inline + heap).

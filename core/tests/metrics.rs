@@ -281,3 +281,25 @@ fn snapshot_gathers_health_latency_and_concurrency() {
         (0, 1, 30 * MS)
     );
 }
+
+#[test]
+fn bin_edge_table_is_the_rounded_logarithm() {
+    use fusewire_core::histogram::{BINS_PER_OCTAVE, BOUNDS};
+    for (k, &b) in BOUNDS.iter().enumerate() {
+        let ideal = 2048.0 * (2f64.powf(k as f64 / f64::from(BINS_PER_OCTAVE)) - 1.0);
+        assert_eq!(f64::from(b), ideal.round(), "edge {k}");
+    }
+    // Indices are monotone in the value and consistent with the edges.
+    let mut last = 0;
+    for v in (1u64..200_000).chain((0..2_000).map(|i| (1u64 << 20) + i * 997)) {
+        let i = u32::from(bin_index(v));
+        assert!(i >= last, "monotone at {v}");
+        last = i;
+        assert!(
+            bin_lower_bound(i) <= v as f64 && (v as f64) < bin_lower_bound(i + 1),
+            "{v}"
+        );
+    }
+    assert_eq!(bin_index(0), bin_index(1));
+    assert!(u32::from(bin_index(u64::MAX)) < 64 * BINS_PER_OCTAVE);
+}

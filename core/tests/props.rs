@@ -180,6 +180,8 @@ proptest! {
         let mut ba = wb.clone();
         ba.merge(&wa);
         prop_assert_eq!(&ab, &ba);
+        let sum: Vec<u64> = wa.cumulative().iter().zip(wb.cumulative()).map(|(x, y)| x + y).collect();
+        prop_assert_eq!(ab.cumulative().to_vec(), sum, "cumulative counts add");
         let mut ab_c = ab.clone();
         ab_c.merge(&wc);
         let mut bc = wb.clone();
