@@ -371,8 +371,10 @@ impl Harness {
     }
 
     /// Real clock only: every worker thread runs its own list of requests at the same
-    /// time (offsets in ns from the call), each on its own event loop; returns when all
-    /// have finished. Returns the records of these requests.
+    /// time (offsets in ns from the call), each on its own event loop; the main thread
+    /// VM and workers without a list keep running their own events (ticks, queue
+    /// notifications) meanwhile. Returns when all requests have finished, with their
+    /// records.
     pub fn run_parallel(
         &mut self,
         per_worker: Vec<Vec<(u64, Request, UpstreamReply)>>,
@@ -399,6 +401,17 @@ impl Harness {
         }
         let first = self.next_id;
         let mut rxs = Vec::new();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let n_lists = per_worker.len();
+        let mut idle = Vec::new();
+        for w in n_lists..self.workers.len() {
+            let queue = std::mem::take(&mut pending[w]);
+            let flag = stop.clone();
+            idle.push((
+                w,
+                self.workers[w].submit(move |vm| vm.run_local(VecDeque::new(), queue, Some(flag))),
+            ));
+        }
         for (w, list) in per_worker.into_iter().enumerate() {
             let mut plan: Vec<(u64, u64, Request, UpstreamReply)> = Vec::with_capacity(list.len());
             for (off, req, reply) in list {
@@ -410,13 +423,18 @@ impl Harness {
             let plan: VecDeque<_> = plan.into();
             rxs.push((
                 w,
-                self.workers[w].submit(move |vm| vm.run_local(plan, queue)),
+                self.workers[w].submit(move |vm| vm.run_local(plan, queue, None)),
             ));
         }
         for (w, rx) in rxs {
             let rest = rx
                 .recv()
                 .map_err(|_| anyhow::anyhow!("worker {w} panicked"))?;
+            pending[w].extend(rest);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        for (w, rx) in idle {
+            let rest = rx.recv().map_err(|_| anyhow::anyhow!("VM {w} panicked"))?;
             pending[w].extend(rest);
         }
         for (w, evs) in pending.into_iter().enumerate() {

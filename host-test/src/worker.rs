@@ -977,11 +977,12 @@ pub(crate) type EventQueue = BinaryHeap<Scheduled>;
 
 impl WorkerVm {
     /// Real-time local loop (parallel mode): runs this worker's own events until every
-    /// planned request has finished. Returns events left over (e.g. future ticks).
+    /// planned request has finished (or, with `stop`, until the flag is set). Returns events left over (e.g. future ticks).
     pub fn run_local(
         &mut self,
         mut plan: std::collections::VecDeque<(u64, u64, Request, UpstreamReply)>,
         mut queue: Vec<(u64, Event)>,
+        stop: Option<Arc<std::sync::atomic::AtomicBool>>,
     ) -> Vec<(u64, Event)> {
         let mut heap = EventQueue::new();
         let mut seq = 0u64;
@@ -1021,7 +1022,14 @@ impl WorkerVm {
                 self.handle(s.ev);
                 continue;
             }
-            if plan.is_empty() && self.ctls.is_empty() {
+            let finished = match &stop {
+                // VMs without requests (main thread, idle workers) keep ticking until told.
+                Some(flag) => {
+                    flag.load(std::sync::atomic::Ordering::Acquire) && self.ctls.is_empty()
+                }
+                None => plan.is_empty() && self.ctls.is_empty(),
+            };
+            if finished {
                 break;
             }
             let next = plan

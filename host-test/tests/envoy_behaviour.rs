@@ -833,3 +833,32 @@ fn concurrent_cas_increments_from_8_worker_threads_lose_nothing() {
         );
     }
 }
+
+#[test]
+fn main_thread_vm_keeps_running_during_parallel_runs() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 2,
+        clock: ClockMode::Real,
+        ..Default::default()
+    });
+    // The main-thread VM registered the queue last, so it owns the notifications.
+    let mut list = vec![(
+        0,
+        Request::get("/probe/enqueue"),
+        UpstreamReply::status(200),
+    )];
+    list.extend((1..20).map(|i| {
+        (
+            i * 10_000_000,
+            Request::get("/x"),
+            UpstreamReply::status(200).after_ms(5),
+        )
+    }));
+    let records = h.run_parallel(vec![list]).unwrap();
+    assert_eq!(records.len(), 20);
+    assert_eq!(
+        h.metric("probe.queue_msgs").map(|m| m.scalar()),
+        Some(1),
+        "main VM handled the queue during the run"
+    );
+}
