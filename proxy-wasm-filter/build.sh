@@ -4,14 +4,15 @@
 # the size budget and the import list. Output: target/fusewire/<target>/fusewire.wasm
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MAX_BYTES=${FUSEWIRE_MAX_WASM_BYTES:-256000}
+MAX_BYTES=${FUSEWIRE_MAX_WASM_BYTES:-250000}
 WASM_OPT=target/npm/node_modules/.bin/wasm-opt
 if [ ! -x "$WASM_OPT" ]; then
   mkdir -p target/npm
   npm install --prefix target/npm --no-audit --no-fund --silent binaryen@132 >/dev/null
 fi
 for t in wasm32-wasip1 wasm32-unknown-unknown; do
-  cargo build --quiet -p fusewire-proxy-wasm --profile wasm --target "$t"
+  # opt-level "z" (size) over the profile's "s": ~10 % smaller, no measurable cost here.
+  CARGO_PROFILE_WASM_OPT_LEVEL=z cargo build --quiet -p fusewire-proxy-wasm --profile wasm --target "$t"
   mkdir -p "target/fusewire/$t"
   out="target/fusewire/$t/fusewire.wasm"
   "$WASM_OPT" -Oz --converge --strip-debug --strip-producers \

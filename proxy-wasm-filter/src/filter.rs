@@ -1,16 +1,22 @@
 //! The proxy-wasm contexts: one [`Root`] per VM (config, keys, tick) and one
 //! [`Stream`] per HTTP request. Both share the VM's [`Worker`].
 
+use crate::vecmap::VecMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use fusewire_core::shared::handle::allocate_owner;
 use fusewire_core::shared::{
     Admission, Issue, KeyHandle, Outcome, Phase, Probe, Report, Slot, Transition,
 };
-use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType};
+/// What a stream callback tells the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Go on with the next filter.
+    Continue,
+    /// Stop iteration (ignored by Envoy after a local reply).
+    Pause,
+}
 
 use crate::classify::{FlagSet, Observed, Verdict};
 use crate::config::{Plugin, Policy, Reason, Reply};
@@ -71,13 +77,13 @@ pub struct Worker {
     plugin: Option<Rc<Plugin>>,
     policies: Vec<Rc<Policy>>,
     keys: Vec<KeyEntry>,
-    index: Vec<HashMap<String, usize>>,
+    index: Vec<VecMap<String, usize>>,
     owner: Option<u64>,
     lease_seq: u64,
     rng: u64,
     clock: Clock,
     store: HostStore,
-    timers: HashMap<u32, Timer>,
+    timers: VecMap<u32, Timer>,
     key_buf: String,
     map_buf: Vec<u8>,
 }
@@ -148,7 +154,7 @@ impl Worker {
     fn configure(&mut self, plugin: Plugin) {
         let plugin = Rc::new(plugin);
         self.policies = plugin.policies.iter().cloned().map(Rc::new).collect();
-        self.index = vec![HashMap::new(); self.policies.len()];
+        self.index = vec![VecMap::default(); self.policies.len()];
         for (i, e) in self.keys.iter_mut().enumerate() {
             if let Some((pi, p)) = self
                 .policies
@@ -399,14 +405,15 @@ impl Default for Root {
     }
 }
 
-impl Context for Root {}
-
-impl RootContext for Root {
-    fn on_vm_start(&mut self, _vm_configuration_size: usize) -> bool {
+impl Root {
+    /// `on_vm_start`: nothing to do (state lives in shared data, never reset here).
+    pub fn on_vm_start(&mut self, _vm_configuration_size: usize) -> bool {
         true
     }
 
-    fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
+    /// `on_configure`: parse and install the plugin JSON; false (config rejected) on
+    /// any error, logged with the field path. Runs N + 2 times: never resets state.
+    pub fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let bytes = match host::plugin_configuration() {
             Ok(b) => b,
             Err(host::NOT_FOUND) => b"{\"policies\":[]}".to_vec(),
@@ -449,23 +456,21 @@ impl RootContext for Root {
         }
     }
 
-    fn on_tick(&mut self) {
+    /// `on_tick`: timeouts, delta flush, probe expiry, slot heartbeats.
+    pub fn on_tick(&mut self) {
         if let Ok(mut w) = self.worker.try_borrow_mut() {
             w.tick();
         }
     }
 
-    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Stream {
+    /// A stream context for `context_id`.
+    pub fn create_stream(&self, context_id: u32) -> Stream {
+        Stream {
             worker: self.worker.clone(),
             ctx: context_id,
             call: None,
             own_reply: false,
-        }))
-    }
-
-    fn get_type(&self) -> Option<ContextType> {
-        Some(ContextType::HttpContext)
+        }
     }
 }
 
@@ -666,15 +671,15 @@ impl Stream {
     }
 }
 
-impl Context for Stream {
-    fn on_done(&mut self) -> bool {
+impl Stream {
+    /// `on_done` (Envoy: after `on_log`): finish if not finished yet.
+    pub fn on_done(&mut self) -> bool {
         self.finish();
         true
     }
-}
 
-impl HttpContext for Stream {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    /// Request headers: match, admit (breaker, bulkhead) or answer with the fallback.
+    pub fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         if self.call.is_none() && !self.own_reply {
             self.start();
         }
@@ -685,7 +690,12 @@ impl HttpContext for Stream {
         }
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    /// Response headers: the upstream status (own replies are skipped).
+    pub fn on_http_response_headers(
+        &mut self,
+        _num_headers: usize,
+        _end_of_stream: bool,
+    ) -> Action {
         if self.own_reply || self.call.is_none() {
             return Action::Continue;
         }
@@ -711,12 +721,14 @@ impl HttpContext for Stream {
         Action::Continue
     }
 
-    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+    /// Response trailers: `grpc-status`.
+    pub fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
         self.read_grpc_status(host::RESPONSE_TRAILERS);
         Action::Continue
     }
 
-    fn on_log(&mut self) {
+    /// `on_log`: classify with the final response flags, record, release.
+    pub fn on_log(&mut self) {
         self.finish();
     }
 }

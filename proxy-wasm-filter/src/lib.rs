@@ -20,15 +20,11 @@
     )
 )]
 
+pub mod abi;
 pub mod classify;
 pub mod config;
 pub mod filter;
 pub mod host;
 pub mod matcher;
 pub mod metrics;
-
-proxy_wasm::main! {{
-    proxy_wasm::set_root_context(|_| -> Box<dyn proxy_wasm::traits::RootContext> {
-        Box::new(filter::Root::new())
-    });
-}}
+pub mod vecmap;

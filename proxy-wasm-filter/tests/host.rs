@@ -92,8 +92,7 @@ fn harness(cas: CasMode, json: &str) -> Harness {
 
 fn counter(h: &Harness, name: &str) -> u64 {
     match h.metric(name) {
-        Some(MetricValue::Counter { value }) => value,
-        Some(MetricValue::Gauge { value }) => value as u64,
+        Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
         _ => 0,
     }
 }
