@@ -404,8 +404,8 @@ impl Harness {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let n_lists = per_worker.len();
         let mut idle = Vec::new();
-        for w in n_lists..self.workers.len() {
-            let queue = std::mem::take(&mut pending[w]);
+        for (w, slot) in pending.iter_mut().enumerate().skip(n_lists) {
+            let queue = std::mem::take(slot);
             let flag = stop.clone();
             idle.push((
                 w,
