@@ -47,6 +47,7 @@ pub struct Process {
     pub stats: Stats,
     logs: Mutex<Vec<LogRecord>>,
     lifecycle: Mutex<Vec<LifecycleCall>>,
+    /// 0: no echo; l + 1: echo level >= l.
     echo_level: AtomicU8,
 }
 

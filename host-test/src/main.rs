@@ -12,7 +12,9 @@ fusewire-host — a proxy-wasm host that behaves like Envoy
 USAGE:
   fusewire-host run <scenario.toml> [--module M.wasm] [--seed N] [--clock virtual|real]
                     [--json OUT.json] [--html OUT.html] [--stats] [--prometheus] [--quiet]
-      Plays a scenario; prints a summary (and /stats or Prometheus text if asked).
+                    [--verbose]
+      Plays a scenario; prints a summary (and /stats or Prometheus text if asked);
+      --verbose echoes guest logs (info and above) to stderr.
   fusewire-host bench --module A.wasm [--config A.json] [--name A] [--module B.wasm ...]
                     [--workers N] [--requests N] [--rounds N] [--path /p] [--cluster NAME]
                     [--status CODE] [--json OUT.json]
@@ -55,7 +57,7 @@ fn real_main(args: &[String]) -> anyhow::Result<()> {
 
 fn run(args: &[String]) -> anyhow::Result<()> {
     let (mut file, mut module, mut json, mut html) = (None, None, None, None);
-    let (mut stats, mut prom, mut quiet) = (false, false, false);
+    let (mut stats, mut prom, mut quiet, mut verbose) = (false, false, false, false);
     let (mut seed, mut clock) = (None, None);
     let mut i = 0;
     while i < args.len() {
@@ -80,6 +82,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "--stats" => stats = true,
             "--prometheus" => prom = true,
             "--quiet" => quiet = true,
+            "--verbose" => verbose = true,
             a if a.starts_with('-') => bail!("run: unknown option {a:?}"),
             a => file = Some(a.to_string()),
         }
@@ -97,7 +100,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         .or(s.module.clone())
         .context("run: no module (set `module` in the scenario or pass --module)")?;
     let m = WasmModule::from_file(&path)?;
-    let report = s.run(&m)?;
+    let report = s.run_with_log_echo(&m, verbose.then_some(2))?;
     if let Some(p) = &json {
         std::fs::write(p, report.to_json()).with_context(|| format!("writing {p}"))?;
     }

@@ -426,7 +426,18 @@ impl Scenario {
 
     /// Plays the scenario with `module` and returns the report.
     pub fn run(&self, module: &WasmModule) -> anyhow::Result<Report> {
-        let mut h = Harness::new(module, self.harness_config())?;
+        self.run_with_log_echo(module, None)
+    }
+
+    /// As [`Scenario::run`], echoing guest logs at or above `echo` (0..=5) to stderr.
+    pub fn run_with_log_echo(
+        &self,
+        module: &WasmModule,
+        echo: Option<u8>,
+    ) -> anyhow::Result<Report> {
+        let process = crate::env::Process::new();
+        process.set_log_echo(echo);
+        let mut h = Harness::with_process(process, module, self.harness_config())?;
         let mut runner = Runner {
             s: self,
             rng: Rng::new(self.seed),
