@@ -169,3 +169,33 @@ fn example_scenario_parses() {
     assert_eq!(s.upstream.len(), 4);
     assert!(s.module.unwrap().ends_with("fixture_probe.wasm"));
 }
+
+#[test]
+fn upstream_mix_and_latency_follow_the_phase() {
+    let text = r#"
+duration_s = 10
+workers = 2
+[traffic]
+rate_per_s = 500
+[[upstream]]
+from_s = 0
+status = { "200" = 80, "503" = 20 }
+latency = { dist = "uniform", min_ms = 10, max_ms = 30 }
+"#;
+    let r = Scenario::from_toml(text).unwrap().run(probe()).unwrap();
+    let t = &r.totals;
+    assert_eq!(t.requests, 5000);
+    let failed = t.outcomes["upstream_failed"] as f64 / t.requests as f64;
+    assert!((0.17..0.23).contains(&failed), "503 share {failed}");
+    let all = &r.latency["all"];
+    assert!(
+        all.max_ms <= 30.0 && all.p50_ms > 15.0 && all.p50_ms < 25.0,
+        "{all:?}"
+    );
+    let fixed = "duration_s = 2\n[traffic]\nrate_per_s = 10\n[[upstream]]\nfrom_s = 0\nlatency = { dist = \"fixed\", ms = 42 }\n";
+    let r = Scenario::from_toml(fixed).unwrap().run(probe()).unwrap();
+    assert_eq!(
+        (r.latency["all"].p50_ms, r.latency["all"].max_ms),
+        (42.0, 42.0)
+    );
+}
