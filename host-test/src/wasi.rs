@@ -133,6 +133,10 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         errno(write(&mut c, ret, &1u64.to_le_bytes()))
     })?;
     l.func_wrap(M, "random_get", |mut c: C, buf: i32, len: i32| {
+        let mem_len = c.data().memory.map(|m| m.data_size(&c)).unwrap_or(0);
+        if len as u32 as usize > mem_len {
+            return EFAULT;
+        }
         let mut b = vec![0u8; len as u32 as usize];
         c.data_mut().rng.fill(&mut b);
         errno(write(&mut c, buf, &b))
