@@ -95,28 +95,33 @@ const NO_PROBE: u8 = u8::MAX;
 #[must_use = "a permit must be handed back with the call's outcome"]
 pub struct Permit {
     started_at: Nanos,
-    /// `generation | probe << 32`: two plain words keep the permit cheap to move.
-    tag: u64,
+    /// `generation | probe << 32 | 1 << 63`: two plain words keep the permit cheap
+    /// to move, and the never-zero tag lets `Result<Permit, Rejection>` stay 16 bytes.
+    tag: core::num::NonZeroU64,
 }
 
 impl Permit {
     #[inline(always)]
     const fn new(generation: u32, probe: u8, started_at: Nanos) -> Self {
+        let tag = generation as u64 | (probe as u64) << 32 | 1 << 63;
         Self {
             started_at,
-            tag: generation as u64 | (probe as u64) << 32,
+            tag: match core::num::NonZeroU64::new(tag) {
+                Some(t) => t,
+                None => core::num::NonZeroU64::MAX,
+            },
         }
     }
 
     /// Generation the permit was issued in.
     #[inline(always)]
     pub fn generation(&self) -> u32 {
-        self.tag as u32
+        self.tag.get() as u32
     }
 
     #[inline(always)]
     fn probe(&self) -> u8 {
-        (self.tag >> 32) as u8
+        (self.tag.get() >> 32) as u8
     }
 
     /// Whether this call is a half-open probe.

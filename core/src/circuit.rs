@@ -37,8 +37,8 @@ pub struct CircuitBreaker {
     window: Window,
     /// Permits issued and permits handed back (in flight = difference). Two
     /// counters, each only ever incremented, keep admit and record independent.
-    admitted: u64,
-    completed: u64,
+    admitted: u32,
+    completed: u32,
 }
 
 impl CircuitBreaker {
@@ -95,9 +95,7 @@ impl CircuitBreaker {
     /// Calls admitted and not yet recorded.
     #[inline(always)]
     pub fn in_flight(&self) -> u32 {
-        self.admitted
-            .wrapping_sub(self.completed)
-            .min(u64::from(u32::MAX)) as u32
+        self.admitted.wrapping_sub(self.completed)
     }
 
     /// Asks to run one call at `now`. On `Err`, `SHORT_CIRCUITED` has been recorded

@@ -139,6 +139,9 @@ pub struct Window {
     latency_current: u64,
     #[serde(skip)]
     latency_end: u64,
+    /// `min(current_end, latency_end)`: one comparison guards both rings.
+    #[serde(skip)]
+    next_roll: u64,
     #[serde(skip)]
     latency_slot: u32,
     latency: Vec<LatencyBucket>,
@@ -172,6 +175,7 @@ impl From<WindowData> for Window {
             latency_bucket_ns: d.latency_bucket_ns.max(1),
             latency_current: d.latency_current,
             latency_end: 0,
+            next_roll: 0,
             latency_slot: 0,
             latency: d.latency,
         };
@@ -213,6 +217,7 @@ impl Window {
             latency_bucket_ns,
             latency_current: now / latency_bucket_ns,
             latency_end: 0,
+            next_roll: 0,
             latency_slot: 0,
             latency: vec![LatencyBucket::default(); ln],
         };
@@ -233,6 +238,7 @@ impl Window {
         self.latency_end =
             (self.latency_current.saturating_add(1)).saturating_mul(self.latency_bucket_ns);
         self.latency_slot = (self.latency_current % self.latency.len().max(1) as u64) as u32;
+        self.next_roll = self.current_end.min(self.latency_end);
     }
 
     fn stamp_current(&mut self) {
@@ -425,7 +431,9 @@ impl Window {
         concurrency: u32,
         now: Nanos,
     ) {
-        self.roll(now);
+        if now >= self.next_roll {
+            self.roll_both(now);
+        }
         let slot = self.slot();
         if let Some(b) = self.buckets.get_mut(slot) {
             crate::counter::increment(&mut b.counts[kind.index()]);
@@ -436,7 +444,16 @@ impl Window {
                 crate::counter::increment(&mut b.slow);
             }
         }
-        self.record_latency(latency_ns, now);
+        if let Some(b) = self.latency.get_mut(self.latency_slot as usize) {
+            b.latency.record(latency_ns);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn roll_both(&mut self, now: Nanos) {
+        self.roll(now);
+        self.roll_latency(now);
     }
 
     /// Adds one latency sample (ns) to the percentile window. O(1), no allocation.
