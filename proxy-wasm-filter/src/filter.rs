@@ -175,6 +175,12 @@ impl Worker {
     /// The entry for the key the request maps to under policy `pi`.
     fn entry_for(&mut self, pi: usize, view: &mut HostView) -> Option<usize> {
         let policy = self.policies.get(pi)?.clone();
+        if policy.key.is_static() {
+            // One key for the whole policy: no rendering, no lookup.
+            if let Some((_, &i)) = self.index.get(pi)?.iter().next() {
+                return Some(i);
+            }
+        }
         policy.key.render(&policy.name, view, &mut self.key_buf);
         let index = self.index.get_mut(pi)?;
         if let Some(&i) = index.get(self.key_buf.as_str()) {
@@ -324,7 +330,9 @@ impl Worker {
                 self.timers.remove(&ctx);
                 continue;
             }
-            let Some(e) = self.keys.get(ki) else { continue };
+            let Some(e) = self.keys.get_mut(ki) else {
+                continue;
+            };
             let reply = e.policy.fallback.reply(Reason::Timeout).clone();
             e.metrics.count(Counter::Timeout);
             e.metrics.count(Counter::FallbackSuccess);
@@ -353,6 +361,7 @@ impl Worker {
                     e.metrics.set_in_flight(n);
                 }
             }
+            e.metrics.flush();
             self.report(ki, r);
         }
     }
@@ -553,7 +562,7 @@ impl Stream {
             w.report(ki, r);
             if s == Slot::Granted {
                 slot = true;
-                if let Some(e) = w.keys.get(ki) {
+                if let Some(e) = w.keys.get_mut(ki) {
                     e.metrics.in_flight(1);
                 }
             } else {
@@ -624,8 +633,13 @@ impl Stream {
         let now = w.now_ms();
         if !timed_out {
             let mut obs = call.obs;
-            if let Some(f) = host::property(b"response\0flags") {
-                obs.flags = FlagSet::from_property(&f);
+            // Envoy's flags only change the verdict of a 5xx or of no response at all
+            // (UF/UO/URX/UH/UC arrive with a 503, UT with a 504, resets without a
+            // status): a 1xx–4xx response skips the property read.
+            if obs.status.is_none_or(|s| s >= 500) {
+                if let Some(f) = host::property(b"response\0flags") {
+                    obs.flags = FlagSet::from_property(&f);
+                }
             }
             let verdict = match w.keys.get(call.key) {
                 Some(e) => e.policy.classifier.classify(&obs),
@@ -639,7 +653,7 @@ impl Stream {
                 Verdict::BadRequest => (Outcome::BadRequest, Counter::BadRequest),
                 Verdict::Cancelled => (Outcome::Cancelled, Counter::Cancelled),
             };
-            if let Some(e) = w.keys.get(call.key) {
+            if let Some(e) = w.keys.get_mut(call.key) {
                 e.metrics.count(counter);
                 if obs.status.is_some() {
                     e.metrics.latency(latency);

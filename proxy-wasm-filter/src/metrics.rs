@@ -66,12 +66,17 @@ pub const COUNTER_NAMES: [&str; 11] = [
     "closed",
 ];
 
-/// Metric ids of one key (None where the host refused a definition).
+/// Metric ids of one key (None where the host refused a definition), and counts not
+/// yet handed to the host: counters and the in-flight gauge are batched per VM and
+/// flushed on every tick (one host call per non-zero counter instead of one per
+/// event; Envoy's own stats flush is seconds apart anyway).
 #[derive(Clone, Debug, Default)]
 pub struct KeyMetrics {
     counters: [Option<u32>; 11],
+    pending: [u32; 11],
     state: Option<u32>,
     in_flight: Option<u32>,
+    pending_in_flight: i64,
     latency: Option<u32>,
 }
 
@@ -105,11 +110,29 @@ impl KeyMetrics {
         m
     }
 
-    /// Adds one to a counter.
+    /// Adds one to a counter (handed to the host on the next [`KeyMetrics::flush`]).
     #[inline]
-    pub fn count(&self, c: Counter) {
-        if let Some(Some(id)) = self.counters.get(c as usize) {
-            host::increment_metric(*id, 1);
+    pub fn count(&mut self, c: Counter) {
+        if let Some(p) = self.pending.get_mut(c as usize) {
+            *p = p.saturating_add(1);
+        }
+    }
+
+    /// Hands the batched counts to the host.
+    pub fn flush(&mut self) {
+        for (p, id) in self.pending.iter_mut().zip(self.counters.iter()) {
+            if *p > 0 {
+                if let Some(id) = id {
+                    host::increment_metric(*id, *p as i64);
+                }
+                *p = 0;
+            }
+        }
+        if self.pending_in_flight != 0 {
+            if let Some(id) = self.in_flight {
+                host::increment_metric(id, self.pending_in_flight);
+            }
+            self.pending_in_flight = 0;
         }
     }
 
@@ -120,15 +143,15 @@ impl KeyMetrics {
         }
     }
 
-    /// Moves the process-wide in-flight gauge by ±1.
-    pub fn in_flight(&self, delta: i64) {
-        if let Some(id) = self.in_flight {
-            host::increment_metric(id, delta);
-        }
+    /// Moves the process-wide in-flight gauge by ±1 (batched).
+    pub fn in_flight(&mut self, delta: i64) {
+        self.pending_in_flight += delta;
     }
 
-    /// Sets the in-flight gauge to the process-wide count read from the slot ledger.
-    pub fn set_in_flight(&self, n: u64) {
+    /// Sets the in-flight gauge to the process-wide count read from the slot ledger
+    /// (batched ±1 moves are subsumed by it).
+    pub fn set_in_flight(&mut self, n: u64) {
+        self.pending_in_flight = 0;
         if let Some(id) = self.in_flight {
             host::record_metric(id, n);
         }

@@ -90,6 +90,11 @@ fn harness(cas: CasMode, json: &str) -> Harness {
     harness_with(None, cas, json, 15_000)
 }
 
+/// Counters are batched per VM and handed to the host on each tick (100 ms).
+fn settle(h: &mut Harness) {
+    h.run_for(Duration::from_millis(150));
+}
+
 fn counter(h: &Harness, name: &str) -> u64 {
     match h.metric(name) {
         Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
@@ -173,6 +178,7 @@ fn trips_at_threshold_across_workers_and_every_worker_rejects_next() {
                 Some("text/plain")
             );
         }
+        settle(&mut h);
         assert_eq!(counter(&h, "fusewire.svc.failure"), 20);
         assert_eq!(counter(&h, "fusewire.svc.short_circuited"), 4);
         assert_eq!(counter(&h, "fusewire.svc.opened"), 1);
@@ -218,6 +224,7 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
             let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
             assert!(r.sent_upstream, "{cas:?}: closed again on worker {w}");
         }
+        settle(&mut h);
         assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 0);
         assert_eq!(counter(&h, "fusewire.svc.half_opened"), 1);
         assert_eq!(counter(&h, "fusewire.svc.closed"), 1);
@@ -475,6 +482,7 @@ fn route_timeout_ut_counts_as_timeout() {
         r.response_flags & flags::UPSTREAM_REQUEST_TIMEOUT,
         flags::UPSTREAM_REQUEST_TIMEOUT
     );
+    settle(&mut h);
     assert_eq!(counter(&h, "fusewire.svc.timeout"), 1);
     assert_eq!(counter(&h, "fusewire.svc.failure"), 0);
 }
@@ -485,6 +493,7 @@ fn bad_requests_never_count_as_errors() {
     for i in 0..40 {
         h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(404));
     }
+    settle(&mut h);
     assert_eq!(counter(&h, "fusewire.svc.bad_request"), 40);
     h.run_for(Duration::from_millis(200));
     assert_eq!(state(&h, "svc").phase, Phase::Closed);
