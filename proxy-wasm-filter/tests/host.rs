@@ -118,16 +118,18 @@ fn in_flight(h: &Harness, key: &str, now_ms: u64) -> u64 {
     }
 }
 
-/// Writes to shared data since `mark` (CAS tokens come from one global counter).
-fn writes_since(h: &Harness, mark: u32) -> u32 {
-    h.set_shared_data("test/mark", Some(b"x"), 0);
-    let (_, cas) = h.shared_data("test/mark").expect("mark");
-    cas - mark - 1
+/// Bumps the test's marker key (with the CAS rules of either mode) and returns the
+/// global CAS token it got: tokens come from one process-wide counter, so the
+/// difference between two marks is the number of writes in between, plus one.
+fn mark(h: &Harness) -> u32 {
+    let cas = h.shared_data("test/mark").map_or(0, |(_, c)| c);
+    h.set_shared_data("test/mark", Some(b"x"), cas);
+    h.shared_data("test/mark").expect("mark").1
 }
 
-fn mark(h: &Harness) -> u32 {
-    h.set_shared_data("test/mark", Some(b"x"), 0);
-    h.shared_data("test/mark").expect("mark").1
+/// Shared-data writes since `mark`.
+fn writes_since(h: &Harness, mark_cas: u32) -> u32 {
+    mark(h) - mark_cas - 1
 }
 
 fn short_circuited(r: &StreamRecord) -> bool {
@@ -277,6 +279,7 @@ fn bulkhead_never_exceeds_its_limit_across_workers() {
             "\"request_volume_threshold\": 1000",
         );
         let mut h = harness(cas, &json);
+        let m = mark(&h);
         let t0 = h.now_ns();
         let ids: Vec<u64> = (0..40)
             .map(|i| {
@@ -305,6 +308,10 @@ fn bulkhead_never_exceeds_its_limit_across_workers() {
             max = max.max(cur);
         }
         assert_eq!(max, 3, "{cas:?}: limit reached but never exceeded");
+        println!(
+            "{cas:?}: shared-data writes per request with a bulkhead: {}",
+            writes_since(&h, m) as f64 / 40.0
+        );
         let rejected = recs
             .iter()
             .filter(|r| r.response_header("x-fusewire").as_deref() == Some("rejected"))
@@ -424,6 +431,7 @@ fn healthy_traffic_writes_shared_data_only_on_tick() {
         h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(200));
     }
     let per_request = writes_since(&h, m) as f64 / 400.0;
+    println!("shared-data writes per healthy request: {per_request}");
     assert!(
         per_request <= 0.05,
         "writes per healthy request: {per_request}"
@@ -622,4 +630,46 @@ fn unknown_unknown_build_works_too() {
         Request::get("/api/x"),
         UpstreamReply::status(200)
     )));
+}
+
+#[test]
+fn grpc_requests_get_a_grpc_fallback() {
+    let mut h = harness(CasMode::Envoy, &config(None));
+    for i in 0..20 {
+        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(503));
+    }
+    let r = h.request(
+        0,
+        Request::get("/api/pkg.Svc/Call")
+            .method("POST")
+            .header("content-type", "application/grpc"),
+        UpstreamReply::status(200),
+    );
+    assert!(!r.sent_upstream);
+    let lr = r.local_reply.as_ref().expect("local reply");
+    assert_eq!(lr.grpc_status, Some(14), "UNAVAILABLE: {r:?}");
+    assert_eq!(
+        r.response_header("x-fusewire").as_deref(),
+        Some("short-circuited")
+    );
+    assert_eq!(
+        r.response_header("content-type").as_deref(),
+        Some("application/grpc")
+    );
+}
+
+#[test]
+fn outage_writes_per_request_are_bounded() {
+    let mut h = harness(CasMode::Envoy, &config(None));
+    let m = mark(&h);
+    // Mixed traffic that stays below the threshold: every outcome is written at once
+    // while errors are in the window ("hot"), i.e. at most one write per request.
+    for i in 0..200 {
+        let status = if i % 4 == 0 { 503 } else { 200 };
+        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(status));
+    }
+    let per_request = writes_since(&h, m) as f64 / 200.0;
+    println!("shared-data writes per request with 25 % errors: {per_request}");
+    assert!(per_request <= 1.1, "{per_request}");
+    assert_eq!(state(&h, "svc").phase, Phase::Closed);
 }
