@@ -279,7 +279,7 @@ fn bulkhead_limit_holds_across_workers_and_crashed_worker_is_reclaimed() {
             rng ^= rng >> 7;
             rng ^= rng << 17;
             let w = (rng % 4) as usize;
-            if rng % 3 == 0 && held[w] > 0 {
+            if rng.is_multiple_of(3) && held[w] > 0 {
                 c.workers[w].release_slot(&mut c.store, &c.sp, w as u64 + 1, step);
                 held[w] -= 1;
             } else {
