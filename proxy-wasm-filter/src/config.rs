@@ -257,6 +257,15 @@ impl Fallback {
     }
 }
 
+/// A bulkhead wait queue (per key, per worker).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Queue {
+    /// Waiting calls per key and worker: min(`max_queue`, `queue_rejection_threshold`).
+    pub capacity: u32,
+    /// A call still waiting after this long gets the `rejected` fallback.
+    pub max_wait_ms: u64,
+}
+
 /// A validated policy.
 #[derive(Clone, Debug)]
 pub struct Policy {
@@ -277,6 +286,8 @@ pub struct Policy {
     pub timeout: TimeoutMode,
     /// Max in flight per key across all workers, if the policy has a bulkhead.
     pub bulkhead: Option<u32>,
+    /// The bulkhead's wait queue, if `bulkhead.max_queue > 0`.
+    pub queue: Option<Queue>,
     /// Failure classification.
     pub classifier: Classifier,
     /// Fallback replies.
@@ -498,10 +509,17 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         bulkhead: p.bulkhead.unwrap_or_default(),
     };
     core.validate().map_err(|e| err(at(&e.path), e.reason))?;
-    if has_bulkhead && core.bulkhead.max_queue > 0 {
+    let queue = (has_bulkhead && core.bulkhead.max_queue > 0).then(|| Queue {
+        capacity: core
+            .bulkhead
+            .max_queue
+            .min(core.bulkhead.queue_rejection_threshold),
+        max_wait_ms: core.bulkhead.max_wait_ms,
+    });
+    if queue.is_some_and(|q| q.capacity == 0) {
         return Err(err(
-            at("bulkhead.max_queue"),
-            "the Envoy filter has no wait queue yet: must be 0 (excess calls are rejected at once)",
+            at("bulkhead.queue_rejection_threshold"),
+            "must be at least 1 when max_queue > 0 (it caps the queue)",
         ));
     }
     // Match.
@@ -625,6 +643,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         params,
         timeout: p.timeout,
         bulkhead: has_bulkhead.then_some(core.bulkhead.max_concurrent),
+        queue,
         core,
         classifier,
         fallback,
@@ -699,11 +718,26 @@ mod tests {
         assert_eq!(o.matcher.methods, vec!["GET"]);
         assert_eq!(o.tick_timeout_ms(), Some(250));
         assert_eq!(o.bulkhead, Some(3));
+        assert_eq!(o.queue, None);
         assert!(o.classifier.failure_status.contains(429));
         assert!(!o.classifier.bad_request_status.contains(404));
         assert_eq!(o.fallback.timeout.body, br#"{"error":"timeout"}"#);
         assert_eq!(o.params.rules.error_percentage.map(|t| t.volume), Some(10));
         assert_eq!(p.shared.cas_attempts, 4);
+    }
+
+    #[test]
+    fn queue_capacity_is_capped_by_the_rejection_threshold() {
+        let p =
+            parse(r#"{"policies":[{"name":"a","bulkhead":{"max_queue":50,"max_wait_ms":200}}]}"#)
+                .unwrap();
+        assert_eq!(
+            p.policies[0].queue,
+            Some(Queue {
+                capacity: 5,
+                max_wait_ms: 200
+            })
+        );
     }
 
     #[test]
@@ -800,9 +834,9 @@ mod tests {
             "at least 1",
         );
         fails(
-            r#"{"policies":[{"name":"a","bulkhead":{"max_queue":5}}]}"#,
-            "policies[0].bulkhead.max_queue",
-            "no wait queue",
+            r#"{"policies":[{"name":"a","bulkhead":{"max_queue":5,"queue_rejection_threshold":0}}]}"#,
+            "policies[0].bulkhead.queue_rejection_threshold",
+            "at least 1",
         );
         fails(r#"{"tick_ms":0,"policies":[]}"#, "tick_ms", "1..=60000");
         fails(

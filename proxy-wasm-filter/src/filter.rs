@@ -71,6 +71,22 @@ struct Timer {
     grpc: bool,
 }
 
+/// A call in a bulkhead wait queue (paused in its request headers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waiter {
+    /// Waiting for a slot until `deadline_ms`.
+    Waiting {
+        key: usize,
+        deadline_ms: u64,
+        generation: u32,
+        grpc: bool,
+    },
+    /// Got a slot at `at_ms` and was resumed.
+    Granted { at_ms: u64 },
+    /// Waited too long: answered with the `rejected` fallback.
+    Expired,
+}
+
 /// Per-VM state shared by the root and every stream context.
 #[derive(Default)]
 pub struct Worker {
@@ -84,6 +100,7 @@ pub struct Worker {
     clock: Clock,
     store: HostStore,
     timers: VecMap<u32, Timer>,
+    queued: VecMap<u32, Waiter>,
     key_buf: String,
     map_buf: Vec<u8>,
 }
@@ -307,6 +324,88 @@ impl Worker {
         }
     }
 
+    /// Serves the bulkhead wait queues in arrival order: a waiter whose key has a free
+    /// slot (process-wide) is resumed; one past its max wait gets the `rejected` reply.
+    /// Runs on every tick and after every slot this worker releases.
+    fn drain_queue(&mut self, now: u64) {
+        let Some(sp) = self.plugin.as_ref().map(|p| p.shared) else {
+            return;
+        };
+        let waiting: Vec<(u32, Waiter)> = self
+            .queued
+            .iter()
+            .filter(|(_, w)| matches!(w, Waiter::Waiting { .. }))
+            .map(|(c, w)| (*c, *w))
+            .collect();
+        let mut full: Vec<usize> = Vec::new();
+        for (ctx, w) in waiting {
+            let Waiter::Waiting {
+                key,
+                deadline_ms,
+                generation,
+                grpc,
+            } = w
+            else {
+                continue;
+            };
+            let Some(policy) = self.keys.get(key).map(|e| e.policy.clone()) else {
+                continue;
+            };
+            if now >= deadline_ms {
+                self.queued.insert(ctx, Waiter::Expired);
+                if host::set_effective_context(ctx) != host::OK {
+                    continue;
+                }
+                if let Some(e) = self.keys.get_mut(key) {
+                    e.handle.record_rejection(now, true);
+                    e.metrics.count(Counter::SemaphoreRejected);
+                    e.metrics.count(Counter::FallbackSuccess);
+                }
+                self.send_reply(policy.fallback.reply(Reason::Rejected), grpc);
+                continue;
+            }
+            let (Some(max), false) = (policy.bulkhead, full.contains(&key)) else {
+                continue;
+            };
+            let owner = self.owner();
+            let Some(e) = self.keys.get_mut(key) else {
+                continue;
+            };
+            let (slot, r) = e.handle.acquire_slot(&mut self.store, &sp, owner, max, now);
+            self.report(key, r);
+            if slot != Slot::Granted {
+                full.push(key); // keep FIFO order within the key
+                continue;
+            }
+            if let Some(e) = self.keys.get_mut(key) {
+                e.metrics.in_flight(1);
+            }
+            self.queued.insert(ctx, Waiter::Granted { at_ms: now });
+            if let Some(t) = policy.tick_timeout_ms() {
+                self.timers.insert(
+                    ctx,
+                    Timer {
+                        deadline_ms: now.saturating_add(t),
+                        fired: false,
+                        key,
+                        generation,
+                        probe: None,
+                        grpc,
+                    },
+                );
+            }
+            if host::set_effective_context(ctx) == host::OK {
+                let s = host::continue_request();
+                if s != host::OK {
+                    host::log(
+                        Level::Warn,
+                        &format!("fusewire: continue_stream failed with status {s}"),
+                    );
+                }
+            }
+        }
+    }
+
     /// Tick: fire due deadlines, flush deltas, expire probes, heartbeat slots.
     fn tick(&mut self) {
         let Some(plugin) = self.plugin.clone() else {
@@ -338,6 +437,9 @@ impl Worker {
             e.metrics.count(Counter::FallbackSuccess);
             self.send_reply(&reply, grpc);
             self.record(ki, generation, probe, Outcome::Timeout, 0);
+        }
+        if !self.queued.is_empty() {
+            self.drain_queue(now);
         }
         // Shared-state upkeep.
         let owner = if self.keys.iter().any(|e| e.handle.local_in_flight() > 0) {
@@ -479,6 +581,7 @@ impl Root {
             ctx: context_id,
             call: None,
             own_reply: false,
+            paused: false,
         }
     }
 }
@@ -499,6 +602,7 @@ pub struct Stream {
     ctx: u32,
     call: Option<Call>,
     own_reply: bool,
+    paused: bool,
 }
 
 fn is_grpc() -> bool {
@@ -560,11 +664,52 @@ impl Stream {
             let Some(e) = w.keys.get_mut(ki) else { return };
             let (s, r) = e.handle.acquire_slot(&mut w.store, &sp, owner, max, now);
             w.report(ki, r);
+            let waiting = || {
+                w.queued
+                    .iter()
+                    .filter(|(_, q)| matches!(q, Waiter::Waiting { key, .. } if *key == ki))
+                    .count()
+            };
             if s == Slot::Granted {
                 slot = true;
                 if let Some(e) = w.keys.get_mut(ki) {
                     e.metrics.in_flight(1);
                 }
+            } else if let (Slot::Full, None, Some(q)) = (s, probe, policy.queue) {
+                if waiting() < q.capacity as usize {
+                    // Wait (paused) for a slot; served by `drain_queue`.
+                    let grpc = policy.fallback.grpc && is_grpc();
+                    w.queued.insert(
+                        self.ctx,
+                        Waiter::Waiting {
+                            key: ki,
+                            deadline_ms: now.saturating_add(q.max_wait_ms),
+                            generation,
+                            grpc,
+                        },
+                    );
+                    self.call = Some(Call {
+                        key: ki,
+                        generation,
+                        probe: None,
+                        slot: false,
+                        start_ms: now,
+                        obs: Observed::default(),
+                    });
+                    self.paused = true;
+                    return;
+                }
+                if let Some(e) = w.keys.get_mut(ki) {
+                    e.handle.record_rejection(now, true);
+                    e.metrics.count(Counter::SemaphoreRejected);
+                    e.metrics.count(Counter::FallbackSuccess);
+                }
+                self.own_reply = true;
+                w.send_reply(
+                    policy.fallback.reply(Reason::Rejected),
+                    policy.fallback.grpc && is_grpc(),
+                );
+                return;
             } else {
                 if let Some(lease_id) = probe {
                     // Hand the probe back: this call never reaches the upstream.
@@ -624,11 +769,22 @@ impl Stream {
 
     /// Ends the call exactly once: classify, record, release the slot.
     fn finish(&mut self) {
-        let Some(call) = self.call.take() else { return };
+        let Some(mut call) = self.call.take() else {
+            return;
+        };
         let Ok(mut w) = self.worker.try_borrow_mut() else {
             return;
         };
         let w = &mut *w;
+        match w.queued.remove(&self.ctx) {
+            // Left while waiting (nothing held), or already answered when it expired.
+            Some(Waiter::Waiting { .. } | Waiter::Expired) => return,
+            Some(Waiter::Granted { at_ms }) => {
+                call.slot = true;
+                call.start_ms = at_ms;
+            }
+            None => {}
+        }
         let timed_out = w.timers.remove(&self.ctx).is_some_and(|t| t.fired);
         let now = w.now_ms();
         if !timed_out {
@@ -671,6 +827,10 @@ impl Stream {
                 let r = e.handle.release_slot(&mut w.store, &sp, owner, now);
                 w.report(call.key, r);
             }
+            // A local waiter can have the slot right away.
+            if !w.queued.is_empty() {
+                w.drain_queue(now);
+            }
         }
     }
 
@@ -697,7 +857,7 @@ impl Stream {
         if self.call.is_none() && !self.own_reply {
             self.start();
         }
-        if self.own_reply {
+        if self.own_reply || self.paused {
             Action::Pause
         } else {
             Action::Continue
@@ -714,6 +874,9 @@ impl Stream {
             return Action::Continue;
         }
         if let Ok(mut w) = self.worker.try_borrow_mut() {
+            if w.queued.get(&self.ctx) == Some(&Waiter::Expired) {
+                return Action::Continue; // our own `rejected` reply after waiting
+            }
             match w.timers.get(&self.ctx) {
                 // Our own timeout reply: not an upstream result.
                 Some(t) if t.fired => return Action::Continue,

@@ -103,6 +103,7 @@ mod raw {
         pub fn proxy_increment_metric(id: u32, offset: i64) -> u32;
         pub fn proxy_record_metric(id: u32, value: u64) -> u32;
         pub fn proxy_set_effective_context(context_id: u32) -> u32;
+        pub fn proxy_continue_stream(stream_type: u32) -> u32;
     }
 }
 
@@ -280,6 +281,17 @@ pub fn set_effective_context(context_id: u32) -> u32 {
         let _ = context_id;
         UNIMPLEMENTED
     }
+}
+
+/// Resumes the effective stream's request (paused in `on_http_request_headers`).
+pub fn continue_request() -> u32 {
+    #[cfg(target_arch = "wasm32")]
+    // SAFETY: plain value call; stream type 0 = request.
+    unsafe {
+        raw::proxy_continue_stream(0)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    UNIMPLEMENTED
 }
 
 /// Defines a metric; None on failure (the metric is then skipped).

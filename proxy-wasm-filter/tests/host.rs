@@ -673,3 +673,113 @@ fn outage_writes_per_request_are_bounded() {
     assert!(per_request <= 1.1, "{per_request}");
     assert_eq!(state(&h, "svc").phase, Phase::Closed);
 }
+
+fn concurrency(recs: &[StreamRecord]) -> i32 {
+    let mut events: Vec<(u64, i32)> = recs
+        .iter()
+        .filter(|r| r.sent_upstream)
+        .flat_map(|r| {
+            [
+                (r.start_ns + r.latency_ns() - upstream_ns(r), 1),
+                (r.end_ns, -1),
+            ]
+        })
+        .collect();
+    events.sort_by_key(|&(t, d)| (t, d));
+    let (mut cur, mut max) = (0, 0);
+    for (_, d) in events {
+        cur += d;
+        max = max.max(cur);
+    }
+    max
+}
+
+/// Upstream time of a forwarded request in these tests (fixed 100 ms replies).
+fn upstream_ns(_r: &StreamRecord) -> u64 {
+    100_000_000
+}
+
+#[test]
+fn bulkhead_queue_waits_for_a_slot_and_rejects_after_max_wait() {
+    both_modes(|cas| {
+        let queue = |wait_ms: u64| {
+            config(Some(2))
+                .replace(
+                    r#""bulkhead": {"max_concurrent": 2},"#,
+                    &format!(
+                        r#""bulkhead": {{"max_concurrent": 2, "max_queue": 3, "queue_rejection_threshold": 3, "max_wait_ms": {wait_ms}}},"#
+                    ),
+                )
+                .replace("\"request_volume_threshold\": 20", "\"request_volume_threshold\": 1000")
+        };
+        // Long enough waits: 8 calls over 4 workers all get served, 2 at a time.
+        let mut h = harness(cas, &queue(5_000));
+        let t0 = h.now_ns();
+        let ids: Vec<u64> = (0..8)
+            .map(|i| {
+                h.submit_at(
+                    t0 + i as u64,
+                    i % 4,
+                    Request::get("/api/q"),
+                    UpstreamReply::status(200).after_ms(100),
+                )
+            })
+            .collect();
+        h.run_for(Duration::from_millis(3_000));
+        let recs: Vec<StreamRecord> = ids
+            .iter()
+            .map(|id| h.record(*id).expect("done").clone())
+            .collect();
+        assert!(
+            recs.iter()
+                .all(|r| r.sent_upstream && r.response_status == Some(200)),
+            "{cas:?}: {recs:?}"
+        );
+        assert_eq!(
+            concurrency(&recs),
+            2,
+            "{cas:?}: queued calls never exceed the limit"
+        );
+        assert!(
+            recs.iter().any(|r| r.latency_ns() >= 200_000_000),
+            "{cas:?}: some waited"
+        );
+        // Short waits: calls beyond the limit and the queue, or waiting too long, are
+        // rejected; a queue of 3 per worker holds the rest.
+        let mut h = harness(cas, &queue(150));
+        let t0 = h.now_ns();
+        let ids: Vec<u64> = (0..12)
+            .map(|i| {
+                h.submit_at(
+                    t0 + i as u64,
+                    i % 2,
+                    Request::get("/api/q"),
+                    UpstreamReply::status(200).after_ms(100),
+                )
+            })
+            .collect();
+        h.run_for(Duration::from_millis(3_000));
+        let recs: Vec<StreamRecord> = ids
+            .iter()
+            .map(|id| h.record(*id).expect("done").clone())
+            .collect();
+        let served = recs.iter().filter(|r| r.sent_upstream).count();
+        let rejected: Vec<&StreamRecord> = recs
+            .iter()
+            .filter(|r| r.response_header("x-fusewire").as_deref() == Some("rejected"))
+            .collect();
+        assert_eq!(served + rejected.len(), 12, "{cas:?}");
+        assert!(served >= 4 && served < 12, "{cas:?}: served {served}");
+        assert!(
+            rejected.iter().any(|r| r.latency_ns() >= 150_000_000),
+            "{cas:?}: some were rejected after waiting max_wait_ms"
+        );
+        assert!(
+            rejected.iter().any(|r| r.latency_ns() == 0),
+            "{cas:?}: queue full → rejected at once"
+        );
+        assert_eq!(concurrency(&recs), 2, "{cas:?}");
+        let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
+        assert_eq!(in_flight(&h, "svc", now_ms), 0, "{cas:?}");
+    });
+}
