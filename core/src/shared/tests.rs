@@ -474,3 +474,102 @@ fn store_contract_matches_envoy_and_kong() {
         "cas 0 on an existing key (Kong)"
     );
 }
+
+#[test]
+fn adaptive_throttle_sheds_in_proportion_and_excludes_its_own_rejections() {
+    let p = params(
+        r#"{"breaker":{"error_percentage":{"enabled":false},
+            "adaptive_throttle":{"enabled":true,"k":1.5}}}"#,
+    );
+    let mut c = Cluster::new(false, 2, p);
+    // 100 calls, 20 successes: p = (100 - 1.5·20) / 101 ≈ 69 %.
+    for i in 0..100 {
+        let o = if i % 5 == 0 {
+            Outcome::Success
+        } else {
+            Outcome::Failure
+        };
+        assert!(c.call(i % 2, 10, o));
+    }
+    c.tick(20);
+    let mut shed = 0;
+    for r in 0..1000u32 {
+        let (a, _) = c.workers[0].admit(
+            &mut c.store,
+            &c.sp,
+            &c.p,
+            30,
+            r.wrapping_mul(2_654_435_761),
+            1,
+        );
+        if matches!(a, Admission::Rejected(Reject::Throttled)) {
+            shed += 1;
+            c.workers[0].record_rejection(30, false);
+        }
+    }
+    assert!((600..780).contains(&shed), "shed {shed} of 1000");
+    // Its own rejections are short-circuits: never fed back into requests.
+    c.tick(40);
+    let s = c.shared();
+    assert_eq!(s.snapshot(40).total(), 100);
+    assert!(s.snapshot(40).short_circuited >= 600);
+    assert_eq!(s.phase, Phase::Closed);
+}
+
+#[test]
+fn slow_start_ramps_admissions_after_close() {
+    let p = params(r#"{"breaker":{"slow_start":{"ramp_ms":1000,"initial_percentage":10}}}"#);
+    let mut c = Cluster::new(false, 1, p);
+    for _ in 0..20 {
+        c.call(0, 0, Outcome::Failure);
+    }
+    assert!(c.call(0, 5_000, Outcome::Success), "probe closes it");
+    assert_eq!(c.shared().phase, Phase::Closed);
+    let admitted = |c: &mut Cluster, now: u64| {
+        (0..1000u32)
+            .filter(|r| {
+                let (a, _) = c.workers[0].admit(
+                    &mut c.store,
+                    &c.sp,
+                    &c.p,
+                    now,
+                    r.wrapping_mul(2_654_435_761),
+                    1,
+                );
+                matches!(a, Admission::Allowed { .. })
+            })
+            .count()
+    };
+    let early = admitted(&mut c, 5_000);
+    let mid = admitted(&mut c, 5_500);
+    let done = admitted(&mut c, 6_000);
+    assert!((50..200).contains(&early), "{early}");
+    assert!((450..650).contains(&mid), "{mid}");
+    assert_eq!(done, 1000);
+}
+
+#[test]
+fn skewed_and_backward_clocks_between_workers_still_trip_and_reject() {
+    both_modes(|strict| {
+        let mut c = Cluster::new(strict, 4, params(HYSTRIX));
+        // Worker clocks differ by up to ±400 ms, and worker 2 steps back by 3 s.
+        let skew = [0i64, 400, -3_000, -400];
+        let t = |w: usize, base: u64| (base as i64 + 10_000 + skew[w]) as u64;
+        for i in 0..20 {
+            assert!(c.call(i % 4, t(i % 4, 100), Outcome::Failure));
+        }
+        assert_eq!(c.shared().phase, Phase::Open, "all 20 failures counted");
+        for w in 0..4 {
+            assert_eq!(
+                c.admit(w, t(w, 200)),
+                Admission::Rejected(Reject::Open),
+                "worker {w}"
+            );
+        }
+        // After the sleep window by every clock, probes flow and close it.
+        for w in 0..4 {
+            c.call(w, t(w, 9_000), Outcome::Success);
+        }
+        assert_eq!(c.shared().phase, Phase::Closed);
+    });
+}
