@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds fusewire_proxy_wasm.wasm for both wasm targets with the root `wasm` profile,
 # runs wasm-opt (npm package binaryen, installed locally under target/npm), checks
-# the size budget, the import list (env only, plus WASI on wasip1) and the exports. Output: target/fusewire/<target>/fusewire.wasm
+# the size budget, the import list (env only, plus WASI on wasip1) and the exports.
+# Output: target/fusewire/<target>/fusewire.wasm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MAX_BYTES=${FUSEWIRE_MAX_WASM_BYTES:-250000}

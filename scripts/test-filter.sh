@@ -36,4 +36,13 @@ fi
     -max_total_time="${FUZZ_SECONDS:-15}" -print_final_stats=1 2>&1 | tail -n 5
 )
 
+echo "== filter: demo scenario smoke run"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cargo run --quiet --release -p fusewire-proxy-wasm --example demo -- \
+  examples/demo.toml --html "$out/demo.html" | tee "$out/summary.txt"
+grep -q "tripped at" "$out/summary.txt"
+grep -q "closed again at" "$out/summary.txt"
+test -s "$out/demo.html"
+
 echo "== filter: all tests passed"
