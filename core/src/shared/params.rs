@@ -1,4 +1,4 @@
-//! Maps the core's [`Config`](crate::config::Config) onto the parameters the shared
+//! Maps the core's [`crate::config::Config`] onto the parameters the shared
 //! breaker logic runs with.
 
 use super::state::{BreakerParams, Mode, OpenSchedule, Rules, Threshold};
