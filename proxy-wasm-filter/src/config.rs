@@ -870,3 +870,97 @@ mod tests {
         assert!(!p.policies.is_empty());
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::Plugin;
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    const EXAMPLE: &str = include_str!("../../examples/fusewire.json");
+
+    const WORDS: &[&str] = &[
+        "policies",
+        "name",
+        "match",
+        "key",
+        "breaker",
+        "bulkhead",
+        "failure",
+        "fallback",
+        "status",
+        "headers",
+        "route",
+        "cluster",
+        "path_prefix",
+        "method",
+        "exact",
+        "present",
+        "open",
+        "half_open",
+        "permitted_probes",
+        "ladder_ms",
+        "schedule",
+        "max_queue",
+        "timeout",
+        "execution",
+        "metrics",
+        "rolling_buckets",
+        "grpc_status",
+        "tick_ms",
+        "shared",
+        "lease_ttl_ms",
+        "body",
+        "mode",
+        "5xx",
+        "{cluster}",
+        "ladder",
+        "tick",
+    ];
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(|f| json!(f)),
+            prop::sample::select(WORDS).prop_map(Value::from),
+            ".{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(6, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                prop::collection::vec((prop::sample::select(WORDS), inner), 0..6).prop_map(|kv| {
+                    Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_bytes(b in prop::collection::vec(any::<u8>(), 0..400)) {
+            let _ = Plugin::parse(&b);
+        }
+
+        #[test]
+        fn never_panics_on_a_mutated_example(
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut b = EXAMPLE.as_bytes().to_vec();
+            let i = at.index(b.len());
+            b[i] = byte;
+            let _ = Plugin::parse(&b);
+            let _ = Plugin::parse(&b[..cut.index(b.len())]);
+        }
+
+        #[test]
+        fn never_panics_on_schema_shaped_json(policy in arb_json(), top in arb_json()) {
+            let doc = json!({"policies": [policy]});
+            let _ = Plugin::parse(doc.to_string().as_bytes());
+            let _ = Plugin::parse(top.to_string().as_bytes());
+        }
+    }
+}

@@ -353,6 +353,10 @@ fn soak_with_resets_and_a_crashed_vm_returns_in_flight_to_zero() {
                 "{cas:?}: crashed VMs hold 4 slots"
             );
         }
+        // The VMs are gone without any callback: their slots are still in the ledger
+        // until their lease expires.
+        let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
+        assert_eq!(in_flight(&h, "svc", now_ms), 4, "{cas:?}: no cleanup ran");
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
         let mut rnd = move || {
             seed ^= seed << 13;
