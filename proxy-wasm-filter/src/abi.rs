@@ -10,56 +10,13 @@
 use std::cell::UnsafeCell;
 
 use crate::filter::{Action, Root, Stream};
-
-/// Live streams by context id. Envoy hands out increasing ids, so inserts append;
-/// removals leave a tombstone (O(log n)) and the vector is compacted once half of it
-/// is dead, so thousands of concurrent streams cost no memmove per request.
-#[derive(Default)]
-struct Streams {
-    slots: Vec<(u32, Option<Box<Stream>>)>,
-    dead: usize,
-}
-
-impl Streams {
-    fn find(&self, id: u32) -> Result<usize, usize> {
-        self.slots.binary_search_by_key(&id, |(i, _)| *i)
-    }
-
-    fn insert(&mut self, id: u32, s: Stream) {
-        match self.find(id) {
-            Ok(i) => {
-                if let Some(slot) = self.slots.get_mut(i) {
-                    if slot.1.is_none() {
-                        self.dead = self.dead.saturating_sub(1);
-                    }
-                    slot.1 = Some(Box::new(s));
-                }
-            }
-            Err(i) => self.slots.insert(i, (id, Some(Box::new(s)))),
-        }
-    }
-
-    fn get_mut(&mut self, id: u32) -> Option<&mut Stream> {
-        let i = self.find(id).ok()?;
-        self.slots.get_mut(i)?.1.as_deref_mut()
-    }
-
-    fn remove(&mut self, id: u32) -> Option<Box<Stream>> {
-        let i = self.find(id).ok()?;
-        let s = self.slots.get_mut(i)?.1.take()?;
-        self.dead += 1;
-        if self.dead * 2 > self.slots.len() {
-            self.slots.retain(|(_, s)| s.is_some());
-            self.dead = 0;
-        }
-        Some(s)
-    }
-}
+use crate::vecmap::VecMap;
 
 #[derive(Default)]
 struct Dispatcher {
     roots: Vec<(u32, Root)>,
-    streams: Streams,
+    /// Live streams by context id (boxed: moving an entry moves a pointer).
+    streams: VecMap<u32, Box<Stream>>,
 }
 
 /// The VM's single dispatcher. Wasm VMs are single-threaded and host callbacks never
@@ -97,7 +54,7 @@ pub fn context_create(id: u32, parent: u32) {
                 d.roots.push((id, Root::new()));
             }
         } else if let Some(stream) = root(d, parent).map(|r| r.create_stream(id)) {
-            d.streams.insert(id, stream);
+            d.streams.insert(id, Box::new(stream));
         }
     });
 }
@@ -125,7 +82,7 @@ pub fn tick(id: u32) {
 pub fn request_headers(id: u32, n: usize, eos: bool) -> u32 {
     with(|d| {
         d.streams
-            .get_mut(id)
+            .get_mut(&id)
             .map_or(0, |s| action(s.on_http_request_headers(n, eos)))
     })
 }
@@ -134,7 +91,7 @@ pub fn request_headers(id: u32, n: usize, eos: bool) -> u32 {
 pub fn response_headers(id: u32, n: usize, eos: bool) -> u32 {
     with(|d| {
         d.streams
-            .get_mut(id)
+            .get_mut(&id)
             .map_or(0, |s| action(s.on_http_response_headers(n, eos)))
     })
 }
@@ -143,7 +100,7 @@ pub fn response_headers(id: u32, n: usize, eos: bool) -> u32 {
 pub fn response_trailers(id: u32, n: usize) -> u32 {
     with(|d| {
         d.streams
-            .get_mut(id)
+            .get_mut(&id)
             .map_or(0, |s| action(s.on_http_response_trailers(n)))
     })
 }
@@ -151,7 +108,7 @@ pub fn response_trailers(id: u32, n: usize) -> u32 {
 /// `proxy_on_log`.
 pub fn log(id: u32) {
     with(|d| {
-        if let Some(s) = d.streams.get_mut(id) {
+        if let Some(s) = d.streams.get_mut(&id) {
             s.on_log();
         }
     });
@@ -160,7 +117,7 @@ pub fn log(id: u32) {
 /// `proxy_on_done`.
 pub fn done(id: u32) -> bool {
     with(|d| {
-        if let Some(s) = d.streams.get_mut(id) {
+        if let Some(s) = d.streams.get_mut(&id) {
             s.on_done();
         }
     });
@@ -171,7 +128,7 @@ pub fn done(id: u32) -> bool {
 pub fn delete(id: u32) {
     let stream = with(|d| {
         d.roots.retain(|(i, _)| *i != id);
-        d.streams.remove(id)
+        d.streams.remove(&id)
     });
     drop(stream);
 }
@@ -260,28 +217,6 @@ mod exports {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stream_table_with_tombstones() {
-        let root = Root::new();
-        let mut t = Streams::default();
-        for id in 2..1000 {
-            t.insert(id, root.create_stream(id));
-        }
-        for id in (2..1000).step_by(3) {
-            assert!(t.remove(id).is_some());
-            assert!(t.remove(id).is_none());
-        }
-        for id in 2..1000 {
-            assert_eq!(t.get_mut(id).is_some(), (id - 2) % 3 != 0, "{id}");
-        }
-        t.insert(1, root.create_stream(1)); // out of order still works
-        assert!(t.get_mut(1).is_some());
-        for id in 1..1000 {
-            t.remove(id);
-        }
-        assert!(t.slots.len() < 10, "compacted");
-    }
 
     #[test]
     fn unknown_ids_are_ignored() {
