@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
-# The main job: drive the engine through an outage and show what it did.
+# The main job: build the Envoy filter (.wasm), run it in the Envoy stand-in harness
+# with 4 workers through healthy -> partial outage -> recovery, print a summary and
+# write the HTML timeline to out/demo.html.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo run --quiet --release -p fusewire-core --example outage
+bash proxy-wasm-filter/build.sh
+mkdir -p out
+cargo run --quiet --release -p fusewire-proxy-wasm --example demo -- \
+  examples/demo.toml --html out/demo.html --json out/demo.json
+echo
+echo "timeline: out/demo.html   report: out/demo.json"
