@@ -9,7 +9,7 @@
 use crate::config::{BreakerConfig, BreakerMode, OpenConfig, OpenSchedule, MAX_PROBES};
 use crate::event::EventKind;
 use crate::time::{elapsed, ms_to_ns, unit_f64, Nanos};
-use crate::window::Window;
+use crate::window::{HealthSnapshot, Window};
 use serde::{Deserialize, Serialize};
 
 /// Where the breaker is.
@@ -230,6 +230,86 @@ pub fn open_duration_ns(cfg: &OpenConfig, step: u32, rand: u64) -> Nanos {
     let factor = 1.0 + j * (2.0 * unit_f64(rand) - 1.0);
     let ms = (base_ms * factor).max(0.0);
     (ms * 1_000_000.0).min(u64::MAX as f64 / 2.0) as Nanos
+}
+
+/// The trip rule that fires in the closed phase, given the consecutive-failure run
+/// and the rolling health counts; `None` when none does. Pure: any host can evaluate
+/// it on any window that yields a [`HealthSnapshot`] (the core's [`Window`] or the
+/// counters-only window of [`crate::shared`]).
+pub fn trip_reason(
+    cfg: &BreakerConfig,
+    consecutive_failures: u32,
+    h: &HealthSnapshot,
+) -> Option<TransitionReason> {
+    if cfg.consecutive_failures.enabled
+        && consecutive_failures >= cfg.consecutive_failures.threshold
+    {
+        return Some(TransitionReason::ConsecutiveFailures);
+    }
+    let ep = &cfg.error_percentage;
+    if ep.enabled
+        && h.total >= u64::from(ep.request_volume_threshold)
+        && h.total > 0
+        && h.error_percentage >= ep.threshold_percentage
+    {
+        return Some(TransitionReason::ErrorPercentage);
+    }
+    let sc = &cfg.slow_call;
+    if sc.enabled
+        && h.executions >= u64::from(sc.request_volume_threshold)
+        && h.executions > 0
+        && h.slow as f64 * 100.0 / h.executions as f64 >= sc.rate_threshold_percentage
+    {
+        return Some(TransitionReason::SlowCallRate);
+    }
+    None
+}
+
+/// Closed-phase admission: the slow-start ramp (started at `*ramp_started_at`,
+/// cleared once over), then the adaptive throttle on the counts `health()` returns
+/// (read only when the throttle is on). Both draw from `rand`.
+pub fn admit_closed(
+    cfg: &BreakerConfig,
+    ramp_started_at: &mut Option<Nanos>,
+    now: Nanos,
+    health: impl FnOnce() -> HealthSnapshot,
+    rand: u64,
+) -> Result<(), Rejection> {
+    if let Some(start) = *ramp_started_at {
+        let ramp = ms_to_ns(cfg.slow_start.ramp_ms);
+        let e = elapsed(now, start);
+        if ramp == 0 || e >= ramp {
+            *ramp_started_at = None;
+        } else {
+            let init = cfg.slow_start.initial_percentage;
+            let share = init + (100.0 - init) * (e as f64 / ramp as f64);
+            if unit_f64(rand) * 100.0 >= share {
+                return Err(Rejection::SlowStart);
+            }
+        }
+    }
+    if cfg.adaptive_throttle.enabled {
+        let h = health();
+        let accepts = h.count(EventKind::Success) + h.count(EventKind::BadRequest);
+        let requests = h.executions + h.count(EventKind::BadRequest);
+        let p =
+            (requests as f64 - cfg.adaptive_throttle.k * accepts as f64) / (requests as f64 + 1.0);
+        // Use bits of `rand` not consumed by the slow-start draw.
+        if p > 0.0 && unit_f64(rand.rotate_left(32)) < p {
+            return Err(Rejection::Throttled);
+        }
+    }
+    Ok(())
+}
+
+/// Whether a probe with this outcome failed (`None`: it never ran, so it gives its
+/// turn back). A slow probe is a failed probe.
+pub const fn probe_failed(outcome: Outcome, slow: bool) -> Option<bool> {
+    match outcome {
+        Outcome::Failure | Outcome::Timeout => Some(true),
+        Outcome::Success | Outcome::BadRequest => Some(slow),
+        Outcome::SemaphoreRejected | Outcome::ThreadPoolRejected => None,
+    }
 }
 
 impl BreakerState {
@@ -459,30 +539,13 @@ impl BreakerState {
                 Ok(Permit::new(self.generation, slot as u8, now))
             }
             Phase::Closed => {
-                if let Some(start) = self.ramp_started_at {
-                    let ramp = ms_to_ns(cfg.slow_start.ramp_ms);
-                    let e = elapsed(now, start);
-                    if ramp == 0 || e >= ramp {
-                        self.ramp_started_at = None;
-                    } else {
-                        let init = cfg.slow_start.initial_percentage;
-                        let share = init + (100.0 - init) * (e as f64 / ramp as f64);
-                        if unit_f64(rand) * 100.0 >= share {
-                            return Err(Rejection::SlowStart);
-                        }
-                    }
-                }
-                if cfg.adaptive_throttle.enabled {
-                    let h = window.health(now);
-                    let accepts = h.count(EventKind::Success) + h.count(EventKind::BadRequest);
-                    let requests = h.executions + h.count(EventKind::BadRequest);
-                    let p = (requests as f64 - cfg.adaptive_throttle.k * accepts as f64)
-                        / (requests as f64 + 1.0);
-                    // Use bits of `rand` not consumed by the slow-start draw.
-                    if p > 0.0 && unit_f64(rand.rotate_left(32)) < p {
-                        return Err(Rejection::Throttled);
-                    }
-                }
+                admit_closed(
+                    cfg,
+                    &mut self.ramp_started_at,
+                    now,
+                    || window.health(now),
+                    rand,
+                )?;
                 Ok(Permit::new(self.generation, NO_PROBE, now))
             }
         }
@@ -552,16 +615,12 @@ impl BreakerState {
                     return None;
                 }
                 self.probe_leases[slot] = 0;
-                let probe_failed = match outcome {
-                    Outcome::Failure | Outcome::Timeout => true,
-                    Outcome::Success | Outcome::BadRequest => slow,
-                    Outcome::SemaphoreRejected | Outcome::ThreadPoolRejected => {
-                        // The probe never ran: give its turn back.
-                        self.probes_issued = self.probes_issued.saturating_sub(1);
-                        return None;
-                    }
+                let Some(failed) = probe_failed(outcome, slow) else {
+                    // The probe never ran: give its turn back.
+                    self.probes_issued = self.probes_issued.saturating_sub(1);
+                    return None;
                 };
-                if probe_failed {
+                if failed {
                     return Some(self.open(cfg, now, rand, TransitionReason::ProbeFailed));
                 }
                 self.probe_successes = self.probe_successes.saturating_add(1);
@@ -584,28 +643,8 @@ impl BreakerState {
         if self.phase != Phase::Closed || !Self::state_machine_runs(cfg.mode) {
             return None;
         }
-        if cfg.consecutive_failures.enabled
-            && self.consecutive_failures >= cfg.consecutive_failures.threshold
-        {
-            return Some(self.open(cfg, now, rand, TransitionReason::ConsecutiveFailures));
-        }
         let h = window.health(now);
-        let ep = &cfg.error_percentage;
-        if ep.enabled
-            && h.total >= u64::from(ep.request_volume_threshold)
-            && h.total > 0
-            && h.error_percentage >= ep.threshold_percentage
-        {
-            return Some(self.open(cfg, now, rand, TransitionReason::ErrorPercentage));
-        }
-        let sc = &cfg.slow_call;
-        if sc.enabled
-            && h.executions >= u64::from(sc.request_volume_threshold)
-            && h.executions > 0
-            && h.slow as f64 * 100.0 / h.executions as f64 >= sc.rate_threshold_percentage
-        {
-            return Some(self.open(cfg, now, rand, TransitionReason::SlowCallRate));
-        }
-        None
+        let reason = trip_reason(cfg, self.consecutive_failures, &h)?;
+        Some(self.open(cfg, now, rand, reason))
     }
 }

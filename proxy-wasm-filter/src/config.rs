@@ -722,7 +722,10 @@ mod tests {
         assert!(o.classifier.failure_status.contains(429));
         assert!(!o.classifier.bad_request_status.contains(404));
         assert_eq!(o.fallback.timeout.body, br#"{"error":"timeout"}"#);
-        assert_eq!(o.params.rules.error_percentage.map(|t| t.volume), Some(10));
+        assert_eq!(
+            o.params.breaker.error_percentage.request_volume_threshold,
+            10
+        );
         assert_eq!(p.shared.cas_attempts, 4);
     }
 

@@ -6,9 +6,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use fusewire_core::shared::handle::allocate_owner;
-use fusewire_core::shared::{
-    Admission, Issue, KeyHandle, Outcome, Phase, Probe, Report, Slot, Transition,
-};
+use fusewire_core::shared::{Admission, Issue, KeyHandle, Outcome, Probe, Report, Slot};
+use fusewire_core::Phase;
 /// What a stream callback tells the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -122,10 +121,10 @@ fn log_report(key: &str, r: &Report) {
         None => {}
     }
     if let Some(t) = r.transition {
-        let what = match t {
-            Transition::Opened => "opened",
-            Transition::HalfOpened => "half-open",
-            Transition::Closed => "closed",
+        let what = match t.to {
+            Phase::Open => "opened",
+            Phase::HalfOpen => "half-open",
+            Phase::Closed => "closed",
         };
         host::log(Level::Info, &format!("fusewire: breaker {key:?} {what}"));
     }
@@ -136,7 +135,7 @@ impl Worker {
         self.clock.now()
     }
 
-    fn rand(&mut self) -> u32 {
+    fn rand(&mut self) -> u64 {
         // xorshift64*
         if self.rng == 0 {
             self.rng = host::now_ns().unwrap_or(0x9E37_79B9_7F4A_7C15) | 1;
@@ -146,14 +145,14 @@ impl Worker {
         x ^= x << 25;
         x ^= x >> 27;
         self.rng = x;
-        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
     fn owner(&mut self) -> u64 {
         if let Some(o) = self.owner {
             return o;
         }
-        let fallback = host::now_ns().unwrap_or(0) ^ ((self.rand() as u64) << 20);
+        let fallback = host::now_ns().unwrap_or(0) ^ (self.rand() << 20);
         let attempts = self.plugin.as_ref().map_or(8, |p| p.shared.cas_attempts);
         let o = allocate_owner(&mut self.store, attempts, fallback);
         self.owner = Some(o);
@@ -237,22 +236,23 @@ impl Worker {
             log_report(&e.key, &r);
         }
         if let Some(t) = r.transition {
-            e.metrics.count(match t {
-                Transition::Opened => Counter::Opened,
-                Transition::HalfOpened => Counter::HalfOpened,
-                Transition::Closed => Counter::Closed,
+            e.metrics.count(match t.to {
+                Phase::Open => Counter::Opened,
+                Phase::HalfOpen => Counter::HalfOpened,
+                Phase::Closed => Counter::Closed,
             });
         }
-        let phase = e.handle.view().map(|s| s.phase);
         let phase = match r.transition {
-            Some(Transition::Opened) => Some(Phase::Open),
-            Some(Transition::HalfOpened) => Some(Phase::HalfOpen),
-            Some(Transition::Closed) => Some(Phase::Closed),
-            None => phase,
+            Some(t) => Some(t.to),
+            None => e.handle.view().map(|s| s.phase),
         };
         if phase.is_some() && phase != e.last_phase {
             if let Some(p) = phase {
-                e.metrics.state(p.gauge());
+                e.metrics.state(match p {
+                    Phase::Closed => 0,
+                    Phase::Open => 1,
+                    Phase::HalfOpen => 2,
+                });
             }
             e.last_phase = phase;
         }
@@ -278,18 +278,20 @@ impl Worker {
         let p = e.policy.clone();
         let mut report = Report::default();
         if let Some(lease_id) = probe {
-            let verdict = match outcome {
-                Outcome::Success => Some(true),
-                Outcome::Failure | Outcome::Timeout => Some(false),
-                Outcome::BadRequest | Outcome::Cancelled => None,
-            };
             let probe = Probe {
                 generation,
                 lease_id,
             };
-            report =
-                e.handle
-                    .probe_done(&mut self.store, &sp, &p.params, probe, verdict, now, rand);
+            report = e.handle.probe_done(
+                &mut self.store,
+                &sp,
+                &p.params,
+                probe,
+                outcome,
+                latency_ms,
+                now,
+                rand,
+            );
         }
         if e.handle
             .record(&p.params, generation, outcome, latency_ms, now)
@@ -723,7 +725,9 @@ impl Stream {
                             &sp,
                             &policy.params,
                             probe,
-                            None,
+                            // Never ran: the lease is handed back.
+                            Outcome::Cancelled,
+                            0,
                             now,
                             rand,
                         );

@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use fusewire_core::shared::codec::{self, Kind};
-use fusewire_core::shared::{KeyState, Phase, SlotLedger};
+use fusewire_core::shared::{KeyState, SlotLedger};
+use fusewire_core::Phase;
 use fusewire_host_test::*;
 
 fn module_path(target: &str) -> String {

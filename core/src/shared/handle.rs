@@ -14,9 +14,11 @@
 
 use super::codec::{DecodeError, Kind};
 use super::ledger::{Acquire, SlotLedger};
-use super::state::{BreakerParams, Decision, Delta, KeyState, Phase, Reject, Transition};
+use super::state::{BreakerParams, Decision, Delta, KeyState};
 use super::store::{keys, update, Loaded, SharedStore, StoreError, UpdateError, Updated};
 use super::window::Event;
+use crate::breaker::{self, probe_failed};
+use crate::{Phase, Rejection, Transition};
 
 /// Knobs of the shared layer (not of any one breaker).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,8 +60,8 @@ pub enum Admission {
         /// Probe lease id if this call is a half-open probe.
         probe: Option<u64>,
     },
-    /// Rejected by the breaker.
-    Rejected(Reject),
+    /// Rejected by the breaker (recorded as `SHORT_CIRCUITED`).
+    Rejected(Rejection),
 }
 
 /// The verdict of [`KeyHandle::acquire_slot`].
@@ -87,6 +89,28 @@ pub enum Outcome {
     BadRequest,
     /// No verdict (e.g. the client went away before any response): counts nowhere.
     Cancelled,
+}
+
+impl Outcome {
+    /// The core outcome (`None` for [`Outcome::Cancelled`]).
+    pub const fn core(self) -> Option<breaker::Outcome> {
+        match self {
+            Outcome::Success => Some(breaker::Outcome::Success),
+            Outcome::Failure => Some(breaker::Outcome::Failure),
+            Outcome::Timeout => Some(breaker::Outcome::Timeout),
+            Outcome::BadRequest => Some(breaker::Outcome::BadRequest),
+            Outcome::Cancelled => None,
+        }
+    }
+
+    /// Whether this is a slow call under `p`: the slow-call rule is on, the call ran
+    /// and took at least the threshold (the core's definition).
+    pub fn is_slow(self, p: &BreakerParams, latency_ms: u64) -> bool {
+        let sc = &p.breaker.slow_call;
+        sc.enabled
+            && self.core().is_some_and(|o| o.executed())
+            && latency_ms >= sc.duration_threshold_ms
+    }
 }
 
 /// Problems the host should log (the handle itself never logs).
@@ -218,7 +242,7 @@ impl KeyHandle {
         sp: &SharedParams,
         p: &BreakerParams,
         now_ms: u64,
-        rand: u32,
+        rand: u64,
         lease_id: u64,
     ) -> (Admission, Report) {
         let mut report = self.refresh(store, p, now_ms);
@@ -278,7 +302,7 @@ impl KeyHandle {
                             report,
                         )
                     }
-                    None => (Admission::Rejected(Reject::Open), report),
+                    None => (Admission::Rejected(Rejection::Open), report),
                 }
             }
         }
@@ -312,7 +336,6 @@ impl KeyHandle {
                 return false;
             }
         }
-        let slow_ms = p.rules.slow_call.map(|_| p.rules.slow_call_ms);
         let urgent = match outcome {
             Outcome::Success => {
                 self.delta.window.record(now_ms, Event::Success);
@@ -335,12 +358,9 @@ impl KeyHandle {
             }
             Outcome::Cancelled => false,
         };
-        let mut slow = false;
-        if let Some(t) = slow_ms {
-            if latency_ms >= t && matches!(outcome, Outcome::Success | Outcome::Failure) {
-                self.delta.window.record_slow(now_ms);
-                slow = true;
-            }
+        let slow = outcome.is_slow(p, latency_ms);
+        if slow {
+            self.delta.window.record_slow(now_ms);
         }
         urgent || slow || self.is_hot(now_ms)
     }
@@ -367,7 +387,7 @@ impl KeyHandle {
         sp: &SharedParams,
         p: &BreakerParams,
         now_ms: u64,
-        rand: u32,
+        rand: u64,
     ) -> Report {
         let mut report = Report::default();
         if self.delta.is_empty() {
@@ -409,7 +429,9 @@ impl KeyHandle {
         report
     }
 
-    /// Reports a probe's verdict (`None`: no verdict, the lease is handed back).
+    /// Reports a probe's outcome: failed or slow (the core's
+    /// [`crate::breaker::probe_failed`]) reopens, a success or bad request counts
+    /// towards closing, [`Outcome::Cancelled`] hands the lease back.
     #[allow(clippy::too_many_arguments)]
     pub fn probe_done(
         &mut self,
@@ -417,10 +439,13 @@ impl KeyHandle {
         sp: &SharedParams,
         p: &BreakerParams,
         probe: Probe,
-        success: Option<bool>,
+        outcome: Outcome,
+        latency_ms: u64,
         now_ms: u64,
-        rand: u32,
+        rand: u64,
     ) -> Report {
+        let slow = outcome.is_slow(p, latency_ms);
+        let failed = outcome.core().and_then(|o| probe_failed(o, slow));
         let Probe {
             generation,
             lease_id,
@@ -433,10 +458,10 @@ impl KeyHandle {
             sp.cas_attempts,
             || KeyState::new(p, now_ms),
             |_| {},
-            |s: &mut KeyState| match success {
-                Some(ok) => {
+            |s: &mut KeyState| match failed {
+                Some(failed) => {
                     let leases = s.leases.len();
-                    let t = s.probe_result(p, generation, lease_id, ok, now_ms, rand);
+                    let t = s.probe_result(p, generation, lease_id, failed, now_ms, rand);
                     (t, t.is_some() || s.leases.len() != leases)
                 }
                 None => (None, s.probe_abandon(generation, lease_id)),
@@ -550,7 +575,7 @@ impl KeyHandle {
         p: &BreakerParams,
         owner: u64,
         now_ms: u64,
-        rand: u32,
+        rand: u64,
     ) -> Report {
         let mut report = self.flush(store, sp, p, now_ms, rand);
         // A fresh view (one read; decoded only if it changed) so hung probes are seen

@@ -47,7 +47,6 @@
 pub mod codec;
 pub mod handle;
 pub mod ledger;
-pub mod params;
 pub mod state;
 pub mod store;
 pub mod window;
@@ -55,9 +54,7 @@ pub mod window;
 pub use codec::DecodeError;
 pub use handle::{Admission, Issue, KeyHandle, Outcome, Probe, Report, SharedParams, Slot};
 pub use ledger::SlotLedger;
-pub use state::{
-    BreakerParams, KeyState, Mode, OpenSchedule, Phase, Reject, Rules, Threshold, Transition,
-};
+pub use state::{BreakerParams, KeyState};
 pub use store::{MemoryStore, SharedStore, StoreError};
 pub use window::{Counts, Event, SharedWindow};
 #[cfg(test)]

@@ -3,127 +3,44 @@
 //!
 //! Every method is a pure function of the state value, the parameters, `now_ms` and an
 //! injected random number, so any worker can decode the shared bytes, apply its change
-//! and write them back with the CAS token it read.
+//! and write them back with the CAS token it read. The rules themselves are the
+//! core's: [`trip_reason`], [`admit_closed`] (slow start, adaptive throttle),
+//! [`open_duration_ns`] (schedule and jitter), [`crate::breaker::probe_failed`], the
+//! core [`Phase`], [`Rejection`] and [`Transition`].
 
 use serde::{Deserialize, Serialize};
 
-use super::window::{Counts, SharedWindow};
+use super::window::{Counts, SharedWindow, MAX_BUCKETS};
+use crate::breaker::{admit_closed, open_duration_ns, trip_reason};
+use crate::config::{BreakerConfig, BreakerMode, Config};
+use crate::time::{ms_to_ns, NANOS_PER_MS};
+use crate::{Phase, Rejection, Transition, TransitionReason};
 
-/// The trip rules, evaluated on the shared window; any enabled rule can open the
-/// breaker (the same rules as `crate::config::BreakerConfig`).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Rules {
-    /// Hystrix: total ≥ `volume` and error % ≥ `threshold_pct`.
-    pub error_percentage: Option<Threshold>,
-    /// gobreaker: this many consecutive errors (failure or timeout).
-    pub consecutive_failures: Option<u32>,
-    /// resilience4j: total ≥ `volume` and slow % ≥ `threshold_pct`.
-    pub slow_call: Option<Threshold>,
-    /// A completed call at or over this latency is slow (ms).
-    pub slow_call_ms: u64,
-    /// Google-SRE adaptive throttling: K (stateless, probabilistic, closed phase only).
-    pub adaptive_k: Option<f64>,
-}
-
-/// A rate rule: minimum volume and a percentage.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Threshold {
-    /// Minimum calls in the window.
-    pub volume: u32,
-    /// Percentage (0..=100) at or above which the rule fires.
-    pub pct: f64,
-}
-
-impl Threshold {
-    fn fires(&self, part: u64, total: u64) -> bool {
-        total > 0 && total >= self.volume as u64 && part as f64 * 100.0 >= self.pct * total as f64
-    }
-}
-
-/// How long the breaker stays open after its n-th consecutive trip.
-#[derive(Clone, Debug, PartialEq)]
-pub enum OpenSchedule {
-    /// Always `ms`.
-    Fixed {
-        /// Sleep window.
-        ms: u64,
-    },
-    /// `base_ms · multiplier^(n−1)`, at most `max_ms`.
-    Exponential {
-        /// First sleep window.
-        base_ms: u64,
-        /// Growth factor (≥ 1).
-        multiplier: f64,
-        /// Cap.
-        max_ms: u64,
-    },
-    /// The n-th entry (the last one repeats).
-    Ladder {
-        /// Sleep windows in order; never empty once validated.
-        steps_ms: Vec<u64>,
-    },
-}
-
-/// Operating mode overrides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Normal breaker.
-    Normal,
-    /// Reject every call (short-circuit), keep computing.
-    ForcedOpen,
-    /// Allow every call, keep computing (never trips).
-    ForcedClosed,
-    /// Metrics only: computes and reports transitions it would make, never rejects.
-    MetricsOnly,
-    /// No breaker at all.
-    Disabled,
-}
-
-/// Everything the shared breaker logic needs from a policy's config.
+/// What the shared breaker logic runs with: the core breaker config and the shape of
+/// the counters-only window.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BreakerParams {
-    /// Trip rules.
-    pub rules: Rules,
-    /// Open duration per trip.
-    pub open: OpenSchedule,
-    /// ± jitter applied to each open duration, in percent (0..=100).
-    pub jitter_pct: u32,
-    /// Probes admitted process-wide per half-open generation (≥ 1).
-    pub probes: u32,
-    /// Successful probes needed to close (1..=probes).
-    pub probe_successes: u32,
-    /// A probe not finished by then counts as failed (its lease expires).
-    pub probe_timeout_ms: u64,
-    /// After closing, admitted share rises linearly to 100 % over this (0 = off).
-    pub slow_start_ms: u64,
-    /// Admitted share (0..=100) right after closing.
-    pub slow_start_initial_pct: f64,
-    /// Override mode.
-    pub mode: Mode,
+    /// The core breaker config (rules, open schedule, half-open, slow start, mode).
+    pub breaker: BreakerConfig,
     /// Window bucket width.
     pub bucket_ms: u32,
     /// Window bucket count.
     pub buckets: usize,
 }
 
-/// Breaker phase.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Phase {
-    /// Calls flow.
-    Closed,
-    /// Calls are short-circuited until `open_until_ms`.
-    Open,
-    /// Probes only.
-    HalfOpen,
-}
-
-impl Phase {
-    /// Gauge value: 0 closed, 1 open, 2 half-open.
-    pub fn gauge(self) -> u8 {
-        match self {
-            Phase::Closed => 0,
-            Phase::Open => 1,
-            Phase::HalfOpen => 2,
+impl BreakerParams {
+    /// The shared-state parameters of a validated config.
+    ///
+    /// The shared window keeps at most [`MAX_BUCKETS`] buckets: a finer
+    /// `metrics.rolling_buckets` is coarsened to that many (same window length).
+    pub fn from_config(c: &Config) -> Self {
+        let window_ms = c.metrics.rolling_window_ms.max(1);
+        let buckets = (c.metrics.rolling_buckets.max(1) as usize).min(MAX_BUCKETS);
+        let bucket_ms = (window_ms / buckets as u64).clamp(1, u32::MAX as u64) as u32;
+        BreakerParams {
+            breaker: c.breaker.clone(),
+            bucket_ms,
+            buckets,
         }
     }
 }
@@ -244,36 +161,16 @@ pub struct KeyState {
     pub window: SharedWindow,
 }
 
-/// Why a call was not admitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reject {
-    /// Breaker open (or half-open with every probe handed out, or forced open).
-    Open,
-    /// Adaptive throttle or slow-start ramp shed it.
-    Throttled,
-}
-
 /// Outcome of [`KeyState::decide`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// Admit; no write needed.
     Allow,
     /// Reject; no write needed.
-    Reject(Reject),
+    Reject(Rejection),
     /// A probe lease must be taken (a state change): call [`KeyState::take_probe`]
     /// on a copy and CAS it in.
     Probe,
-}
-
-/// A transition, reported so the host can log and count it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transition {
-    /// Closed → Open (or half-open → open).
-    Opened,
-    /// Open → half-open.
-    HalfOpened,
-    /// Half-open → closed.
-    Closed,
 }
 
 impl KeyState {
@@ -304,49 +201,40 @@ impl KeyState {
         true
     }
 
-    /// Read-only admission check. `rand` is a uniformly random u32 from the host.
-    pub fn decide(&self, p: &BreakerParams, now_ms: u64, rand: u32) -> Decision {
-        match p.mode {
-            Mode::Disabled | Mode::ForcedClosed | Mode::MetricsOnly => return Decision::Allow,
-            Mode::ForcedOpen => return Decision::Reject(Reject::Open),
-            Mode::Normal => {}
+    /// Read-only admission check. `rand` is a uniformly random u64 from the host.
+    pub fn decide(&self, p: &BreakerParams, now_ms: u64, rand: u64) -> Decision {
+        match p.breaker.mode {
+            BreakerMode::Disabled | BreakerMode::ForcedClosed | BreakerMode::MetricsOnly => {
+                return Decision::Allow
+            }
+            BreakerMode::ForcedOpen => return Decision::Reject(Rejection::ForcedOpen),
+            BreakerMode::Normal => {}
         }
         match self.phase {
             Phase::Closed => {
-                if p.slow_start_ms > 0 && self.closed_at_ms > 0 {
-                    let elapsed = now_ms.saturating_sub(self.closed_at_ms);
-                    if elapsed < p.slow_start_ms {
-                        let init = p.slow_start_initial_pct.clamp(0.0, 100.0) * 10.0;
-                        let admit =
-                            init + (1000.0 - init) * elapsed as f64 / p.slow_start_ms as f64;
-                        if shed(1000 - (admit as u32).min(1000), rand) {
-                            return Decision::Reject(Reject::Throttled);
-                        }
-                    }
+                let mut ramp = (self.closed_at_ms > 0).then(|| ms_to_ns(self.closed_at_ms));
+                let health = || self.window.snapshot(now_ms).health();
+                match admit_closed(&p.breaker, &mut ramp, ms_to_ns(now_ms), health, rand) {
+                    Ok(()) => Decision::Allow,
+                    Err(r) => Decision::Reject(r),
                 }
-                if let Some(k) = p.rules.adaptive_k {
-                    let c = self.window.snapshot(now_ms);
-                    if shed(adaptive_reject_permille(&c, k), rand.rotate_left(16)) {
-                        return Decision::Reject(Reject::Throttled);
-                    }
-                }
-                Decision::Allow
             }
             Phase::Open => {
                 if now_ms >= self.open_until_ms {
                     Decision::Probe
                 } else {
-                    Decision::Reject(Reject::Open)
+                    Decision::Reject(Rejection::Open)
                 }
             }
             Phase::HalfOpen => {
-                if self.probes_issued < p.probes.max(1) {
-                    Decision::Probe
-                } else if self.lease_expired(now_ms) {
-                    // Handled as a probe failure by `expire`; the caller writes it.
+                if self.probes_issued < p.breaker.half_open.permitted_probes.max(1)
+                    || self.lease_expired(now_ms)
+                {
+                    // An expired lease is handled as a failed probe by `expire`; the
+                    // caller writes it.
                     Decision::Probe
                 } else {
-                    Decision::Reject(Reject::Open)
+                    Decision::Reject(Rejection::ProbesExhausted)
                 }
             }
         }
@@ -365,68 +253,68 @@ impl KeyState {
         p: &BreakerParams,
         now_ms: u64,
         lease_id: u64,
-        rand: u32,
+        rand: u64,
         transition: &mut Option<Transition>,
     ) -> Option<u32> {
-        if p.mode != Mode::Normal {
+        if p.breaker.mode != BreakerMode::Normal {
             return None;
         }
         if let Some(t) = self.expire(p, now_ms, rand) {
             *transition = Some(t);
         }
         if self.phase == Phase::Open && now_ms >= self.open_until_ms {
-            self.enter(Phase::HalfOpen, now_ms);
-            *transition = Some(Transition::HalfOpened);
+            let t = self.enter(Phase::HalfOpen, now_ms, TransitionReason::OpenElapsed);
+            *transition = Some(t);
         }
-        if self.phase != Phase::HalfOpen || self.probes_issued >= p.probes.max(1) {
+        if self.phase != Phase::HalfOpen
+            || self.probes_issued >= p.breaker.half_open.permitted_probes.max(1)
+        {
             return None;
         }
         self.probes_issued += 1;
         self.leases.push(ProbeLease {
             id: lease_id,
-            deadline_ms: now_ms.saturating_add(p.probe_timeout_ms.max(1)),
+            deadline_ms: now_ms.saturating_add(p.breaker.half_open.probe_timeout_ms.max(1)),
         });
         Some(self.generation)
     }
 
     /// Expired probe leases count as failed probes: half-open → open. Returns the
     /// transition if any.
-    pub fn expire(&mut self, p: &BreakerParams, now_ms: u64, rand: u32) -> Option<Transition> {
+    pub fn expire(&mut self, p: &BreakerParams, now_ms: u64, rand: u64) -> Option<Transition> {
         if self.phase == Phase::HalfOpen && self.lease_expired(now_ms) {
-            self.trip(p, now_ms, rand);
-            return Some(Transition::Opened);
+            return Some(self.trip(p, now_ms, rand, TransitionReason::ProbeLeaseExpired));
         }
         None
     }
 
-    /// Reports a probe's result. Ignored unless `generation` is current and the lease
-    /// is still held. Returns the transition if any.
+    /// Reports a probe's verdict (`failed`, from [`crate::breaker::probe_failed`]).
+    /// Ignored unless `generation` is current and the lease is still held. Returns the
+    /// transition if any.
     pub fn probe_result(
         &mut self,
         p: &BreakerParams,
         generation: u32,
         lease_id: u64,
-        success: bool,
+        failed: bool,
         now_ms: u64,
-        rand: u32,
+        rand: u64,
     ) -> Option<Transition> {
         if generation != self.generation || self.phase != Phase::HalfOpen {
             return None;
         }
         let i = self.leases.iter().position(|l| l.id == lease_id)?;
         self.leases.swap_remove(i);
-        if !success {
-            self.trip(p, now_ms, rand);
-            return Some(Transition::Opened);
+        if failed {
+            return Some(self.trip(p, now_ms, rand, TransitionReason::ProbeFailed));
         }
-        self.probes_succeeded += 1;
-        if self.probes_succeeded >= p.probe_successes.clamp(1, p.probes.max(1)) {
-            self.enter(Phase::Closed, now_ms);
+        self.probes_succeeded = self.probes_succeeded.saturating_add(1);
+        if self.probes_succeeded >= p.breaker.half_open.success_threshold.max(1) {
+            let t = self.enter(Phase::Closed, now_ms, TransitionReason::ProbesSucceeded);
             self.trips = 0;
             self.closed_at_ms = now_ms.max(1);
-            self.consecutive_errors = 0;
             self.window.clear();
-            return Some(Transition::Closed);
+            return Some(t);
         }
         None
     }
@@ -454,7 +342,7 @@ impl KeyState {
         p: &BreakerParams,
         delta: &Delta,
         now_ms: u64,
-        rand: u32,
+        rand: u64,
     ) -> Option<Transition> {
         if delta.generation != self.generation {
             return None;
@@ -466,105 +354,61 @@ impl KeyState {
         self.evaluate(p, now_ms, rand)
     }
 
-    /// Applies the trip rule to the current window (closed phase only).
-    pub fn evaluate(&mut self, p: &BreakerParams, now_ms: u64, rand: u32) -> Option<Transition> {
-        if self.phase != Phase::Closed || !matches!(p.mode, Mode::Normal | Mode::MetricsOnly) {
+    /// Applies the core trip rules to the current window (closed phase only).
+    pub fn evaluate(&mut self, p: &BreakerParams, now_ms: u64, rand: u64) -> Option<Transition> {
+        if self.phase != Phase::Closed
+            || !matches!(
+                p.breaker.mode,
+                BreakerMode::Normal | BreakerMode::MetricsOnly
+            )
+        {
             return None;
         }
-        if !self.should_trip(p, now_ms) {
-            return None;
-        }
-        self.trip(p, now_ms, rand);
-        Some(Transition::Opened)
+        let reason = self.trip_reason(p, now_ms)?;
+        Some(self.trip(p, now_ms, rand, reason))
     }
 
-    /// Whether the trip rule fires on the current window.
-    pub fn should_trip(&self, p: &BreakerParams, now_ms: u64) -> bool {
-        let r = &p.rules;
-        if let Some(n) = r.consecutive_failures {
-            if self.consecutive_errors >= n.max(1) {
-                return true;
-            }
-        }
-        if r.error_percentage.is_none() && r.slow_call.is_none() {
-            return false;
-        }
-        let c = self.window.snapshot(now_ms);
-        r.error_percentage
-            .is_some_and(|t| t.fires(c.errors(), c.total()))
-            || r.slow_call
-                .is_some_and(|t| t.fires(c.slow as u64, c.total()))
+    /// The core trip rule that fires on the current window, if any.
+    pub fn trip_reason(&self, p: &BreakerParams, now_ms: u64) -> Option<TransitionReason> {
+        let health = self.window.snapshot(now_ms).health();
+        trip_reason(&p.breaker, self.consecutive_errors, &health)
     }
 
-    fn trip(&mut self, p: &BreakerParams, now_ms: u64, rand: u32) {
+    /// Opens: the open duration is the core schedule's for this trip, with jitter.
+    fn trip(
+        &mut self,
+        p: &BreakerParams,
+        now_ms: u64,
+        rand: u64,
+        reason: TransitionReason,
+    ) -> Transition {
+        let dur_ns = open_duration_ns(&p.breaker.open, self.trips, rand);
         self.trips = self.trips.saturating_add(1);
-        let base = open_ms(&p.open, self.trips);
-        let jitter = base * p.jitter_pct.min(100) as u64 / 100;
-        // rand maps to [-jitter, +jitter].
-        let offset = if jitter == 0 {
-            0
-        } else {
-            (rand as u64 % (2 * jitter + 1)) as i128 - jitter as i128
-        };
-        let dur = (base as i128 + offset).max(1) as u64;
-        self.enter(Phase::Open, now_ms);
-        self.open_until_ms = now_ms.saturating_add(dur);
-        self.consecutive_errors = 0;
+        let t = self.enter(Phase::Open, now_ms, reason);
+        self.open_until_ms = now_ms.saturating_add((dur_ns / NANOS_PER_MS).max(1));
+        t
     }
 
-    fn enter(&mut self, phase: Phase, now_ms: u64) {
-        self.phase = phase;
-        self.generation = self.generation.wrapping_add(1).max(1);
+    fn enter(&mut self, to: Phase, now_ms: u64, reason: TransitionReason) -> Transition {
+        let t = Transition {
+            from: self.phase,
+            to,
+            at: ms_to_ns(now_ms),
+            generation: self.generation.wrapping_add(1).max(1),
+            reason,
+        };
+        self.phase = to;
+        self.generation = t.generation;
         self.since_ms = now_ms;
         self.probes_issued = 0;
         self.probes_succeeded = 0;
+        self.consecutive_errors = 0;
         self.leases.clear();
+        t
     }
 
     /// Window snapshot at `now_ms`.
     pub fn snapshot(&self, now_ms: u64) -> Counts {
         self.window.snapshot(now_ms)
     }
-}
-
-/// Open duration for the `n`-th consecutive trip (n ≥ 1).
-pub fn open_ms(s: &OpenSchedule, n: u32) -> u64 {
-    match s {
-        OpenSchedule::Fixed { ms } => *ms,
-        OpenSchedule::Exponential {
-            base_ms,
-            multiplier,
-            max_ms,
-        } => {
-            let exp = n.saturating_sub(1).min(64) as i32;
-            let ms = *base_ms as f64 * multiplier.max(1.0).powi(exp);
-            if ms.is_finite() && ms < *max_ms as f64 {
-                ms as u64
-            } else {
-                *max_ms
-            }
-        }
-        OpenSchedule::Ladder { steps_ms } => {
-            let i = (n.saturating_sub(1) as usize).min(steps_ms.len().saturating_sub(1));
-            steps_ms.get(i).copied().unwrap_or(5000)
-        }
-    }
-}
-
-/// SRE adaptive throttle: rejection probability in permille.
-pub fn adaptive_reject_permille(c: &Counts, k: f64) -> u32 {
-    let requests = c.total() as f64;
-    let accepts = c.success as f64;
-    let p = (requests - k * accepts) / (requests + 1.0);
-    if p > 0.0 {
-        (p * 1000.0).min(1000.0) as u32
-    } else {
-        0
-    }
-}
-
-/// True with probability `permille`/1000 given a uniform `rand`.
-#[inline]
-pub fn shed(permille: u32, rand: u32) -> bool {
-    permille > 0 && (rand % 1000) < permille
 }

@@ -7,7 +7,13 @@ use super::state::*;
 use super::store::{MemoryStore, SharedStore};
 use super::window::{Event, SharedWindow};
 use crate::config::Config;
+use crate::{Phase, Rejection, TransitionReason};
 use proptest::prelude::*;
+
+/// The cluster's injected randomness: `unit_f64` ≈ 0.76 for both halves, the draw
+/// the old `u32` constant 7 gave the throttle (752 ‰), so feeding calls are admitted
+/// while the throttle's probability stays below that.
+const RAND: u64 = 0xC28F_5C28_C28F_5C28;
 
 fn params(json: &str) -> BreakerParams {
     BreakerParams::from_config(&Config::from_json(json).expect("valid test config"))
@@ -35,7 +41,7 @@ impl Cluster {
     fn admit(&mut self, w: usize, now: u64) -> Admission {
         self.seq += 1;
         let lease = ((w as u64 + 1) << 32) | self.seq;
-        let (a, _) = self.workers[w].admit(&mut self.store, &self.sp, &self.p, now, 7, lease);
+        let (a, _) = self.workers[w].admit(&mut self.store, &self.sp, &self.p, now, RAND, lease);
         a
     }
 
@@ -45,11 +51,6 @@ impl Cluster {
             Admission::Allowed { generation, probe } => {
                 let h = &mut self.workers[w];
                 if let Some(lease_id) = probe {
-                    let ok = match outcome {
-                        Outcome::Success => Some(true),
-                        Outcome::Failure | Outcome::Timeout => Some(false),
-                        _ => None,
-                    };
                     h.probe_done(
                         &mut self.store,
                         &self.sp,
@@ -58,13 +59,14 @@ impl Cluster {
                             generation,
                             lease_id,
                         },
-                        ok,
+                        outcome,
+                        1,
                         now,
-                        7,
+                        RAND,
                     );
                 }
                 if h.record(&self.p, generation, outcome, 1, now) {
-                    h.flush(&mut self.store, &self.sp, &self.p, now, 7);
+                    h.flush(&mut self.store, &self.sp, &self.p, now, RAND);
                 }
                 true
             }
@@ -77,7 +79,7 @@ impl Cluster {
 
     fn tick(&mut self, now: u64) {
         for (i, h) in self.workers.iter_mut().enumerate() {
-            h.tick(&mut self.store, &self.sp, &self.p, i as u64 + 1, now, 7);
+            h.tick(&mut self.store, &self.sp, &self.p, i as u64 + 1, now, RAND);
         }
     }
 
@@ -111,7 +113,7 @@ fn trips_exactly_at_volume_threshold_across_four_workers() {
         for w in 0..4 {
             assert_eq!(
                 c.admit(w, 1001),
-                Admission::Rejected(Reject::Open),
+                Admission::Rejected(Rejection::Open),
                 "worker {w}"
             );
         }
@@ -160,7 +162,7 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
             c.call(i % 4, 0, Outcome::Failure);
         }
         assert_eq!(c.shared().phase, Phase::Open);
-        assert_eq!(c.admit(0, 4_999), Admission::Rejected(Reject::Open));
+        assert_eq!(c.admit(0, 4_999), Admission::Rejected(Rejection::Open));
         // After the sleep window: many attempts from every worker, exactly 2 probes.
         let mut probes = vec![];
         for i in 0..40 {
@@ -176,7 +178,16 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
                 generation,
                 lease_id,
             };
-            h.probe_done(&mut c.store, &c.sp, &c.p, probe, Some(true), 5_100, 7);
+            h.probe_done(
+                &mut c.store,
+                &c.sp,
+                &c.p,
+                probe,
+                Outcome::Success,
+                1,
+                5_100,
+                7,
+            );
         }
         assert_eq!(c.shared().phase, Phase::Closed);
         assert!(c.shared().snapshot(5_100).is_empty());
@@ -200,7 +211,10 @@ fn hung_probe_expires_and_reopens_and_late_results_are_ignored() {
         panic!("probe expected")
     };
     let lease_id = probe.expect("probe");
-    assert_eq!(c.admit(2, 5_500), Admission::Rejected(Reject::Open));
+    assert_eq!(
+        c.admit(2, 5_500),
+        Admission::Rejected(Rejection::ProbesExhausted)
+    );
     // The probe hangs: at its deadline the next tick reopens the breaker.
     c.tick(6_000);
     let s = c.shared();
@@ -212,7 +226,16 @@ fn hung_probe_expires_and_reopens_and_late_results_are_ignored() {
         generation,
         lease_id,
     };
-    h.probe_done(&mut c.store, &c.sp, &c.p, probe, Some(true), 6_001, 7);
+    h.probe_done(
+        &mut c.store,
+        &c.sp,
+        &c.p,
+        probe,
+        Outcome::Success,
+        1,
+        6_001,
+        7,
+    );
     assert_eq!(c.shared().phase, Phase::Open);
     // A late failure from before the trip is ignored too.
     let old = c.shared().generation - 3;
@@ -352,7 +375,7 @@ fn reload_with_new_window_shape_keeps_breaker_phase() {
     let p2 = params(r#"{"metrics":{"rolling_window_ms":20000,"rolling_buckets":20}}"#);
     c.p = p2.clone();
     c.workers[0].reconfigure(&p2);
-    assert_eq!(c.admit(0, 10), Admission::Rejected(Reject::Open));
+    assert_eq!(c.admit(0, 10), Admission::Rejected(Rejection::Open));
     let mut s = c.shared();
     assert!(s.conform(&p2));
     assert_eq!(s.phase, Phase::Open);
@@ -361,7 +384,7 @@ fn reload_with_new_window_shape_keeps_breaker_phase() {
 #[test]
 fn forced_and_metrics_only_modes() {
     let mut c = Cluster::new(false, 1, params(r#"{"breaker":{"mode":"forced_open"}}"#));
-    assert_eq!(c.admit(0, 0), Admission::Rejected(Reject::Open));
+    assert_eq!(c.admit(0, 0), Admission::Rejected(Rejection::ForcedOpen));
     let mut c = Cluster::new(false, 1, params(r#"{"breaker":{"mode":"metrics_only"}}"#));
     for _ in 0..25 {
         assert!(c.call(0, 0, Outcome::Failure));
@@ -499,10 +522,10 @@ fn adaptive_throttle_sheds_in_proportion_and_excludes_its_own_rejections() {
             &c.sp,
             &c.p,
             30,
-            r.wrapping_mul(2_654_435_761),
+            (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             1,
         );
-        if matches!(a, Admission::Rejected(Reject::Throttled)) {
+        if matches!(a, Admission::Rejected(Rejection::Throttled)) {
             shed += 1;
             c.workers[0].record_rejection(30, false);
         }
@@ -533,7 +556,7 @@ fn slow_start_ramps_admissions_after_close() {
                     &c.sp,
                     &c.p,
                     now,
-                    r.wrapping_mul(2_654_435_761),
+                    (*r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
                     1,
                 );
                 matches!(a, Admission::Allowed { .. })
@@ -562,7 +585,7 @@ fn skewed_and_backward_clocks_between_workers_still_trip_and_reject() {
         for w in 0..4 {
             assert_eq!(
                 c.admit(w, t(w, 200)),
-                Admission::Rejected(Reject::Open),
+                Admission::Rejected(Rejection::Open),
                 "worker {w}"
             );
         }
@@ -572,4 +595,45 @@ fn skewed_and_backward_clocks_between_workers_still_trip_and_reject() {
         }
         assert_eq!(c.shared().phase, Phase::Closed);
     });
+}
+
+#[test]
+fn slow_probe_is_a_failed_probe_and_bad_request_probe_succeeds() {
+    // The core's semantics: a slow probe reopens; a bad request is a successful probe.
+    let p = params(
+        r#"{"breaker":{"slow_call":{"enabled":true,"duration_threshold_ms":100,
+            "rate_threshold_percentage":100,"request_volume_threshold":1000}}}"#,
+    );
+    let mut c = Cluster::new(false, 1, p);
+    for _ in 0..20 {
+        c.call(0, 0, Outcome::Failure);
+    }
+    let probe_at = |c: &mut Cluster, now: u64, outcome: Outcome, latency_ms: u64| {
+        let Admission::Allowed { generation, probe } = c.admit(0, now) else {
+            panic!("probe expected at {now}")
+        };
+        let probe = Probe {
+            generation,
+            lease_id: probe.expect("a probe"),
+        };
+        let h = &mut c.workers[0];
+        h.probe_done(
+            &mut c.store,
+            &c.sp,
+            &c.p,
+            probe,
+            outcome,
+            latency_ms,
+            now,
+            RAND,
+        )
+    };
+    let r = probe_at(&mut c, 5_000, Outcome::Success, 150);
+    assert_eq!(
+        r.transition.map(|t| t.reason),
+        Some(TransitionReason::ProbeFailed)
+    );
+    assert_eq!(c.shared().phase, Phase::Open);
+    let r = probe_at(&mut c, 15_000, Outcome::BadRequest, 5);
+    assert_eq!(r.transition.map(|t| t.to), Some(Phase::Closed));
 }

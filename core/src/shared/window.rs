@@ -12,6 +12,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::event::{EventKind, EVENT_KINDS};
+use crate::window::HealthSnapshot;
+
 /// Outcome counters of one bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
@@ -27,7 +30,8 @@ pub struct Counts {
     pub short_circuited: u32,
     /// The caller's fault (e.g. 4xx): reported, never an error.
     pub bad_request: u32,
-    /// Completed calls at or over the slow-call threshold.
+    /// Executed calls (success, failure, timeout, bad request) at or over the
+    /// slow-call threshold.
     pub slow: u32,
 }
 
@@ -87,6 +91,20 @@ impl Counts {
     /// True when no counter is set.
     pub fn is_empty(&self) -> bool {
         *self == Counts::default()
+    }
+
+    /// The counts as the core's breaker rules read them (bulkhead rejections are
+    /// `SEMAPHORE_REJECTED`).
+    pub fn health(&self) -> HealthSnapshot {
+        let mut c = [0u64; EVENT_KINDS];
+        let mut set = |k: EventKind, v: u32| c[k.index()] = u64::from(v);
+        set(EventKind::Success, self.success);
+        set(EventKind::Failure, self.failure);
+        set(EventKind::Timeout, self.timeout);
+        set(EventKind::SemaphoreRejected, self.rejected);
+        set(EventKind::ShortCircuited, self.short_circuited);
+        set(EventKind::BadRequest, self.bad_request);
+        HealthSnapshot::from_counts(&c, u64::from(self.slow))
     }
 }
 
