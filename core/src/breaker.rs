@@ -3,13 +3,14 @@
 //! [`BreakerState`] holds everything a breaker must persist (phase, generation,
 //! open schedule step, probe leases, slow-start start) and derives serde, so a host
 //! can keep it in shared storage and run the same logic under compare-and-swap.
-//! Every method takes the config, the rolling [`Window`] it reads and the host's
+//! Every method takes the config, the rolling window it reads (any [`Health`]:
+//! the core's [`crate::Window`] or the shared counters-only window) and the host's
 //! `now` (ns) — and, where a decision is random, an injected `rand: u64`.
 
 use crate::config::{BreakerConfig, BreakerMode, OpenConfig, OpenSchedule, MAX_PROBES};
 use crate::event::EventKind;
 use crate::time::{elapsed, ms_to_ns, unit_f64, Nanos};
-use crate::window::{HealthSnapshot, Window};
+use crate::window::{Health, HealthSnapshot};
 use serde::{Deserialize, Serialize};
 
 /// Where the breaker is.
@@ -234,7 +235,7 @@ pub fn open_duration_ns(cfg: &OpenConfig, step: u32, rand: u64) -> Nanos {
 
 /// The trip rule that fires in the closed phase, given the consecutive-failure run
 /// and the rolling health counts; `None` when none does. Pure: any host can evaluate
-/// it on any window that yields a [`HealthSnapshot`] (the core's [`Window`] or the
+/// it on any window that yields a [`HealthSnapshot`] (the core's [`crate::Window`] or the
 /// counters-only window of [`crate::shared`]).
 pub fn trip_reason(
     cfg: &BreakerConfig,
@@ -361,6 +362,12 @@ impl BreakerState {
         self.consecutive_failures
     }
 
+    /// Sets the consecutive-failure run, for hosts that count it elsewhere and merge
+    /// (e.g. several workers' runs under CAS); [`BreakerState::check_trip`] reads it.
+    pub fn set_consecutive_failures(&mut self, n: u32) {
+        self.consecutive_failures = n;
+    }
+
     /// Probe lease deadlines (0 = free).
     pub fn probe_leases(&self) -> &[Nanos] {
         &self.probe_leases
@@ -439,7 +446,7 @@ impl BreakerState {
         t
     }
 
-    fn close(&mut self, window: &mut Window, now: Nanos) -> Transition {
+    fn close(&mut self, window: &mut impl Health, now: Nanos) -> Transition {
         let t = self.transition(Phase::Closed, now, TransitionReason::ProbesSucceeded);
         self.open_step = 0;
         window.reset_counts();
@@ -476,7 +483,7 @@ impl BreakerState {
     pub fn admit(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut Window,
+        window: &mut impl Health,
         now: Nanos,
         rand: u64,
     ) -> Result<Permit, Rejection> {
@@ -495,7 +502,7 @@ impl BreakerState {
     fn admit_slow(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut Window,
+        window: &mut impl Health,
         now: Nanos,
         rand: u64,
     ) -> Result<Permit, Rejection> {
@@ -517,7 +524,7 @@ impl BreakerState {
     fn decide_slow(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut Window,
+        window: &mut impl Health,
         now: Nanos,
         rand: u64,
     ) -> Result<Permit, Rejection> {
@@ -558,7 +565,7 @@ impl BreakerState {
     pub fn on_result(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut Window,
+        window: &mut impl Health,
         permit: Permit,
         outcome: Outcome,
         now: Nanos,
@@ -579,7 +586,7 @@ impl BreakerState {
     fn on_result_slow(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut Window,
+        window: &mut impl Health,
         permit: Permit,
         outcome: Outcome,
         now: Nanos,
@@ -636,7 +643,7 @@ impl BreakerState {
     pub fn check_trip(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut Window,
+        window: &mut impl Health,
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {

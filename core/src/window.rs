@@ -112,6 +112,28 @@ impl HealthSnapshot {
     }
 }
 
+/// The rolling health counts a breaker reads and resets: implemented by [`Window`]
+/// and by the counters-only [`crate::shared::window::SharedWindow`], so one
+/// [`crate::BreakerState`] state machine runs on either.
+pub trait Health {
+    /// Live counts over the health window at `now`.
+    fn health(&mut self, now: Nanos) -> HealthSnapshot;
+    /// Forgets the health counts (the breaker closed).
+    fn reset_counts(&mut self);
+}
+
+impl Health for Window {
+    #[inline(always)]
+    fn health(&mut self, now: Nanos) -> HealthSnapshot {
+        Window::health(self, now)
+    }
+
+    #[inline(always)]
+    fn reset_counts(&mut self) {
+        Window::reset_counts(self)
+    }
+}
+
 /// The rolling window of one command key.
 ///
 /// Serialised without its derived caches; deserialising re-derives them and

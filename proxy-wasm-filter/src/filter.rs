@@ -7,6 +7,7 @@ use std::rc::Rc;
 
 use fusewire_core::shared::handle::allocate_owner;
 use fusewire_core::shared::{Admission, Issue, KeyHandle, Outcome, Probe, Report, Slot};
+use fusewire_core::time::ms_to_ns;
 use fusewire_core::Phase;
 /// What a stream callback tells the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +67,7 @@ struct Timer {
     fired: bool,
     key: usize,
     generation: u32,
-    probe: Option<u64>,
+    probe: Option<u8>,
     grpc: bool,
 }
 
@@ -94,7 +95,6 @@ pub struct Worker {
     keys: Vec<KeyEntry>,
     index: Vec<VecMap<String, usize>>,
     owner: Option<u64>,
-    lease_seq: u64,
     rng: u64,
     clock: Clock,
     store: HostStore,
@@ -157,12 +157,6 @@ impl Worker {
         let o = allocate_owner(&mut self.store, attempts, fallback);
         self.owner = Some(o);
         o
-    }
-
-    fn lease_id(&mut self) -> u64 {
-        let owner = self.owner();
-        self.lease_seq = self.lease_seq.wrapping_add(1);
-        (owner << 24) ^ self.lease_seq
     }
 
     /// Installs a validated config. Keys of unchanged identity (same policy name, same
@@ -244,7 +238,7 @@ impl Worker {
         }
         let phase = match r.transition {
             Some(t) => Some(t.to),
-            None => e.handle.view().map(|s| s.phase),
+            None => e.handle.view().map(|s| s.phase()),
         };
         if phase.is_some() && phase != e.last_phase {
             if let Some(p) = phase {
@@ -263,11 +257,13 @@ impl Worker {
         &mut self,
         ki: usize,
         generation: u32,
-        probe: Option<u64>,
+        probe: Option<u8>,
         outcome: Outcome,
         latency_ms: u64,
     ) {
-        let now = self.now_ms();
+        // The shared layer runs on ns (the core's time); this filter's clock is ms.
+        let now = ms_to_ns(self.now_ms());
+        let latency = ms_to_ns(latency_ms);
         let rand = self.rand();
         let Some(sp) = self.plugin.as_ref().map(|p| p.shared) else {
             return;
@@ -277,24 +273,21 @@ impl Worker {
         };
         let p = e.policy.clone();
         let mut report = Report::default();
-        if let Some(lease_id) = probe {
-            let probe = Probe {
-                generation,
-                lease_id,
-            };
+        if let Some(slot) = probe {
+            let probe = Probe { generation, slot };
             report = e.handle.probe_done(
                 &mut self.store,
                 &sp,
                 &p.params,
                 probe,
                 outcome,
-                latency_ms,
+                latency,
                 now,
                 rand,
             );
         }
         if e.handle
-            .record(&p.params, generation, outcome, latency_ms, now)
+            .record(&p.params, generation, outcome, latency, now)
         {
             let r = e.handle.flush(&mut self.store, &sp, &p.params, now, rand);
             report.transition = report.transition.or(r.transition);
@@ -359,7 +352,7 @@ impl Worker {
                     continue;
                 }
                 if let Some(e) = self.keys.get_mut(key) {
-                    e.handle.record_rejection(now, true);
+                    e.handle.record_rejection(ms_to_ns(now), true);
                     e.metrics.count(Counter::SemaphoreRejected);
                     e.metrics.count(Counter::FallbackSuccess);
                 }
@@ -373,7 +366,9 @@ impl Worker {
             let Some(e) = self.keys.get_mut(key) else {
                 continue;
             };
-            let (slot, r) = e.handle.acquire_slot(&mut self.store, &sp, owner, max, now);
+            let (slot, r) = e
+                .handle
+                .acquire_slot(&mut self.store, &sp, owner, max, ms_to_ns(now));
             self.report(key, r);
             if slot != Slot::Granted {
                 full.push(key); // keep FIFO order within the key
@@ -455,13 +450,21 @@ impl Worker {
                 continue;
             };
             let p = e.policy.clone();
-            let r = e
-                .handle
-                .tick(&mut self.store, &plugin.shared, &p.params, owner, now, rand);
+            let r = e.handle.tick(
+                &mut self.store,
+                &plugin.shared,
+                &p.params,
+                owner,
+                ms_to_ns(now),
+                rand,
+            );
             if p.bulkhead.is_some() {
                 // The ledger is the truth (it forgets crashed VMs): resync the gauge.
                 let ttl = plugin.shared.lease_ttl_ms;
-                if let Some(n) = e.handle.global_in_flight(&mut self.store, now, ttl) {
+                if let Some(n) = e
+                    .handle
+                    .global_in_flight(&mut self.store, ms_to_ns(now), ttl)
+                {
                     e.metrics.set_in_flight(n);
                 }
             }
@@ -592,7 +595,7 @@ impl Root {
 struct Call {
     key: usize,
     generation: u32,
-    probe: Option<u64>,
+    probe: Option<u8>,
     slot: bool,
     start_ms: u64,
     obs: Observed,
@@ -635,20 +638,17 @@ impl Stream {
         let rand = w.rand();
         let Some(e) = w.keys.get(ki) else { return };
         let policy = e.policy.clone();
-        // A probe lease id is only needed when the breaker may hand out a probe.
-        let needs_lease = e.handle.view().is_none_or(|s| s.phase != Phase::Closed);
-        let lease = if needs_lease { w.lease_id() } else { 0 };
         let sp = plugin.shared;
         let Some(e) = w.keys.get_mut(ki) else { return };
         let (adm, report) = e
             .handle
-            .admit(&mut w.store, &sp, &policy.params, now, rand, lease);
+            .admit(&mut w.store, &sp, &policy.params, ms_to_ns(now), rand);
         w.report(ki, report);
         let (generation, probe) = match adm {
             Admission::Allowed { generation, probe } => (generation, probe),
             Admission::Rejected(_) => {
                 if let Some(e) = w.keys.get_mut(ki) {
-                    e.handle.record_rejection(now, false);
+                    e.handle.record_rejection(ms_to_ns(now), false);
                     e.metrics.count(Counter::ShortCircuited);
                     e.metrics.count(Counter::FallbackSuccess);
                 }
@@ -664,7 +664,9 @@ impl Stream {
         if let Some(max) = policy.bulkhead {
             let owner = w.owner();
             let Some(e) = w.keys.get_mut(ki) else { return };
-            let (s, r) = e.handle.acquire_slot(&mut w.store, &sp, owner, max, now);
+            let (s, r) = e
+                .handle
+                .acquire_slot(&mut w.store, &sp, owner, max, ms_to_ns(now));
             w.report(ki, r);
             let waiting = || {
                 w.queued
@@ -702,7 +704,7 @@ impl Stream {
                     return;
                 }
                 if let Some(e) = w.keys.get_mut(ki) {
-                    e.handle.record_rejection(now, true);
+                    e.handle.record_rejection(ms_to_ns(now), true);
                     e.metrics.count(Counter::SemaphoreRejected);
                     e.metrics.count(Counter::FallbackSuccess);
                 }
@@ -713,12 +715,9 @@ impl Stream {
                 );
                 return;
             } else {
-                if let Some(lease_id) = probe {
+                if let Some(slot) = probe {
                     // Hand the probe back: this call never reaches the upstream.
-                    let probe = Probe {
-                        generation,
-                        lease_id,
-                    };
+                    let probe = Probe { generation, slot };
                     if let Some(e) = w.keys.get_mut(ki) {
                         let r = e.handle.probe_done(
                             &mut w.store,
@@ -728,14 +727,14 @@ impl Stream {
                             // Never ran: the lease is handed back.
                             Outcome::Cancelled,
                             0,
-                            now,
+                            ms_to_ns(now),
                             rand,
                         );
                         w.report(ki, r);
                     }
                 }
                 if let Some(e) = w.keys.get_mut(ki) {
-                    e.handle.record_rejection(now, true);
+                    e.handle.record_rejection(ms_to_ns(now), true);
                     e.metrics.count(Counter::SemaphoreRejected);
                     e.metrics.count(Counter::FallbackSuccess);
                 }
@@ -828,7 +827,9 @@ impl Stream {
             };
             if let Some(e) = w.keys.get_mut(call.key) {
                 e.metrics.in_flight(-1);
-                let r = e.handle.release_slot(&mut w.store, &sp, owner, now);
+                let r = e
+                    .handle
+                    .release_slot(&mut w.store, &sp, owner, ms_to_ns(now));
                 w.report(call.key, r);
             }
             // A local waiter can have the slot right away.

@@ -115,7 +115,8 @@ fn in_flight(h: &Harness, key: &str, now_ms: u64) -> u64 {
         None => 0,
         Some((bytes, _)) => codec::decode::<SlotLedger>(Kind::SlotLedger, &bytes)
             .expect("valid ledger")
-            .in_flight(now_ms, 2000),
+            // The ledger keeps host time in ns (the core's time).
+            .in_flight(now_ms * 1_000_000, 2000 * 1_000_000),
     }
 }
 
@@ -163,12 +164,12 @@ fn trips_at_threshold_across_workers_and_every_worker_rejects_next() {
             );
         }
         assert_eq!(
-            state(&h, "svc").phase,
+            state(&h, "svc").phase(),
             Phase::Closed,
             "{cas:?}: 19 < volume 20"
         );
         h.request(3, Request::get("/api/x"), UpstreamReply::status(503));
-        assert_eq!(state(&h, "svc").phase, Phase::Open, "{cas:?}");
+        assert_eq!(state(&h, "svc").phase(), Phase::Open, "{cas:?}");
         for w in 0..4 {
             let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
             assert!(
@@ -196,7 +197,7 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
         for i in 0..20 {
             h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
         }
-        assert_eq!(state(&h, "svc").phase, Phase::Open);
+        assert_eq!(state(&h, "svc").phase(), Phase::Open);
         h.run_for(Duration::from_millis(5_100));
         // 16 concurrent requests over 4 workers; probes take 300 ms.
         let t0 = h.now_ns();
@@ -219,7 +220,7 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
         assert_eq!(probes, 2, "{cas:?}: exactly permitted_probes process-wide");
         assert_eq!(recs.iter().filter(|r| short_circuited(r)).count(), 14);
         assert_eq!(
-            state(&h, "svc").phase,
+            state(&h, "svc").phase(),
             Phase::Closed,
             "{cas:?}: 2 successful probes close it"
         );
@@ -244,7 +245,7 @@ fn failed_probe_reopens_and_hung_probe_lease_expires() {
     // One probe fails: open again with a fresh sleep window.
     let r = h.request(1, Request::get("/api/x"), UpstreamReply::status(502));
     assert!(r.sent_upstream);
-    assert_eq!(state(&h, "svc").phase, Phase::Open);
+    assert_eq!(state(&h, "svc").phase(), Phase::Open);
     assert!(short_circuited(&h.request(
         2,
         Request::get("/api/x"),
@@ -255,14 +256,14 @@ fn failed_probe_reopens_and_hung_probe_lease_expires() {
     let a = h.submit(0, Request::get("/api/x"), UpstreamReply::hang());
     let b = h.submit(1, Request::get("/api/x"), UpstreamReply::hang());
     h.run_for(Duration::from_millis(100));
-    assert_eq!(state(&h, "svc").phase, Phase::HalfOpen);
+    assert_eq!(state(&h, "svc").phase(), Phase::HalfOpen);
     assert!(short_circuited(&h.request(
         2,
         Request::get("/api/x"),
         UpstreamReply::status(200)
     )));
     h.run_for(Duration::from_millis(3_100));
-    assert_eq!(state(&h, "svc").phase, Phase::Open, "hung probes expired");
+    assert_eq!(state(&h, "svc").phase(), Phase::Open, "hung probes expired");
     assert!(
         h.record(a).is_none() && h.record(b).is_none(),
         "still hanging upstream"
@@ -444,7 +445,7 @@ fn healthy_traffic_writes_shared_data_only_on_tick() {
     h.run_for(Duration::from_millis(200));
     assert_eq!(
         state(&h, "svc")
-            .snapshot(1_767_225_600_000 + h.now_ns() / 1_000_000)
+            .snapshot((1_767_225_600_000 + h.now_ns() / 1_000_000) * 1_000_000)
             .success,
         401
     );
@@ -471,7 +472,7 @@ fn tick_timeout_replies_504_and_counts_timeout_once() {
     );
     assert_eq!(
         state(&h, "svc")
-            .snapshot(1_767_225_600_000 + h.now_ns() / 1_000_000)
+            .snapshot((1_767_225_600_000 + h.now_ns() / 1_000_000) * 1_000_000)
             .timeout,
         1
     );
@@ -509,7 +510,7 @@ fn bad_requests_never_count_as_errors() {
     settle(&mut h);
     assert_eq!(counter(&h, "fusewire.svc.bad_request"), 40);
     h.run_for(Duration::from_millis(200));
-    assert_eq!(state(&h, "svc").phase, Phase::Closed);
+    assert_eq!(state(&h, "svc").phase(), Phase::Closed);
 }
 
 #[test]
@@ -564,7 +565,7 @@ fn corrupt_shared_state_is_logged_and_reset() {
     );
     assert_eq!(
         state(&h, "svc")
-            .snapshot(1_767_225_600_000 + h.now_ns() / 1_000_000)
+            .snapshot((1_767_225_600_000 + h.now_ns() / 1_000_000) * 1_000_000)
             .failure,
         1
     );
@@ -676,7 +677,7 @@ fn outage_writes_per_request_are_bounded() {
     let per_request = writes_since(&h, m) as f64 / 200.0;
     println!("shared-data writes per request with 25 % errors: {per_request}");
     assert!(per_request <= 1.1, "{per_request}");
-    assert_eq!(state(&h, "svc").phase, Phase::Closed);
+    assert_eq!(state(&h, "svc").phase(), Phase::Closed);
 }
 
 fn concurrency(recs: &[StreamRecord]) -> i32 {

@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
             .and_then(|b| b.try_into().ok())
             .unwrap_or([0; 8]),
     );
-    let (_, _) = h.admit(&mut store, &sp, &p, now, 7, 1);
+    let (_, _) = h.admit(&mut store, &sp, &p, now, 7);
     h.record(&p, 1, Outcome::Failure, 5, now);
     h.flush(&mut store, &sp, &p, now, 7);
     h.acquire_slot(&mut store, &sp, 1, 10, now);

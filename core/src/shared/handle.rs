@@ -14,10 +14,11 @@
 
 use super::codec::{DecodeError, Kind};
 use super::ledger::{Acquire, SlotLedger};
-use super::state::{BreakerParams, Decision, Delta, KeyState};
+use super::state::{BreakerParams, Delta, KeyState};
 use super::store::{keys, update, Loaded, SharedStore, StoreError, UpdateError, Updated};
 use super::window::Event;
-use crate::breaker::{self, probe_failed};
+use crate::breaker;
+use crate::time::{ms_to_ns, Nanos};
 use crate::{Phase, Rejection, Transition};
 
 /// Knobs of the shared layer (not of any one breaker).
@@ -41,13 +42,15 @@ impl Default for SharedParams {
     }
 }
 
-/// A probe lease held by an admitted half-open call.
+/// A probe lease held by an admitted half-open call: the core permit's generation
+/// and probe slot, unique process-wide (a slot is handed out again only after its
+/// holder's result, or in a later generation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Probe {
     /// Generation the probe belongs to.
     pub generation: u32,
-    /// Lease id.
-    pub lease_id: u64,
+    /// The core's probe slot.
+    pub slot: u8,
 }
 
 /// The verdict of [`KeyHandle::admit`].
@@ -57,8 +60,8 @@ pub enum Admission {
     Allowed {
         /// Breaker generation the call was admitted under.
         generation: u32,
-        /// Probe lease id if this call is a half-open probe.
-        probe: Option<u64>,
+        /// Probe slot if this call is a half-open probe (see [`Probe`]).
+        probe: Option<u8>,
     },
     /// Rejected by the breaker (recorded as `SHORT_CIRCUITED`).
     Rejected(Rejection),
@@ -105,11 +108,11 @@ impl Outcome {
 
     /// Whether this is a slow call under `p`: the slow-call rule is on, the call ran
     /// and took at least the threshold (the core's definition).
-    pub fn is_slow(self, p: &BreakerParams, latency_ms: u64) -> bool {
+    pub fn is_slow(self, p: &BreakerParams, latency: Nanos) -> bool {
         let sc = &p.breaker.slow_call;
         sc.enabled
             && self.core().is_some_and(|o| o.executed())
-            && latency_ms >= sc.duration_threshold_ms
+            && latency >= ms_to_ns(sc.duration_threshold_ms)
     }
 }
 
@@ -142,7 +145,7 @@ pub struct KeyHandle {
     delta: Delta,
     in_flight: u32,
     ledger_dirty: bool,
-    last_heartbeat_ms: u64,
+    last_heartbeat: Nanos,
     seen_invalid: bool,
 }
 
@@ -161,10 +164,10 @@ impl KeyHandle {
             state_key,
             slots_key,
             cached: None,
-            delta: Delta::new(0, p.bucket_ms, p.buckets),
+            delta: Delta::new(0, p.bucket_ns, p.buckets),
             in_flight: 0,
             ledger_dirty: false,
-            last_heartbeat_ms: 0,
+            last_heartbeat: 0,
             seen_invalid: false,
         }
     }
@@ -187,13 +190,13 @@ impl KeyHandle {
     /// Adopts a new config's parameters (same key identity): reshapes the local delta
     /// if the window shape changed. The shared state conforms on its next write.
     pub fn reconfigure(&mut self, p: &BreakerParams) {
-        if !self.delta.window.has_shape(p.bucket_ms, p.buckets) {
-            self.delta = Delta::new(self.delta.generation, p.bucket_ms, p.buckets);
+        if !self.delta.window.has_shape(p.bucket_ns, p.buckets) {
+            self.delta = Delta::new(self.delta.generation, p.bucket_ns, p.buckets);
         }
     }
 
     /// Reads the state key, decoding only when its CAS token changed.
-    fn refresh(&mut self, store: &mut impl SharedStore, p: &BreakerParams, now_ms: u64) -> Report {
+    fn refresh(&mut self, store: &mut impl SharedStore, p: &BreakerParams) -> Report {
         let mut report = Report::default();
         match store.get(&self.state_key) {
             Ok(Some((bytes, cas))) => {
@@ -209,29 +212,33 @@ impl KeyHandle {
                                 report.issue = Some(Issue::Invalid(e));
                                 self.seen_invalid = true;
                             }
-                            self.cached = Some((cas, KeyState::new(p, now_ms)));
+                            self.cached = Some((cas, KeyState::new(p)));
                         }
                     }
                 }
             }
             Ok(None) => {
                 if !matches!(&self.cached, Some((0, _))) {
-                    self.cached = Some((0, KeyState::new(p, now_ms)));
+                    self.cached = Some((0, KeyState::new(p)));
                 }
             }
             // Keep the last view: a host failure must not open or close the breaker.
             Err(StoreError::CasMismatch) => {}
             Err(StoreError::Host(s)) => report.issue = Some(Issue::Host(s)),
         }
+        // The delta follows the stored generation (a trip elsewhere, or a state that
+        // was reset): events of another generation never move the breaker.
         if let Some((_, s)) = &self.cached {
-            if newer(s.generation, self.delta.generation) || self.delta.generation == 0 {
-                self.delta.reset(s.generation);
+            if s.breaker.generation() != self.delta.generation {
+                self.delta.reset(s.breaker.generation());
             }
         }
         report
     }
 
-    /// Breaker admission: one store read; a write only to take a probe lease.
+    /// Breaker admission (the core's [`crate::BreakerState::admit`]): one store
+    /// read; a write only when admission changes the state (a probe lease, a
+    /// transition).
     ///
     /// Degraded behaviour: if the lease cannot be written (contention, host error) the
     /// call is rejected as if the breaker were open; a host read failure reuses the last
@@ -241,81 +248,86 @@ impl KeyHandle {
         store: &mut impl SharedStore,
         sp: &SharedParams,
         p: &BreakerParams,
-        now_ms: u64,
+        now: Nanos,
         rand: u64,
-        lease_id: u64,
     ) -> (Admission, Report) {
-        let mut report = self.refresh(store, p, now_ms);
-        let (decision, generation) = match &self.cached {
-            Some((_, s)) => (s.decide(p, now_ms, rand), s.generation),
-            None => (Decision::Allow, self.delta.generation),
+        let mut report = self.refresh(store, p);
+        let Some((_, s)) = &mut self.cached else {
+            let generation = self.delta.generation;
+            let probe = None;
+            return (Admission::Allowed { generation, probe }, report);
         };
-        match decision {
-            Decision::Allow => (
-                Admission::Allowed {
-                    generation,
-                    probe: None,
-                },
-                report,
-            ),
-            Decision::Reject(r) => (Admission::Rejected(r), report),
-            Decision::Probe => {
-                let init = || KeyState::new(p, now_ms);
-                let mut invalid = None;
-                let res = update(
-                    store,
-                    &self.state_key,
-                    Kind::KeyState,
-                    sp.cas_attempts,
-                    init,
-                    |e| invalid = Some(e),
-                    |s: &mut KeyState| {
-                        let reshaped = s.conform(p);
-                        let mut t = None;
-                        let g = s.take_probe(p, now_ms, lease_id, rand, &mut t);
-                        ((g, t), reshaped || g.is_some() || t.is_some())
+        // Decide on a copy of the cached view (no heap: the breaker state is plain
+        // data); only a decision that changes the state goes through CAS.
+        let mut trial = s.breaker.clone();
+        let r = trial.admit(&p.breaker, &mut s.window, now, rand);
+        let r = r.map(breaker::Permit::into_raw);
+        let probe_taken =
+            matches!(r, Ok((_, slot, _)) if usize::from(slot) < trial.probe_leases().len());
+        if !probe_taken && trial.generation() == s.breaker.generation() {
+            return match r {
+                Ok((generation, _, _)) => (
+                    Admission::Allowed {
+                        generation,
+                        probe: None,
                     },
-                );
-                if let Some(e) = invalid {
-                    report.issue = Some(Issue::Invalid(e));
-                }
-                let (g, t) = match res {
-                    Ok(Updated::Written(r)) => {
-                        self.cached = None;
-                        r
-                    }
-                    Ok(Updated::Unchanged(r, _)) => r,
-                    Err(e) => {
-                        report.issue = Some(issue(e));
-                        (None, None)
-                    }
-                };
-                report.transition = t;
-                match g {
-                    Some(generation) => {
-                        self.delta.reset(generation);
-                        (
-                            Admission::Allowed {
-                                generation,
-                                probe: Some(lease_id),
-                            },
-                            report,
-                        )
-                    }
-                    None => (Admission::Rejected(Rejection::Open), report),
-                }
+                    report,
+                ),
+                Err(rejection) => (Admission::Rejected(rejection), report),
+            };
+        }
+        let mut invalid = None;
+        let res = update(
+            store,
+            &self.state_key,
+            Kind::KeyState,
+            sp.cas_attempts,
+            || KeyState::new(p),
+            |e| invalid = Some(e),
+            |s: &mut KeyState| {
+                let reshaped = s.conform(p);
+                let before = s.breaker.clone();
+                let (r, t) = s.admit(p, now, rand);
+                let changed = reshaped || s.breaker != before;
+                ((r, t), changed)
+            },
+        );
+        if let Some(e) = invalid {
+            report.issue = Some(Issue::Invalid(e));
+        }
+        let (r, t) = match res {
+            Ok(Updated::Written(r)) => {
+                self.cached = None;
+                r
             }
+            Ok(Updated::Unchanged(r, _)) => r,
+            Err(e) => {
+                report.issue = Some(issue(e));
+                (Err(Rejection::Open), None)
+            }
+        };
+        report.transition = t;
+        match r {
+            Ok((generation, slot, _)) => {
+                if generation != self.delta.generation {
+                    self.delta.reset(generation);
+                }
+                let probe =
+                    (usize::from(slot) < crate::config::MAX_PROBES as usize).then_some(slot);
+                (Admission::Allowed { generation, probe }, report)
+            }
+            Err(rejection) => (Admission::Rejected(rejection), report),
         }
     }
 
     /// Records a short-circuit or bulkhead rejection locally (flushed on tick).
-    pub fn record_rejection(&mut self, now_ms: u64, bulkhead: bool) {
+    pub fn record_rejection(&mut self, now: Nanos, bulkhead: bool) {
         let e = if bulkhead {
             Event::Rejected
         } else {
             Event::ShortCircuited
         };
-        self.delta.window.record(now_ms, e);
+        self.delta.window.record(now, e);
     }
 
     /// Records an admitted call's outcome. Returns true when the delta should be
@@ -326,8 +338,8 @@ impl KeyHandle {
         p: &BreakerParams,
         generation: u32,
         outcome: Outcome,
-        latency_ms: u64,
-        now_ms: u64,
+        latency: Nanos,
+        now: Nanos,
     ) -> bool {
         if generation != self.delta.generation {
             if newer(generation, self.delta.generation) {
@@ -338,45 +350,33 @@ impl KeyHandle {
         }
         let urgent = match outcome {
             Outcome::Success => {
-                self.delta.window.record(now_ms, Event::Success);
+                self.delta.window.record(now, Event::Success);
                 self.delta.streak.success();
                 false
             }
             Outcome::Failure => {
-                self.delta.window.record(now_ms, Event::Failure);
+                self.delta.window.record(now, Event::Failure);
                 self.delta.streak.error();
                 true
             }
             Outcome::Timeout => {
-                self.delta.window.record(now_ms, Event::Timeout);
+                self.delta.window.record(now, Event::Timeout);
                 self.delta.streak.error();
                 true
             }
             Outcome::BadRequest => {
-                self.delta.window.record(now_ms, Event::BadRequest);
+                self.delta.window.record(now, Event::BadRequest);
+                // Ends a run of failures, as in the core.
+                self.delta.streak.success();
                 false
             }
             Outcome::Cancelled => false,
         };
-        let slow = outcome.is_slow(p, latency_ms);
+        let slow = outcome.is_slow(p, latency);
         if slow {
-            self.delta.window.record_slow(now_ms);
+            self.delta.window.record_slow(now);
         }
-        urgent || slow || self.is_hot(now_ms)
-    }
-
-    /// Whether the key's shared view shows trouble, so every outcome is written at once
-    /// (exact trip decisions across workers while it matters, zero writes when healthy).
-    fn is_hot(&self, now_ms: u64) -> bool {
-        match &self.cached {
-            Some((_, s)) => {
-                s.phase != Phase::Closed
-                    || s.consecutive_errors > 0
-                    || s.window.snapshot(now_ms).errors() > 0
-                    || s.window.snapshot(now_ms).slow > 0
-            }
-            None => false,
-        }
+        urgent || slow || self.cached.as_ref().is_some_and(|(_, s)| s.is_hot(now))
     }
 
     /// Writes the local delta into the shared state (merge + trip evaluation under
@@ -386,7 +386,7 @@ impl KeyHandle {
         store: &mut impl SharedStore,
         sp: &SharedParams,
         p: &BreakerParams,
-        now_ms: u64,
+        now: Nanos,
         rand: u64,
     ) -> Report {
         let mut report = Report::default();
@@ -400,17 +400,12 @@ impl KeyHandle {
             &self.state_key,
             Kind::KeyState,
             sp.cas_attempts,
-            || {
-                let mut s = KeyState::new(p, now_ms);
-                // A fresh state adopts the delta's generation so it is not dropped.
-                s.generation = delta.generation.max(1);
-                s
-            },
+            || KeyState::new(p),
             |e| invalid = Some(e),
             |s: &mut KeyState| {
                 s.conform(p);
-                let t = s.merge_delta(p, delta, now_ms, rand);
-                let t2 = s.expire(p, now_ms, rand);
+                let t = s.merge_delta(p, delta, now, rand);
+                let t2 = s.poll(p, now, rand);
                 (t.or(t2), true)
             },
         );
@@ -429,9 +424,10 @@ impl KeyHandle {
         report
     }
 
-    /// Reports a probe's outcome: failed or slow (the core's
-    /// [`crate::breaker::probe_failed`]) reopens, a success or bad request counts
-    /// towards closing, [`Outcome::Cancelled`] hands the lease back.
+    /// Reports a probe's outcome to the core ([`crate::BreakerState::on_result`]): a
+    /// failed or slow probe reopens, successes (and bad requests) count towards
+    /// closing, and a probe that never ran ([`Outcome::Cancelled`], or a call the
+    /// bulkhead refused) gives its turn back. `latency` is the call's (ns).
     #[allow(clippy::too_many_arguments)]
     pub fn probe_done(
         &mut self,
@@ -440,31 +436,29 @@ impl KeyHandle {
         p: &BreakerParams,
         probe: Probe,
         outcome: Outcome,
-        latency_ms: u64,
-        now_ms: u64,
+        latency: Nanos,
+        now: Nanos,
         rand: u64,
     ) -> Report {
-        let slow = outcome.is_slow(p, latency_ms);
-        let failed = outcome.core().and_then(|o| probe_failed(o, slow));
-        let Probe {
-            generation,
-            lease_id,
-        } = probe;
+        // A probe without a verdict never ran as far as the breaker is concerned: the
+        // core gives the turn of a probe the bulkhead refused back.
+        let outcome = outcome
+            .core()
+            .unwrap_or(breaker::Outcome::SemaphoreRejected);
+        let permit = (probe.generation, probe.slot, now.saturating_sub(latency));
         let mut report = Report::default();
         let res = update(
             store,
             &self.state_key,
             Kind::KeyState,
             sp.cas_attempts,
-            || KeyState::new(p, now_ms),
+            || KeyState::new(p),
             |_| {},
-            |s: &mut KeyState| match failed {
-                Some(failed) => {
-                    let leases = s.leases.len();
-                    let t = s.probe_result(p, generation, lease_id, failed, now_ms, rand);
-                    (t, t.is_some() || s.leases.len() != leases)
-                }
-                None => (None, s.probe_abandon(generation, lease_id)),
+            |s: &mut KeyState| {
+                let before = s.breaker.clone();
+                let t = s.on_result(p, permit, outcome, now, rand);
+                let changed = s.breaker != before;
+                (t, changed)
             },
         );
         match res {
@@ -486,7 +480,7 @@ impl KeyHandle {
         sp: &SharedParams,
         owner: u64,
         max: u32,
-        now_ms: u64,
+        now: Nanos,
     ) -> (Slot, Report) {
         let mut report = Report::default();
         let local = self.in_flight;
@@ -497,7 +491,13 @@ impl KeyHandle {
             sp.cas_attempts,
             SlotLedger::new,
             |e| report.issue = Some(Issue::Invalid(e)),
-            |l: &mut SlotLedger| match l.try_acquire(owner, local, max, now_ms, sp.lease_ttl_ms) {
+            |l: &mut SlotLedger| match l.try_acquire(
+                owner,
+                local,
+                max,
+                now,
+                ms_to_ns(sp.lease_ttl_ms),
+            ) {
                 Acquire::Granted => (true, true),
                 Acquire::Full => (false, false),
             },
@@ -506,7 +506,7 @@ impl KeyHandle {
             Ok(Updated::Written(true)) => {
                 self.in_flight = local.saturating_add(1);
                 self.ledger_dirty = false;
-                self.last_heartbeat_ms = now_ms;
+                self.last_heartbeat = now;
                 (Slot::Granted, report)
             }
             Ok(_) => (Slot::Full, report),
@@ -525,10 +525,10 @@ impl KeyHandle {
         store: &mut impl SharedStore,
         sp: &SharedParams,
         owner: u64,
-        now_ms: u64,
+        now: Nanos,
     ) -> Report {
         self.in_flight = self.in_flight.saturating_sub(1);
-        self.write_ledger(store, sp, owner, now_ms)
+        self.write_ledger(store, sp, owner, now)
     }
 
     fn write_ledger(
@@ -536,7 +536,7 @@ impl KeyHandle {
         store: &mut impl SharedStore,
         sp: &SharedParams,
         owner: u64,
-        now_ms: u64,
+        now: Nanos,
     ) -> Report {
         let mut report = Report::default();
         let count = self.in_flight;
@@ -548,14 +548,14 @@ impl KeyHandle {
             SlotLedger::new,
             |e| report.issue = Some(Issue::Invalid(e)),
             |l: &mut SlotLedger| {
-                l.prune(now_ms, sp.lease_ttl_ms);
-                (l.set(owner, count, now_ms), true)
+                l.prune(now, ms_to_ns(sp.lease_ttl_ms));
+                (l.set(owner, count, now), true)
             },
         );
         match res {
             Ok(Updated::Written(true)) | Ok(Updated::Unchanged(true, _)) => {
                 self.ledger_dirty = false;
-                self.last_heartbeat_ms = now_ms;
+                self.last_heartbeat = now;
             }
             Ok(_) => self.ledger_dirty = true,
             Err(e) => {
@@ -574,26 +574,26 @@ impl KeyHandle {
         sp: &SharedParams,
         p: &BreakerParams,
         owner: u64,
-        now_ms: u64,
+        now: Nanos,
         rand: u64,
     ) -> Report {
-        let mut report = self.flush(store, sp, p, now_ms, rand);
+        let mut report = self.flush(store, sp, p, now, rand);
         // A fresh view (one read; decoded only if it changed) so hung probes are seen
         // by every worker, not only by those that recently read the key.
-        let r = self.refresh(store, p, now_ms);
+        let r = self.refresh(store, p);
         report.issue = report.issue.or(r.issue);
         let hung = matches!(&self.cached, Some((_, s))
-            if s.phase == Phase::HalfOpen && s.leases.iter().any(|l| now_ms >= l.deadline_ms));
+            if s.phase() == Phase::HalfOpen && s.breaker.next_deadline().is_some_and(|d| now >= d));
         if hung {
             let res = update(
                 store,
                 &self.state_key,
                 Kind::KeyState,
                 sp.cas_attempts,
-                || KeyState::new(p, now_ms),
+                || KeyState::new(p),
                 |_| {},
                 |s: &mut KeyState| {
-                    let t = s.expire(p, now_ms, rand);
+                    let t = s.poll(p, now, rand);
                     (t, t.is_some())
                 },
             );
@@ -607,9 +607,9 @@ impl KeyHandle {
             }
         }
         let heartbeat_due =
-            self.in_flight > 0 && now_ms.abs_diff(self.last_heartbeat_ms) >= sp.heartbeat_ms;
+            self.in_flight > 0 && now.abs_diff(self.last_heartbeat) >= ms_to_ns(sp.heartbeat_ms);
         if self.ledger_dirty || heartbeat_due {
-            let r = self.write_ledger(store, sp, owner, now_ms);
+            let r = self.write_ledger(store, sp, owner, now);
             report.issue = report.issue.or(r.issue);
         }
         report
@@ -619,11 +619,11 @@ impl KeyHandle {
     pub fn global_in_flight(
         &self,
         store: &mut impl SharedStore,
-        now_ms: u64,
+        now: Nanos,
         ttl_ms: u64,
     ) -> Option<u64> {
         match super::store::load::<SlotLedger>(store, &self.slots_key, Kind::SlotLedger) {
-            Ok(Loaded::Value(l, _)) => Some(l.in_flight(now_ms, ttl_ms)),
+            Ok(Loaded::Value(l, _)) => Some(l.in_flight(now, ms_to_ns(ttl_ms))),
             Ok(Loaded::Absent) => Some(0),
             _ => None,
         }

@@ -1,5 +1,5 @@
 //! Cross-worker bulkhead: a ledger of in-flight slots per owner (one owner per worker
-//! VM), each entry stamped with its owner's last heartbeat.
+//! VM), each entry stamped with its owner's last heartbeat (host time, ns).
 //!
 //! An owner always writes its *true* local in-flight count for the key (not a delta),
 //! so the ledger heals itself: if an entry was reclaimed while its owner was alive, the
@@ -19,8 +19,8 @@ pub struct SlotEntry {
     pub owner: u64,
     /// Slots it holds now.
     pub count: u32,
-    /// Its clock when it last wrote the entry (ms).
-    pub heartbeat_ms: u64,
+    /// Its clock when it last wrote the entry (ns).
+    pub heartbeat: u64,
 }
 
 /// The slot ledger of one key.
@@ -44,25 +44,25 @@ impl SlotLedger {
         SlotLedger::default()
     }
 
-    /// Whether `e` still counts at `now_ms` under `ttl_ms`.
-    pub fn is_live(e: &SlotEntry, now_ms: u64, ttl_ms: u64) -> bool {
-        now_ms.abs_diff(e.heartbeat_ms) < ttl_ms
+    /// Whether `e` still counts at `now` under `ttl`.
+    pub fn is_live(e: &SlotEntry, now: u64, ttl: u64) -> bool {
+        now.abs_diff(e.heartbeat) < ttl
     }
 
     /// Slots held by live owners other than `except`.
-    pub fn others_in_flight(&self, except: u64, now_ms: u64, ttl_ms: u64) -> u64 {
+    pub fn others_in_flight(&self, except: u64, now: u64, ttl: u64) -> u64 {
         self.entries
             .iter()
-            .filter(|e| e.owner != except && Self::is_live(e, now_ms, ttl_ms))
+            .filter(|e| e.owner != except && Self::is_live(e, now, ttl))
             .map(|e| e.count as u64)
             .sum()
     }
 
     /// Slots held by every live owner.
-    pub fn in_flight(&self, now_ms: u64, ttl_ms: u64) -> u64 {
+    pub fn in_flight(&self, now: u64, ttl: u64) -> u64 {
         self.entries
             .iter()
-            .filter(|e| Self::is_live(e, now_ms, ttl_ms))
+            .filter(|e| Self::is_live(e, now, ttl))
             .map(|e| e.count as u64)
             .sum()
     }
@@ -74,20 +74,13 @@ impl SlotLedger {
 
     /// Takes one slot for `owner`, whose true local count *before* this call is
     /// `local`, if the live total stays within `max`. Drops expired entries.
-    pub fn try_acquire(
-        &mut self,
-        owner: u64,
-        local: u32,
-        max: u32,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Acquire {
-        self.prune(now_ms, ttl_ms);
-        let others = self.others_in_flight(owner, now_ms, ttl_ms);
+    pub fn try_acquire(&mut self, owner: u64, local: u32, max: u32, now: u64, ttl: u64) -> Acquire {
+        self.prune(now, ttl);
+        let others = self.others_in_flight(owner, now, ttl);
         if others + local as u64 + 1 > max as u64 {
             return Acquire::Full;
         }
-        if self.set(owner, local.saturating_add(1), now_ms) {
+        if self.set(owner, local.saturating_add(1), now) {
             Acquire::Granted
         } else {
             Acquire::Full
@@ -96,13 +89,13 @@ impl SlotLedger {
 
     /// Writes `owner`'s true count (0 removes the entry) with a fresh heartbeat.
     /// Returns false only when the ledger is full of other live owners.
-    pub fn set(&mut self, owner: u64, count: u32, now_ms: u64) -> bool {
+    pub fn set(&mut self, owner: u64, count: u32, now: u64) -> bool {
         if let Some(i) = self.entries.iter().position(|e| e.owner == owner) {
             if count == 0 {
                 self.entries.swap_remove(i);
             } else if let Some(e) = self.entries.get_mut(i) {
                 e.count = count;
-                e.heartbeat_ms = now_ms;
+                e.heartbeat = now;
             }
             return true;
         }
@@ -115,17 +108,17 @@ impl SlotLedger {
         self.entries.push(SlotEntry {
             owner,
             count,
-            heartbeat_ms: now_ms,
+            heartbeat: now,
         });
         true
     }
 
     /// Removes entries that are empty or whose lease expired. Returns how many slots
     /// were reclaimed from expired owners.
-    pub fn prune(&mut self, now_ms: u64, ttl_ms: u64) -> u64 {
+    pub fn prune(&mut self, now: u64, ttl: u64) -> u64 {
         let mut reclaimed = 0;
         self.entries.retain(|e| {
-            let keep = e.count > 0 && Self::is_live(e, now_ms, ttl_ms);
+            let keep = e.count > 0 && Self::is_live(e, now, ttl);
             if !keep {
                 reclaimed += e.count as u64;
             }

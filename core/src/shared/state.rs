@@ -1,20 +1,25 @@
-//! The process-wide state of one key: breaker phase, probe leases, open schedule and the
-//! rolling window, plus the transition logic that runs on it under CAS.
+//! The process-wide state of one key: the core's breaker state machine
+//! ([`BreakerState`]) on a counters-only [`SharedWindow`], plus what a worker
+//! accumulates between writes ([`Delta`]).
 //!
-//! Every method is a pure function of the state value, the parameters, `now_ms` and an
-//! injected random number, so any worker can decode the shared bytes, apply its change
-//! and write them back with the CAS token it read. The rules themselves are the
-//! core's: [`trip_reason`], [`admit_closed`] (slow start, adaptive throttle),
-//! [`open_duration_ns`] (schedule and jitter), [`crate::breaker::probe_failed`], the
-//! core [`Phase`], [`Rejection`] and [`Transition`].
+//! Every method is a pure function of the state value, the parameters, `now` (host
+//! time, ns) and an injected random `u64`, so any worker can decode the shared bytes,
+//! run the core logic (admission, probes, trip rules, open schedule with jitter,
+//! slow start, adaptive throttle, modes) and write them back with the CAS token it
+//! read. Probe leases are the core's: a permit's generation and probe slot identify
+//! the lease process-wide.
 
 use serde::{Deserialize, Serialize};
 
 use super::window::{Counts, SharedWindow, MAX_BUCKETS};
-use crate::breaker::{admit_closed, open_duration_ns, trip_reason};
-use crate::config::{BreakerConfig, BreakerMode, Config};
-use crate::time::{ms_to_ns, NANOS_PER_MS};
-use crate::{Phase, Rejection, Transition, TransitionReason};
+use crate::breaker::{BreakerState, Outcome, Permit};
+use crate::config::{BreakerConfig, Config};
+use crate::time::{ms_to_ns, Nanos};
+use crate::{Phase, Rejection, Transition};
+
+/// A core [`Permit`]'s raw parts (generation, probe slot, start), as
+/// [`Permit::into_raw`] gives them: the form a permit takes across workers.
+pub type RawPermit = (u32, u8, Nanos);
 
 /// What the shared breaker logic runs with: the core breaker config and the shape of
 /// the counters-only window.
@@ -22,8 +27,8 @@ use crate::{Phase, Rejection, Transition, TransitionReason};
 pub struct BreakerParams {
     /// The core breaker config (rules, open schedule, half-open, slow start, mode).
     pub breaker: BreakerConfig,
-    /// Window bucket width.
-    pub bucket_ms: u32,
+    /// Window bucket width (ns).
+    pub bucket_ns: u64,
     /// Window bucket count.
     pub buckets: usize,
 }
@@ -34,44 +39,36 @@ impl BreakerParams {
     /// The shared window keeps at most [`MAX_BUCKETS`] buckets: a finer
     /// `metrics.rolling_buckets` is coarsened to that many (same window length).
     pub fn from_config(c: &Config) -> Self {
-        let window_ms = c.metrics.rolling_window_ms.max(1);
+        let window_ns = ms_to_ns(c.metrics.rolling_window_ms).max(1);
         let buckets = (c.metrics.rolling_buckets.max(1) as usize).min(MAX_BUCKETS);
-        let bucket_ms = (window_ms / buckets as u64).clamp(1, u32::MAX as u64) as u32;
         BreakerParams {
             breaker: c.breaker.clone(),
-            bucket_ms,
+            bucket_ns: (window_ns / buckets as u64).max(1),
             buckets,
         }
     }
 }
 
-/// One probe lease held by some worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProbeLease {
-    /// Lease id (owner id in the high bits, a local counter in the low bits).
-    pub id: u64,
-    /// The probe counts as failed after this (ms, writer's clock).
-    pub deadline_ms: u64,
-}
-
-/// Consecutive-error bookkeeping a worker accumulated since its last flush.
+/// The consecutive-failure run a worker accumulated since its last flush: its
+/// composition is associative, so workers' runs merge into the shared
+/// [`BreakerState::consecutive_failures`] under CAS.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Streak {
-    /// Whether a success was seen (it resets the shared streak).
+    /// Whether a success or bad request was seen (it resets the shared run).
     pub reset: bool,
     /// Errors since the last success (or since the last flush if none).
     pub errors: u32,
 }
 
 impl Streak {
-    /// Records a success.
+    /// Records a success or a bad request (either ends a run of failures).
     #[inline]
     pub fn success(&mut self) {
         self.reset = true;
         self.errors = 0;
     }
 
-    /// Records an error (failure or timeout).
+    /// Records a failure or timeout.
     #[inline]
     pub fn error(&mut self) {
         self.errors = self.errors.saturating_add(1);
@@ -113,10 +110,10 @@ pub struct Delta {
 
 impl Delta {
     /// Empty delta for a window shape and generation.
-    pub fn new(generation: u32, bucket_ms: u32, buckets: usize) -> Self {
+    pub fn new(generation: u32, bucket_ns: u64, buckets: usize) -> Self {
         Delta {
             generation,
-            window: SharedWindow::new(bucket_ms, buckets),
+            window: SharedWindow::new(bucket_ns, buckets),
             streak: Streak::default(),
         }
     }
@@ -137,278 +134,119 @@ impl Delta {
 /// The shared state of one key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyState {
-    /// Current phase.
-    pub phase: Phase,
-    /// Bumped on every phase change.
-    pub generation: u32,
-    /// When the current phase began (writer's clock).
-    pub since_ms: u64,
-    /// End of the current open period.
-    pub open_until_ms: u64,
-    /// Trips since the last successful close (drives the open schedule).
-    pub trips: u32,
-    /// Last close time, for slow start (0 = never).
-    pub closed_at_ms: u64,
-    /// Probes handed out in this half-open generation.
-    pub probes_issued: u32,
-    /// Successful probes in this half-open generation.
-    pub probes_succeeded: u32,
-    /// Outstanding probe leases.
-    pub leases: Vec<ProbeLease>,
-    /// Shared consecutive-error count.
-    pub consecutive_errors: u32,
-    /// The rolling window.
+    /// The core breaker state (phase, generation, open schedule, probe leases,
+    /// consecutive failures, slow-start ramp). Stored without a pending transition:
+    /// every writer takes it and reports it.
+    pub breaker: BreakerState,
+    /// The rolling window (counters only).
     pub window: SharedWindow,
 }
 
-/// Outcome of [`KeyState::decide`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// Admit; no write needed.
-    Allow,
-    /// Reject; no write needed.
-    Reject(Rejection),
-    /// A probe lease must be taken (a state change): call [`KeyState::take_probe`]
-    /// on a copy and CAS it in.
-    Probe,
-}
-
 impl KeyState {
-    /// A closed breaker with an empty window.
-    pub fn new(p: &BreakerParams, now_ms: u64) -> Self {
+    /// A closed breaker (generation 0) with an empty window.
+    pub fn new(p: &BreakerParams) -> Self {
         KeyState {
-            phase: Phase::Closed,
-            generation: 1,
-            since_ms: now_ms,
-            open_until_ms: 0,
-            trips: 0,
-            closed_at_ms: 0,
-            probes_issued: 0,
-            probes_succeeded: 0,
-            leases: Vec::new(),
-            consecutive_errors: 0,
-            window: SharedWindow::new(p.bucket_ms, p.buckets),
+            breaker: BreakerState::new(),
+            window: SharedWindow::new(p.bucket_ns, p.buckets),
         }
+    }
+
+    /// Current phase.
+    pub fn phase(&self) -> Phase {
+        self.breaker.phase()
     }
 
     /// Adapts a state written under other parameters: a window of another shape is
     /// replaced by an empty one (the breaker phase is kept). Returns true if changed.
     pub fn conform(&mut self, p: &BreakerParams) -> bool {
-        if self.window.has_shape(p.bucket_ms, p.buckets) {
+        if self.window.has_shape(p.bucket_ns, p.buckets) {
             return false;
         }
-        self.window = SharedWindow::new(p.bucket_ms, p.buckets);
+        self.window = SharedWindow::new(p.bucket_ns, p.buckets);
         true
     }
 
-    /// Read-only admission check. `rand` is a uniformly random u64 from the host.
-    pub fn decide(&self, p: &BreakerParams, now_ms: u64, rand: u64) -> Decision {
-        match p.breaker.mode {
-            BreakerMode::Disabled | BreakerMode::ForcedClosed | BreakerMode::MetricsOnly => {
-                return Decision::Allow
-            }
-            BreakerMode::ForcedOpen => return Decision::Reject(Rejection::ForcedOpen),
-            BreakerMode::Normal => {}
-        }
-        match self.phase {
-            Phase::Closed => {
-                let mut ramp = (self.closed_at_ms > 0).then(|| ms_to_ns(self.closed_at_ms));
-                let health = || self.window.snapshot(now_ms).health();
-                match admit_closed(&p.breaker, &mut ramp, ms_to_ns(now_ms), health, rand) {
-                    Ok(()) => Decision::Allow,
-                    Err(r) => Decision::Reject(r),
-                }
-            }
-            Phase::Open => {
-                if now_ms >= self.open_until_ms {
-                    Decision::Probe
-                } else {
-                    Decision::Reject(Rejection::Open)
-                }
-            }
-            Phase::HalfOpen => {
-                if self.probes_issued < p.breaker.half_open.permitted_probes.max(1)
-                    || self.lease_expired(now_ms)
-                {
-                    // An expired lease is handled as a failed probe by `expire`; the
-                    // caller writes it.
-                    Decision::Probe
-                } else {
-                    Decision::Reject(Rejection::ProbesExhausted)
-                }
-            }
-        }
+    /// The core's transitions report themselves by return value; none stays stored.
+    fn settle(&mut self, t: Option<Transition>) -> Option<Transition> {
+        let _ = self.breaker.take_transition();
+        t
     }
 
-    fn lease_expired(&self, now_ms: u64) -> bool {
-        self.leases.iter().any(|l| now_ms >= l.deadline_ms)
-    }
-
-    /// Takes a probe lease with id `lease_id` if one is available (moving Open →
-    /// half-open when the sleep window has passed). Returns the generation the probe
-    /// belongs to, or None if no probe is available now (the caller rejects).
-    /// `transition` reports a phase change.
-    pub fn take_probe(
+    /// Core admission ([`BreakerState::admit`]) on this state: returns the permit's
+    /// raw parts (generation, probe slot, start) or the rejection, and the transition
+    /// it made (open → half-open, or a hung probe reopening).
+    pub fn admit(
         &mut self,
         p: &BreakerParams,
-        now_ms: u64,
-        lease_id: u64,
+        now: Nanos,
         rand: u64,
-        transition: &mut Option<Transition>,
-    ) -> Option<u32> {
-        if p.breaker.mode != BreakerMode::Normal {
-            return None;
-        }
-        if let Some(t) = self.expire(p, now_ms, rand) {
-            *transition = Some(t);
-        }
-        if self.phase == Phase::Open && now_ms >= self.open_until_ms {
-            let t = self.enter(Phase::HalfOpen, now_ms, TransitionReason::OpenElapsed);
-            *transition = Some(t);
-        }
-        if self.phase != Phase::HalfOpen
-            || self.probes_issued >= p.breaker.half_open.permitted_probes.max(1)
-        {
-            return None;
-        }
-        self.probes_issued += 1;
-        self.leases.push(ProbeLease {
-            id: lease_id,
-            deadline_ms: now_ms.saturating_add(p.breaker.half_open.probe_timeout_ms.max(1)),
-        });
-        Some(self.generation)
+    ) -> (Result<RawPermit, Rejection>, Option<Transition>) {
+        let generation = self.breaker.generation();
+        let r = self.breaker.admit(&p.breaker, &mut self.window, now, rand);
+        let r = r.map(Permit::into_raw);
+        let t = self.breaker.take_transition();
+        let t = t.filter(|_| self.breaker.generation() != generation);
+        (r, t)
     }
 
-    /// Expired probe leases count as failed probes: half-open → open. Returns the
-    /// transition if any.
-    pub fn expire(&mut self, p: &BreakerParams, now_ms: u64, rand: u64) -> Option<Transition> {
-        if self.phase == Phase::HalfOpen && self.lease_expired(now_ms) {
-            return Some(self.trip(p, now_ms, rand, TransitionReason::ProbeLeaseExpired));
-        }
-        None
-    }
-
-    /// Reports a probe's verdict (`failed`, from [`crate::breaker::probe_failed`]).
-    /// Ignored unless `generation` is current and the lease is still held. Returns the
-    /// transition if any.
-    pub fn probe_result(
+    /// Core result handling ([`BreakerState::on_result`]) for a permit rebuilt from its
+    /// raw parts; the window must already hold the outcome. Returns the transition.
+    pub fn on_result(
         &mut self,
         p: &BreakerParams,
-        generation: u32,
-        lease_id: u64,
-        failed: bool,
-        now_ms: u64,
+        permit: RawPermit,
+        outcome: Outcome,
+        now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        if generation != self.generation || self.phase != Phase::HalfOpen {
-            return None;
-        }
-        let i = self.leases.iter().position(|l| l.id == lease_id)?;
-        self.leases.swap_remove(i);
-        if failed {
-            return Some(self.trip(p, now_ms, rand, TransitionReason::ProbeFailed));
-        }
-        self.probes_succeeded = self.probes_succeeded.saturating_add(1);
-        if self.probes_succeeded >= p.breaker.half_open.success_threshold.max(1) {
-            let t = self.enter(Phase::Closed, now_ms, TransitionReason::ProbesSucceeded);
-            self.trips = 0;
-            self.closed_at_ms = now_ms.max(1);
-            self.window.clear();
-            return Some(t);
-        }
-        None
+        let (generation, probe, started_at) = permit;
+        let permit = Permit::from_raw(generation, probe, started_at);
+        let t = self
+            .breaker
+            .on_result(&p.breaker, &mut self.window, permit, outcome, now, rand);
+        self.settle(t)
     }
 
-    /// Releases a probe lease without a verdict (e.g. the caller's own fallback or a
-    /// bad request): the slot becomes available to another probe.
-    pub fn probe_abandon(&mut self, generation: u32, lease_id: u64) -> bool {
-        if generation != self.generation || self.phase != Phase::HalfOpen {
-            return false;
-        }
-        match self.leases.iter().position(|l| l.id == lease_id) {
-            Some(i) => {
-                self.leases.swap_remove(i);
-                self.probes_issued = self.probes_issued.saturating_sub(1);
-                true
-            }
-            None => false,
-        }
+    /// Time-driven transitions ([`BreakerState::poll`]): open → half-open, expired
+    /// probe leases reopen.
+    pub fn poll(&mut self, p: &BreakerParams, now: Nanos, rand: u64) -> Option<Transition> {
+        let t = self.breaker.poll(&p.breaker, now, rand);
+        self.settle(t)
     }
 
-    /// Folds a worker's delta in and evaluates the trip rule. A delta from another
+    /// Folds a worker's delta in (window merge, consecutive-failure run) and evaluates
+    /// the core trip rules ([`BreakerState::check_trip`]). A delta from another
     /// generation or of another window shape is dropped. Returns the transition if any.
     pub fn merge_delta(
         &mut self,
         p: &BreakerParams,
         delta: &Delta,
-        now_ms: u64,
+        now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        if delta.generation != self.generation {
+        if delta.generation != self.breaker.generation() || !self.window.merge(&delta.window) {
             return None;
         }
-        if !self.window.merge(&delta.window) {
-            return None;
-        }
-        self.consecutive_errors = delta.streak.apply(self.consecutive_errors);
-        self.evaluate(p, now_ms, rand)
+        let run = delta.streak.apply(self.breaker.consecutive_failures());
+        self.breaker.set_consecutive_failures(run);
+        let t = self
+            .breaker
+            .check_trip(&p.breaker, &mut self.window, now, rand);
+        self.settle(t)
     }
 
-    /// Applies the core trip rules to the current window (closed phase only).
-    pub fn evaluate(&mut self, p: &BreakerParams, now_ms: u64, rand: u64) -> Option<Transition> {
-        if self.phase != Phase::Closed
-            || !matches!(
-                p.breaker.mode,
-                BreakerMode::Normal | BreakerMode::MetricsOnly
-            )
-        {
-            return None;
-        }
-        let reason = self.trip_reason(p, now_ms)?;
-        Some(self.trip(p, now_ms, rand, reason))
+    /// Whether the state shows trouble (not closed, a failure run, errors or slow
+    /// calls in the window): then every outcome is written at once.
+    pub fn is_hot(&self, now: Nanos) -> bool {
+        let c = self.window.snapshot(now);
+        self.breaker.phase() != Phase::Closed
+            || self.breaker.consecutive_failures() > 0
+            || c.errors() > 0
+            || c.slow > 0
     }
 
-    /// The core trip rule that fires on the current window, if any.
-    pub fn trip_reason(&self, p: &BreakerParams, now_ms: u64) -> Option<TransitionReason> {
-        let health = self.window.snapshot(now_ms).health();
-        trip_reason(&p.breaker, self.consecutive_errors, &health)
-    }
-
-    /// Opens: the open duration is the core schedule's for this trip, with jitter.
-    fn trip(
-        &mut self,
-        p: &BreakerParams,
-        now_ms: u64,
-        rand: u64,
-        reason: TransitionReason,
-    ) -> Transition {
-        let dur_ns = open_duration_ns(&p.breaker.open, self.trips, rand);
-        self.trips = self.trips.saturating_add(1);
-        let t = self.enter(Phase::Open, now_ms, reason);
-        self.open_until_ms = now_ms.saturating_add((dur_ns / NANOS_PER_MS).max(1));
-        t
-    }
-
-    fn enter(&mut self, to: Phase, now_ms: u64, reason: TransitionReason) -> Transition {
-        let t = Transition {
-            from: self.phase,
-            to,
-            at: ms_to_ns(now_ms),
-            generation: self.generation.wrapping_add(1).max(1),
-            reason,
-        };
-        self.phase = to;
-        self.generation = t.generation;
-        self.since_ms = now_ms;
-        self.probes_issued = 0;
-        self.probes_succeeded = 0;
-        self.consecutive_errors = 0;
-        self.leases.clear();
-        t
-    }
-
-    /// Window snapshot at `now_ms`.
-    pub fn snapshot(&self, now_ms: u64) -> Counts {
-        self.window.snapshot(now_ms)
+    /// Window snapshot at `now`.
+    pub fn snapshot(&self, now: Nanos) -> Counts {
+        self.window.snapshot(now)
     }
 }

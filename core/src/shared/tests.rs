@@ -7,6 +7,7 @@ use super::state::*;
 use super::store::{MemoryStore, SharedStore};
 use super::window::{Event, SharedWindow};
 use crate::config::Config;
+use crate::time::ms_to_ns as ms;
 use crate::{Phase, Rejection, TransitionReason};
 use proptest::prelude::*;
 
@@ -38,34 +39,32 @@ impl Cluster {
         }
     }
 
-    fn admit(&mut self, w: usize, now: u64) -> Admission {
+    /// Admission on worker `w` at `now_ms` (test times are in ms).
+    fn admit(&mut self, w: usize, now_ms: u64) -> Admission {
         self.seq += 1;
-        let lease = ((w as u64 + 1) << 32) | self.seq;
-        let (a, _) = self.workers[w].admit(&mut self.store, &self.sp, &self.p, now, RAND, lease);
+        let (a, _) = self.workers[w].admit(&mut self.store, &self.sp, &self.p, ms(now_ms), RAND);
         a
     }
 
     /// Admits and completes one call on worker `w`; returns whether it was admitted.
-    fn call(&mut self, w: usize, now: u64, outcome: Outcome) -> bool {
-        match self.admit(w, now) {
+    fn call(&mut self, w: usize, now_ms: u64, outcome: Outcome) -> bool {
+        let now = ms(now_ms);
+        match self.admit(w, now_ms) {
             Admission::Allowed { generation, probe } => {
                 let h = &mut self.workers[w];
-                if let Some(lease_id) = probe {
+                if let Some(slot) = probe {
                     h.probe_done(
                         &mut self.store,
                         &self.sp,
                         &self.p,
-                        Probe {
-                            generation,
-                            lease_id,
-                        },
+                        Probe { generation, slot },
                         outcome,
-                        1,
+                        ms(1),
                         now,
                         RAND,
                     );
                 }
-                if h.record(&self.p, generation, outcome, 1, now) {
+                if h.record(&self.p, generation, outcome, ms(1), now) {
                     h.flush(&mut self.store, &self.sp, &self.p, now, RAND);
                 }
                 true
@@ -77,7 +76,8 @@ impl Cluster {
         }
     }
 
-    fn tick(&mut self, now: u64) {
+    fn tick(&mut self, now_ms: u64) {
+        let now = ms(now_ms);
         for (i, h) in self.workers.iter_mut().enumerate() {
             h.tick(&mut self.store, &self.sp, &self.p, i as u64 + 1, now, RAND);
         }
@@ -106,9 +106,9 @@ fn trips_exactly_at_volume_threshold_across_four_workers() {
         for i in 0..19 {
             assert!(c.call(i % 4, 1000, Outcome::Failure), "call {i} admitted");
         }
-        assert_eq!(c.shared().phase, Phase::Closed, "19 calls < volume 20");
+        assert_eq!(c.shared().phase(), Phase::Closed, "19 calls < volume 20");
         assert!(c.call(19 % 4, 1000, Outcome::Failure));
-        assert_eq!(c.shared().phase, Phase::Open);
+        assert_eq!(c.shared().phase(), Phase::Open);
         // Every worker rejects on its very next request.
         for w in 0..4 {
             assert_eq!(
@@ -138,7 +138,7 @@ fn below_threshold_never_trips_with_batched_successes() {
                 c.tick(now);
             }
         }
-        assert_eq!(c.shared().phase, Phase::Closed);
+        assert_eq!(c.shared().phase(), Phase::Closed);
     });
 }
 
@@ -151,7 +151,7 @@ fn healthy_traffic_writes_only_on_tick() {
     assert_eq!(c.store.writes, 0);
     c.tick(10);
     assert_eq!(c.store.writes, 4);
-    assert_eq!(c.shared().snapshot(10).success, 1000);
+    assert_eq!(c.shared().snapshot(ms(10)).success, 1000);
 }
 
 #[test]
@@ -161,7 +161,7 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
         for i in 0..20 {
             c.call(i % 4, 0, Outcome::Failure);
         }
-        assert_eq!(c.shared().phase, Phase::Open);
+        assert_eq!(c.shared().phase(), Phase::Open);
         assert_eq!(c.admit(0, 4_999), Admission::Rejected(Rejection::Open));
         // After the sleep window: many attempts from every worker, exactly 2 probes.
         let mut probes = vec![];
@@ -171,13 +171,10 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
             }
         }
         assert_eq!(probes.len(), 2, "{probes:?}");
-        assert_eq!(c.shared().phase, Phase::HalfOpen);
-        for (w, generation, lease_id) in probes {
+        assert_eq!(c.shared().phase(), Phase::HalfOpen);
+        for (w, generation, slot) in probes {
             let h = &mut c.workers[w];
-            let probe = Probe {
-                generation,
-                lease_id,
-            };
+            let probe = Probe { generation, slot };
             h.probe_done(
                 &mut c.store,
                 &c.sp,
@@ -189,8 +186,8 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
                 7,
             );
         }
-        assert_eq!(c.shared().phase, Phase::Closed);
-        assert!(c.shared().snapshot(5_100).is_empty());
+        assert_eq!(c.shared().phase(), Phase::Closed);
+        assert!(c.shared().snapshot(ms(5_100)).is_empty());
         for w in 0..4 {
             assert!(matches!(
                 c.admit(w, 5_200),
@@ -210,7 +207,7 @@ fn hung_probe_expires_and_reopens_and_late_results_are_ignored() {
     let Admission::Allowed { generation, probe } = c.admit(1, 5_000) else {
         panic!("probe expected")
     };
-    let lease_id = probe.expect("probe");
+    let slot = probe.expect("probe");
     assert_eq!(
         c.admit(2, 5_500),
         Admission::Rejected(Rejection::ProbesExhausted)
@@ -218,14 +215,11 @@ fn hung_probe_expires_and_reopens_and_late_results_are_ignored() {
     // The probe hangs: at its deadline the next tick reopens the breaker.
     c.tick(6_000);
     let s = c.shared();
-    assert_eq!(s.phase, Phase::Open);
-    assert_eq!(s.trips, 2);
+    assert_eq!(s.phase(), Phase::Open);
+    assert_eq!(s.breaker.open_step(), 2);
     // Its late success belongs to an earlier generation: ignored.
     let h = &mut c.workers[1];
-    let probe = Probe {
-        generation,
-        lease_id,
-    };
+    let probe = Probe { generation, slot };
     h.probe_done(
         &mut c.store,
         &c.sp,
@@ -236,12 +230,12 @@ fn hung_probe_expires_and_reopens_and_late_results_are_ignored() {
         6_001,
         7,
     );
-    assert_eq!(c.shared().phase, Phase::Open);
+    assert_eq!(c.shared().phase(), Phase::Open);
     // A late failure from before the trip is ignored too.
-    let old = c.shared().generation - 3;
-    c.workers[0].record(&c.p, old, Outcome::Failure, 1, 6_002);
-    c.workers[0].flush(&mut c.store, &c.sp, &c.p, 6_002, 7);
-    assert_eq!(c.shared().snapshot(6_002).failure, 20);
+    let old = c.shared().breaker.generation() - 3;
+    c.workers[0].record(&c.p, old, Outcome::Failure, ms(1), ms(6_002));
+    c.workers[0].flush(&mut c.store, &c.sp, &c.p, ms(6_002), 7);
+    assert_eq!(c.shared().snapshot(ms(6_002)).failure, 20);
 }
 
 #[test]
@@ -259,9 +253,9 @@ fn consecutive_failures_across_workers_reset_by_any_success() {
         for i in 0..4 {
             c.call(i, 2, Outcome::Failure);
         }
-        assert_eq!(c.shared().phase, Phase::Closed);
+        assert_eq!(c.shared().phase(), Phase::Closed);
         c.call(1, 3, Outcome::Timeout);
-        assert_eq!(c.shared().phase, Phase::Open);
+        assert_eq!(c.shared().phase(), Phase::Open);
     });
 }
 
@@ -274,14 +268,14 @@ fn exponential_open_schedule_grows_and_resets_after_close() {
     for i in 0..20 {
         c.call(i % 2, 0, Outcome::Failure);
     }
-    assert_eq!(c.shared().open_until_ms, 1000);
+    assert_eq!(c.shared().breaker.open_until(), ms(1000));
     assert!(c.call(0, 1000, Outcome::Failure)); // probe fails
-    assert_eq!(c.shared().open_until_ms, 3000);
+    assert_eq!(c.shared().breaker.open_until(), ms(3000));
     assert!(c.call(1, 3000, Outcome::Failure));
-    assert_eq!(c.shared().open_until_ms, 3000 + 3000); // capped
+    assert_eq!(c.shared().breaker.open_until(), ms(3000 + 3000)); // capped
     assert!(c.call(1, 6000, Outcome::Success));
-    assert_eq!(c.shared().phase, Phase::Closed);
-    assert_eq!(c.shared().trips, 0);
+    assert_eq!(c.shared().phase(), Phase::Closed);
+    assert_eq!(c.shared().breaker.open_step(), 0);
 }
 
 #[test]
@@ -303,36 +297,37 @@ fn bulkhead_limit_holds_across_workers_and_crashed_worker_is_reclaimed() {
             rng ^= rng << 17;
             let w = (rng % 4) as usize;
             if rng.is_multiple_of(3) && held[w] > 0 {
-                c.workers[w].release_slot(&mut c.store, &c.sp, w as u64 + 1, step);
+                c.workers[w].release_slot(&mut c.store, &c.sp, w as u64 + 1, ms(step));
                 held[w] -= 1;
             } else {
-                let (s, _) = c.workers[w].acquire_slot(&mut c.store, &c.sp, w as u64 + 1, 5, step);
+                let (s, _) =
+                    c.workers[w].acquire_slot(&mut c.store, &c.sp, w as u64 + 1, 5, ms(step));
                 if s == Slot::Granted {
                     held[w] += 1;
                 }
             }
             assert!(held.iter().sum::<u32>() <= 5, "step {step}: {held:?}");
-            let global = c.workers[0].global_in_flight(&mut c.store, step, 1000);
+            let global = c.workers[0].global_in_flight(&mut c.store, ms(step), 1000);
             assert_eq!(global, Some(held.iter().sum::<u32>() as u64));
         }
         // Worker 3 crashes holding slots; the others release everything.
         for (w, h) in held.iter_mut().enumerate().take(3) {
             while *h > 0 {
-                c.workers[w].release_slot(&mut c.store, &c.sp, w as u64 + 1, 2000);
+                c.workers[w].release_slot(&mut c.store, &c.sp, w as u64 + 1, ms(2000));
                 *h -= 1;
             }
         }
         let crashed = held[3] as u64;
         assert_eq!(
-            c.workers[0].global_in_flight(&mut c.store, 2000, 1000),
+            c.workers[0].global_in_flight(&mut c.store, ms(2000), 1000),
             Some(crashed)
         );
         // Past the lease TTL (last heartbeat ≤ 1999) its slots no longer count.
         assert_eq!(
-            c.workers[0].global_in_flight(&mut c.store, 3000, 1000),
+            c.workers[0].global_in_flight(&mut c.store, ms(3000), 1000),
             Some(0)
         );
-        let (s, _) = c.workers[0].acquire_slot(&mut c.store, &c.sp, 1, 5, 3000);
+        let (s, _) = c.workers[0].acquire_slot(&mut c.store, &c.sp, 1, 5, ms(3000));
         assert_eq!(s, Slot::Granted);
     });
 }
@@ -354,7 +349,7 @@ fn corrupt_truncated_and_future_state_is_reported_and_replaced() {
             _ => bytes[2] = codec::SCHEMA_VERSION + 1,
         }
         c.store.raw_set("fusewire/v1/state/svc", &bytes);
-        let (a, r) = c.workers[1].admit(&mut c.store, &c.sp, &c.p, 1, 7, 1);
+        let (a, r) = c.workers[1].admit(&mut c.store, &c.sp, &c.p, ms(1), 7);
         assert!(matches!(a, Admission::Allowed { .. }));
         assert!(
             matches!(r.issue, Some(Issue::Invalid(_))),
@@ -362,7 +357,7 @@ fn corrupt_truncated_and_future_state_is_reported_and_replaced() {
         );
         // The next write replaces it with a valid state.
         c.call(1, 2, Outcome::Failure);
-        assert_eq!(c.shared().snapshot(2).failure, 1);
+        assert_eq!(c.shared().snapshot(ms(2)).failure, 1);
     }
 }
 
@@ -378,7 +373,7 @@ fn reload_with_new_window_shape_keeps_breaker_phase() {
     assert_eq!(c.admit(0, 10), Admission::Rejected(Rejection::Open));
     let mut s = c.shared();
     assert!(s.conform(&p2));
-    assert_eq!(s.phase, Phase::Open);
+    assert_eq!(s.phase(), Phase::Open);
 }
 
 #[test]
@@ -390,7 +385,7 @@ fn forced_and_metrics_only_modes() {
         assert!(c.call(0, 0, Outcome::Failure));
     }
     assert_eq!(
-        c.shared().phase,
+        c.shared().phase(),
         Phase::Open,
         "metrics-only reports the trip"
     );
@@ -473,9 +468,12 @@ proptest! {
     #[test]
     fn state_roundtrips(fails in 0u32..50, now in 0u64..1_000_000) {
         let p = params("{}");
-        let mut s = KeyState::new(&p, now);
+        let now = ms(now);
+        let mut s = KeyState::new(&p);
         for _ in 0..fails { s.window.record(now, Event::Failure); }
-        s.evaluate(&p, now, 3);
+        let mut d = Delta::new(0, p.bucket_ns, p.buckets);
+        d.window.record(now, Event::Failure);
+        s.merge_delta(&p, &d, now, 3);
         let bytes = codec::encode(Kind::KeyState, &s).expect("encodes");
         prop_assert!(bytes.len() < 200, "compact: {} bytes", bytes.len());
         prop_assert_eq!(codec::decode::<KeyState>(Kind::KeyState, &bytes), Ok(s));
@@ -521,22 +519,21 @@ fn adaptive_throttle_sheds_in_proportion_and_excludes_its_own_rejections() {
             &mut c.store,
             &c.sp,
             &c.p,
-            30,
+            ms(30),
             (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            1,
         );
         if matches!(a, Admission::Rejected(Rejection::Throttled)) {
             shed += 1;
-            c.workers[0].record_rejection(30, false);
+            c.workers[0].record_rejection(ms(30), false);
         }
     }
     assert!((600..780).contains(&shed), "shed {shed} of 1000");
     // Its own rejections are short-circuits: never fed back into requests.
     c.tick(40);
     let s = c.shared();
-    assert_eq!(s.snapshot(40).total(), 100);
-    assert!(s.snapshot(40).short_circuited >= 600);
-    assert_eq!(s.phase, Phase::Closed);
+    assert_eq!(s.snapshot(ms(40)).total(), 100);
+    assert!(s.snapshot(ms(40)).short_circuited >= 600);
+    assert_eq!(s.phase(), Phase::Closed);
 }
 
 #[test]
@@ -547,7 +544,7 @@ fn slow_start_ramps_admissions_after_close() {
         c.call(0, 0, Outcome::Failure);
     }
     assert!(c.call(0, 5_000, Outcome::Success), "probe closes it");
-    assert_eq!(c.shared().phase, Phase::Closed);
+    assert_eq!(c.shared().phase(), Phase::Closed);
     let admitted = |c: &mut Cluster, now: u64| {
         (0..1000u32)
             .filter(|r| {
@@ -555,9 +552,8 @@ fn slow_start_ramps_admissions_after_close() {
                     &mut c.store,
                     &c.sp,
                     &c.p,
-                    now,
+                    ms(now),
                     (*r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                    1,
                 );
                 matches!(a, Admission::Allowed { .. })
             })
@@ -581,7 +577,7 @@ fn skewed_and_backward_clocks_between_workers_still_trip_and_reject() {
         for i in 0..20 {
             assert!(c.call(i % 4, t(i % 4, 100), Outcome::Failure));
         }
-        assert_eq!(c.shared().phase, Phase::Open, "all 20 failures counted");
+        assert_eq!(c.shared().phase(), Phase::Open, "all 20 failures counted");
         for w in 0..4 {
             assert_eq!(
                 c.admit(w, t(w, 200)),
@@ -593,7 +589,7 @@ fn skewed_and_backward_clocks_between_workers_still_trip_and_reject() {
         for w in 0..4 {
             c.call(w, t(w, 9_000), Outcome::Success);
         }
-        assert_eq!(c.shared().phase, Phase::Closed);
+        assert_eq!(c.shared().phase(), Phase::Closed);
     });
 }
 
@@ -614,7 +610,7 @@ fn slow_probe_is_a_failed_probe_and_bad_request_probe_succeeds() {
         };
         let probe = Probe {
             generation,
-            lease_id: probe.expect("a probe"),
+            slot: probe.expect("a probe"),
         };
         let h = &mut c.workers[0];
         h.probe_done(
@@ -623,8 +619,8 @@ fn slow_probe_is_a_failed_probe_and_bad_request_probe_succeeds() {
             &c.p,
             probe,
             outcome,
-            latency_ms,
-            now,
+            ms(latency_ms),
+            ms(now),
             RAND,
         )
     };
@@ -633,7 +629,41 @@ fn slow_probe_is_a_failed_probe_and_bad_request_probe_succeeds() {
         r.transition.map(|t| t.reason),
         Some(TransitionReason::ProbeFailed)
     );
-    assert_eq!(c.shared().phase, Phase::Open);
+    assert_eq!(c.shared().phase(), Phase::Open);
     let r = probe_at(&mut c, 15_000, Outcome::BadRequest, 5);
     assert_eq!(r.transition.map(|t| t.to), Some(Phase::Closed));
+}
+
+#[test]
+fn encoded_size_of_typical_states() {
+    // A closed key with 10 busy 1 s buckets, an open one and a half-open one with a
+    // probe out, on a wall clock in ns (the shared-state schema v1 with ms times:
+    // 146, 111 and 121 bytes).
+    let p = params("{}");
+    let now0 = ms(1_764_000_000_000);
+    let mut s = KeyState::new(&p);
+    for b in 0..10 {
+        let t = now0 + ms(b * 1000);
+        for i in 0..100 {
+            s.window.record(t + ms(i), Event::Success);
+        }
+        for i in 0..3 {
+            s.window.record(t + ms(i), Event::Failure);
+        }
+    }
+    let closed = codec::encode(Kind::KeyState, &s).expect("encodes").len();
+    let mut o = KeyState::new(&p);
+    let mut d = Delta::new(0, p.bucket_ns, p.buckets);
+    for _ in 0..20 {
+        d.window.record(now0, Event::Failure);
+    }
+    o.merge_delta(&p, &d, now0, RAND);
+    assert_eq!(o.phase(), Phase::Open);
+    let open = codec::encode(Kind::KeyState, &o).expect("encodes").len();
+    let mut h = o.clone();
+    let (r, _) = h.admit(&p, now0 + ms(5_000), RAND);
+    assert!(matches!(r, Ok((_, 0, _))), "{r:?}");
+    let half_open = codec::encode(Kind::KeyState, &h).expect("encodes").len();
+    println!("encoded KeyState: closed {closed} B, open {open} B, half-open {half_open} B");
+    assert!(closed <= 200 && open <= 200 && half_open <= 200);
 }

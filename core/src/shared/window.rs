@@ -1,7 +1,7 @@
 //! A compact rolling window of outcome counters that merges exactly across workers.
 //!
-//! Each bucket is stamped with its epoch (`now_ms / bucket_ms`). Merging two windows of
-//! the same shape works slot by slot: the newer epoch wins, equal epochs add. That
+//! Each bucket is stamped with its epoch (`now / bucket_ns`, host time in ns). Merging
+//! two windows of the same shape works slot by slot: the newer epoch wins, equal epochs add. That
 //! operation is associative and commutative, so per-worker deltas can be folded into the
 //! shared window in any order and any grouping with the same result.
 //!
@@ -13,7 +13,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::event::{EventKind, EVENT_KINDS};
-use crate::window::HealthSnapshot;
+use crate::time::Nanos;
+use crate::window::{Health, HealthSnapshot};
 
 /// Outcome counters of one bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,7 +112,7 @@ impl Counts {
 /// One epoch-stamped bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bucket {
-    /// `now_ms / bucket_ms` when the bucket was (re)started; 0 = never used.
+    /// `now / bucket_ns + 1` when the bucket was (re)started; 0 = never used.
     pub epoch: u64,
     /// Its counters.
     pub counts: Counts,
@@ -120,26 +121,26 @@ pub struct Bucket {
 /// Largest number of buckets a window may have.
 pub const MAX_BUCKETS: usize = 120;
 
-/// Rolling window: `buckets.len()` buckets of `bucket_ms` each.
+/// Rolling window: `buckets.len()` buckets of `bucket_ns` each.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SharedWindow {
-    bucket_ms: u32,
+    bucket_ns: u64,
     buckets: Vec<Bucket>,
 }
 
 impl SharedWindow {
-    /// An empty window of `buckets` buckets of `bucket_ms` (clamped to 1..=MAX_BUCKETS
-    /// and ≥ 1 ms).
-    pub fn new(bucket_ms: u32, buckets: usize) -> Self {
+    /// An empty window of `buckets` buckets of `bucket_ns` (clamped to 1..=MAX_BUCKETS
+    /// and ≥ 1 ns).
+    pub fn new(bucket_ns: u64, buckets: usize) -> Self {
         SharedWindow {
-            bucket_ms: bucket_ms.max(1),
+            bucket_ns: bucket_ns.max(1),
             buckets: vec![Bucket::default(); buckets.clamp(1, MAX_BUCKETS)],
         }
     }
 
-    /// Bucket width in ms.
-    pub fn bucket_ms(&self) -> u32 {
-        self.bucket_ms
+    /// Bucket width in ns.
+    pub fn bucket_ns(&self) -> u64 {
+        self.bucket_ns
     }
 
     /// Number of buckets.
@@ -154,23 +155,23 @@ impl SharedWindow {
 
     /// Whether `other` has the same bucket width and count (merge needs it).
     pub fn same_shape(&self, other: &SharedWindow) -> bool {
-        self.bucket_ms == other.bucket_ms && self.buckets.len() == other.buckets.len()
+        self.bucket_ns == other.bucket_ns && self.buckets.len() == other.buckets.len()
     }
 
     /// Whether the window has the given shape.
-    pub fn has_shape(&self, bucket_ms: u32, buckets: usize) -> bool {
-        self.bucket_ms == bucket_ms.max(1) && self.buckets.len() == buckets.clamp(1, MAX_BUCKETS)
+    pub fn has_shape(&self, bucket_ns: u64, buckets: usize) -> bool {
+        self.bucket_ns == bucket_ns.max(1) && self.buckets.len() == buckets.clamp(1, MAX_BUCKETS)
     }
 
-    fn epoch(&self, now_ms: u64) -> u64 {
+    fn epoch(&self, now: Nanos) -> u64 {
         // +1 so that epoch 0 always means "never used".
-        now_ms / self.bucket_ms as u64 + 1
+        now / self.bucket_ns + 1
     }
 
-    /// The bucket for `now_ms`, restarted in place if it held an older epoch. O(1).
+    /// The bucket for `now`, restarted in place if it held an older epoch. O(1).
     #[inline]
-    pub fn current(&mut self, now_ms: u64) -> Option<&mut Counts> {
-        let epoch = self.epoch(now_ms);
+    pub fn current(&mut self, now: Nanos) -> Option<&mut Counts> {
+        let epoch = self.epoch(now);
         let n = self.buckets.len() as u64;
         let b = self.buckets.get_mut((epoch % n.max(1)) as usize)?;
         if b.epoch < epoch {
@@ -185,26 +186,26 @@ impl SharedWindow {
         Some(&mut b.counts)
     }
 
-    /// Records one event at `now_ms`.
+    /// Records one event at `now`.
     #[inline]
-    pub fn record(&mut self, now_ms: u64, event: Event) {
-        if let Some(c) = self.current(now_ms) {
+    pub fn record(&mut self, now: Nanos, event: Event) {
+        if let Some(c) = self.current(now) {
             c.add_one(event);
         }
     }
 
     /// Records one completed call at or over the slow threshold.
     #[inline]
-    pub fn record_slow(&mut self, now_ms: u64) {
-        if let Some(c) = self.current(now_ms) {
+    pub fn record_slow(&mut self, now: Nanos) {
+        if let Some(c) = self.current(now) {
             c.slow = c.slow.saturating_add(1);
         }
     }
 
-    /// Sum of the buckets still inside the window at `now_ms` (epochs ahead of `now_ms`
+    /// Sum of the buckets still inside the window at `now` (epochs ahead of `now`
     /// count too). O(buckets), no allocation.
-    pub fn snapshot(&self, now_ms: u64) -> Counts {
-        let epoch = self.epoch(now_ms);
+    pub fn snapshot(&self, now: Nanos) -> Counts {
+        let epoch = self.epoch(now);
         let oldest = epoch.saturating_sub(self.buckets.len() as u64 - 1).max(1);
         let mut sum = Counts::default();
         for b in &self.buckets {
@@ -250,41 +251,52 @@ impl SharedWindow {
     }
 }
 
+impl Health for SharedWindow {
+    fn health(&mut self, now: Nanos) -> HealthSnapshot {
+        self.snapshot(now).health()
+    }
+
+    fn reset_counts(&mut self) {
+        self.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::ms_to_ns as ms;
 
     #[test]
     fn expiry_and_snapshot() {
-        let mut w = SharedWindow::new(1000, 10);
-        w.record(0, Event::Failure);
-        w.record(500, Event::Success);
-        w.record(9_999, Event::Success);
-        assert_eq!(w.snapshot(9_999).total(), 3);
+        let mut w = SharedWindow::new(ms(1000), 10);
+        w.record(ms(0), Event::Failure);
+        w.record(ms(500), Event::Success);
+        w.record(ms(9_999), Event::Success);
+        assert_eq!(w.snapshot(ms(9_999)).total(), 3);
         // Bucket 0 leaves the window at 10 s.
-        assert_eq!(w.snapshot(10_000).total(), 1);
-        assert_eq!(w.snapshot(10_000).errors(), 0);
+        assert_eq!(w.snapshot(ms(10_000)).total(), 1);
+        assert_eq!(w.snapshot(ms(10_000)).errors(), 0);
         // Reusing slot 0 restarts it in place.
-        w.record(10_000, Event::Timeout);
-        assert_eq!(w.snapshot(10_000).timeout, 1);
-        assert_eq!(w.snapshot(10_000).failure, 0);
+        w.record(ms(10_000), Event::Timeout);
+        assert_eq!(w.snapshot(ms(10_000)).timeout, 1);
+        assert_eq!(w.snapshot(ms(10_000)).failure, 0);
     }
 
     #[test]
     fn clock_behind_still_counts() {
-        let mut w = SharedWindow::new(1000, 10);
-        w.record(15_000, Event::Success); // epoch 16, slot 6
-        w.record(5_000, Event::Failure); // epoch 6, same slot: counted in the newer bucket
-        w.record(12_000, Event::Failure); // epoch 13
-        assert_eq!(w.snapshot(15_000).total(), 3);
+        let mut w = SharedWindow::new(ms(1000), 10);
+        w.record(ms(15_000), Event::Success); // epoch 16, slot 6
+        w.record(ms(5_000), Event::Failure); // epoch 6, same slot: counted in the newer bucket
+        w.record(ms(12_000), Event::Failure); // epoch 13
+        assert_eq!(w.snapshot(ms(15_000)).total(), 3);
         // A reader whose clock stepped back still sees the newer buckets.
-        assert_eq!(w.snapshot(12_000).total(), 3);
+        assert_eq!(w.snapshot(ms(12_000)).total(), 3);
     }
 
     #[test]
     fn merge_shape_mismatch_is_refused() {
-        let mut a = SharedWindow::new(1000, 10);
-        let b = SharedWindow::new(500, 10);
+        let mut a = SharedWindow::new(ms(1000), 10);
+        let b = SharedWindow::new(ms(500), 10);
         assert!(!a.merge(&b));
         assert!(a.is_clear());
         assert_eq!(a.buckets().len(), 10);
