@@ -11,6 +11,9 @@
 //! - transitions and probe leases: one CAS write each;
 //! - bulkhead (only if the policy has one): one CAS write to take a slot and one to
 //!   give it back.
+//!
+//! Every time (`now`, latencies) is host time in ns, as everywhere in the core; the
+//! lease TTL and heartbeat of [`SharedParams`] are config values in ms.
 
 use super::codec::{DecodeError, Kind};
 use super::ledger::{Acquire, SlotLedger};

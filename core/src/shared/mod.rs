@@ -3,8 +3,10 @@
 //! key-value store.
 //!
 //! - [`codec`]: versioned, checksummed postcard envelope; decoding never panics.
-//! - [`window`]: epoch-bucketed outcome counters with an associative, commutative merge.
-//! - [`state`]: a key's breaker state and the transition logic, run on a state value.
+//! - [`window`]: epoch-bucketed outcome counters (counters only, no latency ring) with
+//!   an exact, associative, commutative merge; implements [`crate::window::Health`].
+//! - [`state`]: a key's state, [`KeyState`] = the core's [`crate::BreakerState`] on a
+//!   [`SharedWindow`], and a worker's [`state::Delta`].
 //! - [`ledger`]: cross-worker bulkhead slots per owner with heartbeat leases.
 //! - [`store`]: the store contract, the bounded CAS update loop, key names.
 //! - [`handle`]: one worker's handle on one key (cached view, local delta, slots).
@@ -16,19 +18,27 @@
 //!
 //! # Design
 //!
+//! - **One state machine**: the breaker logic is the core's [`crate::BreakerState`]
+//!   (admission, probe leases, trip rules, open schedule with jitter, slow start,
+//!   adaptive throttle, modes), run on a decoded [`KeyState`] under CAS. It reads its
+//!   window through [`crate::window::Health`], so it runs on the compact
+//!   [`SharedWindow`] here exactly as on the core's [`crate::Window`]; the semantics
+//!   are those documented in the core README.
 //! - **One read per admission**: [`KeyHandle::admit`] reads the state key and decodes it
 //!   only when the CAS token changed, so a trip written by any worker is seen by every
-//!   worker on its next call.
+//!   worker on its next call. Admission runs on a copy of the cached breaker state;
+//!   only a decision that changes it (a probe lease, a transition) is written.
 //! - **Deltas, not events**: outcomes go into the worker's [`state::Delta`] (a window of
-//!   the same shape plus a consecutive-error [`state::Streak`]); [`KeyHandle::flush`]
+//!   the same shape plus a consecutive-failure [`state::Streak`]); [`KeyHandle::flush`]
 //!   merges it under CAS (window merge: newer epoch wins, equal epochs add — associative
-//!   and commutative) and evaluates the trip rules on the merged window. Healthy keys
-//!   flush on the host's tick only; errors, slow calls, and every outcome while the key
-//!   is "hot" (errors in the window, a streak, or not closed) flush at once, so trip
-//!   decisions see all workers' events.
-//! - **Probes are leases**: half-open hands out exactly `permitted_probes` leases per
-//!   generation under CAS, each with a deadline; an expired lease counts as a failed
-//!   probe; results carrying an older generation are ignored.
+//!   and commutative; streaks compose associatively) and runs the core's trip check on
+//!   the merged window. Healthy keys flush on the host's tick only; errors, slow calls,
+//!   and every outcome while the key is "hot" (errors in the window, a failure run, or
+//!   not closed) flush at once, so trip decisions see all workers' events.
+//! - **Probes are the core's leases**: half-open hands out exactly `permitted_probes`
+//!   leases per generation process-wide (each write is a CAS), each with a deadline; a
+//!   permit's generation and probe slot identify the lease; an expired lease reopens;
+//!   results carrying an older generation are ignored.
 //! - **Bulkhead ledger**: each owner writes its *true* in-flight count with a heartbeat
 //!   ([`ledger::SlotLedger`]); entries older than the lease TTL (crashed VMs) no longer
 //!   count, and a live owner's next write restores its entry.
@@ -37,12 +47,12 @@
 //!   merged → kept and retried; release not written → the entry overstates until the
 //!   next tick writes the true count; probe result not written → settled by the lease
 //!   deadline; read failure → the last view is used.
-//! - **Time** is the host's wall clock in ms: elapsed times saturate, window epochs
-//!   ahead of the reader still count, ledger heartbeats are live within ± TTL.
+//! - **Time** is the core's: `u64` nanoseconds from the host (a wall clock here, made
+//!   monotonic per worker by the host): elapsed times saturate, window epochs ahead of
+//!   the reader still count, ledger heartbeats are live within ± TTL.
 //!
-//! The breaker rules here are the core config's ([`BreakerParams::from_config`]) run
-//! on a counters-only window: the core's [`crate::Window`] carries latency histograms
-//! per bucket, which would make every CAS write kilobytes.
+//! Encoded size (schema v2, default config, wall-clock ns): a closed key with ten busy
+//! 1 s buckets ≈ 161 bytes, an open one ≈ 141, a half-open one with a probe out ≈ 149.
 
 pub mod codec;
 pub mod handle;
