@@ -197,6 +197,7 @@ pub struct BreakerState {
     open_step: u32,
     consecutive_failures: u32,
     /// Probe lease deadlines, 0 = slot free.
+    #[serde(with = "leases_serde")]
     probe_leases: [Nanos; MAX_PROBES as usize],
     probes_issued: u32,
     probe_successes: u32,
@@ -205,6 +206,47 @@ pub struct BreakerState {
     /// Calls the breaker would have rejected in `metrics_only` mode.
     shadow_rejections: u64,
     last_transition: Option<Transition>,
+}
+
+/// Probe leases on the wire: only the prefix up to the last held lease, as a
+/// length-prefixed sequence (one byte when no probe is out, and a loop rather than
+/// sixteen unrolled fields in the decoder).
+mod leases_serde {
+    use super::{Nanos, MAX_PROBES};
+    use serde::de::{Error, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    const N: usize = MAX_PROBES as usize;
+
+    pub fn serialize<S: Serializer>(leases: &[Nanos; N], s: S) -> Result<S::Ok, S::Error> {
+        let used = leases.iter().rposition(|&d| d != 0).map_or(0, |i| i + 1);
+        s.collect_seq(leases.iter().take(used))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[Nanos; N], D::Error> {
+        struct Leases;
+        impl<'de> Visitor<'de> for Leases {
+            type Value = [Nanos; N];
+
+            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                write!(f, "at most {N} probe lease deadlines")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = [0; N];
+                let mut i = 0;
+                while let Some(deadline) = seq.next_element::<Nanos>()? {
+                    let Some(slot) = out.get_mut(i) else {
+                        return Err(A::Error::invalid_length(i + 1, &self));
+                    };
+                    *slot = deadline;
+                    i += 1;
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(Leases)
+    }
 }
 
 impl Default for BreakerState {

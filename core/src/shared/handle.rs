@@ -21,6 +21,7 @@ use super::state::{BreakerParams, Delta, KeyState};
 use super::store::{keys, update, Loaded, SharedStore, StoreError, UpdateError, Updated};
 use super::window::Event;
 use crate::breaker;
+use crate::config::MAX_PROBES;
 use crate::time::{ms_to_ns, Nanos};
 use crate::{Phase, Rejection, Transition};
 
@@ -289,9 +290,11 @@ impl KeyHandle {
             |e| invalid = Some(e),
             |s: &mut KeyState| {
                 let reshaped = s.conform(p);
-                let before = s.breaker.clone();
                 let (r, t) = s.admit(p, now, rand);
-                let changed = reshaped || s.breaker != before;
+                // Written when admission changed the shared state: a transition or a
+                // probe lease (a finished slow-start ramp needs no write).
+                let probe = matches!(r, Ok((_, slot, _)) if u32::from(slot) < MAX_PROBES);
+                let changed = reshaped || t.is_some() || probe;
                 ((r, t), changed)
             },
         );
@@ -458,10 +461,16 @@ impl KeyHandle {
             || KeyState::new(p),
             |_| {},
             |s: &mut KeyState| {
-                let before = s.breaker.clone();
+                // A result changes the state only for a lease still held (it frees
+                // the lease or gives it back, and may move the breaker).
+                let held = s.breaker.generation() == probe.generation
+                    && s.phase() == Phase::HalfOpen
+                    && s.breaker
+                        .probe_leases()
+                        .get(usize::from(probe.slot))
+                        .is_some_and(|&d| d != 0);
                 let t = s.on_result(p, permit, outcome, now, rand);
-                let changed = s.breaker != before;
-                (t, changed)
+                (t, held || t.is_some())
             },
         );
         match res {

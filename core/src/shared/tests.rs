@@ -663,7 +663,12 @@ fn encoded_size_of_typical_states() {
     let mut h = o.clone();
     let (r, _) = h.admit(&p, now0 + ms(5_000), RAND);
     assert!(matches!(r, Ok((_, 0, _))), "{r:?}");
-    let half_open = codec::encode(Kind::KeyState, &h).expect("encodes").len();
+    let bytes = codec::encode(Kind::KeyState, &h).expect("encodes");
+    assert_eq!(
+        codec::decode::<KeyState>(Kind::KeyState, &bytes),
+        Ok(h.clone())
+    );
+    let half_open = bytes.len();
     println!("encoded KeyState: closed {closed} B, open {open} B, half-open {half_open} B");
     assert!(closed <= 200 && open <= 200 && half_open <= 200);
 }
