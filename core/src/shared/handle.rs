@@ -280,27 +280,15 @@ impl KeyHandle {
                 Err(rejection) => (Admission::Rejected(rejection), report),
             };
         }
-        let mut invalid = None;
-        let res = update(
-            store,
-            &self.state_key,
-            Kind::KeyState,
-            sp.cas_attempts,
-            || KeyState::new(p),
-            |e| invalid = Some(e),
-            |s: &mut KeyState| {
-                let reshaped = s.conform(p);
-                let (r, t) = s.admit(p, now, rand);
-                // Written when admission changed the shared state: a transition or a
-                // probe lease (a finished slow-start ramp needs no write).
-                let probe = matches!(r, Ok((_, slot, _)) if u32::from(slot) < MAX_PROBES);
-                let changed = reshaped || t.is_some() || probe;
-                ((r, t), changed)
-            },
-        );
-        if let Some(e) = invalid {
-            report.issue = Some(Issue::Invalid(e));
-        }
+        let res = self.update_state(store, sp, p, Some(&mut report), |s| {
+            let reshaped = s.conform(p);
+            let (r, t) = s.admit(p, now, rand);
+            // Written when admission changed the shared state: a transition or a
+            // probe lease (a finished slow-start ramp needs no write).
+            let probe = matches!(r, Ok((_, slot, _)) if u32::from(slot) < MAX_PROBES);
+            let changed = reshaped || t.is_some() || probe;
+            ((r, t), changed)
+        });
         let (r, t) = match res {
             Ok(Updated::Written(r)) => {
                 self.cached = None;
@@ -400,24 +388,12 @@ impl KeyHandle {
             return report;
         }
         let delta = &self.delta;
-        let mut invalid = None;
-        let res = update(
-            store,
-            &self.state_key,
-            Kind::KeyState,
-            sp.cas_attempts,
-            || KeyState::new(p),
-            |e| invalid = Some(e),
-            |s: &mut KeyState| {
-                s.conform(p);
-                let t = s.merge_delta(p, delta, now, rand);
-                let t2 = s.poll(p, now, rand);
-                (t.or(t2), true)
-            },
-        );
-        if let Some(e) = invalid {
-            report.issue = Some(Issue::Invalid(e));
-        }
+        let res = self.update_state(store, sp, p, Some(&mut report), |s| {
+            s.conform(p);
+            let t = s.merge_delta(p, delta, now, rand);
+            let t2 = s.poll(p, now, rand);
+            (t.or(t2), true)
+        });
         match res {
             Ok(Updated::Written(t)) | Ok(Updated::Unchanged(t, _)) => {
                 report.transition = t;
@@ -453,26 +429,18 @@ impl KeyHandle {
             .unwrap_or(breaker::Outcome::SemaphoreRejected);
         let permit = (probe.generation, probe.slot, now.saturating_sub(latency));
         let mut report = Report::default();
-        let res = update(
-            store,
-            &self.state_key,
-            Kind::KeyState,
-            sp.cas_attempts,
-            || KeyState::new(p),
-            |_| {},
-            |s: &mut KeyState| {
-                // A result changes the state only for a lease still held (it frees
-                // the lease or gives it back, and may move the breaker).
-                let held = s.breaker.generation() == probe.generation
-                    && s.phase() == Phase::HalfOpen
-                    && s.breaker
-                        .probe_leases()
-                        .get(usize::from(probe.slot))
-                        .is_some_and(|&d| d != 0);
-                let t = s.on_result(p, permit, outcome, now, rand);
-                (t, held || t.is_some())
-            },
-        );
+        let res = self.update_state(store, sp, p, None, |s| {
+            // A result changes the state only for a lease still held (it frees
+            // the lease or gives it back, and may move the breaker).
+            let held = s.breaker.generation() == probe.generation
+                && s.phase() == Phase::HalfOpen
+                && s.breaker
+                    .probe_leases()
+                    .get(usize::from(probe.slot))
+                    .is_some_and(|&d| d != 0);
+            let t = s.on_result(p, permit, outcome, now, rand);
+            (t, held || t.is_some())
+        });
         match res {
             Ok(Updated::Written(t)) => {
                 self.cached = None;
@@ -496,24 +464,12 @@ impl KeyHandle {
     ) -> (Slot, Report) {
         let mut report = Report::default();
         let local = self.in_flight;
-        let res = update(
-            store,
-            &self.slots_key,
-            Kind::SlotLedger,
-            sp.cas_attempts,
-            SlotLedger::new,
-            |e| report.issue = Some(Issue::Invalid(e)),
-            |l: &mut SlotLedger| match l.try_acquire(
-                owner,
-                local,
-                max,
-                now,
-                ms_to_ns(sp.lease_ttl_ms),
-            ) {
+        let res = self.update_ledger(store, sp, &mut report, |l| {
+            match l.try_acquire(owner, local, max, now, ms_to_ns(sp.lease_ttl_ms)) {
                 Acquire::Granted => (true, true),
                 Acquire::Full => (false, false),
-            },
-        );
+            }
+        });
         match res {
             Ok(Updated::Written(true)) => {
                 self.in_flight = local.saturating_add(1);
@@ -552,18 +508,10 @@ impl KeyHandle {
     ) -> Report {
         let mut report = Report::default();
         let count = self.in_flight;
-        let res = update(
-            store,
-            &self.slots_key,
-            Kind::SlotLedger,
-            sp.cas_attempts,
-            SlotLedger::new,
-            |e| report.issue = Some(Issue::Invalid(e)),
-            |l: &mut SlotLedger| {
-                l.prune(now, ms_to_ns(sp.lease_ttl_ms));
-                (l.set(owner, count, now), true)
-            },
-        );
+        let res = self.update_ledger(store, sp, &mut report, |l| {
+            l.prune(now, ms_to_ns(sp.lease_ttl_ms));
+            (l.set(owner, count, now), true)
+        });
         match res {
             Ok(Updated::Written(true)) | Ok(Updated::Unchanged(true, _)) => {
                 self.ledger_dirty = false;
@@ -597,18 +545,10 @@ impl KeyHandle {
         let hung = matches!(&self.cached, Some((_, s))
             if s.phase() == Phase::HalfOpen && s.breaker.next_deadline().is_some_and(|d| now >= d));
         if hung {
-            let res = update(
-                store,
-                &self.state_key,
-                Kind::KeyState,
-                sp.cas_attempts,
-                || KeyState::new(p),
-                |_| {},
-                |s: &mut KeyState| {
-                    let t = s.poll(p, now, rand);
-                    (t, t.is_some())
-                },
-            );
+            let res = self.update_state(store, sp, p, None, |s| {
+                let t = s.poll(p, now, rand);
+                (t, t.is_some())
+            });
             match res {
                 Ok(Updated::Written(t)) => {
                     self.cached = None;
@@ -625,6 +565,54 @@ impl KeyHandle {
             report.issue = report.issue.or(r.issue);
         }
         report
+    }
+
+    /// One CAS update of this key's breaker state (built from `p` where absent or
+    /// undecodable). Undecodable bytes are reported in `report` when one is given.
+    fn update_state<R>(
+        &self,
+        store: &mut impl SharedStore,
+        sp: &SharedParams,
+        p: &BreakerParams,
+        mut report: Option<&mut Report>,
+        f: impl FnMut(&mut KeyState) -> (R, bool),
+    ) -> Result<Updated<R>, UpdateError> {
+        let on_invalid = |e| {
+            if let Some(r) = report.as_deref_mut() {
+                r.issue = Some(Issue::Invalid(e));
+            }
+        };
+        let init = || KeyState::new(p);
+        update(
+            store,
+            &self.state_key,
+            Kind::KeyState,
+            sp.cas_attempts,
+            init,
+            on_invalid,
+            f,
+        )
+    }
+
+    /// One CAS update of this key's slot ledger; undecodable bytes are reported in
+    /// `report`.
+    fn update_ledger<R>(
+        &self,
+        store: &mut impl SharedStore,
+        sp: &SharedParams,
+        report: &mut Report,
+        f: impl FnMut(&mut SlotLedger) -> (R, bool),
+    ) -> Result<Updated<R>, UpdateError> {
+        let on_invalid = |e| report.issue = Some(Issue::Invalid(e));
+        update(
+            store,
+            &self.slots_key,
+            Kind::SlotLedger,
+            sp.cas_attempts,
+            SlotLedger::new,
+            on_invalid,
+            f,
+        )
     }
 
     /// Reads the process-wide in-flight count of the key (live owners only).
