@@ -296,6 +296,23 @@ impl Worker {
         self.report(ki, report);
     }
 
+    /// Answers the current stream with `policy`'s fallback instead of the upstream:
+    /// the rejection (a bulkhead refusal, else a short circuit) is recorded on key `ki`
+    /// and counted with its fallback.
+    fn reject(&mut self, ki: usize, policy: &Policy, bulkhead: bool, now: u64, grpc: bool) {
+        let (reason, counter) = if bulkhead {
+            (Reason::Rejected, Counter::SemaphoreRejected)
+        } else {
+            (Reason::ShortCircuited, Counter::ShortCircuited)
+        };
+        if let Some(e) = self.keys.get_mut(ki) {
+            e.handle.record_rejection(ms_to_ns(now), bulkhead);
+            e.metrics.count(counter);
+            e.metrics.count(Counter::FallbackSuccess);
+        }
+        self.send_reply(policy.fallback.reply(reason), grpc);
+    }
+
     fn send_reply(&mut self, reply: &Reply, grpc: bool) {
         let mut pairs: Vec<(&str, &str)> = reply
             .headers
@@ -351,12 +368,7 @@ impl Worker {
                 if host::set_effective_context(ctx) != host::OK {
                     continue;
                 }
-                if let Some(e) = self.keys.get_mut(key) {
-                    e.handle.record_rejection(ms_to_ns(now), true);
-                    e.metrics.count(Counter::SemaphoreRejected);
-                    e.metrics.count(Counter::FallbackSuccess);
-                }
-                self.send_reply(policy.fallback.reply(Reason::Rejected), grpc);
+                self.reject(key, &policy, true, now, grpc);
                 continue;
             }
             let (Some(max), false) = (policy.bulkhead, full.contains(&key)) else {
@@ -647,16 +659,8 @@ impl Stream {
         let (generation, probe) = match adm {
             Admission::Allowed { generation, probe } => (generation, probe),
             Admission::Rejected(_) => {
-                if let Some(e) = w.keys.get_mut(ki) {
-                    e.handle.record_rejection(ms_to_ns(now), false);
-                    e.metrics.count(Counter::ShortCircuited);
-                    e.metrics.count(Counter::FallbackSuccess);
-                }
                 self.own_reply = true;
-                w.send_reply(
-                    policy.fallback.reply(Reason::ShortCircuited),
-                    policy.fallback.grpc && is_grpc(),
-                );
+                w.reject(ki, &policy, false, now, policy.fallback.grpc && is_grpc());
                 return;
             }
         };
@@ -703,16 +707,8 @@ impl Stream {
                     self.paused = true;
                     return;
                 }
-                if let Some(e) = w.keys.get_mut(ki) {
-                    e.handle.record_rejection(ms_to_ns(now), true);
-                    e.metrics.count(Counter::SemaphoreRejected);
-                    e.metrics.count(Counter::FallbackSuccess);
-                }
                 self.own_reply = true;
-                w.send_reply(
-                    policy.fallback.reply(Reason::Rejected),
-                    policy.fallback.grpc && is_grpc(),
-                );
+                w.reject(ki, &policy, true, now, policy.fallback.grpc && is_grpc());
                 return;
             } else {
                 if let Some(slot) = probe {
@@ -733,16 +729,8 @@ impl Stream {
                         w.report(ki, r);
                     }
                 }
-                if let Some(e) = w.keys.get_mut(ki) {
-                    e.handle.record_rejection(ms_to_ns(now), true);
-                    e.metrics.count(Counter::SemaphoreRejected);
-                    e.metrics.count(Counter::FallbackSuccess);
-                }
                 self.own_reply = true;
-                w.send_reply(
-                    policy.fallback.reply(Reason::Rejected),
-                    policy.fallback.grpc && is_grpc(),
-                );
+                w.reject(ki, &policy, true, now, policy.fallback.grpc && is_grpc());
                 return;
             }
         }
