@@ -138,6 +138,10 @@ pub(crate) struct Env {
     pub seed: u64,
     pub log_level: i32,
     pub records: crate::types::RecordDetail,
+    /// Serve header maps and request attributes only while Envoy does.
+    pub strict_lifetimes: bool,
+    /// The connection manager's stream idle timeout (0: none).
+    pub stream_idle_timeout_ns: u64,
 }
 
 impl Env {

@@ -42,6 +42,19 @@ pub struct HarnessConfig {
     pub log_level: i32,
     /// Full stream records (default) or cheaper summaries.
     pub records: RecordDetail,
+    /// Envoy's header-map and attribute lifetimes (default true): the request headers
+    /// only until `on_http_request_headers` continues (again in `on_log`), no stream
+    /// map in `on_done`/`on_delete`, header-derived `request.*` attributes only while
+    /// the request headers are live. false: a map, once it exists, stays readable and
+    /// writable until the stream is deleted (the harness before issue 8).
+    pub strict_lifetimes: bool,
+    /// The connection manager's `stream_idle_timeout` in ms (Envoy default 300 000; 0
+    /// disables): a stream paused in the filter (or waiting on an upstream with no
+    /// route timeout) that long gets 504 `stream_idle_timeout`.
+    pub stream_idle_timeout_ms: u64,
+    /// Bootstrap (`envoy.bootstrap.wasm`, `singleton: true`) service: one VM on the
+    /// main thread only; worker threads run no filter (requests pass untouched).
+    pub singleton: bool,
 }
 
 impl Default for HarnessConfig {
@@ -56,6 +69,9 @@ impl Default for HarnessConfig {
             seed: 1,
             log_level: 2,
             records: RecordDetail::Full,
+            strict_lifetimes: true,
+            stream_idle_timeout_ms: 300_000,
+            singleton: false,
         }
     }
 }
@@ -112,13 +128,15 @@ impl Harness {
             seed: cfg.seed,
             log_level: cfg.log_level,
             records: cfg.records,
+            strict_lifetimes: cfg.strict_lifetimes,
+            stream_idle_timeout_ns: cfg.stream_idle_timeout_ms.saturating_mul(1_000_000),
         });
         let base = Vm::new(module, env.clone(), usize::MAX, "base").context("base VM")?;
         {
             let mut canary =
                 Vm::new(module, env.clone(), usize::MAX, "canary").context("canary VM")?;
             canary
-                .start_root()
+                .start_root(&env.plugin)
                 .map_err(|e| anyhow::anyhow!("plugin config rejected by the canary VM: {e}"))?;
         }
         let mut workers = Vec::with_capacity(n + 1);
@@ -128,6 +146,7 @@ impl Harness {
                 module.clone(),
                 i,
                 format!("worker-{i}"),
+                !cfg.singleton,
             )?);
         }
         workers.push(WorkerThread::spawn(
@@ -135,6 +154,7 @@ impl Harness {
             module.clone(),
             n,
             "main".into(),
+            true,
         )?);
         let mut h = Harness {
             env,

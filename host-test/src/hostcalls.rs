@@ -2,10 +2,11 @@
 
 use wasmtime::{Caller, Linker};
 
-use crate::abi::{buffer, map, stream, MetricType, Status};
+use crate::abi::{stream, MetricType, Status};
 use crate::headers::HeaderMap;
-use crate::types::{LocalReply, LocalReplySource, UpstreamReply};
-use crate::vm::{PendingCall, Phase, StreamData, VmState};
+use crate::maps;
+use crate::types::{LocalReply, LocalReplySource};
+use crate::vm::VmState;
 use crate::worker::Event;
 
 /// Every `env` import the host provides.
@@ -122,40 +123,6 @@ pub(crate) fn give(c: &mut C, data: &[u8], ptr_out: i32, len_out: i32) -> HR<()>
     write_u32(c, len_out, data.len() as u32)
 }
 
-fn stream_mut<'a>(c: &'a mut C) -> HR<&'a mut StreamData> {
-    let cur = c.data().current;
-    Ok(c.data_mut()
-        .streams
-        .get_mut(&cur)
-        .ok_or(Status::BadArgument)?)
-}
-
-/// The header map `ty` as it exists in the current context and phase.
-fn header_map(d: &mut VmState, ty: i32) -> HR<&mut HeaderMap> {
-    if ty == map::HTTP_CALL_RESPONSE_HEADERS || ty == map::HTTP_CALL_RESPONSE_TRAILERS {
-        let r = d.call_response.as_mut().ok_or(Status::BadArgument)?;
-        return Ok(if ty == map::HTTP_CALL_RESPONSE_HEADERS {
-            &mut r.0
-        } else {
-            &mut r.2
-        });
-    }
-    // Envoy: a map that does not exist now is BAD_ARGUMENT, except in the access-log
-    // phase (on_log/on_done/on_delete), where it is NOT_FOUND.
-    let missing = if matches!(d.phase, Phase::Log | Phase::Done) {
-        Status::NotFound
-    } else {
-        Status::BadArgument
-    };
-    let cur = d.current;
-    let s = d.streams.get_mut(&cur).ok_or(missing)?;
-    match ty {
-        map::REQUEST_HEADERS => Ok(&mut s.req_headers),
-        map::RESPONSE_HEADERS => Ok(s.resp_headers.as_mut().ok_or(missing)?),
-        _ => Err(missing.into()),
-    }
-}
-
 fn log(c: &mut C, level: i32, ptr: i32, len: i32) -> HR<()> {
     let msg = read_str(c, ptr, len)?;
     if !(0..=5).contains(&level) {
@@ -172,45 +139,16 @@ fn log(c: &mut C, level: i32, ptr: i32, len: i32) -> HR<()> {
 }
 
 fn get_buffer(c: &mut C, ty: i32, start: i32, max: i32, rp: i32, rl: i32) -> HR<()> {
-    let d = c.data();
-    let phase = d.phase;
-    let buf: Vec<u8> = match ty {
-        buffer::PLUGIN_CONFIGURATION => d.plugin_config.clone().ok_or(Status::NotFound)?,
-        buffer::VM_CONFIGURATION => d.vm_config.clone().ok_or(Status::NotFound)?,
-        buffer::HTTP_CALL_RESPONSE_BODY => {
-            d.call_response.as_ref().ok_or(Status::NotFound)?.1.clone()
-        }
-        buffer::REQUEST_BODY if phase == Phase::RequestBody => d
-            .streams
-            .get(&d.current)
-            .ok_or(Status::NotFound)?
-            .req_body
-            .clone(),
-        buffer::RESPONSE_BODY if phase == Phase::ResponseBody => d
-            .streams
-            .get(&d.current)
-            .ok_or(Status::NotFound)?
-            .resp_body
-            .clone(),
-        _ => return Err(Status::NotFound.into()),
-    };
-    let start = start as u32 as usize;
-    if start > buf.len() {
-        return Err(Status::BadArgument.into());
-    }
+    let buf = maps::read_buffer(c.data(), ty)?;
+    // cpp-host: a start past the end reads nothing (OK, empty), never an error.
+    let start = (start as u32 as usize).min(buf.len());
     let end = start.saturating_add(max as u32 as usize).min(buf.len());
     give(c, &buf[start..end], rp, rl)
 }
 
 fn set_buffer(c: &mut C, ty: i32, start: i32, size: i32, ptr: i32, len: i32) -> HR<()> {
     let data = read(c, ptr, len)?;
-    let phase = c.data().phase;
-    let s = stream_mut(c).map_err(|_| Status::NotFound)?;
-    let buf = match ty {
-        buffer::REQUEST_BODY if phase == Phase::RequestBody => &mut s.req_body,
-        buffer::RESPONSE_BODY if phase == Phase::ResponseBody => &mut s.resp_body,
-        _ => return Err(Status::NotFound.into()),
-    };
+    let buf = maps::write_buffer(c.data_mut(), ty)?;
     let (start, size) = (start as u32 as usize, size as u32 as usize);
     // Envoy's Buffer semantics: prepend, replace all, or append.
     if start == 0 {
@@ -229,141 +167,50 @@ fn set_buffer(c: &mut C, ty: i32, start: i32, size: i32, ptr: i32, len: i32) -> 
     Ok(())
 }
 
-fn u64le(v: u64) -> Vec<u8> {
-    v.to_le_bytes().to_vec()
-}
-
-/// Envoy attribute lookup. `path` is the raw `\0`-joined path.
-fn property(d: &VmState, path: &[u8]) -> Option<Vec<u8>> {
-    let s = d.streams.get(&d.current);
-    if let Some(v) = s
-        .and_then(|s| s.props.get(path))
-        .or_else(|| d.root_props.get(path))
-    {
-        return Some(v.clone());
-    }
-    let segs: Vec<&[u8]> = path.split(|b| *b == 0).collect();
-    if segs.iter().any(|s| s.contains(&b'.')) {
-        return None;
-    }
-    let name = segs
-        .iter()
-        .map(|s| String::from_utf8_lossy(s))
-        .collect::<Vec<_>>()
-        .join(".");
-    let p = &d.env.plugin;
-    let text = |v: &str| Some(v.as_bytes().to_vec());
-    match name.as_str() {
-        "plugin_name" => return text(&p.name),
-        "plugin_root_id" => return text(&p.root_id),
-        "plugin_vm_id" => return text(&p.vm_id),
-        "node.id" => return text("fusewire-host-test"),
-        "node.cluster" => return text("fusewire-host-test"),
-        _ => {}
-    }
-    let s = s?;
-    let fin = s.final_info.as_ref();
-    match name.as_str() {
-        "xds.cluster_name" | "cluster_name" => text(&s.cluster_name),
-        "xds.route_name" | "route_name" => text(&s.route_name),
-        "upstream.address" => s
-            .upstream_address
-            .as_ref()
-            .map(|a| format!("{a}:{}", s.upstream_port).into_bytes()),
-        "upstream.port" => s
-            .upstream_address
-            .as_ref()
-            .map(|_| u64le(s.upstream_port as u64)),
-        "source.address" => text("10.0.0.1:50000"),
-        "source.port" => Some(u64le(50000)),
-        "destination.address" => text("10.0.0.100:8080"),
-        "destination.port" => Some(u64le(8080)),
-        "request.path" => s.req_headers.get(":path").map(|v| v.to_vec()),
-        "request.url_path" => s
-            .req_headers
-            .get(":path")
-            .map(|v| v.split(|b| *b == b'?').next().unwrap_or(&[]).to_vec()),
-        "request.host" => s.req_headers.get(":authority").map(|v| v.to_vec()),
-        "request.method" => s.req_headers.get(":method").map(|v| v.to_vec()),
-        "request.scheme" => s.req_headers.get(":scheme").map(|v| v.to_vec()),
-        "request.id" => text(&s.request_id),
-        "request.protocol" => text("HTTP/1.1"),
-        "request.time" => Some(u64le(s.start_wall_ns)),
-        "request.duration" => fin.map(|f| u64le(f.duration_ns)),
-        "response.code" => s.response_code.map(|c| u64le(c as u64)),
-        "response.code_details" => fin.map(|f| f.code_details.clone().into_bytes()),
-        "response.flags" => fin.map(|f| u64le(f.flags)),
-        "response.backend_latency" => fin.and_then(|f| f.backend_latency_ns).map(u64le),
-        _ => None,
-    }
-}
-
-fn http_call(c: &mut C, a: [i32; 9], ret: i32) -> HR<()> {
-    let cluster = read_str(c, a[0], a[1])?;
-    let headers = HeaderMap::decode(&read(c, a[2], a[3])?).map_err(|_| Status::BadArgument)?;
-    let _body = read(c, a[4], a[5])?;
-    let _trailers = HeaderMap::decode(&read(c, a[6], a[7])?).map_err(|_| Status::BadArgument)?;
-    let timeout_ms = a[8] as u32 as u64;
-    let d = c.data_mut();
-    let Some(cl) = d.env.clusters.get(&cluster) else {
-        return Err(Status::BadArgument.into());
-    };
-    if headers.get(":path").is_none()
-        || headers.get(":method").is_none()
-        || headers.get(":authority").is_none()
-    {
-        return Err(Status::BadArgument.into());
-    }
-    let reply = cl.http_call_reply.clone();
-    let token = d.next_token;
-    d.next_token += 1;
-    let now = d.env.clock.now();
-    let timeout_ns = timeout_ms * 1_000_000;
-    let (at, timed_out) = match &reply {
-        UpstreamReply::Response { latency_ns, .. } | UpstreamReply::Reset { latency_ns, .. } => {
-            if timeout_ns > 0 && *latency_ns > timeout_ns {
-                (now + timeout_ns, true)
-            } else {
-                (now + latency_ns, false)
-            }
-        }
-        UpstreamReply::Hang => (now + timeout_ns, true),
-    };
-    d.calls.insert(
-        token,
-        PendingCall {
-            context_id: d.current,
-            reply,
-        },
-    );
-    if !(timed_out && timeout_ns == 0) {
-        d.env
-            .bus
-            .post(d.worker, at, Event::CallDone { token, timed_out });
-    }
-    write_u32(c, ret, token)
-}
-
+/// `proxy_send_local_response`. Envoy returns OK in every context; without a stream
+/// (root context) nothing happens. Details have whitespace replaced by `_`; a gRPC
+/// status outside 0..=16 (the SDKs pass -1) means "none".
 fn send_local_response(c: &mut C, a: [i32; 8]) -> HR<()> {
     let details = read_str(c, a[1], a[2])?;
     let body = read_str(c, a[3], a[4])?;
     let headers = HeaderMap::decode(&read(c, a[5], a[6])?).map_err(|_| Status::BadArgument)?;
-    let s = stream_mut(c)?;
+    let d = c.data_mut();
+    let cur = d.current;
+    let Some(s) = d.streams.get_mut(&cur) else {
+        return Ok(());
+    };
     if s.local_reply.is_none() {
+        let grpc = a[7] as u32;
         s.local_reply = Some(LocalReply {
             source: LocalReplySource::Filter,
             status: a[0] as u32 as u16,
-            details,
+            details: details
+                .chars()
+                .map(|ch| if ch.is_whitespace() { '_' } else { ch })
+                .collect(),
             headers: headers
                 .pairs()
                 .iter()
                 .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
                 .collect(),
             body,
-            grpc_status: if a[7] < 0 { None } else { Some(a[7] as u32) },
+            grpc_status: (grpc <= crate::grpc::status::MAX_KNOWN).then_some(grpc),
         });
     }
     Ok(())
+}
+
+/// `proxy_continue_stream` / `proxy_close_stream` stream-type check: request and
+/// response act on a stream (OK and no effect without one), downstream is an OK no-op
+/// for HTTP, upstream is UNIMPLEMENTED for continue, anything else BAD_ARGUMENT.
+fn stream_type(ty: i32, continuing: bool) -> HR<bool> {
+    match ty {
+        stream::REQUEST | stream::RESPONSE => Ok(true),
+        stream::DOWNSTREAM => Ok(false),
+        stream::UPSTREAM if continuing => Err(Status::Unimplemented.into()),
+        stream::UPSTREAM => Ok(false),
+        _ => Err(Status::BadArgument.into()),
+    }
 }
 
 macro_rules! wrap {
@@ -392,6 +239,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         let d = c.data_mut();
         d.tick_period_ms = period as u32;
         d.tick_gen += 1;
+        d.tick_root = d.root_of(d.current);
         if period != 0 {
             let at = d.env.clock.now() + period as u32 as u64 * 1_000_000;
             d.env
@@ -414,12 +262,15 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         l,
         "proxy_get_header_map_pairs",
         |c, ty: i32, rp: i32, rl: i32| {
-            let bytes = header_map(c.data_mut(), ty)?.encode();
+            // Envoy: a map that does not exist reads as OK with no pairs.
+            let bytes = maps::read(c.data(), ty)?
+                .map(HeaderMap::encode)
+                .unwrap_or_default();
             give(c, &bytes, rp, rl)
         }
     );
     wrap!(l, "proxy_get_header_map_size", |c, ty: i32, rp: i32| {
-        let n = header_map(c.data_mut(), ty)?.encode().len() as u32;
+        let n = maps::byte_size(maps::write(c.data_mut(), ty)?);
         write_u32(c, rp, n)
     });
     wrap!(
@@ -427,7 +278,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         "proxy_set_header_map_pairs",
         |c, ty: i32, p: i32, n: i32| {
             let m = HeaderMap::decode(&read(c, p, n)?).map_err(|_| Status::BadArgument)?;
-            *header_map(c.data_mut(), ty)? = m;
+            *maps::write(c.data_mut(), ty)? = m;
             Ok(())
         }
     );
@@ -436,10 +287,9 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         "proxy_get_header_map_value",
         |c, ty: i32, kp: i32, kn: i32, rp: i32, rl: i32| {
             let k = read_str(c, kp, kn)?;
-            let v = header_map(c.data_mut(), ty)?
-                .get(&k)
-                .ok_or(Status::NotFound)?
-                .to_vec();
+            let d = c.data();
+            let m = maps::read(d, ty)?.ok_or_else(|| maps::missing(d))?;
+            let v = m.get(&k).ok_or(Status::NotFound)?.to_vec();
             give(c, &v, rp, rl)
         }
     );
@@ -448,7 +298,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         "proxy_replace_header_map_value",
         |c, ty: i32, kp: i32, kn: i32, vp: i32, vn: i32| {
             let (k, v) = (read_str(c, kp, kn)?, read(c, vp, vn)?);
-            header_map(c.data_mut(), ty)?.replace(&k, &v);
+            maps::write(c.data_mut(), ty)?.replace(&k, &v);
             Ok(())
         }
     );
@@ -457,7 +307,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         "proxy_add_header_map_value",
         |c, ty: i32, kp: i32, kn: i32, vp: i32, vn: i32| {
             let (k, v) = (read_str(c, kp, kn)?, read(c, vp, vn)?);
-            header_map(c.data_mut(), ty)?.add(&k, &v);
+            maps::write(c.data_mut(), ty)?.add(&k, &v);
             Ok(())
         }
     );
@@ -466,7 +316,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         "proxy_remove_header_map_value",
         |c, ty: i32, kp: i32, kn: i32| {
             let k = read_str(c, kp, kn)?;
-            header_map(c.data_mut(), ty)?.remove(&k);
+            maps::write(c.data_mut(), ty)?.remove(&k);
             Ok(())
         }
     );
@@ -475,7 +325,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         "proxy_get_property",
         |c, pp: i32, pn: i32, rp: i32, rl: i32| {
             let path = read(c, pp, pn)?;
-            let v = property(c.data(), &path).ok_or(Status::NotFound)?;
+            let v = crate::properties::get(c.data(), &path).ok_or(Status::NotFound)?;
             give(c, &v, rp, rl)
         }
     );
@@ -484,11 +334,11 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         "proxy_set_property",
         |c, pp: i32, pn: i32, vp: i32, vn: i32| {
             let (p, v) = (read(c, pp, pn)?, read(c, vp, vn)?);
+            // Envoy keeps values in the stream's filter state: no stream, NOT_FOUND.
             let d = c.data_mut();
-            match d.streams.get_mut(&d.current) {
-                Some(s) => s.props.insert(p, v),
-                None => d.root_props.insert(p, v),
-            };
+            let cur = d.current;
+            let s = d.streams.get_mut(&cur).ok_or(Status::NotFound)?;
+            s.props.insert(p, v);
             Ok(())
         }
     );
@@ -536,12 +386,15 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         "proxy_register_shared_queue",
         |c, np: i32, nn: i32, rp: i32| {
             let n = read_str(c, np, nn)?;
-            let d = c.data();
+            let d = c.data_mut();
             let id = d
                 .env
                 .process
                 .shared
                 .register_queue(&d.env.plugin.vm_id, &n, d.worker);
+            // cpp-host notifies the root context of the registering context.
+            let root = d.root_of(d.current);
+            d.queue_roots.insert(id, root);
             write_u32(c, rp, id)
         }
     );
@@ -584,19 +437,37 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         }
     );
     wrap!(l, "proxy_continue_stream", |c, ty: i32| {
-        let s = stream_mut(c).map_err(|_| Status::NotFound)?;
-        match ty {
-            stream::REQUEST => s.continue_request = true,
-            stream::RESPONSE => s.continue_response = true,
-            _ => return Err(Status::BadArgument.into()),
+        if !stream_type(ty, true)? {
+            return Ok(());
+        }
+        let d = c.data_mut();
+        let strict = d.env.strict_lifetimes;
+        let cur = d.current;
+        let Some(s) = d.streams.get_mut(&cur) else {
+            return Ok(());
+        };
+        if ty == stream::REQUEST {
+            s.continue_request = true;
+        } else {
+            s.continue_response = true;
+        }
+        // Envoy's Context::continueStream drops its request map/buffer pointers for
+        // either stream type, at once.
+        if strict {
+            s.req_headers_live = false;
+            s.req_body_live = false;
+            s.req_trailers_live = false;
         }
         Ok(())
     });
     wrap!(l, "proxy_close_stream", |c, ty: i32| {
-        let s = stream_mut(c).map_err(|_| Status::NotFound)?;
-        match ty {
-            stream::REQUEST | stream::RESPONSE => s.close = true,
-            _ => return Err(Status::BadArgument.into()),
+        if !stream_type(ty, false)? {
+            return Ok(());
+        }
+        let d = c.data_mut();
+        let cur = d.current;
+        if let Some(s) = d.streams.get_mut(&cur) {
+            s.close = true;
         }
         Ok(())
     });
@@ -620,7 +491,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
          tp: i32,
          tn: i32,
          to: i32,
-         rt: i32| http_call(c, [up, un, hp, hn, bp, bn, tp, tn, to], rt)
+         rt: i32| crate::callouts::http_call(c, [up, un, hp, hn, bp, bn, tp, tn, to], rt)
     );
     wrap!(
         l,
@@ -628,57 +499,56 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         |c,
          up: i32,
          un: i32,
-         _a: i32,
-         _b: i32,
-         _d: i32,
-         _e: i32,
-         _f: i32,
-         _g: i32,
-         _h: i32,
-         _i: i32,
-         _t: i32,
-         _r: i32| {
-            let cl = read_str(c, up, un)?;
-            if c.data().env.clusters.contains_key(&cl) {
-                Err(Status::Unimplemented.into())
-            } else {
-                Err(Status::BadArgument.into())
+         sp: i32,
+         sn: i32,
+         mp: i32,
+         mn: i32,
+         ip: i32,
+         inn: i32,
+         rp: i32,
+         rn: i32,
+         to: i32,
+         rt: i32| {
+            for (p, n) in [(sp, sn), (mp, mn), (ip, inn), (rp, rn)] {
+                read(c, p, n)?;
             }
+            crate::callouts::grpc_open(c, (up, un), Some(to), rt)
         }
     );
     wrap!(
         l,
         "proxy_grpc_stream",
-        |c, up: i32, un: i32, _a: i32, _b: i32, _d: i32, _e: i32, _f: i32, _g: i32, _r: i32| {
-            let cl = read_str(c, up, un)?;
-            if c.data().env.clusters.contains_key(&cl) {
-                Err(Status::Unimplemented.into())
-            } else {
-                Err(Status::BadArgument.into())
+        |c, up: i32, un: i32, sp: i32, sn: i32, mp: i32, mn: i32, ip: i32, inn: i32, rt: i32| {
+            for (p, n) in [(sp, sn), (mp, mn), (ip, inn)] {
+                read(c, p, n)?;
             }
+            crate::callouts::grpc_open(c, (up, un), None, rt)
         }
     );
     wrap!(
         l,
         "proxy_grpc_send",
-        |_c, _t: i32, _p: i32, _n: i32, _e: i32| Err(Status::NotFound.into())
+        |c, t: i32, p: i32, n: i32, _e: i32| crate::callouts::grpc_send(c, t as u32, (p, n))
     );
-    wrap!(l, "proxy_grpc_cancel", |_c, _t: i32| Err(
-        Status::NotFound.into()
-    ));
-    wrap!(l, "proxy_grpc_close", |_c, _t: i32| Err(
-        Status::NotFound.into()
-    ));
+    wrap!(l, "proxy_grpc_cancel", |c, t: i32| {
+        crate::callouts::grpc_cancel(c, t as u32)
+    });
+    wrap!(l, "proxy_grpc_close", |c, t: i32| {
+        crate::callouts::grpc_close(c, t as u32)
+    });
     wrap!(l, "proxy_get_status", |c, rc: i32, rp: i32, rl: i32| {
-        write_u32(c, rc, 0)?;
-        give(c, &[], rp, rl)
+        let (code, msg) = c.data().status.clone();
+        write_u32(c, rc, code)?;
+        give(c, msg.as_bytes(), rp, rl)
     });
     wrap!(l, "proxy_set_effective_context", |c, ctx: i32| {
         let d = c.data_mut();
         let ctx = ctx as u32;
-        if ctx != 1 && !d.streams.contains_key(&ctx) {
+        // Any live context of this VM; none exists yet during the start functions.
+        if !d.has_context(ctx) {
             return Err(Status::BadArgument.into());
         }
+        d.switched_context |= ctx != d.current;
         d.current = ctx;
         Ok(())
     });

@@ -6,12 +6,17 @@
 
 pub mod abi;
 pub mod bench;
+mod callouts;
 pub mod clock;
 pub mod env;
+pub mod grpc;
 pub mod harness;
 pub mod headers;
 mod hostcalls;
 mod html;
+mod local_reply;
+mod maps;
+mod properties;
 pub mod report;
 pub mod scenario;
 pub mod shared;

@@ -78,7 +78,8 @@ pub fn local_tag(r: &StreamRecord) -> Option<String> {
 pub fn classify(r: &StreamRecord) -> Class {
     match r.outcome {
         Outcome::UpstreamOk => Class::UpstreamOk,
-        Outcome::UpstreamFailed => Class::UpstreamFailed,
+        // A stream nothing answered: counted with the upstream failures.
+        Outcome::UpstreamFailed | Outcome::IdleTimeout => Class::UpstreamFailed,
         Outcome::FailClosed => Class::FailClosed,
         Outcome::DownstreamReset => Class::ClientReset,
         Outcome::ClosedByFilter => Class::ClosedByFilter,

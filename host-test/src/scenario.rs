@@ -421,6 +421,7 @@ impl Scenario {
             seed: self.seed,
             log_level: 2,
             records: crate::types::RecordDetail::Summary,
+            ..HarnessConfig::default()
         }
     }
 
@@ -567,12 +568,7 @@ impl Runner<'_> {
                 }
                 x -= w;
             }
-            UpstreamReply::Response {
-                status,
-                latency_ns: latency,
-                headers: vec![],
-                body: String::new(),
-            }
+            UpstreamReply::status(status).after_ns(latency)
         };
         let worker = match t.workers {
             WorkerChoice::RoundRobin => {

@@ -23,7 +23,7 @@ pub enum MetricValue {
     },
     /// A gauge's current value.
     Gauge {
-        /// Value (Envoy gauges are u64; a negative increment below 0 saturates at 0).
+        /// Value (Envoy gauges are u64: a decrement below 0 wraps around).
         value: u64,
     },
     /// A histogram's recorded samples summary.
@@ -97,7 +97,8 @@ impl Stats {
                 if offset >= 0 {
                     *value = value.wrapping_add(offset as u64);
                 } else {
-                    *value = value.saturating_sub(offset.unsigned_abs());
+                    // Envoy's Gauge::sub on a u64: wraps below 0.
+                    *value = value.wrapping_sub(offset.unsigned_abs());
                 }
                 Status::Ok
             }

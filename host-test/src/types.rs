@@ -35,8 +35,18 @@ pub struct PluginConfig {
     pub vm_configuration: String,
     /// `config.failure_policy`.
     pub failure_policy: FailurePolicy,
-    /// FAIL_RELOAD backoff between reload attempts, in milliseconds.
+    /// FAIL_RELOAD: `reload_config.backoff.base_interval` in milliseconds. As Envoy's
+    /// `JitteredLowerBoundBackOffStrategy`, each new stream on a failed worker draws an
+    /// interval in `[base, 1.5 × base)` and the VM is re-cloned only when that much time
+    /// has passed since the worker's last (re)load.
     pub reload_backoff_ms: u64,
+    /// The legacy `config.fail_open` bool (Envoy refuses it together with
+    /// `failure_policy`). It alone decides what happens to streams that already have a
+    /// context in a VM that failed: `true` lets them continue without the filter,
+    /// `false` (also with `failure_policy: FAIL_OPEN`) answers them 503
+    /// `wasm_fail_stream`. `true` also skips the filter for new streams.
+    #[serde(default)]
+    pub fail_open: bool,
 }
 
 impl Default for PluginConfig {
@@ -49,6 +59,7 @@ impl Default for PluginConfig {
             vm_configuration: String::new(),
             failure_policy: FailurePolicy::FailClosed,
             reload_backoff_ms: 1000,
+            fail_open: false,
         }
     }
 }
@@ -91,6 +102,9 @@ pub struct ClusterConfig {
     pub port: u16,
     /// How the cluster answers `proxy_http_call` callouts.
     pub http_call_reply: UpstreamReply,
+    /// How the cluster answers `proxy_grpc_call` / `proxy_grpc_stream` callouts.
+    #[serde(default)]
+    pub grpc_reply: crate::grpc::GrpcReply,
 }
 
 impl Default for ClusterConfig {
@@ -100,6 +114,7 @@ impl Default for ClusterConfig {
             address: "10.0.0.2".into(),
             port: 8080,
             http_call_reply: UpstreamReply::status(200),
+            grpc_reply: crate::grpc::GrpcReply::default(),
         }
     }
 }
@@ -121,6 +136,10 @@ pub enum UpstreamReply {
         /// Response body.
         #[serde(default)]
         body: String,
+        /// Response trailers (delivered to `on_http_response_trailers`; an upstream gRPC
+        /// response carries `grpc-status` here).
+        #[serde(default)]
+        trailers: Vec<(String, String)>,
     },
     /// Resets after `latency_ns`; the router answers 503 with the flag and details of
     /// `reason` (default remote reset, flag UR).
@@ -144,7 +163,22 @@ impl UpstreamReply {
             latency_ns: 0,
             headers: vec![],
             body: String::new(),
+            trailers: vec![],
         }
+    }
+    /// A normal gRPC response: `:status 200`, `content-type: application/grpc`, a
+    /// one-byte-message body and `grpc-status` in the trailers.
+    pub fn grpc(grpc_status: u32) -> Self {
+        UpstreamReply::status(200)
+            .with_header("content-type", "application/grpc")
+            .with_body("\0\0\0\0\0")
+            .with_trailer("grpc-status", &grpc_status.to_string())
+    }
+    /// A trailers-only gRPC response: `grpc-status` in the response headers, no body.
+    pub fn grpc_trailers_only(grpc_status: u32) -> Self {
+        UpstreamReply::status(200)
+            .with_header("content-type", "application/grpc")
+            .with_header("grpc-status", &grpc_status.to_string())
     }
     /// An immediate reset.
     pub fn reset() -> Self {
@@ -181,6 +215,20 @@ impl UpstreamReply {
     pub fn with_header(mut self, k: &str, v: &str) -> Self {
         if let UpstreamReply::Response { headers, .. } = &mut self {
             headers.push((k.into(), v.into()));
+        }
+        self
+    }
+    /// Adds a response trailer (no-op for resets and hangs).
+    pub fn with_trailer(mut self, k: &str, v: &str) -> Self {
+        if let UpstreamReply::Response { trailers, .. } = &mut self {
+            trailers.push((k.into(), v.into()));
+        }
+        self
+    }
+    /// Sets the response body (no-op for resets and hangs).
+    pub fn with_body(mut self, b: &str) -> Self {
+        if let UpstreamReply::Response { body, .. } = &mut self {
+            *body = b.into();
         }
         self
     }
@@ -249,6 +297,15 @@ pub struct Request {
     pub body: Vec<u8>,
     /// The client resets the stream after this many ns if it has no response yet.
     pub client_timeout_ns: Option<u64>,
+    /// Request trailers (delivered to `on_http_request_trailers`).
+    #[serde(default)]
+    pub trailers: Vec<(String, String)>,
+}
+
+impl Default for Request {
+    fn default() -> Self {
+        Request::get("/")
+    }
 }
 
 impl Request {
@@ -261,7 +318,22 @@ impl Request {
             headers: vec![],
             body: vec![],
             client_timeout_ns: None,
+            trailers: vec![],
         }
+    }
+    /// A unary gRPC request: `POST`, `content-type: application/grpc`, `te: trailers`
+    /// and a 5-byte empty message as body.
+    pub fn grpc(path: &str) -> Self {
+        Request::get(path)
+            .method("POST")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(&[0, 0, 0, 0, 0])
+    }
+    /// Adds a trailer.
+    pub fn trailer(mut self, k: &str, v: &str) -> Self {
+        self.trailers.push((k.into(), v.into()));
+        self
     }
     /// Adds a header.
     pub fn header(mut self, k: &str, v: &str) -> Self {
@@ -319,6 +391,8 @@ pub enum LocalReplySource {
     Router,
     /// Envoy's wasm filter after a VM failure under FAIL_CLOSED (`wasm_fail_stream`).
     WasmFailure,
+    /// The connection manager (stream idle timeout: 504 `stream_idle_timeout`).
+    ConnectionManager,
 }
 
 /// A local reply as sent.
@@ -355,6 +429,9 @@ pub enum Outcome {
     DownstreamReset,
     /// The filter called `proxy_close_stream` (details `wasm_close_stream`).
     ClosedByFilter,
+    /// Nothing happened on the stream for the stream idle timeout (a stream paused in
+    /// the filter and never resumed): 504 `stream_idle_timeout`, flag SI.
+    IdleTimeout,
 }
 
 /// Everything the host observed for one stream.
@@ -393,12 +470,31 @@ pub struct StreamRecord {
     pub code_details: String,
     /// Envoy response flags bit-vector (UT 0x4, UR 0x10, DC 0x4000, ...).
     pub response_flags: u64,
+    /// Request trailers as the upstream received them (after the filter).
+    #[serde(default)]
+    pub upstream_request_trailers: Option<HeaderMap>,
+    /// Response trailers the client saw (after the filter); None when the response had
+    /// none (a trailers-only gRPC reply carries `grpc-status` in the headers).
+    #[serde(default)]
+    pub response_trailers: Option<HeaderMap>,
 }
 
 impl StreamRecord {
     /// Value of response header `k` the client saw.
     pub fn response_header(&self, k: &str) -> Option<String> {
         self.response_headers.as_ref()?.get_str(k)
+    }
+    /// Value of response trailer `k` the client saw.
+    pub fn response_trailer(&self, k: &str) -> Option<String> {
+        self.response_trailers.as_ref()?.get_str(k)
+    }
+    /// The gRPC status the client saw: `grpc-status` from the trailers, else from the
+    /// headers (trailers-only reply).
+    pub fn grpc_status(&self) -> Option<u32> {
+        self.response_trailer("grpc-status")
+            .or_else(|| self.response_header("grpc-status"))?
+            .parse()
+            .ok()
     }
     /// Latency from start to end in ns.
     pub fn latency_ns(&self) -> u64 {
@@ -419,6 +515,7 @@ pub mod flags {
     pub const NO_ROUTE_FOUND: u64 = 0x100;
     pub const NO_CLUSTER_FOUND: u64 = 0x100_0000;
     pub const DOWNSTREAM_CONNECTION_TERMINATION: u64 = 0x4000;
+    pub const STREAM_IDLE_TIMEOUT: u64 = 0x1_0000;
 }
 
 /// Serde helper: bytes as (lossy) UTF-8 text.

@@ -10,7 +10,7 @@ use wasmtime::{Engine, InstancePre, Linker, Memory, Module, Store, TypedFunc};
 use crate::clock::Rng;
 use crate::env::{Env, LifecycleCall};
 use crate::headers::HeaderMap;
-use crate::types::{LocalReply, UpstreamReply};
+use crate::types::{LocalReply, PluginConfig, UpstreamReply};
 
 /// Converts a wasmtime error into an anyhow error (keeping the full message).
 pub(crate) fn wt(e: wasmtime::Error) -> anyhow::Error {
@@ -122,32 +122,58 @@ impl WasmModule {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
     None,
+    /// Start functions (`_initialize`, `main`): only the VM context (id 0) exists.
+    Init,
     VmStart,
     Configure,
     Root,
     RequestHeaders,
     RequestBody,
+    RequestTrailers,
     ResponseHeaders,
     ResponseBody,
+    ResponseTrailers,
     HttpCallResponse,
+    GrpcCallback,
     Log,
     Done,
+    Delete,
 }
 
 /// Per-stream data the host functions read and write.
+///
+/// The `*_live` flags model Envoy's map/buffer pointers in the wasm `Context`
+/// (`request_headers_`, `request_body_buffer_`, ...): set when the frame reaches the
+/// filter, cleared when its callback returns Continue (or `continue_stream` is called for
+/// the request side). Strict lifetimes serve a map only while it is live.
 #[derive(Default)]
 pub(crate) struct StreamData {
+    /// Root context that created this stream.
+    pub root: u32,
     pub route_name: String,
     pub cluster_name: String,
     pub upstream_address: Option<String>,
     pub upstream_port: u16,
-    pub request_id: String,
     pub start_wall_ns: u64,
     pub req_headers: HeaderMap,
+    pub req_headers_live: bool,
     pub req_body: Vec<u8>,
+    pub req_body_live: bool,
+    pub req_trailers: Option<HeaderMap>,
+    pub req_trailers_live: bool,
     pub resp_headers: Option<HeaderMap>,
+    pub resp_headers_live: bool,
     pub resp_body: Vec<u8>,
+    pub resp_body_live: bool,
+    pub resp_trailers: Option<HeaderMap>,
+    pub resp_trailers_live: bool,
+    /// `response.code` once Envoy has set it (upstream: at response start; local
+    /// reply: once its headers left the filter).
     pub response_code: Option<u16>,
+    /// `response.code_details` once set (before the response filters run).
+    pub code_details: Option<String>,
+    /// `response.flags` as set so far.
+    pub flags: u64,
     /// Set once the stream is complete (on_log onwards).
     pub final_info: Option<FinalInfo>,
     pub local_reply: Option<LocalReply>,
@@ -160,16 +186,35 @@ pub(crate) struct StreamData {
 /// Stream info complete only at on_log.
 #[derive(Clone, Default)]
 pub(crate) struct FinalInfo {
-    pub code_details: String,
-    pub flags: u64,
     pub duration_ns: u64,
     pub backend_latency_ns: Option<u64>,
 }
 
-/// An in-flight `proxy_http_call`.
+/// An in-flight `proxy_http_call`, owned by a root context.
 pub(crate) struct PendingCall {
-    pub context_id: u32,
+    pub root: u32,
     pub reply: UpstreamReply,
+}
+
+/// An in-flight `proxy_grpc_call` (odd token) or `proxy_grpc_stream` (even token).
+pub(crate) struct PendingGrpc {
+    pub root: u32,
+    pub reply: crate::grpc::GrpcReply,
+    /// The call's timeout fired before the answer.
+    pub timed_out: bool,
+}
+
+/// What a root-context callback is handed (call response, gRPC data), readable only
+/// during that callback.
+#[derive(Default)]
+pub(crate) struct CallbackData {
+    /// `proxy_http_call` response: headers, body, trailers.
+    pub http: Option<(HeaderMap, Vec<u8>, HeaderMap)>,
+    /// gRPC receive buffer (buffer type 5).
+    pub grpc_message: Option<Vec<u8>>,
+    /// gRPC initial (map 4) or trailing (map 5) metadata.
+    pub grpc_initial: Option<HeaderMap>,
+    pub grpc_trailing: Option<HeaderMap>,
 }
 
 /// The store data of one VM.
@@ -183,18 +228,43 @@ pub struct VmState {
     pub(crate) current: u32,
     pub(crate) phase: Phase,
     pub(crate) plugin_config: Option<Vec<u8>>,
-    pub(crate) vm_config: Option<Vec<u8>>,
+    /// Root context ids created so far (one per plugin config loaded into this VM).
+    pub(crate) roots: Vec<u32>,
     pub(crate) streams: HashMap<u32, StreamData>,
     pub(crate) calls: HashMap<u32, PendingCall>,
     pub(crate) next_token: u32,
-    pub(crate) call_response: Option<(HeaderMap, Vec<u8>, HeaderMap)>,
+    pub(crate) grpc: HashMap<u32, PendingGrpc>,
+    pub(crate) next_grpc: u32,
+    pub(crate) callback: CallbackData,
+    /// `proxy_get_status` (code, message), set before `on_grpc_close`.
+    pub(crate) status: (u32, String),
     pub(crate) tick_period_ms: u32,
     pub(crate) tick_gen: u64,
+    /// Root context the tick timer belongs to.
+    pub(crate) tick_root: u32,
+    /// Shared queue id → root context that registered it in this VM.
+    pub(crate) queue_roots: HashMap<u32, u32>,
     pub(crate) metric_ids: Vec<usize>,
     pub(crate) rng: Rng,
-    pub(crate) root_props: HashMap<Vec<u8>, Vec<u8>>,
     /// Set when a guest called a host function while the host was tearing down.
     pub(crate) done_called: bool,
+    /// The running callback switched the effective context (it may have acted on
+    /// other streams).
+    pub(crate) switched_context: bool,
+}
+
+impl VmState {
+    /// Root context of the context `ctx` (itself for a root; 0 for the VM context).
+    pub(crate) fn root_of(&self, ctx: u32) -> u32 {
+        match self.streams.get(&ctx) {
+            Some(s) => s.root,
+            None => ctx,
+        }
+    }
+    /// Whether `ctx` is a live context of this VM.
+    pub(crate) fn has_context(&self, ctx: u32) -> bool {
+        self.roots.contains(&ctx) || self.streams.contains_key(&ctx)
+    }
 }
 
 type I32x5 = (i32, i32, i32, i32, i32);
@@ -215,6 +285,12 @@ struct Exports {
     on_response_headers: Option<TypedFunc<(i32, i32, i32), i32>>,
     on_response_body: Option<TypedFunc<(i32, i32, i32), i32>>,
     on_http_call_response: Option<TypedFunc<I32x5, ()>>,
+    on_request_trailers: Option<TypedFunc<(i32, i32), i32>>,
+    on_response_trailers: Option<TypedFunc<(i32, i32), i32>>,
+    on_grpc_receive: Option<TypedFunc<(i32, i32, i32), ()>>,
+    on_grpc_close: Option<TypedFunc<(i32, i32, i32), ()>>,
+    on_grpc_receive_initial_metadata: Option<TypedFunc<(i32, i32, i32), ()>>,
+    on_grpc_receive_trailing_metadata: Option<TypedFunc<(i32, i32, i32), ()>>,
 }
 
 /// One instantiated VM (a "clone" in Envoy terms).
@@ -244,19 +320,24 @@ impl Vm {
             memory: None,
             alloc: None,
             current: 0,
-            phase: Phase::None,
+            phase: Phase::Init,
             plugin_config: None,
-            vm_config: None,
+            roots: Vec::new(),
             streams: HashMap::new(),
             calls: HashMap::new(),
             next_token: 1,
-            call_response: None,
+            grpc: HashMap::new(),
+            next_grpc: 1,
+            callback: CallbackData::default(),
+            status: (0, String::new()),
             tick_period_ms: 0,
             tick_gen: 0,
+            tick_root: 0,
+            queue_roots: HashMap::new(),
             metric_ids: Vec::new(),
             rng: Rng::new(seed),
-            root_props: HashMap::new(),
             done_called: false,
+            switched_context: false,
         };
         let mut store = Store::new(engine(), state);
         let inst = module
@@ -290,6 +371,12 @@ impl Vm {
             on_response_headers: f!("proxy_on_response_headers"),
             on_response_body: f!("proxy_on_response_body"),
             on_http_call_response: f!("proxy_on_http_call_response"),
+            on_request_trailers: f!("proxy_on_request_trailers"),
+            on_response_trailers: f!("proxy_on_response_trailers"),
+            on_grpc_receive: f!("proxy_on_grpc_receive"),
+            on_grpc_close: f!("proxy_on_grpc_close"),
+            on_grpc_receive_initial_metadata: f!("proxy_on_grpc_receive_initial_metadata"),
+            on_grpc_receive_trailing_metadata: f!("proxy_on_grpc_receive_trailing_metadata"),
         };
         let init: Option<TypedFunc<(), ()>> = inst.get_typed_func(&mut store, "_initialize").ok();
         let start = |store: &mut Store<VmState>, r: wasmtime::Result<()>| {
@@ -309,10 +396,11 @@ impl Vm {
             let r = s.call(&mut store, ());
             start(&mut store, r)?;
         }
+        store.data_mut().phase = Phase::None;
         Ok(Vm {
             store,
             ex,
-            next_ctx: 2,
+            next_ctx: 1,
         })
     }
 
@@ -327,6 +415,7 @@ impl Vm {
         let d = self.store.data_mut();
         d.current = ctx;
         d.phase = phase;
+        d.switched_context = false;
     }
 
     fn lifecycle(&self, callback: &str, ctx: u32, result: Option<i32>) {
@@ -344,75 +433,94 @@ impl Vm {
         r.map(f).map_err(|e| format!("{e:?}"))
     }
 
-    /// Root context create → on_vm_start → on_configure, as every clone does.
-    /// Err: a trap message or "on_vm_start/on_configure returned false".
-    pub fn start_root(&mut self) -> Result<(), String> {
-        let env = self.store.data().env.clone();
+    /// A new root context (the next context id: 1 in a fresh VM) for `plugin`:
+    /// context create → on_vm_start → on_configure, as every clone does. Returns the
+    /// root context id. Err: a trap message or "on_vm_start/on_configure returned false".
+    pub fn start_root(&mut self, plugin: &PluginConfig) -> Result<u32, String> {
+        let root = self.next_context_id();
+        self.store.data_mut().roots.push(root);
         if let Some(f) = self.ex.on_context_create.clone() {
-            self.enter(1, Phase::Root);
-            let r = f.call(&mut self.store, (1, 0));
+            self.enter(root, Phase::Root);
+            let r = f.call(&mut self.store, (root as i32, 0));
             self.finish(r, |_| 0)?;
-            self.lifecycle("proxy_on_context_create", 1, None);
+            self.lifecycle("proxy_on_context_create", root, None);
         }
         if let Some(f) = self.ex.on_vm_start.clone() {
-            self.enter(1, Phase::VmStart);
-            self.store.data_mut().vm_config =
-                Some(env.plugin.vm_configuration.clone().into_bytes());
+            self.enter(root, Phase::VmStart);
             let r = f.call(
                 &mut self.store,
-                (1, env.plugin.vm_configuration.len() as i32),
+                (root as i32, plugin.vm_configuration.len() as i32),
             );
-            self.store.data_mut().vm_config = None;
             let r = self.finish(r, |v| v);
-            self.lifecycle("proxy_on_vm_start", 1, r.as_ref().ok().copied());
+            self.lifecycle("proxy_on_vm_start", root, r.as_ref().ok().copied());
             if r? == 0 {
                 return Err("on_vm_start returned false".into());
             }
         }
-        if let Some(f) = self.ex.on_configure.clone() {
-            self.enter(1, Phase::Configure);
-            self.store.data_mut().plugin_config =
-                Some(env.plugin.configuration.clone().into_bytes());
-            let r = f.call(&mut self.store, (1, env.plugin.configuration.len() as i32));
-            self.store.data_mut().plugin_config = None;
-            let r = self.finish(r, |v| v);
-            self.lifecycle("proxy_on_configure", 1, r.as_ref().ok().copied());
-            if r? == 0 {
-                return Err("on_configure returned false".into());
-            }
+        self.configure(root, plugin)?;
+        Ok(root)
+    }
+
+    /// on_configure of root context `root` with `plugin`'s configuration.
+    pub fn configure(&mut self, root: u32, plugin: &PluginConfig) -> Result<(), String> {
+        let Some(f) = self.ex.on_configure.clone() else {
+            return Ok(());
+        };
+        self.enter(root, Phase::Configure);
+        self.store.data_mut().plugin_config = Some(plugin.configuration.clone().into_bytes());
+        let r = f.call(
+            &mut self.store,
+            (root as i32, plugin.configuration.len() as i32),
+        );
+        self.store.data_mut().plugin_config = None;
+        let r = self.finish(r, |v| v);
+        self.lifecycle("proxy_on_configure", root, r.as_ref().ok().copied());
+        if r? == 0 {
+            return Err("on_configure returned false".into());
         }
         Ok(())
     }
 
-    pub fn on_tick(&mut self) -> CallResult {
+    pub fn on_tick(&mut self, root: u32) -> CallResult {
         let Some(f) = self.ex.on_tick.clone() else {
             return Ok(0);
         };
-        self.enter(1, Phase::Root);
-        let r = f.call(&mut self.store, 1);
+        self.enter(root, Phase::Root);
+        let r = f.call(&mut self.store, root as i32);
         self.finish(r, |_| 0)
     }
 
-    pub fn on_queue_ready(&mut self, queue: u32) -> CallResult {
+    pub fn on_queue_ready(&mut self, root: u32, queue: u32) -> CallResult {
         let Some(f) = self.ex.on_queue_ready.clone() else {
             return Ok(0);
         };
-        self.enter(1, Phase::Root);
-        let r = f.call(&mut self.store, (1, queue as i32));
+        self.enter(root, Phase::Root);
+        let r = f.call(&mut self.store, (root as i32, queue as i32));
         self.finish(r, |_| 0)
     }
 
-    pub fn on_context_create(&mut self, ctx: u32) -> CallResult {
+    pub fn on_context_create(&mut self, ctx: u32, root: u32) -> CallResult {
         let Some(f) = self.ex.on_context_create.clone() else {
             return Ok(0);
         };
         self.enter(ctx, Phase::RequestHeaders);
-        let r = f.call(&mut self.store, (ctx as i32, 1));
+        let r = f.call(&mut self.store, (ctx as i32, root as i32));
         self.finish(r, |_| 0)
     }
 
     /// A stream callback: headers/body phases (returns the action).
     pub fn on_stream(&mut self, phase: Phase, ctx: u32, n: usize, eos: bool) -> CallResult {
+        if matches!(phase, Phase::RequestTrailers | Phase::ResponseTrailers) {
+            let f = if phase == Phase::RequestTrailers {
+                self.ex.on_request_trailers.clone()
+            } else {
+                self.ex.on_response_trailers.clone()
+            };
+            let Some(f) = f else { return Ok(0) };
+            self.enter(ctx, phase);
+            let r = f.call(&mut self.store, (ctx as i32, n as i32));
+            return self.finish(r, |v| v);
+        }
         let f = match phase {
             Phase::RequestHeaders => self.ex.on_request_headers.clone(),
             Phase::RequestBody => self.ex.on_request_body.clone(),
@@ -426,7 +534,7 @@ impl Vm {
         self.finish(r, |v| v)
     }
 
-    /// on_log (Phase::Log), on_done (Phase::Done) or on_delete (Phase::None).
+    /// on_log (Phase::Log), on_done (Phase::Done) or on_delete (Phase::Delete).
     pub fn on_end(&mut self, phase: Phase, ctx: u32) -> CallResult {
         match phase {
             Phase::Log => {
@@ -449,7 +557,7 @@ impl Vm {
                 let Some(f) = self.ex.on_delete.clone() else {
                     return Ok(0);
                 };
-                self.enter(ctx, Phase::Log);
+                self.enter(ctx, Phase::Delete);
                 let r = f.call(&mut self.store, ctx as i32);
                 self.finish(r, |_| 0)
             }
@@ -458,24 +566,80 @@ impl Vm {
 
     pub fn on_http_call_response(
         &mut self,
-        ctx: u32,
+        root: u32,
         token: u32,
-        resp: Option<(HeaderMap, Vec<u8>, HeaderMap)>,
+        resp: (HeaderMap, Vec<u8>, HeaderMap),
     ) -> CallResult {
+        self.lifecycle("proxy_on_http_call_response", root, None);
         let Some(f) = self.ex.on_http_call_response.clone() else {
             return Ok(0);
         };
-        let (nh, nb, nt) = resp
-            .as_ref()
-            .map(|(h, b, t)| (h.len(), b.len(), t.len()))
-            .unwrap_or((0, 0, 0));
-        self.enter(ctx, Phase::HttpCallResponse);
-        self.store.data_mut().call_response = resp;
+        let (nh, nb, nt) = (resp.0.len(), resp.1.len(), resp.2.len());
+        self.enter(root, Phase::HttpCallResponse);
+        self.store.data_mut().callback.http = Some(resp);
         let r = f.call(
             &mut self.store,
-            (ctx as i32, token as i32, nh as i32, nb as i32, nt as i32),
+            (root as i32, token as i32, nh as i32, nb as i32, nt as i32),
         );
-        self.store.data_mut().call_response = None;
+        self.store.data_mut().callback = CallbackData::default();
         self.finish(r, |_| 0)
     }
+
+    /// One gRPC callout callback on root context `root`, with its data readable
+    /// during the call.
+    pub fn on_grpc(&mut self, root: u32, token: u32, ev: GrpcEvent) -> CallResult {
+        let (name, f, arg, data) = match ev {
+            GrpcEvent::InitialMetadata(m) => (
+                "proxy_on_grpc_receive_initial_metadata",
+                self.ex.on_grpc_receive_initial_metadata.clone(),
+                m.len() as u32,
+                CallbackData {
+                    grpc_initial: Some(m),
+                    ..Default::default()
+                },
+            ),
+            GrpcEvent::Message(b) => (
+                "proxy_on_grpc_receive",
+                self.ex.on_grpc_receive.clone(),
+                b.len() as u32,
+                CallbackData {
+                    grpc_message: Some(b),
+                    ..Default::default()
+                },
+            ),
+            GrpcEvent::TrailingMetadata(m) => (
+                "proxy_on_grpc_receive_trailing_metadata",
+                self.ex.on_grpc_receive_trailing_metadata.clone(),
+                m.len() as u32,
+                CallbackData {
+                    grpc_trailing: Some(m),
+                    ..Default::default()
+                },
+            ),
+            GrpcEvent::Close(code, message) => {
+                self.store.data_mut().status = (code, message);
+                (
+                    "proxy_on_grpc_close",
+                    self.ex.on_grpc_close.clone(),
+                    code,
+                    CallbackData::default(),
+                )
+            }
+        };
+        self.lifecycle(name, root, None);
+        let Some(f) = f else { return Ok(0) };
+        self.enter(root, Phase::GrpcCallback);
+        self.store.data_mut().callback = data;
+        let r = f.call(&mut self.store, (root as i32, token as i32, arg as i32));
+        self.store.data_mut().callback = CallbackData::default();
+        self.finish(r, |_| 0)
+    }
+}
+
+/// What a gRPC callout delivers to the guest, in Envoy's callback order.
+pub(crate) enum GrpcEvent {
+    InitialMetadata(HeaderMap),
+    Message(Vec<u8>),
+    TrailingMetadata(HeaderMap),
+    Close(u32, String),
 }

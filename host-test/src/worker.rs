@@ -1,5 +1,6 @@
 //! One Envoy worker (or the main thread): its VM, the HTTP streams it serves with
-//! Envoy's call order, failure policy, ticks, callouts and queue notifications. Each
+//! Envoy's filter-manager rules (frame delivery, iteration stops, local replies, trailers,
+//! stream idle timeout), failure policy, ticks, callouts and queue notifications. Each
 //! worker lives on its own OS thread ([`WorkerThread`]).
 
 use std::collections::{BTreeMap, BinaryHeap};
@@ -7,6 +8,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::clock::Rng;
 use crate::env::{Env, LogRecord};
 use crate::headers::HeaderMap;
 use crate::types::{
@@ -29,6 +31,10 @@ pub(crate) enum Event {
     DownstreamReset {
         id: u64,
     },
+    IdleTimeout {
+        id: u64,
+        gen: u64,
+    },
     Tick {
         gen: u64,
     },
@@ -36,19 +42,33 @@ pub(crate) enum Event {
         token: u32,
         timed_out: bool,
     },
+    GrpcDone {
+        token: u32,
+    },
     QueueReady {
         queue: u32,
     },
 }
 
+/// A frame of one direction of a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Headers,
+    Body,
+    Trailers,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum St {
+    /// Being processed.
     Active,
-    PausedReqHeaders,
-    PausedReqBody,
+    /// Request iteration stopped in the filter; frames from `Some(stage)` on are still
+    /// to be delivered (a StopAll from the headers), None: all delivered.
+    PausedReq(Option<Stage>),
+    /// Sent upstream, waiting for its answer.
     Upstream,
-    PausedRespHeaders,
-    PausedRespBody,
+    /// Response iteration stopped in the filter.
+    PausedResp(Option<Stage>),
 }
 
 enum Due {
@@ -57,25 +77,53 @@ enum Due {
     Timeout,
 }
 
+/// A response as Envoy holds it (the source when the filter is bypassed or a direct
+/// local reply replaced it).
+#[derive(Clone, Default)]
+struct Resp {
+    headers: HeaderMap,
+    body: Vec<u8>,
+    trailers: Option<HeaderMap>,
+}
+
 struct Ctl {
     ctx: u32,
     st: St,
     req: Request,
     reply: UpstreamReply,
     rec: StreamRecord,
+    /// The filter is not (any more) in this stream's chain.
     bypass: bool,
+    /// The stream's context lives in a VM that failed (Envoy's `isFailed()`).
+    failed: bool,
+    is_grpc: bool,
+    is_head: bool,
     due: Option<Due>,
     sent_ns: u64,
     in_response: bool,
-    resp: Option<(HeaderMap, Vec<u8>)>,
+    resp: Option<Resp>,
+    /// A direct local reply replaced the response: ignore the VM's copy.
+    direct: bool,
+    /// The response in the encoder chain is a local reply.
+    local_resp: bool,
     flags: u64,
     details: String,
+    /// Envoy has set the response code details (possibly to "").
+    details_set: bool,
     backend_latency: Option<u64>,
+    idle_gen: u64,
 }
 
+/// What a filter callback's return value means to the filter manager.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Flow {
+    /// Iteration continues.
     Continue,
-    Pause,
+    /// This frame stopped; later frames are still delivered to the filter.
+    StopIteration,
+    /// Headers returned StopAll*: nothing more is delivered until continued.
+    StopAll,
+    /// The stream is done with (local reply sent, closed, failed or gone).
     Stop,
 }
 
@@ -86,34 +134,64 @@ pub(crate) struct WorkerVm {
     name: String,
     module: WasmModule,
     vm: Option<Vm>,
-    failed_at: u64,
+    /// Root context id of the plugin in `vm` (new streams are its children).
+    root: u32,
+    /// When the plugin handle was last (re)loaded (FAIL_RELOAD backoff counts from it).
+    last_load: u64,
+    /// Configure failed on this worker: Envoy runs it without the filter.
+    no_filter: bool,
+    rng: Rng,
     ctls: BTreeMap<u64, Box<Ctl>>,
     /// Keep full stream records (headers, bodies, callbacks) or summaries.
     full: bool,
+    pumping: bool,
 }
 
 impl WorkerVm {
-    /// Clones a VM for this worker and runs its root lifecycle.
+    /// Clones a VM for this worker and runs its root lifecycle. A clone whose
+    /// on_vm_start / on_configure fails or traps leaves the worker without the filter
+    /// (Envoy's null plugin handle); `filter = false` starts it without a VM at all.
     pub fn new(
         env: Arc<Env>,
         module: WasmModule,
         index: usize,
         name: String,
+        filter: bool,
     ) -> anyhow::Result<Self> {
-        let mut vm = Vm::new(&module, env.clone(), index, &name)?;
-        vm.start_root()
-            .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         let full = env.records == RecordDetail::Full;
-        Ok(WorkerVm {
-            env,
+        let rng = Rng::new(env.seed ^ 0xFA11 ^ (index as u64).wrapping_mul(0x9E37_79B9));
+        let mut w = WorkerVm {
+            env: env.clone(),
             index,
-            name,
-            module,
-            vm: Some(vm),
-            failed_at: 0,
+            name: name.clone(),
+            module: module.clone(),
+            vm: None,
+            root: 0,
+            last_load: env.clock.now(),
+            no_filter: !filter,
+            rng,
             ctls: BTreeMap::new(),
             full,
-        })
+            pumping: false,
+        };
+        if !filter {
+            return Ok(w);
+        }
+        let mut vm = Vm::new(&module, env.clone(), index, &name)?;
+        match vm.start_root(&env.plugin) {
+            Ok(root) => {
+                w.root = root;
+                w.vm = Some(vm);
+            }
+            Err(e) => {
+                w.no_filter = true;
+                w.log(
+                    5,
+                    format!("{name}: plugin not started ({e}); running without the filter"),
+                );
+            }
+        }
+        Ok(w)
     }
 
     /// Whether the VM is alive (not failed).
@@ -138,21 +216,26 @@ impl WorkerVm {
         });
     }
 
+    fn legacy_fail_open(&self) -> bool {
+        self.env.plugin.fail_open
+    }
+
     /// Handles one event at the current clock time.
     pub fn handle(&mut self, ev: Event) {
         match ev {
             Event::Start { id, req, reply } => self.start(id, *req, *reply),
             Event::Upstream { id } => self.upstream(id),
             Event::DownstreamReset { id } => self.downstream_reset(id),
+            Event::IdleTimeout { id, gen } => self.idle_timeout(id, gen),
             Event::Tick { gen } => {
                 let Some(vm) = self.vm.as_mut() else { return };
                 let d = vm.store.data();
                 if d.tick_gen != gen || d.tick_period_ms == 0 {
                     return;
                 }
-                let r = vm.on_tick();
-                if let Err(e) = r {
-                    return self.fail(e);
+                let root = d.tick_root;
+                if let Err(e) = vm.on_tick(root) {
+                    return self.fail(e, None);
                 }
                 if let Some(vm) = self.vm.as_ref() {
                     let d = vm.store.data();
@@ -163,48 +246,47 @@ impl WorkerVm {
                         );
                     }
                 }
-                self.pump();
             }
             Event::CallDone { token, timed_out } => {
                 let Some(vm) = self.vm.as_mut() else { return };
                 let Some(call) = vm.store.data_mut().calls.remove(&token) else {
                     return;
                 };
-                if call.context_id != 1 && !vm.store.data().streams.contains_key(&call.context_id) {
-                    return;
+                // The call belongs to its root context: delivered even when the stream
+                // that made it is gone.
+                let resp = crate::callouts::http_call_response(call.reply, timed_out);
+                if let Err(e) = vm.on_http_call_response(call.root, token, resp) {
+                    return self.fail(e, None);
                 }
-                let resp = match (timed_out, call.reply) {
-                    (
-                        false,
-                        UpstreamReply::Response {
-                            status,
-                            headers,
-                            body,
-                            ..
-                        },
-                    ) => {
-                        let mut h = HeaderMap::new();
-                        h.add(":status", status.to_string().as_bytes());
-                        for (k, v) in &headers {
-                            h.add(k, v.as_bytes());
-                        }
-                        Some((h, body.into_bytes(), HeaderMap::new()))
-                    }
-                    _ => None,
+            }
+            Event::GrpcDone { token } => {
+                let Some(vm) = self.vm.as_mut() else { return };
+                let Some(g) = vm.store.data_mut().grpc.remove(&token) else {
+                    return; // cancelled
                 };
-                if let Err(e) = vm.on_http_call_response(call.context_id, token, resp) {
-                    return self.fail(e);
+                let root = g.root;
+                for ev in crate::callouts::grpc_events(token, g) {
+                    let Some(vm) = self.vm.as_mut() else { return };
+                    if let Err(e) = vm.on_grpc(root, token, ev) {
+                        return self.fail(e, None);
+                    }
                 }
-                self.pump();
             }
             Event::QueueReady { queue } => {
                 let Some(vm) = self.vm.as_mut() else { return };
-                if let Err(e) = vm.on_queue_ready(queue) {
-                    return self.fail(e);
+                let root = vm
+                    .store
+                    .data()
+                    .queue_roots
+                    .get(&queue)
+                    .copied()
+                    .unwrap_or(self.root);
+                if let Err(e) = vm.on_queue_ready(root, queue) {
+                    return self.fail(e, None);
                 }
-                self.pump();
             }
         }
+        self.pump(None);
     }
 
     fn start(&mut self, id: u64, req: Request, reply: UpstreamReply) {
@@ -227,141 +309,174 @@ impl WorkerVm {
             callbacks: vec![],
             code_details: String::new(),
             response_flags: 0,
+            upstream_request_trailers: None,
+            response_trailers: None,
         };
         if let Some(t) = req.client_timeout_ns {
             self.post(now + t, Event::DownstreamReset { id });
         }
-        let mut ctl = Ctl {
+        let headers = self.request_headers(id, &req);
+        let mut ctl = Box::new(Ctl {
             ctx: 0,
             st: St::Active,
+            is_grpc: crate::grpc::is_grpc_request(&headers),
+            is_head: req.method.eq_ignore_ascii_case("HEAD"),
             req,
             reply,
             rec,
             bypass: false,
+            failed: false,
             due: None,
             sent_ns: 0,
             in_response: false,
             resp: None,
+            direct: false,
+            local_resp: false,
             flags: 0,
             details: String::new(),
+            details_set: false,
             backend_latency: None,
-        };
-        if self.vm.is_none() && self.env.plugin.failure_policy == FailurePolicy::FailReload {
-            let backoff = self.env.plugin.reload_backoff_ms * 1_000_000;
-            if now >= self.failed_at + backoff {
-                self.reload();
+            idle_gen: 0,
+        });
+        if self.vm.is_none() && !self.no_filter {
+            self.maybe_reload(now);
+        }
+        match self.vm.as_mut() {
+            _ if self.no_filter => ctl.bypass = true,
+            // Envoy's createContext on a failed VM: FAIL_OPEN skips the filter, anything
+            // else gets a context in the failed VM (which fails the stream closed).
+            None if self.env.plugin.failure_policy == FailurePolicy::FailOpen
+                || self.env.plugin.fail_open =>
+            {
+                ctl.bypass = true
+            }
+            None => ctl.failed = true,
+            Some(vm) => {
+                let ctx = vm.next_context_id();
+                ctl.ctx = ctx;
+                ctl.rec.context_id = ctx;
+                let data = StreamData {
+                    root: self.root,
+                    route_name: route.as_ref().map(|r| r.name.clone()).unwrap_or_default(),
+                    cluster_name: route
+                        .as_ref()
+                        .map(|r| r.cluster.clone())
+                        .unwrap_or_default(),
+                    start_wall_ns: self.env.clock.wall(),
+                    req_headers: headers,
+                    req_headers_live: true,
+                    ..StreamData::default()
+                };
+                vm.store.data_mut().streams.insert(ctx, data);
+                if self.full {
+                    ctl.rec.callbacks.push("on_context_create".into());
+                }
             }
         }
-        let Some(vm) = self.vm.as_mut() else {
-            self.ctls.insert(id, Box::new(ctl));
-            return self.vm_unavailable(id);
-        };
-        let ctx = vm.next_context_id();
-        ctl.ctx = ctx;
-        ctl.rec.context_id = ctx;
-        let mut headers = ctl.req.header_map();
-        headers.add("x-request-id", request_id(self.env.seed, id).as_bytes());
-        let data = StreamData {
-            route_name: route.as_ref().map(|r| r.name.clone()).unwrap_or_default(),
-            cluster_name: route
-                .as_ref()
-                .map(|r| r.cluster.clone())
-                .unwrap_or_default(),
-            request_id: request_id(self.env.seed, id),
-            start_wall_ns: self.env.clock.wall(),
-            req_headers: headers,
-            ..StreamData::default()
-        };
-        vm.store.data_mut().streams.insert(ctx, data);
-        if self.full {
-            ctl.rec.callbacks.push("on_context_create".into());
+        let (ctx, created) = (ctl.ctx, ctl.ctx != 0);
+        self.ctls.insert(id, ctl);
+        if created {
+            let root = self.root;
+            if let Some(Err(e)) = self.vm.as_mut().map(|vm| vm.on_context_create(ctx, root)) {
+                return self.fail(e, Some(id));
+            }
         }
-        self.ctls.insert(id, Box::new(ctl));
-        let r = self.vm.as_mut().map(|vm| vm.on_context_create(ctx));
-        if let Some(Err(e)) = r {
-            self.fail(e);
+        self.run_request(id, Stage::Headers);
+    }
+
+    /// The request header map as Envoy's connection manager hands it to the filters.
+    fn request_headers(&self, id: u64, req: &Request) -> HeaderMap {
+        let mut h = req.header_map();
+        h.add("x-forwarded-proto", b"http");
+        h.add("x-request-id", request_id(self.env.seed, id).as_bytes());
+        h
+    }
+
+    /// FAIL_RELOAD (`PluginConfig::maybeReloadHandleIfNeeded`): each new stream draws
+    /// a jittered interval; the VM is re-cloned once that much time has passed since
+    /// the last load.
+    fn maybe_reload(&mut self, now: u64) {
+        if self.env.plugin.failure_policy != FailurePolicy::FailReload || self.env.plugin.fail_open
+        {
             return;
         }
-        self.req_headers(id);
-    }
-
-    fn reload(&mut self) {
+        let base = self.env.plugin.reload_backoff_ms.max(2);
+        let interval_ms = base + self.rng.next_u64() % (base / 2);
+        if now.saturating_sub(self.last_load) < interval_ms * 1_000_000 {
+            return;
+        }
+        self.last_load = now;
         self.log(2, "FAIL_RELOAD: re-cloning the VM".into());
         match Vm::new(&self.module, self.env.clone(), self.index, &self.name) {
-            Ok(mut vm) => match vm.start_root() {
-                Ok(()) => self.vm = Some(vm),
-                Err(e) => {
-                    self.log(5, format!("reload failed: {e}"));
-                    self.failed_at = self.now();
+            Ok(mut vm) => match vm.start_root(&self.env.plugin) {
+                Ok(root) => {
+                    self.root = root;
+                    self.vm = Some(vm);
                 }
+                Err(e) => self.log(5, format!("reload failed: {e}")),
             },
-            Err(e) => {
-                self.log(5, format!("reload failed: {e:#}"));
-                self.failed_at = self.now();
-            }
+            Err(e) => self.log(5, format!("reload failed: {e:#}")),
         }
     }
 
-    /// The VM is gone: FAIL_OPEN skips the filter, otherwise 503 `wasm_fail_stream`.
-    fn vm_unavailable(&mut self, id: u64) {
+    /// A guest trap: the VM is lost (shared data is kept). Streams with a context in it
+    /// fail at their next filter callback (503 `wasm_fail_stream`), or with the legacy
+    /// `fail_open` continue without the filter; the trapping stream fails at once.
+    fn fail(&mut self, msg: String, trapping: Option<u64>) {
+        self.log(5, format!("wasm VM failed: {msg}"));
+        self.vm = None;
+        let open = self.legacy_fail_open();
+        for ctl in self.ctls.values_mut() {
+            if !ctl.bypass {
+                ctl.failed = true;
+                ctl.bypass = open;
+            }
+        }
+        if let Some(id) = trapping.filter(|_| !open) {
+            self.fail_stream(id);
+        }
+    }
+
+    /// Envoy's `Context::failStream`: 503 `wasm_fail_stream` (UNAVAILABLE for gRPC); the
+    /// filter sees nothing more of the stream.
+    fn fail_stream(&mut self, id: u64) {
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return;
         };
         ctl.bypass = true;
-        if self.env.plugin.failure_policy == FailurePolicy::FailOpen {
-            match ctl.st {
-                _ if ctl.in_response => self.complete(id),
-                St::Active | St::PausedReqHeaders | St::PausedReqBody => self.send_upstream(id),
-                St::PausedRespHeaders | St::PausedRespBody => self.complete(id),
-                St::Upstream => {}
-            }
-        } else {
-            match ctl.st {
-                St::Upstream if !ctl.in_response => {}
-                _ => {
-                    let lr = LocalReply {
-                        source: LocalReplySource::WasmFailure,
-                        status: 503,
-                        details: "wasm_fail_stream".into(),
-                        headers: vec![],
-                        body: String::new(),
-                        grpc_status: None,
-                    };
-                    ctl.st = St::Active;
-                    ctl.rec.local_reply = Some(lr.clone());
-                    ctl.details = lr.details.clone();
-                    let mut h = HeaderMap::new();
-                    h.add(":status", b"503");
-                    ctl.resp = Some((h, vec![]));
-                    self.complete(id);
-                }
-            }
-        }
+        let lr = LocalReply {
+            source: LocalReplySource::WasmFailure,
+            status: 503,
+            details: "wasm_fail_stream".into(),
+            headers: vec![],
+            body: String::new(),
+            grpc_status: Some(crate::grpc::status::UNAVAILABLE),
+        };
+        self.local_reply(id, lr);
     }
 
-    /// A guest trap: the VM is lost (shared data is kept); in-flight streams follow
-    /// the failure policy.
-    fn fail(&mut self, msg: String) {
-        self.log(5, format!("wasm VM failed: {msg}"));
-        self.vm = None;
-        self.failed_at = self.now();
-        let ids: Vec<u64> = self.ctls.keys().copied().collect();
-        for id in ids {
-            if let Some(ctl) = self.ctls.get_mut(&id) {
-                if !ctl.bypass {
-                    self.vm_unavailable(id);
-                }
-            }
-        }
+    fn stream_data(&mut self, ctx: u32) -> Option<&mut StreamData> {
+        self.vm.as_mut()?.store.data_mut().streams.get_mut(&ctx)
     }
 
-    /// Calls one stream callback and applies its effects.
+    /// Calls one stream callback and applies its effects (and those it had on other
+    /// streams, right after it returns).
     fn call(&mut self, id: u64, phase: Phase, n: usize, eos: bool) -> Flow {
+        let open = self.legacy_fail_open();
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return Flow::Stop;
         };
         if ctl.bypass {
             return Flow::Continue;
+        }
+        if ctl.failed || self.vm.is_none() {
+            // CHECK_FAIL: the context's VM has failed.
+            if open {
+                ctl.bypass = true;
+                return Flow::Continue;
+            }
+            self.fail_stream(id);
+            return Flow::Stop;
         }
         let ctx = ctl.ctx;
         if self.full {
@@ -369,88 +484,130 @@ impl WorkerVm {
         }
         ctl.st = St::Active;
         let Some(vm) = self.vm.as_mut() else {
-            self.vm_unavailable(id);
             return Flow::Stop;
         };
-        let r = vm.on_stream(phase, ctx, n, eos);
-        let action = match r {
+        let action = match vm.on_stream(phase, ctx, n, eos) {
             Ok(a) => a,
             Err(e) => {
-                self.fail(e);
+                self.fail(e, Some(id));
                 return match self.ctls.get(&id) {
-                    Some(c) if c.st == St::Active && c.bypass => Flow::Continue,
+                    Some(c) if c.bypass && !c.direct && c.rec.local_reply.is_none() => {
+                        Flow::Continue
+                    }
                     _ => Flow::Stop,
                 };
             }
         };
-        let Some(s) = self
-            .vm
-            .as_mut()
-            .and_then(|vm| vm.store.data_mut().streams.get_mut(&ctx))
-        else {
+        let flow = flow_of(phase, action);
+        let cross = vm.store.data().switched_context;
+        let Some(s) = self.stream_data(ctx) else {
             return Flow::Stop;
         };
         s.continue_request = false;
         s.continue_response = false;
-        if std::mem::take(&mut s.close) {
+        if flow == Flow::Continue {
+            // Envoy drops its pointer to the frame once the filter continues it.
+            match phase {
+                Phase::RequestHeaders => s.req_headers_live = false,
+                Phase::RequestBody => s.req_body_live = false,
+                Phase::RequestTrailers => s.req_trailers_live = false,
+                Phase::ResponseHeaders => s.resp_headers_live = false,
+                Phase::ResponseBody => s.resp_body_live = false,
+                Phase::ResponseTrailers => s.resp_trailers_live = false,
+                _ => {}
+            }
+        }
+        let close = std::mem::take(&mut s.close);
+        let lr = s.local_reply.take();
+        if cross {
+            self.pump(Some(id));
+        }
+        if close {
             self.close(id);
             return Flow::Stop;
         }
-        if let Some(lr) = s.local_reply.take() {
+        if let Some(lr) = lr {
             self.local_reply(id, lr);
             return Flow::Stop;
         }
-        if action == crate::abi::ACTION_CONTINUE {
-            Flow::Continue
-        } else {
-            Flow::Pause
+        if self.ctls.get(&id).is_none_or(|c| c.st != St::Active) {
+            return Flow::Stop;
         }
+        flow
     }
 
     fn set_st(&mut self, id: u64, st: St) {
         if let Some(c) = self.ctls.get_mut(&id) {
             c.st = st;
         }
+        if matches!(st, St::PausedReq(_) | St::PausedResp(_)) {
+            self.arm_idle(id);
+        }
     }
 
-    fn req_headers(&mut self, id: u64) {
+    /// Arms Envoy's stream idle timer for a stream that now waits on something.
+    fn arm_idle(&mut self, id: u64) {
+        let idle = self.env.stream_idle_timeout_ns;
+        if idle == 0 {
+            return;
+        }
+        let at = self.now() + idle;
+        if let Some(c) = self.ctls.get_mut(&id) {
+            c.idle_gen += 1;
+            let gen = c.idle_gen;
+            self.post(at, Event::IdleTimeout { id, gen });
+        }
+    }
+
+    /// Delivers the request frames from `from` on; forwards upstream once iteration
+    /// continues (a Continue from the last frame delivered, or `continue_stream`).
+    fn run_request(&mut self, id: u64, from: Stage) {
         let Some(ctl) = self.ctls.get(&id) else {
             return;
         };
-        let n = ctl.req.headers.len() + 5;
-        let eos = ctl.req.body.is_empty();
-        match self.call(id, Phase::RequestHeaders, n, eos) {
-            Flow::Continue => self.req_body(id),
-            Flow::Pause => self.set_st(id, St::PausedReqHeaders),
-            Flow::Stop => {}
+        let (ctx, n) = (ctl.ctx, ctl.req.headers.len() + 6);
+        let (body, trailers) = (ctl.req.body.clone(), ctl.req.trailers.clone());
+        let mut stopped = false;
+        for stage in [Stage::Headers, Stage::Body, Stage::Trailers] {
+            if stage_index(stage) < stage_index(from) {
+                continue;
+            }
+            let flow = match stage {
+                Stage::Headers => {
+                    let eos = body.is_empty() && trailers.is_empty();
+                    self.call(id, Phase::RequestHeaders, n, eos)
+                }
+                Stage::Body if !body.is_empty() => {
+                    if let Some(s) = self.stream_data(ctx) {
+                        s.req_body = body.clone();
+                        s.req_body_live = true;
+                    }
+                    self.call(id, Phase::RequestBody, body.len(), trailers.is_empty())
+                }
+                Stage::Trailers if !trailers.is_empty() => {
+                    if let Some(s) = self.stream_data(ctx) {
+                        s.req_trailers = Some(pairs_map(&trailers));
+                        s.req_trailers_live = true;
+                    }
+                    self.call(id, Phase::RequestTrailers, trailers.len(), true)
+                }
+                _ => continue,
+            };
+            match flow {
+                Flow::Stop => return,
+                Flow::Continue => stopped = false,
+                Flow::StopIteration => stopped = true,
+                Flow::StopAll => {
+                    let next = next_stage(stage, !body.is_empty(), !trailers.is_empty());
+                    return self.set_st(id, St::PausedReq(next));
+                }
+            }
         }
-    }
-
-    fn req_body(&mut self, id: u64) {
-        let Some(ctl) = self.ctls.get(&id) else {
-            return;
-        };
-        if ctl.req.body.is_empty() || ctl.bypass {
-            return self.send_upstream(id);
+        if stopped {
+            self.set_st(id, St::PausedReq(None));
+        } else {
+            self.send_upstream(id);
         }
-        let (ctx, body) = (ctl.ctx, ctl.req.body.clone());
-        let len = body.len();
-        if let Some(s) = self
-            .vm
-            .as_mut()
-            .and_then(|vm| vm.store.data_mut().streams.get_mut(&ctx))
-        {
-            s.req_body = body;
-        }
-        match self.call(id, Phase::RequestBody, len, true) {
-            Flow::Continue => self.send_upstream(id),
-            Flow::Pause => self.set_st(id, St::PausedReqBody),
-            Flow::Stop => {}
-        }
-    }
-
-    fn stream_data(&mut self, ctx: u32) -> Option<&mut StreamData> {
-        self.vm.as_mut()?.store.data_mut().streams.get_mut(&ctx)
     }
 
     fn send_upstream(&mut self, id: u64) {
@@ -463,29 +620,31 @@ impl WorkerVm {
             return self.router_reply(id, 404, "route_not_found", flags::NO_ROUTE_FOUND, "");
         };
         let cluster = self.env.clusters.get(&route.cluster).cloned();
-        let headers = match (bypass, self.stream_data(ctx)) {
+        let original = (
+            self.request_headers(id, &ctl.req),
+            pairs_map(&ctl.req.trailers),
+        );
+        let (headers, trailers) = match (bypass, self.stream_data(ctx)) {
             (false, Some(s)) => {
                 if let Some(c) = &cluster {
                     s.upstream_address = Some(c.address.clone());
                     s.upstream_port = c.port;
                 }
-                s.req_headers.clone()
+                (s.req_headers.clone(), s.req_trailers.clone())
             }
-            _ => {
-                let mut h = self.ctls[&id].req.header_map();
-                h.add("x-request-id", request_id(self.env.seed, id).as_bytes());
-                h
-            }
+            _ => (original.0, (!original.1.is_empty()).then_some(original.1)),
         };
         if cluster.is_none() {
             return self.router_reply(id, 503, "cluster_not_found", flags::NO_CLUSTER_FOUND, "");
         }
+        let idle = self.env.stream_idle_timeout_ns;
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return;
         };
         ctl.rec.sent_upstream = true;
         if self.full {
             ctl.rec.upstream_request_headers = Some(headers);
+            ctl.rec.upstream_request_trailers = trailers;
         }
         ctl.st = St::Upstream;
         ctl.sent_ns = now;
@@ -503,12 +662,15 @@ impl WorkerVm {
                 (Some(d), now + latency_ns)
             }
             _ if timeout > 0 => (Some(Due::Timeout), now + timeout),
-            _ => (None, 0),
+            _ => (None, u64::MAX),
         };
         let has_due = due.is_some();
         ctl.due = due;
         if has_due {
             self.post(at, Event::Upstream { id });
+        }
+        if idle > 0 && at.saturating_sub(now) > idle {
+            self.arm_idle(id);
         }
     }
 
@@ -528,19 +690,31 @@ impl WorkerVm {
                     status,
                     headers,
                     body,
+                    trailers,
                     ..
                 } = ctl.reply.clone()
                 else {
                     return;
                 };
                 ctl.rec.upstream_status = Some(status);
-                ctl.details = "via_upstream".into();
                 let mut h = HeaderMap::new();
                 h.add(":status", status.to_string().as_bytes());
                 for (k, v) in &headers {
                     h.add(k, v.as_bytes());
                 }
-                self.response(id, h, body.into_bytes());
+                let t = (!trailers.is_empty()).then(|| pairs_map(&trailers));
+                ctl.resp = Some(Resp {
+                    headers: h,
+                    body: body.into_bytes(),
+                    trailers: t,
+                });
+                self.set_info(id, Some("via_upstream"), 0);
+                // The router sets the response code before the response filters run.
+                let ctx = self.ctls.get(&id).map_or(0, |c| c.ctx);
+                if let Some(s) = self.stream_data(ctx) {
+                    s.response_code = Some(status);
+                }
+                self.run_response(id, Stage::Headers);
             }
             Some(Due::Reset) => {
                 let reason = match ctl.reply {
@@ -561,120 +735,197 @@ impl WorkerVm {
         }
     }
 
-    fn router_reply(&mut self, id: u64, status: u16, details: &str, flag: u64, body: &str) {
+    /// Records response details / flags as Envoy's stream info has them from now on.
+    fn set_info(&mut self, id: u64, details: Option<&str>, flag: u64) {
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return;
         };
+        if let Some(d) = details {
+            ctl.details = d.to_string();
+            ctl.details_set = true;
+        }
         ctl.flags |= flag;
+        let (ctx, details, fl) = (ctl.ctx, ctl.details.clone(), ctl.flags);
+        let set = ctl.details_set;
+        if let Some(s) = self.stream_data(ctx) {
+            if set {
+                s.code_details = Some(details);
+            }
+            s.flags = fl;
+        }
+    }
+
+    fn router_reply(&mut self, id: u64, status: u16, details: &str, flag: u64, body: &str) {
+        self.set_info(id, None, flag);
         let lr = LocalReply {
             source: LocalReplySource::Router,
             status,
             details: details.into(),
-            headers: vec![("content-type".into(), "text/plain".into())],
+            headers: vec![],
             body: body.into(),
             grpc_status: None,
         };
         self.local_reply(id, lr);
     }
 
-    /// A local reply (filter or router): travels through the filter's response phase,
-    /// unless the response phase is already running (then it replaces the response).
+    /// A stream with no activity for the stream idle timeout (connection manager
+    /// `onIdleTimeout`): 504 "stream timeout", details `stream_idle_timeout`, flag SI.
+    fn idle_timeout(&mut self, id: u64, gen: u64) {
+        let Some(ctl) = self.ctls.get(&id) else {
+            return;
+        };
+        let waiting = match ctl.st {
+            St::PausedReq(_) | St::PausedResp(_) => true,
+            St::Upstream => !ctl.in_response,
+            St::Active => false,
+        };
+        if ctl.idle_gen != gen || !waiting {
+            return;
+        }
+        self.set_info(id, None, flags::STREAM_IDLE_TIMEOUT);
+        let lr = LocalReply {
+            source: LocalReplySource::ConnectionManager,
+            status: 504,
+            details: "stream_idle_timeout".into(),
+            headers: vec![],
+            body: "stream timeout".into(),
+            grpc_status: None,
+        };
+        self.local_reply(id, lr);
+    }
+
+    /// A local reply (filter, router, connection manager or wasm failure), as Envoy's
+    /// `FilterManager::sendLocalReply`: before the response started it travels the
+    /// filter's response phase; once the response is in the encoder chain it replaces
+    /// it directly (`sendDirectLocalReply`), without filter callbacks.
     fn local_reply(&mut self, id: u64, lr: LocalReply) {
+        let strict = self.env.strict_lifetimes;
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return;
         };
-        if ctl
-            .rec
-            .local_reply
-            .as_ref()
-            .is_some_and(|l| l.source == LocalReplySource::Filter)
-            && ctl.in_response
+        if ctl.direct
+            || ctl.in_response
+                && lr.source == LocalReplySource::Filter
+                && ctl.local_resp
+                && ctl
+                    .rec
+                    .local_reply
+                    .as_ref()
+                    .is_some_and(|l| l.source == LocalReplySource::Filter)
         {
-            return; // a second local reply for the same stream is ignored
+            return; // the response was already replaced / a second filter reply
         }
-        ctl.details = lr.details.clone();
         ctl.due = None;
-        let is_grpc = ctl.req.headers.iter().any(|(k, v)| {
-            k.eq_ignore_ascii_case("content-type") && v.starts_with("application/grpc")
-        });
-        let mut h = HeaderMap::new();
-        let body = match lr.grpc_status {
-            // Envoy answers a gRPC request with a trailers-only gRPC response.
-            Some(g) if is_grpc => {
-                h.add(":status", b"200");
-                h.add("content-type", b"application/grpc");
-                h.add("grpc-status", g.to_string().as_bytes());
-                if !lr.body.is_empty() {
-                    h.add("grpc-message", lr.body.as_bytes());
-                }
-                for (k, v) in &lr.headers {
-                    h.add(k, v.as_bytes());
-                }
-                Vec::new()
-            }
-            _ => {
-                h.add(":status", lr.status.to_string().as_bytes());
-                for (k, v) in &lr.headers {
-                    h.add(k, v.as_bytes());
-                }
-                if !lr.body.is_empty() {
-                    h.add("content-length", lr.body.len().to_string().as_bytes());
-                }
-                lr.body.clone().into_bytes()
-            }
-        };
-        let replace = ctl.in_response;
+        let (headers, body) = crate::local_reply::encode(&lr, ctl.is_grpc, ctl.is_head);
+        let status = lr.status;
+        let details = lr.details.clone();
         ctl.rec.local_reply = Some(lr);
-        if replace {
-            ctl.resp = Some((h, body));
-            self.complete(id);
-        } else {
-            self.response(id, h, body);
+        let resp = Resp {
+            headers,
+            body,
+            trailers: None,
+        };
+        let direct = ctl.in_response;
+        ctl.resp = Some(resp);
+        ctl.local_resp = true;
+        self.set_info(id, Some(&details), 0);
+        if direct {
+            if let Some(c) = self.ctls.get_mut(&id) {
+                c.direct = true;
+            }
+            return self.complete(id);
         }
+        if !strict {
+            let ctx = self.ctls.get(&id).map_or(0, |c| c.ctx);
+            if let Some(s) = self.stream_data(ctx) {
+                s.response_code = Some(status);
+            }
+        }
+        self.run_response(id, Stage::Headers);
     }
 
-    fn response(&mut self, id: u64, headers: HeaderMap, body: Vec<u8>) {
+    /// Delivers the response frames from `from` on; completes once iteration continues.
+    fn run_response(&mut self, id: u64, from: Stage) {
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return;
         };
         ctl.in_response = true;
         ctl.st = St::Active;
-        let ctx = ctl.ctx;
-        let bypass = ctl.bypass;
-        let status = headers.get_str(":status").and_then(|s| s.parse().ok());
-        let (n, eos) = (headers.len(), body.is_empty());
-        ctl.resp = Some((headers.clone(), body.clone()));
+        let (ctx, bypass) = (ctl.ctx, ctl.bypass);
+        let resp = ctl.resp.clone().unwrap_or_default();
+        let has_trailers = resp.trailers.as_ref().is_some_and(|t| !t.is_empty());
+        let has_body = !resp.body.is_empty();
         if bypass {
             return self.complete(id);
         }
-        if let Some(s) = self.stream_data(ctx) {
-            s.resp_headers = Some(headers);
-            s.resp_body = body;
-            s.response_code = status;
+        let mut stopped = false;
+        for stage in [Stage::Headers, Stage::Body, Stage::Trailers] {
+            if stage_index(stage) < stage_index(from) {
+                continue;
+            }
+            let flow = match stage {
+                Stage::Headers => {
+                    if let Some(s) = self.stream_data(ctx) {
+                        s.resp_headers = Some(resp.headers.clone());
+                        s.resp_headers_live = true;
+                        s.resp_body = resp.body.clone();
+                    }
+                    let eos = !has_body && !has_trailers;
+                    let flow = self.call(id, Phase::ResponseHeaders, resp.headers.len(), eos);
+                    if flow != Flow::Stop {
+                        self.headers_left_filter(id);
+                    }
+                    flow
+                }
+                Stage::Body if has_body => {
+                    if let Some(s) = self.stream_data(ctx) {
+                        s.resp_body_live = true;
+                    }
+                    self.call(id, Phase::ResponseBody, resp.body.len(), !has_trailers)
+                }
+                Stage::Trailers if has_trailers => {
+                    let t = resp.trailers.clone().unwrap_or_default();
+                    if let Some(s) = self.stream_data(ctx) {
+                        s.resp_trailers = Some(t.clone());
+                        s.resp_trailers_live = true;
+                    }
+                    self.call(id, Phase::ResponseTrailers, t.len(), true)
+                }
+                _ => continue,
+            };
+            match flow {
+                Flow::Stop => return,
+                Flow::Continue => stopped = false,
+                Flow::StopIteration => stopped = true,
+                Flow::StopAll => {
+                    let next = next_stage(stage, has_body, has_trailers);
+                    return self.set_st(id, St::PausedResp(next));
+                }
+            }
         }
-        match self.call(id, Phase::ResponseHeaders, n, eos) {
-            Flow::Continue => self.resp_body(id),
-            Flow::Pause => self.set_st(id, St::PausedRespHeaders),
-            Flow::Stop => {}
+        if stopped {
+            self.set_st(id, St::PausedResp(None));
+        } else {
+            self.complete(id);
         }
     }
 
-    fn resp_body(&mut self, id: u64) {
+    /// A local reply's code is in the stream info once its headers left the filter.
+    fn headers_left_filter(&mut self, id: u64) {
         let Some(ctl) = self.ctls.get(&id) else {
             return;
         };
-        let ctx = ctl.ctx;
-        let len = self
-            .stream_data(ctx)
-            .map(|s| s.resp_body.len())
-            .unwrap_or(0);
-        if len == 0 {
-            return self.complete(id);
+        if !ctl.local_resp {
+            return;
         }
-        match self.call(id, Phase::ResponseBody, len, true) {
-            Flow::Continue => self.complete(id),
-            Flow::Pause => self.set_st(id, St::PausedRespBody),
-            Flow::Stop => {}
+        let ctx = ctl.ctx;
+        let status = ctl
+            .resp
+            .as_ref()
+            .and_then(|r| r.headers.get_str(":status"))
+            .and_then(|s| s.parse().ok());
+        if let Some(s) = self.stream_data(ctx) {
+            s.response_code = s.response_code.or(status);
         }
     }
 
@@ -683,36 +934,54 @@ impl WorkerVm {
         let Some(ctl) = self.ctls.get(&id) else {
             return;
         };
-        let ctx = ctl.ctx;
-        let bypass = ctl.bypass;
-        let from_vm = if bypass {
+        let (ctx, use_ctl) = (ctl.ctx, ctl.bypass || ctl.direct);
+        let held = ctl.resp.clone().unwrap_or_default();
+        let from_vm = if use_ctl {
             None
         } else {
-            self.stream_data(ctx)
-                .and_then(|s| Some((s.resp_headers.clone()?, std::mem::take(&mut s.resp_body))))
+            self.stream_data(ctx).and_then(|s| {
+                Some(Resp {
+                    headers: s.resp_headers.clone()?,
+                    body: s.resp_body.clone(),
+                    trailers: s.resp_trailers.clone().or(held.trailers.clone()),
+                })
+            })
         };
+        let r = from_vm.unwrap_or(held);
+        let status: Option<u16> = r.headers.get_str(":status").and_then(|s| s.parse().ok());
+        if let Some(s) = self.stream_data(ctx) {
+            s.response_code = s.response_code.or(status);
+        }
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return;
         };
-        let (h, b) = from_vm.or_else(|| ctl.resp.clone()).unwrap_or_default();
-        ctl.rec.response_status = h.get_str(":status").and_then(|s| s.parse().ok());
+        ctl.rec.response_status = status;
         if self.full {
-            ctl.rec.response_headers = Some(h);
-            ctl.rec.response_body = b;
+            ctl.rec.response_headers = Some(r.headers);
+            ctl.rec.response_body = r.body;
+            ctl.rec.response_trailers = r.trailers;
         } else {
             // Summary records keep only what reports classify by.
-            let keep = h
-                .pairs()
-                .iter()
-                .filter(|(k, _)| k == crate::report::TAG_HEADER || k == "grpc-status");
-            ctl.rec.response_headers = Some(HeaderMap::from_pairs(
-                keep.map(|(k, v)| (k.as_str(), v.as_slice())),
-            ));
+            let keep = |m: &HeaderMap| {
+                HeaderMap::from_pairs(
+                    m.pairs()
+                        .iter()
+                        .filter(|(k, _)| {
+                            k == crate::report::TAG_HEADER
+                                || k == "grpc-status"
+                                || k == "grpc-message"
+                        })
+                        .map(|(k, v)| (k.as_str(), v.as_slice())),
+                )
+            };
+            ctl.rec.response_headers = Some(keep(&r.headers));
+            ctl.rec.response_trailers = r.trailers.as_ref().map(keep);
         }
         ctl.rec.outcome = match ctl.rec.local_reply.as_ref().map(|l| l.source) {
             Some(LocalReplySource::Filter) => Outcome::LocalReply,
             Some(LocalReplySource::WasmFailure) => Outcome::FailClosed,
             Some(LocalReplySource::Router) => Outcome::UpstreamFailed,
+            Some(LocalReplySource::ConnectionManager) => Outcome::IdleTimeout,
             None => match ctl.rec.upstream_status {
                 Some(s) if s < 500 => Outcome::UpstreamOk,
                 _ => Outcome::UpstreamFailed,
@@ -724,7 +993,9 @@ impl WorkerVm {
     fn close(&mut self, id: u64) {
         if let Some(ctl) = self.ctls.get_mut(&id) {
             ctl.rec.outcome = Outcome::ClosedByFilter;
-            ctl.details = "wasm_close_stream".into();
+            if ctl.details.is_empty() {
+                ctl.details = "wasm_close_stream".into();
+            }
             ctl.flags |= flags::LOCAL_RESET;
             ctl.rec.response_status = None;
             ctl.rec.response_headers = None;
@@ -743,6 +1014,7 @@ impl WorkerVm {
         }
         ctl.rec.response_status = None;
         ctl.rec.response_headers = None;
+        ctl.rec.response_trailers = None;
         self.end(id);
     }
 
@@ -755,51 +1027,63 @@ impl WorkerVm {
         ctl.rec.end_ns = now;
         ctl.rec.code_details = ctl.details.clone();
         ctl.rec.response_flags = ctl.flags;
-        if !ctl.bypass {
+        let ctx = ctl.ctx;
+        if !ctl.bypass && !ctl.failed && ctx != 0 {
             let info = FinalInfo {
-                code_details: ctl.details.clone(),
-                flags: ctl.flags,
                 duration_ns: now - ctl.rec.start_ns,
                 backend_latency_ns: ctl.backend_latency,
             };
-            let ctx = ctl.ctx;
             if let Some(s) = self.stream_data(ctx) {
                 s.final_info = Some(info);
+                if ctl.details_set || !ctl.details.is_empty() {
+                    s.code_details = Some(ctl.details.clone());
+                }
+                s.flags = ctl.flags;
+                s.req_headers_live = false;
+                s.req_body_live = false;
+                s.req_trailers_live = false;
+                s.resp_headers_live = false;
+                s.resp_body_live = false;
+                s.resp_trailers_live = false;
             }
             for (phase, name) in [
                 (Phase::Log, "on_log"),
                 (Phase::Done, "on_done"),
-                (Phase::None, "on_delete"),
+                (Phase::Delete, "on_delete"),
             ] {
                 let Some(vm) = self.vm.as_mut() else { break };
                 if self.full {
                     ctl.rec.callbacks.push(name.into());
                 }
                 if let Err(e) = vm.on_end(phase, ctx) {
-                    ctl.bypass = true;
-                    self.ctls.insert(id, ctl);
-                    self.fail(e);
-                    let Some(c) = self.ctls.remove(&id) else {
-                        return;
-                    };
-                    self.env.bus.finish(c.rec);
-                    return;
+                    self.fail(e, None);
+                    break;
                 }
             }
             if let Some(vm) = self.vm.as_mut() {
                 vm.store.data_mut().streams.remove(&ctx);
             }
+        } else if let Some(vm) = self.vm.as_mut() {
+            vm.store.data_mut().streams.remove(&ctx);
         }
         self.env.bus.finish(ctl.rec);
     }
 
-    /// Applies effects that root/callout callbacks left on paused or waiting streams
-    /// (local replies, continue, close via `proxy_set_effective_context`).
-    fn pump(&mut self) {
+    /// Applies effects that callbacks left on other streams (local replies, continue,
+    /// close via `proxy_set_effective_context`), right after the callback returned.
+    /// `skip`: the stream whose own callback is being handled.
+    fn pump(&mut self, skip: Option<u64>) {
+        if self.pumping {
+            return;
+        }
+        self.pumping = true;
         loop {
             let mut acted = false;
             let ids: Vec<u64> = self.ctls.keys().copied().collect();
             for id in ids {
+                if Some(id) == skip {
+                    continue;
+                }
                 let Some(ctl) = self.ctls.get(&id) else {
                     continue;
                 };
@@ -814,24 +1098,19 @@ impl WorkerVm {
                     self.close(id);
                     acted = true;
                 } else if let Some(lr) = s.local_reply.take() {
-                    if let Some(c) = self.ctls.get_mut(&id) {
-                        if c.st == St::Upstream {
-                            c.in_response = false;
-                        }
-                    }
                     self.local_reply(id, lr);
                     acted = true;
                 } else if std::mem::take(&mut s.continue_request) {
                     match st {
-                        St::PausedReqHeaders => self.req_body(id),
-                        St::PausedReqBody => self.send_upstream(id),
+                        St::PausedReq(Some(next)) => self.run_request(id, next),
+                        St::PausedReq(None) => self.send_upstream(id),
                         _ => continue,
                     }
                     acted = true;
                 } else if std::mem::take(&mut s.continue_response) {
                     match st {
-                        St::PausedRespHeaders => self.resp_body(id),
-                        St::PausedRespBody => self.complete(id),
+                        St::PausedResp(Some(next)) => self.run_response(id, next),
+                        St::PausedResp(None) => self.complete(id),
                         _ => continue,
                     }
                     acted = true;
@@ -841,15 +1120,55 @@ impl WorkerVm {
                 break;
             }
         }
+        self.pumping = false;
     }
+}
+
+/// How the filter manager reads a callback's return value (cpp-host clamps it).
+fn flow_of(phase: Phase, action: i32) -> Flow {
+    let a = action as u32;
+    match phase {
+        // FilterHeadersStatus: Continue 0, StopIteration 1, ContinueAndEndStream 2,
+        // StopAllIterationAndBuffer 3, StopAllIterationAndWatermark 4 (and above).
+        Phase::RequestHeaders | Phase::ResponseHeaders => match a {
+            0 | 2 => Flow::Continue,
+            1 => Flow::StopIteration,
+            _ => Flow::StopAll,
+        },
+        _ if a == 0 => Flow::Continue,
+        _ => Flow::StopIteration,
+    }
+}
+
+fn stage_index(s: Stage) -> u8 {
+    match s {
+        Stage::Headers => 0,
+        Stage::Body => 1,
+        Stage::Trailers => 2,
+    }
+}
+
+/// The frame after `s` that exists, if any.
+fn next_stage(s: Stage, body: bool, trailers: bool) -> Option<Stage> {
+    match s {
+        Stage::Headers if body => Some(Stage::Body),
+        Stage::Headers | Stage::Body if trailers => Some(Stage::Trailers),
+        _ => None,
+    }
+}
+
+fn pairs_map(p: &[(String, String)]) -> HeaderMap {
+    HeaderMap::from_pairs(p.iter().map(|(k, v)| (k, v.as_bytes())))
 }
 
 fn phase_name(p: Phase) -> &'static str {
     match p {
         Phase::RequestHeaders => "on_request_headers",
         Phase::RequestBody => "on_request_body",
+        Phase::RequestTrailers => "on_request_trailers",
         Phase::ResponseHeaders => "on_response_headers",
         Phase::ResponseBody => "on_response_body",
+        Phase::ResponseTrailers => "on_response_trailers",
         _ => "other",
     }
 }
@@ -883,13 +1202,14 @@ impl WorkerThread {
         module: WasmModule,
         index: usize,
         name: String,
+        filter: bool,
     ) -> anyhow::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel::<anyhow::Result<()>>();
         let handle = std::thread::Builder::new()
             .name(name.clone())
             .spawn(move || {
-                let mut w = match WorkerVm::new(env, module, index, name) {
+                let mut w = match WorkerVm::new(env, module, index, name, filter) {
                     Ok(w) => {
                         let _ = ready_tx.send(Ok(()));
                         w

@@ -1,0 +1,887 @@
+//! Issue 8: the harness behaves like Envoy in what a filter can observe — gRPC shapes,
+//! trailers, header and attribute lifetimes, response-phase local replies, failure
+//! policies, cross-stream effects, callouts. Each test names the Envoy /
+//! proxy-wasm-cpp-host source it follows (read from the upstream sources; see the
+//! fidelity table in host-test/README.md).
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fusewire_host_test::grpc::GrpcReply;
+use fusewire_host_test::*;
+
+fn probe() -> &'static WasmModule {
+    static M: OnceLock<WasmModule> = OnceLock::new();
+    M.get_or_init(|| common::fixture("probe"))
+}
+
+fn harness_with(cfg: HarnessConfig) -> Harness {
+    Harness::new(probe(), cfg).expect("harness")
+}
+
+fn one() -> Harness {
+    harness_with(HarnessConfig {
+        workers: 1,
+        ..Default::default()
+    })
+}
+
+fn with_plugin(plugin: PluginConfig) -> Harness {
+    harness_with(HarnessConfig {
+        workers: 1,
+        plugin,
+        ..Default::default()
+    })
+}
+
+fn shared_text(h: &Harness, key: &str) -> String {
+    String::from_utf8_lossy(&h.shared_data(key).expect(key).0).into_owned()
+}
+
+/// The probe's observation line for `phase` of the stream at `path`.
+fn obs(h: &Harness, path: &str, phase: &str) -> String {
+    let all = shared_text(h, &format!("obs-{path}"));
+    all.lines()
+        .find(|l| l.starts_with(&format!("{phase}:")))
+        .unwrap_or_else(|| panic!("no {phase} in {all}"))
+        .to_string()
+}
+
+fn reply(status: u16) -> Request {
+    Request::grpc("/probe/reply").header("x-probe-status", &status.to_string())
+}
+
+// ---- 1. gRPC and trailers ----------------------------------------------------------
+
+/// Envoy `Http::Utility::prepareLocalReply` (source/common/http/utility.cc) with
+/// `Grpc::Utility::httpToGrpcStatus` (source/common/grpc/status.cc) and
+/// `PercentEncoding::encode`: a filter's local reply to a gRPC request is trailers-only,
+/// `:status 200`, grpc-status mapped from the HTTP status unless the filter supplied
+/// one, grpc-message percent-encoded, no content-length, no body.
+#[test]
+fn grpc_local_reply_maps_the_http_status_and_percent_encodes() {
+    let mut h = one();
+    for (status, grpc) in [
+        (404, "12"),
+        (503, "14"),
+        (429, "14"),
+        (500, "2"),
+        (401, "16"),
+    ] {
+        let r = h.request(0, reply(status), UpstreamReply::status(200));
+        assert_eq!(r.response_status, Some(200), "{status}");
+        assert_eq!(
+            r.response_header("grpc-status").as_deref(),
+            Some(grpc),
+            "{status}"
+        );
+        assert_eq!(
+            r.response_header("content-type").as_deref(),
+            Some("application/grpc")
+        );
+        assert!(r.response_body.is_empty() && r.response_header("content-length").is_none());
+        assert_eq!(r.grpc_status(), grpc.parse().ok());
+    }
+    let r = h.request(
+        0,
+        reply(503).header("x-probe-body", "50% off~"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(
+        r.response_header("grpc-message").as_deref(),
+        Some("50%25 off%7E")
+    );
+    let r = h.request(
+        0,
+        reply(503).header("x-probe-add", "grpc-status=8"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(
+        r.response_header("grpc-status").as_deref(),
+        Some("8"),
+        "filter header wins"
+    );
+    let r = h.request(
+        0,
+        reply(503).header("x-probe-grpc", "4"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(
+        r.response_header("grpc-status").as_deref(),
+        Some("4"),
+        "explicit grpc status"
+    );
+    // grpc-web is not gRPC: a plain HTTP reply.
+    let r = h.request(
+        0,
+        Request::get("/probe/reply")
+            .header("content-type", "application/grpc-web")
+            .header("x-probe-status", "503"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(
+        (r.response_status, r.response_header("grpc-status")),
+        (Some(503), None)
+    );
+}
+
+/// Envoy `Router::Filter::onUpstreamReset` / `onUpstreamTimeoutAbort` → `sendLocalReply`
+/// with no gRPC status (source/common/router/router.cc), and `Context::failStream`
+/// (source/extensions/common/wasm/context.cc, UNAVAILABLE): every router and
+/// fail-closed reply to a gRPC request is trailers-only; a route timeout is 14.
+#[test]
+fn grpc_router_and_fail_closed_replies_are_trailers_only() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        routes: vec![RouteConfig {
+            timeout_ms: 100,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let g = || Request::grpc("/svc/M");
+    let r = h.request(0, g(), UpstreamReply::reset());
+    assert_eq!((r.response_status, r.grpc_status()), (Some(200), Some(14)));
+    assert_eq!(
+        r.response_header("grpc-message").as_deref(),
+        Some(
+            "upstream connect error or disconnect/reset before headers. reset reason: remote reset"
+        )
+    );
+    assert_eq!(
+        r.response_header("x-probe-resp").as_deref(),
+        Some("200"),
+        "filter saw it"
+    );
+    assert_eq!(r.outcome, Outcome::UpstreamFailed);
+    let r = h.request(0, g(), UpstreamReply::hang());
+    assert_eq!((r.response_status, r.grpc_status()), (Some(200), Some(14)));
+    assert_eq!(r.response_flags, flags::UPSTREAM_REQUEST_TIMEOUT);
+    assert_eq!(
+        r.response_header("grpc-message").as_deref(),
+        Some("upstream request timeout")
+    );
+    let r = h.request(
+        0,
+        g(),
+        UpstreamReply::reset_with(ResetReason::NoHealthyUpstream),
+    );
+    assert_eq!(r.grpc_status(), Some(14));
+    let r = h.request(0, Request::grpc("/probe/trap"), UpstreamReply::status(200));
+    assert_eq!(r.outcome, Outcome::FailClosed);
+    assert_eq!((r.response_status, r.grpc_status()), (Some(200), Some(14)));
+    assert_eq!(
+        r.response_header("grpc-message"),
+        None,
+        "failStream has no body"
+    );
+}
+
+/// Envoy `Context::encodeTrailers` / `getMap(ResponseTrailers)`
+/// (source/extensions/common/wasm/context.cc): an upstream gRPC response carries
+/// grpc-status in the response trailers, delivered to `on_http_response_trailers`
+/// with map 3 live (readable and writable); a trailers-only answer has it in the
+/// headers and no trailers callback.
+#[test]
+fn upstream_grpc_status_arrives_in_the_response_trailers() {
+    let mut h = one();
+    let r = h.request(0, Request::grpc("/svc/M"), UpstreamReply::grpc(14));
+    assert_eq!(r.response_status, Some(200));
+    assert_eq!(r.response_header("grpc-status"), None);
+    assert_eq!(r.response_trailer("grpc-status").as_deref(), Some("14"));
+    assert_eq!(r.grpc_status(), Some(14));
+    assert_eq!(
+        r.response_trailer("x-probe-trailer").as_deref(),
+        Some("seen grpc-status=14"),
+        "the filter read and extended the trailers"
+    );
+    assert!(r.callbacks.contains(&"on_response_trailers".to_string()));
+    assert_eq!(
+        r.outcome,
+        Outcome::UpstreamOk,
+        "HTTP 200: Envoy's own classification"
+    );
+    let r = h.request(
+        0,
+        Request::grpc("/svc/M"),
+        UpstreamReply::grpc_trailers_only(8),
+    );
+    assert_eq!(r.response_header("grpc-status").as_deref(), Some("8"));
+    assert_eq!(r.response_trailers, None);
+    assert!(!r.callbacks.contains(&"on_response_trailers".to_string()));
+}
+
+/// Envoy `Context::decodeTrailers` (map 1 live there) and the filter manager's frame
+/// order: request trailers reach `on_http_request_trailers` after the body and go
+/// upstream as the filter left them.
+#[test]
+fn request_trailers_reach_the_filter_and_the_upstream() {
+    let mut h = one();
+    let r = h.request(
+        0,
+        Request::grpc("/svc/M").trailer("x-req-trailer", "abc"),
+        UpstreamReply::grpc(0),
+    );
+    let cb: Vec<&str> = r.callbacks.iter().map(String::as_str).collect();
+    assert_eq!(
+        cb,
+        [
+            "on_context_create",
+            "on_request_headers",
+            "on_request_body",
+            "on_request_trailers",
+            "on_response_headers",
+            "on_response_body",
+            "on_response_trailers",
+            "on_log",
+            "on_done",
+            "on_delete"
+        ]
+    );
+    let t = r.upstream_request_trailers.expect("trailers upstream");
+    assert_eq!(t.get_str("x-req-trailer").as_deref(), Some("ABC"));
+}
+
+/// Envoy `Context::grpcCall` / `grpcStream` (source/extensions/common/wasm/context.cc:
+/// a cluster name as service, unknown → PARSE_FAILURE) and the gRPC callbacks
+/// (`onGrpcReceiveWrapper`, `onGrpcCloseWrapper`): OK + a token, then
+/// `on_grpc_receive` (call success) or `on_grpc_close` with `proxy_get_status`; a
+/// stream gets initial metadata, message, trailing metadata, close. Callbacks go to
+/// the root context (cpp-host src/exports.cc `grpc_call`: `root_context()`).
+#[test]
+fn grpc_calls_and_streams_answer_through_callbacks() {
+    let cluster = |reply: GrpcReply| ClusterConfig {
+        grpc_reply: reply,
+        ..Default::default()
+    };
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        clusters: vec![cluster(GrpcReply {
+            latency_ns: 3_000_000,
+            response: "pong".into(),
+            initial_metadata: vec![("k".into(), "v".into())],
+            trailing_metadata: vec![("t".into(), "w".into())],
+            ..Default::default()
+        })],
+        ..Default::default()
+    });
+    let r = h.request(
+        0,
+        Request::get("/probe/grpc-call"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(r.response_header("x-grpc-status").as_deref(), Some("0"));
+    assert_eq!(r.body_text(), "pong");
+    assert_eq!(r.latency_ns(), 3_000_000);
+    assert!(h
+        .lifecycle()
+        .iter()
+        .any(|c| c.callback == "proxy_on_grpc_receive" && c.context_id == 1));
+    let r = h.request(
+        0,
+        Request::get("/probe/grpc-stream"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(
+        r.body_text(),
+        "initial n=1 k=Some(\"v\"); message pong; trailing n=1 t=Some(\"w\"); close 0 status=(0,None)"
+    );
+    let r = h.request(
+        0,
+        Request::get("/probe/grpc-call-bad"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(r.body_text(), "err=ParseFailure");
+    let before = h.lifecycle().len();
+    let r = h.request(
+        0,
+        Request::get("/probe/grpc-cancel"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(r.body_text(), "cancelled");
+    h.run_for(Duration::from_millis(10));
+    assert_eq!(
+        h.lifecycle().len(),
+        before,
+        "a cancelled call never calls back"
+    );
+
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        clusters: vec![cluster(GrpcReply {
+            status: 7,
+            message: "denied".into(),
+            ..Default::default()
+        })],
+        ..Default::default()
+    });
+    let r = h.request(
+        0,
+        Request::get("/probe/grpc-call"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(r.response_header("x-grpc-status").as_deref(), Some("7"));
+    assert_eq!(
+        r.response_header("x-grpc-message").as_deref(),
+        Some("denied")
+    );
+}
+
+// ---- 2. Header and attribute lifetimes ------------------------------------------------
+
+/// Envoy `Context::decodeHeaders` / `encodeHeaders` (the map pointer is dropped once the
+/// callback returns Continue), `getConstMap` (access-log maps in `on_log`, NOT_FOUND for
+/// a missing one there), `getHeaderMapPairs` (OK + empty for a missing map),
+/// `getMap`/`getHeaderMapSize` (BAD_ARGUMENT), and the expression context's
+/// `RequestWrapper` (header-derived `request.*` only from a live map)
+/// (source/extensions/common/wasm/context.cc, source/extensions/filters/common/expr/
+/// context.cc). Codes: 0 OK, 1 NOT_FOUND, 2 BAD_ARGUMENT.
+#[test]
+fn header_maps_and_request_attributes_follow_envoys_lifetimes() {
+    let mut h = one();
+    h.request(
+        0,
+        Request::get("/probe/observe"),
+        UpstreamReply::status(200),
+    );
+    let p = "/probe/observe";
+    let req = obs(&h, p, "req_headers");
+    assert!(
+        req.starts_with("req_headers: m0=0 m1=2 m2=2 m3=2 p0=0/")
+            && req.ends_with("size0=0 a0=0 path=/probe/observe code=!1 details=!1 flags=0"),
+        "{req}"
+    );
+    assert_eq!(
+        obs(&h, p, "resp_headers"),
+        "resp_headers: m0=2 m1=2 m2=0 m3=2 p0=0/0 size0=2 a0=2 path=!1 code=200 details=via_upstream flags=0"
+    );
+    let log = obs(&h, p, "log");
+    assert!(
+        log.starts_with("log: m0=0 m1=1 m2=0 m3=1 p0=0/")
+            && log.ends_with(
+                "size0=2 a0=2 path=/probe/observe code=200 details=via_upstream flags=0"
+            ),
+        "readable again (not writable) in on_log: {log}"
+    );
+    assert_eq!(
+        obs(&h, p, "done"),
+        "done: m0=2 m1=2 m2=2 m3=2 p0=0/0 size0=2 a0=2 path=!1 code=200 details=via_upstream flags=0"
+    );
+}
+
+/// The same observation with `strict_lifetimes: false`: maps stay readable and
+/// writable until the stream is deleted (the harness's old, looser rules).
+#[test]
+fn lenient_lifetimes_keep_every_map_readable() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        strict_lifetimes: false,
+        ..Default::default()
+    });
+    h.request(
+        0,
+        Request::get("/probe/observe"),
+        UpstreamReply::status(200),
+    );
+    let p = "/probe/observe";
+    let resp = obs(&h, p, "resp_headers");
+    assert!(
+        resp.starts_with("resp_headers: m0=0 m1=2 m2=0 m3=2"),
+        "{resp}"
+    );
+    assert!(resp.contains("path=/probe/observe"), "{resp}");
+    let done = obs(&h, p, "done");
+    assert!(done.starts_with("done: m0=0 m1=1 m2=0 m3=1"), "{done}");
+}
+
+/// Envoy `FilterManager::sendLocalReply` sets the details before the filter chain runs,
+/// while `response.code` is only in the stream info once the headers are encoded:
+/// absent in the filter's `on_http_response_headers` for its own local reply.
+#[test]
+fn local_reply_code_is_absent_in_the_filters_response_headers() {
+    let mut h = one();
+    let r = h.request(
+        0,
+        Request::get("/probe/observe-reply"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(r.response_status, Some(418));
+    let p = "/probe/observe-reply";
+    let resp = obs(&h, p, "resp_headers");
+    // The SDK sends no details: Envoy records them as "" (set, empty).
+    assert!(resp.ends_with("code=!1 details= flags=0"), "{resp}");
+    let req = obs(&h, p, "req_headers");
+    assert!(req.contains("m0=0"), "{req}");
+    assert!(obs(&h, p, "log").ends_with("code=418 details= flags=0"));
+}
+
+/// Envoy filter-manager frame delivery (a StopIteration from the headers still delivers
+/// the body; a Continue from the body resumes the request) and `Context::decodeHeaders`
+/// (the headers pointer is dropped only by a Continue from the headers or by
+/// `continueStream`): after such a resume the request headers stay readable.
+#[test]
+fn body_is_delivered_while_the_headers_are_stopped() {
+    let mut h = one();
+    let r = h.request(
+        0,
+        Request::get("/probe/observe-stop-headers").body(b"abc"),
+        UpstreamReply::status(200),
+    );
+    assert!(r.sent_upstream, "the body's Continue resumed the request");
+    let p = "/probe/observe-stop-headers";
+    assert!(obs(&h, p, "req_body").starts_with("req_body: m0=0"));
+    let resp = obs(&h, p, "resp_headers");
+    assert!(resp.starts_with("resp_headers: m0=0"), "{resp}");
+}
+
+/// Envoy `Context::continueStream` drops the request map at once; with the trailers:
+/// `getConstMap(RequestTrailers)` is nullptr in the access-log phase (NOT_FOUND), the
+/// response trailers are readable there.
+#[test]
+fn continue_stream_drops_the_request_map_and_trailers_follow_their_frames() {
+    let mut h = one();
+    let a = h.submit(
+        0,
+        Request::get("/probe/observe-stop-headers"),
+        UpstreamReply::status(200),
+    );
+    h.run_for(Duration::from_millis(5));
+    h.request(
+        0,
+        Request::get("/probe/release"),
+        UpstreamReply::status(200),
+    );
+    h.run_until_idle(Duration::from_secs(1));
+    assert!(h.record(a).expect("released").sent_upstream);
+    let resp = obs(&h, "/probe/observe-stop-headers", "resp_headers");
+    assert!(resp.starts_with("resp_headers: m0=2"), "{resp}");
+
+    h.request(
+        0,
+        Request::grpc("/probe/observe-trailers").trailer("x-req-trailer", "t"),
+        UpstreamReply::grpc(0),
+    );
+    let p = "/probe/observe-trailers";
+    assert!(obs(&h, p, "req_trailers").starts_with("req_trailers: m0=2 m1=0 m2=2 m3=2"));
+    assert!(obs(&h, p, "resp_trailers").starts_with("resp_trailers: m0=2 m1=2 m2=2 m3=0"));
+    assert!(obs(&h, p, "log").starts_with("log: m0=0 m1=1 m2=0 m3=0"));
+}
+
+// ---- 3. Local reply from the response phase -----------------------------------------
+
+/// Envoy `DownstreamFilterManager::sendDirectLocalReply` (source/common/http/
+/// filter_manager.cc): a local reply once the response is in the encoder chain replaces
+/// it and goes straight to the client, without running the filter's callbacks again.
+#[test]
+fn local_reply_from_the_response_phase_replaces_the_upstream_response() {
+    let mut h = one();
+    let r = h.request(
+        0,
+        Request::get("/probe/reply-in-response").header("x-probe-status", "299"),
+        UpstreamReply::status(200).with_body("upstream"),
+    );
+    assert_eq!(r.upstream_status, Some(200));
+    assert_eq!(r.response_status, Some(299));
+    assert_eq!(r.body_text(), "replaced");
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("replaced"));
+    assert_eq!(
+        r.response_header("content-type").as_deref(),
+        Some("text/plain")
+    );
+    assert_eq!(
+        r.response_header("x-probe-resp"),
+        None,
+        "no second response phase"
+    );
+    assert_eq!(r.outcome, Outcome::LocalReply);
+    assert_eq!(
+        r.callbacks
+            .iter()
+            .filter(|c| *c == "on_response_headers")
+            .count(),
+        1
+    );
+    assert!(!r.callbacks.contains(&"on_response_body".to_string()));
+    let r = h.request(
+        0,
+        Request::grpc("/probe/reply-in-response").header("x-probe-status", "503"),
+        UpstreamReply::grpc(0),
+    );
+    assert_eq!((r.response_status, r.grpc_status()), (Some(200), Some(14)));
+    assert_eq!(r.response_trailers, None, "trailers-only");
+}
+
+// ---- 4. Failure policies ----------------------------------------------------------------
+
+/// Envoy `PluginConfig::createContext` (source/extensions/common/wasm/wasm.cc: a failed
+/// VM under FAIL_OPEN skips the filter for new streams) and cpp-host `CHECK_FAIL`
+/// (src/context.cc: streams with a context in the failed VM read the legacy
+/// `plugin_->fail_open_`, false with `failure_policy`, → `failStream`): the trapping
+/// stream and in-flight ones get 503 `wasm_fail_stream`; a stream paused in the VM is
+/// never resumed and ends at the stream idle timeout.
+#[test]
+fn fail_open_fails_in_flight_streams_and_skips_new_ones() {
+    let mut h = with_plugin(PluginConfig {
+        failure_policy: FailurePolicy::FailOpen,
+        ..Default::default()
+    });
+    let parked = h.submit(0, Request::get("/probe/park"), UpstreamReply::status(200));
+    let waiting = h.submit(
+        0,
+        Request::get("/x"),
+        UpstreamReply::status(200).after_ms(100),
+    );
+    h.run_for(Duration::from_millis(10));
+    let trap = h.request(0, Request::get("/probe/trap"), UpstreamReply::status(200));
+    assert_eq!(
+        (trap.outcome, trap.code_details.as_str()),
+        (Outcome::FailClosed, "wasm_fail_stream")
+    );
+    let new = h.request(0, Request::get("/y"), UpstreamReply::status(200));
+    assert_eq!(new.outcome, Outcome::UpstreamOk);
+    assert!(new.callbacks.is_empty(), "filter skipped");
+    h.run_for(Duration::from_millis(200));
+    let w = h.record(waiting).expect("waiting finished").clone();
+    assert_eq!(w.upstream_status, Some(200));
+    assert_eq!(
+        (w.outcome, w.response_status, w.code_details.as_str()),
+        (Outcome::FailClosed, Some(503), "wasm_fail_stream")
+    );
+    assert!(h.record(parked).is_none(), "never resumed");
+    assert!(h.run_until_idle(Duration::from_secs(400)));
+    let p = h.record(parked).expect("idle timeout").clone();
+    assert_eq!(
+        p.latency_ns(),
+        300_000_000_000,
+        "default stream_idle_timeout 300 s"
+    );
+    assert_eq!(p.response_status, Some(503));
+    assert_ne!(p.response_flags & flags::STREAM_IDLE_TIMEOUT, 0);
+}
+
+/// The legacy `fail_open: true` (cpp-host `CHECK_FAIL` returns the open result): the
+/// trapping and in-flight streams continue without the filter; a paused one still
+/// waits for the idle timeout (504 `stream_idle_timeout`).
+#[test]
+fn legacy_fail_open_lets_in_flight_streams_continue() {
+    let mut h = with_plugin(PluginConfig {
+        fail_open: true,
+        ..Default::default()
+    });
+    let parked = h.submit(0, Request::get("/probe/park"), UpstreamReply::status(200));
+    let waiting = h.submit(
+        0,
+        Request::get("/x"),
+        UpstreamReply::status(200).after_ms(100),
+    );
+    h.run_for(Duration::from_millis(10));
+    let trap = h.request(0, Request::get("/probe/trap"), UpstreamReply::status(200));
+    assert_eq!(
+        (trap.outcome, trap.response_status),
+        (Outcome::UpstreamOk, Some(200))
+    );
+    assert!(trap.sent_upstream);
+    assert!(h.run_until_idle(Duration::from_secs(400)));
+    assert_eq!(
+        h.record(waiting).map(|r| r.outcome),
+        Some(Outcome::UpstreamOk)
+    );
+    let p = h.record(parked).expect("idle timeout").clone();
+    assert_eq!(
+        (p.outcome, p.response_status, p.code_details.as_str()),
+        (Outcome::IdleTimeout, Some(504), "stream_idle_timeout")
+    );
+    assert_eq!(p.body_text(), "stream timeout");
+}
+
+/// Envoy `PluginConfig::maybeReloadHandleIfNeeded` (source/extensions/common/wasm/
+/// wasm.cc) with `JitteredLowerBoundBackOffStrategy` (source/common/common/
+/// backoff_strategy.cc: `[base, 1.5 × base)`): the backoff counts from the last load,
+/// so a VM that ran longer than the backoff is re-cloned on the very next request.
+#[test]
+fn fail_reload_backs_off_from_the_last_load() {
+    let mut h = with_plugin(PluginConfig {
+        failure_policy: FailurePolicy::FailReload,
+        reload_backoff_ms: 1000,
+        ..Default::default()
+    });
+    h.run_for(Duration::from_secs(10));
+    assert_eq!(
+        h.request(0, Request::get("/probe/trap"), UpstreamReply::status(200))
+            .outcome,
+        Outcome::FailClosed
+    );
+    let r = h.request(0, Request::get("/x"), UpstreamReply::status(200));
+    assert_eq!(
+        r.outcome,
+        Outcome::UpstreamOk,
+        "10 s since the load: reloaded at once"
+    );
+    assert!(h.worker_alive(0));
+    // Now the last load is recent: a second trap backs off for at least 1 s.
+    h.request(0, Request::get("/probe/trap"), UpstreamReply::status(200));
+    h.run_for(Duration::from_millis(999));
+    assert_eq!(
+        h.request(0, Request::get("/x"), UpstreamReply::status(200))
+            .outcome,
+        Outcome::FailClosed
+    );
+    h.run_for(Duration::from_millis(501));
+    assert_eq!(
+        h.request(0, Request::get("/x"), UpstreamReply::status(200))
+            .outcome,
+        Outcome::UpstreamOk
+    );
+}
+
+/// cpp-host `getOrCreateThreadLocalPlugin` (src/wasm.cc: a failed configure returns no
+/// plugin handle) and Envoy `PluginConfig::createContext` (null handle → no filter): a
+/// worker whose on_configure returns false runs without the filter.
+#[test]
+fn worker_whose_configure_fails_runs_without_the_filter() {
+    // configures: canary 1, worker-0 2, worker-1 3 (rejected), main 4 (rejected).
+    let mut h = harness_with(HarnessConfig {
+        workers: 2,
+        plugin: PluginConfig {
+            configuration: "reject_configure_from=3".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let r0 = h.request(0, Request::get("/x"), UpstreamReply::status(200));
+    assert_eq!(r0.response_header("x-probe-resp").as_deref(), Some("200"));
+    let r1 = h.request(1, Request::get("/probe/trap"), UpstreamReply::status(200));
+    assert_eq!(r1.outcome, Outcome::UpstreamOk);
+    assert!(r1.callbacks.is_empty() && r1.response_header("x-probe-resp").is_none());
+}
+
+/// Envoy `ConnectionManagerImpl::ActiveStream::onIdleTimeout` (source/common/http/
+/// conn_manager_impl.cc): flag SI, `sendLocalReply(504 "stream timeout",
+/// stream_idle_timeout)` through the filter chain; the timeout is configurable.
+#[test]
+fn stream_idle_timeout_ends_a_stream_paused_forever() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        stream_idle_timeout_ms: 2_000,
+        ..Default::default()
+    });
+    let r = h.request(0, Request::get("/probe/park"), UpstreamReply::status(200));
+    assert_eq!(r.latency_ns(), 2_000_000_000);
+    assert_eq!(
+        (r.outcome, r.response_status),
+        (Outcome::IdleTimeout, Some(504))
+    );
+    assert_eq!(r.response_flags, flags::STREAM_IDLE_TIMEOUT);
+    assert_eq!(
+        r.response_header("x-probe-resp").as_deref(),
+        Some("504"),
+        "through the filter"
+    );
+    assert_eq!(
+        r.local_reply.map(|l| l.source),
+        Some(LocalReplySource::ConnectionManager)
+    );
+}
+
+// ---- 5. Cross-stream effects --------------------------------------------------------------
+
+/// Envoy `Context::continueStream` / `sendLocalResponse` queue `addAfterVmCallAction`,
+/// run by cpp-host `DeferAfterCallActions` right after the calling callback returns
+/// (src/context.cc): a stream resumed or answered from another stream's callback moves
+/// at that moment, not at the next tick (this harness has no tick configured).
+#[test]
+fn cross_stream_effects_apply_right_after_the_calling_callback() {
+    let mut h = one();
+    let a = h.submit(
+        0,
+        Request::get("/probe/park"),
+        UpstreamReply::status(200).after_ms(10),
+    );
+    h.run_for(Duration::from_millis(50));
+    h.request(
+        0,
+        Request::get("/probe/release"),
+        UpstreamReply::status(200),
+    );
+    h.run_until_idle(Duration::from_secs(1));
+    let ra = h.record(a).expect("resumed").clone();
+    assert_eq!(ra.outcome, Outcome::UpstreamOk);
+    assert_eq!(
+        ra.latency_ns(),
+        60_000_000,
+        "resumed at 50 ms, then 10 ms upstream"
+    );
+
+    let b = h.submit(0, Request::get("/probe/park"), UpstreamReply::status(200));
+    h.run_for(Duration::from_millis(5));
+    let t = h.now_ns();
+    h.request(
+        0,
+        Request::get("/probe/release-reply"),
+        UpstreamReply::status(200),
+    );
+    let rb = h.record(b).expect("answered").clone();
+    assert_eq!((rb.response_status, rb.end_ns), (Some(299), t));
+    assert_eq!(rb.response_header("x-probe-resp").as_deref(), Some("299"));
+}
+
+// ---- 6. Callouts ---------------------------------------------------------------------------
+
+/// cpp-host `exports::http_call` (src/exports.cc: `contextOrEffectiveContext()->
+/// root_context()`): the call belongs to the root context, its callback gets the root
+/// context id and still comes after the stream that made it has ended.
+#[test]
+fn http_call_belongs_to_the_root_context() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        clusters: vec![ClusterConfig {
+            http_call_reply: UpstreamReply::status(200).after_ms(5),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let r = h.request(
+        0,
+        Request::get("/probe/callout-then-reply"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(r.body_text(), "dispatched=true");
+    let calls = |h: &Harness| {
+        h.lifecycle()
+            .into_iter()
+            .filter(|c| c.callback == "proxy_on_http_call_response")
+            .collect::<Vec<_>>()
+    };
+    assert!(calls(&h).is_empty());
+    h.run_for(Duration::from_millis(10));
+    let c = calls(&h);
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].vm.as_str(), c[0].context_id), ("worker-0", 1));
+}
+
+/// Envoy's async client router replies (source/common/router/router.cc) reach
+/// `Context::onHttpCallSuccess` as normal responses: reset → 503 "upstream connect
+/// error …", timeout → 504 "upstream request timeout"; an inline failure (no healthy
+/// host) makes `httpCall` return INTERNAL_FAILURE and no callback follows.
+#[test]
+fn callout_failures_arrive_as_responses_or_inline() {
+    let with = |reply: UpstreamReply| {
+        harness_with(HarnessConfig {
+            workers: 1,
+            clusters: vec![ClusterConfig {
+                http_call_reply: reply,
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    };
+    let mut h = with(UpstreamReply::reset().after_ms(2));
+    let r = h.request(
+        0,
+        Request::get("/probe/callout"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(
+        r.response_header("x-callout-status").as_deref(),
+        Some("503")
+    );
+    assert_eq!(
+        r.body_text(),
+        "upstream connect error or disconnect/reset before headers. reset reason: remote reset"
+    );
+    let mut h = with(UpstreamReply::reset_with(ResetReason::NoHealthyUpstream));
+    let r = h.request(
+        0,
+        Request::get("/probe/callout"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(
+        (r.response_status, r.body_text().as_str()),
+        (Some(500), "err=InternalFailure")
+    );
+    h.run_for(Duration::from_secs(2));
+    assert!(!h
+        .lifecycle()
+        .iter()
+        .any(|c| c.callback == "proxy_on_http_call_response"));
+}
+
+// ---- 7. Small ones -----------------------------------------------------------------------
+
+/// Envoy `prepareLocalReply` (text/plain + content-length with a body, neither without)
+/// and `ConnectionManagerUtility::mutateRequestHeaders` (x-forwarded-proto).
+#[test]
+fn local_reply_content_type_and_forwarded_proto() {
+    let mut h = one();
+    let r = h.request(0, Request::get("/probe/local"), UpstreamReply::status(200));
+    assert_eq!(
+        r.response_header("content-type").as_deref(),
+        Some("text/plain")
+    );
+    assert_eq!(r.response_header("content-length").as_deref(), Some("8"));
+    let r = h.request(
+        0,
+        Request::get("/probe/reply").header("x-probe-status", "204"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(r.response_header("content-type"), None);
+    let r = h.request(0, Request::get("/up"), UpstreamReply::status(200));
+    let up = r.upstream_request_headers.expect("sent");
+    assert_eq!(up.get_str("x-forwarded-proto").as_deref(), Some("http"));
+}
+
+/// cpp-host `WasmBase::startVm` runs the start functions with the VM context (id 0): no
+/// root context, no plugin (Envoy `Context::findValue`: plugin_name needs `plugin_`,
+/// plugin_root_id is the VM context's empty root id), no plugin configuration
+/// (`getBuffer`: `temp_plugin_` null); the VM configuration is served anytime.
+#[test]
+fn host_calls_during_initialize_see_only_the_vm_context() {
+    let h = one();
+    let init = h
+        .logs()
+        .into_iter()
+        .find(|l| l.vm == "worker-0" && l.message.starts_with("init "))
+        .expect("init line");
+    assert_eq!(
+        init.message,
+        "init plugin_name=!1 root_id= vm_id=fusewire-v1 effective_1=2 local_reply=0 plugin_config=!1 vm_config= pairs=(0, 0)"
+    );
+}
+
+/// Envoy `Context::setProperty` (NOT_FOUND without stream info), `sendLocalResponse`
+/// and `continueStream` (OK and nothing without decoder callbacks),
+/// `getHeaderMapPairs` (OK + empty) in a root context (on_configure).
+#[test]
+fn root_context_calls_are_as_loose_as_envoys() {
+    let h = one();
+    assert!(h.logs().iter().any(|l| l.vm == "worker-0"
+        && l.message == "root set_property=1 local_reply=0 continue=0 pairs=(0, 0) value=!2"));
+}
+
+/// Envoy's bootstrap wasm service with `singleton: true`
+/// (source/extensions/bootstrap/wasm/config.cc): one plugin on the main thread.
+#[test]
+fn singleton_service_runs_one_vm_on_the_main_thread() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 2,
+        singleton: true,
+        plugin: PluginConfig {
+            configuration: "tick_ms=100".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let vms: Vec<String> = h
+        .lifecycle()
+        .into_iter()
+        .filter(|c| c.callback == "proxy_on_configure")
+        .map(|c| c.vm)
+        .collect();
+    assert_eq!(vms, ["canary", "main"]);
+    h.run_for(Duration::from_secs(1));
+    assert_eq!(h.metric("probe.ticks").map(|m| m.scalar()), Some(10));
+    let r = h.request(0, Request::get("/x"), UpstreamReply::status(200));
+    assert!(r.callbacks.is_empty() && r.outcome == Outcome::UpstreamOk);
+}
