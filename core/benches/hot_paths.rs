@@ -4,7 +4,8 @@
 //! Run: `cargo bench -p fusewire-core --bench hot_paths`
 
 use criterion::Criterion;
-use fusewire_core::{CircuitBreaker, Config, Outcome};
+use fusewire_core::shared::memory::{MemoryStore, Rules};
+use fusewire_core::{CircuitBreaker, Config, Engine, Outcome, SharedConfig, Start};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -45,6 +46,17 @@ fn closed_path(c: &mut Criterion) {
             black_box(cb.record(p, Outcome::Success, now + 20 * MS, now));
         })
     });
+    g.bench_function("fusewire_with_clock", |b| {
+        // What a native host pays: one monotonic clock read per call, as the peers
+        // read the clock themselves.
+        let mut cb = closed_breaker();
+        let origin = std::time::Instant::now();
+        b.iter(|| {
+            let now = origin.elapsed().as_nanos() as u64;
+            let p = cb.try_acquire(now, now).expect("closed");
+            black_box(cb.record(p, Outcome::Success, now, now));
+        })
+    });
     g.bench_function("recloser", |b| {
         let r = recloser_breaker();
         b.iter(|| black_box(r.call(|| Ok::<u32, ()>(black_box(1)))))
@@ -54,6 +66,65 @@ fn closed_path(c: &mut Criterion) {
         b.iter(|| {
             use failsafe::CircuitBreaker as _;
             black_box(cb.call(|| Ok::<u32, ()>(black_box(1))))
+        })
+    });
+    g.finish();
+}
+
+/// The whole flow (breaker + bulkhead + deadline + key table) per call.
+fn engine_path(c: &mut Criterion) {
+    let mut g = c.benchmark_group("engine_start_complete");
+    let cfg = Config::from_json(r#"{"bulkhead": {"max_concurrent": 64}}"#).expect("valid");
+    g.bench_function("local", |b| {
+        let mut e = Engine::local();
+        let p = e.add_policy("p", cfg.clone()).expect("valid");
+        let k = e.key(p, "k", 0).expect("policy");
+        let mut now = 0u64;
+        b.iter(|| {
+            now += 1_000;
+            let Start::Running(permit) = e.start(black_box(k), now, now) else {
+                panic!("admitted")
+            };
+            black_box(e.complete(permit, Outcome::Success, now + 20 * MS, now));
+        })
+    });
+    g.bench_function("local_with_clock", |b| {
+        let mut e = Engine::local();
+        let p = e.add_policy("p", cfg.clone()).expect("valid");
+        let k = e.key(p, "k", 0).expect("policy");
+        let origin = std::time::Instant::now();
+        b.iter(|| {
+            let now = origin.elapsed().as_nanos() as u64;
+            let Start::Running(permit) = e.start(black_box(k), now, now) else {
+                panic!("admitted")
+            };
+            black_box(e.complete(permit, Outcome::Success, now, now));
+        })
+    });
+    g.bench_function("shared_sync_memory_store", |b| {
+        // A sync host: prepare (one read), start, complete, with the in-memory store
+        // standing in for Envoy shared data (its copy costs are the host's).
+        let mut e = Engine::shared(SharedConfig::default(), 1).expect("valid");
+        let p = e.add_policy("p", cfg.clone()).expect("valid");
+        let mut store = MemoryStore::new(Rules::Envoy);
+        let k = e.key(p, "k", 0).expect("policy");
+        let mut now = 0u64;
+        let mut drive = |e: &mut Engine, now: u64| {
+            while let Some(io) = e.poll_io(now, now) {
+                let (id, a) = (io.id, store.exec(&io));
+                e.io_done(id, a.as_answer(), now, now);
+            }
+        };
+        b.iter(|| {
+            now += 1_000;
+            e.prepare(k, now);
+            drive(&mut e, now);
+            let Start::Running(permit) = e.start(black_box(k), now, now) else {
+                panic!("admitted")
+            };
+            black_box(e.complete(permit, Outcome::Success, now + 20 * MS, now));
+            drive(&mut e, now);
+            while e.poll(now, now).is_some() {}
         })
     });
     g.finish();
@@ -112,14 +183,14 @@ fn filled_breaker() -> CircuitBreaker {
 fn queries(c: &mut Criterion) {
     let mut g = c.benchmark_group("queries");
     g.bench_function("health_snapshot", |b| {
-        let mut cb = filled_breaker();
+        let cb = filled_breaker();
         let now = 60_000 * MS;
         b.iter(|| black_box(cb.health(black_box(now))))
     });
     g.bench_function("percentiles", |b| {
-        let mut cb = filled_breaker();
+        let cb = filled_breaker();
         let now = 60_000 * MS;
-        b.iter(|| black_box(cb.percentiles(black_box(now))))
+        b.iter(|| black_box(cb.percentiles_ns(black_box(now))))
     });
     g.finish();
 }
@@ -138,6 +209,7 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     closed_path(&mut c);
     open_path(&mut c);
+    engine_path(&mut c);
     queries(&mut c);
     c.final_summary();
 }

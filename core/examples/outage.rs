@@ -3,8 +3,7 @@
 //!
 //! Run: `cargo run --release -p fusewire-core --example outage`
 
-use fusewire_core::registry::{Completion, Event, Registry, Start};
-use fusewire_core::{Config, EventKind, Outcome, Phase};
+use fusewire_core::{Config, Engine, Event, EventKind, Outcome, Permit, Phase, Start};
 
 const MS: u64 = 1_000_000;
 
@@ -68,14 +67,13 @@ fn main() {
         }"#,
     )
     .expect("valid config");
-    let mut reg = Registry::new();
-    let id = reg
-        .register("GetUser", "UserService", None, config, 0)
-        .expect("valid config");
+    let mut engine = Engine::local();
+    let policy = engine.add_policy("UserService", config).expect("valid config");
+    let key = engine.key(policy, "GetUser", 0).expect("policy exists");
     let mut rng = Rng(2024);
     // (finish time, call, outcome) of calls in flight.
-    let mut inflight: Vec<(u64, fusewire_core::timeouts::CallId, Outcome)> = vec![];
-    let mut rejected = 0u64;
+    let mut inflight: Vec<(u64, Permit, Outcome)> = vec![];
+    let mut refused = 0u64;
 
     println!("fusewire-core outage demo: 50 req/s against one key; outage from 20 s to 45 s");
     println!("  config: 10 s window, 50 % / 20 requests, open 2 s doubling to 8 s (±10 % jitter),");
@@ -98,73 +96,47 @@ fn main() {
     let end = 75_000 * MS;
     let mut t = 0;
     while t <= end {
-        // Finish calls due now.
+        // Finish calls due now (a timed-out call's late result is discarded).
         inflight.sort_by_key(|c| std::cmp::Reverse(c.0));
         while inflight.last().is_some_and(|c| c.0 <= t) {
-            let Some((_, call, outcome)) = inflight.pop() else {
+            let Some((_, permit, outcome)) = inflight.pop() else {
                 break;
             };
-            let r = rng.next();
-            if let Completion::Recorded(Some(tr)) = reg.complete(call, outcome, t, r) {
-                println!(
-                    "{:>6.2} | {:>9} -> {:<9} ({:?}, generation {})",
-                    t as f64 / 1e9,
-                    phase_name(tr.from),
-                    phase_name(tr.to),
-                    tr.reason,
-                    tr.generation
-                );
-            }
-        }
-        // Timeouts and time-driven transitions.
-        while let Some(ev) = reg.poll(t, rng.next()) {
-            if let Event::Transition(_, tr) = ev {
-                println!(
-                    "{:>6.2} | {:>9} -> {:<9} ({:?}, generation {})",
-                    t as f64 / 1e9,
-                    phase_name(tr.from),
-                    phase_name(tr.to),
-                    tr.reason,
-                    tr.generation
-                );
-            }
+            let _ = engine.complete(permit, outcome, t, rng.next());
         }
         // A new request every 20 ms.
         if t % (20 * MS) == 0 {
-            let before = reg.command(id).map(|c| c.phase());
-            match reg.start(id, t, rng.next()) {
-                Start::Running(call) => {
+            match engine.start(key, t, rng.next()) {
+                Start::Running(permit) => {
                     let (latency, outcome) = backend(t, &mut rng);
-                    inflight.push((t + latency, call, outcome));
+                    inflight.push((t + latency, permit, outcome));
                 }
-                Start::Queued(..) => {}
-                Start::Rejected(_) => rejected += 1,
+                Start::Queued(_) => {}
+                Start::Refused(_) => refused += 1,
             }
-            let after = reg.command(id).map(|c| c.phase());
-            if before != after {
-                if let Some(tr) = reg.command(id).and_then(|c| c.state().last_transition()) {
-                    println!(
-                        "{:>6.2} | {:>9} -> {:<9} ({:?}, generation {})",
-                        t as f64 / 1e9,
-                        phase_name(tr.from),
-                        phase_name(tr.to),
-                        tr.reason,
-                        tr.generation
-                    );
-                }
+        }
+        // Timeouts, transitions (by calls or by time).
+        while let Some(ev) = engine.poll(t, rng.next()) {
+            if let Event::Transition { transition: tr, .. } = ev {
+                println!(
+                    "{:>6.2} | {:>9} -> {:<9} ({:?}, generation {})",
+                    t as f64 / 1e9,
+                    phase_name(tr.from),
+                    phase_name(tr.to),
+                    tr.reason,
+                    tr.generation
+                );
             }
         }
         if t % (2_500 * MS) == 0 && t > 0 {
-            let cb = reg.command_mut(id).expect("registered");
-            let phase = cb.phase();
-            let h = cb.health(t);
-            let p = cb.percentiles(t);
-            let conc = cb.rolling_max_concurrency(t);
-            let cum = cb.window().cumulative().iter().sum::<u64>();
+            let s = engine.snapshot(key, t).expect("live key");
+            let h = s.health;
+            let p = s.latency_ns;
+            let cum = s.cumulative.iter().sum::<u64>();
             println!(
                 "{:>6.1} | {:<9} | {:>5} {:>5} {:>5} {:>6} {:>6} | {:>6.1} | {:>8.1} {:>8.1} {:>8.1} | {:>4}",
                 t as f64 / 1e9,
-                phase_name(phase),
+                phase_name(s.phase),
                 h.count(EventKind::Success),
                 h.count(EventKind::Failure),
                 h.count(EventKind::Timeout),
@@ -174,24 +146,26 @@ fn main() {
                 p.p50 as f64 / 1e6,
                 p.p99 as f64 / 1e6,
                 p.p100 as f64 / 1e6,
-                conc
+                s.rolling_max_concurrency
             );
         }
         t += MS;
     }
-    let cb = reg.command(id).expect("registered");
-    let w = cb.window();
+    let s = engine.snapshot(key, t).expect("live key");
     println!("\ncumulative counts since start:");
     for k in EventKind::ALL {
-        let n = w.cumulative_count(k);
+        let n = s.cumulative[k.index()];
         if n > 0 {
             println!("  {:<20} {n}", k.name());
         }
     }
-    println!("  rejected before running: {rejected}");
-    println!("  final phase: {}", phase_name(cb.phase()));
-    println!(
-        "  memory per key (breaker + window + histograms): {} bytes",
-        cb.memory_bytes()
-    );
+    println!("  refused before running: {refused}");
+    println!("  late results discarded: {}", engine.late_results(key).unwrap_or(0));
+    println!("  final phase: {}", phase_name(s.phase));
+    if let Some(c) = engine.circuit(key) {
+        println!(
+            "  memory per key (breaker + window + histograms): {} bytes",
+            c.memory_bytes()
+        );
+    }
 }

@@ -1,14 +1,15 @@
 //! The circuit breaker state machine, as plain data plus pure transition logic.
 //!
 //! [`BreakerState`] holds everything a breaker must persist (phase, generation,
-//! open schedule step, probe leases, slow-start start) and derives serde, so a host
-//! can keep it in shared storage and run the same logic under compare-and-swap.
+//! open schedule step, probe leases, slow-start start) and derives serde, so the
+//! shared-state layer can keep it in a host's store and run the same logic under
+//! compare-and-swap. Transitions are returned by value, never stored.
 //! Every method takes the config, the rolling window it reads (any [`Health`]:
 //! the core's [`crate::Window`] or the shared counters-only window) and the host's
 //! `now` (ns) — and, where a decision is random, an injected `rand: u64`.
 
 use crate::config::{BreakerConfig, BreakerMode, OpenConfig, OpenSchedule, MAX_PROBES};
-use crate::event::EventKind;
+use crate::event::{EventKind, Outcome};
 use crate::time::{elapsed, ms_to_ns, unit_f64, Nanos};
 use crate::window::{Health, HealthSnapshot};
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,10 @@ pub enum TransitionReason {
     ProbeFailed,
     /// A probe's lease expired without a result.
     ProbeLeaseExpired,
+    /// A host or operator forced it (`open()` / `close()`, restored state).
+    Forced,
+    /// Another worker made it; this worker saw it in the shared store.
+    Observed,
 }
 
 /// One state change.
@@ -72,10 +77,10 @@ pub struct Transition {
     pub reason: TransitionReason,
 }
 
-/// Why a call was not admitted. Every rejection is recorded as `SHORT_CIRCUITED`.
+/// Why the breaker short-circuited a call (recorded as `SHORT_CIRCUITED`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Rejection {
+pub enum ShortCircuit {
     /// Mode is `forced_open`.
     ForcedOpen,
     /// The breaker is open.
@@ -88,22 +93,27 @@ pub enum Rejection {
     SlowStart,
 }
 
-const NO_PROBE: u8 = u8::MAX;
+/// The probe slot of a pass that is not a probe.
+pub(crate) const NO_PROBE: u8 = u8::MAX;
 
-/// Admission to run one call. Hand it back exactly once with the outcome
-/// (it is neither `Clone` nor `Copy`).
+/// The breaker's admission of one call: the generation it was admitted in, its probe
+/// slot (if it is a half-open probe) and its start time. Hand it back exactly once
+/// with the outcome (it is neither `Clone` nor `Copy`).
 #[derive(Debug, PartialEq, Eq)]
-#[must_use = "a permit must be handed back with the call's outcome"]
-pub struct Permit {
+#[must_use = "a pass must be handed back with the call's outcome"]
+pub struct Pass {
     started_at: Nanos,
-    /// `generation | probe << 32 | 1 << 63`: two plain words keep the permit cheap
-    /// to move, and the never-zero tag lets `Result<Permit, Rejection>` stay 16 bytes.
+    /// `generation | probe << 32 | 1 << 63`: two plain words keep the pass cheap
+    /// to move, and the never-zero tag lets `Result<Pass, ShortCircuit>` stay 16 bytes.
     tag: core::num::NonZeroU64,
 }
 
-impl Permit {
+/// A [`Pass`]'s raw parts: generation, probe slot (`u8::MAX`: none), start time.
+pub type RawPass = (u32, u8, Nanos);
+
+impl Pass {
     #[inline(always)]
-    const fn new(generation: u32, probe: u8, started_at: Nanos) -> Self {
+    pub(crate) const fn new(generation: u32, probe: u8, started_at: Nanos) -> Self {
         let tag = generation as u64 | (probe as u64) << 32 | 1 << 63;
         Self {
             started_at,
@@ -135,55 +145,20 @@ impl Permit {
         self.started_at
     }
 
-    /// Raw parts, for hosts that must park a permit across an FFI boundary.
-    pub fn into_raw(self) -> (u32, u8, Nanos) {
+    /// Raw parts (generation, probe slot, start), to keep a pass in a call table.
+    pub fn into_raw(self) -> RawPass {
         (self.generation(), self.probe(), self.started_at)
     }
 
-    /// Rebuilds a permit from [`Permit::into_raw`]. The host must not rebuild the
-    /// same permit twice (a stale generation is ignored by the breaker anyway).
-    pub fn from_raw(generation: u32, probe: u8, started_at: Nanos) -> Self {
-        Self::new(generation, probe, started_at)
-    }
-}
-
-/// The outcome of an admitted call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// It succeeded.
-    Success,
-    /// It failed.
-    Failure,
-    /// It passed its deadline.
-    Timeout,
-    /// The caller's fault: never an error, never a fallback.
-    BadRequest,
-    /// Admitted by the breaker, then rejected by a full semaphore bulkhead.
-    SemaphoreRejected,
-    /// Admitted by the breaker, then rejected by a full pool bulkhead.
-    ThreadPoolRejected,
-}
-
-impl Outcome {
-    /// The event this outcome is counted as.
-    pub const fn event(self) -> EventKind {
-        match self {
-            Outcome::Success => EventKind::Success,
-            Outcome::Failure => EventKind::Failure,
-            Outcome::Timeout => EventKind::Timeout,
-            Outcome::BadRequest => EventKind::BadRequest,
-            Outcome::SemaphoreRejected => EventKind::SemaphoreRejected,
-            Outcome::ThreadPoolRejected => EventKind::ThreadPoolRejected,
-        }
+    /// Rebuilds a pass from [`Pass::into_raw`]. A stale generation is ignored by the
+    /// breaker, and a probe slot that holds no lease changes nothing.
+    pub fn from_raw(raw: RawPass) -> Self {
+        Self::new(raw.0, raw.1, raw.2)
     }
 
-    /// Whether the call actually ran (and so has a meaningful latency).
-    pub const fn executed(self) -> bool {
-        matches!(
-            self,
-            Outcome::Success | Outcome::Failure | Outcome::Timeout | Outcome::BadRequest
-        )
+    /// Probe slot, if this pass is a half-open probe.
+    pub fn probe_slot(&self) -> Option<u8> {
+        self.is_probe().then(|| self.probe())
     }
 }
 
@@ -205,7 +180,6 @@ pub struct BreakerState {
     ramp_started_at: Option<Nanos>,
     /// Calls the breaker would have rejected in `metrics_only` mode.
     shadow_rejections: u64,
-    last_transition: Option<Transition>,
 }
 
 /// Probe leases on the wire: only the prefix up to the last held lease, as a
@@ -317,7 +291,7 @@ pub fn admit_closed(
     now: Nanos,
     health: impl FnOnce() -> HealthSnapshot,
     rand: u64,
-) -> Result<(), Rejection> {
+) -> Result<(), ShortCircuit> {
     if let Some(start) = *ramp_started_at {
         let ramp = ms_to_ns(cfg.slow_start.ramp_ms);
         let e = elapsed(now, start);
@@ -327,7 +301,7 @@ pub fn admit_closed(
             let init = cfg.slow_start.initial_percentage;
             let share = init + (100.0 - init) * (e as f64 / ramp as f64);
             if unit_f64(rand) * 100.0 >= share {
-                return Err(Rejection::SlowStart);
+                return Err(ShortCircuit::SlowStart);
             }
         }
     }
@@ -339,20 +313,28 @@ pub fn admit_closed(
             (requests as f64 - cfg.adaptive_throttle.k * accepts as f64) / (requests as f64 + 1.0);
         // Use bits of `rand` not consumed by the slow-start draw.
         if p > 0.0 && unit_f64(rand.rotate_left(32)) < p {
-            return Err(Rejection::Throttled);
+            return Err(ShortCircuit::Throttled);
         }
     }
     Ok(())
 }
 
-/// Whether a probe with this outcome failed (`None`: it never ran, so it gives its
-/// turn back). A slow probe is a failed probe.
-pub const fn probe_failed(outcome: Outcome, slow: bool) -> Option<bool> {
+/// What a half-open probe's outcome says about the upstream: `Some(true)` failed
+/// (reopen), `Some(false)` succeeded (counts towards closing), `None` says nothing —
+/// a cancelled call never reached the upstream, and a bad request (e.g. an HTTP 4xx)
+/// is the caller's fault — so the probe turn is given back. A slow probe is a failed
+/// probe. (Hystrix reopens on any non-success in half-open, bad requests included;
+/// fusewire does not let a caller's mistake hold the breaker open.)
+pub const fn probe_verdict(outcome: Outcome, slow: bool) -> Option<bool> {
     match outcome {
         Outcome::Failure | Outcome::Timeout => Some(true),
-        Outcome::Success | Outcome::BadRequest => Some(slow),
-        Outcome::SemaphoreRejected | Outcome::ThreadPoolRejected => None,
+        Outcome::Success => Some(slow),
+        Outcome::BadRequest | Outcome::Cancelled => None,
     }
+}
+
+fn state_machine_runs(mode: BreakerMode) -> bool {
+    matches!(mode, BreakerMode::Normal | BreakerMode::MetricsOnly)
 }
 
 impl BreakerState {
@@ -370,13 +352,23 @@ impl BreakerState {
             probe_successes: 0,
             ramp_started_at: None,
             shadow_rejections: 0,
-            last_transition: None,
         }
     }
 
-    /// Current phase.
+    /// Current phase of the state machine (see [`BreakerState::reported_phase`] for
+    /// what a dashboard should show under a forced mode).
     pub fn phase(&self) -> Phase {
         self.phase
+    }
+
+    /// The phase as the outside world sees it: `forced_open` reports Open (as Hystrix's
+    /// `isOpen()` does under forceOpen), `forced_closed` and `disabled` report Closed.
+    pub fn reported_phase(&self, mode: BreakerMode) -> Phase {
+        match mode {
+            BreakerMode::ForcedOpen => Phase::Open,
+            BreakerMode::ForcedClosed | BreakerMode::Disabled => Phase::Closed,
+            BreakerMode::Normal | BreakerMode::MetricsOnly => self.phase,
+        }
     }
 
     /// Incremented on every transition; results from older generations are ignored.
@@ -405,7 +397,7 @@ impl BreakerState {
     }
 
     /// Sets the consecutive-failure run, for hosts that count it elsewhere and merge
-    /// (e.g. several workers' runs under CAS); [`BreakerState::check_trip`] reads it.
+    /// (several workers' runs under CAS); [`BreakerState::check_trip`] reads it.
     pub fn set_consecutive_failures(&mut self, n: u32) {
         self.consecutive_failures = n;
     }
@@ -413,6 +405,13 @@ impl BreakerState {
     /// Probe lease deadlines (0 = free).
     pub fn probe_leases(&self) -> &[Nanos] {
         &self.probe_leases
+    }
+
+    /// Whether probe slot `slot` holds a lease.
+    pub fn lease_held(&self, slot: u8) -> bool {
+        self.probe_leases
+            .get(usize::from(slot))
+            .is_some_and(|&d| d != 0)
     }
 
     /// Probes issued in the current half-open phase.
@@ -433,16 +432,6 @@ impl BreakerState {
     /// Calls a `metrics_only` breaker would have rejected.
     pub fn shadow_rejections(&self) -> u64 {
         self.shadow_rejections
-    }
-
-    /// The most recent transition.
-    pub fn last_transition(&self) -> Option<Transition> {
-        self.last_transition
-    }
-
-    /// Takes the most recent transition (returns it once).
-    pub fn take_transition(&mut self) -> Option<Transition> {
-        self.last_transition.take()
     }
 
     /// The next time `poll` has work: end of the open period or the earliest
@@ -469,7 +458,6 @@ impl BreakerState {
         self.probes_issued = 0;
         self.probe_successes = 0;
         self.consecutive_failures = 0;
-        self.last_transition = Some(t);
         t
     }
 
@@ -499,7 +487,7 @@ impl BreakerState {
     /// Time-driven transitions: open → half-open when the open period is over,
     /// half-open → open when a probe lease expired. Cheap when closed.
     pub fn poll(&mut self, cfg: &BreakerConfig, now: Nanos, rand: u64) -> Option<Transition> {
-        if !Self::state_machine_runs(cfg.mode) {
+        if !state_machine_runs(cfg.mode) {
             return None;
         }
         match self.phase {
@@ -515,12 +503,29 @@ impl BreakerState {
         }
     }
 
-    fn state_machine_runs(mode: BreakerMode) -> bool {
-        matches!(mode, BreakerMode::Normal | BreakerMode::MetricsOnly)
+    /// Whether a call at `now` would be admitted, without changing anything and
+    /// ignoring the random parts (adaptive throttle, slow-start ramp): Hystrix's
+    /// `allowRequest()` as a pure query.
+    pub fn would_admit(&self, cfg: &BreakerConfig, now: Nanos) -> bool {
+        match cfg.mode {
+            BreakerMode::ForcedOpen => false,
+            BreakerMode::ForcedClosed | BreakerMode::Disabled | BreakerMode::MetricsOnly => true,
+            BreakerMode::Normal => match self.phase {
+                Phase::Closed => true,
+                Phase::Open => now >= self.open_until,
+                Phase::HalfOpen => {
+                    let expired = self.probe_leases.iter().any(|&d| d != 0 && now >= d);
+                    !expired
+                        && self.probes_issued < cfg.half_open.permitted_probes
+                        && self.probe_leases.contains(&0)
+                }
+            },
+        }
     }
 
-    /// Decides whether a call may run at `now`. Rejections are not counted here;
-    /// the caller records `SHORT_CIRCUITED` (see [`crate::CircuitBreaker`]).
+    /// Decides whether a call may run at `now`, and returns the transition admission
+    /// made (open → half-open, or a hung probe reopening), if any. Rejections are not
+    /// counted here; the caller records `SHORT_CIRCUITED`.
     #[inline(always)]
     pub fn admit(
         &mut self,
@@ -528,87 +533,103 @@ impl BreakerState {
         window: &mut impl Health,
         now: Nanos,
         rand: u64,
-    ) -> Result<Permit, Rejection> {
+    ) -> (Result<Pass, ShortCircuit>, Option<Transition>) {
         if cfg.mode == BreakerMode::Normal
             && self.phase == Phase::Closed
             && self.ramp_started_at.is_none()
             && !cfg.adaptive_throttle.enabled
         {
-            return Ok(Permit::new(self.generation, NO_PROBE, now));
+            return (Ok(Pass::new(self.generation, NO_PROBE, now)), None);
         }
-        self.admit_slow(cfg, window, now, rand)
+        self.admit_cold(cfg, window, now, rand)
     }
 
     #[cold]
     #[inline(never)]
-    fn admit_slow(
+    fn admit_cold(
         &mut self,
         cfg: &BreakerConfig,
         window: &mut impl Health,
         now: Nanos,
         rand: u64,
-    ) -> Result<Permit, Rejection> {
-        let permit = Permit::new(self.generation, NO_PROBE, now);
+    ) -> (Result<Pass, ShortCircuit>, Option<Transition>) {
         match cfg.mode {
-            BreakerMode::Normal => self.decide_slow(cfg, window, now, rand),
-            BreakerMode::ForcedOpen => Err(Rejection::ForcedOpen),
-            BreakerMode::ForcedClosed | BreakerMode::Disabled => Ok(permit),
-            BreakerMode::MetricsOnly => match self.decide_slow(cfg, window, now, rand) {
-                Ok(p) => Ok(p),
-                Err(_) => {
-                    self.shadow_rejections = self.shadow_rejections.saturating_add(1);
-                    Ok(Permit::new(self.generation, NO_PROBE, now))
+            BreakerMode::Normal => self.decide(cfg, window, now, rand),
+            BreakerMode::ForcedOpen => (Err(ShortCircuit::ForcedOpen), None),
+            BreakerMode::ForcedClosed | BreakerMode::Disabled => {
+                (Ok(Pass::new(self.generation, NO_PROBE, now)), None)
+            }
+            BreakerMode::MetricsOnly => {
+                let (r, t) = self.decide(cfg, window, now, rand);
+                match r {
+                    Ok(p) => (Ok(p), t),
+                    Err(_) => {
+                        self.shadow_rejections = self.shadow_rejections.saturating_add(1);
+                        (Ok(Pass::new(self.generation, NO_PROBE, now)), t)
+                    }
                 }
-            },
+            }
         }
     }
 
-    fn decide_slow(
+    fn decide(
         &mut self,
         cfg: &BreakerConfig,
         window: &mut impl Health,
         now: Nanos,
         rand: u64,
-    ) -> Result<Permit, Rejection> {
-        self.poll(cfg, now, rand);
-        match self.phase {
-            Phase::Open => Err(Rejection::Open),
-            Phase::HalfOpen => {
-                if self.probes_issued >= cfg.half_open.permitted_probes {
-                    return Err(Rejection::ProbesExhausted);
-                }
-                let Some(slot) = self.probe_leases.iter().position(|&d| d == 0) else {
-                    return Err(Rejection::ProbesExhausted);
-                };
-                let deadline = now
-                    .saturating_add(ms_to_ns(cfg.half_open.probe_timeout_ms))
-                    .max(1);
-                self.probe_leases[slot] = deadline;
-                self.probes_issued = self.probes_issued.saturating_add(1);
-                Ok(Permit::new(self.generation, slot as u8, now))
-            }
-            Phase::Closed => {
-                admit_closed(
-                    cfg,
-                    &mut self.ramp_started_at,
-                    now,
-                    || window.health(now),
-                    rand,
-                )?;
-                Ok(Permit::new(self.generation, NO_PROBE, now))
-            }
-        }
+    ) -> (Result<Pass, ShortCircuit>, Option<Transition>) {
+        let t = self.poll(cfg, now, rand);
+        let r = match self.phase {
+            Phase::Open => Err(ShortCircuit::Open),
+            Phase::HalfOpen => self.take_probe(cfg, now),
+            Phase::Closed => admit_closed(
+                cfg,
+                &mut self.ramp_started_at,
+                now,
+                || window.health(now),
+                rand,
+            )
+            .map(|()| Pass::new(self.generation, NO_PROBE, now)),
+        };
+        (r, t)
     }
 
-    /// Applies one call's outcome at `now` (latency = `now - permit.started_at()`).
+    /// Takes one probe lease (half-open only): the shared layer grants leases
+    /// through the store with this, so exactly `permitted_probes` are out per
+    /// generation process-wide.
+    pub(crate) fn take_probe(
+        &mut self,
+        cfg: &BreakerConfig,
+        now: Nanos,
+    ) -> Result<Pass, ShortCircuit> {
+        if self.phase != Phase::HalfOpen {
+            return Err(ShortCircuit::Open);
+        }
+        if self.probes_issued >= cfg.half_open.permitted_probes {
+            return Err(ShortCircuit::ProbesExhausted);
+        }
+        let Some(slot) = self.probe_leases.iter().position(|&d| d == 0) else {
+            return Err(ShortCircuit::ProbesExhausted);
+        };
+        let deadline = now
+            .saturating_add(ms_to_ns(cfg.half_open.probe_timeout_ms))
+            .max(1);
+        self.probe_leases[slot] = deadline;
+        self.probes_issued = self.probes_issued.saturating_add(1);
+        Ok(Pass::new(self.generation, slot as u8, now))
+    }
+
+    /// Applies one call's outcome at `now` (latency = `now - pass.started_at()`).
     /// The window must already hold the outcome (so the rules see it). Results from
-    /// an older generation change nothing.
+    /// an older generation change nothing; a cancelled call only gives a probe turn
+    /// back.
     #[inline(always)]
     pub fn on_result(
         &mut self,
         cfg: &BreakerConfig,
         window: &mut impl Health,
-        permit: Permit,
+        pass: Pass,
         outcome: Outcome,
         now: Nanos,
         rand: u64,
@@ -616,30 +637,30 @@ impl BreakerState {
         if outcome == Outcome::Success
             && self.phase == Phase::Closed
             && !cfg.slow_call.enabled
-            && permit.generation() == self.generation
+            && pass.generation() == self.generation
         {
             self.consecutive_failures = 0;
             return None;
         }
-        self.on_result_slow(cfg, window, permit, outcome, now, rand)
+        self.on_result_cold(cfg, window, pass, outcome, now, rand)
     }
 
     #[inline(never)]
-    fn on_result_slow(
+    fn on_result_cold(
         &mut self,
         cfg: &BreakerConfig,
         window: &mut impl Health,
-        permit: Permit,
+        pass: Pass,
         outcome: Outcome,
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        if permit.generation() != self.generation || !Self::state_machine_runs(cfg.mode) {
+        if pass.generation() != self.generation || !state_machine_runs(cfg.mode) {
             return None;
         }
         let slow = cfg.slow_call.enabled
             && outcome.executed()
-            && elapsed(now, permit.started_at) >= ms_to_ns(cfg.slow_call.duration_threshold_ms);
+            && elapsed(now, pass.started_at) >= ms_to_ns(cfg.slow_call.duration_threshold_ms);
         match self.phase {
             Phase::Closed => {
                 match outcome {
@@ -647,25 +668,22 @@ impl BreakerState {
                         self.consecutive_failures = 0;
                         return None;
                     }
-                    Outcome::Success | Outcome::BadRequest => {
-                        self.consecutive_failures = 0;
-                    }
+                    Outcome::Success | Outcome::BadRequest => self.consecutive_failures = 0,
                     Outcome::Failure | Outcome::Timeout => {
                         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
                     }
-                    Outcome::SemaphoreRejected | Outcome::ThreadPoolRejected => {}
+                    Outcome::Cancelled => return None,
                 }
                 self.check_trip(cfg, window, now, rand)
             }
             Phase::Open => None,
             Phase::HalfOpen => {
-                let slot = usize::from(permit.probe());
-                if slot >= self.probe_leases.len() || self.probe_leases[slot] == 0 {
+                let slot = usize::from(pass.probe());
+                if !self.lease_held(pass.probe()) {
                     return None;
                 }
                 self.probe_leases[slot] = 0;
-                let Some(failed) = probe_failed(outcome, slow) else {
-                    // The probe never ran: give its turn back.
+                let Some(failed) = probe_verdict(outcome, slow) else {
                     self.probes_issued = self.probes_issued.saturating_sub(1);
                     return None;
                 };
@@ -681,7 +699,8 @@ impl BreakerState {
         }
     }
 
-    /// Checks the trip rules against the window (closed phase only).
+    /// Checks the trip rules against the window (closed phase only). Bulkhead
+    /// rejections count as errors, so hosts call this after recording one.
     pub fn check_trip(
         &mut self,
         cfg: &BreakerConfig,
@@ -689,11 +708,37 @@ impl BreakerState {
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        if self.phase != Phase::Closed || !Self::state_machine_runs(cfg.mode) {
+        if self.phase != Phase::Closed || !state_machine_runs(cfg.mode) {
             return None;
         }
         let h = window.health(now);
         let reason = trip_reason(cfg, self.consecutive_failures, &h)?;
         Some(self.open(cfg, now, rand, reason))
+    }
+
+    /// Forces a transition from outside the rules (an operator's `open()` / `close()`,
+    /// or restoring saved state): open now for the schedule's next duration, or close
+    /// now with a reset window. Returns the transition (None if already there).
+    pub fn force(
+        &mut self,
+        cfg: &BreakerConfig,
+        window: &mut impl Health,
+        to: Phase,
+        now: Nanos,
+        rand: u64,
+    ) -> Option<Transition> {
+        if self.phase == to {
+            return None;
+        }
+        Some(match to {
+            Phase::Open => self.open(cfg, now, rand, TransitionReason::Forced),
+            Phase::Closed => {
+                let mut t = self.close(window, now);
+                t.reason = TransitionReason::Forced;
+                self.ramp_started_at = None;
+                t
+            }
+            Phase::HalfOpen => self.transition(Phase::HalfOpen, now, TransitionReason::Forced),
+        })
     }
 }

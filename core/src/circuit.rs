@@ -1,65 +1,236 @@
-//! [`CircuitBreaker`]: one command key's breaker state, rolling window and config,
-//! with the host-facing call protocol (admit → run → record).
+//! One key's breaker and metrics: [`Circuit`] (state + window, driven with the
+//! policy's config, as the engine keeps it per key) and [`CircuitBreaker`] (a circuit
+//! with its own config and in-flight count: the standalone single-key form).
 
-use crate::breaker::{BreakerState, Outcome, Permit, Phase, Rejection, Transition};
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::{BreakerState, Pass, Phase, ShortCircuit, Transition};
 use crate::config::Config;
-use crate::event::EventKind;
+use crate::event::{EventKind, Outcome, EVENT_KINDS};
 use crate::histogram::Percentiles;
 use crate::time::{ms_to_ns, Nanos};
 use crate::window::{HealthSnapshot, Window};
-use serde::{Deserialize, Serialize};
 
-/// Everything a dashboard shows for one key, at one instant.
+/// Everything a dashboard shows for one key, at one instant (times in ns).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
-    /// Breaker phase.
+    /// Breaker phase as reported (`forced_open` reports Open).
     pub phase: Phase,
+    /// Whether the breaker rejects calls now (Hystrix `isOpen()`).
+    pub open: bool,
+    /// Whether a call now would be admitted by the breaker (ignoring the random
+    /// throttle and ramp).
+    pub would_admit: bool,
     /// Breaker generation.
     pub generation: u32,
     /// Rolling health counts (health window).
     pub health: HealthSnapshot,
-    /// Execution-latency percentiles (percentile window), nanoseconds.
-    pub latency: Percentiles,
+    /// Execution-latency percentiles over the percentile window, in nanoseconds.
+    pub latency_ns: Percentiles,
     /// Highest concurrency in the health window.
     pub rolling_max_concurrency: u32,
-    /// Calls admitted and not yet recorded.
+    /// Calls holding a slot (executing).
     pub in_flight: u32,
+    /// Calls waiting in the queue.
+    pub queued: u32,
     /// Counts since start, per [`EventKind`] index.
-    pub cumulative: [u64; crate::event::EVENT_KINDS],
+    pub cumulative: [u64; EVENT_KINDS],
+    /// Calls a `metrics_only` breaker would have rejected.
+    pub shadow_rejections: u64,
 }
 
-/// A command key's breaker and metrics.
+/// A key's breaker state and rolling window. Every method takes the policy's config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Circuit {
+    /// The breaker state machine.
+    pub state: BreakerState,
+    /// The rolling window.
+    pub window: Window,
+}
+
+impl Circuit {
+    /// A closed breaker with an empty window at `now`.
+    pub fn new(config: &Config, now: Nanos) -> Self {
+        Circuit {
+            state: BreakerState::new(),
+            window: Window::new(&config.metrics, now),
+        }
+    }
+
+    /// Asks to run one call at `now`; on `Err`, `SHORT_CIRCUITED` is recorded. Also
+    /// returns the transition admission made (open → half-open, a hung probe
+    /// reopening). O(1), no allocation.
+    #[inline(always)]
+    pub fn admit(
+        &mut self,
+        config: &Config,
+        now: Nanos,
+        rand: u64,
+    ) -> (Result<Pass, ShortCircuit>, Option<Transition>) {
+        let (r, t) = self
+            .state
+            .admit(&config.breaker, &mut self.window, now, rand);
+        if r.is_err() {
+            self.window.record(EventKind::ShortCircuited, now);
+        }
+        (r, t)
+    }
+
+    /// Hands back a pass with the call's outcome at `now`; latency is
+    /// `now - pass.started_at()`, `concurrency` the calls executing when it ended
+    /// (for the rolling maximum). A result from an earlier generation is counted but
+    /// never moves the breaker; a cancelled call counts nowhere. O(1), no allocation.
+    #[inline(always)]
+    pub fn record(
+        &mut self,
+        config: &Config,
+        pass: Pass,
+        outcome: Outcome,
+        concurrency: u32,
+        now: Nanos,
+        rand: u64,
+    ) -> Option<Transition> {
+        self.record_metrics(config, pass.started_at(), outcome, concurrency, now);
+        self.state
+            .on_result(&config.breaker, &mut self.window, pass, outcome, now, rand)
+    }
+
+    /// Counts a call's outcome in the window only (the breaker is decided elsewhere,
+    /// e.g. by the shared state): metrics, latency, slow count, concurrency.
+    #[inline]
+    pub fn record_metrics(
+        &mut self,
+        config: &Config,
+        started_at: Nanos,
+        outcome: Outcome,
+        concurrency: u32,
+        now: Nanos,
+    ) {
+        if let Some(kind) = outcome.event() {
+            let latency = now.saturating_sub(started_at);
+            let slow = kind != EventKind::BadRequest
+                && config.breaker.slow_call.enabled
+                && latency >= ms_to_ns(config.breaker.slow_call.duration_threshold_ms);
+            self.window
+                .record_call(kind, latency, slow, concurrency, now);
+        }
+    }
+
+    /// Records a bulkhead rejection (`SEMAPHORE_REJECTED` / `THREAD_POOL_REJECTED`):
+    /// it counts as an error, so the trip rules run.
+    pub fn record_rejection(
+        &mut self,
+        config: &Config,
+        kind: EventKind,
+        now: Nanos,
+        rand: u64,
+    ) -> Option<Transition> {
+        self.window.record(kind, now);
+        self.state
+            .check_trip(&config.breaker, &mut self.window, now, rand)
+    }
+
+    /// Counts an event that is not a call outcome (fallback results, cache hits,
+    /// collapsed calls). Never moves the breaker.
+    #[inline]
+    pub fn record_event(&mut self, kind: EventKind, now: Nanos) {
+        self.window.record(kind, now);
+    }
+
+    /// Time-driven transitions (open period over, probe lease expired).
+    pub fn poll(&mut self, config: &Config, now: Nanos, rand: u64) -> Option<Transition> {
+        self.state.poll(&config.breaker, now, rand)
+    }
+
+    /// Forces the breaker open or closed (an operator's call or restored state).
+    pub fn force(
+        &mut self,
+        config: &Config,
+        to: Phase,
+        now: Nanos,
+        rand: u64,
+    ) -> Option<Transition> {
+        self.state
+            .force(&config.breaker, &mut self.window, to, now, rand)
+    }
+
+    /// The snapshot at `now` (no allocation; O(buckets × histogram bins)).
+    pub fn snapshot(&self, config: &Config, in_flight: u32, queued: u32, now: Nanos) -> Snapshot {
+        let phase = self.state.reported_phase(config.breaker.mode);
+        let would_admit = self.state.would_admit(&config.breaker, now);
+        Snapshot {
+            phase,
+            open: !would_admit && phase != Phase::Closed,
+            would_admit,
+            generation: self.state.generation(),
+            health: self.window.health_at(now),
+            latency_ns: self.window.percentiles_at(now),
+            rolling_max_concurrency: self.window.rolling_max_concurrency_at(now),
+            in_flight,
+            queued,
+            cumulative: self.window.cumulative(),
+            shadow_rejections: self.state.shadow_rejections(),
+        }
+    }
+
+    /// Applies a new config, keeping state and counters (re-bucketing the window).
+    pub fn reconfigure(&mut self, config: &Config) {
+        self.window.reconfigure(&config.metrics);
+    }
+
+    /// Bytes per key: breaker state + window + histograms.
+    pub fn memory_bytes(&self) -> usize {
+        core::mem::size_of::<BreakerState>() + self.window.memory_bytes()
+    }
+}
+
+/// A single key's breaker with its own config: admit → run → record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CircuitBreaker {
     config: Config,
-    slow_ns: u64,
-    state: BreakerState,
-    window: Window,
-    /// Permits issued and permits handed back (in flight = difference). Two
-    /// counters, each only ever incremented, keep admit and record independent.
+    circuit: Circuit,
+    /// Passes issued and handed back (in flight = difference); two counters, each only
+    /// ever incremented, keep admit and record independent.
     admitted: u32,
     completed: u32,
+    last: Option<Transition>,
 }
 
 impl CircuitBreaker {
     /// A closed breaker with an empty window at `now`. The config should have
     /// passed [`Config::validate`].
     pub fn new(config: Config, now: Nanos) -> Self {
-        let window = Window::new(&config.metrics, now);
-        Self::from_parts(config, BreakerState::new(), window)
-    }
-
-    /// Rebuilds a breaker from stored state (e.g. decoded shared state).
-    pub fn from_parts(config: Config, state: BreakerState, window: Window) -> Self {
-        let slow_ns = ms_to_ns(config.breaker.slow_call.duration_threshold_ms);
+        let circuit = Circuit::new(&config, now);
         Self {
             config,
-            slow_ns,
-            state,
-            window,
+            circuit,
             admitted: 0,
             completed: 0,
+            last: None,
         }
+    }
+
+    fn note(&mut self, t: Option<Transition>) -> Option<Transition> {
+        if t.is_some() {
+            self.last = t;
+        }
+        t
+    }
+
+    /// Takes the most recent transition (each is returned once), for hosts that
+    /// do not look at every return value.
+    pub fn take_transition(&mut self) -> Option<Transition> {
+        self.last.take()
+    }
+
+    /// The rolling window.
+    pub fn window(&self) -> &Window {
+        &self.circuit.window
+    }
+
+    /// The breaker state.
+    pub fn state(&self) -> &BreakerState {
+        &self.circuit.state
     }
 
     /// The active config.
@@ -67,29 +238,14 @@ impl CircuitBreaker {
         &self.config
     }
 
-    /// The persistent breaker state.
-    pub fn state(&self) -> &BreakerState {
-        &self.state
+    /// The breaker state and window.
+    pub fn circuit(&self) -> &Circuit {
+        &self.circuit
     }
 
-    /// Mutable breaker state (for hosts that replace it from shared storage).
-    pub fn state_mut(&mut self) -> &mut BreakerState {
-        &mut self.state
-    }
-
-    /// The rolling window.
-    pub fn window(&self) -> &Window {
-        &self.window
-    }
-
-    /// Mutable rolling window (for hosts that merge shared deltas into it).
-    pub fn window_mut(&mut self) -> &mut Window {
-        &mut self.window
-    }
-
-    /// Current phase (without advancing time; see [`CircuitBreaker::poll`]).
+    /// Current phase (as reported; see [`BreakerState::reported_phase`]).
     pub fn phase(&self) -> Phase {
-        self.state.phase()
+        self.circuit.state.reported_phase(self.config.breaker.mode)
     }
 
     /// Calls admitted and not yet recorded.
@@ -101,129 +257,84 @@ impl CircuitBreaker {
     /// Asks to run one call at `now`. On `Err`, `SHORT_CIRCUITED` has been recorded
     /// and the caller should fall back. O(1), no allocation.
     #[inline(always)]
-    pub fn try_acquire(&mut self, now: Nanos, rand: u64) -> Result<Permit, Rejection> {
-        match self
-            .state
-            .admit(&self.config.breaker, &mut self.window, now, rand)
-        {
-            Ok(p) => {
-                self.admitted = self.admitted.wrapping_add(1);
-                Ok(p)
-            }
-            Err(r) => {
-                self.window.record(EventKind::ShortCircuited, now);
-                Err(r)
-            }
+    pub fn try_acquire(&mut self, now: Nanos, rand: u64) -> Result<Pass, ShortCircuit> {
+        let (r, t) = self.circuit.admit(&self.config, now, rand);
+        self.note(t);
+        if r.is_ok() {
+            self.admitted = self.admitted.wrapping_add(1);
         }
+        r
     }
 
-    /// Hands back a permit with the call's outcome at `now`; latency is
-    /// `now - permit.started_at()`. Returns the transition it caused, if any.
-    /// Every result is counted in the window; a result from an earlier generation
-    /// (a late answer from before a transition) never moves the breaker.
-    /// O(1), no allocation.
+    /// Hands back a pass with the call's outcome at `now`; returns the transition it
+    /// caused. O(1), no allocation.
     #[inline(always)]
     pub fn record(
         &mut self,
-        permit: Permit,
+        pass: Pass,
         outcome: Outcome,
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        // The concurrency this call ran at: the peak between two completions is
-        // seen by the next completion, so the rolling maximum is exact.
         let concurrency = self.in_flight();
         self.completed = self.completed.wrapping_add(1);
-        let latency = now.saturating_sub(permit.started_at());
-        let slow = outcome.executed() && latency >= self.slow_ns;
-        if outcome.executed() {
-            self.window
-                .record_call(outcome.event(), latency, slow, concurrency, now);
-        } else {
-            self.window.record(outcome.event(), now);
-        }
-        self.state.on_result(
-            &self.config.breaker,
-            &mut self.window,
-            permit,
-            outcome,
-            now,
-            rand,
-        )
+        let t = self
+            .circuit
+            .record(&self.config, pass, outcome, concurrency, now, rand);
+        self.note(t)
     }
 
-    /// Counts an event that is not a call outcome (fallback results, cache hits,
-    /// collapsed calls, bulkhead rejections of calls that never got a permit).
-    /// Rejections count as errors, so this may trip the breaker.
-    #[inline]
+    /// Counts an event that is not a call outcome; a bulkhead rejection
+    /// (`SEMAPHORE_REJECTED` / `THREAD_POOL_REJECTED`) counts as an error and may trip.
     pub fn record_event(&mut self, kind: EventKind, now: Nanos, rand: u64) -> Option<Transition> {
-        self.window.record(kind, now);
-        if matches!(
-            kind,
-            EventKind::SemaphoreRejected | EventKind::ThreadPoolRejected
-        ) {
-            return self
-                .state
-                .check_trip(&self.config.breaker, &mut self.window, now, rand);
-        }
-        None
+        let t = match kind {
+            EventKind::SemaphoreRejected | EventKind::ThreadPoolRejected => self
+                .circuit
+                .record_rejection(&self.config, kind, now, rand),
+            _ => {
+                self.circuit.record_event(kind, now);
+                None
+            }
+        };
+        self.note(t)
     }
 
     /// Time-driven transitions (open period over, probe lease expired).
     pub fn poll(&mut self, now: Nanos, rand: u64) -> Option<Transition> {
-        self.state.poll(&self.config.breaker, now, rand)
+        let t = self.circuit.poll(&self.config, now, rand);
+        self.note(t)
     }
 
     /// When [`CircuitBreaker::poll`] next has work to do.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        self.state.next_deadline()
+        self.circuit.state.next_deadline()
     }
 
-    /// Takes the most recent transition (each is returned once).
-    pub fn take_transition(&mut self) -> Option<Transition> {
-        self.state.take_transition()
+    /// Rolling health counts at `now`.
+    pub fn health(&self, now: Nanos) -> HealthSnapshot {
+        self.circuit.window.health_at(now)
     }
 
-    /// Rolling health counts at `now`. O(1).
-    pub fn health(&mut self, now: Nanos) -> HealthSnapshot {
-        self.window.health(now)
+    /// Latency percentiles (ns) over the percentile window.
+    pub fn percentiles_ns(&self, now: Nanos) -> Percentiles {
+        self.circuit.window.percentiles_at(now)
     }
 
-    /// Latency percentiles over the percentile window.
-    pub fn percentiles(&mut self, now: Nanos) -> Percentiles {
-        self.window.percentiles(now)
+    /// The snapshot at `now`.
+    pub fn snapshot(&self, now: Nanos) -> Snapshot {
+        self.circuit
+            .snapshot(&self.config, self.in_flight(), 0, now)
     }
 
-    /// Health, percentiles, concurrency and cumulative counts at `now` (no
-    /// allocation; O(buckets × histogram bins) for the percentiles).
-    pub fn snapshot(&mut self, now: Nanos) -> Snapshot {
-        Snapshot {
-            phase: self.state.phase(),
-            generation: self.state.generation(),
-            health: self.window.health(now),
-            latency: self.window.percentiles(now),
-            rolling_max_concurrency: self.window.rolling_max_concurrency(now),
-            in_flight: self.in_flight(),
-            cumulative: self.window.cumulative(),
-        }
-    }
-
-    /// Highest concurrency in the live buckets.
-    pub fn rolling_max_concurrency(&mut self, now: Nanos) -> u32 {
-        self.window.rolling_max_concurrency(now)
-    }
-
-    /// Applies a new config, keeping counters and state (the window is
-    /// re-bucketed when its geometry changes). The config should be validated.
+    /// Applies a new config, keeping counters and state. The config should be
+    /// validated.
     pub fn reconfigure(&mut self, config: Config) {
-        self.window.reconfigure(&config.metrics);
-        self.slow_ns = ms_to_ns(config.breaker.slow_call.duration_threshold_ms);
+        self.circuit.reconfigure(&config);
         self.config = config;
     }
 
-    /// Bytes per key: breaker state + window + histograms (inline and heap),
-    /// excluding the config.
+    /// Bytes per key: breaker state + window + histograms (excluding the config).
     pub fn memory_bytes(&self) -> usize {
-        core::mem::size_of::<BreakerState>() + self.window.memory_bytes()
+        self.circuit.memory_bytes()
     }
 }

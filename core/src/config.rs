@@ -1,14 +1,20 @@
 //! The one configuration schema (serde, snake_case JSON) shared by every host.
 //!
 //! Every struct denies unknown fields and fills omitted fields with Hystrix's
-//! defaults, so `{}` is a complete, valid config. Durations are integer
-//! milliseconds in fields ending `_ms`; percentages are numbers in `0..=100`.
-//! [`Config::validate`] names the offending field path and the reason.
+//! defaults, so `{}` is a complete, valid config. [`Config::validate`] and
+//! [`SharedConfig::validate`] name the offending field path and the reason, and accept
+//! exactly what every host accepts (hosts add only their own sections: Envoy matching
+//! and replies, opossum option names).
+//!
+//! **Units, stated once for the crate:** configuration durations are integer
+//! milliseconds in fields ending `_ms`; every API time (`now`, latencies, deadlines,
+//! percentiles) is `u64` nanoseconds; percentages are numbers in `0..=100`.
 
 use core::fmt;
 use serde::{Deserialize, Serialize};
 
-/// Configuration for one command key: breaker, metrics, timeout and bulkhead.
+/// Configuration of one policy (every key of a policy shares it): breaker, metrics,
+/// timeout, bulkhead and key table.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -18,8 +24,10 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Per-call timeout.
     pub execution: ExecutionConfig,
-    /// Concurrency limits of the pool this command runs in.
-    pub bulkhead: BulkheadConfig,
+    /// Concurrency limits per key; absent (`null`) = no limit.
+    pub bulkhead: Option<BulkheadConfig>,
+    /// How many keys the policy may track and when idle ones expire.
+    pub keys: KeysConfig,
 }
 
 /// How the breaker behaves overall.
@@ -281,10 +289,25 @@ impl Default for ExecutionConfig {
     }
 }
 
-/// Concurrency limits of a pool (semaphore, optionally with a bounded wait queue).
+/// How a bulkhead isolates (Hystrix's `execution.isolation.strategy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// A counting semaphore: excess calls are `SEMAPHORE_REJECTED` at once; no queue.
+    #[default]
+    Semaphore,
+    /// A pool of slots with an optional bounded wait queue: excess calls are
+    /// `THREAD_POOL_REJECTED` (with or without a queue).
+    Pool,
+}
+
+/// Concurrency limits of one key: slots, an optional wait queue (pool isolation) and
+/// the fallback limit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BulkheadConfig {
+    /// Semaphore or pool (decides the rejection event and whether a queue is allowed).
+    pub isolation: Isolation,
     /// Concurrent executions (Hystrix semaphore / core size: 10).
     pub max_concurrent: u32,
     /// Wait-queue capacity; 0 = no queue, excess calls are rejected at once.
@@ -300,11 +323,93 @@ pub struct BulkheadConfig {
 impl Default for BulkheadConfig {
     fn default() -> Self {
         Self {
+            isolation: Isolation::Semaphore,
             max_concurrent: 10,
             max_queue: 0,
             queue_rejection_threshold: 5,
             max_wait_ms: 1_000,
             fallback_max_concurrent: 10,
+        }
+    }
+}
+
+impl BulkheadConfig {
+    /// Calls that may wait: `min(max_queue, queue_rejection_threshold)`.
+    pub fn queue_capacity(&self) -> u32 {
+        self.max_queue.min(self.queue_rejection_threshold)
+    }
+}
+
+/// The key table of a policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeysConfig {
+    /// Distinct keys tracked at once; further keys share the policy's overflow key
+    /// until idle ones expire.
+    pub max_keys: u32,
+    /// A key with no call for this long (and nothing in flight or queued) expires, and
+    /// its shared slot may be taken by another key.
+    pub idle_ms: u64,
+}
+
+impl Default for KeysConfig {
+    fn default() -> Self {
+        Self {
+            max_keys: 100,
+            idle_ms: 600_000,
+        }
+    }
+}
+
+/// How an engine keeps its keys' state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMode {
+    /// The host answers every store request within the same call (Envoy shared data,
+    /// a `SharedArrayBuffer`): the state is read before each admission, so a trip by
+    /// any worker is seen by every worker on its next call, and bulkhead slots are
+    /// process-wide.
+    #[default]
+    Sync,
+    /// The host answers later (Redis): decisions come from the last view, refreshed
+    /// every `sync_ms` and at once on the events that matter; bulkheads stay local.
+    Async,
+}
+
+/// Process-wide (shared) state: how the engine talks to the host's CAS store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SharedConfig {
+    /// Synchronous or asynchronous store.
+    pub mode: SyncMode,
+    /// Prefix of every store key (several engines with one prefix share state).
+    pub namespace: String,
+    /// CAS attempts per update before degrading.
+    pub cas_attempts: u32,
+    /// A bulkhead slot entry not refreshed for this long belongs to a dead worker.
+    pub lease_ttl_ms: u64,
+    /// A worker holding slots refreshes its entry at least this often.
+    pub heartbeat_ms: u64,
+    /// Healthy outcomes are merged into the shared state at most this often.
+    pub flush_ms: u64,
+    /// Async mode: how often an active key's view is refreshed.
+    pub sync_ms: u64,
+    /// Async mode: a view older than this is stale; the key then runs on its local
+    /// breaker until the store answers again.
+    pub stale_ms: u64,
+}
+
+impl Default for SharedConfig {
+    fn default() -> Self {
+        Self {
+            mode: SyncMode::Sync,
+            namespace: "fusewire".into(),
+            cas_attempts: 8,
+            lease_ttl_ms: 30_000,
+            heartbeat_ms: 5_000,
+            flush_ms: 100,
+            sync_ms: 1_000,
+            stale_ms: 10_000,
         }
     }
 }
@@ -320,11 +425,25 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(path: &str, reason: impl Into<String>) -> Self {
+    /// An error at `path` for `reason`.
+    pub fn new(path: &str, reason: impl Into<String>) -> Self {
         Self {
             path: path.into(),
             reason: reason.into(),
         }
+    }
+}
+
+impl ConfigError {
+    /// The same error with `prefix` put in front of its path (`policies[0]` +
+    /// `breaker.mode` = `policies[0].breaker.mode`).
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.path = match (prefix.is_empty(), self.path.is_empty()) {
+            (true, _) => self.path,
+            (false, true) => prefix.to_string(),
+            (false, false) => format!("{prefix}.{}", self.path),
+        };
+        self
     }
 }
 
@@ -342,8 +461,12 @@ impl std::error::Error for ConfigError {}
 
 /// Largest `permitted_probes` (probe leases are tracked in a fixed array).
 pub const MAX_PROBES: u32 = 16;
-/// Largest bucket count of either window.
-pub const MAX_BUCKETS: u32 = 1_000;
+/// Largest bucket count of either window (the one ring limit).
+pub const MAX_BUCKETS: u32 = crate::ring::MAX_BUCKETS;
+/// Largest `keys.max_keys`.
+pub const MAX_KEYS: u32 = 10_000;
+/// Longest key name (bytes); longer names are cut by hosts before lookup.
+pub const MAX_KEY_LEN: usize = 200;
 /// Longest duration accepted anywhere (one year), so `ms * 1e6` never overflows.
 pub const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
 
@@ -393,14 +516,7 @@ impl Config {
     /// Parses JSON bytes and validates them.
     pub fn from_json_bytes(json: &[u8]) -> Result<Self, ConfigError> {
         let de = &mut serde_json::Deserializer::from_slice(json);
-        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let path = if path == "." { String::new() } else { path };
-            ConfigError {
-                path,
-                reason: e.into_inner().to_string(),
-            }
-        })?;
+        let config: Config = serde_path_to_error::deserialize(de).map_err(path_error)?;
         config.validate()?;
         Ok(config)
     }
@@ -509,20 +625,112 @@ impl Config {
             m.percentile_buckets,
         )?;
         duration("execution.timeout_ms", self.execution.timeout_ms, 1)?;
-        let p = &self.bulkhead;
-        if p.max_concurrent == 0 {
+        if let Some(p) = &self.bulkhead {
+            if p.max_concurrent == 0 {
+                return Err(ConfigError::new(
+                    "bulkhead.max_concurrent",
+                    "must be at least 1",
+                ));
+            }
+            if p.max_queue > 1_000_000 {
+                return Err(ConfigError::new(
+                    "bulkhead.max_queue",
+                    format!("must be at most 1000000, got {}", p.max_queue),
+                ));
+            }
+            if p.max_queue > 0 && p.isolation == Isolation::Semaphore {
+                return Err(ConfigError::new(
+                    "bulkhead.max_queue",
+                    "a wait queue needs \"isolation\": \"pool\" (a semaphore never queues)",
+                ));
+            }
+            if p.max_queue > 0 && p.queue_rejection_threshold == 0 {
+                return Err(ConfigError::new(
+                    "bulkhead.queue_rejection_threshold",
+                    "must be at least 1 when max_queue > 0 (it caps the queue)",
+                ));
+            }
+            duration("bulkhead.max_wait_ms", p.max_wait_ms, 0)?;
+        }
+        let k = &self.keys;
+        if k.max_keys == 0 || k.max_keys > MAX_KEYS {
             return Err(ConfigError::new(
-                "bulkhead.max_concurrent",
-                "must be at least 1",
+                "keys.max_keys",
+                format!("must be in 1..={MAX_KEYS}, got {}", k.max_keys),
             ));
         }
-        if p.max_queue > 1_000_000 {
-            return Err(ConfigError::new(
-                "bulkhead.max_queue",
-                format!("must be at most 1000000, got {}", p.max_queue),
-            ));
-        }
-        duration("bulkhead.max_wait_ms", p.max_wait_ms, 0)?;
+        duration("keys.idle_ms", k.idle_ms, 1_000)?;
         Ok(())
+    }
+}
+
+fn name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+impl SharedConfig {
+    /// Parses JSON and validates it (errors name the field path and the reason).
+    pub fn from_json(json: &str) -> Result<Self, ConfigError> {
+        let de = &mut serde_json::Deserializer::from_str(json);
+        let c: SharedConfig = serde_path_to_error::deserialize(de).map_err(path_error)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks every field; the first problem found is returned. Paths are relative to
+    /// the section (hosts prefix them, e.g. `shared.`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !name_ok(&self.namespace) {
+            return Err(ConfigError::new(
+                "namespace",
+                format!(
+                    "must be 1..=64 characters of [A-Za-z0-9_.-], got {:?}",
+                    self.namespace
+                ),
+            ));
+        }
+        if self.cas_attempts == 0 || self.cas_attempts > 1000 {
+            return Err(ConfigError::new(
+                "cas_attempts",
+                format!("must be in 1..=1000, got {}", self.cas_attempts),
+            ));
+        }
+        duration("heartbeat_ms", self.heartbeat_ms, 1)?;
+        duration("flush_ms", self.flush_ms, 1)?;
+        duration("sync_ms", self.sync_ms, 1)?;
+        duration("lease_ttl_ms", self.lease_ttl_ms, 1)?;
+        let floor = self.heartbeat_ms.max(self.flush_ms).saturating_mul(2);
+        if self.lease_ttl_ms < floor {
+            return Err(ConfigError::new(
+                "lease_ttl_ms",
+                format!(
+                    "must be at least twice heartbeat_ms ({}) and twice flush_ms ({}), got {}",
+                    self.heartbeat_ms, self.flush_ms, self.lease_ttl_ms
+                ),
+            ));
+        }
+        duration("stale_ms", self.stale_ms, 1)?;
+        if self.mode == SyncMode::Async && self.stale_ms < self.sync_ms.saturating_mul(2) {
+            return Err(ConfigError::new(
+                "stale_ms",
+                format!(
+                    "must be at least twice sync_ms ({}) in async mode, got {}",
+                    self.sync_ms, self.stale_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn path_error(e: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
+    let path = e.path().to_string();
+    let path = if path == "." { String::new() } else { path };
+    ConfigError {
+        path,
+        reason: e.into_inner().to_string(),
     }
 }

@@ -1,27 +1,35 @@
 //! fusewire-core: the sans-IO resilience engine.
 //!
 //! Hosts pass in time (`now`, u64 nanoseconds), randomness (`rand`, a u64 per
-//! decision) and storage; the core never does I/O and never reads a clock. See
-//! the crate README for the host contract and the config schema.
+//! decision) and the answers of their store; the core never does I/O, never reads a
+//! clock, has no threads and no globals. [`Engine`] is the one protected-call flow
+//! every host drives (breaker, bulkhead with queue, deadlines, fallback limit, key
+//! table, local or shared state). See the crate README for the host contract and
+//! the config schema.
 
-mod arrays;
+#![warn(missing_docs)]
+
 pub mod breaker;
-pub mod bulkhead;
 pub mod circuit;
 pub mod config;
+mod arrays;
 mod counter;
+pub mod engine;
 pub mod event;
 pub mod histogram;
-pub mod registry;
+pub mod ring;
 pub mod shared;
 pub mod time;
-pub mod timeouts;
 pub mod window;
 
-pub use breaker::{BreakerState, Outcome, Permit, Phase, Rejection, Transition, TransitionReason};
-pub use circuit::{CircuitBreaker, Snapshot};
-pub use config::{Config, ConfigError};
-pub use event::EventKind;
+pub use breaker::{BreakerState, Pass, Phase, ShortCircuit, Transition, TransitionReason};
+pub use circuit::{Circuit, CircuitBreaker, Snapshot};
+pub use config::{Config, ConfigError, SharedConfig};
+pub use engine::{
+    CallId, Cause, Completion, Engine, Event, FallbackPermit, KeyId, Permit, PolicyId, Refusal,
+    Start, Ticket,
+};
+pub use event::{EventKind, Outcome};
 pub use histogram::{Histogram, Percentiles};
 pub use time::Nanos;
 pub use window::{HealthSnapshot, Window};

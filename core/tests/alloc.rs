@@ -1,8 +1,6 @@
 //! Zero heap allocations on the hot paths, counted with a counting allocator.
 
-use fusewire_core::bulkhead::{Acquire, Bulkhead};
-use fusewire_core::registry::{Registry, Start};
-use fusewire_core::{CircuitBreaker, Config, Outcome, Phase};
+use fusewire_core::{CircuitBreaker, Config, Engine, Outcome, Phase, Start};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -55,8 +53,8 @@ fn hot_paths_do_not_allocate() {
 
     let n = allocations(|| {
         let _ = b.health(100_000 * MS);
-        let _ = b.percentiles(100_000 * MS);
-        let _ = b.rolling_max_concurrency(100_000 * MS);
+        let _ = b.percentiles_ns(100_000 * MS);
+        let _ = b.snapshot(100_000 * MS);
     });
     assert_eq!(n, 0, "snapshot and percentile query");
 
@@ -73,28 +71,23 @@ fn hot_paths_do_not_allocate() {
     });
     assert_eq!(n, 0, "open-path reject");
 
-    let mut pool = Bulkhead::new(Config::default().bulkhead);
-    let n = allocations(|| {
-        for i in 0..10_000 {
-            let Acquire::Granted(p) = pool.try_acquire(i) else {
-                panic!()
+    // The engine's flow: breaker + bulkhead + deadline + key lookup, after warm-up.
+    let mut e = Engine::local();
+    let cfg = Config::from_json(r#"{"bulkhead": {"max_concurrent": 8}}"#).unwrap();
+    let p = e.add_policy("p", cfg).unwrap();
+    let k = e.key(p, "k", 0).unwrap();
+    let run = |e: &mut Engine, from: u64, n: u64| {
+        for i in from..from + n {
+            let now = i * MS;
+            let Start::Running(permit) = e.start(k, now, i) else {
+                panic!("admitted")
             };
-            assert!(pool.release(p, i).is_none());
+            e.complete(permit, Outcome::Success, now + MS / 2, i);
+            while e.poll(now, i).is_some() {}
+            let _ = e.key(p, "k", now);
         }
-    });
-    assert_eq!(n, 0, "bulkhead acquire + release");
-
-    let mut r = Registry::new();
-    let id = r
-        .register("k", "g", None, Config::default(), 0)
-        .expect("valid");
-    let n = allocations(|| {
-        for i in 0..10_000u64 {
-            let Start::Running(c) = r.start(id, i * MS, i) else {
-                panic!()
-            };
-            r.complete(c, Outcome::Success, i * MS + 1, i);
-        }
-    });
-    assert_eq!(n, 0, "registry start + complete (with deadline tracking)");
+    };
+    run(&mut e, 0, 1_000);
+    let n = allocations(|| run(&mut e, 1_000, 10_000));
+    assert_eq!(n, 0, "engine start + complete + poll + key lookup");
 }

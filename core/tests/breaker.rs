@@ -3,7 +3,7 @@
 use fusewire_core::breaker::open_duration_ns;
 use fusewire_core::config::{BreakerMode, OpenSchedule};
 use fusewire_core::{
-    CircuitBreaker, Config, EventKind, Outcome, Phase, Rejection, TransitionReason,
+    CircuitBreaker, Config, EventKind, Outcome, Phase, ShortCircuit, TransitionReason,
 };
 
 const MS: u64 = 1_000_000;
@@ -15,7 +15,7 @@ fn cb(config: Config) -> CircuitBreaker {
 }
 
 /// Runs one call that finishes immediately with `outcome` at `now`.
-fn call(b: &mut CircuitBreaker, now: u64, outcome: Outcome) -> Result<(), Rejection> {
+fn call(b: &mut CircuitBreaker, now: u64, outcome: Outcome) -> Result<(), ShortCircuit> {
     let p = b.try_acquire(now, 0)?;
     b.record(p, outcome, now, 0);
     Ok(())
@@ -40,7 +40,7 @@ fn trips_at_error_threshold_with_enough_volume() {
     let t = b.take_transition().unwrap();
     assert_eq!((t.from, t.to), (Phase::Closed, Phase::Open));
     assert_eq!(t.reason, TransitionReason::ErrorPercentage);
-    assert_eq!(b.try_acquire(T0 + 2 * MS, 0), Err(Rejection::Open));
+    assert_eq!(b.try_acquire(T0 + 2 * MS, 0), Err(ShortCircuit::Open));
 }
 
 #[test]
@@ -121,7 +121,7 @@ fn single_probe_after_sleep_window_then_close() {
     let mut b = cb(Config::default());
     calls(&mut b, T0, 0, 20);
     assert_eq!(b.next_deadline(), Some(T0 + 5_000 * MS));
-    assert_eq!(b.try_acquire(T0 + 4_999 * MS, 0), Err(Rejection::Open));
+    assert_eq!(b.try_acquire(T0 + 4_999 * MS, 0), Err(ShortCircuit::Open));
     let probe = b
         .try_acquire(T0 + 5_000 * MS, 0)
         .expect("probe after sleep window");
@@ -129,7 +129,7 @@ fn single_probe_after_sleep_window_then_close() {
     assert_eq!(b.phase(), Phase::HalfOpen);
     assert_eq!(
         b.try_acquire(T0 + 5_000 * MS, 0),
-        Err(Rejection::ProbesExhausted),
+        Err(ShortCircuit::ProbesExhausted),
         "only one probe"
     );
     let t = b
@@ -154,7 +154,7 @@ fn several_sleep_windows_before_closing() {
             (Phase::Open, TransitionReason::ProbeFailed)
         );
         now += MS;
-        assert_eq!(b.try_acquire(now + 4_999 * MS, 0), Err(Rejection::Open));
+        assert_eq!(b.try_acquire(now + 4_999 * MS, 0), Err(ShortCircuit::Open));
     }
     now += 5_000 * MS;
     let p = b.try_acquire(now, 0).expect("probe");
@@ -247,7 +247,7 @@ fn adaptive_throttle_rejects_probabilistically_and_ignores_its_own_rejections() 
     let rand_for = |u53: u64| (u53 << 11).rotate_right(32);
     assert_eq!(
         b.try_acquire(T0, rand_for(below)),
-        Err(Rejection::Throttled)
+        Err(ShortCircuit::Throttled)
     );
     let permit = b
         .try_acquire(T0, rand_for(above))
@@ -278,7 +278,7 @@ fn half_open_with_several_probes_and_success_threshold() {
     let p1 = b.try_acquire(now, 0).unwrap();
     let p2 = b.try_acquire(now, 0).unwrap();
     let p3 = b.try_acquire(now, 0).unwrap();
-    assert_eq!(b.try_acquire(now, 0), Err(Rejection::ProbesExhausted));
+    assert_eq!(b.try_acquire(now, 0), Err(ShortCircuit::ProbesExhausted));
     assert!(b.record(p1, Outcome::Success, now, 0).is_none());
     assert_eq!(b.phase(), Phase::HalfOpen);
     let t = b.record(p2, Outcome::Success, now, 0).unwrap();
@@ -406,11 +406,11 @@ fn slow_start_ramps_admission_after_close() {
     let u = |x: f64| ((x * (1u64 << 53) as f64) as u64) << 11;
     // Right after closing 10 % get through.
     assert!(b.try_acquire(closed, u(0.05)).is_ok());
-    assert_eq!(b.try_acquire(closed, u(0.2)), Err(Rejection::SlowStart));
+    assert_eq!(b.try_acquire(closed, u(0.2)), Err(ShortCircuit::SlowStart));
     // Halfway: 55 %.
     let half = closed + 5_000 * MS;
     assert!(b.try_acquire(half, u(0.5)).is_ok());
-    assert_eq!(b.try_acquire(half, u(0.6)), Err(Rejection::SlowStart));
+    assert_eq!(b.try_acquire(half, u(0.6)), Err(ShortCircuit::SlowStart));
     // After the ramp everything passes.
     assert!(b.try_acquire(closed + 10_000 * MS, u(0.999)).is_ok());
     assert_eq!(b.state().ramp_started_at(), None);
@@ -421,7 +421,7 @@ fn forced_open_rejects_everything() {
     let mut c = Config::default();
     c.breaker.mode = BreakerMode::ForcedOpen;
     let mut b = cb(c);
-    assert_eq!(b.try_acquire(T0, 0), Err(Rejection::ForcedOpen));
+    assert_eq!(b.try_acquire(T0, 0), Err(ShortCircuit::ForcedOpen));
     assert_eq!(b.health(T0).count(EventKind::ShortCircuited), 1);
 }
 
@@ -467,7 +467,7 @@ fn clock_stepping_backwards_is_no_time_passing() {
     calls(&mut b, T0 + 3_000 * MS, 0, 20);
     assert_eq!(b.phase(), Phase::Open);
     // The clock jumps back 3 s: nothing panics, nothing expires, still open.
-    assert_eq!(b.try_acquire(T0, 0), Err(Rejection::Open));
+    assert_eq!(b.try_acquire(T0, 0), Err(ShortCircuit::Open));
     assert!(b.poll(0, 0).is_none());
     let p = b.try_acquire(T0 + 8_000 * MS, 0).unwrap();
     // Recorded "before" it was issued: latency saturates at zero.

@@ -16,9 +16,11 @@ fn empty_object_gives_hystrix_defaults() {
     assert_eq!(c.metrics.rolling_window_ms, 10_000);
     assert_eq!(c.metrics.rolling_buckets, 10);
     assert_eq!(c.execution.timeout_ms, 1_000);
-    assert_eq!(c.bulkhead.max_concurrent, 10);
-    assert_eq!(c.bulkhead.fallback_max_concurrent, 10);
-    assert_eq!(c.bulkhead.queue_rejection_threshold, 5);
+    assert_eq!(c.bulkhead, None, "no bulkhead unless configured");
+    let b = fusewire_core::config::BulkheadConfig::default();
+    assert_eq!(b.max_concurrent, 10);
+    assert_eq!(b.fallback_max_concurrent, 10);
+    assert_eq!(b.queue_rejection_threshold, 5);
 }
 
 #[test]
@@ -34,7 +36,8 @@ fn json_round_trips() {
         },
         "metrics": {"rolling_window_ms": 20000, "rolling_buckets": 20},
         "execution": {"timeout_ms": 250},
-        "bulkhead": {"max_concurrent": 100, "max_queue": 50, "queue_rejection_threshold": 40}
+        "bulkhead": {"isolation": "pool", "max_concurrent": 100, "max_queue": 50, "queue_rejection_threshold": 40},
+        "keys": {"max_keys": 500, "idle_ms": 60000}
     }"#;
     let c = Config::from_json(json).unwrap();
     assert_eq!(c.breaker.mode, BreakerMode::MetricsOnly);
@@ -43,6 +46,8 @@ fn json_round_trips() {
     assert_eq!(c.breaker.open.ladder_ms, vec![1000, 2000]);
     assert_eq!(c.breaker.half_open.success_threshold, 3);
     assert_eq!(c.execution.timeout_ms, 250);
+    assert_eq!(c.bulkhead.as_ref().map(|b| b.queue_capacity()), Some(40));
+    assert_eq!(c.keys.max_keys, 500);
     let again = Config::from_json(&c.to_json()).unwrap();
     assert_eq!(again, c);
 }
@@ -135,6 +140,16 @@ fn invalid_values_name_the_field_and_reason() {
             r#"{"bulkhead": {"max_concurrent": 0}}"#,
             "bulkhead.max_concurrent",
         ),
+        (
+            r#"{"bulkhead": {"max_queue": 5}}"#,
+            "bulkhead.max_queue",
+        ),
+        (
+            r#"{"bulkhead": {"isolation": "pool", "max_queue": 5, "queue_rejection_threshold": 0}}"#,
+            "bulkhead.queue_rejection_threshold",
+        ),
+        (r#"{"keys": {"max_keys": 0}}"#, "keys.max_keys"),
+        (r#"{"keys": {"idle_ms": 10}}"#, "keys.idle_ms"),
     ];
     for (json, want) in cases {
         let (path, reason) = err(json);
@@ -142,4 +157,23 @@ fn invalid_values_name_the_field_and_reason() {
     }
     let (_, reason) = err(r#"{"metrics": {"rolling_window_ms": 10000, "rolling_buckets": 3}}"#);
     assert!(reason.contains("divide"), "{reason}");
+}
+
+#[test]
+fn shared_config_is_validated_in_core() {
+    use fusewire_core::SharedConfig;
+    assert_eq!(SharedConfig::from_json("{}").unwrap(), SharedConfig::default());
+    let bad = |json: &str, path: &str, part: &str| {
+        let e = SharedConfig::from_json(json).unwrap_err();
+        assert_eq!(e.path, path, "{e}");
+        assert!(e.reason.contains(part), "{e}");
+    };
+    bad(r#"{"cas_attempts": 0}"#, "cas_attempts", "1..=1000");
+    bad(r#"{"lease_ttl_ms": 10}"#, "lease_ttl_ms", "twice");
+    bad(r#"{"namespace": "a b"}"#, "namespace", "[A-Za-z0-9_.-]");
+    bad(r#"{"mode": "async", "sync_ms": 5000, "stale_ms": 6000}"#, "stale_ms", "twice sync_ms");
+    bad(r#"{"mode": "sometimes"}"#, "mode", "unknown variant");
+    bad(r#"{"heartbeat": 1}"#, "heartbeat", "unknown field");
+    let e = SharedConfig::from_json(r#"{"cas_attempts": 0}"#).unwrap_err().within("shared");
+    assert_eq!(e.to_string(), "shared.cas_attempts: must be in 1..=1000, got 0");
 }

@@ -148,11 +148,11 @@ fn buckets_expire_as_the_window_rolls() {
             w.record(EventKind::Success, s * 1_000 * MS);
         }
     }
-    assert_eq!(w.rolling_count(EventKind::Success, 9_999 * MS), 55);
+    assert_eq!(w.health_at(9_999 * MS).count(EventKind::Success), 55);
     // At 10 s the bucket of second 0 (1 event) expires.
-    assert_eq!(w.rolling_count(EventKind::Success, 10_000 * MS), 54);
-    assert_eq!(w.rolling_count(EventKind::Success, 15_500 * MS), 55 - 21);
-    assert_eq!(w.rolling_count(EventKind::Success, 100_000 * MS), 0);
+    assert_eq!(w.health_at(10_000 * MS).count(EventKind::Success), 54);
+    assert_eq!(w.health_at(15_500 * MS).count(EventKind::Success), 55 - 21);
+    assert_eq!(w.health_at(100_000 * MS).count(EventKind::Success), 0);
     assert_eq!(w.cumulative_count(EventKind::Success), 55);
 }
 
@@ -177,24 +177,24 @@ fn all_event_kinds_are_counted_and_health_is_derived() {
 #[test]
 fn rolling_max_concurrency() {
     let mut w = Window::new(&metrics(10_000, 10), 0);
-    w.observe_concurrency(3, 0);
-    w.observe_concurrency(9, 2_000 * MS);
-    w.observe_concurrency(4, 5_000 * MS);
-    assert_eq!(w.rolling_max_concurrency(5_000 * MS), 9);
-    assert_eq!(w.rolling_max_concurrency(12_000 * MS), 4);
+    w.record_call(EventKind::Success, 0, false, 3, 0);
+    w.record_call(EventKind::Success, 0, false, 9, 2_000 * MS);
+    w.record_call(EventKind::Success, 0, false, 4, 5_000 * MS);
+    assert_eq!(w.rolling_max_concurrency_at(5_000 * MS), 9);
+    assert_eq!(w.rolling_max_concurrency_at(12_000 * MS), 4);
 }
 
 #[test]
 fn percentile_window_rolls_separately() {
     let mut w = Window::new(&metrics(10_000, 10), 0);
-    w.record_execution(EventKind::Success, 5 * MS, false, 0);
-    w.record_execution(EventKind::Success, 50 * MS, false, 20_000 * MS);
-    let p = w.percentiles(20_000 * MS);
+    w.record_call(EventKind::Success, 5 * MS, false, 0, 0);
+    w.record_call(EventKind::Success, 50 * MS, false, 0, 20_000 * MS);
+    let p = w.percentiles_at(20_000 * MS);
     assert_eq!((p.count, p.p0, p.p100), (2, 5 * MS, 50 * MS));
     // 60 s in 4 buckets of 15 s: at 60 s the first bucket has expired.
-    let p = w.percentiles(60_000 * MS);
+    let p = w.percentiles_at(60_000 * MS);
     assert_eq!((p.count, p.p0), (1, 50 * MS));
-    assert_eq!(w.percentiles(200_000 * MS).count, 0);
+    assert_eq!(w.percentiles_at(200_000 * MS).count, 0);
 }
 
 #[test]
@@ -228,8 +228,8 @@ fn window_merge_is_epoch_aligned() {
     m.merge(&b);
     assert_eq!(m, both, "merge equals recording into one window");
     // Buckets at 0 s and 1 s are stale for b's current epoch (12 s): dropped.
-    assert_eq!(m.rolling_count(EventKind::Success, 12_000 * MS), 1);
-    assert_eq!(m.rolling_count(EventKind::Failure, 12_000 * MS), 2);
+    assert_eq!(m.health_at(12_000 * MS).count(EventKind::Success), 1);
+    assert_eq!(m.health_at(12_000 * MS).count(EventKind::Failure), 2);
     assert_eq!(m.cumulative_count(EventKind::Success), 3);
 }
 
@@ -240,13 +240,13 @@ fn reconfigure_rebuckets_live_counts() {
         w.record(EventKind::Failure, s * 1_000 * MS + 10 * MS);
     }
     w.reconfigure(&metrics(10_000, 5));
-    assert_eq!(w.rolling_count(EventKind::Failure, 9_999 * MS), 10);
+    assert_eq!(w.health_at(9_999 * MS).count(EventKind::Failure), 10);
     w.reconfigure(&metrics(20_000, 20));
-    assert_eq!(w.rolling_count(EventKind::Failure, 9_999 * MS), 10);
+    assert_eq!(w.health_at(9_999 * MS).count(EventKind::Failure), 10);
     assert_eq!(w.cumulative_count(EventKind::Failure), 10);
     // Shrinking the window drops what falls outside it.
     w.reconfigure(&metrics(4_000, 4));
-    assert_eq!(w.rolling_count(EventKind::Failure, 9_999 * MS), 4);
+    assert_eq!(w.health_at(9_999 * MS).count(EventKind::Failure), 4);
 }
 
 #[test]
@@ -254,10 +254,10 @@ fn clock_going_backwards_records_into_the_current_bucket() {
     let mut w = Window::new(&metrics(10_000, 10), 5_000 * MS);
     w.record(EventKind::Success, 5_000 * MS);
     w.record(EventKind::Success, 0);
-    w.record_execution(EventKind::Success, 0, false, 1);
-    assert_eq!(w.rolling_count(EventKind::Success, 0), 3);
-    assert_eq!(w.rolling_count(EventKind::Success, 14_999 * MS), 3);
-    assert_eq!(w.rolling_count(EventKind::Success, 15_000 * MS), 0);
+    w.record_call(EventKind::Success, 0, false, 0, 1);
+    assert_eq!(w.health_at(0).count(EventKind::Success), 3);
+    assert_eq!(w.health_at(14_999 * MS).count(EventKind::Success), 3);
+    assert_eq!(w.health_at(15_000 * MS).count(EventKind::Success), 0);
 }
 
 #[test]
@@ -272,12 +272,12 @@ fn snapshot_gathers_health_latency_and_concurrency() {
     assert_eq!(s.in_flight, 1);
     assert_eq!(s.rolling_max_concurrency, 2);
     assert_eq!(s.health.total, 1);
-    assert_eq!(s.latency.p50, 10 * MS);
+    assert_eq!(s.latency_ns.p50, 10 * MS);
     assert_eq!(s.cumulative[EventKind::Success.index()], 1);
     cb.record(b, Outcome::Failure, 30 * MS, 0);
     let s = cb.snapshot(30 * MS);
     assert_eq!(
-        (s.in_flight, s.health.errors, s.latency.p100),
+        (s.in_flight, s.health.errors, s.latency_ns.p100),
         (0, 1, 30 * MS)
     );
 }

@@ -11,7 +11,6 @@ fn outcome() -> impl Strategy<Value = Outcome> {
         4 => Just(Outcome::Success),
         4 => Just(Outcome::Failure),
         1 => Just(Outcome::Timeout),
-        1 => Just(Outcome::SemaphoreRejected),
         1 => Just(Outcome::BadRequest),
     ]
 }
@@ -71,10 +70,13 @@ impl Model {
         if probe {
             self.probe_out = false;
             match outcome {
-                Outcome::Success | Outcome::BadRequest => {
+                Outcome::Success => {
                     self.phase = Phase::Closed;
                     self.events.clear();
                 }
+                // A caller's mistake says nothing about the upstream: the probe
+                // turn is given back and the breaker stays half-open.
+                Outcome::BadRequest => {}
                 Outcome::Failure | Outcome::Timeout => {
                     self.phase = Phase::Open;
                     self.open_until = now + 5_000 * MS;
@@ -166,11 +168,10 @@ proptest! {
             let mut w = Window::new(&cfg, 0);
             for (t, k, lat) in ev {
                 if k < 3 {
-                    w.record_execution(EventKind::ALL[k], lat * 1_000, lat % 3 == 0, t * MS);
+                    w.record_call(EventKind::ALL[k], lat * 1_000, lat % 3 == 0, (lat % 17) as u32, t * MS);
                 } else {
                     w.record(EventKind::ALL[k], t * MS);
                 }
-                w.observe_concurrency((lat % 17) as u32, t * MS);
             }
             w
         };
@@ -229,10 +230,11 @@ proptest! {
 fn sample_window() -> Window {
     let mut w = Window::new(&Config::default().metrics, 0);
     for i in 0..500u64 {
-        w.record_execution(
+        w.record_call(
             EventKind::ALL[(i % 3) as usize],
             i * 37 * MS,
             i % 7 == 0,
+            (i % 5) as u32,
             i * 40 * MS,
         );
         w.record(EventKind::ALL[(i % 13) as usize], i * 40 * MS);
@@ -260,9 +262,10 @@ fn window_and_breaker_state_round_trip_through_postcard() {
 fn use_window(mut w: Window) {
     let h = w.health(5_000 * MS);
     let _ = h.error_percentage;
-    w.record_execution(EventKind::Failure, 10 * MS, true, 6_000 * MS);
-    let _ = w.percentiles(7_000 * MS);
-    let _ = w.rolling_max_concurrency(u64::MAX);
+    w.record_call(EventKind::Failure, 10 * MS, true, 3, 6_000 * MS);
+    let _ = w.percentiles_at(7_000 * MS);
+    let _ = w.rolling_max_concurrency_at(u64::MAX);
+    let _ = w.health_at(u64::MAX);
     let mut other = sample_window();
     other.merge(&w);
     w.merge(&other);

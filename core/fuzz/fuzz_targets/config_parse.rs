@@ -1,9 +1,9 @@
 //! JSON bytes → Config → validate: never panics; a valid config round-trips
-//! through JSON unchanged and can drive a breaker, a bulkhead and the registry.
+//! through JSON unchanged and can drive a breaker and the engine (local and shared).
 #![no_main]
 
-use fusewire_core::registry::{Registry, Start};
-use fusewire_core::{CircuitBreaker, Config, Outcome};
+use fusewire_core::shared::memory::{MemoryStore, Rules};
+use fusewire_core::{CircuitBreaker, Config, Engine, Outcome, SharedConfig, Start};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -23,15 +23,29 @@ fuzz_target!(|data: &[u8]| {
         }
         let _ = cb.poll(now, i);
     }
-    let _ = cb.percentiles(u64::MAX);
+    let _ = cb.percentiles_ns(u64::MAX);
     cb.reconfigure(Config::default());
-    let mut r = Registry::new();
-    if let Ok(id) = r.register("k", "g", None, config, 0) {
+    let mut store = MemoryStore::new(Rules::Kong);
+    for mut e in [Engine::local(), Engine::shared(SharedConfig::default(), 3).expect("valid")] {
+        let p = e.add_policy("p", config.clone()).expect("validated");
         for i in 0..20u64 {
-            if let Start::Running(c) = r.start(id, i, i) {
-                let _ = r.complete(c, Outcome::Success, i + 1, i);
+            let Some(k) = e.key(p, if i % 3 == 0 { "x" } else { "y" }, i) else { continue };
+            e.prepare(k, i);
+            while let Some(io) = e.poll_io(i, i) {
+                let (id, a) = (io.id, store.exec(&io));
+                e.io_done(id, a.as_answer(), i, i);
+            }
+            match e.start(k, i, i) {
+                Start::Running(c) => {
+                    let _ = e.complete(c, Outcome::Failure, i + 1, i);
+                }
+                Start::Queued(t) => {
+                    let _ = e.cancel_ticket(t, i);
+                }
+                Start::Refused(_) => {}
             }
         }
-        while r.poll(u64::MAX, 7).is_some() {}
+        while e.poll(u64::MAX / 2, 7).is_some() {}
+        let _ = e.set_policy(p, Config::default());
     }
 });

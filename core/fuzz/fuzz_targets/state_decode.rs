@@ -1,13 +1,14 @@
 //! Shared-state decoding never panics on any bytes, and whatever decodes re-encodes to
 //! a value that decodes the same. The whole worker path (read → decode → admit →
-//! record → flush → slot acquire/release) also survives arbitrary stored bytes.
+//! record → flush, bulkhead slots, probing for a slot) also survives arbitrary stored
+//! bytes in every slot the key may look at.
 #![no_main]
 
 use fusewire_core::config::Config;
 use fusewire_core::shared::codec::{self, Kind};
-use fusewire_core::shared::{
-    BreakerParams, KeyHandle, KeyState, MemoryStore, Outcome, SharedParams, SlotLedger,
-};
+use fusewire_core::shared::memory::{MemoryStore, Rules};
+use fusewire_core::shared::KeyState;
+use fusewire_core::{Engine, Outcome, SharedConfig, Start};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,28 +16,35 @@ fuzz_target!(|data: &[u8]| {
         let again = codec::encode(Kind::KeyState, &s).expect("encodes");
         assert_eq!(codec::decode::<KeyState>(Kind::KeyState, &again), Ok(s));
     }
-    if let Ok(l) = codec::decode::<SlotLedger>(Kind::SlotLedger, data) {
-        let again = codec::encode(Kind::SlotLedger, &l).expect("encodes");
-        assert_eq!(codec::decode::<SlotLedger>(Kind::SlotLedger, &again), Ok(l));
+    let rules = match data.first().map(|b| b % 3) {
+        Some(0) => Rules::Envoy,
+        Some(1) => Rules::Kong,
+        _ => Rules::Script,
+    };
+    let mut store = MemoryStore::new(rules);
+    let cfg = Config::from_json(r#"{"bulkhead": {"max_concurrent": 3}, "keys": {"max_keys": 4}}"#)
+        .expect("valid");
+    for slot in ["0", "1", "2", "3", "~overflow"] {
+        store.raw_set(&format!("fusewire/v3/p/{slot}"), data);
     }
-    let _ = codec::decode::<u64>(Kind::Sequence, data);
-
-    // The bytes as the stored state and ledger of a key, then a few calls.
-    let p = BreakerParams::from_config(&Config::default());
-    let sp = SharedParams::default();
-    let mut store = MemoryStore::new(data.first().is_some_and(|b| b & 1 == 1));
-    store.raw_set("fusewire/v1/state/k", data);
-    store.raw_set("fusewire/v1/slots/k", data);
-    let mut h = KeyHandle::new("k", &p);
-    let now = u64::from_le_bytes(
-        data.get(..8)
-            .and_then(|b| b.try_into().ok())
-            .unwrap_or([0; 8]),
-    );
-    let (_, _) = h.admit(&mut store, &sp, &p, now, 7);
-    h.record(&p, 1, Outcome::Failure, 5, now);
-    h.flush(&mut store, &sp, &p, now, 7);
-    h.acquire_slot(&mut store, &sp, 1, 10, now);
-    h.release_slot(&mut store, &sp, 1, now);
-    h.tick(&mut store, &sp, &p, 1, now.wrapping_add(1), 9);
+    let now = u64::from_le_bytes(data.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]));
+    let mut e = Engine::shared(SharedConfig::default(), 11).expect("valid");
+    let p = e.add_policy("p", cfg).expect("valid");
+    for (i, name) in ["k", "other", "k", "third"].iter().enumerate() {
+        let t = now.wrapping_add(i as u64 * 50_000_000);
+        let Some(k) = e.key(p, name, t) else { continue };
+        e.prepare(k, t);
+        while let Some(io) = e.poll_io(t, 7) {
+            let (id, a) = (io.id, store.exec(&io));
+            e.io_done(id, a.as_answer(), t, 7);
+        }
+        if let Start::Running(permit) = e.start(k, t, 7) {
+            let _ = e.complete(permit, Outcome::Failure, t.wrapping_add(5), 7);
+        }
+        while e.poll(t.wrapping_add(200_000_000), 9).is_some() {}
+        while let Some(io) = e.poll_io(t, 7) {
+            let (id, a) = (io.id, store.exec(&io));
+            e.io_done(id, a.as_answer(), t, 7);
+        }
+    }
 });

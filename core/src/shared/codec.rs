@@ -20,7 +20,7 @@ use serde::{de::DeserializeOwned, Serialize};
 /// First two bytes of every encoded value.
 pub const MAGIC: [u8; 2] = *b"FW";
 /// Version of the encoding and of every payload type in this module tree.
-pub const SCHEMA_VERSION: u8 = 2;
+pub const SCHEMA_VERSION: u8 = 3;
 /// Bytes before the payload: magic, version, kind.
 pub const HEADER_LEN: usize = 4;
 /// Bytes after the payload: the CRC-32.
@@ -32,12 +32,10 @@ pub const MAX_ENCODED_LEN: usize = 64 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
-    /// [`super::KeyState`]: a key's breaker state and rolling window.
+    /// [`super::KeyState`]: a key's breaker state, rolling window and slot ledger.
     KeyState = 1,
-    /// [`super::SlotLedger`]: a key's cross-worker bulkhead slots.
-    SlotLedger = 2,
-    /// A plain `u64` sequence (owner ids).
-    Sequence = 3,
+    /// A plain value (tests of the envelope).
+    Plain = 3,
 }
 
 /// Why bytes could not be decoded.
@@ -80,7 +78,16 @@ impl core::fmt::Display for DecodeError {
 ///
 /// Fails only if the serializer fails, which the payload types of this module never do.
 pub fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, postcard::Error> {
-    let mut out = Vec::with_capacity(64);
+    encode_into(kind, value, Vec::with_capacity(64))
+}
+
+/// [`encode`] into `out` (cleared first), reusing its capacity.
+pub fn encode_into<T: Serialize>(
+    kind: Kind,
+    value: &T,
+    mut out: Vec<u8>,
+) -> Result<Vec<u8>, postcard::Error> {
+    out.clear();
     out.extend_from_slice(&MAGIC);
     out.push(SCHEMA_VERSION);
     out.push(kind as u8);
@@ -166,15 +173,15 @@ mod tests {
     #[test]
     fn roundtrip_and_every_error() {
         let v: (u32, u64) = (7, 1 << 40);
-        let bytes = encode(Kind::Sequence, &v).unwrap();
-        assert_eq!(decode::<(u32, u64)>(Kind::Sequence, &bytes), Ok(v));
+        let bytes = encode(Kind::Plain, &v).unwrap();
+        assert_eq!(decode::<(u32, u64)>(Kind::Plain, &bytes), Ok(v));
         assert_eq!(
             decode::<(u32, u64)>(Kind::KeyState, &bytes),
             Err(DecodeError::WrongKind(3))
         );
         // Truncation at every length is an error, never a panic.
         for n in 0..bytes.len() {
-            assert!(decode::<(u32, u64)>(Kind::Sequence, &bytes[..n]).is_err());
+            assert!(decode::<(u32, u64)>(Kind::Plain, &bytes[..n]).is_err());
         }
         // Every single-bit flip is detected.
         for i in 0..bytes.len() {
@@ -182,7 +189,7 @@ mod tests {
                 let mut b = bytes.clone();
                 b[i] ^= 1 << bit;
                 assert!(
-                    decode::<(u32, u64)>(Kind::Sequence, &b).is_err(),
+                    decode::<(u32, u64)>(Kind::Plain, &b).is_err(),
                     "{i}/{bit}"
                 );
             }
@@ -190,36 +197,36 @@ mod tests {
         let mut future = bytes.clone();
         future[2] = SCHEMA_VERSION + 1;
         assert_eq!(
-            decode::<(u32, u64)>(Kind::Sequence, &future),
+            decode::<(u32, u64)>(Kind::Plain, &future),
             Err(DecodeError::FutureVersion(SCHEMA_VERSION + 1))
         );
         let mut old = bytes.clone();
         old[2] = 0;
         assert_eq!(
-            decode::<(u32, u64)>(Kind::Sequence, &old),
+            decode::<(u32, u64)>(Kind::Plain, &old),
             Err(DecodeError::OldVersion(0))
         );
         let mut magic = bytes.clone();
         magic[0] = b'X';
         assert_eq!(
-            decode::<(u32, u64)>(Kind::Sequence, &magic),
+            decode::<(u32, u64)>(Kind::Plain, &magic),
             Err(DecodeError::BadMagic)
         );
         assert_eq!(
-            decode::<(u32, u64)>(Kind::Sequence, &vec![0; MAX_ENCODED_LEN + 1]),
+            decode::<(u32, u64)>(Kind::Plain, &vec![0; MAX_ENCODED_LEN + 1]),
             Err(DecodeError::TooLong)
         );
     }
 
     #[test]
     fn trailing_payload_bytes_are_refused_even_with_a_valid_checksum() {
-        let mut bytes = encode(Kind::Sequence, &5u64).unwrap();
+        let mut bytes = encode(Kind::Plain, &5u64).unwrap();
         bytes.truncate(bytes.len() - TRAILER_LEN);
         bytes.push(0);
         let crc = crc32(&bytes);
         bytes.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(
-            decode::<u64>(Kind::Sequence, &bytes),
+            decode::<u64>(Kind::Plain, &bytes),
             Err(DecodeError::Payload)
         );
     }

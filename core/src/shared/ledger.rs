@@ -29,15 +29,6 @@ pub struct SlotLedger {
     entries: Vec<SlotEntry>,
 }
 
-/// Result of [`SlotLedger::try_acquire`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Acquire {
-    /// A slot was taken; the ledger changed and must be written back.
-    Granted,
-    /// Every slot is in use across the live owners.
-    Full,
-}
-
 impl SlotLedger {
     /// An empty ledger.
     pub fn new() -> Self {
@@ -72,18 +63,19 @@ impl SlotLedger {
         self.entries.iter().find(|e| e.owner == owner)
     }
 
-    /// Takes one slot for `owner`, whose true local count *before* this call is
-    /// `local`, if the live total stays within `max`. Drops expired entries.
-    pub fn try_acquire(&mut self, owner: u64, local: u32, max: u32, now: u64, ttl: u64) -> Acquire {
+    /// Sets `owner`'s count to `held + more` if the live total stays within `max`,
+    /// else to as many as fit (never below `held`, which the owner really holds).
+    /// Returns the owner's new count. Drops expired entries first.
+    pub fn acquire(&mut self, owner: u64, held: u32, more: u32, max: u32, now: u64, ttl: u64) -> u32 {
         self.prune(now, ttl);
         let others = self.others_in_flight(owner, now, ttl);
-        if others + local as u64 + 1 > max as u64 {
-            return Acquire::Full;
-        }
-        if self.set(owner, local.saturating_add(1), now) {
-            Acquire::Granted
+        let room = u64::from(max).saturating_sub(others);
+        let want = u64::from(held) + u64::from(more);
+        let count = want.min(room).max(u64::from(held)) as u32;
+        if self.set(owner, count, now) {
+            count
         } else {
-            Acquire::Full
+            held
         }
     }
 
@@ -140,15 +132,13 @@ mod tests {
     #[test]
     fn limit_is_global_and_crashed_owner_is_reclaimed() {
         let mut l = SlotLedger::new();
-        assert_eq!(l.try_acquire(1, 0, 3, 0, 1000), Acquire::Granted);
-        assert_eq!(l.try_acquire(2, 0, 3, 0, 1000), Acquire::Granted);
-        assert_eq!(l.try_acquire(1, 1, 3, 0, 1000), Acquire::Granted);
-        assert_eq!(l.try_acquire(3, 0, 3, 10, 1000), Acquire::Full);
-        assert_eq!(l.in_flight(10, 1000), 3);
-        // Owner 2 crashed; owner 1 heartbeats.
-        assert!(l.set(1, 2, 900));
-        assert_eq!(l.try_acquire(3, 0, 3, 999, 1000), Acquire::Full);
-        assert_eq!(l.try_acquire(3, 0, 3, 1000, 1000), Acquire::Granted);
+        assert_eq!(l.acquire(1, 0, 2, 3, 0, 1000), 2);
+        assert_eq!(l.acquire(2, 0, 5, 3, 0, 1000), 1, "only what fits");
+        assert_eq!(l.acquire(3, 0, 1, 3, 0, 1000), 0, "full");
+        // Owner 2 crashed: its heartbeat ages past the TTL.
+        l.set(1, 2, 999);
+        assert_eq!(l.acquire(3, 0, 1, 3, 999, 1000), 0);
+        assert_eq!(l.acquire(3, 0, 1, 3, 1000, 1000), 1);
         assert_eq!(l.entry(2), None);
         assert_eq!(l.in_flight(1000, 1000), 3);
         // Release to 0 removes the entry.
@@ -170,7 +160,10 @@ mod tests {
         let mut l = SlotLedger::new();
         l.set(1, 2, 0);
         assert_eq!(l.prune(5000, 1000), 2);
-        assert_eq!(l.try_acquire(1, 2, 10, 5000, 1000), Acquire::Granted);
+        assert_eq!(l.acquire(1, 2, 1, 10, 5000, 1000), 3);
         assert_eq!(l.entry(1).map(|e| e.count), Some(3));
+        // An owner never drops below what it really holds, even over the limit.
+        l.set(2, 9, 5000);
+        assert_eq!(l.acquire(1, 3, 1, 10, 5000, 1000), 3);
     }
 }

@@ -1,57 +1,196 @@
-//! The process-wide state of one key: the core's breaker state machine
-//! ([`BreakerState`]) on a counters-only [`SharedWindow`], plus what a worker
-//! accumulates between writes ([`Delta`]).
+//! The process-wide state of one key as it lives in the store ([`KeyState`]: the
+//! core's breaker state machine on a compact wire window, plus the bulkhead slot
+//! ledger), and what one worker accumulates between writes ([`Delta`]).
 //!
-//! Every method is a pure function of the state value, the parameters, `now` (host
-//! time, ns) and an injected random `u64`, so any worker can decode the shared bytes,
-//! run the core logic (admission, probes, trip rules, open schedule with jitter,
-//! slow start, adaptive throttle, modes) and write them back with the CAS token it
-//! read. Probe leases are the core's: a permit's generation and probe slot identify
-//! the lease process-wide.
+//! The wire window is the core's one [`Ring`] with a counters-only bucket
+//! ([`Counts`]); it is encoded as its live, non-empty buckets only.
 
+use serde::de::Deserializer;
+use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
-use super::window::{Counts, SharedWindow, MAX_BUCKETS};
-use crate::breaker::{BreakerState, Outcome, Permit};
-use crate::config::{BreakerConfig, Config};
+use super::ledger::SlotLedger;
+use crate::breaker::BreakerState;
+use crate::event::{EventKind, Outcome, EVENT_KINDS};
+use crate::ring::{geometry, Bucket, Ring, Slot};
 use crate::time::{ms_to_ns, Nanos};
-use crate::{Phase, Rejection, Transition};
+use crate::window::{Health, HealthSnapshot};
+use crate::Config;
 
-/// A core [`Permit`]'s raw parts (generation, probe slot, start), as
-/// [`Permit::into_raw`] gives them: the form a permit takes across workers.
-pub type RawPermit = (u32, u8, Nanos);
-
-/// What the shared breaker logic runs with: the core breaker config and the shape of
-/// the counters-only window.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BreakerParams {
-    /// The core breaker config (rules, open schedule, half-open, slow start, mode).
-    pub breaker: BreakerConfig,
-    /// Window bucket width (ns).
-    pub bucket_ns: u64,
-    /// Window bucket count.
-    pub buckets: usize,
+/// Outcome counters of one wire bucket: what the breaker rules read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// `SUCCESS`.
+    pub success: u32,
+    /// `FAILURE`.
+    pub failure: u32,
+    /// `TIMEOUT`.
+    pub timeout: u32,
+    /// Bulkhead rejections (`SEMAPHORE_REJECTED` + `THREAD_POOL_REJECTED`): errors.
+    pub rejected: u32,
+    /// `SHORT_CIRCUITED` (never fed back into health).
+    pub short_circuited: u32,
+    /// `BAD_REQUEST` (never an error).
+    pub bad_request: u32,
+    /// Executions at or over the slow-call threshold.
+    pub slow: u32,
 }
 
-impl BreakerParams {
-    /// The shared-state parameters of a validated config.
-    ///
-    /// The shared window keeps at most [`MAX_BUCKETS`] buckets: a finer
-    /// `metrics.rolling_buckets` is coarsened to that many (same window length).
-    pub fn from_config(c: &Config) -> Self {
-        let window_ns = ms_to_ns(c.metrics.rolling_window_ms).max(1);
-        let buckets = (c.metrics.rolling_buckets.max(1) as usize).min(MAX_BUCKETS);
-        BreakerParams {
-            breaker: c.breaker.clone(),
-            bucket_ns: (window_ns / buckets as u64).max(1),
-            buckets,
-        }
+impl Counts {
+    /// Adds one event of `kind` (kinds the wire window does not keep are ignored).
+    #[inline]
+    pub fn add(&mut self, kind: EventKind) {
+        let c = match kind {
+            EventKind::Success => &mut self.success,
+            EventKind::Failure => &mut self.failure,
+            EventKind::Timeout => &mut self.timeout,
+            EventKind::SemaphoreRejected | EventKind::ThreadPoolRejected => &mut self.rejected,
+            EventKind::ShortCircuited => &mut self.short_circuited,
+            EventKind::BadRequest => &mut self.bad_request,
+            _ => return,
+        };
+        *c = c.saturating_add(1);
+    }
+
+    /// failure + timeout + rejected.
+    pub fn errors(&self) -> u64 {
+        u64::from(self.failure) + u64::from(self.timeout) + u64::from(self.rejected)
+    }
+
+    /// The counts as the breaker rules read them.
+    pub fn health(&self) -> HealthSnapshot {
+        let mut c = [0u64; EVENT_KINDS];
+        c[EventKind::Success.index()] = u64::from(self.success);
+        c[EventKind::Failure.index()] = u64::from(self.failure);
+        c[EventKind::Timeout.index()] = u64::from(self.timeout);
+        c[EventKind::SemaphoreRejected.index()] = u64::from(self.rejected);
+        c[EventKind::ShortCircuited.index()] = u64::from(self.short_circuited);
+        c[EventKind::BadRequest.index()] = u64::from(self.bad_request);
+        HealthSnapshot::from_counts(&c, u64::from(self.slow))
     }
 }
 
-/// The consecutive-failure run a worker accumulated since its last flush: its
-/// composition is associative, so workers' runs merge into the shared
-/// [`BreakerState::consecutive_failures`] under CAS.
+impl Bucket for Counts {
+    fn join(&mut self, o: &Self) {
+        self.success = self.success.saturating_add(o.success);
+        self.failure = self.failure.saturating_add(o.failure);
+        self.timeout = self.timeout.saturating_add(o.timeout);
+        self.rejected = self.rejected.saturating_add(o.rejected);
+        self.short_circuited = self.short_circuited.saturating_add(o.short_circuited);
+        self.bad_request = self.bad_request.saturating_add(o.bad_request);
+        self.slow = self.slow.saturating_add(o.slow);
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == Counts::default()
+    }
+}
+
+/// The wire window: the core [`Ring`] of [`Counts`]. Merge, epochs and re-bucketing
+/// are the ring's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WireWindow(pub Ring<Counts>);
+
+/// Encoded as `(width_ns, current, [(age, counts)])` with only live, non-empty
+/// buckets (age = current − epoch): a quiet window costs a few bytes.
+#[derive(Serialize, Deserialize)]
+struct WireData {
+    width_ns: u64,
+    len: u16,
+    current: u64,
+    buckets: Vec<(u16, Counts)>,
+}
+
+impl Serialize for WireWindow {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = &self.0;
+        let current = r.current_epoch();
+        let buckets = r
+            .live_at(0)
+            .filter(|slot| !slot.bucket.is_empty())
+            .map(|slot| ((current - slot.epoch) as u16, slot.bucket))
+            .collect();
+        WireData {
+            width_ns: r.width_ns(),
+            len: r.len() as u16,
+            current,
+            buckets,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for WireWindow {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = WireData::deserialize(d)?;
+        let n = u64::from(w.len.max(1));
+        let mut slots = vec![Slot::<Counts>::default(); n as usize];
+        for (age, counts) in w.buckets {
+            let Some(epoch) = w.current.checked_sub(u64::from(age)) else {
+                continue;
+            };
+            if let Some(s) = slots.get_mut((epoch % n) as usize) {
+                *s = Slot {
+                    epoch,
+                    bucket: counts,
+                };
+            }
+        }
+        Ok(WireWindow(Ring::from_parts(w.width_ns, w.current, slots)))
+    }
+}
+
+impl WireWindow {
+    /// An empty window shaped like `config`'s health window, at `now`.
+    pub fn new(config: &Config, now: Nanos) -> Self {
+        let (w, n) = geometry(
+            ms_to_ns(config.metrics.rolling_window_ms),
+            config.metrics.rolling_buckets,
+        );
+        WireWindow(Ring::new(w, n, now))
+    }
+
+    /// Records one event at `now`. O(1).
+    #[inline]
+    pub fn record(&mut self, kind: EventKind, now: Nanos) {
+        self.0.roll(now, |_| {});
+        if let Some(c) = self.0.current_mut() {
+            c.add(kind);
+        }
+    }
+
+    /// Records one slow execution at `now`.
+    #[inline]
+    pub fn record_slow(&mut self, now: Nanos) {
+        self.0.roll(now, |_| {});
+        if let Some(c) = self.0.current_mut() {
+            c.slow = c.slow.saturating_add(1);
+        }
+    }
+
+    /// Sum of the buckets live at `now`. O(buckets), no allocation.
+    pub fn counts_at(&self, now: Nanos) -> Counts {
+        let mut sum = Counts::default();
+        for s in self.0.live_at(now) {
+            sum.join(&s.bucket);
+        }
+        sum
+    }
+}
+
+impl Health for WireWindow {
+    fn health(&mut self, now: Nanos) -> HealthSnapshot {
+        self.0.roll(now, |_| {});
+        self.counts_at(now).health()
+    }
+
+    fn reset_counts(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// The consecutive-failure run a worker accumulated since its last flush. Its
+/// composition is associative, so workers' runs merge into the shared run under CAS.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Streak {
     /// Whether a success or bad request was seen (it resets the shared run).
@@ -61,17 +200,17 @@ pub struct Streak {
 }
 
 impl Streak {
-    /// Records a success or a bad request (either ends a run of failures).
+    /// Records an outcome: an error extends the run, a success or bad request ends it.
     #[inline]
-    pub fn success(&mut self) {
-        self.reset = true;
-        self.errors = 0;
-    }
-
-    /// Records a failure or timeout.
-    #[inline]
-    pub fn error(&mut self) {
-        self.errors = self.errors.saturating_add(1);
+    pub fn record(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Failure | Outcome::Timeout => self.errors = self.errors.saturating_add(1),
+            Outcome::Success | Outcome::BadRequest => {
+                self.reset = true;
+                self.errors = 0;
+            }
+            Outcome::Cancelled => {}
+        }
     }
 
     /// Applies this streak after `shared` consecutive errors.
@@ -83,7 +222,7 @@ impl Streak {
         }
     }
 
-    /// Composes `self` then `later` (associative, not commutative: order matters).
+    /// Composes `self` then `later` (associative, not commutative).
     pub fn then(&self, later: &Streak) -> Streak {
         if later.reset {
             *later
@@ -96,157 +235,90 @@ impl Streak {
     }
 }
 
-/// What one worker recorded since its last flush.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What one worker recorded since its last successful write.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Delta {
-    /// Breaker generation the events were admitted under; a delta from another
-    /// generation is dropped (results of an earlier generation are ignored).
+    /// Breaker generation the outcomes were admitted under; a delta of another
+    /// generation is dropped at merge (results of an earlier generation never move
+    /// the breaker).
     pub generation: u32,
     /// Window counts.
-    pub window: SharedWindow,
+    pub window: WireWindow,
     /// Consecutive-error streak.
     pub streak: Streak,
 }
 
 impl Delta {
-    /// Empty delta for a window shape and generation.
-    pub fn new(generation: u32, bucket_ns: u64, buckets: usize) -> Self {
+    /// An empty delta for `config`'s window shape.
+    pub fn new(config: &Config, generation: u32, now: Nanos) -> Self {
         Delta {
             generation,
-            window: SharedWindow::new(bucket_ns, buckets),
+            window: WireWindow::new(config, now),
             streak: Streak::default(),
         }
     }
 
-    /// Nothing to flush.
+    /// Nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.window.is_clear() && self.streak == Streak::default()
+        self.window.0.is_clear() && self.streak == Streak::default()
     }
 
     /// Forgets everything and adopts `generation`.
     pub fn reset(&mut self, generation: u32) {
         self.generation = generation;
-        self.window.clear();
+        self.window.0.clear();
         self.streak = Streak::default();
     }
 }
 
-/// The shared state of one key.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The stored state of one key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KeyState {
-    /// The core breaker state (phase, generation, open schedule, probe leases,
-    /// consecutive failures, slow-start ramp). Stored without a pending transition:
-    /// every writer takes it and reports it.
+    /// The key this slot holds (a slot is taken over only when idle).
+    pub name: String,
+    /// Last time a worker merged into it (ns): idle slots can be taken over.
+    pub touched_at: Nanos,
+    /// The core breaker state.
     pub breaker: BreakerState,
     /// The rolling window (counters only).
-    pub window: SharedWindow,
+    pub window: WireWindow,
+    /// Bulkhead slots per worker.
+    pub ledger: SlotLedger,
 }
 
 impl KeyState {
-    /// A closed breaker (generation 0) with an empty window.
-    pub fn new(p: &BreakerParams) -> Self {
+    /// A closed breaker with an empty window for `name`.
+    pub fn new(name: &str, config: &Config, now: Nanos) -> Self {
         KeyState {
+            name: name.to_string(),
+            touched_at: now,
             breaker: BreakerState::new(),
-            window: SharedWindow::new(p.bucket_ns, p.buckets),
+            window: WireWindow::new(config, now),
+            ledger: SlotLedger::new(),
         }
     }
 
-    /// Current phase.
-    pub fn phase(&self) -> Phase {
-        self.breaker.phase()
-    }
-
-    /// Adapts a state written under other parameters: a window of another shape is
-    /// replaced by an empty one (the breaker phase is kept). Returns true if changed.
-    pub fn conform(&mut self, p: &BreakerParams) -> bool {
-        if self.window.has_shape(p.bucket_ns, p.buckets) {
+    /// Adapts a state written under another window geometry: the window is
+    /// re-bucketed (the core's one rule). Returns true if it changed.
+    pub fn conform(&mut self, config: &Config) -> bool {
+        let (w, n) = geometry(
+            ms_to_ns(config.metrics.rolling_window_ms),
+            config.metrics.rolling_buckets,
+        );
+        if self.window.0.width_ns() == w && self.window.0.len() == n {
             return false;
         }
-        self.window = SharedWindow::new(p.bucket_ns, p.buckets);
+        self.window.0.rebucket(w, n);
         true
-    }
-
-    /// The core's transitions report themselves by return value; none stays stored.
-    fn settle(&mut self, t: Option<Transition>) -> Option<Transition> {
-        let _ = self.breaker.take_transition();
-        t
-    }
-
-    /// Core admission ([`BreakerState::admit`]) on this state: returns the permit's
-    /// raw parts (generation, probe slot, start) or the rejection, and the transition
-    /// it made (open → half-open, or a hung probe reopening).
-    pub fn admit(
-        &mut self,
-        p: &BreakerParams,
-        now: Nanos,
-        rand: u64,
-    ) -> (Result<RawPermit, Rejection>, Option<Transition>) {
-        let generation = self.breaker.generation();
-        let r = self.breaker.admit(&p.breaker, &mut self.window, now, rand);
-        let r = r.map(Permit::into_raw);
-        let t = self.breaker.take_transition();
-        let t = t.filter(|_| self.breaker.generation() != generation);
-        (r, t)
-    }
-
-    /// Core result handling ([`BreakerState::on_result`]) for a permit rebuilt from its
-    /// raw parts; the window must already hold the outcome. Returns the transition.
-    pub fn on_result(
-        &mut self,
-        p: &BreakerParams,
-        permit: RawPermit,
-        outcome: Outcome,
-        now: Nanos,
-        rand: u64,
-    ) -> Option<Transition> {
-        let (generation, probe, started_at) = permit;
-        let permit = Permit::from_raw(generation, probe, started_at);
-        let t = self
-            .breaker
-            .on_result(&p.breaker, &mut self.window, permit, outcome, now, rand);
-        self.settle(t)
-    }
-
-    /// Time-driven transitions ([`BreakerState::poll`]): open → half-open, expired
-    /// probe leases reopen.
-    pub fn poll(&mut self, p: &BreakerParams, now: Nanos, rand: u64) -> Option<Transition> {
-        let t = self.breaker.poll(&p.breaker, now, rand);
-        self.settle(t)
-    }
-
-    /// Folds a worker's delta in (window merge, consecutive-failure run) and evaluates
-    /// the core trip rules ([`BreakerState::check_trip`]). A delta from another
-    /// generation or of another window shape is dropped. Returns the transition if any.
-    pub fn merge_delta(
-        &mut self,
-        p: &BreakerParams,
-        delta: &Delta,
-        now: Nanos,
-        rand: u64,
-    ) -> Option<Transition> {
-        if delta.generation != self.breaker.generation() || !self.window.merge(&delta.window) {
-            return None;
-        }
-        let run = delta.streak.apply(self.breaker.consecutive_failures());
-        self.breaker.set_consecutive_failures(run);
-        let t = self
-            .breaker
-            .check_trip(&p.breaker, &mut self.window, now, rand);
-        self.settle(t)
     }
 
     /// Whether the state shows trouble (not closed, a failure run, errors or slow
     /// calls in the window): then every outcome is written at once.
     pub fn is_hot(&self, now: Nanos) -> bool {
-        let c = self.window.snapshot(now);
-        self.breaker.phase() != Phase::Closed
+        let c = self.window.counts_at(now);
+        self.breaker.phase() != crate::Phase::Closed
             || self.breaker.consecutive_failures() > 0
             || c.errors() > 0
             || c.slow > 0
-    }
-
-    /// Window snapshot at `now`.
-    pub fn snapshot(&self, now: Nanos) -> Counts {
-        self.window.snapshot(now)
     }
 }

@@ -1,0 +1,307 @@
+//! The call table: every call the engine knows (queued, running, timed out, or a
+//! running fallback), addressed by a generation-checked [`CallId`], and the move-only
+//! handles hosts hold ([`Permit`], [`Ticket`], [`FallbackPermit`]).
+//!
+//! Deadlines live in per-duration FIFOs ([`Deadlines`]): calls of one policy share a
+//! timeout, and the engine clock never goes backwards, so deadlines enter each FIFO
+//! in order and the earliest is always at a head — O(1) to arm, find and expire.
+
+use std::collections::VecDeque;
+
+use crate::breaker::RawPass;
+use crate::time::Nanos;
+
+const SLOT_BITS: u32 = 22;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+const GEN_MASK: u32 = (1 << 31) - 1;
+
+/// A call's address: slot and generation. Its raw form is a number below 2^53 (JS
+/// hosts keep it as a plain number); a stale or forged number is detected by the
+/// generation check and never trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallId {
+    slot: u32,
+    generation: u32,
+}
+
+impl CallId {
+    /// The plain number (below 2^53).
+    pub fn to_raw(self) -> u64 {
+        u64::from(self.generation) << SLOT_BITS | u64::from(self.slot)
+    }
+
+    /// From [`CallId::to_raw`]; any number is accepted and checked on use.
+    pub fn from_raw(raw: u64) -> Self {
+        CallId {
+            slot: (raw & SLOT_MASK) as u32,
+            generation: ((raw >> SLOT_BITS) as u32) & GEN_MASK,
+        }
+    }
+}
+
+/// Permission to run one call. Hand it back exactly once: [`crate::Engine::complete`]
+/// (with the outcome) or [`crate::Engine::cancel`]. Move-only; [`Permit::into_raw`] /
+/// [`Permit::from_raw`] carry it across an FFI boundary.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a permit must be completed or cancelled"]
+pub struct Permit(pub(crate) CallId);
+
+/// A place in a key's wait queue: a later [`crate::Event::Dequeued`] carries the
+/// permit (same id), or [`crate::Event::Refused`] ends the wait. Give it up with
+/// [`crate::Engine::cancel_ticket`]. Move-only.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a ticket must be waited on or cancelled"]
+pub struct Ticket(pub(crate) CallId);
+
+/// A fallback slot; end it with [`crate::Engine::finish_fallback`]. Move-only.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a fallback permit must be finished"]
+pub struct FallbackPermit(pub(crate) CallId);
+
+macro_rules! handle {
+    ($t:ident) => {
+        impl $t {
+            /// The call's id.
+            pub fn id(&self) -> CallId {
+                self.0
+            }
+
+            /// The plain number, for FFI hosts.
+            pub fn into_raw(self) -> u64 {
+                self.0.to_raw()
+            }
+
+            /// Rebuilds the handle from [`Self::into_raw`]. The engine checks it on
+            /// use: a stale or forged number is reported unknown, never trusted.
+            pub fn from_raw(raw: u64) -> Self {
+                $t(CallId::from_raw(raw))
+            }
+        }
+    };
+}
+handle!(Permit);
+handle!(Ticket);
+handle!(FallbackPermit);
+
+/// What a slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    Free,
+    /// Waiting for a bulkhead slot, holding its breaker pass.
+    Queued {
+        key: u32,
+        pass: RawPass,
+        deadline: Nanos,
+    },
+    /// Holding a slot (executing).
+    Running {
+        key: u32,
+        pass: RawPass,
+        deadline: Nanos,
+    },
+    /// Timed out (recorded as TIMEOUT); waiting for its late result.
+    Expired { key: u32 },
+    /// A fallback holding a fallback slot.
+    Fallback { key: u32 },
+}
+
+#[derive(Clone, Debug)]
+struct Slot {
+    generation: u32,
+    call: Call,
+}
+
+/// The table.
+#[derive(Debug, Default)]
+pub(crate) struct Calls {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Timed-out calls whose late result may never come, oldest first: reclaimed when
+    /// no free slot is left, so a lost result cannot leak a slot.
+    expired: VecDeque<CallId>,
+}
+
+impl Calls {
+    pub(crate) fn get(&self, id: CallId) -> Option<Call> {
+        let s = self.slots.get(id.slot as usize)?;
+        (s.generation == id.generation && s.call != Call::Free).then_some(s.call)
+    }
+
+    pub(crate) fn set(&mut self, id: CallId, call: Call) {
+        if let Some(s) = self.slots.get_mut(id.slot as usize) {
+            if s.generation == id.generation {
+                s.call = call;
+            }
+        }
+    }
+
+    /// Stores a new call; `None` only when the table is at its size limit.
+    pub(crate) fn insert(&mut self, call: Call) -> Option<CallId> {
+        let slot = match self.free.pop() {
+            Some(i) => i,
+            None => match self.reclaim() {
+                Some(i) => i,
+                None => {
+                    if self.slots.len() as u64 > SLOT_MASK {
+                        return None;
+                    }
+                    self.slots.push(Slot {
+                        generation: 0,
+                        call: Call::Free,
+                    });
+                    (self.slots.len() - 1) as u32
+                }
+            },
+        };
+        let s = self.slots.get_mut(slot as usize)?;
+        s.call = call;
+        Some(CallId {
+            slot,
+            generation: s.generation,
+        })
+    }
+
+    fn reclaim(&mut self) -> Option<u32> {
+        while let Some(id) = self.expired.pop_front() {
+            if matches!(self.get(id), Some(Call::Expired { .. })) {
+                self.bump(id.slot);
+                return Some(id.slot);
+            }
+        }
+        None
+    }
+
+    fn bump(&mut self, slot: u32) {
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            s.call = Call::Free;
+            s.generation = s.generation.wrapping_add(1) & GEN_MASK;
+        }
+    }
+
+    /// Frees a call's slot (its id becomes stale).
+    pub(crate) fn remove(&mut self, id: CallId) {
+        if self.get(id).is_some() {
+            self.bump(id.slot);
+            self.free.push(id.slot);
+        }
+    }
+
+    /// Marks a running call timed out.
+    pub(crate) fn expire(&mut self, id: CallId, key: u32) {
+        self.set(id, Call::Expired { key });
+        self.expired.push_back(id);
+    }
+}
+
+/// Deadline FIFOs, one per distinct duration: entries `(deadline, call)` in
+/// non-decreasing order. Entries whose call ended are skipped; the head is kept
+/// valid by [`Deadlines::clean`] after every removal, so [`Deadlines::next`] is exact.
+#[derive(Debug, Default)]
+pub(crate) struct Deadlines {
+    fifos: Vec<(u64, VecDeque<(Nanos, CallId)>)>,
+}
+
+impl Deadlines {
+    /// Arms `deadline = now + duration` for `call`.
+    pub(crate) fn push(&mut self, duration: u64, deadline: Nanos, call: CallId) {
+        let i = match self.fifos.iter().position(|(d, _)| *d == duration) {
+            Some(i) => i,
+            None => {
+                self.fifos.push((duration, VecDeque::new()));
+                self.fifos.len() - 1
+            }
+        };
+        if let Some((_, q)) = self.fifos.get_mut(i) {
+            q.push_back((deadline, call));
+        }
+    }
+
+    /// Pops stale heads: `live(call, deadline)` says whether an entry still stands.
+    pub(crate) fn clean(&mut self, mut live: impl FnMut(CallId, Nanos) -> bool) {
+        for (_, q) in &mut self.fifos {
+            while let Some(&(d, c)) = q.front() {
+                if live(c, d) {
+                    break;
+                }
+                q.pop_front();
+            }
+        }
+        // Empty FIFOs stay (no allocation per call); only a burst of distinct
+        // durations (reconfigurations) is trimmed.
+        if self.fifos.len() > 4 {
+            self.fifos.retain(|(_, q)| !q.is_empty());
+        }
+    }
+
+    /// The earliest deadline.
+    pub(crate) fn next(&self) -> Option<Nanos> {
+        self.fifos
+            .iter()
+            .filter_map(|(_, q)| q.front().map(|e| e.0))
+            .min()
+    }
+
+    /// Takes one entry due at `now` (the caller checks it still stands).
+    pub(crate) fn pop_due(&mut self, now: Nanos) -> Option<(Nanos, CallId)> {
+        let (_, q) = self
+            .fifos
+            .iter_mut()
+            .filter(|(_, q)| q.front().is_some_and(|e| e.0 <= now))
+            .min_by_key(|(_, q)| q.front().map(|e| e.0))?;
+        q.pop_front()
+    }
+
+    /// Entries held (live or stale): bounded by the calls armed within one duration.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.fifos.iter().map(|(_, q)| q.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_generation_checked_and_below_2_pow_53() {
+        let mut t = Calls::default();
+        let a = t.insert(Call::Expired { key: 1 }).unwrap();
+        assert!(a.to_raw() < 1 << 53);
+        t.remove(a);
+        assert_eq!(t.get(a), None, "stale after removal");
+        let b = t.insert(Call::Expired { key: 2 }).unwrap();
+        assert_eq!(b.slot, a.slot);
+        assert_ne!(b, a);
+        assert_eq!(t.get(CallId::from_raw(a.to_raw())), None);
+        assert_eq!(t.get(CallId::from_raw(b.to_raw())), Some(Call::Expired { key: 2 }));
+        assert_eq!(t.get(CallId::from_raw(u64::MAX)), None, "forged");
+    }
+
+    #[test]
+    fn expired_slots_are_reclaimed_when_the_table_needs_room() {
+        let mut t = Calls::default();
+        let a = t.insert(Call::Fallback { key: 0 }).unwrap();
+        t.expire(a, 0);
+        let b = t.insert(Call::Fallback { key: 0 }).unwrap();
+        assert_eq!(b.slot, a.slot, "the expired slot was reused");
+        assert_eq!(t.get(a), None);
+    }
+
+    #[test]
+    fn deadlines_fifo_order_and_clean_heads() {
+        let mut d = Deadlines::default();
+        let id = |s| CallId {
+            slot: s,
+            generation: 0,
+        };
+        d.push(10, 15, id(1));
+        d.push(10, 20, id(2));
+        d.push(3, 12, id(3));
+        assert_eq!(d.next(), Some(12));
+        d.clean(|c, _| c != id(3));
+        assert_eq!(d.next(), Some(15));
+        assert_eq!(d.pop_due(14), None);
+        assert_eq!(d.pop_due(30), Some((15, id(1))));
+        assert_eq!(d.len(), 1);
+    }
+}

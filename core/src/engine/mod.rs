@@ -1,0 +1,1278 @@
+//! [`Engine`]: the one protected-call flow every host drives — Hystrix's command flow
+//! as a sans-IO state machine, in the shape of quinn-proto.
+//!
+//! ```text
+//! key(policy, name) ─ prepare(key) ─ [poll_io ⇄ io_done]* ─ start(key) ─┬─ Refused(refusal) → fall back
+//!                                                                         ├─ Queued(ticket)   → poll(): Dequeued(permit) / Refused
+//!                                                                         └─ Running(permit)  → complete(permit, outcome) | cancel(permit)
+//! poll(now) → TimedOut, Dequeued, Refused, Transition, KeyExpired, Store   next_deadline() → when to poll
+//! ```
+//!
+//! One engine holds many policies (a [`Config`] each) and their keys. Per key it runs
+//! the breaker on the rolling window, the bulkhead with its wait queue, the fallback
+//! limit and every call's deadline; a key's state is **local** (one host thread) or
+//! **shared** through the host's CAS store (`SharedConfig`), with the same semantics.
+//! In shared mode the engine never touches a store: [`Engine::poll_io`] says what to
+//! read or write and [`Engine::io_done`] takes the store's answer.
+//!
+//! Time is `now: u64` ns on any clock, passed to every call; a clock that steps
+//! backwards counts as no time passing. Randomness is a `u64` per call.
+
+pub mod calls;
+pub mod events;
+pub mod keys;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+pub use calls::{CallId, FallbackPermit, Permit, Ticket};
+pub use events::{Cause, Completion, Event, Refusal, Start};
+pub use keys::KeyId;
+
+use crate::breaker::{Pass, Phase, RawPass, NO_PROBE};
+use crate::circuit::{Circuit, Snapshot};
+use crate::config::{Config, ConfigError, Isolation, SharedConfig, SyncMode, MAX_KEY_LEN};
+use crate::event::{EventKind, Outcome};
+use crate::shared::io::{Answer, Io, IoId, Op};
+use crate::shared::replica::{Ctx, Replica};
+use crate::time::{ms_to_ns, Nanos};
+use calls::{Call, Calls, Deadlines};
+use keys::{Linked, Links, Lru, NameIndex, MAX_TABLE_KEYS};
+
+/// A registered policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyId(pub u32);
+
+/// Most policies one engine holds.
+pub const MAX_POLICIES: usize = 4096;
+
+/// Keys sweeps look at per `poll` (keeps `poll` O(1)).
+const SWEEP_PER_POLL: usize = 64;
+
+#[derive(Debug)]
+struct Policy {
+    name: Box<str>,
+    config: Config,
+    index: NameIndex,
+    lru: Lru,
+    count: u32,
+    overflow: Option<u32>,
+    timeouts: Deadlines,
+    waits: Deadlines,
+}
+
+#[derive(Debug)]
+struct KeyEntry {
+    generation: u32,
+    live: bool,
+    policy: u32,
+    name: Box<str>,
+    circuit: Circuit,
+    in_flight: u32,
+    queued: u32,
+    queue: VecDeque<CallId>,
+    fallbacks: u32,
+    late: u64,
+    last_used: Nanos,
+    links: Links,
+    wake: Nanos,
+    stamp: u32,
+    io_queued: bool,
+    replica: Option<Box<Replica>>,
+}
+
+impl Linked for KeyEntry {
+    fn links(&mut self) -> &mut Links {
+        &mut self.links
+    }
+}
+
+/// The engine. See the module documentation.
+#[derive(Debug)]
+pub struct Engine {
+    clock: Nanos,
+    owner: u64,
+    /// The store protocol's knobs (defaults for a local engine, never used there).
+    shared: SharedConfig,
+    is_shared: bool,
+    policies: Vec<Policy>,
+    keys: Vec<KeyEntry>,
+    free_keys: Vec<u32>,
+    calls: Calls,
+    events: VecDeque<Event>,
+    wakes: BinaryHeap<Reverse<(Nanos, u32, u32)>>,
+    stamp: u32,
+    io_queue: VecDeque<u32>,
+    io_seq: u32,
+    due: Vec<(u32, u32)>,
+}
+
+fn cut(name: &str) -> &str {
+    if name.len() <= MAX_KEY_LEN {
+        return name;
+    }
+    let mut end = MAX_KEY_LEN;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
+macro_rules! ctx {
+    ($self:ident, $k:expr, $cfg:expr, $now:expr, $rand:expr) => {
+        Ctx {
+            config: $cfg,
+            shared: &$self.shared,
+            owner: $self.owner,
+            in_flight: $k.in_flight,
+            waiters: $k.queued,
+            now: $now,
+            rand: $rand,
+        }
+    };
+}
+
+impl Engine {
+    /// An engine whose keys keep local state (one host thread).
+    pub fn local() -> Self {
+        Engine {
+            clock: 0,
+            owner: 0,
+            shared: SharedConfig::default(),
+            is_shared: false,
+            policies: Vec::new(),
+            keys: Vec::new(),
+            free_keys: Vec::new(),
+            calls: Calls::default(),
+            events: VecDeque::new(),
+            wakes: BinaryHeap::new(),
+            stamp: 0,
+            io_queue: VecDeque::new(),
+            io_seq: 0,
+            due: Vec::new(),
+        }
+    }
+
+    /// An engine whose keys keep process-wide state in the host's CAS store.
+    /// `rand` seeds this worker's owner id in bulkhead ledgers.
+    pub fn shared(config: SharedConfig, rand: u64) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let mut e = Engine::local();
+        e.owner = rand | 1;
+        e.shared = config;
+        e.is_shared = true;
+        Ok(e)
+    }
+
+    /// The shared-state config, if the engine is shared.
+    pub fn shared_config(&self) -> Option<&SharedConfig> {
+        self.is_shared.then_some(&self.shared)
+    }
+
+    /// This worker's owner id in bulkhead ledgers (shared engines).
+    pub fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    fn advance(&mut self, now: Nanos) -> Nanos {
+        if now > self.clock {
+            self.clock = now;
+        }
+        self.clock
+    }
+
+    // ---- policies and keys ----------------------------------------------------
+
+    /// Registers a policy (validated; errors name the field and the reason).
+    pub fn add_policy(&mut self, name: &str, config: Config) -> Result<PolicyId, ConfigError> {
+        config.validate()?;
+        if self.policies.iter().any(|p| &*p.name == name) {
+            return Err(ConfigError::new("name", format!("duplicate policy {name:?}")));
+        }
+        if self.policies.len() >= MAX_POLICIES {
+            return Err(ConfigError::new(
+                "name",
+                format!("at most {MAX_POLICIES} policies"),
+            ));
+        }
+        self.policies.push(Policy {
+            name: name.into(),
+            config,
+            index: NameIndex::default(),
+            lru: Lru::default(),
+            count: 0,
+            overflow: None,
+            timeouts: Deadlines::default(),
+            waits: Deadlines::default(),
+        });
+        Ok(PolicyId(self.policies.len() as u32 - 1))
+    }
+
+    /// The policy called `name`.
+    pub fn policy(&self, name: &str) -> Option<PolicyId> {
+        self.policies
+            .iter()
+            .position(|p| &*p.name == name)
+            .map(|i| PolicyId(i as u32))
+    }
+
+    /// A policy's config.
+    pub fn config(&self, id: PolicyId) -> Option<&Config> {
+        self.policies.get(id.0 as usize).map(|p| &p.config)
+    }
+
+    /// Applies a new config to a policy at run time, keeping every key's state and
+    /// counters (windows are re-bucketed); calls in flight keep their deadlines.
+    pub fn set_policy(&mut self, id: PolicyId, config: Config) -> Result<(), ConfigError> {
+        config.validate()?;
+        let Some(p) = self.policies.get_mut(id.0 as usize) else {
+            return Err(ConfigError::new("", "unknown policy"));
+        };
+        p.config = config;
+        let cfg = &p.config;
+        let mut waiting = Vec::new();
+        for (i, k) in self.keys.iter_mut().enumerate() {
+            if k.live && k.policy == id.0 {
+                k.circuit.reconfigure(cfg);
+                if let Some(r) = k.replica.as_deref_mut() {
+                    let (w, n) = crate::ring::geometry(
+                        ms_to_ns(cfg.metrics.rolling_window_ms),
+                        cfg.metrics.rolling_buckets,
+                    );
+                    r.delta.window.0.rebucket(w, n);
+                }
+                if k.queued > 0 {
+                    waiting.push(i as u32);
+                }
+            }
+        }
+        let now = self.clock;
+        for i in waiting {
+            self.dequeue(i, now);
+        }
+        Ok(())
+    }
+
+    /// The key `name` of `policy`, created if new. Names longer than
+    /// [`MAX_KEY_LEN`] bytes are cut. Past `keys.max_keys` live keys a new name gets
+    /// the policy's overflow key (unless the least recently used key is idle, which
+    /// then expires). `None` for an unknown policy.
+    pub fn key(&mut self, policy: PolicyId, name: &str, now: Nanos) -> Option<KeyId> {
+        let now = self.advance(now);
+        let name = cut(name);
+        let keys = &self.keys;
+        let p = self.policies.get(policy.0 as usize)?;
+        if let Some(i) = p.index.get(name, |i| keys.get(i as usize).map_or("", |k| &k.name)) {
+            return self.id_of(i);
+        }
+        if p.count >= p.config.keys.max_keys {
+            self.sweep(policy.0, now, 1);
+            let p = self.policies.get(policy.0 as usize)?;
+            if p.count >= p.config.keys.max_keys {
+                return self.overflow_key(policy.0, now);
+            }
+        }
+        let i = self.new_key(policy.0, name, false, now)?;
+        let keys = &mut self.keys;
+        let p = self.policies.get_mut(policy.0 as usize)?;
+        p.index
+            .insert(name, i, |i| keys.get(i as usize).map_or("", |k| &k.name));
+        p.count += 1;
+        p.lru.push_front(keys, i);
+        self.id_of(i)
+    }
+
+    fn overflow_key(&mut self, policy: u32, now: Nanos) -> Option<KeyId> {
+        if let Some(i) = self.policies.get(policy as usize)?.overflow {
+            return self.id_of(i);
+        }
+        let name = format!("{}/~overflow", self.policies.get(policy as usize)?.name);
+        let i = self.new_key(policy, &name, true, now)?;
+        self.policies.get_mut(policy as usize)?.overflow = Some(i);
+        self.id_of(i)
+    }
+
+    fn new_key(&mut self, policy: u32, name: &str, overflow: bool, now: Nanos) -> Option<u32> {
+        let p = self.policies.get(policy as usize)?;
+        let replica = self.is_shared.then(|| {
+            Box::new(Replica::new(name, &p.name, overflow, &p.config, &self.shared, now))
+        });
+        let entry = KeyEntry {
+            generation: 0,
+            live: true,
+            policy,
+            name: name.into(),
+            circuit: Circuit::new(&p.config, now),
+            in_flight: 0,
+            queued: 0,
+            queue: VecDeque::new(),
+            fallbacks: 0,
+            late: 0,
+            last_used: now,
+            links: Links::default(),
+            wake: Nanos::MAX,
+            stamp: 0,
+            io_queued: false,
+            replica,
+        };
+        let i = match self.free_keys.pop() {
+            Some(i) => {
+                let slot = self.keys.get_mut(i as usize)?;
+                let generation = slot.generation;
+                *slot = entry;
+                slot.generation = generation;
+                i
+            }
+            None => {
+                if self.keys.len() as u32 >= MAX_TABLE_KEYS {
+                    return None;
+                }
+                self.keys.push(entry);
+                self.keys.len() as u32 - 1
+            }
+        };
+        self.queue_io(i);
+        Some(i)
+    }
+
+    fn id_of(&self, i: u32) -> Option<KeyId> {
+        let k = self.keys.get(i as usize)?;
+        k.live.then_some(KeyId {
+            index: i,
+            generation: k.generation,
+        })
+    }
+
+    fn live(&self, key: KeyId) -> Option<&KeyEntry> {
+        self.keys
+            .get(key.index as usize)
+            .filter(|k| k.live && k.generation == key.generation)
+    }
+
+    /// A key's name.
+    pub fn key_name(&self, key: KeyId) -> Option<&str> {
+        self.live(key).map(|k| &*k.name)
+    }
+
+    /// The policy a key belongs to.
+    pub fn key_policy(&self, key: KeyId) -> Option<PolicyId> {
+        self.live(key).map(|k| PolicyId(k.policy))
+    }
+
+    /// Every live key (overflow keys included), in table order.
+    pub fn keys(&self) -> impl Iterator<Item = KeyId> + '_ {
+        self.keys.iter().enumerate().filter(|(_, k)| k.live).map(|(i, k)| KeyId {
+            index: i as u32,
+            generation: k.generation,
+        })
+    }
+
+    fn touch(&mut self, i: u32, now: Nanos) {
+        let Some(k) = self.keys.get_mut(i as usize) else {
+            return;
+        };
+        k.last_used = now;
+        let policy = k.policy;
+        let Some(p) = self.policies.get_mut(policy as usize) else {
+            return;
+        };
+        if p.lru.head != i && p.overflow != Some(i) {
+            p.lru.unlink(&mut self.keys, i);
+            p.lru.push_front(&mut self.keys, i);
+        }
+    }
+
+    fn idle(k: &KeyEntry) -> bool {
+        k.in_flight == 0
+            && k.queued == 0
+            && k.fallbacks == 0
+            && k.replica.as_deref().is_none_or(Replica::is_quiet)
+    }
+
+    /// Expires idle least-recently-used keys of `policy` (at most `budget` looked at).
+    fn sweep(&mut self, policy: u32, now: Nanos, budget: usize) {
+        for _ in 0..budget {
+            let Some(p) = self.policies.get(policy as usize) else {
+                return;
+            };
+            let tail = p.lru.tail;
+            let idle_ns = ms_to_ns(p.config.keys.idle_ms);
+            let Some(k) = self.keys.get(tail as usize) else {
+                return;
+            };
+            if now < k.last_used.saturating_add(idle_ns) {
+                return;
+            }
+            if !Self::idle(k) {
+                // Busy but unused for long (a hung call): look at it again later.
+                self.touch(tail, now);
+                continue;
+            }
+            self.expire_key(tail);
+        }
+    }
+
+    fn expire_key(&mut self, i: u32) {
+        let Some(k) = self.keys.get_mut(i as usize) else {
+            return;
+        };
+        let id = KeyId {
+            index: i,
+            generation: k.generation,
+        };
+        k.live = false;
+        k.generation = k.generation.wrapping_add(1);
+        k.replica = None;
+        k.queue = VecDeque::new();
+        let policy = k.policy;
+        let name = core::mem::take(&mut k.name);
+        if let Some(p) = self.policies.get_mut(policy as usize) {
+            p.lru.unlink(&mut self.keys, i);
+            p.index.remove(&name, i);
+            p.count = p.count.saturating_sub(1);
+        }
+        self.free_keys.push(i);
+        self.events.push_back(Event::KeyExpired { key: id });
+    }
+
+    // ---- the call flow ------------------------------------------------------
+
+    /// Before [`Engine::start`] on a shared key: asks for the store reads the decision
+    /// wants (a sync host: one read per call, so a trip by any worker is seen at
+    /// once; an async host: a read only when the view is older than `sync_ms`).
+    /// Then drive [`Engine::poll_io`]. A no-op on local keys.
+    pub fn prepare(&mut self, key: KeyId, now: Nanos) {
+        let now = self.advance(now);
+        let Some(k) = self
+            .keys
+            .get_mut(key.index as usize)
+            .filter(|k| k.live && k.generation == key.generation)
+        else {
+            return;
+        };
+        let Some(p) = self.policies.get(k.policy as usize) else {
+            return;
+        };
+        let ctx = ctx!(self, k, &p.config, now, 0);
+        if let Some(r) = k.replica.as_deref_mut() {
+            r.prepare(&ctx);
+        }
+        self.queue_io(key.index);
+    }
+
+    /// Starts a call on `key`: the breaker (circuit check), then the bulkhead
+    /// (capacity check, queue), then the deadline. A refusal is already recorded.
+    /// O(1), no allocation on the closed path.
+    pub fn start(&mut self, key: KeyId, now: Nanos, rand: u64) -> Start {
+        let now = self.advance(now);
+        let i = key.index;
+        let Some(k) = self
+            .keys
+            .get_mut(i as usize)
+            .filter(|k| k.live && k.generation == key.generation)
+        else {
+            return Start::Refused(Refusal {
+                event: EventKind::ShortCircuited,
+                cause: Cause::UnknownKey,
+            });
+        };
+        let Some(p) = self.policies.get_mut(k.policy as usize) else {
+            return Start::Refused(Refusal {
+                event: EventKind::ShortCircuited,
+                cause: Cause::UnknownKey,
+            });
+        };
+        let cfg = &p.config;
+        let shared = &self.shared;
+        let ctx = Ctx {
+            config: cfg,
+            shared,
+            owner: self.owner,
+            in_flight: k.in_flight,
+            waiters: k.queued,
+            now,
+            rand,
+        };
+        let (r, t) = match k.replica.as_deref_mut() {
+            Some(rep) => rep.admit(&ctx, &mut k.circuit),
+            None => k
+                .circuit
+                .state
+                .admit(&cfg.breaker, &mut k.circuit.window, now, rand),
+        };
+        if let Some(transition) = t {
+            self.events.push_back(Event::Transition { key, transition });
+        }
+        let pass = match r {
+            Ok(pass) => pass,
+            Err(reason) => {
+                k.circuit.record_event(EventKind::ShortCircuited, now);
+                if let Some(rep) = k.replica.as_deref_mut() {
+                    rep.record_refusal(EventKind::ShortCircuited, now);
+                }
+                self.after(i, now);
+                self.touch(i, now);
+                return Start::Refused(Refusal::short_circuit(reason));
+            }
+        };
+        if let Some(b) = &cfg.bulkhead {
+            let shared_slots = match (&k.replica, shared.mode) {
+                (Some(rep), SyncMode::Sync) => Some(rep.fresh(&ctx).then(|| rep.slots_held())),
+                _ => None,
+            };
+            let has_slot = match shared_slots {
+                Some(Some(held)) => held > k.in_flight,
+                Some(None) => false,
+                None => k.in_flight < b.max_concurrent,
+            };
+            if !has_slot || k.queued > 0 {
+                let raw = pass.into_raw();
+                let probe = raw.1 != NO_PROBE;
+                if probe {
+                    // The probe never reaches the upstream: hand its turn back.
+                    match k.replica.as_deref_mut() {
+                        Some(rep) if rep.fresh(&ctx) => rep.return_probe(raw, now),
+                        _ => {
+                            let _ = k.circuit.state.on_result(
+                                &cfg.breaker,
+                                &mut k.circuit.window,
+                                Pass::from_raw(raw),
+                                Outcome::Cancelled,
+                                now,
+                                rand,
+                            );
+                        }
+                    }
+                }
+                let cap = b.queue_capacity();
+                if b.isolation == Isolation::Pool && cap > 0 && !probe && k.queued < cap {
+                    let deadline = now.saturating_add(ms_to_ns(b.max_wait_ms));
+                    let Some(id) = self.calls.insert(Call::Queued {
+                        key: i,
+                        pass: raw,
+                        deadline,
+                    }) else {
+                        return Start::Refused(Refusal {
+                            event: EventKind::ThreadPoolRejected,
+                            cause: Cause::Degraded,
+                        });
+                    };
+                    k.queue.push_back(id);
+                    k.queued += 1;
+                    p.waits.push(b.max_wait_ms, deadline, id);
+                    self.after(i, now);
+                    self.touch(i, now);
+                    return Start::Queued(Ticket(id));
+                }
+                let event = match b.isolation {
+                    Isolation::Semaphore => EventKind::SemaphoreRejected,
+                    Isolation::Pool => EventKind::ThreadPoolRejected,
+                };
+                let cause = match shared_slots {
+                    Some(None) => Cause::Degraded,
+                    _ if b.isolation == Isolation::Pool && cap > 0 => Cause::QueueFull,
+                    _ => Cause::BulkheadFull,
+                };
+                let transition = match k.replica.as_deref_mut() {
+                    Some(rep) if rep.fresh(&ctx) => {
+                        k.circuit.record_event(event, now);
+                        rep.record_refusal(event, now);
+                        None
+                    }
+                    rep => {
+                        if let Some(rep) = rep {
+                            rep.record_refusal(event, now);
+                        }
+                        k.circuit.record_rejection(cfg, event, now, rand)
+                    }
+                };
+                if let Some(transition) = transition {
+                    self.events.push_back(Event::Transition { key, transition });
+                }
+                self.after(i, now);
+                self.touch(i, now);
+                return Start::Refused(Refusal { event, cause });
+            }
+        }
+        let raw = pass.into_raw();
+        let exec = &cfg.execution;
+        let deadline = if exec.timeout_enabled {
+            now.saturating_add(ms_to_ns(exec.timeout_ms))
+        } else {
+            Nanos::MAX
+        };
+        let Some(id) = self.calls.insert(Call::Running {
+            key: i,
+            pass: raw,
+            deadline,
+        }) else {
+            return Start::Refused(Refusal {
+                event: EventKind::SemaphoreRejected,
+                cause: Cause::Degraded,
+            });
+        };
+        k.in_flight += 1;
+        if deadline != Nanos::MAX {
+            p.timeouts.push(exec.timeout_ms, deadline, id);
+        }
+        if k.replica.is_some() || t.is_some() || raw.1 != NO_PROBE || k.circuit.state.phase() != Phase::Closed {
+            self.after(i, now);
+        }
+        self.touch(i, now);
+        Start::Running(Permit(id))
+    }
+
+    /// Hands a permit back with the call's outcome at `now` (latency = now − the
+    /// time the call got its slot). A timed-out call's result is [`Completion::Late`]:
+    /// counted, never moving the breaker. Frees the slot (a queued call may get it:
+    /// see [`Engine::poll`]). O(1), no allocation.
+    pub fn complete(
+        &mut self,
+        permit: Permit,
+        outcome: Outcome,
+        now: Nanos,
+        rand: u64,
+    ) -> Completion {
+        let now = self.advance(now);
+        let id = permit.0;
+        match self.calls.get(id) {
+            Some(Call::Running { key, pass, .. }) => {
+                self.calls.remove(id);
+                self.clean_timeouts(key);
+                self.record_end(key, pass, outcome, now, rand);
+                self.dequeue(key, now);
+                Completion::OnTime
+            }
+            Some(Call::Expired { key }) => {
+                self.calls.remove(id);
+                if let Some(k) = self.keys.get_mut(key as usize) {
+                    k.late = k.late.saturating_add(1);
+                }
+                Completion::Late
+            }
+            _ => Completion::Unknown,
+        }
+    }
+
+    /// Ends a running call without a verdict (the caller went away): counts nowhere,
+    /// frees the slot, gives a probe turn back. Same as completing with
+    /// [`Outcome::Cancelled`].
+    pub fn cancel(&mut self, permit: Permit, now: Nanos, rand: u64) -> Completion {
+        self.complete(permit, Outcome::Cancelled, now, rand)
+    }
+
+    /// Gives up a queued call (the caller went away): counts nowhere. Returns whether
+    /// it was still queued.
+    pub fn cancel_ticket(&mut self, ticket: Ticket, now: Nanos) -> bool {
+        let now = self.advance(now);
+        let id = ticket.0;
+        let Some(Call::Queued { key, .. }) = self.calls.get(id) else {
+            return false;
+        };
+        self.calls.remove(id);
+        if let Some(k) = self.keys.get_mut(key as usize) {
+            k.queued = k.queued.saturating_sub(1);
+        }
+        self.clean_waits(key);
+        self.after(key, now);
+        true
+    }
+
+    /// Stops a running call's deadline clock (e.g. its response has started): it can
+    /// no longer time out; it still holds its slot until completed.
+    pub fn stop_timer(&mut self, permit: &Permit) {
+        if let Some(Call::Running { key, pass, .. }) = self.calls.get(permit.0) {
+            self.calls.set(
+                permit.0,
+                Call::Running {
+                    key,
+                    pass,
+                    deadline: Nanos::MAX,
+                },
+            );
+            self.clean_timeouts(key);
+        }
+    }
+
+    /// The outcome of one call that held a slot: metrics, breaker, shared delta.
+    fn record_end(&mut self, key: u32, pass: RawPass, outcome: Outcome, now: Nanos, rand: u64) {
+        let Some(k) = self.keys.get_mut(key as usize) else {
+            return;
+        };
+        let Some(p) = self.policies.get(k.policy as usize) else {
+            return;
+        };
+        let cfg = &p.config;
+        let concurrency = k.in_flight;
+        k.in_flight = k.in_flight.saturating_sub(1);
+        let ctx = ctx!(self, k, cfg, now, rand);
+        let t = match k.replica.as_deref_mut() {
+            Some(rep) if rep.fresh(&ctx) => {
+                // The shared state decides; the local window keeps the metrics.
+                rep.record(&ctx, pass, outcome);
+                k.circuit.record_metrics(cfg, pass.2, outcome, concurrency, now);
+                None
+            }
+            rep => {
+                if let Some(rep) = rep {
+                    rep.record(&ctx, pass, outcome);
+                }
+                k.circuit
+                    .record(cfg, Pass::from_raw(pass), outcome, concurrency, now, rand)
+            }
+        };
+        let id = KeyId {
+            index: key,
+            generation: k.generation,
+        };
+        if let Some(transition) = t {
+            self.events.push_back(Event::Transition { key: id, transition });
+        }
+        self.after(key, now);
+    }
+
+    /// Hands free slots to queued calls, first come first served.
+    fn dequeue(&mut self, key: u32, now: Nanos) {
+        loop {
+            let Some(k) = self.keys.get_mut(key as usize) else {
+                return;
+            };
+            if k.queued == 0 {
+                return;
+            }
+            let Some(p) = self.policies.get_mut(k.policy as usize) else {
+                return;
+            };
+            let Some(b) = &p.config.bulkhead else { return };
+            let has_slot = match (&k.replica, self.shared.mode) {
+                (Some(rep), SyncMode::Sync) => rep.slots_held() > k.in_flight,
+                _ => k.in_flight < b.max_concurrent,
+            };
+            if !has_slot {
+                return;
+            }
+            let Some(id) = k.queue.pop_front() else {
+                k.queued = 0;
+                return;
+            };
+            let Some(Call::Queued { pass, .. }) = self.calls.get(id) else {
+                continue; // cancelled or expired: skip
+            };
+            let exec = &p.config.execution;
+            let deadline = if exec.timeout_enabled {
+                now.saturating_add(ms_to_ns(exec.timeout_ms))
+            } else {
+                Nanos::MAX
+            };
+            // Execution starts now: latency and slow-call checks count from here.
+            let pass = (pass.0, pass.1, now);
+            self.calls.set(
+                id,
+                Call::Running {
+                    key,
+                    pass,
+                    deadline,
+                },
+            );
+            k.queued -= 1;
+            k.in_flight += 1;
+            if deadline != Nanos::MAX {
+                p.timeouts.push(exec.timeout_ms, deadline, id);
+            }
+            let kid = KeyId {
+                index: key,
+                generation: k.generation,
+            };
+            self.events.push_back(Event::Dequeued {
+                key: kid,
+                permit: Permit(id),
+            });
+            self.clean_waits(key);
+        }
+    }
+
+    fn clean_timeouts(&mut self, key: u32) {
+        let Some(policy) = self.keys.get(key as usize).map(|k| k.policy) else {
+            return;
+        };
+        let calls = &self.calls;
+        if let Some(p) = self.policies.get_mut(policy as usize) {
+            p.timeouts.clean(|c, d| {
+                matches!(calls.get(c), Some(Call::Running { deadline, .. }) if deadline == d)
+            });
+        }
+    }
+
+    fn clean_waits(&mut self, key: u32) {
+        let Some(policy) = self.keys.get(key as usize).map(|k| k.policy) else {
+            return;
+        };
+        let calls = &self.calls;
+        if let Some(p) = self.policies.get_mut(policy as usize) {
+            p.waits.clean(|c, d| {
+                matches!(calls.get(c), Some(Call::Queued { deadline, .. }) if deadline == d)
+            });
+        }
+    }
+
+    // ---- fallbacks and other events --------------------------------------------
+
+    /// Asks for a fallback slot (`bulkhead.fallback_max_concurrent`); `None` means
+    /// `FALLBACK_REJECTION` was recorded. Without a bulkhead fallbacks are unlimited.
+    pub fn start_fallback(&mut self, key: KeyId, now: Nanos) -> Option<FallbackPermit> {
+        let now = self.advance(now);
+        let k = self
+            .keys
+            .get_mut(key.index as usize)
+            .filter(|k| k.live && k.generation == key.generation)?;
+        let p = self.policies.get(k.policy as usize)?;
+        if let Some(b) = &p.config.bulkhead {
+            if k.fallbacks >= b.fallback_max_concurrent {
+                k.circuit.record_event(EventKind::FallbackRejection, now);
+                return None;
+            }
+        }
+        let id = self.calls.insert(Call::Fallback { key: key.index })?;
+        k.fallbacks += 1;
+        Some(FallbackPermit(id))
+    }
+
+    /// Ends a fallback: `FALLBACK_SUCCESS` or `FALLBACK_FAILURE`.
+    pub fn finish_fallback(&mut self, permit: FallbackPermit, ok: bool, now: Nanos) {
+        let now = self.advance(now);
+        let Some(Call::Fallback { key }) = self.calls.get(permit.0) else {
+            return;
+        };
+        self.calls.remove(permit.0);
+        if let Some(k) = self.keys.get_mut(key as usize) {
+            k.fallbacks = k.fallbacks.saturating_sub(1);
+            let kind = if ok {
+                EventKind::FallbackSuccess
+            } else {
+                EventKind::FallbackFailure
+            };
+            k.circuit.record_event(kind, now);
+        }
+    }
+
+    /// Counts an event that is not a call's outcome (`FALLBACK_MISSING`,
+    /// `RESPONSE_FROM_CACHE`, `COLLAPSED`, …); never moves the breaker.
+    pub fn record(&mut self, key: KeyId, kind: EventKind, now: Nanos) {
+        let now = self.advance(now);
+        if let Some(k) = self
+            .keys
+            .get_mut(key.index as usize)
+            .filter(|k| k.live && k.generation == key.generation)
+        {
+            k.circuit.record_event(kind, now);
+            self.touch(key.index, now);
+        }
+    }
+
+    /// Forces a key's breaker open or closed (an operator's `open()` / `close()`),
+    /// process-wide for a shared key (written through the store).
+    pub fn force(&mut self, key: KeyId, to: Phase, now: Nanos, rand: u64) {
+        let now = self.advance(now);
+        let Some(k) = self
+            .keys
+            .get_mut(key.index as usize)
+            .filter(|k| k.live && k.generation == key.generation)
+        else {
+            return;
+        };
+        let Some(p) = self.policies.get(k.policy as usize) else {
+            return;
+        };
+        if let Some(t) = k.circuit.force(&p.config, to, now, rand) {
+            self.events.push_back(Event::Transition { key, transition: t });
+        }
+        if let Some(r) = k.replica.as_deref_mut() {
+            r.force(to, now);
+        }
+        self.after(key.index, now);
+    }
+
+    // ---- time ----------------------------------------------------------------
+
+    /// Advances time: deadlines (TIMEOUT), queue waits, breaker transitions, shared
+    /// flushes and refreshes, idle keys. Call until it returns `None`, then again at
+    /// [`Engine::next_deadline`].
+    pub fn poll(&mut self, now: Nanos, rand: u64) -> Option<Event> {
+        if let Some(e) = self.events.pop_front() {
+            return Some(e);
+        }
+        let now = self.advance(now);
+        self.expire_calls(now, rand);
+        self.expire_waits(now, rand);
+        self.run_wakes(now, rand);
+        for p in 0..self.policies.len() as u32 {
+            self.sweep(p, now, SWEEP_PER_POLL);
+        }
+        self.events.pop_front()
+    }
+
+    fn expire_calls(&mut self, now: Nanos, rand: u64) {
+        for pi in 0..self.policies.len() {
+            while let Some((d, id)) = self.policies.get_mut(pi).and_then(|p| p.timeouts.pop_due(now)) {
+                let Some(Call::Running { key, pass, deadline }) = self.calls.get(id) else {
+                    continue;
+                };
+                if deadline != d {
+                    continue;
+                }
+                self.calls.expire(id, key);
+                self.record_end(key, pass, Outcome::Timeout, now, rand);
+                if let Some(k) = self.keys.get(key as usize) {
+                    let kid = KeyId {
+                        index: key,
+                        generation: k.generation,
+                    };
+                    self.events.push_back(Event::TimedOut { key: kid, call: id });
+                }
+                self.dequeue(key, now);
+            }
+            self.clean_timeouts_of(pi);
+        }
+    }
+
+    fn clean_timeouts_of(&mut self, pi: usize) {
+        let calls = &self.calls;
+        if let Some(p) = self.policies.get_mut(pi) {
+            p.timeouts.clean(|c, d| {
+                matches!(calls.get(c), Some(Call::Running { deadline, .. }) if deadline == d)
+            });
+        }
+    }
+
+    fn expire_waits(&mut self, now: Nanos, rand: u64) {
+        for pi in 0..self.policies.len() {
+            while let Some((d, id)) = self.policies.get_mut(pi).and_then(|p| p.waits.pop_due(now)) {
+                let Some(Call::Queued { key, deadline, .. }) = self.calls.get(id) else {
+                    continue;
+                };
+                if deadline != d {
+                    continue;
+                }
+                self.calls.remove(id);
+                let Some(k) = self.keys.get_mut(key as usize) else {
+                    continue;
+                };
+                k.queued = k.queued.saturating_sub(1);
+                let Some(p) = self.policies.get(pi) else {
+                    continue;
+                };
+                let event = EventKind::ThreadPoolRejected;
+                let t = match k.replica.as_deref_mut() {
+                    Some(rep) => {
+                        rep.record_refusal(event, now);
+                        k.circuit.record_event(event, now);
+                        None
+                    }
+                    None => k.circuit.record_rejection(&p.config, event, now, rand),
+                };
+                let kid = KeyId {
+                    index: key,
+                    generation: k.generation,
+                };
+                if let Some(transition) = t {
+                    self.events.push_back(Event::Transition { key: kid, transition });
+                }
+                self.events.push_back(Event::Refused {
+                    key: kid,
+                    call: id,
+                    refusal: Refusal {
+                        event,
+                        cause: Cause::WaitExpired,
+                    },
+                });
+                self.after(key, now);
+            }
+            let calls = &self.calls;
+            if let Some(p) = self.policies.get_mut(pi) {
+                p.waits.clean(|c, d| {
+                    matches!(calls.get(c), Some(Call::Queued { deadline, .. }) if deadline == d)
+                });
+            }
+        }
+    }
+
+    fn run_wakes(&mut self, now: Nanos, rand: u64) {
+        // Take every due wake first: work re-armed for `now` runs at the next poll.
+        let mut due = core::mem::take(&mut self.due);
+        due.clear();
+        while let Some(&Reverse((d, i, stamp))) = self.wakes.peek() {
+            if d > now {
+                break;
+            }
+            self.wakes.pop();
+            due.push((i, stamp));
+        }
+        for &(i, stamp) in &due {
+            let Some(k) = self.keys.get_mut(i as usize) else {
+                continue;
+            };
+            if !k.live || k.stamp != stamp {
+                continue;
+            }
+            k.wake = Nanos::MAX;
+            let Some(p) = self.policies.get(k.policy as usize) else {
+                continue;
+            };
+            let cfg = &p.config;
+            let ctx = ctx!(self, k, cfg, now, rand);
+            let id = KeyId {
+                index: i,
+                generation: k.generation,
+            };
+            match k.replica.as_deref_mut() {
+                Some(rep) if rep.fresh(&ctx) => rep.tick(&ctx),
+                rep => {
+                    if let Some(rep) = rep {
+                        rep.tick(&ctx);
+                    }
+                    if let Some(transition) = k.circuit.poll(cfg, now, rand) {
+                        self.events.push_back(Event::Transition { key: id, transition });
+                    }
+                }
+            }
+            self.after(i, now);
+        }
+        self.due = due;
+    }
+
+    /// Re-arms a key's wake-up and queues its store request, after anything changed.
+    fn after(&mut self, i: u32, now: Nanos) {
+        let Some(k) = self.keys.get_mut(i as usize) else {
+            return;
+        };
+        let Some(p) = self.policies.get(k.policy as usize) else {
+            return;
+        };
+        let cfg = &p.config;
+        let ctx = ctx!(self, k, cfg, now, 0);
+        let wake = match k.replica.as_deref() {
+            Some(rep) => {
+                let own = if rep.fresh(&ctx) {
+                    None
+                } else {
+                    k.circuit.state.next_deadline()
+                };
+                match (rep.next_wake(&ctx), own) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+            None => k.circuit.state.next_deadline(),
+        };
+        if let Some(w) = wake {
+            if w < k.wake {
+                self.stamp = self.stamp.wrapping_add(1);
+                k.stamp = self.stamp;
+                k.wake = w;
+                self.wakes.push(Reverse((w, i, self.stamp)));
+            }
+        }
+        if k.replica.is_some() {
+            self.queue_io(i);
+        }
+    }
+
+    /// The earliest time [`Engine::poll`] has work (`None`: nothing scheduled).
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        let mut next: Option<Nanos> = None;
+        let mut fold = |d: Option<Nanos>| {
+            if let Some(d) = d {
+                next = Some(next.map_or(d, |n: Nanos| n.min(d)));
+            }
+        };
+        if !self.events.is_empty() {
+            fold(Some(self.clock));
+        }
+        for p in &self.policies {
+            fold(p.timeouts.next());
+            fold(p.waits.next());
+            if let Some(k) = self.keys.get(p.lru.tail as usize) {
+                fold(Some(k.last_used.saturating_add(ms_to_ns(p.config.keys.idle_ms))));
+            }
+        }
+        fold(self.wakes.peek().map(|r| r.0 .0));
+        next
+    }
+
+    // ---- shared-store I/O ---------------------------------------------------------
+
+    fn queue_io(&mut self, i: u32) {
+        if let Some(k) = self.keys.get_mut(i as usize) {
+            if !k.io_queued && k.replica.as_deref().is_some_and(Replica::wants_io) {
+                k.io_queued = true;
+                self.io_queue.push_back(i);
+            }
+        }
+    }
+
+    /// Whether a store request is waiting for [`Engine::poll_io`].
+    pub fn has_io(&self) -> bool {
+        !self.io_queue.is_empty()
+    }
+
+    /// The next store request for the host, if any (at most one per key in flight).
+    /// Perform it and report the answer with [`Engine::io_done`].
+    pub fn poll_io(&mut self, now: Nanos, rand: u64) -> Option<Io<'_>> {
+        let now = self.advance(now);
+        let found = loop {
+            let i = self.io_queue.pop_front()?;
+            let Some(k) = self.keys.get_mut(i as usize) else {
+                continue;
+            };
+            k.io_queued = false;
+            if !k.live {
+                continue;
+            }
+            let Some(p) = self.policies.get(k.policy as usize) else {
+                continue;
+            };
+            let cfg = &p.config;
+            let ctx = ctx!(self, k, cfg, now, rand);
+            let Some(rep) = k.replica.as_deref_mut() else {
+                continue;
+            };
+            self.io_seq = self.io_seq.wrapping_add(1);
+            let seq = self.io_seq;
+            if let Some(kind) = rep.next_op(&ctx, seq) {
+                break (i, seq, kind);
+            }
+        };
+        let (i, seq, kind) = found;
+        let rep = self.keys.get(i as usize)?.replica.as_deref()?;
+        let op = match kind {
+            None => Op::Read,
+            Some(expect) => Op::Write {
+                value: rep.written(),
+                expect,
+            },
+        };
+        Some(Io {
+            id: IoId::new(i, seq),
+            key: rep.store_key(),
+            op,
+        })
+    }
+
+    /// The store's answer to request `id` (stale or unknown ids are ignored).
+    pub fn io_done(&mut self, id: IoId, answer: Answer<'_>, now: Nanos, rand: u64) {
+        let now = self.advance(now);
+        let i = id.key_index();
+        let Some(k) = self.keys.get_mut(i as usize) else {
+            return;
+        };
+        if !k.live {
+            return;
+        }
+        let Some(p) = self.policies.get(k.policy as usize) else {
+            return;
+        };
+        let cfg = &p.config;
+        let ctx = ctx!(self, k, cfg, now, rand);
+        let Some(rep) = k.replica.as_deref_mut() else {
+            return;
+        };
+        if !rep.awaits(id.seq()) {
+            return;
+        }
+        let fx = rep.on_answer(&ctx, answer);
+        if fx.adopted {
+            if let Some(v) = rep.view() {
+                k.circuit.state = v.breaker.clone();
+            }
+        }
+        let kid = KeyId {
+            index: i,
+            generation: k.generation,
+        };
+        for transition in fx.transitions {
+            self.events.push_back(Event::Transition { key: kid, transition });
+        }
+        if let Some(issue) = fx.issue {
+            self.events.push_back(Event::Store { key: kid, issue });
+        }
+        if fx.granted {
+            self.dequeue(i, now);
+        }
+        self.after(i, now);
+    }
+
+    // ---- status (side-effect free) ---------------------------------------------------
+
+    /// Everything a dashboard shows for `key` at `now` (a shared key reports the
+    /// process-wide phase and health from its view). No side effects.
+    pub fn snapshot(&self, key: KeyId, now: Nanos) -> Option<Snapshot> {
+        let k = self.live(key)?;
+        let cfg = &self.policies.get(k.policy as usize)?.config;
+        let mut s = k.circuit.snapshot(cfg, k.in_flight, k.queued, now);
+        if let Some(v) = k.replica.as_deref().and_then(Replica::view) {
+            s.phase = v.breaker.reported_phase(cfg.breaker.mode);
+            s.would_admit = v.breaker.would_admit(&cfg.breaker, now);
+            s.open = !s.would_admit && s.phase != Phase::Closed;
+            s.generation = v.breaker.generation();
+            s.health = v.window.counts_at(now).health();
+        }
+        Some(s)
+    }
+
+    /// A key's phase as reported (`forced_open` → Open). No side effects.
+    pub fn phase(&self, key: KeyId) -> Option<Phase> {
+        let k = self.live(key)?;
+        let mode = self.policies.get(k.policy as usize)?.config.breaker.mode;
+        Some(match k.replica.as_deref().and_then(Replica::view) {
+            Some(v) => v.breaker.reported_phase(mode),
+            None => k.circuit.state.reported_phase(mode),
+        })
+    }
+
+    /// Calls of `key` holding a slot (executing); queued calls are not counted.
+    pub fn in_flight(&self, key: KeyId) -> Option<u32> {
+        self.live(key).map(|k| k.in_flight)
+    }
+
+    /// Calls of `key` waiting in its queue.
+    pub fn queued(&self, key: KeyId) -> Option<u32> {
+        self.live(key).map(|k| k.queued)
+    }
+
+    /// Results of `key` that arrived after their call timed out.
+    pub fn late_results(&self, key: KeyId) -> Option<u64> {
+        self.live(key).map(|k| k.late)
+    }
+
+    /// Bulkhead slots this worker holds for a shared key in the store's ledger
+    /// (in flight plus its local reserve).
+    pub fn slots_held(&self, key: KeyId) -> Option<u32> {
+        self.live(key)?.replica.as_deref().map(Replica::slots_held)
+    }
+
+    /// The key's local breaker and window.
+    pub fn circuit(&self, key: KeyId) -> Option<&Circuit> {
+        self.live(key).map(|k| &k.circuit)
+    }
+
+    /// The shared state as last read (shared keys only).
+    pub fn shared_view(&self, key: KeyId) -> Option<&crate::shared::KeyState> {
+        self.live(key)?.replica.as_deref()?.view()
+    }
+
+    /// The store key a shared key lives under (once its slot is known).
+    pub fn store_key(&self, key: KeyId) -> Option<&str> {
+        self.live(key)?.replica.as_deref().map(Replica::store_key)
+    }
+
+    /// Live keys of a policy (overflow excluded).
+    pub fn key_count(&self, policy: PolicyId) -> Option<u32> {
+        self.policies.get(policy.0 as usize).map(|p| p.count)
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine::local()
+    }
+}

@@ -1,0 +1,395 @@
+//! The one rolling ring every window is built on: `len` buckets of `width_ns`, each
+//! stamped with its epoch.
+//!
+//! Epoch convention (one for the whole crate): a bucket's epoch is
+//! `start_time / width_ns`; `current` is the highest epoch seen; a bucket is **live**
+//! while its epoch lies in `(current - len, current]`. A clock that steps backwards
+//! (or a writer whose clock is behind) counts into the current bucket: no time passed.
+//! Every slot that is not live holds an empty bucket, and the slot of `current`
+//! always carries the current epoch, so the hot path never checks an epoch.
+//!
+//! The bucket type is the only thing that differs between the core's metrics window
+//! (13 event counters, latency histograms) and the compact wire window of shared
+//! state: one ring, one epoch rule, one bucket limit ([`MAX_BUCKETS`]), one merge and
+//! one re-bucketing rule.
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::Nanos;
+
+/// Largest bucket count of any ring.
+pub const MAX_BUCKETS: u32 = 1_000;
+
+/// What a ring holds per slot.
+pub trait Bucket: Clone + Default {
+    /// Adds `other` (a bucket of the same epoch) into `self`.
+    fn join(&mut self, other: &Self);
+    /// Whether the bucket holds nothing.
+    fn is_empty(&self) -> bool;
+}
+
+/// One slot: an epoch and its bucket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot<B> {
+    /// `start_time / width_ns` of the bucket.
+    pub epoch: u64,
+    /// The bucket.
+    pub bucket: B,
+}
+
+/// A ring of epoch-stamped buckets. Serialised as `(width_ns, current, slots)`;
+/// deserialising goes through [`Ring::from_parts`], so decoded bytes cannot break an
+/// invariant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(
+    into = "RingData<B>",
+    from = "RingData<B>",
+    bound(serialize = "B: Bucket + Serialize", deserialize = "B: Bucket + Deserialize<'de>")
+)]
+pub struct Ring<B> {
+    width_ns: u64,
+    current: u64,
+    /// Cached `(current + 1) * width_ns`: the hot path compares `now` against it.
+    current_end: u64,
+    /// Cached `current % len`.
+    current_slot: u32,
+    slots: Vec<Slot<B>>,
+}
+
+/// The stored form of a [`Ring`].
+#[derive(Serialize, Deserialize)]
+struct RingData<B> {
+    width_ns: u64,
+    current: u64,
+    slots: Vec<Slot<B>>,
+}
+
+impl<B: Bucket> From<Ring<B>> for RingData<B> {
+    fn from(r: Ring<B>) -> Self {
+        RingData {
+            width_ns: r.width_ns,
+            current: r.current,
+            slots: r.slots,
+        }
+    }
+}
+
+impl<B: Bucket> From<RingData<B>> for Ring<B> {
+    fn from(d: RingData<B>) -> Self {
+        Ring::from_parts(d.width_ns, d.current, d.slots)
+    }
+}
+
+/// Bucket width and count for a window of `window_ns` in `buckets` buckets (clamped
+/// to `1..=MAX_BUCKETS` buckets and at least 1 ns each).
+pub fn geometry(window_ns: u64, buckets: u32) -> (u64, usize) {
+    let n = buckets.clamp(1, MAX_BUCKETS);
+    ((window_ns / u64::from(n)).max(1), n as usize)
+}
+
+impl<B: Bucket> Ring<B> {
+    /// An empty ring whose current epoch is `now`'s.
+    pub fn new(width_ns: u64, len: usize, now: Nanos) -> Self {
+        let width_ns = width_ns.max(1);
+        let len = len.clamp(1, MAX_BUCKETS as usize);
+        let mut r = Ring {
+            width_ns,
+            current: now / width_ns,
+            current_end: 0,
+            current_slot: 0,
+            slots: vec![Slot::default(); len],
+        };
+        r.sync();
+        r
+    }
+
+    /// Rebuilds a ring from stored parts (decoded bytes): the geometry is clamped,
+    /// slots that are not live are emptied, and the current slot is stamped, so no
+    /// input can break an invariant.
+    pub fn from_parts(width_ns: u64, current: u64, slots: Vec<Slot<B>>) -> Self {
+        let mut slots = slots;
+        slots.truncate(MAX_BUCKETS as usize);
+        if slots.is_empty() {
+            slots.push(Slot::default());
+        }
+        let mut r = Ring {
+            width_ns: width_ns.max(1),
+            current,
+            current_end: 0,
+            current_slot: 0,
+            slots,
+        };
+        let n = r.slots.len() as u64;
+        for (i, s) in r.slots.iter_mut().enumerate() {
+            let live = s.epoch <= current && s.epoch.saturating_add(n) > current;
+            if !live || s.epoch % n != i as u64 {
+                *s = Slot::default();
+            }
+        }
+        r.sync();
+        r
+    }
+
+    fn sync(&mut self) {
+        let n = self.slots.len().max(1) as u64;
+        self.current_end = self.current.saturating_add(1).saturating_mul(self.width_ns);
+        self.current_slot = (self.current % n) as u32;
+        let epoch = self.current;
+        if let Some(s) = self.slots.get_mut(self.current_slot as usize) {
+            if s.epoch != epoch {
+                *s = Slot {
+                    epoch,
+                    bucket: B::default(),
+                };
+            }
+        }
+    }
+
+    /// Bucket width (ns).
+    pub fn width_ns(&self) -> u64 {
+        self.width_ns
+    }
+
+    /// Number of buckets.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Never true: a ring has at least one bucket.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The highest epoch seen.
+    pub fn current_epoch(&self) -> u64 {
+        self.current
+    }
+
+    /// End of the current bucket (ns): `roll` has work only at or after it.
+    #[inline(always)]
+    pub fn current_end(&self) -> Nanos {
+        self.current_end
+    }
+
+    /// Whether both rings have the same geometry (mergeable slot by slot).
+    pub fn same_geometry(&self, other: &Self) -> bool {
+        self.width_ns == other.width_ns && self.slots.len() == other.slots.len()
+    }
+
+    /// The slots in ring order (slot = epoch % len).
+    pub fn slots(&self) -> &[Slot<B>] {
+        &self.slots
+    }
+
+    /// The current bucket.
+    #[inline(always)]
+    pub fn current(&self) -> Option<&B> {
+        self.slots.get(self.current_slot as usize).map(|s| &s.bucket)
+    }
+
+    /// The current bucket, mutably (the caller has rolled to `now`).
+    #[inline(always)]
+    pub fn current_mut(&mut self) -> Option<&mut B> {
+        self.slots
+            .get_mut(self.current_slot as usize)
+            .map(|s| &mut s.bucket)
+    }
+
+    /// Moves the ring forward to `now`: every bucket that leaves the window is handed
+    /// to `expired` and its slot reset. A `now` at or before the current bucket's end
+    /// changes nothing. O(min(steps, len)).
+    pub fn roll(&mut self, now: Nanos, mut expired: impl FnMut(&B)) {
+        let e = now / self.width_ns;
+        if e <= self.current {
+            return;
+        }
+        let n = self.slots.len() as u64;
+        let steps = (e - self.current).min(n);
+        for ep in (e - steps + 1)..=e {
+            if let Some(s) = self.slots.get_mut((ep % n) as usize) {
+                if !s.bucket.is_empty() {
+                    expired(&s.bucket);
+                }
+                *s = Slot {
+                    epoch: ep,
+                    bucket: B::default(),
+                };
+            }
+        }
+        self.current = e;
+        self.sync();
+    }
+
+    /// Live buckets as seen at `now` without moving the ring (`&self` queries): the
+    /// buckets of `(max(current, now_epoch) - len, current]`.
+    pub fn live_at(&self, now: Nanos) -> impl Iterator<Item = &Slot<B>> {
+        let top = self.current.max(now / self.width_ns);
+        let n = self.slots.len() as u64;
+        let from = top.saturating_add(1).saturating_sub(n);
+        self.slots
+            .iter()
+            .filter(move |s| s.epoch >= from && s.epoch <= self.current)
+    }
+
+    /// Empties every bucket (epochs kept).
+    pub fn clear(&mut self) {
+        for s in &mut self.slots {
+            s.bucket = B::default();
+        }
+    }
+
+    /// Whether every bucket is empty.
+    pub fn is_clear(&self) -> bool {
+        self.slots.iter().all(|s| s.bucket.is_empty())
+    }
+
+    /// Adds `other` into `self`, aligned by epoch: buckets of the same epoch join, a
+    /// newer epoch replaces an older one in the same slot, and buckets that are not
+    /// live for the merged current epoch are dropped. Exact, associative and
+    /// commutative for rings of the same geometry; a ring of another geometry is
+    /// re-bucketed into this one first.
+    pub fn merge(&mut self, other: &Self) {
+        if !self.same_geometry(other) {
+            let mut o = other.clone();
+            o.rebucket(self.width_ns, self.slots.len());
+            self.merge(&o);
+            return;
+        }
+        self.current = self.current.max(other.current);
+        let n = self.slots.len() as u64;
+        let from = self.current.saturating_add(1).saturating_sub(n);
+        for (a, b) in self.slots.iter_mut().zip(&other.slots) {
+            if b.epoch > a.epoch {
+                *a = b.clone();
+            } else if b.epoch == a.epoch {
+                a.bucket.join(&b.bucket);
+            }
+            if a.epoch < from {
+                *a = Slot::default();
+            }
+        }
+        self.sync();
+    }
+
+    /// Moves every live bucket, by its start time, into a ring of a new geometry
+    /// (buckets landing in one new bucket join; those older than the new window are
+    /// dropped).
+    pub fn rebucket(&mut self, width_ns: u64, len: usize) {
+        let width_ns = width_ns.max(1);
+        let len = len.clamp(1, MAX_BUCKETS as usize);
+        if width_ns == self.width_ns && len == self.slots.len() {
+            return;
+        }
+        let start = self.current.saturating_mul(self.width_ns);
+        let current = start / width_ns;
+        let from = current.saturating_add(1).saturating_sub(len as u64);
+        let mut slots: Vec<Slot<B>> = vec![Slot::default(); len];
+        let old_from = self
+            .current
+            .saturating_add(1)
+            .saturating_sub(self.slots.len() as u64);
+        for s in &self.slots {
+            if s.epoch < old_from || s.epoch > self.current || s.bucket.is_empty() {
+                continue;
+            }
+            let epoch = s.epoch.saturating_mul(self.width_ns) / width_ns;
+            if epoch < from {
+                continue;
+            }
+            if let Some(t) = slots.get_mut((epoch % len as u64) as usize) {
+                if t.epoch == epoch {
+                    t.bucket.join(&s.bucket);
+                } else {
+                    *t = Slot {
+                        epoch,
+                        bucket: s.bucket.clone(),
+                    };
+                }
+            }
+        }
+        self.width_ns = width_ns;
+        self.current = current;
+        self.slots = slots;
+        self.sync();
+    }
+
+    /// Bytes of the slot vector.
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * core::mem::size_of::<Slot<B>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Copy, Debug, Default, PartialEq)]
+    struct N(u32);
+    impl Bucket for N {
+        fn join(&mut self, o: &Self) {
+            self.0 += o.0;
+        }
+        fn is_empty(&self) -> bool {
+            self.0 == 0
+        }
+    }
+
+    fn sum(r: &Ring<N>, now: u64) -> u32 {
+        r.live_at(now).map(|s| s.bucket.0).sum()
+    }
+
+    #[test]
+    fn roll_expires_and_backward_clock_counts_into_current() {
+        let mut r: Ring<N> = Ring::new(10, 3, 0);
+        r.current_mut().unwrap().0 += 1; // epoch 0
+        r.roll(25, |_| {});
+        r.current_mut().unwrap().0 += 2; // epoch 2
+        assert_eq!(sum(&r, 25), 3);
+        let mut gone = 0;
+        r.roll(30, |b| gone += b.0); // epoch 3: epoch 0 leaves
+        assert_eq!(gone, 1);
+        assert_eq!(sum(&r, 30), 2);
+        r.roll(5, |_| panic!("backwards: nothing expires"));
+        assert_eq!(r.current_epoch(), 3);
+        // &self reads at a later time see fewer live buckets.
+        assert_eq!(sum(&r, 45), 2);
+        assert_eq!(sum(&r, 50), 0);
+    }
+
+    #[test]
+    fn merge_aligns_by_epoch_and_rebucket_keeps_counts() {
+        let mut a: Ring<N> = Ring::new(10, 4, 0);
+        a.current_mut().unwrap().0 = 1;
+        let mut b: Ring<N> = Ring::new(10, 4, 0);
+        b.current_mut().unwrap().0 = 2;
+        b.roll(10, |_| {});
+        b.current_mut().unwrap().0 = 3;
+        let mut ab = a.clone();
+        ab.merge(&b);
+        let mut ba = b.clone();
+        ba.merge(&a);
+        assert_eq!(ab, ba);
+        assert_eq!(sum(&ab, 10), 6);
+        ab.rebucket(20, 2);
+        assert_eq!(sum(&ab, 10), 6);
+        assert_eq!(ab.len(), 2);
+    }
+
+    #[test]
+    fn from_parts_repairs_garbage() {
+        let slots = vec![
+            Slot {
+                epoch: 99,
+                bucket: N(5),
+            },
+            Slot {
+                epoch: 1,
+                bucket: N(7),
+            },
+        ];
+        let r = Ring::from_parts(0, 1, slots);
+        assert_eq!(r.width_ns(), 1);
+        // epoch 99 is ahead of current (dropped); epoch 1 sits in slot 1 (kept).
+        assert_eq!(sum(&r, 1), 7);
+    }
+}

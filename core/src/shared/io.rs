@@ -1,0 +1,169 @@
+//! The sans-IO store protocol: what the engine asks a host's CAS store to do
+//! ([`Io`]), and what the host reports back ([`Answer`]).
+//!
+//! The engine never calls a store. [`crate::Engine::poll_io`] hands out one request at
+//! a time; the host performs it — at once (Envoy shared data, a `SharedArrayBuffer`)
+//! or later (Redis) — and reports the store's answer with
+//! [`crate::Engine::io_done`]. Several requests may be in flight (at most one per
+//! key); answers may come in any order; an answer for a request the engine no longer
+//! waits for is ignored.
+
+/// Identifies one store request. Numbers below 2^53, so JS hosts keep them as plain
+/// numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IoId(u64);
+
+impl IoId {
+    pub(crate) fn new(key_index: u32, seq: u32) -> Self {
+        IoId(u64::from(seq) << 21 | u64::from(key_index & 0x1F_FFFF))
+    }
+
+    pub(crate) fn key_index(self) -> u32 {
+        (self.0 & 0x1F_FFFF) as u32
+    }
+
+    pub(crate) fn seq(self) -> u32 {
+        (self.0 >> 21) as u32
+    }
+
+    /// The plain number.
+    pub fn to_raw(self) -> u64 {
+        self.0
+    }
+
+    /// From [`IoId::to_raw`] (an unknown or stale id is ignored by `io_done`).
+    pub fn from_raw(raw: u64) -> Self {
+        IoId(raw)
+    }
+}
+
+/// What the write expects to find in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// The key was absent when last read: strict stores (Kong, Redis with the
+    /// fusewire script) create it only if still absent; Envoy's lenient store inserts
+    /// it unconditionally.
+    Absent,
+    /// The stored token must still be this one.
+    Token(u64),
+}
+
+impl Expect {
+    /// The proxy-wasm `cas` argument: 0 for [`Expect::Absent`], else the token.
+    pub fn cas(self) -> u64 {
+        match self {
+            Expect::Absent => 0,
+            Expect::Token(t) => t,
+        }
+    }
+}
+
+/// One store operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op<'a> {
+    /// Read the key's value and token.
+    Read,
+    /// Compare-and-set the key to `value` if the store still holds what `expect`
+    /// says.
+    Write {
+        /// New bytes.
+        value: &'a [u8],
+        /// What must be stored now.
+        expect: Expect,
+    },
+}
+
+/// A store request from the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Io<'a> {
+    /// Report the answer with this id.
+    pub id: IoId,
+    /// The store key.
+    pub key: &'a str,
+    /// What to do.
+    pub op: Op<'a>,
+}
+
+/// What the store answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer<'a> {
+    /// Read: the value and its token (an empty value is a value).
+    Found {
+        /// The stored bytes.
+        value: &'a [u8],
+        /// Their CAS token.
+        token: u64,
+    },
+    /// Read: no such key.
+    NotFound,
+    /// Write: done. Stores that return the new token (Redis script, a
+    /// `SharedArrayBuffer`) pass it; proxy-wasm shared data does not.
+    Written {
+        /// The new value's token, if the store tells it.
+        token: Option<u64>,
+    },
+    /// Write: the store held something else. Stores that return what they hold in
+    /// the same round trip pass it (saves a read).
+    Conflict {
+        /// The current value and token (`None`: unknown; `Some((b"", t))` is an
+        /// empty value).
+        current: Option<(&'a [u8], u64)>,
+        /// Whether the key is absent now (a strict store refused to overwrite
+        /// nothing, or a create lost a race).
+        absent: bool,
+    },
+    /// The store failed (host status code); the engine degrades and retries later.
+    Failed {
+        /// Host status.
+        code: u32,
+    },
+}
+
+/// An owned [`Answer`], for hosts that answer later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnedAnswer {
+    /// See [`Answer::Found`].
+    Found(Vec<u8>, u64),
+    /// See [`Answer::NotFound`].
+    NotFound,
+    /// See [`Answer::Written`].
+    Written(Option<u64>),
+    /// See [`Answer::Conflict`].
+    Conflict(Option<(Vec<u8>, u64)>, bool),
+    /// See [`Answer::Failed`].
+    Failed(u32),
+}
+
+impl OwnedAnswer {
+    /// Borrows it as an [`Answer`].
+    pub fn as_answer(&self) -> Answer<'_> {
+        match self {
+            OwnedAnswer::Found(v, t) => Answer::Found {
+                value: v,
+                token: *t,
+            },
+            OwnedAnswer::NotFound => Answer::NotFound,
+            OwnedAnswer::Written(t) => Answer::Written { token: *t },
+            OwnedAnswer::Conflict(c, absent) => Answer::Conflict {
+                current: c.as_ref().map(|(v, t)| (v.as_slice(), *t)),
+                absent: *absent,
+            },
+            OwnedAnswer::Failed(c) => Answer::Failed { code: *c },
+        }
+    }
+}
+
+/// A store problem the host should log or count; the engine has already degraded
+/// as documented and will retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Issue {
+    /// Stored bytes were undecodable (corrupt, truncated, foreign); they are replaced
+    /// by a fresh state on the next write.
+    Invalid(super::codec::DecodeError),
+    /// An update lost every CAS race.
+    Contended,
+    /// The store failed with this host status.
+    Failed(u32),
+    /// No answer within the staleness bound: the key runs on its local breaker.
+    Stale,
+}

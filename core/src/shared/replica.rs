@@ -1,0 +1,962 @@
+//! One worker's replica of one key's shared state: the last view read from the store,
+//! what this worker has not written yet, and the compare-and-set protocol that merges
+//! it — as a state machine driven by the engine, which relays store requests and
+//! answers between it and the host.
+//!
+//! Writes are read-modify-write under CAS: [`Replica::next_op`] builds the new state
+//! from the freshest view plus the pending changes ([`Replica::apply`]); a conflict
+//! re-reads (or adopts the current value the store returned) and tries again, at most
+//! `cas_attempts` times; then the round degrades: no lease → the call is refused, no
+//! slot → refused, the delta and probe results are kept for the next round.
+//!
+//! **Slots.** A key lives in one of `keys.max_keys` store slots of its policy
+//! (`<namespace>/v3/<policy>/<n>`), found by linear probing from the FNV-1a hash of
+//! its name (at most [`PROBE_LIMIT`] slots), or in the policy's overflow slot. A slot
+//! names the key it holds; a slot idle for `keys.idle_ms` may be taken over by another
+//! key. So the store never holds more than `max_keys + 1` entries per policy, however
+//! many distinct keys a high-cardinality template produces, across reloads too.
+
+use super::codec::{self, DecodeError, Kind};
+use super::io::{Answer, Expect, Issue};
+use super::state::{Delta, KeyState};
+use crate::breaker::{Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE};
+use crate::circuit::Circuit;
+use crate::config::{BreakerMode, Config, SharedConfig, SyncMode};
+use crate::engine::keys::fnv1a;
+use crate::event::{EventKind, Outcome};
+use crate::time::{ms_to_ns, Nanos};
+use crate::Phase;
+
+/// Slots probed for a new key before it goes to the overflow slot.
+pub const PROBE_LIMIT: u32 = 8;
+/// Name of the overflow slot (and of the key its state names).
+pub const OVERFLOW: &str = "~overflow";
+/// Version of the store-key layout (`<namespace>/v3/...`): a layout change bumps it,
+/// so old and new code running side by side during a config drain never meet.
+pub const LAYOUT: &str = "v3";
+
+/// Everything a replica needs from its engine for one step.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ctx<'a> {
+    pub config: &'a Config,
+    pub shared: &'a SharedConfig,
+    pub owner: u64,
+    /// Local calls of the key holding a slot.
+    pub in_flight: u32,
+    /// Local calls of the key waiting for a slot.
+    pub waiters: u32,
+    pub now: Nanos,
+    pub rand: u64,
+}
+
+impl Ctx<'_> {
+    fn bulkhead_shared(&self) -> Option<u32> {
+        match (self.shared.mode, &self.config.bulkhead) {
+            (SyncMode::Sync, Some(b)) => Some(b.max_concurrent),
+            _ => None,
+        }
+    }
+}
+
+/// What one answer changed, for the engine to report.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    pub transitions: Vec<Transition>,
+    pub issue: Option<Issue>,
+    /// The view was replaced by another worker's state (mirror it locally).
+    pub adopted: bool,
+    /// Slots or leases were granted (serve waiters, retry admissions).
+    pub granted: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bind {
+    /// Reading probe step `step`; `free` is the first claimable slot seen.
+    Probing {
+        step: u32,
+        free: Option<(u32, Expect)>,
+    },
+    Slot(u32),
+    Overflow,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IoState {
+    Idle,
+    /// Handed to the host as request `seq`.
+    InFlight {
+        seq: u32,
+        write: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Lease {
+    generation: u32,
+    slot: u8,
+    granted_at: Nanos,
+}
+
+/// What a write would do if it lands.
+#[derive(Debug)]
+struct Attempt {
+    state: KeyState,
+    transitions: Vec<Transition>,
+    leases: Vec<Lease>,
+    slots: u32,
+    probes: usize,
+    returns: usize,
+    delta: bool,
+}
+
+/// One worker's replica of one key.
+#[derive(Debug)]
+pub(crate) struct Replica {
+    name: Box<str>,
+    prefix: Box<str>,
+    store_key: String,
+    bind: Bind,
+    view: Option<KeyState>,
+    /// What a write now expects to find (valid while `token_known`).
+    expect: Expect,
+    token_known: bool,
+    /// Last time the store confirmed the view (read or write).
+    read_at: Option<Nanos>,
+    /// Bytes of this worker's last write: a read returning them needs no decode.
+    written: Vec<u8>,
+    written_is_view: bool,
+    hot: bool,
+    pub(crate) delta: Delta,
+    probe_results: Vec<(RawPass, Outcome, Nanos)>,
+    lease_returns: Vec<(u32, u8)>,
+    leases: Vec<Lease>,
+    leases_wanted: u32,
+    slots_held: u32,
+    slots_wanted: u32,
+    release_due: bool,
+    poll_due: bool,
+    forced: Option<Phase>,
+    claim: bool,
+    flush_now: bool,
+    read_wanted: bool,
+    anticipate: bool,
+    dirty_at: Option<Nanos>,
+    last_heartbeat: Nanos,
+    backoff_until: Nanos,
+    failures: u32,
+    io: IoState,
+    attempts: u32,
+    attempt: Option<Attempt>,
+}
+
+/// `a` is a later generation than `b` (wrapping).
+fn newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+impl Replica {
+    /// A replica of key `name` of policy `policy`; `overflow` binds it to the
+    /// policy's overflow slot at once.
+    pub(crate) fn new(
+        name: &str,
+        policy: &str,
+        overflow: bool,
+        config: &Config,
+        shared: &SharedConfig,
+        now: Nanos,
+    ) -> Self {
+        let prefix = format!("{}/{LAYOUT}/{policy}/", shared.namespace);
+        let mut r = Replica {
+            name: name.into(),
+            prefix: prefix.into(),
+            store_key: String::new(),
+            bind: if overflow {
+                Bind::Overflow
+            } else {
+                Bind::Probing {
+                    step: 0,
+                    free: None,
+                }
+            },
+            view: None,
+            expect: Expect::Absent,
+            token_known: false,
+            read_at: None,
+            written: Vec::new(),
+            written_is_view: false,
+            hot: false,
+            delta: Delta::new(config, 0, now),
+            probe_results: Vec::new(),
+            lease_returns: Vec::new(),
+            leases: Vec::new(),
+            leases_wanted: 0,
+            slots_held: 0,
+            slots_wanted: 0,
+            release_due: false,
+            poll_due: false,
+            forced: None,
+            claim: false,
+            flush_now: false,
+            read_wanted: true,
+            anticipate: false,
+            dirty_at: None,
+            last_heartbeat: now,
+            backoff_until: 0,
+            failures: 0,
+            io: IoState::Idle,
+            attempts: 0,
+            attempt: None,
+        };
+        r.set_store_key();
+        r
+    }
+
+    fn slot_name(&self) -> &str {
+        match self.bind {
+            Bind::Overflow => OVERFLOW,
+            _ => &self.name,
+        }
+    }
+
+    fn probe_index(&self, step: u32, max_keys: u32) -> u32 {
+        (fnv1a(self.name.as_bytes()).wrapping_add(u64::from(step)) % u64::from(max_keys.max(1)))
+            as u32
+    }
+
+    fn set_store_key(&mut self) {
+        use core::fmt::Write;
+        self.store_key.clear();
+        self.store_key.push_str(&self.prefix);
+        match self.bind {
+            Bind::Overflow => self.store_key.push_str(OVERFLOW),
+            Bind::Slot(i) => {
+                let _ = write!(self.store_key, "{i}");
+            }
+            Bind::Probing { .. } => {}
+        }
+    }
+
+    fn set_probe_key(&mut self, step: u32, max_keys: u32) {
+        use core::fmt::Write;
+        let i = self.probe_index(step, max_keys);
+        self.store_key.clear();
+        self.store_key.push_str(&self.prefix);
+        let _ = write!(self.store_key, "{i}");
+    }
+
+    /// The store key of the key's slot (meaningful once bound).
+    pub(crate) fn store_key(&self) -> &str {
+        &self.store_key
+    }
+
+    /// The bytes of the pending write.
+    pub(crate) fn written(&self) -> &[u8] {
+        &self.written
+    }
+
+    /// The last view of the shared state, if any.
+    pub(crate) fn view(&self) -> Option<&KeyState> {
+        self.view.as_ref()
+    }
+
+    /// Whether decisions come from the shared view (bound, and confirmed by the store
+    /// within `stale_ms`); otherwise the key runs on its local breaker.
+    pub(crate) fn fresh(&self, ctx: &Ctx) -> bool {
+        let stale = ms_to_ns(ctx.shared.stale_ms);
+        self.view.is_some()
+            && !matches!(self.bind, Bind::Probing { .. })
+            && self
+                .read_at
+                .is_some_and(|t| ctx.now.saturating_sub(t) <= stale)
+    }
+
+    /// Slots this worker holds in the ledger.
+    pub(crate) fn slots_held(&self) -> u32 {
+        self.slots_held
+    }
+
+    /// Asks for a read before the next admission (sync hosts call this per call).
+    pub(crate) fn prepare(&mut self, ctx: &Ctx) {
+        match ctx.shared.mode {
+            SyncMode::Sync => {
+                self.read_wanted = true;
+                self.anticipate = true;
+            }
+            SyncMode::Async => {
+                let due = self
+                    .read_at
+                    .is_none_or(|t| ctx.now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms));
+                if due && ctx.now >= self.backoff_until {
+                    self.read_wanted = true;
+                }
+            }
+        }
+    }
+
+    /// Breaker admission from the shared view (or the local breaker when there is no
+    /// fresh view). A probe needs a lease granted through the store: without one the
+    /// call is refused and a lease is requested for the next call.
+    pub(crate) fn admit(
+        &mut self,
+        ctx: &Ctx,
+        local: &mut Circuit,
+    ) -> (Result<Pass, ShortCircuit>, Option<Transition>) {
+        self.anticipate = false;
+        let cfg = &ctx.config.breaker;
+        let now = ctx.now;
+        if !self.fresh(ctx) {
+            return local.state.admit(cfg, &mut local.window, now, ctx.rand);
+        }
+        let Some(view) = self.view.as_mut() else {
+            return local.state.admit(cfg, &mut local.window, now, ctx.rand);
+        };
+        let b = &view.breaker;
+        if cfg.mode == BreakerMode::Normal
+            && b.phase() == Phase::Closed
+            && b.ramp_started_at().is_none()
+            && !cfg.adaptive_throttle.enabled
+        {
+            return (Ok(Pass::new(b.generation(), NO_PROBE, now)), None);
+        }
+        let generation = b.generation();
+        let mut trial = b.clone();
+        let (r, _) = trial.admit(cfg, &mut view.window, now, ctx.rand);
+        if trial.phase() == Phase::HalfOpen && matches!(cfg.mode, BreakerMode::Normal | BreakerMode::MetricsOnly) {
+            let g = trial.generation();
+            self.leases.retain(|l| l.generation == g);
+            if let Some(l) = self.leases.pop() {
+                return (Ok(Pass::new(l.generation, l.slot, now)), None);
+            }
+            if matches!(&r, Ok(p) if p.is_probe()) {
+                self.leases_wanted = self.leases_wanted.max(1);
+            }
+            if cfg.mode == BreakerMode::MetricsOnly {
+                return (Ok(Pass::new(g, NO_PROBE, now)), None);
+            }
+            return (Err(ShortCircuit::ProbesExhausted), None);
+        }
+        match r {
+            Ok(p) if !p.is_probe() && trial.generation() == generation => {
+                // Only the ramp's end (or a shadow count) changed: local, no write.
+                view.breaker = trial;
+                (Ok(p), None)
+            }
+            Ok(p) => {
+                // Not reachable for a plain pass; never run a probe without a lease.
+                let _ = p.into_raw();
+                (Err(ShortCircuit::ProbesExhausted), None)
+            }
+            Err(e) => {
+                if trial.generation() != generation {
+                    // A hung probe lease reopened the breaker: write it.
+                    self.poll_due = true;
+                }
+                (Err(e), None)
+            }
+        }
+    }
+
+    /// Records an admitted call's outcome (the pass's raw parts); returns whether it
+    /// must be written at once (an error, a slow call, a probe, a hot key).
+    pub(crate) fn record(&mut self, ctx: &Ctx, pass: RawPass, outcome: Outcome) -> bool {
+        let now = ctx.now;
+        let (generation, probe, started_at) = pass;
+        let mut urgent = false;
+        if probe != NO_PROBE {
+            self.probe_results.push((pass, outcome, now));
+            urgent = true;
+        }
+        if generation != self.delta.generation {
+            if newer(generation, self.delta.generation) || self.delta.is_empty() {
+                self.delta.reset(generation);
+            } else {
+                // From an earlier generation: never moves the breaker.
+                return self.mark(now, urgent);
+            }
+        }
+        if let Some(kind) = outcome.event() {
+            self.delta.window.record(kind, now);
+            self.delta.streak.record(outcome);
+            let sc = &ctx.config.breaker.slow_call;
+            if sc.enabled
+                && kind != EventKind::BadRequest
+                && now.saturating_sub(started_at) >= ms_to_ns(sc.duration_threshold_ms)
+            {
+                self.delta.window.record_slow(now);
+                urgent = true;
+            }
+        }
+        urgent |= outcome.is_error() || self.hot;
+        self.mark(now, urgent)
+    }
+
+    /// Records a refusal (`SHORT_CIRCUITED` or a bulkhead rejection, which is an
+    /// error and so is written at once).
+    pub(crate) fn record_refusal(&mut self, kind: EventKind, now: Nanos) {
+        if self.delta.is_empty() {
+            if let Some(v) = &self.view {
+                self.delta.reset(v.breaker.generation());
+            }
+        }
+        self.delta.window.record(kind, now);
+        let urgent = matches!(
+            kind,
+            EventKind::SemaphoreRejected | EventKind::ThreadPoolRejected
+        );
+        self.mark(now, urgent);
+    }
+
+    /// Gives a probe lease back unused (the call never ran).
+    pub(crate) fn return_probe(&mut self, pass: RawPass, now: Nanos) {
+        if pass.1 != NO_PROBE {
+            self.lease_returns.push((pass.0, pass.1));
+            self.mark(now, true);
+        }
+    }
+
+    /// Forces the shared breaker open or closed (written at once).
+    pub(crate) fn force(&mut self, to: Phase, now: Nanos) {
+        self.forced = Some(to);
+        self.mark(now, true);
+    }
+
+    fn mark(&mut self, now: Nanos, urgent: bool) -> bool {
+        if self.dirty_at.is_none() {
+            self.dirty_at = Some(now);
+        }
+        if urgent {
+            self.flush_now = true;
+        }
+        urgent
+    }
+
+    /// Periodic work at `now` (nothing before the backoff of a failed round ends):
+    /// flushes due, reserve release and heartbeats, slots for
+    /// waiters, unused leases back, time-driven transitions, async refreshes.
+    pub(crate) fn tick(&mut self, ctx: &Ctx) {
+        let now = ctx.now;
+        if now < self.backoff_until {
+            return;
+        }
+        let flush = ms_to_ns(ctx.shared.flush_ms);
+        if self.dirty_at.is_some_and(|d| now >= d.saturating_add(flush)) {
+            self.flush_now = true;
+        }
+        if self.slots_held > 0 {
+            let reserve = self.slots_held > ctx.in_flight;
+            let beat = now.saturating_sub(self.last_heartbeat) >= ms_to_ns(ctx.shared.heartbeat_ms);
+            if (reserve && now.saturating_sub(self.last_heartbeat) >= flush) || beat {
+                self.release_due = true;
+            }
+        }
+        if ctx.waiters > 0 && self.slots_held <= ctx.in_flight && ctx.bulkhead_shared().is_some() {
+            self.slots_wanted = ctx.waiters;
+        }
+        let mut returned = false;
+        let leases = core::mem::take(&mut self.leases);
+        for l in leases {
+            if now.saturating_sub(l.granted_at) >= flush {
+                self.lease_returns.push((l.generation, l.slot));
+                returned = true;
+            } else {
+                self.leases.push(l);
+            }
+        }
+        if returned {
+            self.mark(now, true);
+        }
+        if let Some(v) = &self.view {
+            if v.breaker.next_deadline().is_some_and(|d| now >= d) {
+                self.poll_due = true;
+            }
+        }
+        if ctx.shared.mode == SyncMode::Async
+            && now >= self.backoff_until
+            && self
+                .read_at
+                .is_none_or(|t| now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms))
+        {
+            self.read_wanted = true;
+        }
+    }
+
+    /// The next time [`Replica::tick`] has work, if any (never before the backoff
+    /// of a failed or contended round ends; nothing already pending counts).
+    pub(crate) fn next_wake(&self, ctx: &Ctx) -> Option<Nanos> {
+        let flush = ms_to_ns(ctx.shared.flush_ms);
+        let mut next: Option<Nanos> = None;
+        let mut at = |t: Nanos| next = Some(next.map_or(t, |n: Nanos| n.min(t)));
+        if let (Some(d), false) = (self.dirty_at, self.flush_now) {
+            at(d.saturating_add(flush));
+        }
+        if self.slots_held > 0 && !self.release_due {
+            at(self
+                .last_heartbeat
+                .saturating_add(flush.min(ms_to_ns(ctx.shared.heartbeat_ms))));
+        }
+        for l in &self.leases {
+            at(l.granted_at.saturating_add(flush));
+        }
+        if !self.poll_due {
+            if let Some(d) = self.view.as_ref().and_then(|v| v.breaker.next_deadline()) {
+                at(d);
+            }
+        }
+        if ctx.shared.mode == SyncMode::Async && !self.read_wanted {
+            let sync = ms_to_ns(ctx.shared.sync_ms);
+            at(self.read_at.map_or(ctx.now, |t| t.saturating_add(sync)));
+        }
+        next.map(|n| n.max(self.backoff_until))
+    }
+
+    fn write_wanted(&self) -> bool {
+        self.leases_wanted > 0
+            || self.slots_wanted > 0
+            || !self.probe_results.is_empty()
+            || !self.lease_returns.is_empty()
+            || self.poll_due
+            || self.release_due
+            || self.forced.is_some()
+            || self.claim
+            || (self.flush_now && !self.delta.is_empty())
+    }
+
+    /// Whether the replica has a request for the host (and none in flight).
+    pub(crate) fn wants_io(&self) -> bool {
+        self.io == IoState::Idle
+            && (self.read_wanted
+                || matches!(self.bind, Bind::Probing { .. })
+                || self.write_wanted())
+    }
+
+    /// Builds the next request (`seq` identifies it): `Some(None)` a read of
+    /// [`Replica::store_key`], `Some(Some(expect))` a write of [`Replica::written`];
+    /// `None` when nothing is wanted.
+    pub(crate) fn next_op(&mut self, ctx: &Ctx, seq: u32) -> Option<Option<Expect>> {
+        if self.io != IoState::Idle {
+            return None;
+        }
+        if let Bind::Probing { step, .. } = self.bind {
+            self.set_probe_key(step, ctx.config.keys.max_keys);
+            self.io = IoState::InFlight { seq, write: false };
+            return Some(None);
+        }
+        if self.write_wanted() && self.token_known {
+            let attempt = self.apply(ctx);
+            let buf = core::mem::take(&mut self.written);
+            match codec::encode_into(Kind::KeyState, &attempt.state, buf) {
+                Ok(bytes) => self.written = bytes,
+                Err(_) => return None,
+            }
+            self.written_is_view = false;
+            self.attempt = Some(attempt);
+            self.io = IoState::InFlight { seq, write: true };
+            return Some(Some(self.expect));
+        }
+        if self.read_wanted || self.write_wanted() {
+            self.io = IoState::InFlight { seq, write: false };
+            return Some(None);
+        }
+        None
+    }
+
+    /// Whether `seq` is the request this replica waits for.
+    pub(crate) fn awaits(&self, seq: u32) -> bool {
+        matches!(self.io, IoState::InFlight { seq: s, .. } if s == seq)
+    }
+
+    /// Takes the store's answer to the request in flight.
+    pub(crate) fn on_answer(&mut self, ctx: &Ctx, answer: Answer<'_>) -> Effects {
+        let mut fx = Effects::default();
+        let IoState::InFlight { write, .. } = self.io else {
+            return fx;
+        };
+        self.io = IoState::Idle;
+        if let Bind::Probing { step, free } = self.bind {
+            self.on_probe(ctx, step, free, answer, &mut fx);
+            return fx;
+        }
+        if write {
+            self.on_write(ctx, answer, &mut fx);
+        } else {
+            self.on_read(ctx, answer, &mut fx);
+        }
+        fx
+    }
+
+    fn fail(&mut self, ctx: &Ctx, code: u32, fx: &mut Effects) {
+        fx.issue = Some(Issue::Failed(code));
+        self.failures = self.failures.saturating_add(1);
+        let base = ms_to_ns(ctx.shared.flush_ms.min(ctx.shared.sync_ms));
+        let shift = self.failures.min(6);
+        let cap = ms_to_ns(ctx.shared.sync_ms).saturating_mul(8).max(base);
+        self.backoff_until = ctx.now.saturating_add((base << shift).min(cap));
+        self.give_up_round();
+        self.read_wanted = false;
+    }
+
+    /// Degraded end of a round: wanted leases and slots are not granted (calls are
+    /// refused), everything recorded stays pending for the next round.
+    fn give_up_round(&mut self) {
+        self.attempts = 0;
+        self.attempt = None;
+        self.leases_wanted = 0;
+        self.slots_wanted = 0;
+        self.poll_due = false;
+        self.flush_now = false;
+        self.anticipate = false;
+    }
+
+    fn on_probe(
+        &mut self,
+        ctx: &Ctx,
+        step: u32,
+        free: Option<(u32, Expect)>,
+        answer: Answer<'_>,
+        fx: &mut Effects,
+    ) {
+        let max_keys = ctx.config.keys.max_keys;
+        let index = self.probe_index(step, max_keys);
+        let idle = ms_to_ns(ctx.config.keys.idle_ms);
+        let mut free = free;
+        let mut end = false;
+        match answer {
+            Answer::Found { value, token } => match codec::decode::<KeyState>(Kind::KeyState, value) {
+                Ok(s) if s.name == *self.name => {
+                    self.bind = Bind::Slot(index);
+                    self.set_store_key();
+                    self.adopt_state(ctx, s, token, fx);
+                    if self.anticipate {
+                        self.anticipate(ctx);
+                    }
+                    return;
+                }
+                Ok(s) => {
+                    if free.is_none() && s.touched_at.saturating_add(idle) <= ctx.now {
+                        free = Some((index, Expect::Token(token)));
+                    }
+                }
+                Err(DecodeError::FutureVersion(_)) => {}
+                Err(e) => {
+                    fx.issue = Some(Issue::Invalid(e));
+                    if free.is_none() {
+                        free = Some((index, Expect::Token(token)));
+                    }
+                }
+            },
+            Answer::NotFound => {
+                if free.is_none() {
+                    free = Some((index, Expect::Absent));
+                }
+                end = true;
+            }
+            Answer::Failed { code } => {
+                self.fail(ctx, code, fx);
+                return;
+            }
+            Answer::Written { .. } | Answer::Conflict { .. } => {}
+        }
+        let step = step + 1;
+        if !end && step < PROBE_LIMIT.min(max_keys) {
+            self.bind = Bind::Probing { step, free };
+            return;
+        }
+        match free {
+            Some((i, expect)) => {
+                self.bind = Bind::Slot(i);
+                self.expect = expect;
+                self.token_known = true;
+                self.claim = true;
+                self.view = Some(KeyState::new(&self.name, ctx.config, ctx.now));
+            }
+            None => {
+                self.bind = Bind::Overflow;
+                self.read_wanted = true;
+            }
+        }
+        self.set_store_key();
+        if self.claim && self.anticipate {
+            self.anticipate(ctx);
+        }
+    }
+
+    fn restart_probing(&mut self) {
+        self.bind = Bind::Probing {
+            step: 0,
+            free: None,
+        };
+        self.view = None;
+        self.token_known = false;
+        self.claim = false;
+        self.read_at = None;
+        self.leases.clear();
+    }
+
+    fn adopt_state(&mut self, ctx: &Ctx, s: KeyState, token: u64, fx: &mut Effects) {
+        let before = self.view.as_ref().map(|v| (v.breaker.phase(), v.breaker.generation()));
+        let after = (s.breaker.phase(), s.breaker.generation());
+        if let Some((from, g)) = before {
+            if g != after.1 && from != after.0 {
+                fx.transitions.push(Transition {
+                    from,
+                    to: after.0,
+                    at: ctx.now,
+                    generation: after.1,
+                    reason: TransitionReason::Observed,
+                });
+            }
+        }
+        // Ledger truth: what this owner holds there (a reclaimed entry heals on the
+        // next write).
+        self.hot = s.is_hot(ctx.now);
+        self.view = Some(s);
+        self.expect = Expect::Token(token);
+        self.token_known = true;
+        self.read_at = Some(ctx.now);
+        self.written_is_view = false;
+        self.failures = 0;
+        fx.adopted = true;
+    }
+
+    fn on_read(&mut self, ctx: &Ctx, answer: Answer<'_>, fx: &mut Effects) {
+        match answer {
+            Answer::Found { value, token } => {
+                self.read_wanted = false;
+                self.failures = 0;
+                if self.token_known && self.expect == Expect::Token(token) && self.view.is_some() {
+                    self.read_at = Some(ctx.now);
+                } else if self.written_is_view && value == self.written.as_slice() {
+                    self.expect = Expect::Token(token);
+                    self.token_known = true;
+                    self.read_at = Some(ctx.now);
+                } else {
+                    match codec::decode::<KeyState>(Kind::KeyState, value) {
+                        Ok(s) if s.name == self.slot_name() => self.adopt_state(ctx, s, token, fx),
+                        Ok(_) | Err(DecodeError::FutureVersion(_)) => {
+                            // Another key took the slot over (ours was idle), or newer
+                            // code owns it: find a slot again.
+                            self.restart_probing();
+                            return;
+                        }
+                        Err(e) => {
+                            fx.issue = Some(Issue::Invalid(e));
+                            self.view = Some(KeyState::new(self.slot_name(), ctx.config, ctx.now));
+                            self.expect = Expect::Token(token);
+                            self.token_known = true;
+                            self.read_at = Some(ctx.now);
+                            self.claim = true;
+                            fx.adopted = true;
+                        }
+                    }
+                }
+            }
+            Answer::NotFound => {
+                self.read_wanted = false;
+                self.failures = 0;
+                // The store lost the key (restarted empty) or never had it.
+                let fresh = KeyState::new(self.slot_name(), ctx.config, ctx.now);
+                if self.view.as_ref().is_some_and(|v| v.breaker.phase() != fresh.breaker.phase()) {
+                    fx.adopted = true;
+                }
+                self.view = Some(fresh);
+                self.expect = Expect::Absent;
+                self.token_known = true;
+                self.read_at = Some(ctx.now);
+                self.claim = true;
+                self.slots_held = 0;
+                self.leases.clear();
+                fx.adopted = true;
+            }
+            Answer::Failed { code } => {
+                self.fail(ctx, code, fx);
+                return;
+            }
+            Answer::Written { .. } | Answer::Conflict { .. } => return,
+        }
+        if self.anticipate {
+            self.anticipate(ctx);
+        }
+    }
+
+    /// A sync host reads right before admission: ask now for the lease or slot that
+    /// admission is about to need, so the same host call can grant it.
+    fn anticipate(&mut self, ctx: &Ctx) {
+        let Some(v) = &self.view else { return };
+        let cfg = &ctx.config.breaker;
+        let mut trial = v.breaker.clone();
+        let _ = trial.poll(cfg, ctx.now, ctx.rand);
+        let runs = match trial.phase() {
+            Phase::Closed => true,
+            Phase::Open => false,
+            Phase::HalfOpen => {
+                let g = trial.generation();
+                let held = self.leases.iter().any(|l| l.generation == g);
+                if !held && trial.would_admit(cfg, ctx.now) && cfg.mode == BreakerMode::Normal {
+                    self.leases_wanted = self.leases_wanted.max(1);
+                }
+                held || self.leases_wanted > 0
+            }
+        };
+        if runs && ctx.bulkhead_shared().is_some() && self.slots_held <= ctx.in_flight && ctx.waiters == 0 {
+            self.slots_wanted = self.slots_wanted.max(1);
+        }
+    }
+
+    fn on_write(&mut self, ctx: &Ctx, answer: Answer<'_>, fx: &mut Effects) {
+        match answer {
+            Answer::Written { token } => {
+                let Some(a) = self.attempt.take() else { return };
+                if a.delta {
+                    let g = a.state.breaker.generation();
+                    self.delta.reset(g);
+                    self.dirty_at = None;
+                }
+                self.probe_results.drain(..a.probes.min(self.probe_results.len()));
+                self.lease_returns.drain(..a.returns.min(self.lease_returns.len()));
+                if !self.probe_results.is_empty() || !self.lease_returns.is_empty() {
+                    self.dirty_at.get_or_insert(ctx.now);
+                }
+                fx.granted = a.slots > self.slots_held || !a.leases.is_empty();
+                self.leases.extend(a.leases);
+                if a.slots != self.slots_held || self.release_due {
+                    self.last_heartbeat = ctx.now;
+                }
+                self.slots_held = a.slots;
+                fx.transitions = a.transitions;
+                self.hot = a.state.is_hot(ctx.now);
+                self.view = Some(a.state);
+                self.written_is_view = true;
+                match token {
+                    Some(t) => {
+                        self.expect = Expect::Token(t);
+                        self.token_known = true;
+                    }
+                    None => self.token_known = false,
+                }
+                self.read_at = Some(ctx.now);
+                self.leases_wanted = 0;
+                self.slots_wanted = 0;
+                self.release_due = false;
+                self.poll_due = false;
+                self.forced = None;
+                self.claim = false;
+                self.flush_now = false;
+                self.attempts = 0;
+                self.failures = 0;
+            }
+            Answer::Conflict { current, absent } => {
+                self.attempt = None;
+                self.attempts += 1;
+                if self.claim && matches!(self.bind, Bind::Slot(_)) && self.read_at.is_none() {
+                    // Lost the race for a free slot: look again.
+                    self.restart_probing();
+                    return;
+                }
+                if self.attempts >= ctx.shared.cas_attempts {
+                    fx.issue = Some(Issue::Contended);
+                    self.give_up_round();
+                    self.token_known = false;
+                    self.backoff_until = ctx.now.saturating_add(ms_to_ns(ctx.shared.flush_ms));
+                    return;
+                }
+                match current {
+                    Some((value, token)) => {
+                        self.on_read(ctx, Answer::Found { value, token }, fx);
+                    }
+                    None if absent => self.on_read(ctx, Answer::NotFound, fx),
+                    None => self.token_known = false,
+                }
+            }
+            Answer::Failed { code } => {
+                self.attempt = None;
+                self.token_known = false;
+                self.fail(ctx, code, fx);
+            }
+            Answer::Found { .. } | Answer::NotFound => {}
+        }
+    }
+
+    /// The state a write would store now, and what it would grant.
+    fn apply(&self, ctx: &Ctx) -> Attempt {
+        let cfg = ctx.config;
+        let now = ctx.now;
+        let rand = ctx.rand;
+        let mut s = match (&self.view, self.claim) {
+            (Some(v), false) => v.clone(),
+            _ => KeyState::new(self.slot_name(), cfg, now),
+        };
+        s.conform(cfg);
+        let mut ts = Vec::new();
+        let mut push = |t: Option<Transition>| {
+            if let Some(t) = t {
+                ts.push(t);
+            }
+        };
+        let b = &cfg.breaker;
+        let delta = !self.delta.is_empty();
+        if delta && self.delta.generation == s.breaker.generation() {
+            s.window.0.merge(&self.delta.window.0);
+            let run = self.delta.streak.apply(s.breaker.consecutive_failures());
+            s.breaker.set_consecutive_failures(run);
+            push(s.breaker.check_trip(b, &mut s.window, now, rand));
+        }
+        for &(pass, outcome, at) in &self.probe_results {
+            let p = Pass::from_raw(pass);
+            push(s.breaker.on_result(b, &mut s.window, p, outcome, at.max(pass.2), rand));
+        }
+        for &(generation, slot) in &self.lease_returns {
+            let p = Pass::new(generation, slot, now);
+            push(s.breaker.on_result(b, &mut s.window, p, Outcome::Cancelled, now, rand));
+        }
+        if let Some(to) = self.forced {
+            push(s.breaker.force(b, &mut s.window, to, now, rand));
+        }
+        push(s.breaker.poll(b, now, rand));
+        let mut leases = Vec::new();
+        for _ in 0..self.leases_wanted {
+            match s.breaker.take_probe(b, now) {
+                Ok(p) => {
+                    let (generation, slot, _) = p.into_raw();
+                    leases.push(Lease {
+                        generation,
+                        slot,
+                        granted_at: now,
+                    });
+                }
+                Err(_) => break,
+            }
+        }
+        let ttl = ms_to_ns(ctx.shared.lease_ttl_ms);
+        let slots = match ctx.bulkhead_shared() {
+            Some(max) => {
+                let keep = if self.release_due {
+                    ctx.in_flight
+                } else {
+                    self.slots_held
+                }
+                .max(ctx.in_flight);
+                s.ledger
+                    .acquire(ctx.owner, keep, self.slots_wanted, max, now, ttl)
+            }
+            None => {
+                s.ledger.prune(now, ttl);
+                self.slots_held
+            }
+        };
+        s.touched_at = now;
+        Attempt {
+            state: s,
+            transitions: ts,
+            leases,
+            slots,
+            probes: self.probe_results.len(),
+            returns: self.lease_returns.len(),
+            delta,
+        }
+    }
+
+    /// Whether the replica has nothing in flight or pending (it may be dropped).
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.io == IoState::Idle && !self.write_wanted() && self.delta.is_empty() && self.slots_held == 0
+    }
+}

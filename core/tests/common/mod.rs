@@ -1,0 +1,225 @@
+//! A test host for the engine: one engine (local state) or several engines sharing an
+//! in-memory CAS store (shared state), driven the way a real host drives them, with
+//! a simulated clock.
+
+#![allow(dead_code)]
+
+use fusewire_core::shared::memory::{MemoryStore, Rules};
+use fusewire_core::shared::Io;
+use fusewire_core::*;
+
+pub const MS: u64 = 1_000_000;
+pub const T0: u64 = 1_000_000 * MS;
+
+/// Where keys keep their state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One engine, local state.
+    Local,
+    /// `workers` engines on one store with these CAS rules (sync hosts).
+    Shared(Rules, usize),
+    /// `workers` engines on one store answered asynchronously (a Redis host).
+    Async(usize),
+}
+
+impl Mode {
+    pub fn workers(self) -> usize {
+        match self {
+            Mode::Local => 1,
+            Mode::Shared(_, n) | Mode::Async(n) => n,
+        }
+    }
+
+    /// Every mode the one suite runs against.
+    pub fn all() -> [Mode; 3] {
+        [
+            Mode::Local,
+            Mode::Shared(Rules::Envoy, 4),
+            Mode::Shared(Rules::Kong, 4),
+        ]
+    }
+}
+
+pub struct Host {
+    pub mode: Mode,
+    pub engines: Vec<Engine>,
+    pub store: MemoryStore,
+    pub now: u64,
+    pub policy: PolicyId,
+    pub events: Vec<Vec<Event>>,
+    /// Requests in flight to the store (async mode): (worker, id, answer).
+    pub pending: Vec<(usize, shared::IoId, shared::OwnedAnswer)>,
+    rand: u64,
+}
+
+pub fn config(json: &str) -> Config {
+    Config::from_json(json).unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+impl Host {
+    pub fn new(mode: Mode, json: &str) -> Host {
+        Self::with_shared(mode, json, SharedConfig::default())
+    }
+
+    pub fn with_shared(mode: Mode, json: &str, mut shared: SharedConfig) -> Host {
+        let cfg = config(json);
+        let rules = match mode {
+            Mode::Shared(r, _) => r,
+            _ => Rules::Script,
+        };
+        if let Mode::Async(_) = mode {
+            shared.mode = config::SyncMode::Async;
+        }
+        let engines = (0..mode.workers())
+            .map(|w| {
+                let mut e = match mode {
+                    Mode::Local => Engine::local(),
+                    _ => Engine::shared(shared.clone(), 0x9E37_79B9 * (w as u64 + 1)).unwrap(),
+                };
+                e.add_policy("svc", cfg.clone()).unwrap();
+                e
+            })
+            .collect();
+        Host {
+            mode,
+            engines,
+            store: MemoryStore::new(rules),
+            now: T0,
+            policy: PolicyId(0),
+            events: (0..mode.workers()).map(|_| Vec::new()).collect(),
+            pending: Vec::new(),
+            rand: 0,
+        }
+    }
+
+    pub fn rand(&mut self) -> u64 {
+        // A fixed draw keeps tests deterministic; tests that need randomness set it.
+        self.rand
+    }
+
+    pub fn set_rand(&mut self, r: u64) {
+        self.rand = r;
+    }
+
+    pub fn key(&mut self, w: usize, name: &str) -> KeyId {
+        let now = self.now;
+        let k = self.engines[w].key(self.policy, name, now).expect("policy");
+        self.drive(w);
+        k
+    }
+
+    /// Performs every store request of worker `w` (sync modes: at once; async mode:
+    /// they wait in `pending` until `deliver`).
+    pub fn drive(&mut self, w: usize) {
+        let now = self.now;
+        let rand = self.rand;
+        loop {
+            let Some(io) = self.engines[w].poll_io(now, rand) else {
+                break;
+            };
+            let (id, answer) = (io.id, self.store.exec(&io));
+            if let Mode::Async(_) = self.mode {
+                self.pending.push((w, id, answer));
+                continue;
+            }
+            self.engines[w].io_done(id, answer.as_answer(), now, rand);
+        }
+        self.collect(w);
+    }
+
+    /// Async mode: hands every pending answer back.
+    pub fn deliver(&mut self) {
+        let now = self.now;
+        let rand = self.rand;
+        for (w, id, answer) in std::mem::take(&mut self.pending) {
+            self.engines[w].io_done(id, answer.as_answer(), now, rand);
+            self.drive(w);
+        }
+    }
+
+    fn collect(&mut self, w: usize) {
+        let now = self.now;
+        let rand = self.rand;
+        while let Some(e) = self.engines[w].poll(now, rand) {
+            self.events[w].push(e);
+        }
+    }
+
+    pub fn start(&mut self, w: usize, key: KeyId) -> Start {
+        let now = self.now;
+        let rand = self.rand;
+        self.engines[w].prepare(key, now);
+        self.drive(w);
+        let s = self.engines[w].start(key, now, rand);
+        self.drive(w);
+        s
+    }
+
+    pub fn complete(&mut self, w: usize, p: Permit, outcome: Outcome) -> Completion {
+        let now = self.now;
+        let rand = self.rand;
+        let c = self.engines[w].complete(p, outcome, now, rand);
+        self.drive(w);
+        c
+    }
+
+    /// One call that ends at once with `outcome`; true if it ran.
+    pub fn call(&mut self, w: usize, key: KeyId, outcome: Outcome) -> bool {
+        match self.start(w, key) {
+            Start::Running(p) => {
+                assert_eq!(self.complete(w, p, outcome), Completion::OnTime);
+                true
+            }
+            Start::Queued(t) => panic!("unexpected queue: {t:?}"),
+            Start::Refused(_) => false,
+        }
+    }
+
+    /// Advances the clock by `ms`, ticking every worker every 100 ms on the way (as
+    /// Envoy's timer does), driving their store requests.
+    pub fn advance(&mut self, ms: u64) {
+        let end = self.now + ms * MS;
+        while self.now < end {
+            self.now = (self.now + 100 * MS).min(end);
+            for w in 0..self.engines.len() {
+                self.drive(w);
+            }
+            if let Mode::Async(_) = self.mode {
+                self.deliver();
+            }
+        }
+    }
+
+    pub fn take_events(&mut self, w: usize) -> Vec<Event> {
+        self.collect(w);
+        std::mem::take(&mut self.events[w])
+    }
+
+    pub fn phase(&self, w: usize, key: KeyId) -> Phase {
+        self.engines[w].phase(key).expect("live key")
+    }
+
+    pub fn snapshot(&self, w: usize, key: KeyId) -> Snapshot {
+        self.engines[w].snapshot(key, self.now).expect("live key")
+    }
+
+    /// Every worker's key for `name`.
+    pub fn keys(&mut self, name: &str) -> Vec<KeyId> {
+        (0..self.engines.len()).map(|w| self.key(w, name)).collect()
+    }
+
+    pub fn store_keys(&self) -> Vec<&str> {
+        self.store.keys()
+    }
+}
+
+/// Runs `f` against every mode.
+pub fn each_mode(f: impl Fn(Mode)) {
+    for m in Mode::all() {
+        f(m);
+    }
+}
+
+pub fn io_key<'a>(io: &'a Io<'a>) -> &'a str {
+    io.key
+}

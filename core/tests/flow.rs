@@ -1,0 +1,471 @@
+//! The engine's protected-call flow, on a simulated clock, against local state and
+//! shared state (4 workers on one store, Envoy and Kong CAS rules): the same
+//! assertions hold in every mode.
+
+mod common;
+
+use common::*;
+use fusewire_core::config::BreakerMode;
+use fusewire_core::*;
+
+const BASE: &str = r#"{"breaker": {"half_open": {"permitted_probes": 2, "success_threshold": 2}}}"#;
+
+fn running(s: Start) -> Permit {
+    match s {
+        Start::Running(p) => p,
+        other => panic!("expected a running call, got {other:?}"),
+    }
+}
+
+fn refused(s: Start) -> Refusal {
+    match s {
+        Start::Refused(r) => r,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// Trips with 20 failures spread over the workers.
+fn trip(h: &mut Host, keys: &[KeyId]) {
+    for i in 0..20 {
+        let w = i % h.engines.len();
+        assert!(h.call(w, keys[w], Outcome::Failure), "call {i} admitted");
+    }
+}
+
+#[test]
+fn trips_at_the_volume_threshold_and_every_worker_rejects() {
+    each_mode(|m| {
+        let mut h = Host::new(m, BASE);
+        let keys = h.keys("orders");
+        for i in 0..19 {
+            let w = i % h.engines.len();
+            assert!(h.call(w, keys[w], Outcome::Failure));
+        }
+        assert_eq!(h.phase(0, keys[0]), Phase::Closed, "{m:?}: 19 < 20");
+        assert!(h.call(0, keys[0], Outcome::Failure));
+        for w in 0..h.engines.len() {
+            let r = refused(h.start(w, keys[w]));
+            assert_eq!(r.event, EventKind::ShortCircuited, "{m:?} worker {w}");
+            assert_eq!(r.cause, Cause::ShortCircuit(ShortCircuit::Open));
+            assert_eq!(h.phase(w, keys[w]), Phase::Open, "{m:?} worker {w}");
+        }
+        let opened: Vec<_> = h
+            .take_events(0)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Transition { transition, .. } => Some(transition),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            opened.iter().any(|t| t.to == Phase::Open),
+            "{m:?}: a transition event: {opened:?}"
+        );
+    });
+}
+
+#[test]
+fn half_open_admits_exactly_n_probes_across_workers_then_closes() {
+    each_mode(|m| {
+        let mut h = Host::new(m, BASE);
+        let keys = h.keys("k");
+        trip(&mut h, &keys);
+        h.advance(5_000);
+        // Every worker tries twice; exactly two probes run in the whole process.
+        let mut probes = Vec::new();
+        for round in 0..2 {
+            for w in 0..h.engines.len() {
+                match h.start(w, keys[w]) {
+                    Start::Running(p) => probes.push((w, p)),
+                    Start::Refused(r) => {
+                        assert_eq!(
+                            r.cause,
+                            Cause::ShortCircuit(ShortCircuit::ProbesExhausted),
+                            "{m:?} round {round} worker {w}"
+                        );
+                    }
+                    Start::Queued(_) => panic!(),
+                }
+            }
+        }
+        assert_eq!(probes.len(), 2, "{m:?}");
+        for (w, p) in probes {
+            assert_eq!(h.complete(w, p, Outcome::Success), Completion::OnTime);
+        }
+        for w in 0..h.engines.len() {
+            h.drive(w);
+        }
+        for w in 0..h.engines.len() {
+            assert!(h.call(w, keys[w], Outcome::Success), "{m:?}: closed for worker {w}");
+            assert_eq!(h.phase(w, keys[w]), Phase::Closed);
+        }
+    });
+}
+
+#[test]
+fn failed_probe_reopens_and_hung_probe_lease_expires() {
+    each_mode(|m| {
+        let cfg = r#"{"breaker": {"half_open": {"probe_timeout_ms": 1000}},
+                      "execution": {"timeout_enabled": false}}"#;
+        let mut h = Host::new(m, cfg);
+        let keys = h.keys("k");
+        trip(&mut h, &keys);
+        h.advance(5_000);
+        let p = running(h.start(0, keys[0]));
+        assert_eq!(h.complete(0, p, Outcome::Failure), Completion::OnTime);
+        assert_eq!(h.phase(0, keys[0]), Phase::Open, "{m:?}: failed probe reopens");
+        h.advance(5_000);
+        let hung = running(h.start(0, keys[0]));
+        // The probe never answers: its lease expires and the breaker reopens.
+        h.advance(1_100);
+        for w in 0..h.engines.len() {
+            h.drive(w);
+        }
+        assert_eq!(h.phase(0, keys[0]), Phase::Open, "{m:?}: hung probe reopens");
+        // Its late result never moves the breaker.
+        h.complete(0, hung, Outcome::Success);
+        assert_eq!(h.phase(0, keys[0]), Phase::Open, "{m:?}");
+    });
+}
+
+#[test]
+fn bad_request_probe_gives_its_turn_back() {
+    each_mode(|m| {
+        let mut h = Host::new(m, r#"{}"#);
+        let keys = h.keys("k");
+        trip(&mut h, &keys);
+        h.advance(5_000);
+        let p = running(h.start(0, keys[0]));
+        h.complete(0, p, Outcome::BadRequest);
+        assert_eq!(h.phase(0, keys[0]), Phase::HalfOpen, "{m:?}: a 4xx says nothing");
+        // The turn is free again: the next call probes and closes.
+        let p = running(h.start(0, keys[0]));
+        h.complete(0, p, Outcome::Success);
+        assert_eq!(h.phase(0, keys[0]), Phase::Closed, "{m:?}");
+    });
+}
+
+#[test]
+fn cancelled_probe_gives_its_turn_back() {
+    each_mode(|m| {
+        let mut h = Host::new(m, r#"{}"#);
+        let keys = h.keys("k");
+        trip(&mut h, &keys);
+        h.advance(5_000);
+        let p = running(h.start(0, keys[0]));
+        let now = h.now;
+        assert_eq!(h.engines[0].cancel(p, now, 0), Completion::OnTime);
+        h.drive(0);
+        assert_eq!(h.phase(0, keys[0]), Phase::HalfOpen, "{m:?}");
+        let p = running(h.start(0, keys[0]));
+        h.complete(0, p, Outcome::Success);
+        assert_eq!(h.phase(0, keys[0]), Phase::Closed, "{m:?}");
+    });
+}
+
+#[test]
+fn deadlines_time_out_and_late_results_never_move_the_breaker() {
+    each_mode(|m| {
+        let mut h = Host::new(m, r#"{"execution": {"timeout_ms": 250}}"#);
+        let k = h.key(0, "k");
+        let p = running(h.start(0, k));
+        assert_eq!(h.engines[0].next_deadline().map(|d| d - h.now), Some(250 * MS));
+        h.advance(200);
+        assert!(h.take_events(0).iter().all(|e| !matches!(e, Event::TimedOut { .. })));
+        h.advance(100);
+        let ev = h.take_events(0);
+        let timed_out: Vec<_> = ev
+            .iter()
+            .filter(|e| matches!(e, Event::TimedOut { call, .. } if *call == p.id()))
+            .collect();
+        assert_eq!(timed_out.len(), 1, "{m:?}: {ev:?}");
+        assert_eq!(h.engines[0].in_flight(k), Some(0), "slot freed");
+        let s = h.snapshot(0, k);
+        assert_eq!(s.cumulative[EventKind::Timeout.index()], 1);
+        assert_eq!(h.complete(0, p, Outcome::Failure), Completion::Late);
+        assert_eq!(h.engines[0].late_results(k), Some(1));
+        let s = h.snapshot(0, k);
+        assert_eq!(s.cumulative[EventKind::Failure.index()], 0, "late: not counted as a failure");
+    });
+}
+
+#[test]
+fn stopped_timer_never_times_out() {
+    let mut h = Host::new(Mode::Local, r#"{"execution": {"timeout_ms": 100}}"#);
+    let k = h.key(0, "k");
+    let p = running(h.start(0, k));
+    h.engines[0].stop_timer(&p);
+    assert_eq!(h.engines[0].next_deadline().map(|d| d > h.now + 100 * MS), Some(true));
+    h.advance(1_000);
+    assert!(h.take_events(0).is_empty());
+    assert_eq!(h.complete(0, p, Outcome::Success), Completion::OnTime);
+}
+
+#[test]
+fn permits_are_move_only_raw_ids_are_generation_checked() {
+    let mut h = Host::new(Mode::Local, "{}");
+    let k = h.key(0, "k");
+    let p = running(h.start(0, k));
+    let raw = p.into_raw();
+    assert!(raw < 1 << 53);
+    assert_eq!(h.complete(0, Permit::from_raw(raw), Outcome::Success), Completion::OnTime);
+    assert_eq!(
+        h.complete(0, Permit::from_raw(raw), Outcome::Success),
+        Completion::Unknown,
+        "a second completion is refused"
+    );
+    let q = running(h.start(0, k));
+    assert_ne!(q.id().to_raw(), raw, "a reused slot has a new generation");
+    assert_eq!(h.complete(0, Permit::from_raw(raw ^ 1 << 40), Outcome::Failure), Completion::Unknown);
+    assert_eq!(h.complete(0, Permit::from_raw(u64::MAX), Outcome::Failure), Completion::Unknown);
+    assert_eq!(h.engines[0].in_flight(k), Some(1), "forged ids changed nothing");
+    h.complete(0, q, Outcome::Success);
+    // A forged key id is refused too.
+    let bad = KeyId::from_raw(k.to_raw() + (1 << 21));
+    assert_eq!(refused(h.start(0, bad)).cause, Cause::UnknownKey);
+}
+
+#[test]
+fn semaphore_limit_and_queued_calls_are_not_in_flight() {
+    each_mode(|m| {
+        let cfg = r#"{"bulkhead": {"isolation": "pool", "max_concurrent": 2, "max_queue": 2,
+                      "queue_rejection_threshold": 2, "max_wait_ms": 500},
+                      "execution": {"timeout_enabled": false}}"#;
+        let mut h = Host::new(m, cfg);
+        let k = h.key(0, "k");
+        let a = running(h.start(0, k));
+        let b = running(h.start(0, k));
+        let Start::Queued(t1) = h.start(0, k) else { panic!("{m:?}: queued") };
+        let Start::Queued(t2) = h.start(0, k) else { panic!("{m:?}: queued") };
+        let r = refused(h.start(0, k));
+        assert_eq!((r.event, r.cause), (EventKind::ThreadPoolRejected, Cause::QueueFull));
+        assert_eq!(h.engines[0].in_flight(k), Some(2), "{m:?}: queued calls are not executing");
+        assert_eq!(h.engines[0].queued(k), Some(2));
+        let (id1, id2) = (t1.id(), t2.id());
+        // FIFO: the first waiter gets the first free slot, with the same id.
+        h.complete(0, a, Outcome::Success);
+        let ev = h.take_events(0);
+        let got: Vec<CallId> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Dequeued { permit, .. } => Some(permit.id()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got, vec![id1], "{m:?}: {ev:?}");
+        let first = ev.into_iter().find_map(|e| match e {
+            Event::Dequeued { permit, .. } => Some(permit),
+            _ => None,
+        });
+        assert_eq!(h.engines[0].in_flight(k), Some(2));
+        assert_eq!(h.snapshot(0, k).rolling_max_concurrency, 2, "{m:?}: never 3 or 4");
+        // The second waiter expires after max_wait_ms.
+        h.advance(600);
+        let ev = h.take_events(0);
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::Refused { call, refusal, .. }
+                if *call == id2 && refusal.cause == Cause::WaitExpired
+                    && refusal.event == EventKind::ThreadPoolRejected)),
+            "{m:?}: {ev:?}"
+        );
+        assert!(!h.engines[0].cancel_ticket(t2, h.now), "already gone");
+        drop(t1);
+        h.complete(0, b, Outcome::Success);
+        h.complete(0, first.expect("dequeued"), Outcome::Success);
+        assert_eq!(h.engines[0].in_flight(k), Some(0), "{m:?}");
+    });
+}
+
+#[test]
+fn pool_without_queue_rejects_as_thread_pool_by_configuration() {
+    each_mode(|m| {
+        let mut h = Host::new(m, r#"{"bulkhead": {"isolation": "pool", "max_concurrent": 1}}"#);
+        let k = h.key(0, "k");
+        let _a = running(h.start(0, k));
+        let r = refused(h.start(0, k));
+        assert_eq!((r.event, r.cause), (EventKind::ThreadPoolRejected, Cause::BulkheadFull), "{m:?}");
+        let mut h = Host::new(m, r#"{"bulkhead": {"max_concurrent": 1}}"#);
+        let k = h.key(0, "k");
+        let _a = running(h.start(0, k));
+        let r = refused(h.start(0, k));
+        assert_eq!(r.event, EventKind::SemaphoreRejected, "{m:?}");
+    });
+}
+
+#[test]
+fn cancelled_ticket_counts_nowhere_and_frees_its_place() {
+    let cfg = r#"{"bulkhead": {"isolation": "pool", "max_concurrent": 1, "max_queue": 1, "queue_rejection_threshold": 1}}"#;
+    let mut h = Host::new(Mode::Local, cfg);
+    let k = h.key(0, "k");
+    let a = running(h.start(0, k));
+    let Start::Queued(t) = h.start(0, k) else { panic!() };
+    assert!(h.engines[0].cancel_ticket(t, h.now));
+    let Start::Queued(t2) = h.start(0, k) else { panic!("the place is free again") };
+    h.complete(0, a, Outcome::Success);
+    let ev = h.take_events(0);
+    assert!(ev.iter().any(|e| matches!(e, Event::Dequeued { permit, .. } if permit.id() == t2.id())));
+    let s = h.snapshot(0, k);
+    assert_eq!(s.cumulative[EventKind::ThreadPoolRejected.index()], 0);
+}
+
+#[test]
+fn forced_open_reports_itself_open() {
+    each_mode(|m| {
+        let mut h = Host::new(m, r#"{"breaker": {"mode": "forced_open"}}"#);
+        let k = h.key(0, "k");
+        assert_eq!(h.phase(0, k), Phase::Open, "{m:?}");
+        let s = h.snapshot(0, k);
+        assert!(s.open && !s.would_admit && s.phase == Phase::Open);
+        assert_eq!(refused(h.start(0, k)).cause, Cause::ShortCircuit(ShortCircuit::ForcedOpen));
+    });
+}
+
+#[test]
+fn fallback_limit_and_events() {
+    let mut h = Host::new(Mode::Local, r#"{"bulkhead": {"fallback_max_concurrent": 1}}"#);
+    let k = h.key(0, "k");
+    let now = h.now;
+    let f = h.engines[0].start_fallback(k, now).expect("slot");
+    assert!(h.engines[0].start_fallback(k, now).is_none());
+    h.engines[0].finish_fallback(f, true, now);
+    let f = h.engines[0].start_fallback(k, now).expect("freed");
+    h.engines[0].finish_fallback(f, false, now);
+    h.engines[0].record(k, EventKind::FallbackMissing, now);
+    let c = h.snapshot(0, k).cumulative;
+    assert_eq!(c[EventKind::FallbackRejection.index()], 1);
+    assert_eq!(c[EventKind::FallbackSuccess.index()], 1);
+    assert_eq!(c[EventKind::FallbackFailure.index()], 1);
+    assert_eq!(c[EventKind::FallbackMissing.index()], 1);
+}
+
+#[test]
+fn operator_open_and_close_apply_everywhere() {
+    each_mode(|m| {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("k");
+        let now = h.now;
+        h.engines[0].force(keys[0], Phase::Open, now, 0);
+        h.drive(0);
+        for w in 0..h.engines.len() {
+            assert_eq!(refused(h.start(w, keys[w])).event, EventKind::ShortCircuited, "{m:?} {w}");
+        }
+        let now = h.now;
+        h.engines[0].force(keys[0], Phase::Closed, now, 0);
+        h.drive(0);
+        for w in 0..h.engines.len() {
+            assert!(h.call(w, keys[w], Outcome::Success), "{m:?} {w}");
+        }
+    });
+}
+
+#[test]
+fn time_driven_half_open_is_reported_without_a_call() {
+    each_mode(|m| {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("k");
+        trip(&mut h, &keys);
+        // Every worker has seen the trip (a refused call reads the shared state).
+        for w in 0..h.engines.len() {
+            refused(h.start(w, keys[w]));
+            h.take_events(w);
+        }
+        for w in 0..h.engines.len() {
+            let at = h.engines[w].next_deadline().expect("a deadline");
+            assert!(at <= h.now + 5_000 * MS, "{m:?} worker {w}");
+        }
+        h.advance(5_100);
+        for w in 0..h.engines.len() {
+            let ev = h.take_events(w);
+            assert!(
+                ev.iter().any(|e| matches!(e, Event::Transition { transition, .. }
+                    if transition.to == Phase::HalfOpen)),
+                "{m:?} worker {w}: {ev:?}"
+            );
+        }
+    });
+}
+
+#[test]
+fn reconfigure_keeps_state_and_counters() {
+    each_mode(|m| {
+        let mut h = Host::new(m, "{}");
+        let k = h.key(0, "k");
+        for _ in 0..10 {
+            h.call(0, k, Outcome::Failure);
+        }
+        let c = config(r#"{"metrics": {"rolling_window_ms": 20000, "rolling_buckets": 4},
+                           "breaker": {"error_percentage": {"request_volume_threshold": 12}}}"#);
+        for e in &mut h.engines {
+            e.set_policy(PolicyId(0), c.clone()).unwrap();
+        }
+        assert_eq!(h.snapshot(0, k).health.errors, 10, "{m:?}: counts kept");
+        h.call(0, k, Outcome::Failure);
+        h.call(0, k, Outcome::Failure);
+        assert_eq!(h.phase(0, k), Phase::Open, "{m:?}: the new threshold applies");
+        assert!(h.engines[0].set_policy(PolicyId(0), Config {
+            keys: config::KeysConfig { max_keys: 0, ..Default::default() },
+            ..Config::default()
+        }).is_err());
+    });
+}
+
+#[test]
+fn key_table_overflow_and_idle_expiry() {
+    let cfg = r#"{"keys": {"max_keys": 3, "idle_ms": 60000}}"#;
+    let mut h = Host::new(Mode::Local, cfg);
+    let real = h.key(0, "real");
+    for i in 0..2 {
+        h.key(0, &format!("junk-{i}"));
+    }
+    // Full: new names share the overflow key.
+    let o1 = h.key(0, "junk-x");
+    let o2 = h.key(0, "junk-y");
+    assert_eq!(o1, o2);
+    assert_eq!(h.engines[0].key_name(o1), Some("svc/~overflow"));
+    // Real traffic keeps its key alive; the junk expires after idle_ms.
+    for _ in 0..7 {
+        h.advance(10_000);
+        h.call(0, real, Outcome::Success);
+    }
+    let ev = h.take_events(0);
+    let expired = ev.iter().filter(|e| matches!(e, Event::KeyExpired { .. })).count();
+    assert_eq!(expired, 2, "{ev:?}");
+    assert!(h.engines[0].key_name(real).is_some(), "used keys stay");
+    // Room again: a new key gets its own breaker.
+    let fresh = h.key(0, "newcomer");
+    assert_ne!(fresh, o1);
+    assert_eq!(h.engines[0].key_name(fresh), Some("newcomer"));
+    assert_eq!(h.engines[0].key_count(PolicyId(0)), Some(2));
+}
+
+#[test]
+fn one_million_distinct_keys_stay_within_the_bound() {
+    let mut e = Engine::local();
+    let p = e.add_policy("p", config(r#"{"keys": {"max_keys": 10000, "idle_ms": 1000}}"#)).unwrap();
+    let mut now = T0;
+    for i in 0..1_000_000u64 {
+        now += 10_000; // 10 µs apart: 10 s in all, so old keys keep expiring
+        let k = e.key(p, &format!("user-{i}"), now).unwrap();
+        if let Start::Running(permit) = e.start(k, now, 0) {
+            e.complete(permit, Outcome::Success, now, 0);
+        }
+        while e.poll(now, 0).is_some() {}
+    }
+    assert!(e.key_count(p).unwrap() <= 10_000);
+    assert!(e.keys().count() <= 10_001);
+}
+
+#[test]
+fn metrics_only_mode_admits_everything_but_counts_shadow_rejections() {
+    let mut h = Host::new(Mode::Local, r#"{"breaker": {"mode": "metrics_only"}}"#);
+    let k = h.key(0, "k");
+    for _ in 0..25 {
+        assert!(h.call(0, k, Outcome::Failure));
+    }
+    let s = h.snapshot(0, k);
+    assert!(s.shadow_rejections >= 4, "{}", s.shadow_rejections);
+    assert_eq!(
+        h.engines[0].config(PolicyId(0)).unwrap().breaker.mode,
+        BreakerMode::MetricsOnly
+    );
+}
