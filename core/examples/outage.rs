@@ -68,7 +68,9 @@ fn main() {
     )
     .expect("valid config");
     let mut engine = Engine::local();
-    let policy = engine.add_policy("UserService", config).expect("valid config");
+    let policy = engine
+        .add_policy("UserService", config)
+        .expect("valid config");
     let key = engine.key(policy, "GetUser", 0).expect("policy exists");
     let mut rng = Rng(2024);
     // (finish time, call, outcome) of calls in flight.
@@ -160,7 +162,10 @@ fn main() {
         }
     }
     println!("  refused before running: {refused}");
-    println!("  late results discarded: {}", engine.late_results(key).unwrap_or(0));
+    println!(
+        "  late results discarded: {}",
+        engine.late_results(key).unwrap_or(0)
+    );
     println!("  final phase: {}", phase_name(s.phase));
     if let Some(c) = engine.circuit(key) {
         println!(

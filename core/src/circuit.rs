@@ -288,9 +288,9 @@ impl CircuitBreaker {
     /// (`SEMAPHORE_REJECTED` / `THREAD_POOL_REJECTED`) counts as an error and may trip.
     pub fn record_event(&mut self, kind: EventKind, now: Nanos, rand: u64) -> Option<Transition> {
         let t = match kind {
-            EventKind::SemaphoreRejected | EventKind::ThreadPoolRejected => self
-                .circuit
-                .record_rejection(&self.config, kind, now, rand),
+            EventKind::SemaphoreRejected | EventKind::ThreadPoolRejected => {
+                self.circuit.record_rejection(&self.config, kind, now, rand)
+            }
             _ => {
                 self.circuit.record_event(kind, now);
                 None

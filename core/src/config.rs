@@ -470,11 +470,37 @@ pub const MAX_KEY_LEN: usize = 200;
 /// Longest duration accepted anywhere (one year), so `ms * 1e6` never overflows.
 pub const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
 
+/// Shows an `f64` in an error message without pulling float formatting into `.wasm`
+/// builds (integers as integers, else three decimals).
+struct Num(f64);
+
+impl fmt::Display for Num {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        if v.is_nan() {
+            return f.write_str("NaN");
+        }
+        if v.is_infinite() || v.abs() >= 1e15 {
+            return f.write_str(if v > 0.0 {
+                "a huge number"
+            } else {
+                "a huge negative number"
+            });
+        }
+        let neg = if v < 0.0 { "-" } else { "" };
+        let milli = (v.abs() * 1000.0).round() as u64;
+        match milli % 1000 {
+            0 => write!(f, "{neg}{}", milli / 1000),
+            m => write!(f, "{neg}{}.{:03}", milli / 1000, m),
+        }
+    }
+}
+
 fn percentage(path: &str, v: f64) -> Result<(), ConfigError> {
     if !v.is_finite() || !(0.0..=100.0).contains(&v) {
         return Err(ConfigError::new(
             path,
-            format!("must be a number in 0..=100, got {v}"),
+            format!("must be a number in 0..=100, got {}", Num(v)),
         ));
     }
     Ok(())
@@ -515,8 +541,7 @@ impl Config {
 
     /// Parses JSON bytes and validates them.
     pub fn from_json_bytes(json: &[u8]) -> Result<Self, ConfigError> {
-        let de = &mut serde_json::Deserializer::from_slice(json);
-        let config: Config = serde_path_to_error::deserialize(de).map_err(path_error)?;
+        let config: Config = parse_json(json)?;
         config.validate()?;
         Ok(config)
     }
@@ -552,7 +577,7 @@ impl Config {
         if !k.is_finite() || !(1.0..=100.0).contains(&k) {
             return Err(ConfigError::new(
                 "breaker.adaptive_throttle.k",
-                format!("must be a number in 1..=100, got {k}"),
+                format!("must be a number in 1..=100, got {}", Num(k)),
             ));
         }
         let o = &b.open;
@@ -560,7 +585,7 @@ impl Config {
         if !o.multiplier.is_finite() || !(1.0..=1000.0).contains(&o.multiplier) {
             return Err(ConfigError::new(
                 "breaker.open.multiplier",
-                format!("must be a number in 1..=1000, got {}", o.multiplier),
+                format!("must be a number in 1..=1000, got {}", Num(o.multiplier)),
             ));
         }
         duration("breaker.open.max_ms", o.max_ms, 0)?;
@@ -674,8 +699,7 @@ fn name_ok(s: &str) -> bool {
 impl SharedConfig {
     /// Parses JSON and validates it (errors name the field path and the reason).
     pub fn from_json(json: &str) -> Result<Self, ConfigError> {
-        let de = &mut serde_json::Deserializer::from_str(json);
-        let c: SharedConfig = serde_path_to_error::deserialize(de).map_err(path_error)?;
+        let c: SharedConfig = parse_json(json.as_bytes())?;
         c.validate()?;
         Ok(c)
     }
@@ -726,11 +750,126 @@ impl SharedConfig {
     }
 }
 
-fn path_error(e: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
-    let path = e.path().to_string();
-    let path = if path == "." { String::new() } else { path };
-    ConfigError {
-        path,
-        reason: e.into_inner().to_string(),
+/// Parses any part of the one schema (or a host's document embedding it) from JSON;
+/// errors name the field path (`policies[0].breaker.mode`) and the reason.
+///
+/// The path is recovered from the error's position by a small scan of the document
+/// (a path-tracking deserializer would double the size of a `.wasm` host).
+pub fn parse_json<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, ConfigError> {
+    serde_json::from_slice(json).map_err(|e| {
+        let msg = e.to_string();
+        let reason = match msg.rfind(" at line ") {
+            Some(i) => msg[..i].to_string(),
+            None => msg,
+        };
+        let path = if e.line() == 0 {
+            String::new()
+        } else {
+            path_at(json, e.line(), e.column())
+        };
+        ConfigError { path, reason }
+    })
+}
+
+enum Frame {
+    Object(Option<String>),
+    Array(usize),
+}
+
+/// The field path of the JSON value being read at `line`:`column` (1-based, as
+/// `serde_json` reports them).
+fn path_at(json: &[u8], line: usize, column: usize) -> String {
+    let mut at = 0usize;
+    let mut l = 1;
+    while l < line && at < json.len() {
+        if json[at] == b'\n' {
+            l += 1;
+        }
+        at += 1;
+    }
+    let end = (at + column).min(json.len());
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut want_key = false;
+    let mut i = 0;
+    while i < end {
+        match json[i] {
+            b'{' => {
+                stack.push(Frame::Object(None));
+                want_key = true;
+            }
+            b'[' => stack.push(Frame::Array(0)),
+            b'}' | b']' => {
+                stack.pop();
+                want_key = false;
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Array(n)) => *n += 1,
+                Some(Frame::Object(k)) => {
+                    *k = None;
+                    want_key = true;
+                }
+                None => {}
+            },
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while i < json.len() && json[i] != b'"' {
+                    i += if json[i] == b'\\' { 2 } else { 1 };
+                }
+                if want_key {
+                    if let Some(Frame::Object(k)) = stack.last_mut() {
+                        let raw = json.get(start..i.min(json.len())).unwrap_or_default();
+                        *k = Some(String::from_utf8_lossy(raw).into_owned());
+                    }
+                    want_key = false;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut path = String::new();
+    for f in &stack {
+        match f {
+            Frame::Object(Some(k)) => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k);
+            }
+            Frame::Object(None) => {}
+            Frame::Array(n) => {
+                path.push('[');
+                path.push_str(&n.to_string());
+                path.push(']');
+            }
+        }
+    }
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Num;
+
+    #[test]
+    fn paths_from_positions() {
+        let at = |json: &str| super::path_at(json.as_bytes(), 1, json.len());
+        assert_eq!(at(r#"{"a": {"b": [1, {"c": "#), "a.b[1].c");
+        assert_eq!(at(r#"{"a": {"b": 1}, "d": "x\"y", "e"#), "e");
+        assert_eq!(at(r#"{"a": [{"k": 1}, {"k": 2}], "z"#), "z");
+        assert_eq!(at("{}"), "");
+        let multi = "{\n  \"a\": {\n    \"bb\": tru";
+        assert_eq!(super::path_at(multi.as_bytes(), 3, 13), "a.bb");
+    }
+
+    #[test]
+    fn numbers_in_messages() {
+        let show = |v: f64| Num(v).to_string();
+        assert_eq!(show(150.0), "150");
+        assert_eq!(show(0.5), "0.500");
+        assert_eq!(show(-2.25), "-2.250");
+        assert_eq!(show(f64::NAN), "NaN");
+        assert_eq!(show(f64::INFINITY), "a huge number");
     }
 }

@@ -9,10 +9,10 @@
 
 #![warn(missing_docs)]
 
+mod arrays;
 pub mod breaker;
 pub mod circuit;
 pub mod config;
-mod arrays;
 mod counter;
 pub mod engine;
 pub mod event;

@@ -44,7 +44,10 @@ pub struct Slot<B> {
 #[serde(
     into = "RingData<B>",
     from = "RingData<B>",
-    bound(serialize = "B: Bucket + Serialize", deserialize = "B: Bucket + Deserialize<'de>")
+    bound(
+        serialize = "B: Bucket + Serialize",
+        deserialize = "B: Bucket + Deserialize<'de>"
+    )
 )]
 pub struct Ring<B> {
     width_ns: u64,
@@ -184,7 +187,9 @@ impl<B: Bucket> Ring<B> {
     /// The current bucket.
     #[inline(always)]
     pub fn current(&self) -> Option<&B> {
-        self.slots.get(self.current_slot as usize).map(|s| &s.bucket)
+        self.slots
+            .get(self.current_slot as usize)
+            .map(|s| &s.bucket)
     }
 
     /// The current bucket, mutably (the caller has rolled to `now`).

@@ -140,10 +140,7 @@ fn invalid_values_name_the_field_and_reason() {
             r#"{"bulkhead": {"max_concurrent": 0}}"#,
             "bulkhead.max_concurrent",
         ),
-        (
-            r#"{"bulkhead": {"max_queue": 5}}"#,
-            "bulkhead.max_queue",
-        ),
+        (r#"{"bulkhead": {"max_queue": 5}}"#, "bulkhead.max_queue"),
         (
             r#"{"bulkhead": {"isolation": "pool", "max_queue": 5, "queue_rejection_threshold": 0}}"#,
             "bulkhead.queue_rejection_threshold",
@@ -162,7 +159,10 @@ fn invalid_values_name_the_field_and_reason() {
 #[test]
 fn shared_config_is_validated_in_core() {
     use fusewire_core::SharedConfig;
-    assert_eq!(SharedConfig::from_json("{}").unwrap(), SharedConfig::default());
+    assert_eq!(
+        SharedConfig::from_json("{}").unwrap(),
+        SharedConfig::default()
+    );
     let bad = |json: &str, path: &str, part: &str| {
         let e = SharedConfig::from_json(json).unwrap_err();
         assert_eq!(e.path, path, "{e}");
@@ -171,9 +171,18 @@ fn shared_config_is_validated_in_core() {
     bad(r#"{"cas_attempts": 0}"#, "cas_attempts", "1..=1000");
     bad(r#"{"lease_ttl_ms": 10}"#, "lease_ttl_ms", "twice");
     bad(r#"{"namespace": "a b"}"#, "namespace", "[A-Za-z0-9_.-]");
-    bad(r#"{"mode": "async", "sync_ms": 5000, "stale_ms": 6000}"#, "stale_ms", "twice sync_ms");
+    bad(
+        r#"{"mode": "async", "sync_ms": 5000, "stale_ms": 6000}"#,
+        "stale_ms",
+        "twice sync_ms",
+    );
     bad(r#"{"mode": "sometimes"}"#, "mode", "unknown variant");
     bad(r#"{"heartbeat": 1}"#, "heartbeat", "unknown field");
-    let e = SharedConfig::from_json(r#"{"cas_attempts": 0}"#).unwrap_err().within("shared");
-    assert_eq!(e.to_string(), "shared.cas_attempts: must be in 1..=1000, got 0");
+    let e = SharedConfig::from_json(r#"{"cas_attempts": 0}"#)
+        .unwrap_err()
+        .within("shared");
+    assert_eq!(
+        e.to_string(),
+        "shared.cas_attempts: must be in 1..=1000, got 0"
+    );
 }

@@ -1,3 +1,4 @@
+#![allow(clippy::needless_range_loop)]
 //! The engine's protected-call flow, on a simulated clock, against local state and
 //! shared state (4 workers on one store, Envoy and Kong CAS rules): the same
 //! assertions hold in every mode.
@@ -96,7 +97,10 @@ fn half_open_admits_exactly_n_probes_across_workers_then_closes() {
             h.drive(w);
         }
         for w in 0..h.engines.len() {
-            assert!(h.call(w, keys[w], Outcome::Success), "{m:?}: closed for worker {w}");
+            assert!(
+                h.call(w, keys[w], Outcome::Success),
+                "{m:?}: closed for worker {w}"
+            );
             assert_eq!(h.phase(w, keys[w]), Phase::Closed);
         }
     });
@@ -113,7 +117,11 @@ fn failed_probe_reopens_and_hung_probe_lease_expires() {
         h.advance(5_000);
         let p = running(h.start(0, keys[0]));
         assert_eq!(h.complete(0, p, Outcome::Failure), Completion::OnTime);
-        assert_eq!(h.phase(0, keys[0]), Phase::Open, "{m:?}: failed probe reopens");
+        assert_eq!(
+            h.phase(0, keys[0]),
+            Phase::Open,
+            "{m:?}: failed probe reopens"
+        );
         h.advance(5_000);
         let hung = running(h.start(0, keys[0]));
         // The probe never answers: its lease expires and the breaker reopens.
@@ -121,7 +129,11 @@ fn failed_probe_reopens_and_hung_probe_lease_expires() {
         for w in 0..h.engines.len() {
             h.drive(w);
         }
-        assert_eq!(h.phase(0, keys[0]), Phase::Open, "{m:?}: hung probe reopens");
+        assert_eq!(
+            h.phase(0, keys[0]),
+            Phase::Open,
+            "{m:?}: hung probe reopens"
+        );
         // Its late result never moves the breaker.
         h.complete(0, hung, Outcome::Success);
         assert_eq!(h.phase(0, keys[0]), Phase::Open, "{m:?}");
@@ -137,7 +149,11 @@ fn bad_request_probe_gives_its_turn_back() {
         h.advance(5_000);
         let p = running(h.start(0, keys[0]));
         h.complete(0, p, Outcome::BadRequest);
-        assert_eq!(h.phase(0, keys[0]), Phase::HalfOpen, "{m:?}: a 4xx says nothing");
+        assert_eq!(
+            h.phase(0, keys[0]),
+            Phase::HalfOpen,
+            "{m:?}: a 4xx says nothing"
+        );
         // The turn is free again: the next call probes and closes.
         let p = running(h.start(0, keys[0]));
         h.complete(0, p, Outcome::Success);
@@ -169,9 +185,15 @@ fn deadlines_time_out_and_late_results_never_move_the_breaker() {
         let mut h = Host::new(m, r#"{"execution": {"timeout_ms": 250}}"#);
         let k = h.key(0, "k");
         let p = running(h.start(0, k));
-        assert_eq!(h.engines[0].next_deadline().map(|d| d - h.now), Some(250 * MS));
+        assert_eq!(
+            h.engines[0].next_deadline().map(|d| d - h.now),
+            Some(250 * MS)
+        );
         h.advance(200);
-        assert!(h.take_events(0).iter().all(|e| !matches!(e, Event::TimedOut { .. })));
+        assert!(h
+            .take_events(0)
+            .iter()
+            .all(|e| !matches!(e, Event::TimedOut { .. })));
         h.advance(100);
         let ev = h.take_events(0);
         let timed_out: Vec<_> = ev
@@ -185,7 +207,11 @@ fn deadlines_time_out_and_late_results_never_move_the_breaker() {
         assert_eq!(h.complete(0, p, Outcome::Failure), Completion::Late);
         assert_eq!(h.engines[0].late_results(k), Some(1));
         let s = h.snapshot(0, k);
-        assert_eq!(s.cumulative[EventKind::Failure.index()], 0, "late: not counted as a failure");
+        assert_eq!(
+            s.cumulative[EventKind::Failure.index()],
+            0,
+            "late: not counted as a failure"
+        );
     });
 }
 
@@ -195,7 +221,10 @@ fn stopped_timer_never_times_out() {
     let k = h.key(0, "k");
     let p = running(h.start(0, k));
     h.engines[0].stop_timer(&p);
-    assert_eq!(h.engines[0].next_deadline().map(|d| d > h.now + 100 * MS), Some(true));
+    assert_eq!(
+        h.engines[0].next_deadline().map(|d| d > h.now + 100 * MS),
+        Some(true)
+    );
     h.advance(1_000);
     assert!(h.take_events(0).is_empty());
     assert_eq!(h.complete(0, p, Outcome::Success), Completion::OnTime);
@@ -208,7 +237,10 @@ fn permits_are_move_only_raw_ids_are_generation_checked() {
     let p = running(h.start(0, k));
     let raw = p.into_raw();
     assert!(raw < 1 << 53);
-    assert_eq!(h.complete(0, Permit::from_raw(raw), Outcome::Success), Completion::OnTime);
+    assert_eq!(
+        h.complete(0, Permit::from_raw(raw), Outcome::Success),
+        Completion::OnTime
+    );
     assert_eq!(
         h.complete(0, Permit::from_raw(raw), Outcome::Success),
         Completion::Unknown,
@@ -216,9 +248,19 @@ fn permits_are_move_only_raw_ids_are_generation_checked() {
     );
     let q = running(h.start(0, k));
     assert_ne!(q.id().to_raw(), raw, "a reused slot has a new generation");
-    assert_eq!(h.complete(0, Permit::from_raw(raw ^ 1 << 40), Outcome::Failure), Completion::Unknown);
-    assert_eq!(h.complete(0, Permit::from_raw(u64::MAX), Outcome::Failure), Completion::Unknown);
-    assert_eq!(h.engines[0].in_flight(k), Some(1), "forged ids changed nothing");
+    assert_eq!(
+        h.complete(0, Permit::from_raw(raw ^ 1 << 40), Outcome::Failure),
+        Completion::Unknown
+    );
+    assert_eq!(
+        h.complete(0, Permit::from_raw(u64::MAX), Outcome::Failure),
+        Completion::Unknown
+    );
+    assert_eq!(
+        h.engines[0].in_flight(k),
+        Some(1),
+        "forged ids changed nothing"
+    );
     h.complete(0, q, Outcome::Success);
     // A forged key id is refused too.
     let bad = KeyId::from_raw(k.to_raw() + (1 << 21));
@@ -235,11 +277,22 @@ fn semaphore_limit_and_queued_calls_are_not_in_flight() {
         let k = h.key(0, "k");
         let a = running(h.start(0, k));
         let b = running(h.start(0, k));
-        let Start::Queued(t1) = h.start(0, k) else { panic!("{m:?}: queued") };
-        let Start::Queued(t2) = h.start(0, k) else { panic!("{m:?}: queued") };
+        let Start::Queued(t1) = h.start(0, k) else {
+            panic!("{m:?}: queued")
+        };
+        let Start::Queued(t2) = h.start(0, k) else {
+            panic!("{m:?}: queued")
+        };
         let r = refused(h.start(0, k));
-        assert_eq!((r.event, r.cause), (EventKind::ThreadPoolRejected, Cause::QueueFull));
-        assert_eq!(h.engines[0].in_flight(k), Some(2), "{m:?}: queued calls are not executing");
+        assert_eq!(
+            (r.event, r.cause),
+            (EventKind::ThreadPoolRejected, Cause::QueueFull)
+        );
+        assert_eq!(
+            h.engines[0].in_flight(k),
+            Some(2),
+            "{m:?}: queued calls are not executing"
+        );
         assert_eq!(h.engines[0].queued(k), Some(2));
         let (id1, id2) = (t1.id(), t2.id());
         // FIFO: the first waiter gets the first free slot, with the same id.
@@ -258,12 +311,17 @@ fn semaphore_limit_and_queued_calls_are_not_in_flight() {
             _ => None,
         });
         assert_eq!(h.engines[0].in_flight(k), Some(2));
-        assert_eq!(h.snapshot(0, k).rolling_max_concurrency, 2, "{m:?}: never 3 or 4");
+        assert_eq!(
+            h.snapshot(0, k).rolling_max_concurrency,
+            2,
+            "{m:?}: never 3 or 4"
+        );
         // The second waiter expires after max_wait_ms.
         h.advance(600);
         let ev = h.take_events(0);
         assert!(
-            ev.iter().any(|e| matches!(e, Event::Refused { call, refusal, .. }
+            ev.iter()
+                .any(|e| matches!(e, Event::Refused { call, refusal, .. }
                 if *call == id2 && refusal.cause == Cause::WaitExpired
                     && refusal.event == EventKind::ThreadPoolRejected)),
             "{m:?}: {ev:?}"
@@ -279,11 +337,18 @@ fn semaphore_limit_and_queued_calls_are_not_in_flight() {
 #[test]
 fn pool_without_queue_rejects_as_thread_pool_by_configuration() {
     each_mode(|m| {
-        let mut h = Host::new(m, r#"{"bulkhead": {"isolation": "pool", "max_concurrent": 1}}"#);
+        let mut h = Host::new(
+            m,
+            r#"{"bulkhead": {"isolation": "pool", "max_concurrent": 1}}"#,
+        );
         let k = h.key(0, "k");
         let _a = running(h.start(0, k));
         let r = refused(h.start(0, k));
-        assert_eq!((r.event, r.cause), (EventKind::ThreadPoolRejected, Cause::BulkheadFull), "{m:?}");
+        assert_eq!(
+            (r.event, r.cause),
+            (EventKind::ThreadPoolRejected, Cause::BulkheadFull),
+            "{m:?}"
+        );
         let mut h = Host::new(m, r#"{"bulkhead": {"max_concurrent": 1}}"#);
         let k = h.key(0, "k");
         let _a = running(h.start(0, k));
@@ -298,12 +363,18 @@ fn cancelled_ticket_counts_nowhere_and_frees_its_place() {
     let mut h = Host::new(Mode::Local, cfg);
     let k = h.key(0, "k");
     let a = running(h.start(0, k));
-    let Start::Queued(t) = h.start(0, k) else { panic!() };
+    let Start::Queued(t) = h.start(0, k) else {
+        panic!()
+    };
     assert!(h.engines[0].cancel_ticket(t, h.now));
-    let Start::Queued(t2) = h.start(0, k) else { panic!("the place is free again") };
+    let Start::Queued(t2) = h.start(0, k) else {
+        panic!("the place is free again")
+    };
     h.complete(0, a, Outcome::Success);
     let ev = h.take_events(0);
-    assert!(ev.iter().any(|e| matches!(e, Event::Dequeued { permit, .. } if permit.id() == t2.id())));
+    assert!(ev
+        .iter()
+        .any(|e| matches!(e, Event::Dequeued { permit, .. } if permit.id() == t2.id())));
     let s = h.snapshot(0, k);
     assert_eq!(s.cumulative[EventKind::ThreadPoolRejected.index()], 0);
 }
@@ -316,13 +387,19 @@ fn forced_open_reports_itself_open() {
         assert_eq!(h.phase(0, k), Phase::Open, "{m:?}");
         let s = h.snapshot(0, k);
         assert!(s.open && !s.would_admit && s.phase == Phase::Open);
-        assert_eq!(refused(h.start(0, k)).cause, Cause::ShortCircuit(ShortCircuit::ForcedOpen));
+        assert_eq!(
+            refused(h.start(0, k)).cause,
+            Cause::ShortCircuit(ShortCircuit::ForcedOpen)
+        );
     });
 }
 
 #[test]
 fn fallback_limit_and_events() {
-    let mut h = Host::new(Mode::Local, r#"{"bulkhead": {"fallback_max_concurrent": 1}}"#);
+    let mut h = Host::new(
+        Mode::Local,
+        r#"{"bulkhead": {"fallback_max_concurrent": 1}}"#,
+    );
     let k = h.key(0, "k");
     let now = h.now;
     let f = h.engines[0].start_fallback(k, now).expect("slot");
@@ -347,7 +424,11 @@ fn operator_open_and_close_apply_everywhere() {
         h.engines[0].force(keys[0], Phase::Open, now, 0);
         h.drive(0);
         for w in 0..h.engines.len() {
-            assert_eq!(refused(h.start(w, keys[w])).event, EventKind::ShortCircuited, "{m:?} {w}");
+            assert_eq!(
+                refused(h.start(w, keys[w])).event,
+                EventKind::ShortCircuited,
+                "{m:?} {w}"
+            );
         }
         let now = h.now;
         h.engines[0].force(keys[0], Phase::Closed, now, 0);
@@ -377,7 +458,8 @@ fn time_driven_half_open_is_reported_without_a_call() {
         for w in 0..h.engines.len() {
             let ev = h.take_events(w);
             assert!(
-                ev.iter().any(|e| matches!(e, Event::Transition { transition, .. }
+                ev.iter()
+                    .any(|e| matches!(e, Event::Transition { transition, .. }
                     if transition.to == Phase::HalfOpen)),
                 "{m:?} worker {w}: {ev:?}"
             );
@@ -393,19 +475,33 @@ fn reconfigure_keeps_state_and_counters() {
         for _ in 0..10 {
             h.call(0, k, Outcome::Failure);
         }
-        let c = config(r#"{"metrics": {"rolling_window_ms": 20000, "rolling_buckets": 4},
-                           "breaker": {"error_percentage": {"request_volume_threshold": 12}}}"#);
+        let c = config(
+            r#"{"metrics": {"rolling_window_ms": 20000, "rolling_buckets": 4},
+                           "breaker": {"error_percentage": {"request_volume_threshold": 12}}}"#,
+        );
         for e in &mut h.engines {
             e.set_policy(PolicyId(0), c.clone()).unwrap();
         }
         assert_eq!(h.snapshot(0, k).health.errors, 10, "{m:?}: counts kept");
         h.call(0, k, Outcome::Failure);
         h.call(0, k, Outcome::Failure);
-        assert_eq!(h.phase(0, k), Phase::Open, "{m:?}: the new threshold applies");
-        assert!(h.engines[0].set_policy(PolicyId(0), Config {
-            keys: config::KeysConfig { max_keys: 0, ..Default::default() },
-            ..Config::default()
-        }).is_err());
+        assert_eq!(
+            h.phase(0, k),
+            Phase::Open,
+            "{m:?}: the new threshold applies"
+        );
+        assert!(h.engines[0]
+            .set_policy(
+                PolicyId(0),
+                Config {
+                    keys: config::KeysConfig {
+                        max_keys: 0,
+                        ..Default::default()
+                    },
+                    ..Config::default()
+                }
+            )
+            .is_err());
     });
 }
 
@@ -428,7 +524,10 @@ fn key_table_overflow_and_idle_expiry() {
         h.call(0, real, Outcome::Success);
     }
     let ev = h.take_events(0);
-    let expired = ev.iter().filter(|e| matches!(e, Event::KeyExpired { .. })).count();
+    let expired = ev
+        .iter()
+        .filter(|e| matches!(e, Event::KeyExpired { .. }))
+        .count();
     assert_eq!(expired, 2, "{ev:?}");
     assert!(h.engines[0].key_name(real).is_some(), "used keys stay");
     // Room again: a new key gets its own breaker.
@@ -441,7 +540,12 @@ fn key_table_overflow_and_idle_expiry() {
 #[test]
 fn one_million_distinct_keys_stay_within_the_bound() {
     let mut e = Engine::local();
-    let p = e.add_policy("p", config(r#"{"keys": {"max_keys": 10000, "idle_ms": 1000}}"#)).unwrap();
+    let p = e
+        .add_policy(
+            "p",
+            config(r#"{"keys": {"max_keys": 10000, "idle_ms": 1000}}"#),
+        )
+        .unwrap();
     let mut now = T0;
     for i in 0..1_000_000u64 {
         now += 10_000; // 10 µs apart: 10 s in all, so old keys keep expiring

@@ -114,14 +114,13 @@ pub fn log(id: u32) {
     });
 }
 
-/// `proxy_on_done`.
-pub fn done(id: u32) -> bool {
+/// `proxy_on_done` (Envoy ignores its return value; the export returns 1).
+pub fn done(id: u32) {
     with(|d| {
         if let Some(s) = d.streams.get_mut(&id) {
             s.on_done();
         }
     });
-    true
 }
 
 /// `proxy_on_delete`: drops the context (a stream releases anything still held).
@@ -205,7 +204,8 @@ mod exports {
 
     #[no_mangle]
     pub extern "C" fn proxy_on_done(id: u32) -> u32 {
-        done(id) as u32
+        done(id);
+        1
     }
 
     #[no_mangle]
@@ -226,7 +226,7 @@ mod tests {
         assert!(!configure(7, 0));
         tick(7);
         log(42);
-        assert!(done(42));
+        done(42);
         delete(42);
         context_create(1, 0);
         assert!(vm_start(1, 0));
@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(request_headers(2, 3, false), 0);
         assert_eq!(response_headers(2, 3, false), 0);
         log(2);
-        assert!(done(2));
+        done(2);
         delete(2);
         delete(1);
     }

@@ -1,6 +1,15 @@
 //! Failure classification: which upstream results count as FAILURE, TIMEOUT or
-//! BAD_REQUEST, from the HTTP status, the gRPC status and Envoy's response flags.
+//! BAD_REQUEST, from the HTTP status, the gRPC status and Envoy's response flags —
+//! judged as the core's one [`Outcome`].
+//!
+//! gRPC arrives in three shapes (Envoy, `source/common/http/utility.cc`
+//! `sendLocalReply`, `source/common/router/router.cc`): a normal response with
+//! `grpc-status` in the trailers; a trailers-only reply with `grpc-status` in the
+//! headers (the router's own replies to resets and timeouts, and local replies); and
+//! no response at all. Router replies carry response flags (UT, UF, URX, ...), which
+//! is why flags are read whenever the exchange did not plainly succeed.
 
+use fusewire_core::Outcome;
 use serde::Deserialize;
 
 /// A set of HTTP status codes: single codes, classes (`"5xx"`) and ranges
@@ -10,14 +19,33 @@ pub struct StatusSet {
     bits: [u64; 10],
 }
 
-/// One entry of a status list in JSON.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum StatusEntry {
-    /// A single code, e.g. `503`.
+/// One entry of a status list in JSON: a number (`503`, `14`) or text (`"5xx"`,
+/// `"500-504"`, `"UNAVAILABLE"`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// A number.
     Code(u32),
-    /// `"5xx"`, `"503"` or `"500-504"`.
+    /// Text.
     Text(String),
+}
+
+impl<'de> Deserialize<'de> for Entry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Entry;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a code or a string")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Entry, E> {
+                Ok(Entry::Code(v.min(u64::from(u32::MAX)) as u32))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Entry, E> {
+                Ok(Entry::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl StatusSet {
@@ -49,12 +77,12 @@ impl StatusSet {
     }
 
     /// Parses a JSON list; errors name the entry and the reason.
-    pub fn parse(entries: &[StatusEntry]) -> Result<Self, (usize, String)> {
+    pub fn parse(entries: &[Entry]) -> Result<Self, (usize, String)> {
         let mut set = StatusSet::empty();
         for (i, e) in entries.iter().enumerate() {
             let (lo, hi) = match e {
-                StatusEntry::Code(c) => (*c, *c),
-                StatusEntry::Text(t) => parse_status_text(t).map_err(|r| (i, r))?,
+                Entry::Code(c) => (*c, *c),
+                Entry::Text(t) => parse_status_text(t).map_err(|r| (i, r))?,
             };
             if !(100..=599).contains(&lo) || !(100..=599).contains(&hi) || lo > hi {
                 return Err((
@@ -182,36 +210,29 @@ pub const GRPC_CODES: &[&str] = &[
     "UNAUTHENTICATED",
 ];
 
-/// A gRPC status code (number) or name (`"UNAVAILABLE"`) in JSON.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum GrpcEntry {
-    /// Numeric code 0..=16.
-    Code(u32),
-    /// Upper-case name.
-    Name(String),
-}
-
 /// A set of gRPC status codes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GrpcSet(u32);
 
 impl GrpcSet {
+    /// One code or name as a code.
+    pub fn code(e: &Entry) -> Result<u32, String> {
+        match e {
+            Entry::Code(c) if (*c as usize) < GRPC_CODES.len() => Ok(*c),
+            Entry::Code(c) => Err(format!("gRPC codes are 0..=16, got {c}")),
+            Entry::Text(n) => GRPC_CODES
+                .iter()
+                .position(|g| g.eq_ignore_ascii_case(n))
+                .map(|p| p as u32)
+                .ok_or_else(|| format!("unknown gRPC status name {n:?}")),
+        }
+    }
+
     /// Parses a list of codes or names.
-    pub fn parse(entries: &[GrpcEntry]) -> Result<Self, (usize, String)> {
+    pub fn parse(entries: &[Entry]) -> Result<Self, (usize, String)> {
         let mut bits = 0;
         for (i, e) in entries.iter().enumerate() {
-            let code = match e {
-                GrpcEntry::Code(c) if (*c as usize) < GRPC_CODES.len() => *c,
-                GrpcEntry::Code(c) => return Err((i, format!("gRPC codes are 0..=16, got {c}"))),
-                GrpcEntry::Name(n) => {
-                    match GRPC_CODES.iter().position(|g| g.eq_ignore_ascii_case(n)) {
-                        Some(p) => p as u32,
-                        None => return Err((i, format!("unknown gRPC status name {n:?}"))),
-                    }
-                }
-            };
-            bits |= 1 << code;
+            bits |= 1 << Self::code(e).map_err(|r| (i, r))?;
         }
         Ok(GrpcSet(bits))
     }
@@ -251,52 +272,43 @@ pub struct Observed {
     pub flags: FlagSet,
 }
 
-/// The verdict on an upstream exchange.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Counts as SUCCESS.
-    Success,
-    /// Counts as FAILURE.
-    Failure,
-    /// Counts as TIMEOUT.
-    Timeout,
-    /// Counts as BAD_REQUEST (never an error).
-    BadRequest,
-    /// No response and resets are not failures: counts nowhere.
-    Cancelled,
+impl Observed {
+    /// Whether Envoy's response flags can change the verdict (and so must be read):
+    /// no response, a 5xx, or a non-OK gRPC status (a trailers-only router reply to a
+    /// gRPC request is a 200).
+    pub fn needs_flags(&self) -> bool {
+        self.status.is_none_or(|s| s >= 500) || self.grpc.is_some_and(|g| g != 0)
+    }
 }
 
 impl Classifier {
-    /// Classifies; precedence: timeout flags, failure flags, failure status, failure
-    /// gRPC status, no response (reset), bad-request status, success.
-    pub fn classify(&self, o: &Observed) -> Verdict {
+    /// Classifies, in this order: timeout flags → TIMEOUT; failure flags → FAILURE;
+    /// no response → FAILURE if resets are failures (CANCELLED if the client went
+    /// away, flag DC, or resets are not failures); failure HTTP status → FAILURE;
+    /// failure gRPC status → FAILURE; bad-request status → BAD_REQUEST; else SUCCESS.
+    pub fn classify(&self, o: &Observed) -> Outcome {
         if o.flags.intersects(self.timeout_flags) {
-            return Verdict::Timeout;
+            return Outcome::Timeout;
         }
         if o.flags.intersects(self.failure_flags) {
-            return Verdict::Failure;
+            return Outcome::Failure;
         }
         let Some(status) = o.status else {
-            // The client went away first: not the upstream's fault.
-            if o.flags.intersects(FlagSet::one("DC")) {
-                return Verdict::Cancelled;
+            if o.flags.intersects(FlagSet::one("DC")) || !self.resets_are_failures {
+                return Outcome::Cancelled;
             }
-            return if self.resets_are_failures {
-                Verdict::Failure
-            } else {
-                Verdict::Cancelled
-            };
+            return Outcome::Failure;
         };
         if self.failure_status.contains(status) {
-            return Verdict::Failure;
+            return Outcome::Failure;
         }
         if o.grpc.is_some_and(|g| self.failure_grpc.contains(g)) {
-            return Verdict::Failure;
+            return Outcome::Failure;
         }
         if self.bad_request_status.contains(status) {
-            return Verdict::BadRequest;
+            return Outcome::BadRequest;
         }
-        Verdict::Success
+        Outcome::Success
     }
 }
 
@@ -305,7 +317,7 @@ mod tests {
     use super::*;
 
     fn set(v: &[&str]) -> StatusSet {
-        let e: Vec<StatusEntry> = v.iter().map(|s| StatusEntry::Text(s.to_string())).collect();
+        let e: Vec<Entry> = v.iter().map(|s| Entry::Text(s.to_string())).collect();
         StatusSet::parse(&e).unwrap()
     }
 
@@ -318,11 +330,11 @@ mod tests {
         for c in [0, 99, 200, 404, 428, 430, 600, 10_000] {
             assert!(!s.contains(c), "{c}");
         }
-        let bad = |v: StatusEntry| StatusSet::parse(&[v]).unwrap_err().1;
-        assert!(bad(StatusEntry::Code(99)).contains("100..=599"));
-        assert!(bad(StatusEntry::Text("6xx".into())).contains("100..=599"));
-        assert!(bad(StatusEntry::Text("504-500".into())).contains("504..=500"));
-        assert!(bad(StatusEntry::Text("five".into())).contains("class"));
+        let bad = |v: Entry| StatusSet::parse(&[v]).unwrap_err().1;
+        assert!(bad(Entry::Code(99)).contains("100..=599"));
+        assert!(bad(Entry::Text("6xx".into())).contains("100..=599"));
+        assert!(bad(Entry::Text("504-500".into())).contains("504..=500"));
+        assert!(bad(Entry::Text("five".into())).contains("class"));
     }
 
     #[test]
@@ -343,16 +355,16 @@ mod tests {
             .unwrap_err()
             .1
             .contains("unknown"));
-        let g = GrpcSet::parse(&[GrpcEntry::Code(14), GrpcEntry::Name("internal".into())]).unwrap();
+        let g = GrpcSet::parse(&[Entry::Code(14), Entry::Text("internal".into())]).unwrap();
         assert!(g.contains(14) && g.contains(13) && !g.contains(0) && !g.contains(99));
-        assert!(GrpcSet::parse(&[GrpcEntry::Code(17)]).is_err());
+        assert!(GrpcSet::parse(&[Entry::Code(17)]).is_err());
     }
 
     #[test]
     fn classification_precedence() {
         let c = Classifier {
             failure_status: set(&["5xx"]),
-            failure_grpc: GrpcSet::parse(&[GrpcEntry::Code(14)]).unwrap(),
+            failure_grpc: GrpcSet::parse(&[Entry::Code(14)]).unwrap(),
             failure_flags: FlagSet::parse(&["UF".into()]).unwrap(),
             timeout_flags: FlagSet::one("UT"),
             resets_are_failures: true,
@@ -363,19 +375,25 @@ mod tests {
             grpc,
             flags: FlagSet::from_property(flags),
         };
-        assert_eq!(c.classify(&o(Some(200), None, b"")), Verdict::Success);
-        assert_eq!(c.classify(&o(Some(503), None, b"")), Verdict::Failure);
-        assert_eq!(c.classify(&o(Some(404), None, b"")), Verdict::BadRequest);
-        assert_eq!(c.classify(&o(Some(504), None, b"UT")), Verdict::Timeout);
-        assert_eq!(c.classify(&o(None, None, b"UF")), Verdict::Failure);
-        assert_eq!(c.classify(&o(None, None, b"")), Verdict::Failure);
-        assert_eq!(c.classify(&o(None, None, b"DC")), Verdict::Cancelled);
-        assert_eq!(c.classify(&o(Some(200), Some(14), b"")), Verdict::Failure);
-        assert_eq!(c.classify(&o(Some(200), Some(5), b"")), Verdict::Success);
+        assert_eq!(c.classify(&o(Some(200), None, b"")), Outcome::Success);
+        assert_eq!(c.classify(&o(Some(503), None, b"")), Outcome::Failure);
+        assert_eq!(c.classify(&o(Some(404), None, b"")), Outcome::BadRequest);
+        assert_eq!(c.classify(&o(Some(504), None, b"UT")), Outcome::Timeout);
+        assert_eq!(c.classify(&o(None, None, b"UF")), Outcome::Failure);
+        assert_eq!(c.classify(&o(None, None, b"")), Outcome::Failure);
+        assert_eq!(c.classify(&o(None, None, b"DC")), Outcome::Cancelled);
+        assert_eq!(c.classify(&o(Some(200), Some(14), b"")), Outcome::Failure);
+        assert_eq!(c.classify(&o(Some(200), Some(5), b"")), Outcome::Success);
+        // A gRPC route timeout: trailers-only 200 + grpc-status 14 + flag UT.
+        let timeout = o(Some(200), Some(14), b"UT");
+        assert!(timeout.needs_flags());
+        assert_eq!(c.classify(&timeout), Outcome::Timeout);
+        assert!(!o(Some(200), Some(0), b"").needs_flags());
+        assert!(!o(Some(404), None, b"").needs_flags());
         let lenient = Classifier {
             resets_are_failures: false,
             ..c
         };
-        assert_eq!(lenient.classify(&o(None, None, b"")), Verdict::Cancelled);
+        assert_eq!(lenient.classify(&o(None, None, b"")), Outcome::Cancelled);
     }
 }

@@ -3,16 +3,13 @@
 //! classification and the fallback reply. Parsed and validated in one step; every
 //! error names the field path and the reason.
 
-use std::collections::BTreeMap;
-
-use fusewire_core::config::{BreakerConfig, BulkheadConfig, ExecutionConfig, MetricsConfig};
-use fusewire_core::shared::{BreakerParams, SharedParams};
-use fusewire_core::{Config, ConfigError};
-use serde::de::DeserializeOwned;
+use fusewire_core::config::{
+    BreakerConfig, BulkheadConfig, ExecutionConfig, KeysConfig, MetricsConfig,
+};
+use fusewire_core::{Config, ConfigError, SharedConfig};
 use serde::Deserialize;
-use serde_json::Value;
 
-use crate::classify::{Classifier, FlagSet, GrpcEntry, GrpcSet, StatusEntry, StatusSet};
+use crate::classify::{Classifier, Entry, FlagSet, GrpcSet, StatusSet};
 use crate::matcher::{HeaderCond, KeySpec, Matcher};
 
 /// Top level of the plugin JSON.
@@ -24,31 +21,12 @@ struct RawPlugin {
     #[serde(default)]
     metrics_prefix: Option<String>,
     #[serde(default)]
-    shared: RawShared,
+    shared: SharedConfig,
     policies: Vec<RawPolicy>,
 }
 
 fn d_tick_ms() -> u64 {
     100
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct RawShared {
-    cas_attempts: u32,
-    lease_ttl_ms: u64,
-    heartbeat_ms: u64,
-}
-
-impl Default for RawShared {
-    fn default() -> Self {
-        let d = SharedParams::default();
-        RawShared {
-            cas_attempts: d.cas_attempts,
-            lease_ttl_ms: d.lease_ttl_ms,
-            heartbeat_ms: d.heartbeat_ms,
-        }
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -61,7 +39,7 @@ struct RawPolicy {
     #[serde(default)]
     key: Option<String>,
     #[serde(default)]
-    max_keys: Option<u32>,
+    keys: KeysConfig,
     #[serde(default)]
     breaker: BreakerConfig,
     #[serde(default)]
@@ -90,22 +68,39 @@ struct RawMatch {
     headers: Vec<RawHeader>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    #[default]
-    None,
-    One(String),
-    Many(Vec<String>),
+/// A string or a list of strings.
+#[derive(Debug, Default)]
+struct OneOrMany(Vec<String>);
+
+impl<'de> Deserialize<'de> for OneOrMany {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = OneOrMany;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a list of strings")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<OneOrMany, E> {
+                Ok(OneOrMany(vec![v.to_string()]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut s: A,
+            ) -> Result<OneOrMany, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = s.next_element::<String>()? {
+                    out.push(v);
+                }
+                Ok(OneOrMany(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl OneOrMany {
     fn into_vec(self) -> Vec<String> {
-        match self {
-            OneOrMany::None => Vec::new(),
-            OneOrMany::One(s) => vec![s],
-            OneOrMany::Many(v) => v,
-        }
+        self.0
     }
 }
 
@@ -137,8 +132,8 @@ pub enum TimeoutMode {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawFailure {
-    status: Vec<StatusEntry>,
-    grpc_status: Vec<GrpcEntry>,
+    status: Vec<Entry>,
+    grpc_status: Vec<Entry>,
     response_flags: Vec<String>,
     timeout_flags: Vec<String>,
     resets: bool,
@@ -147,10 +142,10 @@ struct RawFailure {
 impl Default for RawFailure {
     fn default() -> Self {
         RawFailure {
-            status: vec![StatusEntry::Text("5xx".into())],
+            status: vec![Entry::Text("5xx".into())],
             grpc_status: ["DEADLINE_EXCEEDED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS"]
                 .iter()
-                .map(|s| GrpcEntry::Name(s.to_string()))
+                .map(|s| Entry::Text(s.to_string()))
                 .collect(),
             response_flags: ["UF", "UO", "URX", "UH", "UC"]
                 .iter()
@@ -165,13 +160,13 @@ impl Default for RawFailure {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawBadRequest {
-    status: Vec<StatusEntry>,
+    status: Vec<Entry>,
 }
 
 impl Default for RawBadRequest {
     fn default() -> Self {
         RawBadRequest {
-            status: vec![StatusEntry::Text("4xx".into())],
+            status: vec![Entry::Text("4xx".into())],
         }
     }
 }
@@ -181,9 +176,12 @@ impl Default for RawBadRequest {
 struct RawFallback {
     status: u32,
     timeout_status: u32,
-    headers: BTreeMap<String, String>,
+    #[serde(deserialize_with = "pairs")]
+    headers: Vec<(String, String)>,
     body: String,
     grpc: bool,
+    grpc_status: Entry,
+    timeout_grpc_status: Entry,
 }
 
 impl Default for RawFallback {
@@ -191,9 +189,11 @@ impl Default for RawFallback {
         RawFallback {
             status: 503,
             timeout_status: 504,
-            headers: BTreeMap::new(),
+            headers: Vec::new(),
             body: String::new(),
             grpc: true,
+            grpc_status: Entry::Text("UNAVAILABLE".into()),
+            timeout_grpc_status: Entry::Text("DEADLINE_EXCEEDED".into()),
         }
     }
 }
@@ -229,7 +229,8 @@ pub struct Reply {
     pub headers: Vec<(String, String)>,
     /// Body (`{reason}` already substituted).
     pub body: Vec<u8>,
-    /// gRPC status for gRPC requests (UNAVAILABLE, or DEADLINE_EXCEEDED on timeout).
+    /// gRPC status for gRPC requests (`fallback.grpc_status`, default UNAVAILABLE;
+    /// `fallback.timeout_grpc_status`, default DEADLINE_EXCEEDED).
     pub grpc_status: u32,
 }
 
@@ -257,15 +258,6 @@ impl Fallback {
     }
 }
 
-/// A bulkhead wait queue (per key, per worker).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Queue {
-    /// Waiting calls per key and worker: min(`max_queue`, `queue_rejection_threshold`).
-    pub capacity: u32,
-    /// A call still waiting after this long gets the `rejected` fallback.
-    pub max_wait_ms: u64,
-}
-
 /// A validated policy.
 #[derive(Clone, Debug)]
 pub struct Policy {
@@ -275,121 +267,54 @@ pub struct Policy {
     pub matcher: Matcher,
     /// How the key is built.
     pub key: KeySpec,
-    /// Distinct keys this worker tracks for the policy; later ones share the
-    /// `<policy>/~overflow` key.
-    pub max_keys: u32,
-    /// The core config (breaker, metrics, execution, bulkhead).
+    /// The core config (breaker, metrics, execution, bulkhead, keys), validated by the
+    /// core; in `timeout: route` mode its deadline is off (Envoy's route timeout
+    /// applies, flag UT counts as TIMEOUT).
     pub core: Config,
-    /// Shared breaker parameters derived from `core`.
-    pub params: BreakerParams,
     /// Where timeouts are enforced.
     pub timeout: TimeoutMode,
-    /// Max in flight per key across all workers, if the policy has a bulkhead.
-    pub bulkhead: Option<u32>,
-    /// The bulkhead's wait queue, if `bulkhead.max_queue > 0`.
-    pub queue: Option<Queue>,
     /// Failure classification.
     pub classifier: Classifier,
     /// Fallback replies.
     pub fallback: Fallback,
 }
 
-impl Policy {
-    /// Tick-mode deadline in ms, if any.
-    pub fn tick_timeout_ms(&self) -> Option<u64> {
-        (self.timeout == TimeoutMode::Tick && self.core.execution.timeout_enabled)
-            .then_some(self.core.execution.timeout_ms)
-    }
-}
-
 /// The validated plugin config.
 #[derive(Clone, Debug)]
 pub struct Plugin {
-    /// Tick period (ms): timeout scan, delta flush, heartbeats.
+    /// Tick period (ms): deadlines, flushes, heartbeats.
     pub tick_ms: u64,
     /// Metric name prefix.
     pub metrics_prefix: String,
-    /// Shared-state knobs.
-    pub shared: SharedParams,
+    /// Shared-state knobs (the core's schema).
+    pub shared: SharedConfig,
     /// Policies, first match wins.
     pub policies: Vec<Policy>,
 }
 
-/// One step of a path into the JSON document.
-enum Seg<'a> {
-    Key(&'a str),
-    Index(usize),
-}
-
-fn render_path(base: &str, segs: &[Seg]) -> String {
-    let mut p = base.to_string();
-    for s in segs {
-        match s {
-            Seg::Key(k) => {
-                if !p.is_empty() {
-                    p.push('.');
+/// A JSON object as its (key, value) pairs, in document order (duplicates refused).
+fn pairs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    struct Pairs;
+    impl<'de> serde::de::Visitor<'de> for Pairs {
+        type Value = Vec<(String, String)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object of header names to values")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out: Vec<(String, String)> = Vec::new();
+            while let Some((k, v)) = m.next_entry::<String, String>()? {
+                if out.iter().any(|(o, _)| *o == k) {
+                    return Err(serde::de::Error::custom(format!("duplicate header {k:?}")));
                 }
-                p.push_str(k);
+                out.push((k, v));
             }
-            Seg::Index(i) => p.push_str(&format!("[{i}]")),
+            Ok(out)
         }
     }
-    p
-}
-
-/// `leaf` nested along `segs`, with nothing else beside it.
-fn isolate(segs: &[Seg], leaf: &Value) -> Value {
-    let mut v = leaf.clone();
-    for s in segs.iter().rev() {
-        v = match s {
-            Seg::Key(k) => {
-                let mut m = serde_json::Map::new();
-                m.insert((*k).to_string(), v);
-                Value::Object(m)
-            }
-            Seg::Index(_) => Value::Array(vec![v]),
-        };
-    }
-    v
-}
-
-/// Deserializes `T` from `v`; on failure, finds the deepest member that fails on its
-/// own (every other member left out) and reports its path. This gives field-path
-/// errors without a path-tracking deserializer (which would double the .wasm size).
-fn typed<T: DeserializeOwned>(v: &Value, base: &str) -> Result<T, ConfigError> {
-    let first = match T::deserialize(v) {
-        Ok(t) => return Ok(t),
-        Err(e) => e.to_string(),
-    };
-    let mut segs: Vec<Seg> = Vec::new();
-    let mut node = v;
-    let mut reason = first;
-    'descend: loop {
-        let children: Vec<(Seg, &Value)> = match node {
-            Value::Object(m) => m.iter().map(|(k, c)| (Seg::Key(k.as_str()), c)).collect(),
-            Value::Array(a) => a
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (Seg::Index(i), c))
-                .collect(),
-            _ => break,
-        };
-        for (seg, child) in children {
-            segs.push(seg);
-            if let Err(e) = T::deserialize(&isolate(&segs, child)) {
-                let msg = e.to_string();
-                // Leaving siblings out can only add "missing field" errors.
-                if !msg.starts_with("missing field") {
-                    reason = msg;
-                    node = child;
-                    continue 'descend;
-                }
-            }
-            segs.pop();
-        }
-        break;
-    }
-    Err(err(render_path(base, &segs), reason))
+    d.deserialize_map(Pairs)
 }
 
 fn err(path: String, reason: impl Into<String>) -> ConfigError {
@@ -415,9 +340,7 @@ fn valid_header_name(s: &str) -> bool {
 impl Plugin {
     /// Parses and validates the plugin JSON.
     pub fn parse(json: &[u8]) -> Result<Plugin, ConfigError> {
-        let doc: Value =
-            serde_json::from_slice(json).map_err(|e| err(String::new(), e.to_string()))?;
-        let raw: RawPlugin = typed(&doc, "")?;
+        let raw: RawPlugin = fusewire_core::config::parse_json(json)?;
         if raw.tick_ms == 0 || raw.tick_ms > 60_000 {
             return Err(err(
                 "tick_ms".into(),
@@ -437,22 +360,20 @@ impl Plugin {
                 "must not start with a digit (Prometheus drops such names)",
             ));
         }
-        let s = raw.shared;
-        if s.cas_attempts == 0 || s.cas_attempts > 1000 {
+        let shared = raw.shared;
+        shared.validate().map_err(|e| e.within("shared"))?;
+        if shared.mode != fusewire_core::config::SyncMode::Sync {
             return Err(err(
-                "shared.cas_attempts".into(),
-                format!("must be in 1..=1000, got {}", s.cas_attempts),
+                "shared.mode".into(),
+                "must be \"sync\": Envoy shared data answers at once",
             ));
         }
-        if s.heartbeat_ms == 0 {
-            return Err(err("shared.heartbeat_ms".into(), "must be at least 1"));
-        }
-        if s.lease_ttl_ms < 2 * s.heartbeat_ms || s.lease_ttl_ms < 2 * raw.tick_ms {
+        if shared.lease_ttl_ms < 2 * raw.tick_ms {
             return Err(err(
                 "shared.lease_ttl_ms".into(),
                 format!(
-                    "must be at least twice heartbeat_ms ({}) and twice tick_ms ({}), got {}",
-                    s.heartbeat_ms, raw.tick_ms, s.lease_ttl_ms
+                    "must be at least twice tick_ms ({}): ticks refresh the leases, got {}",
+                    raw.tick_ms, shared.lease_ttl_ms
                 ),
             ));
         }
@@ -477,11 +398,7 @@ impl Plugin {
         Ok(Plugin {
             tick_ms: raw.tick_ms,
             metrics_prefix: prefix,
-            shared: SharedParams {
-                cas_attempts: s.cas_attempts,
-                lease_ttl_ms: s.lease_ttl_ms,
-                heartbeat_ms: s.heartbeat_ms,
-            },
+            shared,
             policies,
         })
     }
@@ -501,26 +418,16 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         ));
     }
     // Core schema: validated by the core itself, paths prefixed with the policy's.
-    let has_bulkhead = p.bulkhead.is_some();
-    let core = Config {
+    let mut core = Config {
         breaker: p.breaker,
         metrics: p.metrics,
         execution: p.execution,
-        bulkhead: p.bulkhead.unwrap_or_default(),
+        bulkhead: p.bulkhead,
+        keys: p.keys,
     };
     core.validate().map_err(|e| err(at(&e.path), e.reason))?;
-    let queue = (has_bulkhead && core.bulkhead.max_queue > 0).then(|| Queue {
-        capacity: core
-            .bulkhead
-            .max_queue
-            .min(core.bulkhead.queue_rejection_threshold),
-        max_wait_ms: core.bulkhead.max_wait_ms,
-    });
-    if queue.is_some_and(|q| q.capacity == 0) {
-        return Err(err(
-            at("bulkhead.queue_rejection_threshold"),
-            "must be at least 1 when max_queue > 0 (it caps the queue)",
-        ));
+    if p.timeout == TimeoutMode::Route {
+        core.execution.timeout_enabled = false;
     }
     // Match.
     let m = p.matcher;
@@ -571,13 +478,6 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     // Key.
     let key =
         KeySpec::parse(p.key.as_deref().unwrap_or("policy")).map_err(|r| err(at("key"), r))?;
-    let max_keys = p.max_keys.unwrap_or(100);
-    if max_keys == 0 || max_keys > 10_000 {
-        return Err(err(
-            at("max_keys"),
-            format!("must be in 1..=10000, got {max_keys}"),
-        ));
-    }
     // Classification.
     let f = p.failure;
     let classifier = Classifier {
@@ -603,7 +503,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             ));
         }
     }
-    for name in fb.headers.keys() {
+    for (name, _) in &fb.headers {
         if !valid_header_name(name) || name.starts_with(':') || name == "x-fusewire" {
             return Err(err(
                 at(&format!("fallback.headers.{name}")),
@@ -614,6 +514,13 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     if fb.body.len() > 64 * 1024 {
         return Err(err(at("fallback.body"), "must be at most 64 KiB"));
     }
+    let grpc = |field: &str, e: Entry| {
+        GrpcSet::code(&e).map_err(|r| err(at(&format!("fallback.{field}")), r))
+    };
+    let (grpc_sc, grpc_to) = (
+        grpc("grpc_status", fb.grpc_status)?,
+        grpc("timeout_grpc_status", fb.timeout_grpc_status)?,
+    );
     let reply = |reason: Reason, status: u32, grpc_status: u32| {
         let mut headers: Vec<(String, String)> = fb
             .headers
@@ -629,21 +536,16 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         }
     };
     let fallback = Fallback {
-        short_circuited: reply(Reason::ShortCircuited, fb.status, 14),
-        rejected: reply(Reason::Rejected, fb.status, 14),
-        timeout: reply(Reason::Timeout, fb.timeout_status, 4),
+        short_circuited: reply(Reason::ShortCircuited, fb.status, grpc_sc),
+        rejected: reply(Reason::Rejected, fb.status, grpc_sc),
+        timeout: reply(Reason::Timeout, fb.timeout_status, grpc_to),
         grpc: fb.grpc,
     };
-    let params = BreakerParams::from_config(&core);
     Ok(Policy {
         name: p.name,
         matcher,
         key,
-        max_keys,
-        params,
         timeout: p.timeout,
-        bulkhead: has_bulkhead.then_some(core.bulkhead.max_concurrent),
-        queue,
         core,
         classifier,
         fallback,
@@ -673,8 +575,14 @@ mod tests {
         assert_eq!(a.matcher, Matcher::default());
         assert!(a.key.is_static());
         assert_eq!(a.timeout, TimeoutMode::Route);
-        assert_eq!(a.tick_timeout_ms(), None);
-        assert_eq!(a.bulkhead, None);
+        assert!(
+            !a.core.execution.timeout_enabled,
+            "route mode: Envoy's timeout"
+        );
+        assert_eq!(a.core.bulkhead, None);
+        assert_eq!(a.core.keys.max_keys, 100);
+        assert_eq!(a.fallback.short_circuited.grpc_status, 14);
+        assert_eq!(a.fallback.timeout.grpc_status, 4);
         assert!(a.classifier.failure_status.contains(503));
         assert!(!a.classifier.failure_status.contains(404));
         assert!(a.classifier.bad_request_status.contains(404));
@@ -716,30 +624,34 @@ mod tests {
         let o = &p.policies[0];
         assert_eq!(o.matcher.clusters.len(), 2);
         assert_eq!(o.matcher.methods, vec!["GET"]);
-        assert_eq!(o.tick_timeout_ms(), Some(250));
-        assert_eq!(o.bulkhead, Some(3));
-        assert_eq!(o.queue, None);
+        assert!(o.core.execution.timeout_enabled);
+        assert_eq!(o.core.execution.timeout_ms, 250);
+        assert_eq!(o.core.bulkhead.as_ref().map(|b| b.max_concurrent), Some(3));
         assert!(o.classifier.failure_status.contains(429));
         assert!(!o.classifier.bad_request_status.contains(404));
         assert_eq!(o.fallback.timeout.body, br#"{"error":"timeout"}"#);
-        assert_eq!(
-            o.params.breaker.error_percentage.request_volume_threshold,
-            10
-        );
+        assert_eq!(o.core.breaker.error_percentage.request_volume_threshold, 10);
         assert_eq!(p.shared.cas_attempts, 4);
     }
 
     #[test]
-    fn queue_capacity_is_capped_by_the_rejection_threshold() {
-        let p =
-            parse(r#"{"policies":[{"name":"a","bulkhead":{"max_queue":50,"max_wait_ms":200}}]}"#)
-                .unwrap();
+    fn queue_rules_are_the_cores() {
+        let p = parse(
+            r#"{"policies":[{"name":"a","bulkhead":{"isolation":"pool","max_queue":50,"max_wait_ms":200}}]}"#,
+        )
+        .unwrap();
         assert_eq!(
-            p.policies[0].queue,
-            Some(Queue {
-                capacity: 5,
-                max_wait_ms: 200
-            })
+            p.policies[0]
+                .core
+                .bulkhead
+                .as_ref()
+                .map(|b| b.queue_capacity()),
+            Some(5)
+        );
+        fails(
+            r#"{"policies":[{"name":"a","bulkhead":{"max_queue":5}}]}"#,
+            "policies[0].bulkhead.max_queue",
+            "pool",
         );
     }
 
@@ -837,7 +749,7 @@ mod tests {
             "at least 1",
         );
         fails(
-            r#"{"policies":[{"name":"a","bulkhead":{"max_queue":5,"queue_rejection_threshold":0}}]}"#,
+            r#"{"policies":[{"name":"a","bulkhead":{"isolation":"pool","max_queue":5,"queue_rejection_threshold":0}}]}"#,
             "policies[0].bulkhead.queue_rejection_threshold",
             "at least 1",
         );
@@ -848,13 +760,33 @@ mod tests {
             "twice",
         );
         fails(
+            r#"{"tick_ms":20000,"policies":[]}"#,
+            "shared.lease_ttl_ms",
+            "twice tick_ms",
+        );
+        fails(
+            r#"{"shared":{"mode":"async"},"policies":[]}"#,
+            "shared.mode",
+            "sync",
+        );
+        fails(
+            r#"{"shared":{"cas_attempts":0},"policies":[]}"#,
+            "shared.cas_attempts",
+            "1..=1000",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","fallback":{"grpc_status":"NOPE"}}]}"#,
+            "policies[0].fallback.grpc_status",
+            "unknown gRPC",
+        );
+        fails(
             r#"{"metrics_prefix":"9x","policies":[]}"#,
             "metrics_prefix",
             "digit",
         );
         fails(
-            r#"{"policies":[{"name":"a","max_keys":0}]}"#,
-            "policies[0].max_keys",
+            r#"{"policies":[{"name":"a","keys":{"max_keys":0}}]}"#,
+            "policies[0].keys.max_keys",
             "1..=10000",
         );
         fails("not json", "", "expected");

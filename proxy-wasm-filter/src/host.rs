@@ -1,11 +1,11 @@
 //! Host calls that never panic.
 //!
-//! The proxy-wasm SDK's `hostcalls` panic (trap) on any status they do not expect, and
-//! its `Status` enum cannot represent every status a host may return. This module
-//! declares the few imports the filter needs with raw `u32` statuses and turns every
-//! failure into a value. Off wasm32 (unit tests) every call reports UNIMPLEMENTED.
+//! The proxy-wasm SDK's `hostcalls` panic (trap) on statuses they do not expect. This
+//! module declares the few imports the filter needs with raw `u32` statuses and turns
+//! every failure into a value. Off wasm32 (unit tests) every call reports
+//! UNIMPLEMENTED.
 
-use fusewire_core::shared::{SharedStore, StoreError};
+use fusewire_core::shared::{Io, Op, OwnedAnswer};
 
 /// Status OK.
 pub const OK: u32 = 0;
@@ -22,8 +22,7 @@ pub const REQUEST_HEADERS: u32 = 0;
 pub const RESPONSE_HEADERS: u32 = 2;
 /// Map: response trailers.
 pub const RESPONSE_TRAILERS: u32 = 3;
-/// Buffer: plugin configuration.
-pub const PLUGIN_CONFIGURATION: u32 = 7;
+const PLUGIN_CONFIGURATION: u32 = 7;
 
 /// Metric type counter.
 pub const COUNTER: u32 = 0;
@@ -36,8 +35,6 @@ pub const HISTOGRAM: u32 = 2;
 #[derive(Clone, Copy, Debug)]
 #[repr(u32)]
 pub enum Level {
-    /// debug
-    Debug = 1,
     /// info
     Info = 2,
     /// warn
@@ -46,72 +43,50 @@ pub enum Level {
     Error = 4,
 }
 
-#[cfg(target_arch = "wasm32")]
-mod raw {
-    #![allow(clashing_extern_declarations)]
-    #[link(wasm_import_module = "env")]
-    extern "C" {
-        pub fn proxy_log(level: u32, data: *const u8, size: usize) -> u32;
-        pub fn proxy_get_current_time_nanoseconds(ret: *mut u64) -> u32;
-        pub fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
-        pub fn proxy_get_buffer_bytes(
-            kind: u32,
-            start: usize,
-            max: usize,
-            ret_data: *mut *mut u8,
-            ret_size: *mut usize,
-        ) -> u32;
-        pub fn proxy_get_header_map_value(
-            map: u32,
-            key: *const u8,
-            key_size: usize,
-            ret_data: *mut *mut u8,
-            ret_size: *mut usize,
-        ) -> u32;
-        pub fn proxy_get_property(
-            path: *const u8,
-            path_size: usize,
-            ret_data: *mut *mut u8,
-            ret_size: *mut usize,
-        ) -> u32;
-        #[allow(clippy::too_many_arguments)]
-        pub fn proxy_send_local_response(
-            status: u32,
-            details: *const u8,
-            details_size: usize,
-            body: *const u8,
-            body_size: usize,
-            headers: *const u8,
-            headers_size: usize,
-            grpc_status: i32,
-        ) -> u32;
-        pub fn proxy_get_shared_data(
-            key: *const u8,
-            key_size: usize,
-            ret_data: *mut *mut u8,
-            ret_size: *mut usize,
-            ret_cas: *mut u32,
-        ) -> u32;
-        pub fn proxy_set_shared_data(
-            key: *const u8,
-            key_size: usize,
-            value: *const u8,
-            value_size: usize,
-            cas: u32,
-        ) -> u32;
-        pub fn proxy_define_metric(kind: u32, name: *const u8, size: usize, ret: *mut u32) -> u32;
-        pub fn proxy_increment_metric(id: u32, offset: i64) -> u32;
-        pub fn proxy_record_metric(id: u32, value: u64) -> u32;
-        pub fn proxy_set_effective_context(context_id: u32) -> u32;
-        pub fn proxy_continue_stream(stream_type: u32) -> u32;
-    }
+/// Declares the `env` imports on wasm32 and UNIMPLEMENTED stubs elsewhere, from one
+/// list.
+macro_rules! imports {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*);)*) => {
+        #[cfg(target_arch = "wasm32")]
+        #[link(wasm_import_module = "env")]
+        extern "C" {
+            $(#[allow(clippy::too_many_arguments)] fn $name($($arg: $ty),*) -> u32;)*
+        }
+        $(
+            #[cfg(not(target_arch = "wasm32"))]
+            #[allow(clippy::too_many_arguments, clippy::missing_safety_doc)]
+            unsafe fn $name($(_: $ty),*) -> u32 {
+                UNIMPLEMENTED
+            }
+        )*
+    };
 }
 
-/// Takes ownership of a host-allocated buffer (allocated through the SDK's
+type P = *const u8;
+type M = *mut *mut u8;
+
+imports! {
+    fn proxy_log(level: u32, data: P, size: usize);
+    fn proxy_get_current_time_nanoseconds(ret: *mut u64);
+    fn proxy_set_tick_period_milliseconds(period: u32);
+    fn proxy_get_buffer_bytes(kind: u32, start: usize, max: usize, data: M, size: *mut usize);
+    fn proxy_get_header_map_value(map: u32, key: P, key_size: usize, data: M, size: *mut usize);
+    fn proxy_get_property(path: P, path_size: usize, data: M, size: *mut usize);
+    fn proxy_send_local_response(status: u32, details: P, details_size: usize, body: P,
+        body_size: usize, headers: P, headers_size: usize, grpc_status: i32);
+    fn proxy_get_shared_data(key: P, key_size: usize, data: M, size: *mut usize, cas: *mut u32);
+    fn proxy_set_shared_data(key: P, key_size: usize, value: P, value_size: usize, cas: u32);
+    fn proxy_define_metric(kind: u32, name: P, size: usize, ret: *mut u32);
+    fn proxy_increment_metric(id: u32, offset: i64);
+    fn proxy_record_metric(id: u32, value: u64);
+    fn proxy_set_effective_context(context_id: u32);
+    fn proxy_continue_stream(stream_type: u32);
+}
+
+/// Takes ownership of a host-allocated buffer (allocated through
 /// `proxy_on_memory_allocate`). A null pointer is the empty value.
-#[cfg(target_arch = "wasm32")]
 fn take(ptr: *mut u8, len: usize) -> Vec<u8> {
-    if ptr.is_null() {
+    if ptr.is_null() || len == 0 {
         return Vec::new();
     }
     // SAFETY: the host wrote `len` bytes into a buffer of exactly `len` bytes that it
@@ -119,96 +94,60 @@ fn take(ptr: *mut u8, len: usize) -> Vec<u8> {
     unsafe { Vec::from_raw_parts(ptr, len, len) }
 }
 
+/// Calls a getter that returns host-allocated bytes; `Err(status)` on failure.
+fn fetch(call: impl FnOnce(M, *mut usize) -> u32) -> Result<Vec<u8>, u32> {
+    let (mut p, mut n) = (core::ptr::null_mut(), 0usize);
+    let s = call(&mut p, &mut n);
+    let v = take(p, n);
+    if s == OK {
+        Ok(v)
+    } else {
+        Err(s)
+    }
+}
+
 /// Logs a message (failures are ignored: there is nowhere to report them).
 pub fn log(level: Level, msg: &str) {
-    #[cfg(target_arch = "wasm32")]
     // SAFETY: pointer and length of a live &str.
-    unsafe {
-        raw::proxy_log(level as u32, msg.as_ptr(), msg.len());
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    let _ = (level, msg);
+    unsafe { proxy_log(level as u32, msg.as_ptr(), msg.len()) };
 }
 
 /// Host wall-clock time in ns since the epoch, or None.
 pub fn now_ns() -> Option<u64> {
-    #[cfg(target_arch = "wasm32")]
-    {
-        let mut t = 0u64;
-        // SAFETY: valid out-pointer.
-        let s = unsafe { raw::proxy_get_current_time_nanoseconds(&mut t) };
-        (s == OK).then_some(t)
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    None
+    let mut t = 0u64;
+    // SAFETY: valid out-pointer.
+    let s = unsafe { proxy_get_current_time_nanoseconds(&mut t) };
+    (s == OK).then_some(t)
 }
 
 /// Arms this VM's timer.
 pub fn set_tick_period_ms(ms: u32) -> u32 {
-    #[cfg(target_arch = "wasm32")]
     // SAFETY: plain value call.
-    unsafe {
-        raw::proxy_set_tick_period_milliseconds(ms)
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let _ = ms;
-        UNIMPLEMENTED
-    }
+    unsafe { proxy_set_tick_period_milliseconds(ms) }
 }
 
 /// The plugin configuration buffer (only valid during `on_configure`).
 pub fn plugin_configuration() -> Result<Vec<u8>, u32> {
-    #[cfg(target_arch = "wasm32")]
-    {
-        let (mut p, mut n) = (core::ptr::null_mut(), 0usize);
-        // SAFETY: valid out-pointers.
-        let s = unsafe {
-            raw::proxy_get_buffer_bytes(PLUGIN_CONFIGURATION, 0, usize::MAX >> 1, &mut p, &mut n)
-        };
-        match s {
-            OK => Ok(take(p, n)),
-            s => Err(s),
-        }
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    Err(UNIMPLEMENTED)
+    // SAFETY: valid out-pointers.
+    fetch(|p, n| unsafe { proxy_get_buffer_bytes(PLUGIN_CONFIGURATION, 0, usize::MAX >> 1, p, n) })
 }
 
 /// First value of a header in `map`; None when absent or on any host error.
 pub fn header(map: u32, name: &str) -> Option<Vec<u8>> {
-    #[cfg(target_arch = "wasm32")]
-    {
-        let (mut p, mut n) = (core::ptr::null_mut(), 0usize);
-        // SAFETY: valid key slice and out-pointers.
-        let s = unsafe {
-            raw::proxy_get_header_map_value(map, name.as_ptr(), name.len(), &mut p, &mut n)
-        };
-        let v = take(p, n);
-        (s == OK).then_some(v)
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let _ = (map, name);
-        None
-    }
+    // SAFETY: valid key slice and out-pointers.
+    fetch(|p, n| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), p, n) }).ok()
+}
+
+/// A header parsed as a number.
+pub fn header_number(map: u32, name: &str) -> Option<u32> {
+    let v = header(map, name)?;
+    std::str::from_utf8(&v).ok()?.trim().parse().ok()
 }
 
 /// A property by `\0`-joined path; None when absent or on any host error.
 pub fn property(path: &[u8]) -> Option<Vec<u8>> {
-    #[cfg(target_arch = "wasm32")]
-    {
-        let (mut p, mut n) = (core::ptr::null_mut(), 0usize);
-        // SAFETY: valid path slice and out-pointers.
-        let s = unsafe { raw::proxy_get_property(path.as_ptr(), path.len(), &mut p, &mut n) };
-        let v = take(p, n);
-        (s == OK).then_some(v)
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let _ = path;
-        None
-    }
+    // SAFETY: valid path slice and out-pointers.
+    fetch(|p, n| unsafe { proxy_get_property(path.as_ptr(), path.len(), p, n) }).ok()
 }
 
 /// Serialises headers in the proxy-wasm map format (empty map: empty bytes).
@@ -230,6 +169,14 @@ pub fn serialize_map(pairs: &[(&str, &str)], out: &mut Vec<u8>) {
     }
 }
 
+fn ptr(b: &[u8]) -> (P, usize) {
+    if b.is_empty() {
+        (core::ptr::null(), 0)
+    } else {
+        (b.as_ptr(), b.len())
+    }
+}
+
 /// Sends a local reply on the effective stream; returns the host status.
 pub fn send_local_response(
     status: u32,
@@ -238,20 +185,10 @@ pub fn send_local_response(
     headers: &[u8],
     grpc: i32,
 ) -> u32 {
-    #[cfg(target_arch = "wasm32")]
-    // SAFETY: valid slices; an empty map is sent as (null, 0).
+    let ((bp, bn), (hp, hn)) = (ptr(body), ptr(headers));
+    // SAFETY: valid slices; empty ones are sent as (null, 0).
     unsafe {
-        let (hp, hn) = if headers.is_empty() {
-            (core::ptr::null(), 0)
-        } else {
-            (headers.as_ptr(), headers.len())
-        };
-        let (bp, bn) = if body.is_empty() {
-            (core::ptr::null(), 0)
-        } else {
-            (body.as_ptr(), body.len())
-        };
-        raw::proxy_send_local_response(
+        proxy_send_local_response(
             status,
             details.as_ptr(),
             details.len(),
@@ -262,132 +199,68 @@ pub fn send_local_response(
             grpc,
         )
     }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let _ = (status, details, body, headers, grpc);
-        UNIMPLEMENTED
-    }
 }
 
 /// Makes `context_id` the effective context for the following calls.
 pub fn set_effective_context(context_id: u32) -> u32 {
-    #[cfg(target_arch = "wasm32")]
     // SAFETY: plain value call.
-    unsafe {
-        raw::proxy_set_effective_context(context_id)
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let _ = context_id;
-        UNIMPLEMENTED
-    }
+    unsafe { proxy_set_effective_context(context_id) }
 }
 
 /// Resumes the effective stream's request (paused in `on_http_request_headers`).
 pub fn continue_request() -> u32 {
-    #[cfg(target_arch = "wasm32")]
     // SAFETY: plain value call; stream type 0 = request.
-    unsafe {
-        raw::proxy_continue_stream(0)
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    UNIMPLEMENTED
+    unsafe { proxy_continue_stream(0) }
 }
 
 /// Defines a metric; None on failure (the metric is then skipped).
 pub fn define_metric(kind: u32, name: &str) -> Option<u32> {
-    #[cfg(target_arch = "wasm32")]
-    {
-        let mut id = 0u32;
-        // SAFETY: valid name slice and out-pointer.
-        let s = unsafe { raw::proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) };
-        (s == OK).then_some(id)
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let _ = (kind, name);
-        None
-    }
+    let mut id = 0u32;
+    // SAFETY: valid name slice and out-pointer.
+    let s = unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) };
+    (s == OK).then_some(id)
 }
 
 /// Adds `delta` (may be negative for gauges); failures ignored.
 pub fn increment_metric(id: u32, delta: i64) {
-    #[cfg(target_arch = "wasm32")]
     // SAFETY: plain value call.
-    unsafe {
-        raw::proxy_increment_metric(id, delta);
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    let _ = (id, delta);
+    unsafe { proxy_increment_metric(id, delta) };
 }
 
 /// Sets a gauge / records a histogram sample; failures ignored.
 pub fn record_metric(id: u32, value: u64) {
-    #[cfg(target_arch = "wasm32")]
     // SAFETY: plain value call.
-    unsafe {
-        raw::proxy_record_metric(id, value);
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    let _ = (id, value);
+    unsafe { proxy_record_metric(id, value) };
 }
 
-/// proxy-wasm shared data as a [`SharedStore`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct HostStore {
-    /// Successful writes (for the filter's own accounting).
-    pub writes: u64,
-}
-
-impl SharedStore for HostStore {
-    fn get(&mut self, key: &str) -> Result<Option<(Vec<u8>, u32)>, StoreError> {
-        #[cfg(target_arch = "wasm32")]
-        {
-            let (mut p, mut n, mut cas) = (core::ptr::null_mut(), 0usize, 0u32);
+/// Performs one of the engine's store requests on proxy-wasm shared data. Tokens
+/// are the host's `u32` CAS values; the host does not return new tokens.
+pub fn shared_data(io: &Io<'_>) -> OwnedAnswer {
+    let key = io.key.as_bytes();
+    match io.op {
+        Op::Read => {
+            let mut cas = 0u32;
             // SAFETY: valid key slice and out-pointers.
-            let s = unsafe {
-                raw::proxy_get_shared_data(key.as_ptr(), key.len(), &mut p, &mut n, &mut cas)
-            };
-            let v = take(p, n);
-            match s {
-                OK => Ok(Some((v, cas))),
-                NOT_FOUND => Ok(None),
-                s => Err(StoreError::Host(s)),
+            let r = fetch(|p, n| unsafe {
+                proxy_get_shared_data(key.as_ptr(), key.len(), p, n, &mut cas)
+            });
+            match r {
+                Ok(v) => OwnedAnswer::Found(v, u64::from(cas)),
+                Err(NOT_FOUND) => OwnedAnswer::NotFound,
+                Err(s) => OwnedAnswer::Failed(s),
             }
         }
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let _ = key;
-            Err(StoreError::Host(UNIMPLEMENTED))
-        }
-    }
-
-    fn set(&mut self, key: &str, value: &[u8], cas: u32) -> Result<(), StoreError> {
-        #[cfg(target_arch = "wasm32")]
-        {
+        Op::Write { value, expect } => {
+            let cas = expect.cas() as u32;
             // SAFETY: valid slices.
             let s = unsafe {
-                raw::proxy_set_shared_data(
-                    key.as_ptr(),
-                    key.len(),
-                    value.as_ptr(),
-                    value.len(),
-                    cas,
-                )
+                proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas)
             };
             match s {
-                OK => {
-                    self.writes += 1;
-                    Ok(())
-                }
-                CAS_MISMATCH => Err(StoreError::CasMismatch),
-                s => Err(StoreError::Host(s)),
+                OK => OwnedAnswer::Written(None),
+                CAS_MISMATCH => OwnedAnswer::Conflict(None, false),
+                s => OwnedAnswer::Failed(s),
             }
-        }
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let _ = (key, value, cas);
-            Err(StoreError::Host(UNIMPLEMENTED))
         }
     }
 }
@@ -401,5 +274,12 @@ mod tests {
         assert!(out.is_empty());
         super::serialize_map(&[("a", "bc")], &mut out);
         assert_eq!(out, b"\x01\0\0\0\x01\0\0\0\x02\0\0\0a\0bc\0");
+    }
+
+    #[test]
+    fn off_wasm_every_call_reports_unimplemented() {
+        assert_eq!(super::now_ns(), None);
+        assert_eq!(super::plugin_configuration(), Err(super::UNIMPLEMENTED));
+        assert_eq!(super::header(0, ":path"), None);
     }
 }

@@ -4,6 +4,7 @@
 //! one process-wide state per key shared by every Envoy worker through proxy-wasm
 //! shared data (see `fusewire_core::shared`). See the crate README for the plugin JSON.
 
+#![warn(missing_docs)]
 #![deny(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,79 +1,61 @@
-//! The filter's metrics, defined once per root context and key (never per request).
+//! The filter's metrics, defined once per root context and key (never per request),
+//! named after the core's event kinds.
 //!
-//! Names (`<prefix>` defaults to `fusewire`; `<key>` is the policy key with every
-//! character outside `[A-Za-z0-9_]` replaced by `_`):
+//! Names (`<prefix>` defaults to `fusewire`; `<key>` is the key with every character
+//! outside `[A-Za-z0-9_]` replaced by `_`):
 //!
 //! | name | type | meaning |
 //! | --- | --- | --- |
-//! | `<prefix>.<key>.success` | counter | upstream success |
-//! | `<prefix>.<key>.failure` | counter | upstream failure (status, gRPC, flags, reset) |
-//! | `<prefix>.<key>.timeout` | counter | tick timeout or Envoy `UT` |
-//! | `<prefix>.<key>.bad_request` | counter | caller's fault (default 4xx) |
-//! | `<prefix>.<key>.short_circuited` | counter | rejected by the breaker |
-//! | `<prefix>.<key>.semaphore_rejected` | counter | rejected by the bulkhead |
-//! | `<prefix>.<key>.fallback_success` | counter | fallback local reply sent |
+//! | `<prefix>.<key>.<event>` | counter | `success`, `failure`, `timeout`, `bad_request`, `short_circuited`, `semaphore_rejected`, `thread_pool_rejected`, `fallback_success` (fallback reply sent): the core's event kinds |
 //! | `<prefix>.<key>.cancelled` | counter | stream ended with no verdict |
-//! | `<prefix>.<key>.opened` / `half_opened` / `closed` | counter | transitions |
+//! | `<prefix>.<key>.opened` / `half_opened` / `closed` | counter | transitions this VM made (each counted once process-wide) |
 //! | `<prefix>.<key>.breaker_state` | gauge | 0 closed, 1 open, 2 half-open |
-//! | `<prefix>.<key>.in_flight` | gauge | admitted calls in flight (all workers) |
+//! | `<prefix>.<key>.in_flight` | gauge | admitted calls holding a slot (all workers) |
 //! | `<prefix>.<key>.latency_ms` | histogram | upstream latency of admitted calls |
 //!
-//! In Envoy they appear as `wasmcustom.<name>` in `/stats` and as the sanitised name
-//! (dots → underscores) in `/stats/prometheus`.
+//! In Envoy they appear as `wasmcustom.<name>` in `/stats` and as the sanitised name in
+//! `/stats/prometheus`. Counters are batched per VM and handed to the host on each
+//! tick (one host call per non-zero counter instead of one per event).
+
+use fusewire_core::{EventKind, Phase};
 
 use crate::host;
 
-/// Counter kinds.
+/// The event kinds the filter counts.
+pub const EVENTS: [EventKind; 8] = [
+    EventKind::Success,
+    EventKind::Failure,
+    EventKind::Timeout,
+    EventKind::BadRequest,
+    EventKind::ShortCircuited,
+    EventKind::SemaphoreRejected,
+    EventKind::ThreadPoolRejected,
+    EventKind::FallbackSuccess,
+];
+
+/// Counters that are not event kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
-pub enum Counter {
-    /// success
-    Success,
-    /// failure
-    Failure,
-    /// timeout
-    Timeout,
-    /// bad_request
-    BadRequest,
-    /// short_circuited
-    ShortCircuited,
-    /// semaphore_rejected
-    SemaphoreRejected,
-    /// fallback_success
-    FallbackSuccess,
-    /// cancelled
-    Cancelled,
-    /// opened
+pub enum Extra {
+    /// `cancelled`.
+    Cancelled = EVENTS.len(),
+    /// `opened`.
     Opened,
-    /// half_opened
+    /// `half_opened`.
     HalfOpened,
-    /// closed
+    /// `closed`.
     Closed,
 }
 
-/// Suffixes, indexed by [`Counter`].
-pub const COUNTER_NAMES: [&str; 11] = [
-    "success",
-    "failure",
-    "timeout",
-    "bad_request",
-    "short_circuited",
-    "semaphore_rejected",
-    "fallback_success",
-    "cancelled",
-    "opened",
-    "half_opened",
-    "closed",
-];
+const EXTRA: [&str; 4] = ["cancelled", "opened", "half_opened", "closed"];
+const N: usize = EVENTS.len() + EXTRA.len();
 
-/// Metric ids of one key (None where the host refused a definition), and counts not
-/// yet handed to the host: counters and the in-flight gauge are batched per VM and
-/// flushed on every tick (one host call per non-zero counter instead of one per
-/// event; Envoy's own stats flush is seconds apart anyway).
+/// Metric ids of one key (None where the host refused a definition) and counts not yet
+/// handed to the host.
 #[derive(Clone, Debug, Default)]
 pub struct KeyMetrics {
-    counters: [Option<u32>; 11],
-    pending: [u32; 11],
+    ids: [Option<u32>; N],
+    pending: [u32; N],
     state: Option<u32>,
     in_flight: Option<u32>,
     pending_in_flight: i64,
@@ -101,7 +83,8 @@ impl KeyMetrics {
     /// Defines every metric of `key`.
     pub fn define(prefix: &str, key: &str) -> Self {
         let mut m = KeyMetrics::default();
-        for (slot, name) in m.counters.iter_mut().zip(COUNTER_NAMES) {
+        let names = EVENTS.iter().map(|k| k.snake_name()).chain(EXTRA);
+        for (slot, name) in m.ids.iter_mut().zip(names) {
             *slot = host::define_metric(host::COUNTER, &metric_name(prefix, key, name));
         }
         m.state = host::define_metric(host::GAUGE, &metric_name(prefix, key, "breaker_state"));
@@ -110,20 +93,66 @@ impl KeyMetrics {
         m
     }
 
-    /// Adds one to a counter (handed to the host on the next [`KeyMetrics::flush`]).
-    #[inline]
-    pub fn count(&mut self, c: Counter) {
-        if let Some(p) = self.pending.get_mut(c as usize) {
+    fn add(&mut self, i: usize) {
+        if let Some(p) = self.pending.get_mut(i) {
             *p = p.saturating_add(1);
+        }
+    }
+
+    /// Counts one event (kinds the filter does not export are ignored).
+    pub fn event(&mut self, kind: EventKind) {
+        if let Some(i) = EVENTS.iter().position(|k| *k == kind) {
+            self.add(i);
+        }
+    }
+
+    /// Counts one non-event.
+    pub fn extra(&mut self, e: Extra) {
+        self.add(e as usize);
+    }
+
+    /// Counts a transition this VM made, and sets the state gauge.
+    pub fn transition(&mut self, to: Phase, made_here: bool) {
+        if made_here {
+            self.extra(match to {
+                Phase::Open => Extra::Opened,
+                Phase::HalfOpen => Extra::HalfOpened,
+                Phase::Closed => Extra::Closed,
+            });
+        }
+        self.state(to);
+    }
+
+    /// Sets the breaker-state gauge.
+    pub fn state(&self, phase: Phase) {
+        if let Some(id) = self.state {
+            let v = match phase {
+                Phase::Closed => 0,
+                Phase::Open => 1,
+                Phase::HalfOpen => 2,
+            };
+            host::record_metric(id, v);
+        }
+    }
+
+    /// Moves the process-wide in-flight gauge by ±1 (batched).
+    pub fn in_flight(&mut self, delta: i64) {
+        self.pending_in_flight += delta;
+    }
+
+    /// Records a latency sample.
+    pub fn latency(&self, ms: u64) {
+        if let Some(id) = self.latency {
+            host::record_metric(id, ms);
         }
     }
 
     /// Hands the batched counts to the host.
     pub fn flush(&mut self) {
-        for (p, id) in self.pending.iter_mut().zip(self.counters.iter()) {
+        for (p, id) in self.pending.iter_mut().zip(self.ids.iter()) {
             if *p > 0 {
                 if let Some(id) = id {
-                    host::increment_metric(*id, *p as i64);
+                    host::increment_metric(*id, i64::from(*p));
                 }
                 *p = 0;
             }
@@ -133,34 +162,6 @@ impl KeyMetrics {
                 host::increment_metric(id, self.pending_in_flight);
             }
             self.pending_in_flight = 0;
-        }
-    }
-
-    /// Sets the breaker-state gauge.
-    pub fn state(&self, phase: u8) {
-        if let Some(id) = self.state {
-            host::record_metric(id, phase as u64);
-        }
-    }
-
-    /// Moves the process-wide in-flight gauge by ±1 (batched).
-    pub fn in_flight(&mut self, delta: i64) {
-        self.pending_in_flight += delta;
-    }
-
-    /// Sets the in-flight gauge to the process-wide count read from the slot ledger
-    /// (batched ±1 moves are subsumed by it).
-    pub fn set_in_flight(&mut self, n: u64) {
-        self.pending_in_flight = 0;
-        if let Some(id) = self.in_flight {
-            host::record_metric(id, n);
-        }
-    }
-
-    /// Records a latency sample.
-    pub fn latency(&self, ms: u64) {
-        if let Some(id) = self.latency {
-            host::record_metric(id, ms);
         }
     }
 }

@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
+use fusewire_core::engine::keys::fnv1a;
 use fusewire_core::shared::codec::{self, Kind};
-use fusewire_core::shared::{KeyState, SlotLedger};
+use fusewire_core::shared::{KeyState, PROBE_LIMIT};
 use fusewire_core::Phase;
 use fusewire_host_test::*;
 
@@ -96,28 +97,39 @@ fn settle(h: &mut Harness) {
     h.run_for(Duration::from_millis(150));
 }
 
+/// A counter or gauge; a missing metric is a test failure (a misspelt name must not
+/// pass an `== 0` check).
 fn counter(h: &Harness, name: &str) -> u64 {
     match h.metric(name) {
         Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
-        _ => 0,
+        other => panic!("metric {name}: {other:?}"),
     }
+}
+
+/// The stored state of `key` of policy `policy` (max_keys 100): found by probing its
+/// slots as the engine does.
+fn find_state(h: &Harness, policy: &str, key: &str) -> Option<KeyState> {
+    (0..u64::from(PROBE_LIMIT)).find_map(|step| {
+        let slot = (fnv1a(key.as_bytes()).wrapping_add(step)) % 100;
+        let (bytes, _) = h.shared_data(&format!("fusewire/v3/{policy}/{slot}"))?;
+        let s: KeyState = codec::decode(Kind::KeyState, &bytes).ok()?;
+        (s.name == key).then_some(s)
+    })
 }
 
 fn state(h: &Harness, key: &str) -> KeyState {
-    let (bytes, _) = h
-        .shared_data(&format!("fusewire/v1/state/{key}"))
-        .expect("state written");
-    codec::decode(Kind::KeyState, &bytes).expect("valid state")
+    find_state(h, "svc", key).expect("state written")
 }
 
-fn in_flight(h: &Harness, key: &str, now_ms: u64) -> u64 {
-    match h.shared_data(&format!("fusewire/v1/slots/{key}")) {
-        None => 0,
-        Some((bytes, _)) => codec::decode::<SlotLedger>(Kind::SlotLedger, &bytes)
-            .expect("valid ledger")
-            // The ledger keeps host time in ns (the core's time).
-            .in_flight(now_ms * 1_000_000, 2000 * 1_000_000),
-    }
+/// Host time as the harness's guests see it (ns since the epoch).
+fn wall_ns(h: &Harness) -> u64 {
+    1_767_225_600_000_000_000 + h.now_ns()
+}
+
+/// Bulkhead slots held process-wide (in flight plus workers' unused reserves, which
+/// go back within a tick), from the key's ledger.
+fn in_flight(h: &Harness, key: &str) -> u64 {
+    find_state(h, "svc", key).map_or(0, |s| s.ledger.in_flight(wall_ns(h), 2000 * 1_000_000))
 }
 
 /// Bumps the test's marker key (with the CAS rules of either mode) and returns the
@@ -164,12 +176,12 @@ fn trips_at_threshold_across_workers_and_every_worker_rejects_next() {
             );
         }
         assert_eq!(
-            state(&h, "svc").phase(),
+            state(&h, "svc").breaker.phase(),
             Phase::Closed,
             "{cas:?}: 19 < volume 20"
         );
         h.request(3, Request::get("/api/x"), UpstreamReply::status(503));
-        assert_eq!(state(&h, "svc").phase(), Phase::Open, "{cas:?}");
+        assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open, "{cas:?}");
         for w in 0..4 {
             let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
             assert!(
@@ -197,7 +209,7 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
         for i in 0..20 {
             h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
         }
-        assert_eq!(state(&h, "svc").phase(), Phase::Open);
+        assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open);
         h.run_for(Duration::from_millis(5_100));
         // 16 concurrent requests over 4 workers; probes take 300 ms.
         let t0 = h.now_ns();
@@ -220,7 +232,7 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
         assert_eq!(probes, 2, "{cas:?}: exactly permitted_probes process-wide");
         assert_eq!(recs.iter().filter(|r| short_circuited(r)).count(), 14);
         assert_eq!(
-            state(&h, "svc").phase(),
+            state(&h, "svc").breaker.phase(),
             Phase::Closed,
             "{cas:?}: 2 successful probes close it"
         );
@@ -245,7 +257,7 @@ fn failed_probe_reopens_and_hung_probe_lease_expires() {
     // One probe fails: open again with a fresh sleep window.
     let r = h.request(1, Request::get("/api/x"), UpstreamReply::status(502));
     assert!(r.sent_upstream);
-    assert_eq!(state(&h, "svc").phase(), Phase::Open);
+    assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open);
     assert!(short_circuited(&h.request(
         2,
         Request::get("/api/x"),
@@ -256,14 +268,18 @@ fn failed_probe_reopens_and_hung_probe_lease_expires() {
     let a = h.submit(0, Request::get("/api/x"), UpstreamReply::hang());
     let b = h.submit(1, Request::get("/api/x"), UpstreamReply::hang());
     h.run_for(Duration::from_millis(100));
-    assert_eq!(state(&h, "svc").phase(), Phase::HalfOpen);
+    assert_eq!(state(&h, "svc").breaker.phase(), Phase::HalfOpen);
     assert!(short_circuited(&h.request(
         2,
         Request::get("/api/x"),
         UpstreamReply::status(200)
     )));
     h.run_for(Duration::from_millis(3_100));
-    assert_eq!(state(&h, "svc").phase(), Phase::Open, "hung probes expired");
+    assert_eq!(
+        state(&h, "svc").breaker.phase(),
+        Phase::Open,
+        "hung probes expired"
+    );
     assert!(
         h.record(a).is_none() && h.record(b).is_none(),
         "still hanging upstream"
@@ -331,8 +347,7 @@ fn bulkhead_never_exceeds_its_limit_across_workers() {
             counter(&h, "fusewire.svc.semaphore_rejected"),
             rejected as u64
         );
-        let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
-        assert_eq!(in_flight(&h, "svc", now_ms), 0, "{cas:?}");
+        assert_eq!(in_flight(&h, "svc"), 0, "{cas:?}");
     });
 }
 
@@ -348,17 +363,15 @@ fn soak_with_resets_and_a_crashed_vm_returns_in_flight_to_zero() {
                 doomed.submit(w, Request::get("/api/hang"), UpstreamReply::hang());
             }
             doomed.run_for(Duration::from_millis(10));
-            let now_ms = 1_767_225_600_000 + doomed.now_ns() / 1_000_000;
             assert_eq!(
-                in_flight(&doomed, "svc", now_ms),
+                in_flight(&doomed, "svc"),
                 4,
                 "{cas:?}: crashed VMs hold 4 slots"
             );
         }
         // The VMs are gone without any callback: their slots are still in the ledger
         // until their lease expires.
-        let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
-        assert_eq!(in_flight(&h, "svc", now_ms), 4, "{cas:?}: no cleanup ran");
+        assert_eq!(in_flight(&h, "svc"), 4, "{cas:?}: no cleanup ran");
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
         let mut rnd = move || {
             seed ^= seed << 13;
@@ -392,9 +405,8 @@ fn soak_with_resets_and_a_crashed_vm_returns_in_flight_to_zero() {
             admitted > 9_000,
             "{cas:?}: admitted {admitted}, fallbacks {rejected}"
         );
-        let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
         assert_eq!(
-            in_flight(&h, "svc", now_ms),
+            in_flight(&h, "svc"),
             0,
             "{cas:?}: every slot released, crashed ones reclaimed"
         );
@@ -422,7 +434,7 @@ fn non_matching_request_passes_untouched() {
     let up = r.upstream_request_headers.as_ref().expect("forwarded");
     assert_eq!(up.get("x-a"), Some(b"1".as_ref()));
     assert_eq!(writes_since(&h, m), 0, "no shared-data traffic");
-    assert!(h.shared_data("fusewire/v1/state/svc").is_none());
+    assert!(find_state(&h, "svc", "svc").is_none());
     assert!(h.metric("fusewire.svc.failure").is_none());
 }
 
@@ -443,12 +455,7 @@ fn healthy_traffic_writes_shared_data_only_on_tick() {
         "writes per healthy request: {per_request}"
     );
     h.run_for(Duration::from_millis(200));
-    assert_eq!(
-        state(&h, "svc")
-            .snapshot((1_767_225_600_000 + h.now_ns() / 1_000_000) * 1_000_000)
-            .success,
-        401
-    );
+    assert_eq!(state(&h, "svc").window.counts_at(wall_ns(&h)).success, 401);
 }
 
 #[test]
@@ -470,14 +477,9 @@ fn tick_timeout_replies_504_and_counts_timeout_once() {
         0,
         "late result discarded"
     );
-    assert_eq!(
-        state(&h, "svc")
-            .snapshot((1_767_225_600_000 + h.now_ns() / 1_000_000) * 1_000_000)
-            .timeout,
-        1
-    );
-    let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
-    assert_eq!(in_flight(&h, "svc", now_ms), 0);
+    assert_eq!(state(&h, "svc").window.counts_at(wall_ns(&h)).timeout, 1);
+    h.run_for(Duration::from_millis(200));
+    assert_eq!(in_flight(&h, "svc"), 0);
     // A fast call is not touched.
     let r = h.request(
         1,
@@ -510,7 +512,7 @@ fn bad_requests_never_count_as_errors() {
     settle(&mut h);
     assert_eq!(counter(&h, "fusewire.svc.bad_request"), 40);
     h.run_for(Duration::from_millis(200));
-    assert_eq!(state(&h, "svc").phase(), Phase::Closed);
+    assert_eq!(state(&h, "svc").breaker.phase(), Phase::Closed);
 }
 
 #[test]
@@ -553,23 +555,24 @@ fn invalid_config_is_rejected_with_field_path() {
 fn corrupt_shared_state_is_logged_and_reset() {
     let mut h = harness(CasMode::Envoy, &config(None));
     h.request(0, Request::get("/api/x"), UpstreamReply::status(500));
-    let (mut bytes, _) = h.shared_data("fusewire/v1/state/svc").expect("written");
+    let slot = (0..100)
+        .map(|i| format!("fusewire/v3/svc/{i}"))
+        .find(|k| h.shared_data(k).is_some())
+        .expect("written");
+    let (mut bytes, _) = h.shared_data(&slot).expect("written");
     bytes[5] ^= 0xff;
-    h.set_shared_data("fusewire/v1/state/svc", Some(&bytes), 0);
+    h.set_shared_data(&slot, Some(&bytes), 0);
     let r = h.request(1, Request::get("/api/x"), UpstreamReply::status(500));
     assert!(r.sent_upstream);
     assert!(
-        h.logs().iter().any(|l| l.message.contains("unreadable")),
+        h.logs()
+            .iter()
+            .any(|l| l.message.contains("Invalid(Checksum)")),
         "{:?}",
         h.logs()
     );
-    assert_eq!(
-        state(&h, "svc")
-            .snapshot((1_767_225_600_000 + h.now_ns() / 1_000_000) * 1_000_000)
-            .failure,
-        1
-    );
-    h.set_shared_data("fusewire/v1/state/svc", Some(b"\xff"), 0);
+    assert_eq!(state(&h, "svc").window.counts_at(wall_ns(&h)).failure, 1);
+    h.set_shared_data(&slot, Some(b"\xff"), 0);
     let r = h.request(2, Request::get("/api/x"), UpstreamReply::status(200));
     assert!(r.sent_upstream, "garbage never traps");
 }
@@ -677,7 +680,7 @@ fn outage_writes_per_request_are_bounded() {
     let per_request = writes_since(&h, m) as f64 / 200.0;
     println!("shared-data writes per request with 25 % errors: {per_request}");
     assert!(per_request <= 1.1, "{per_request}");
-    assert_eq!(state(&h, "svc").phase(), Phase::Closed);
+    assert_eq!(state(&h, "svc").breaker.phase(), Phase::Closed);
 }
 
 fn concurrency(recs: &[StreamRecord]) -> i32 {
@@ -713,7 +716,7 @@ fn bulkhead_queue_waits_for_a_slot_and_rejects_after_max_wait() {
                 .replace(
                     r#""bulkhead": {"max_concurrent": 2},"#,
                     &format!(
-                        r#""bulkhead": {{"max_concurrent": 2, "max_queue": 3, "queue_rejection_threshold": 3, "max_wait_ms": {wait_ms}}},"#
+                        r#""bulkhead": {{"isolation": "pool", "max_concurrent": 2, "max_queue": 3, "queue_rejection_threshold": 3, "max_wait_ms": {wait_ms}}},"#
                     ),
                 )
                 .replace("\"request_volume_threshold\": 20", "\"request_volume_threshold\": 1000")
@@ -785,7 +788,6 @@ fn bulkhead_queue_waits_for_a_slot_and_rejects_after_max_wait() {
             "{cas:?}: queue full → rejected at once"
         );
         assert_eq!(concurrency(&recs), 2, "{cas:?}");
-        let now_ms = 1_767_225_600_000 + h.now_ns() / 1_000_000;
-        assert_eq!(in_flight(&h, "svc", now_ms), 0, "{cas:?}");
+        assert_eq!(in_flight(&h, "svc"), 0, "{cas:?}");
     });
 }

@@ -100,9 +100,13 @@ pub(crate) enum Call {
         deadline: Nanos,
     },
     /// Timed out (recorded as TIMEOUT); waiting for its late result.
-    Expired { key: u32 },
+    Expired {
+        key: u32,
+    },
     /// A fallback holding a fallback slot.
-    Fallback { key: u32 },
+    Fallback {
+        key: u32,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -273,7 +277,10 @@ mod tests {
         assert_eq!(b.slot, a.slot);
         assert_ne!(b, a);
         assert_eq!(t.get(CallId::from_raw(a.to_raw())), None);
-        assert_eq!(t.get(CallId::from_raw(b.to_raw())), Some(Call::Expired { key: 2 }));
+        assert_eq!(
+            t.get(CallId::from_raw(b.to_raw())),
+            Some(Call::Expired { key: 2 })
+        );
         assert_eq!(t.get(CallId::from_raw(u64::MAX)), None, "forged");
     }
 

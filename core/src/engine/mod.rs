@@ -154,11 +154,12 @@ impl Engine {
     }
 
     /// An engine whose keys keep process-wide state in the host's CAS store.
-    /// `rand` seeds this worker's owner id in bulkhead ledgers.
-    pub fn shared(config: SharedConfig, rand: u64) -> Result<Self, ConfigError> {
+    /// `owner` identifies this worker in bulkhead ledgers: it must differ between the
+    /// workers sharing a store (a counter in the store, or 64 random bits).
+    pub fn shared(config: SharedConfig, owner: u64) -> Result<Self, ConfigError> {
         config.validate()?;
         let mut e = Engine::local();
-        e.owner = rand | 1;
+        e.owner = owner;
         e.shared = config;
         e.is_shared = true;
         Ok(e)
@@ -187,7 +188,10 @@ impl Engine {
     pub fn add_policy(&mut self, name: &str, config: Config) -> Result<PolicyId, ConfigError> {
         config.validate()?;
         if self.policies.iter().any(|p| &*p.name == name) {
-            return Err(ConfigError::new("name", format!("duplicate policy {name:?}")));
+            return Err(ConfigError::new(
+                "name",
+                format!("duplicate policy {name:?}"),
+            ));
         }
         if self.policies.len() >= MAX_POLICIES {
             return Err(ConfigError::new(
@@ -240,8 +244,10 @@ impl Engine {
                         cfg.metrics.rolling_buckets,
                     );
                     r.delta.window.0.rebucket(w, n);
+                    r.sent.window.0.rebucket(w, n);
+                    r.reconfigured();
                 }
-                if k.queued > 0 {
+                if k.queued > 0 || k.replica.is_some() {
                     waiting.push(i as u32);
                 }
             }
@@ -249,6 +255,8 @@ impl Engine {
         let now = self.clock;
         for i in waiting {
             self.dequeue(i, now);
+            // Shared keys read the store again (the ledger under the new limit).
+            self.queue_io(i);
         }
         Ok(())
     }
@@ -262,7 +270,10 @@ impl Engine {
         let name = cut(name);
         let keys = &self.keys;
         let p = self.policies.get(policy.0 as usize)?;
-        if let Some(i) = p.index.get(name, |i| keys.get(i as usize).map_or("", |k| &k.name)) {
+        if let Some(i) = p
+            .index
+            .get(name, |i| keys.get(i as usize).map_or("", |k| &k.name))
+        {
             return self.id_of(i);
         }
         if p.count >= p.config.keys.max_keys {
@@ -295,7 +306,14 @@ impl Engine {
     fn new_key(&mut self, policy: u32, name: &str, overflow: bool, now: Nanos) -> Option<u32> {
         let p = self.policies.get(policy as usize)?;
         let replica = self.is_shared.then(|| {
-            Box::new(Replica::new(name, &p.name, overflow, &p.config, &self.shared, now))
+            Box::new(Replica::new(
+                name,
+                &p.name,
+                overflow,
+                &p.config,
+                &self.shared,
+                now,
+            ))
         });
         let entry = KeyEntry {
             generation: 0,
@@ -361,10 +379,14 @@ impl Engine {
 
     /// Every live key (overflow keys included), in table order.
     pub fn keys(&self) -> impl Iterator<Item = KeyId> + '_ {
-        self.keys.iter().enumerate().filter(|(_, k)| k.live).map(|(i, k)| KeyId {
-            index: i as u32,
-            generation: k.generation,
-        })
+        self.keys
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.live)
+            .map(|(i, k)| KeyId {
+                index: i as u32,
+                generation: k.generation,
+            })
     }
 
     fn touch(&mut self, i: u32, now: Nanos) {
@@ -517,11 +539,14 @@ impl Engine {
         };
         if let Some(b) = &cfg.bulkhead {
             let shared_slots = match (&k.replica, shared.mode) {
-                (Some(rep), SyncMode::Sync) => Some(rep.fresh(&ctx).then(|| rep.slots_held())),
+                (Some(rep), SyncMode::Sync) => Some(
+                    rep.fresh(&ctx)
+                        .then(|| rep.has_free_slot(&ctx, b.max_concurrent)),
+                ),
                 _ => None,
             };
             let has_slot = match shared_slots {
-                Some(Some(held)) => held > k.in_flight,
+                Some(Some(free)) => free,
                 Some(None) => false,
                 None => k.in_flight < b.max_concurrent,
             };
@@ -615,7 +640,11 @@ impl Engine {
         if deadline != Nanos::MAX {
             p.timeouts.push(exec.timeout_ms, deadline, id);
         }
-        if k.replica.is_some() || t.is_some() || raw.1 != NO_PROBE || k.circuit.state.phase() != Phase::Closed {
+        if k.replica.is_some()
+            || t.is_some()
+            || raw.1 != NO_PROBE
+            || k.circuit.state.phase() != Phase::Closed
+        {
             self.after(i, now);
         }
         self.touch(i, now);
@@ -710,7 +739,8 @@ impl Engine {
             Some(rep) if rep.fresh(&ctx) => {
                 // The shared state decides; the local window keeps the metrics.
                 rep.record(&ctx, pass, outcome);
-                k.circuit.record_metrics(cfg, pass.2, outcome, concurrency, now);
+                k.circuit
+                    .record_metrics(cfg, pass.2, outcome, concurrency, now);
                 None
             }
             rep => {
@@ -726,7 +756,10 @@ impl Engine {
             generation: k.generation,
         };
         if let Some(transition) = t {
-            self.events.push_back(Event::Transition { key: id, transition });
+            self.events.push_back(Event::Transition {
+                key: id,
+                transition,
+            });
         }
         self.after(key, now);
     }
@@ -745,7 +778,10 @@ impl Engine {
             };
             let Some(b) = &p.config.bulkhead else { return };
             let has_slot = match (&k.replica, self.shared.mode) {
-                (Some(rep), SyncMode::Sync) => rep.slots_held() > k.in_flight,
+                (Some(rep), SyncMode::Sync) => {
+                    let ctx = ctx!(self, k, &p.config, now, 0);
+                    rep.has_free_slot(&ctx, b.max_concurrent)
+                }
                 _ => k.in_flight < b.max_concurrent,
             };
             if !has_slot {
@@ -809,9 +845,9 @@ impl Engine {
         };
         let calls = &self.calls;
         if let Some(p) = self.policies.get_mut(policy as usize) {
-            p.waits.clean(|c, d| {
-                matches!(calls.get(c), Some(Call::Queued { deadline, .. }) if deadline == d)
-            });
+            p.waits.clean(
+                |c, d| matches!(calls.get(c), Some(Call::Queued { deadline, .. }) if deadline == d),
+            );
         }
     }
 
@@ -884,7 +920,8 @@ impl Engine {
             return;
         };
         if let Some(t) = k.circuit.force(&p.config, to, now, rand) {
-            self.events.push_back(Event::Transition { key, transition: t });
+            self.events
+                .push_back(Event::Transition { key, transition: t });
         }
         if let Some(r) = k.replica.as_deref_mut() {
             r.force(to, now);
@@ -913,8 +950,17 @@ impl Engine {
 
     fn expire_calls(&mut self, now: Nanos, rand: u64) {
         for pi in 0..self.policies.len() {
-            while let Some((d, id)) = self.policies.get_mut(pi).and_then(|p| p.timeouts.pop_due(now)) {
-                let Some(Call::Running { key, pass, deadline }) = self.calls.get(id) else {
+            while let Some((d, id)) = self
+                .policies
+                .get_mut(pi)
+                .and_then(|p| p.timeouts.pop_due(now))
+            {
+                let Some(Call::Running {
+                    key,
+                    pass,
+                    deadline,
+                }) = self.calls.get(id)
+                else {
                     continue;
                 };
                 if deadline != d {
@@ -927,7 +973,8 @@ impl Engine {
                         index: key,
                         generation: k.generation,
                     };
-                    self.events.push_back(Event::TimedOut { key: kid, call: id });
+                    self.events
+                        .push_back(Event::TimedOut { key: kid, call: id });
                 }
                 self.dequeue(key, now);
             }
@@ -975,7 +1022,10 @@ impl Engine {
                     generation: k.generation,
                 };
                 if let Some(transition) = t {
-                    self.events.push_back(Event::Transition { key: kid, transition });
+                    self.events.push_back(Event::Transition {
+                        key: kid,
+                        transition,
+                    });
                 }
                 self.events.push_back(Event::Refused {
                     key: kid,
@@ -1031,7 +1081,10 @@ impl Engine {
                         rep.tick(&ctx);
                     }
                     if let Some(transition) = k.circuit.poll(cfg, now, rand) {
-                        self.events.push_back(Event::Transition { key: id, transition });
+                        self.events.push_back(Event::Transition {
+                            key: id,
+                            transition,
+                        });
                     }
                 }
             }
@@ -1092,7 +1145,9 @@ impl Engine {
             fold(p.timeouts.next());
             fold(p.waits.next());
             if let Some(k) = self.keys.get(p.lru.tail as usize) {
-                fold(Some(k.last_used.saturating_add(ms_to_ns(p.config.keys.idle_ms))));
+                fold(Some(
+                    k.last_used.saturating_add(ms_to_ns(p.config.keys.idle_ms)),
+                ));
             }
         }
         fold(self.wakes.peek().map(|r| r.0 .0));
@@ -1180,7 +1235,9 @@ impl Engine {
             return;
         }
         let fx = rep.on_answer(&ctx, answer);
-        if fx.adopted {
+        // The local breaker mirrors the last view, the state a stale key falls back to
+        // (also after this worker's own writes, or it would fall back to an older one).
+        if fx.adopted || fx.written {
             if let Some(v) = rep.view() {
                 k.circuit.state = v.breaker.clone();
             }
@@ -1190,14 +1247,18 @@ impl Engine {
             generation: k.generation,
         };
         for transition in fx.transitions {
-            self.events.push_back(Event::Transition { key: kid, transition });
+            self.events.push_back(Event::Transition {
+                key: kid,
+                transition,
+            });
         }
         if let Some(issue) = fx.issue {
             self.events.push_back(Event::Store { key: kid, issue });
         }
-        if fx.granted {
-            self.dequeue(i, now);
-        }
+        // Serve waiters after every answer, not only when slots were granted: a new
+        // ledger view may show room freed by other workers after the limit was
+        // lowered (see `Replica::has_free_slot`). A no-op without waiters.
+        self.dequeue(i, now);
         self.after(i, now);
     }
 
@@ -1209,7 +1270,7 @@ impl Engine {
         let k = self.live(key)?;
         let cfg = &self.policies.get(k.policy as usize)?.config;
         let mut s = k.circuit.snapshot(cfg, k.in_flight, k.queued, now);
-        if let Some(v) = k.replica.as_deref().and_then(Replica::view) {
+        if let Some(v) = self.deciding_view(k, now) {
             s.phase = v.breaker.reported_phase(cfg.breaker.mode);
             s.would_admit = v.breaker.would_admit(&cfg.breaker, now);
             s.open = !s.would_admit && s.phase != Phase::Closed;
@@ -1219,11 +1280,24 @@ impl Engine {
         Some(s)
     }
 
+    /// The shared view, if it decides admissions at `now` (a stale view does not:
+    /// the key runs on its local breaker, and status reports that one).
+    fn deciding_view<'a>(
+        &self,
+        k: &'a KeyEntry,
+        now: Nanos,
+    ) -> Option<&'a crate::shared::KeyState> {
+        k.replica
+            .as_deref()
+            .filter(|r| r.fresh_at(&self.shared, now.max(self.clock)))
+            .and_then(Replica::view)
+    }
+
     /// A key's phase as reported (`forced_open` → Open). No side effects.
     pub fn phase(&self, key: KeyId) -> Option<Phase> {
         let k = self.live(key)?;
         let mode = self.policies.get(k.policy as usize)?.config.breaker.mode;
-        Some(match k.replica.as_deref().and_then(Replica::view) {
+        Some(match self.deciding_view(k, self.clock) {
             Some(v) => v.breaker.reported_phase(mode),
             None => k.circuit.state.reported_phase(mode),
         })

@@ -188,10 +188,7 @@ mod tests {
             for bit in 0..8 {
                 let mut b = bytes.clone();
                 b[i] ^= 1 << bit;
-                assert!(
-                    decode::<(u32, u64)>(Kind::Plain, &b).is_err(),
-                    "{i}/{bit}"
-                );
+                assert!(decode::<(u32, u64)>(Kind::Plain, &b).is_err(), "{i}/{bit}");
             }
         }
         let mut future = bytes.clone();

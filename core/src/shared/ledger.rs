@@ -66,7 +66,15 @@ impl SlotLedger {
     /// Sets `owner`'s count to `held + more` if the live total stays within `max`,
     /// else to as many as fit (never below `held`, which the owner really holds).
     /// Returns the owner's new count. Drops expired entries first.
-    pub fn acquire(&mut self, owner: u64, held: u32, more: u32, max: u32, now: u64, ttl: u64) -> u32 {
+    pub fn acquire(
+        &mut self,
+        owner: u64,
+        held: u32,
+        more: u32,
+        max: u32,
+        now: u64,
+        ttl: u64,
+    ) -> u32 {
         self.prune(now, ttl);
         let others = self.others_in_flight(owner, now, ttl);
         let room = u64::from(max).saturating_sub(others);

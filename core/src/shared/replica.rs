@@ -65,8 +65,8 @@ pub(crate) struct Effects {
     pub issue: Option<Issue>,
     /// The view was replaced by another worker's state (mirror it locally).
     pub adopted: bool,
-    /// Slots or leases were granted (serve waiters, retry admissions).
-    pub granted: bool,
+    /// This worker's write landed: the view is the state it wrote (mirror it too).
+    pub written: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +127,10 @@ pub(crate) struct Replica {
     written_is_view: bool,
     hot: bool,
     pub(crate) delta: Delta,
+    /// The part of the delta the write in flight carries: forgotten when it lands,
+    /// pending again when it does not. Outcomes recorded while a write is in flight
+    /// (an asynchronous store answers later) stay in `delta` for the next write.
+    pub(crate) sent: Delta,
     probe_results: Vec<(RawPass, Outcome, Nanos)>,
     lease_returns: Vec<(u32, u8)>,
     leases: Vec<Lease>,
@@ -134,6 +138,10 @@ pub(crate) struct Replica {
     slots_held: u32,
     slots_wanted: u32,
     release_due: bool,
+    /// The bulkhead limit changed since the store last confirmed the view: its
+    /// ledger may hold slots granted under the old limit, so no reserve is used
+    /// until the next read or write lands (see [`Replica::has_free_slot`]).
+    limit_changed: bool,
     poll_due: bool,
     forced: Option<Phase>,
     claim: bool,
@@ -186,6 +194,7 @@ impl Replica {
             written_is_view: false,
             hot: false,
             delta: Delta::new(config, 0, now),
+            sent: Delta::new(config, 0, now),
             probe_results: Vec::new(),
             lease_returns: Vec::new(),
             leases: Vec::new(),
@@ -193,6 +202,7 @@ impl Replica {
             slots_held: 0,
             slots_wanted: 0,
             release_due: false,
+            limit_changed: false,
             poll_due: false,
             forced: None,
             claim: false,
@@ -262,12 +272,15 @@ impl Replica {
     /// Whether decisions come from the shared view (bound, and confirmed by the store
     /// within `stale_ms`); otherwise the key runs on its local breaker.
     pub(crate) fn fresh(&self, ctx: &Ctx) -> bool {
-        let stale = ms_to_ns(ctx.shared.stale_ms);
+        self.fresh_at(ctx.shared, ctx.now)
+    }
+
+    /// [`Replica::fresh`] for status queries (no config at hand).
+    pub(crate) fn fresh_at(&self, shared: &SharedConfig, now: Nanos) -> bool {
+        let stale = ms_to_ns(shared.stale_ms);
         self.view.is_some()
             && !matches!(self.bind, Bind::Probing { .. })
-            && self
-                .read_at
-                .is_some_and(|t| ctx.now.saturating_sub(t) <= stale)
+            && self.read_at.is_some_and(|t| now.saturating_sub(t) <= stale)
     }
 
     /// Slots this worker holds in the ledger.
@@ -321,7 +334,9 @@ impl Replica {
         let generation = b.generation();
         let mut trial = b.clone();
         let (r, _) = trial.admit(cfg, &mut view.window, now, ctx.rand);
-        if trial.phase() == Phase::HalfOpen && matches!(cfg.mode, BreakerMode::Normal | BreakerMode::MetricsOnly) {
+        if trial.phase() == Phase::HalfOpen
+            && matches!(cfg.mode, BreakerMode::Normal | BreakerMode::MetricsOnly)
+        {
             let g = trial.generation();
             self.leases.retain(|l| l.generation == g);
             if let Some(l) = self.leases.pop() {
@@ -406,6 +421,33 @@ impl Replica {
         self.mark(now, urgent);
     }
 
+    /// Whether a held slot is free for one more local call: held beyond the calls in
+    /// flight (a reserve), and the ledger last seen within `max`. The ledger holds
+    /// more than `max` when slots were granted under a higher limit (the limit was
+    /// lowered by a reconfiguration) or a reclaimed entry healed: a reserve is then
+    /// not used until it is released on the next tick and slots are acquired again
+    /// under CAS. While the total seen is within `max` (under the current limit),
+    /// other workers can only acquire what is left beside this worker's entry, so
+    /// a reserve is safe even with a view that is not fresh (a call timing out in
+    /// `poll`).
+    pub(crate) fn has_free_slot(&self, ctx: &Ctx, max: u32) -> bool {
+        if self.slots_held <= ctx.in_flight || self.limit_changed {
+            return false;
+        }
+        let ttl = ms_to_ns(ctx.shared.lease_ttl_ms);
+        self.view.as_ref().is_none_or(|v| {
+            v.ledger.others_in_flight(ctx.owner, ctx.now, ttl) + u64::from(self.slots_held)
+                <= u64::from(max)
+        })
+    }
+
+    /// The policy was reconfigured: distrust the ledger seen until the store
+    /// confirms it again, and ask for that read now.
+    pub(crate) fn reconfigured(&mut self) {
+        self.limit_changed = true;
+        self.read_wanted = true;
+    }
+
     /// Gives a probe lease back unused (the call never ran).
     pub(crate) fn return_probe(&mut self, pass: RawPass, now: Nanos) {
         if pass.1 != NO_PROBE {
@@ -439,7 +481,10 @@ impl Replica {
             return;
         }
         let flush = ms_to_ns(ctx.shared.flush_ms);
-        if self.dirty_at.is_some_and(|d| now >= d.saturating_add(flush)) {
+        if self
+            .dirty_at
+            .is_some_and(|d| now >= d.saturating_add(flush))
+        {
             self.flush_now = true;
         }
         if self.slots_held > 0 {
@@ -490,9 +535,23 @@ impl Replica {
             at(d.saturating_add(flush));
         }
         if self.slots_held > 0 && !self.release_due {
-            at(self
-                .last_heartbeat
-                .saturating_add(flush.min(ms_to_ns(ctx.shared.heartbeat_ms))));
+            // `tick` releases a reserve (slots beyond those in flight) after
+            // `flush_ms` and beats every `heartbeat_ms`: wake for the one that
+            // applies. (Waking at `flush_ms` while every held slot is in use did
+            // nothing and left the wake in the past, so a host polling at
+            // `next_deadline()` spun until the heartbeat was due.)
+            let heartbeat = ms_to_ns(ctx.shared.heartbeat_ms);
+            let wait = if self.slots_held > ctx.in_flight {
+                flush.min(heartbeat)
+            } else {
+                heartbeat
+            };
+            at(self.last_heartbeat.saturating_add(wait));
+        }
+        if ctx.waiters > 0 && self.slots_held <= ctx.in_flight && ctx.bulkhead_shared().is_some() {
+            // Local calls wait for a slot: `tick` asks the ledger again every
+            // `flush_ms` (a slot freed by another worker is used within one tick).
+            at(self.read_at.unwrap_or(ctx.now).saturating_add(flush));
         }
         for l in &self.leases {
             at(l.granted_at.saturating_add(flush));
@@ -549,6 +608,13 @@ impl Replica {
                 Err(_) => return None,
             }
             self.written_is_view = false;
+            if attempt.delta {
+                // The delta leaves with this write; what is recorded from now on
+                // waits for the next one.
+                core::mem::swap(&mut self.delta, &mut self.sent);
+                self.delta.reset(self.sent.generation);
+                self.flush_now = false;
+            }
             self.attempt = Some(attempt);
             self.io = IoState::InFlight { seq, write: true };
             return Some(Some(self.expect));
@@ -621,29 +687,31 @@ impl Replica {
         let mut free = free;
         let mut end = false;
         match answer {
-            Answer::Found { value, token } => match codec::decode::<KeyState>(Kind::KeyState, value) {
-                Ok(s) if s.name == *self.name => {
-                    self.bind = Bind::Slot(index);
-                    self.set_store_key();
-                    self.adopt_state(ctx, s, token, fx);
-                    if self.anticipate {
-                        self.anticipate(ctx);
+            Answer::Found { value, token } => {
+                match codec::decode::<KeyState>(Kind::KeyState, value) {
+                    Ok(s) if s.name == *self.name => {
+                        self.bind = Bind::Slot(index);
+                        self.set_store_key();
+                        self.adopt_state(ctx, s, token, fx);
+                        if self.anticipate {
+                            self.anticipate(ctx);
+                        }
+                        return;
                     }
-                    return;
-                }
-                Ok(s) => {
-                    if free.is_none() && s.touched_at.saturating_add(idle) <= ctx.now {
-                        free = Some((index, Expect::Token(token)));
+                    Ok(s) => {
+                        if free.is_none() && s.touched_at.saturating_add(idle) <= ctx.now {
+                            free = Some((index, Expect::Token(token)));
+                        }
+                    }
+                    Err(DecodeError::FutureVersion(_)) => {}
+                    Err(e) => {
+                        fx.issue = Some(Issue::Invalid(e));
+                        if free.is_none() {
+                            free = Some((index, Expect::Token(token)));
+                        }
                     }
                 }
-                Err(DecodeError::FutureVersion(_)) => {}
-                Err(e) => {
-                    fx.issue = Some(Issue::Invalid(e));
-                    if free.is_none() {
-                        free = Some((index, Expect::Token(token)));
-                    }
-                }
-            },
+            }
             Answer::NotFound => {
                 if free.is_none() {
                     free = Some((index, Expect::Absent));
@@ -693,7 +761,10 @@ impl Replica {
     }
 
     fn adopt_state(&mut self, ctx: &Ctx, s: KeyState, token: u64, fx: &mut Effects) {
-        let before = self.view.as_ref().map(|v| (v.breaker.phase(), v.breaker.generation()));
+        let before = self
+            .view
+            .as_ref()
+            .map(|v| (v.breaker.phase(), v.breaker.generation()));
         let after = (s.breaker.phase(), s.breaker.generation());
         if let Some((from, g)) = before {
             if g != after.1 && from != after.0 {
@@ -723,6 +794,7 @@ impl Replica {
             Answer::Found { value, token } => {
                 self.read_wanted = false;
                 self.failures = 0;
+                self.limit_changed = false;
                 if self.token_known && self.expect == Expect::Token(token) && self.view.is_some() {
                     self.read_at = Some(ctx.now);
                 } else if self.written_is_view && value == self.written.as_slice() {
@@ -753,9 +825,14 @@ impl Replica {
             Answer::NotFound => {
                 self.read_wanted = false;
                 self.failures = 0;
+                self.limit_changed = false;
                 // The store lost the key (restarted empty) or never had it.
                 let fresh = KeyState::new(self.slot_name(), ctx.config, ctx.now);
-                if self.view.as_ref().is_some_and(|v| v.breaker.phase() != fresh.breaker.phase()) {
+                if self
+                    .view
+                    .as_ref()
+                    .is_some_and(|v| v.breaker.phase() != fresh.breaker.phase())
+                {
                     fx.adopted = true;
                 }
                 self.view = Some(fresh);
@@ -797,7 +874,15 @@ impl Replica {
                 held || self.leases_wanted > 0
             }
         };
-        if runs && ctx.bulkhead_shared().is_some() && self.slots_held <= ctx.in_flight && ctx.waiters == 0 {
+        // A reserve whose release is pending is gone once the write lands (the same
+        // write that would grant the slot): ask for one then too, or the admission
+        // right after finds no slot while the process has room.
+        let held = if self.release_due {
+            self.slots_held.min(ctx.in_flight)
+        } else {
+            self.slots_held
+        };
+        if runs && ctx.bulkhead_shared().is_some() && held <= ctx.in_flight && ctx.waiters == 0 {
             self.slots_wanted = self.slots_wanted.max(1);
         }
     }
@@ -808,15 +893,23 @@ impl Replica {
                 let Some(a) = self.attempt.take() else { return };
                 if a.delta {
                     let g = a.state.breaker.generation();
-                    self.delta.reset(g);
-                    self.dirty_at = None;
+                    self.sent.reset(g);
+                    // Kept: outcomes of this generation recorded while the write was
+                    // in flight (flushed on the next tick, or at once if urgent).
+                    if self.delta.is_empty() || self.delta.generation != g {
+                        self.delta.reset(g);
+                        self.dirty_at = None;
+                    } else {
+                        self.dirty_at = Some(ctx.now);
+                    }
                 }
-                self.probe_results.drain(..a.probes.min(self.probe_results.len()));
-                self.lease_returns.drain(..a.returns.min(self.lease_returns.len()));
+                self.probe_results
+                    .drain(..a.probes.min(self.probe_results.len()));
+                self.lease_returns
+                    .drain(..a.returns.min(self.lease_returns.len()));
                 if !self.probe_results.is_empty() || !self.lease_returns.is_empty() {
                     self.dirty_at.get_or_insert(ctx.now);
                 }
-                fx.granted = a.slots > self.slots_held || !a.leases.is_empty();
                 self.leases.extend(a.leases);
                 if a.slots != self.slots_held || self.release_due {
                     self.last_heartbeat = ctx.now;
@@ -826,6 +919,7 @@ impl Replica {
                 self.hot = a.state.is_hot(ctx.now);
                 self.view = Some(a.state);
                 self.written_is_view = true;
+                fx.written = true;
                 match token {
                     Some(t) => {
                         self.expect = Expect::Token(t);
@@ -837,15 +931,16 @@ impl Replica {
                 self.leases_wanted = 0;
                 self.slots_wanted = 0;
                 self.release_due = false;
+                self.limit_changed = false;
                 self.poll_due = false;
                 self.forced = None;
                 self.claim = false;
-                self.flush_now = false;
                 self.attempts = 0;
                 self.failures = 0;
             }
             Answer::Conflict { current, absent } => {
                 self.attempt = None;
+                self.unsend();
                 self.attempts += 1;
                 if self.claim && matches!(self.bind, Bind::Slot(_)) && self.read_at.is_none() {
                     // Lost the race for a free slot: look again.
@@ -869,11 +964,33 @@ impl Replica {
             }
             Answer::Failed { code } => {
                 self.attempt = None;
+                self.unsend();
                 self.token_known = false;
                 self.fail(ctx, code, fx);
             }
             Answer::Found { .. } | Answer::NotFound => {}
         }
+    }
+
+    /// The write in flight did not land: the delta it carried is pending again,
+    /// ahead of what was recorded since (results of an earlier generation than the
+    /// other part are dropped, as at merge).
+    fn unsend(&mut self) {
+        if self.sent.is_empty() {
+            return;
+        }
+        let (g, later) = (self.sent.generation, self.delta.generation);
+        if self.delta.is_empty() || later == g {
+            self.sent.window.0.merge(&self.delta.window.0);
+            self.sent.streak = self.sent.streak.then(&self.delta.streak);
+            core::mem::swap(&mut self.delta, &mut self.sent);
+            self.delta.generation = g;
+        } else if newer(g, later) {
+            core::mem::swap(&mut self.delta, &mut self.sent);
+        }
+        self.sent.reset(self.delta.generation);
+        // Retry as the round would have (a failed round clears it again).
+        self.flush_now = true;
     }
 
     /// The state a write would store now, and what it would grant.
@@ -902,11 +1019,17 @@ impl Replica {
         }
         for &(pass, outcome, at) in &self.probe_results {
             let p = Pass::from_raw(pass);
-            push(s.breaker.on_result(b, &mut s.window, p, outcome, at.max(pass.2), rand));
+            push(
+                s.breaker
+                    .on_result(b, &mut s.window, p, outcome, at.max(pass.2), rand),
+            );
         }
         for &(generation, slot) in &self.lease_returns {
             let p = Pass::new(generation, slot, now);
-            push(s.breaker.on_result(b, &mut s.window, p, Outcome::Cancelled, now, rand));
+            push(
+                s.breaker
+                    .on_result(b, &mut s.window, p, Outcome::Cancelled, now, rand),
+            );
         }
         if let Some(to) = self.forced {
             push(s.breaker.force(b, &mut s.window, to, now, rand));
@@ -957,6 +1080,9 @@ impl Replica {
 
     /// Whether the replica has nothing in flight or pending (it may be dropped).
     pub(crate) fn is_quiet(&self) -> bool {
-        self.io == IoState::Idle && !self.write_wanted() && self.delta.is_empty() && self.slots_held == 0
+        self.io == IoState::Idle
+            && !self.write_wanted()
+            && self.delta.is_empty()
+            && self.slots_held == 0
     }
 }

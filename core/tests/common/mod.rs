@@ -50,6 +50,8 @@ pub struct Host {
     /// Requests in flight to the store (async mode): (worker, id, answer).
     pub pending: Vec<(usize, shared::IoId, shared::OwnedAnswer)>,
     rand: u64,
+    json: String,
+    shared: SharedConfig,
 }
 
 pub fn config(json: &str) -> Config {
@@ -62,7 +64,6 @@ impl Host {
     }
 
     pub fn with_shared(mode: Mode, json: &str, mut shared: SharedConfig) -> Host {
-        let cfg = config(json);
         let rules = match mode {
             Mode::Shared(r, _) => r,
             _ => Rules::Script,
@@ -70,16 +71,7 @@ impl Host {
         if let Mode::Async(_) = mode {
             shared.mode = config::SyncMode::Async;
         }
-        let engines = (0..mode.workers())
-            .map(|w| {
-                let mut e = match mode {
-                    Mode::Local => Engine::local(),
-                    _ => Engine::shared(shared.clone(), 0x9E37_79B9 * (w as u64 + 1)).unwrap(),
-                };
-                e.add_policy("svc", cfg.clone()).unwrap();
-                e
-            })
-            .collect();
+        let engines = Self::engines(mode, json, &shared, 0);
         Host {
             mode,
             engines,
@@ -89,7 +81,57 @@ impl Host {
             events: (0..mode.workers()).map(|_| Vec::new()).collect(),
             pending: Vec::new(),
             rand: 0,
+            json: json.to_string(),
+            shared,
         }
+    }
+
+    /// Fresh engines (worker ids offset by `epoch`, as new VMs get new ids).
+    fn engines(mode: Mode, json: &str, shared: &SharedConfig, epoch: u64) -> Vec<Engine> {
+        let cfg = config(json);
+        (0..mode.workers())
+            .map(|w| {
+                let mut e = match mode {
+                    Mode::Local => Engine::local(),
+                    _ => {
+                        let seed = 0x9E37_79B9 * (w as u64 + 1) + (epoch << 40);
+                        Engine::shared(shared.clone(), seed).unwrap()
+                    }
+                };
+                e.add_policy("svc", cfg.clone()).unwrap();
+                e
+            })
+            .collect()
+    }
+
+    /// A config reload: every engine is replaced by a new one (new worker ids) with
+    /// the same policy name, config and namespace; the store keeps its state.
+    pub fn reload(&mut self, epoch: u64) {
+        self.engines = Self::engines(self.mode, &self.json, &self.shared, epoch);
+        self.events = (0..self.engines.len()).map(|_| Vec::new()).collect();
+        self.pending.clear();
+    }
+
+    /// Worker `w` crashes: its engine is dropped with whatever it held (slots,
+    /// leases, unwritten counts); later workers shift down by one.
+    pub fn crash(&mut self, w: usize) {
+        drop(self.engines.remove(w));
+        self.events.remove(w);
+        self.pending.retain(|p| p.0 != w);
+        for p in &mut self.pending {
+            if p.0 > w {
+                p.0 -= 1;
+            }
+        }
+    }
+
+    /// Process-wide in-flight count of a key (one id per worker).
+    pub fn in_flight(&self, keys: &[KeyId]) -> u32 {
+        self.engines
+            .iter()
+            .zip(keys)
+            .map(|(e, k)| e.in_flight(*k).expect("live key"))
+            .sum()
     }
 
     pub fn rand(&mut self) -> u64 {
@@ -110,21 +152,26 @@ impl Host {
 
     /// Performs every store request of worker `w` (sync modes: at once; async mode:
     /// they wait in `pending` until `deliver`).
+    ///
+    /// Polling may queue new store requests (a flush, a release): they are performed
+    /// too, until the worker has nothing left to do at `now`.
     pub fn drive(&mut self, w: usize) {
         let now = self.now;
         let rand = self.rand;
-        loop {
-            let Some(io) = self.engines[w].poll_io(now, rand) else {
-                break;
-            };
-            let (id, answer) = (io.id, self.store.exec(&io));
-            if let Mode::Async(_) = self.mode {
-                self.pending.push((w, id, answer));
-                continue;
+        for _ in 0..16 {
+            while let Some(io) = self.engines[w].poll_io(now, rand) {
+                let (id, answer) = (io.id, self.store.exec(&io));
+                if let Mode::Async(_) = self.mode {
+                    self.pending.push((w, id, answer));
+                    continue;
+                }
+                self.engines[w].io_done(id, answer.as_answer(), now, rand);
             }
-            self.engines[w].io_done(id, answer.as_answer(), now, rand);
+            self.collect(w);
+            if !self.engines[w].has_io() {
+                break;
+            }
         }
-        self.collect(w);
     }
 
     /// Async mode: hands every pending answer back.

@@ -1,0 +1,948 @@
+//! Shared state across workers, deterministic: several engines on one in-memory CAS
+//! store (Envoy's lenient and Kong's strict rules, answered at once; a Redis-like
+//! store answered later), on a simulated clock. What is asserted:
+//! - the bulkhead limit is process-wide, a freed slot moves to another worker within
+//!   one tick, a crashed worker's slots come back after `lease_ttl_ms`;
+//! - healthy traffic is written on ticks, not per call; errors are written at once;
+//! - corrupt, truncated and foreign bytes are detected and reset, newer-schema bytes
+//!   are left alone, nothing panics;
+//! - the store footprint stays within `max_keys + 1` entries per policy, across
+//!   reloads;
+//! - combined traffic trips every rule set; exactly N probes run process-wide;
+//! - an asynchronous store: admission never waits, trips spread within one sync
+//!   interval, exactly N probes, a store outage keeps local breakers and heals, an
+//!   emptied store converges, no count is lost;
+//! - regressions found by `tests/flow_props.rs` (see each test);
+//! - encoded sizes of typical states.
+
+// Worker `w` drives its own key id `keys[w]`: index loops read best here.
+#![allow(clippy::needless_range_loop)]
+
+mod common;
+
+use common::*;
+use fusewire_core::shared::codec::{self, Kind, SCHEMA_VERSION};
+use fusewire_core::shared::memory::Rules;
+use fusewire_core::shared::{Issue, KeyState};
+use fusewire_core::*;
+
+/// The synchronous hosts, 4 workers each.
+const SYNC: [Mode; 2] = [Mode::Shared(Rules::Envoy, 4), Mode::Shared(Rules::Kong, 4)];
+
+const NO_TIMEOUT: &str = r#""execution": {"timeout_enabled": false}"#;
+
+fn running(s: Start) -> Permit {
+    match s {
+        Start::Running(p) => p,
+        other => panic!("expected a running call, got {other:?}"),
+    }
+}
+
+fn refused(s: Start) -> Refusal {
+    match s {
+        Start::Refused(r) => r,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn store_events(h: &mut Host, w: usize) -> Vec<Issue> {
+    h.take_events(w)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Store { issue, .. } => Some(issue),
+            _ => None,
+        })
+        .collect()
+}
+
+fn decode(bytes: &[u8]) -> KeyState {
+    codec::decode(Kind::KeyState, bytes).expect("a valid state")
+}
+
+/// Entries the store holds for policy `svc`.
+fn footprint(h: &Host) -> usize {
+    h.store
+        .keys()
+        .iter()
+        .filter(|k| k.starts_with("fusewire/v3/svc/"))
+        .count()
+}
+
+// ---- bulkhead -------------------------------------------------------------------
+
+#[test]
+fn bulkhead_limit_holds_process_wide_under_overlapping_calls() {
+    for m in SYNC {
+        let json = format!(r#"{{"bulkhead": {{"max_concurrent": 3}}, {NO_TIMEOUT}}}"#);
+        let mut h = Host::new(m, &json);
+        let keys = h.keys("db");
+        let mut rng = Rng(0x5EED);
+        let mut held: Vec<(usize, Permit)> = Vec::new();
+        let (mut peak, mut rejected, mut started) = (0, 0, 0);
+        for step in 0..3000 {
+            let w = rng.below(4) as usize;
+            if rng.below(2) == 0 || held.is_empty() {
+                match h.start(w, keys[w]) {
+                    Start::Running(p) => {
+                        started += 1;
+                        held.push((w, p));
+                    }
+                    Start::Refused(r) => {
+                        assert_eq!(r.event, EventKind::SemaphoreRejected, "{m:?} step {step}");
+                        rejected += 1;
+                    }
+                    Start::Queued(_) => panic!("a semaphore never queues"),
+                }
+            } else {
+                let (w, p) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                assert_eq!(h.complete(w, p, Outcome::Success), Completion::OnTime);
+            }
+            if rng.below(8) == 0 {
+                h.advance(100);
+            }
+            let n = h.in_flight(&keys);
+            assert_eq!(n as usize, held.len());
+            assert!(n <= 3, "{m:?} step {step}: {n} in flight process-wide");
+            let slots: u32 = (0..4)
+                .map(|w| h.engines[w].slots_held(keys[w]).unwrap())
+                .sum();
+            assert!(
+                slots <= 3,
+                "{m:?} step {step}: the ledger grants {slots} slots"
+            );
+            peak = peak.max(n);
+        }
+        assert_eq!(peak, 3, "{m:?}: the limit was reached");
+        assert!(
+            rejected > 0 && started > 500,
+            "{m:?}: {started} started, {rejected} rejected"
+        );
+        // Rejections are errors, but these calls were admitted by the breaker.
+        assert_eq!(h.phase(0, keys[0]), Phase::Closed);
+    }
+}
+
+#[test]
+fn a_slot_freed_on_one_worker_is_usable_by_another_within_one_tick() {
+    for m in SYNC {
+        // Semaphore: the next call on another worker runs.
+        let json = format!(r#"{{"bulkhead": {{"max_concurrent": 3}}, {NO_TIMEOUT}}}"#);
+        let mut h = Host::new(m, &json);
+        let keys = h.keys("db");
+        let mut ps: Vec<Permit> = (0..3).map(|_| running(h.start(0, keys[0]))).collect();
+        for w in 1..4 {
+            assert_eq!(
+                refused(h.start(w, keys[w])).event,
+                EventKind::SemaphoreRejected,
+                "{m:?}"
+            );
+        }
+        let p = ps.pop().unwrap();
+        h.complete(0, p, Outcome::Success);
+        h.advance(100);
+        let p = running(h.start(2, keys[2]));
+        assert_eq!(h.in_flight(&keys), 3, "{m:?}");
+        h.complete(2, p, Outcome::Success);
+        for p in ps {
+            h.complete(0, p, Outcome::Success);
+        }
+
+        // Pool with a queue: a call waiting on another worker is dequeued.
+        let json = format!(
+            r#"{{"bulkhead": {{"isolation": "pool", "max_concurrent": 3, "max_queue": 2,
+                 "max_wait_ms": 5000}}, {NO_TIMEOUT}}}"#
+        );
+        let mut h = Host::new(m, &json);
+        let keys = h.keys("db");
+        let mut ps: Vec<Permit> = (0..3).map(|_| running(h.start(0, keys[0]))).collect();
+        let Start::Queued(t) = h.start(1, keys[1]) else {
+            panic!("{m:?}: queued on worker 1")
+        };
+        h.advance(300);
+        assert_eq!(
+            h.engines[1].queued(keys[1]),
+            Some(1),
+            "{m:?}: still waiting"
+        );
+        let p = ps.pop().unwrap();
+        h.complete(0, p, Outcome::Success);
+        h.advance(100);
+        let ev = h.take_events(1);
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Dequeued { permit, .. } if permit.id() == t.id())),
+            "{m:?}: the waiter on worker 1 got the slot within one tick: {ev:?}"
+        );
+        assert_eq!(h.in_flight(&keys), 3, "{m:?}");
+        assert_eq!(h.engines[1].queued(keys[1]), Some(0));
+    }
+}
+
+#[test]
+fn a_crashed_worker_s_slots_are_reclaimed_after_the_lease_ttl() {
+    for m in SYNC {
+        let shared = SharedConfig {
+            lease_ttl_ms: 3_000,
+            heartbeat_ms: 500,
+            ..SharedConfig::default()
+        };
+        let json = format!(r#"{{"bulkhead": {{"max_concurrent": 3}}, {NO_TIMEOUT}}}"#);
+        let mut h = Host::with_shared(m, &json, shared);
+        let mut keys = h.keys("db");
+        let held: Vec<Permit> = (0..3).map(|_| running(h.start(3, keys[3]))).collect();
+        // Worker 3 dies holding every slot; its permits die with it.
+        h.crash(3);
+        keys.truncate(3);
+        drop(held);
+        h.advance(2_900);
+        for w in 0..3 {
+            let r = refused(h.start(w, keys[w]));
+            assert_eq!(
+                r.event,
+                EventKind::SemaphoreRejected,
+                "{m:?}: the dead worker's lease still counts"
+            );
+        }
+        h.advance(100);
+        let ps: Vec<(usize, Permit)> = (0..3).map(|w| (w, running(h.start(w, keys[w])))).collect();
+        assert_eq!(h.in_flight(&keys), 3, "{m:?}: every slot came back");
+        assert_eq!(
+            refused(h.start(0, keys[0])).event,
+            EventKind::SemaphoreRejected
+        );
+        for (w, p) in ps {
+            h.complete(w, p, Outcome::Success);
+        }
+        // The survivors' own heartbeats keep their slots alive past the TTL.
+        let p = running(h.start(1, keys[1]));
+        h.advance(10_000);
+        assert_eq!(h.engines[1].slots_held(keys[1]), Some(1), "{m:?}");
+        let sk = h.engines[1].store_key(keys[1]).unwrap().to_string();
+        let st = decode(h.store.raw_get(&sk).unwrap());
+        assert_eq!(
+            st.ledger.in_flight(h.now, 3_000 * MS),
+            1,
+            "{m:?}: a live lease"
+        );
+        h.complete(1, p, Outcome::Success);
+    }
+}
+
+// ---- write traffic ----------------------------------------------------------------
+
+#[test]
+fn healthy_traffic_is_written_on_ticks_and_errors_at_once() {
+    for m in SYNC {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("api");
+        h.advance(200);
+        let start = h.store.writes;
+        for i in 0..400 {
+            let w = i % 4;
+            assert!(h.call(w, keys[w], Outcome::Success));
+        }
+        assert_eq!(
+            h.store.writes, start,
+            "{m:?}: healthy calls are not written per call"
+        );
+        h.advance(100);
+        assert_eq!(
+            h.store.writes - start,
+            4,
+            "{m:?}: one write per worker per flush"
+        );
+        h.advance(2_000);
+        assert_eq!(
+            h.store.writes - start,
+            4,
+            "{m:?}: nothing new, nothing written"
+        );
+        let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+        let st = decode(h.store.raw_get(&sk).unwrap());
+        assert_eq!(
+            st.window.counts_at(h.now).success,
+            400,
+            "{m:?}: every call counted"
+        );
+
+        // An error is written at once.
+        let before = h.store.writes;
+        assert!(h.call(1, keys[1], Outcome::Failure));
+        assert_eq!(
+            h.store.writes,
+            before + 1,
+            "{m:?}: the failure was written at once"
+        );
+        // The state is hot now (an error in the window): every outcome is written.
+        let before = h.store.writes;
+        for i in 0..8 {
+            let w = i % 4;
+            assert!(h.call(w, keys[w], Outcome::Success));
+        }
+        assert_eq!(h.store.writes, before + 8, "{m:?}: hot: written at once");
+    }
+}
+
+// ---- bytes in the store -----------------------------------------------------------
+
+#[test]
+fn corrupt_truncated_and_foreign_bytes_are_detected_and_reset() {
+    for m in SYNC {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("k");
+        assert!(h.call(0, keys[0], Outcome::Failure));
+        let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+        let good = h.store.raw_get(&sk).unwrap().to_vec();
+        assert_eq!(decode(&good).name, "k");
+        let mut flipped = good.clone();
+        flipped[good.len() / 2] ^= 0x40;
+        let mut old = good.clone();
+        old[2] = SCHEMA_VERSION - 1;
+        let mut trailing = good[..good.len() - 4].to_vec();
+        trailing.push(0);
+        let crc = codec::crc32(&trailing);
+        trailing.extend_from_slice(&crc.to_le_bytes());
+        let variants: Vec<(&str, Vec<u8>)> = vec![
+            ("bit flip", flipped),
+            ("truncated", good[..good.len() - 3].to_vec()),
+            ("header only", good[..5].to_vec()),
+            ("empty", Vec::new()),
+            ("foreign", br#"{"breaker":"open"}"#.to_vec()),
+            ("wrong kind", codec::encode(Kind::Plain, &5u64).unwrap()),
+            ("old schema", old),
+            ("trailing payload", trailing),
+            ("too long", vec![0x46; codec::MAX_ENCODED_LEN + 1]),
+        ];
+        for (name, bytes) in variants {
+            h.store.raw_set(&sk, &bytes);
+            for w in 0..4 {
+                h.take_events(w);
+            }
+            let w = 1;
+            assert!(
+                h.call(w, keys[w], Outcome::Success),
+                "{m:?} {name}: the call was decided"
+            );
+            let issues = store_events(&mut h, w);
+            assert!(
+                issues.iter().any(|i| matches!(i, Issue::Invalid(_))),
+                "{m:?} {name}: detected: {issues:?}"
+            );
+            let now = h.store.raw_get(&sk).expect("slot rewritten");
+            assert_eq!(
+                decode(now).name,
+                "k",
+                "{m:?} {name}: reset to a valid state"
+            );
+            // Every worker carries on with the reset state.
+            for w in 0..4 {
+                assert!(
+                    h.call(w, keys[w], Outcome::Success),
+                    "{m:?} {name} worker {w}"
+                );
+            }
+        }
+        // Random bytes: never a panic, always a decision.
+        let mut rng = Rng(7);
+        for i in 0..300 {
+            let len = rng.below(120) as usize;
+            let mut bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            if i % 3 == 0 && len >= 4 {
+                // A valid-looking header over garbage.
+                bytes[..4].copy_from_slice(&[b'F', b'W', SCHEMA_VERSION, Kind::KeyState as u8]);
+            }
+            h.store.raw_set(&sk, &bytes);
+            let w = i % 4;
+            let _ = h.call(w, keys[w], Outcome::Success);
+        }
+        assert_eq!(decode(h.store.raw_get(&sk).unwrap()).name, "k");
+    }
+}
+
+#[test]
+fn a_slot_written_by_a_newer_schema_is_left_alone() {
+    for m in SYNC {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("k");
+        assert!(h.call(0, keys[0], Outcome::Success));
+        h.advance(200);
+        let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+        let mut future = h.store.raw_get(&sk).unwrap().to_vec();
+        future[2] = SCHEMA_VERSION + 1;
+        let body = future.len() - 4;
+        let crc = codec::crc32(&future[..body]);
+        future[body..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            codec::decode::<KeyState>(Kind::KeyState, &future),
+            Err(codec::DecodeError::FutureVersion(SCHEMA_VERSION + 1))
+        );
+        h.store.raw_set(&sk, &future);
+        for round in 0..20 {
+            for w in 0..4 {
+                assert!(h.call(w, keys[w], Outcome::Success), "{m:?} round {round}");
+                if round == 10 {
+                    assert!(h.call(w, keys[w], Outcome::Failure));
+                }
+            }
+            h.advance(100);
+        }
+        for w in 0..4 {
+            let issues = store_events(&mut h, w);
+            assert!(
+                issues.is_empty(),
+                "{m:?} worker {w}: newer bytes are not invalid: {issues:?}"
+            );
+            assert_ne!(
+                h.engines[w].store_key(keys[w]),
+                Some(sk.as_str()),
+                "{m:?}: moved to another slot"
+            );
+        }
+        assert_eq!(
+            h.store.raw_get(&sk),
+            Some(future.as_slice()),
+            "{m:?}: left alone"
+        );
+        // The key lives on in its new slot, shared by every worker.
+        let other = h.engines[0].store_key(keys[0]).unwrap().to_string();
+        let st = decode(h.store.raw_get(&other).unwrap());
+        assert_eq!(st.name, "k");
+        assert_eq!(st.window.counts_at(h.now).failure, 4, "{m:?}");
+    }
+}
+
+// ---- footprint ------------------------------------------------------------------
+
+#[test]
+fn the_store_footprint_stays_within_max_keys_plus_one_across_reloads() {
+    for m in SYNC {
+        let mut h = Host::new(m, r#"{"keys": {"max_keys": 8, "idle_ms": 1000}}"#);
+        let mut max_seen = 0;
+        let mut overflowed = 0;
+        for epoch in 0..3u64 {
+            if epoch > 0 {
+                // A config reload: new engines (new worker ids), same policy name and
+                // namespace, the store keeps everything it holds.
+                h.reload(epoch);
+            }
+            for i in 0..1000 {
+                let w = i % 4;
+                let name = format!("user-{epoch}-{i}");
+                let k = h.key(w, &name);
+                if h.engines[w].key_name(k) == Some("svc/~overflow") {
+                    overflowed += 1;
+                }
+                let _ = h.call(w, k, Outcome::Success);
+                if i % 10 == 9 {
+                    h.advance(300);
+                }
+                let n = footprint(&h);
+                max_seen = max_seen.max(n);
+                assert!(
+                    n <= 9,
+                    "{m:?} epoch {epoch} key {i}: {n} store entries: {:?}",
+                    h.store.keys()
+                );
+                assert!(h.engines[w].key_count(h.policy).unwrap() <= 8);
+            }
+        }
+        assert!(max_seen >= 8, "{m:?}: the slots were used ({max_seen})");
+        assert!(overflowed > 0, "{m:?}: bursts went to the overflow key");
+        println!(
+            "{m:?}: at most {max_seen} store entries for 3000 key names, {overflowed} overflowed"
+        );
+    }
+}
+
+// ---- breaker across workers -------------------------------------------------------
+
+#[test]
+fn combined_traffic_trips_and_exactly_n_probes_run_under_both_rule_sets() {
+    let json = r#"{"breaker": {"half_open": {"permitted_probes": 3, "success_threshold": 3}}}"#;
+    for m in SYNC {
+        let mut h = Host::new(m, json);
+        let keys = h.keys("pay");
+        // 19 failures over 4 workers (no worker sees more than 5): below the volume.
+        for i in 0..19 {
+            let w = i % 4;
+            assert!(h.call(w, keys[w], Outcome::Failure), "{m:?} call {i}");
+        }
+        for w in 0..4 {
+            assert_eq!(h.phase(w, keys[w]), Phase::Closed, "{m:?} worker {w}");
+        }
+        assert!(h.call(3, keys[3], Outcome::Failure));
+        for w in 0..4 {
+            let r = refused(h.start(w, keys[w]));
+            assert_eq!(
+                r.cause,
+                Cause::ShortCircuit(ShortCircuit::Open),
+                "{m:?} worker {w}"
+            );
+        }
+        h.advance(5_000);
+        let mut probes = Vec::new();
+        for _round in 0..3 {
+            for w in 0..4 {
+                match h.start(w, keys[w]) {
+                    Start::Running(p) => probes.push((w, p)),
+                    Start::Refused(r) => assert_eq!(
+                        r.cause,
+                        Cause::ShortCircuit(ShortCircuit::ProbesExhausted),
+                        "{m:?} worker {w}"
+                    ),
+                    Start::Queued(_) => panic!(),
+                }
+            }
+        }
+        assert_eq!(probes.len(), 3, "{m:?}: exactly N probes process-wide");
+        let workers: std::collections::BTreeSet<usize> = probes.iter().map(|p| p.0).collect();
+        println!("{m:?}: probes ran on workers {workers:?}");
+        for (w, p) in probes {
+            assert_eq!(h.complete(w, p, Outcome::Success), Completion::OnTime);
+        }
+        for w in 0..4 {
+            assert!(h.call(w, keys[w], Outcome::Success), "{m:?}");
+            assert_eq!(h.phase(w, keys[w]), Phase::Closed, "{m:?} worker {w}");
+        }
+    }
+}
+
+// ---- an asynchronous store ------------------------------------------------------------
+
+const ASYNC: Mode = Mode::Async(3);
+
+#[test]
+fn async_admission_never_waits_for_the_store() {
+    let mut h = Host::new(ASYNC, r#"{"bulkhead": {"max_concurrent": 5}}"#);
+    let keys = h.keys("k");
+    assert!(!h.pending.is_empty(), "reads are out");
+    for w in 0..3 {
+        assert!(h.engines[w].shared_view(keys[w]).is_none(), "no answer yet");
+        // Decided at once, from the local breaker, with the store's answers pending.
+        let p = running(h.start(w, keys[w]));
+        assert_eq!(h.complete(w, p, Outcome::Success), Completion::OnTime);
+    }
+    h.deliver();
+    h.advance(200);
+    for w in 0..3 {
+        assert!(
+            h.engines[w].shared_view(keys[w]).is_some(),
+            "worker {w} has a view"
+        );
+    }
+    // With a view, and requests in flight again: still decided at once.
+    for round in 0..50 {
+        for w in 0..3 {
+            let reads = h.store.reads;
+            let p = running(h.start(w, keys[w]));
+            h.complete(w, p, Outcome::Success);
+            assert!(
+                h.store.reads <= reads + 1,
+                "round {round}: at most one request per call"
+            );
+        }
+    }
+}
+
+/// Trips the shared breaker of `keys` from worker 0 (async host); returns when
+/// worker 0's own view is open.
+fn async_trip(h: &mut Host, keys: &[KeyId]) {
+    for _ in 0..25 {
+        let _ = h.call(0, keys[0], Outcome::Failure);
+    }
+    for _ in 0..10 {
+        h.deliver();
+        if h.phase(0, keys[0]) == Phase::Open {
+            return;
+        }
+    }
+    panic!("worker 0 never saw the trip");
+}
+
+#[test]
+fn async_a_trip_reaches_every_worker_within_one_sync_interval_and_n_probes_run() {
+    let json = r#"{"breaker": {"half_open": {"permitted_probes": 2, "success_threshold": 2}}}"#;
+    let mut h = Host::new(ASYNC, json);
+    let sync_ms = SharedConfig::default().sync_ms;
+    let keys = h.keys("k");
+    h.advance(1_000);
+    async_trip(&mut h, &keys);
+    let tripped = h.now;
+    let mut seen = [None; 3];
+    seen[0] = Some(0);
+    while h.now < tripped + 2 * sync_ms * MS {
+        h.advance(100);
+        for w in 1..3 {
+            if seen[w].is_none() && h.phase(w, keys[w]) == Phase::Open {
+                seen[w] = Some((h.now - tripped) / MS);
+            }
+        }
+    }
+    for (w, s) in seen.iter().enumerate() {
+        let ms = s.unwrap_or_else(|| panic!("worker {w} never saw the trip"));
+        assert!(ms <= sync_ms, "worker {w} saw the trip after {ms} ms");
+    }
+    println!("async: the trip reached the workers after {seen:?} ms (sync_ms {sync_ms})");
+    for w in 0..3 {
+        assert!(
+            refused(h.start(w, keys[w])).is_short_circuit(),
+            "worker {w}"
+        );
+    }
+    // Half-open: probe leases go through the store; exactly N run fleet-wide.
+    h.advance(5_000);
+    let mut probes = Vec::new();
+    for _round in 0..6 {
+        for w in 0..3 {
+            if let Start::Running(p) = h.start(w, keys[w]) {
+                probes.push((w, p));
+            }
+        }
+        h.deliver();
+    }
+    assert_eq!(probes.len(), 2, "exactly N probes");
+    for (w, p) in probes {
+        h.complete(w, p, Outcome::Success);
+    }
+    h.advance(2 * sync_ms);
+    for w in 0..3 {
+        assert_eq!(h.phase(w, keys[w]), Phase::Closed, "worker {w}");
+    }
+}
+
+#[test]
+fn async_store_outage_keeps_local_breakers_and_views_converge_after() {
+    let mut h = Host::new(ASYNC, "{}");
+    let shared = SharedConfig::default();
+    let keys = h.keys("k");
+    h.advance(1_000);
+    h.store.down = Some(503);
+    // Past the staleness bound every worker runs on its local breaker.
+    h.advance(shared.stale_ms + 1_000);
+    for w in 0..3 {
+        let issues = store_events(&mut h, w);
+        assert!(
+            issues.contains(&Issue::Failed(503)),
+            "worker {w}: {issues:?}"
+        );
+    }
+    for i in 0..20 {
+        assert!(
+            h.call(0, keys[0], Outcome::Failure),
+            "call {i}: the local breaker admits"
+        );
+    }
+    assert!(
+        refused(h.start(0, keys[0])).is_short_circuit(),
+        "worker 0 tripped on its own failures"
+    );
+    // Status reports the breaker that decides (the local one while the view is stale).
+    assert_eq!(h.phase(0, keys[0]), Phase::Open);
+    let s = h.snapshot(0, keys[0]);
+    assert!(s.open && !s.would_admit && s.phase == Phase::Open, "{s:?}");
+    assert_eq!(h.phase(1, keys[1]), Phase::Closed);
+    for w in 1..3 {
+        for _ in 0..5 {
+            assert!(
+                h.call(w, keys[w], Outcome::Success),
+                "worker {w}: its own breaker is closed"
+            );
+        }
+    }
+    // The store comes back: views converge (worker 0's counts trip the shared state).
+    h.store.down = None;
+    h.advance(12_000);
+    let views: Vec<(Phase, u32)> = (0..3)
+        .map(|w| {
+            let v = h.engines[w].shared_view(keys[w]).expect("a view");
+            (v.breaker.phase(), v.breaker.generation())
+        })
+        .collect();
+    assert!(views.iter().all(|v| *v == views[0]), "converged: {views:?}");
+    assert!(
+        views[0].1 >= 1,
+        "the outage's failures reached the shared state: {views:?}"
+    );
+    for w in 0..3 {
+        store_events(&mut h, w);
+    }
+    h.advance(3_000);
+    for w in 0..3 {
+        let issues = store_events(&mut h, w);
+        assert!(issues.is_empty(), "worker {w}: healthy again: {issues:?}");
+        assert!(h.engines[w].shared_view(keys[w]).is_some());
+    }
+}
+
+#[test]
+fn async_a_store_restarted_empty_converges() {
+    let mut h = Host::new(ASYNC, "{}");
+    let keys = h.keys("k");
+    h.advance(1_000);
+    async_trip(&mut h, &keys);
+    h.advance(2_000);
+    let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+    assert!(h.store.raw_get(&sk).is_some());
+    h.store.clear();
+    h.advance(3_000);
+    assert!(h.store.raw_get(&sk).is_some(), "the key was written again");
+    let views: Vec<(Phase, u32)> = (0..3)
+        .map(|w| {
+            let v = h.engines[w].shared_view(keys[w]).expect("a view");
+            (v.breaker.phase(), v.breaker.generation())
+        })
+        .collect();
+    assert!(views.iter().all(|v| *v == views[0]), "converged: {views:?}");
+    for w in 0..3 {
+        let v = h.engines[w].shared_view(keys[w]).unwrap();
+        assert_eq!(h.phase(w, keys[w]), v.breaker.phase());
+        assert!(
+            h.call(w, keys[w], Outcome::Success),
+            "worker {w} serves again"
+        );
+    }
+}
+
+#[test]
+fn no_delta_is_lost_while_the_store_is_up() {
+    let json = r#"{"metrics": {"rolling_window_ms": 60000, "rolling_buckets": 60}}"#;
+    for m in [
+        ASYNC,
+        Mode::Shared(Rules::Envoy, 4),
+        Mode::Shared(Rules::Kong, 4),
+    ] {
+        let mut h = Host::new(m, json);
+        let keys = h.keys("k");
+        let workers = m.workers();
+        let (mut ok, mut failed) = (0u32, 0u32);
+        let mut rng = Rng(99);
+        for step in 0..600 {
+            let w = step % workers;
+            let outcome = if rng.below(6) == 0 {
+                Outcome::Failure
+            } else {
+                Outcome::Success
+            };
+            assert!(h.call(w, keys[w], outcome), "{m:?} step {step}");
+            match outcome {
+                Outcome::Failure => failed += 1,
+                _ => ok += 1,
+            }
+            if rng.below(10) == 0 {
+                h.advance(100);
+            }
+            if rng.below(50) == 0 {
+                h.deliver();
+            }
+        }
+        h.advance(3_000);
+        let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+        let st = decode(h.store.raw_get(&sk).unwrap());
+        let c = st.window.counts_at(h.now);
+        assert_eq!(
+            (c.success, c.failure),
+            (ok, failed),
+            "{m:?}: every call counted once"
+        );
+        if m == ASYNC {
+            // Views refresh every sync interval (sync hosts read before each call).
+            for w in 0..workers {
+                let c = h.engines[w]
+                    .shared_view(keys[w])
+                    .unwrap()
+                    .window
+                    .counts_at(h.now);
+                assert_eq!(
+                    (c.success, c.failure),
+                    (ok, failed),
+                    "{m:?} worker {w}'s view"
+                );
+            }
+        }
+    }
+}
+
+// ---- regressions found by tests/flow_props.rs --------------------------------------------
+
+/// A worker holding a slot had a wake-up `flush_ms` after its last heartbeat that did
+/// nothing until `heartbeat_ms`: `next_deadline()` stayed in the past, so a host
+/// polling at it spun.
+#[test]
+fn holding_a_slot_does_not_keep_next_deadline_in_the_past() {
+    for m in SYNC {
+        let json = format!(r#"{{"bulkhead": {{"max_concurrent": 2}}, {NO_TIMEOUT}}}"#);
+        let mut h = Host::new(m, &json);
+        let k = h.key(0, "k");
+        let p = running(h.start(0, k));
+        for _ in 0..80 {
+            h.advance(100);
+            let d = h.engines[0]
+                .next_deadline()
+                .expect("a heartbeat is due some time");
+            assert!(
+                d > h.now,
+                "{m:?}: next_deadline {} ms in the past",
+                (h.now - d) / MS
+            );
+        }
+        h.complete(0, p, Outcome::Success);
+    }
+}
+
+/// Slots a worker keeps after its calls end (a reserve) were granted under the old
+/// `max_concurrent`; after the limit was lowered they were reused, exceeding it.
+#[test]
+fn a_lowered_limit_is_not_exceeded_with_reserved_slots() {
+    for m in SYNC {
+        let json = format!(r#"{{"bulkhead": {{"max_concurrent": 2}}, {NO_TIMEOUT}}}"#);
+        let mut h = Host::new(m, &json);
+        let keys = h.keys("k");
+        let a = running(h.start(0, keys[0]));
+        let b = running(h.start(1, keys[1]));
+        let mut cfg = h.engines[0].config(h.policy).unwrap().clone();
+        cfg.bulkhead.as_mut().unwrap().max_concurrent = 1;
+        for w in 0..4 {
+            let p = h.policy;
+            h.engines[w].set_policy(p, cfg.clone()).unwrap();
+            h.drive(w);
+        }
+        h.complete(1, b, Outcome::Success);
+        // Worker 1 still holds its slot, but worker 0's call uses the only one.
+        assert_eq!(
+            refused(h.start(1, keys[1])).event,
+            EventKind::SemaphoreRejected,
+            "{m:?}"
+        );
+        assert_eq!(
+            refused(h.start(2, keys[2])).event,
+            EventKind::SemaphoreRejected,
+            "{m:?}"
+        );
+        assert_eq!(h.in_flight(&keys), 1);
+        h.complete(0, a, Outcome::Success);
+        h.advance(200);
+        let p = running(h.start(2, keys[2]));
+        assert_eq!(
+            refused(h.start(0, keys[0])).event,
+            EventKind::SemaphoreRejected,
+            "{m:?}"
+        );
+        h.complete(2, p, Outcome::Success);
+    }
+}
+
+/// A reserve whose release was already due when the next call prepared: the read
+/// did not ask for a slot (the reserve looked usable), the same round trip released
+/// it, and the call was refused with the process below its limit.
+#[test]
+fn a_pending_release_does_not_refuse_a_call_the_process_has_room_for() {
+    for m in SYNC {
+        let json = format!(r#"{{"bulkhead": {{"max_concurrent": 2}}, {NO_TIMEOUT}}}"#);
+        let mut h = Host::new(m, &json);
+        let k = h.key(0, "k");
+        let a = running(h.start(0, k));
+        h.advance(300);
+        let b = running(h.start(0, k));
+        h.advance(300);
+        // B ends; a timer fires (the reserve's release is due) before the host gets
+        // to the store, then the next request arrives.
+        let now = h.now;
+        assert_eq!(
+            h.engines[0].complete(b, Outcome::Success, now, 0),
+            Completion::OnTime
+        );
+        while h.engines[0].poll(now, 0).is_some() {}
+        h.engines[0].prepare(k, now);
+        h.drive(0);
+        let c = running(h.engines[0].start(k, now, 0));
+        h.drive(0);
+        assert_eq!(h.engines[0].in_flight(k), Some(2), "{m:?}");
+        h.complete(0, a, Outcome::Success);
+        h.complete(0, c, Outcome::Success);
+    }
+}
+
+// ---- sizes ----------------------------------------------------------------------
+
+#[test]
+fn encoded_sizes_of_typical_states_are_small() {
+    let json = r#"{"bulkhead": {"max_concurrent": 20},
+                   "breaker": {"half_open": {"permitted_probes": 2, "success_threshold": 2}},
+                   "execution": {"timeout_enabled": false}}"#;
+    let mut h = Host::new(Mode::Shared(Rules::Envoy, 4), json);
+    let keys = h.keys("orders-service/v1/checkout");
+    // Closed, 10 busy buckets, every worker holding a slot.
+    let held: Vec<(usize, Permit)> = (0..4).map(|w| (w, running(h.start(w, keys[w])))).collect();
+    for s in 0..10 {
+        for w in 0..4 {
+            assert!(h.call(w, keys[w], Outcome::Success));
+            if s % 3 == 0 {
+                assert!(h.call(w, keys[w], Outcome::BadRequest));
+            }
+        }
+        assert!(h.call(s % 4, keys[s % 4], Outcome::Failure));
+        if s < 9 {
+            h.advance(1_000);
+        }
+    }
+    h.advance(100);
+    let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+    let closed = h.store.raw_get(&sk).unwrap().to_vec();
+    let st = decode(&closed);
+    assert_eq!(st.breaker.phase(), Phase::Closed);
+    let busy = st
+        .window
+        .0
+        .live_at(h.now)
+        .filter(|s| s.bucket != shared::Counts::default())
+        .count();
+    assert!(busy >= 9, "{busy} busy buckets");
+    assert_eq!(st.ledger.owners(), 4);
+    for (w, p) in held {
+        h.complete(w, p, Outcome::Success);
+    }
+    // Open.
+    for i in 0..60 {
+        let _ = h.call(i % 4, keys[i % 4], Outcome::Failure);
+    }
+    let open = h.store.raw_get(&sk).unwrap().to_vec();
+    assert_eq!(decode(&open).breaker.phase(), Phase::Open);
+    // Half-open with a probe out.
+    h.advance(5_000);
+    let probe = running(h.start(0, keys[0]));
+    let half = h.store.raw_get(&sk).unwrap().to_vec();
+    let st = decode(&half);
+    assert_eq!(st.breaker.phase(), Phase::HalfOpen);
+    assert_eq!(st.breaker.probes_issued(), 1);
+    println!(
+        "encoded state of {:?}: closed with {busy} busy buckets and 4 ledger owners {} B, open {} B, half-open with a probe {} B",
+        st.name,
+        closed.len(),
+        open.len(),
+        half.len()
+    );
+    for (what, len) in [
+        ("closed", closed.len()),
+        ("open", open.len()),
+        ("half-open", half.len()),
+    ] {
+        assert!(len < 400, "{what}: {len} bytes");
+    }
+    h.complete(0, probe, Outcome::Success);
+}
