@@ -1,7 +1,7 @@
 //! State shared by every VM of one harness: the simulated Envoy process (shared data,
 //! stats, logs), the plugin, clusters, the clock and the event bus.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -45,7 +45,7 @@ pub struct Process {
     pub shared: SharedStore,
     /// Stats behind metrics.
     pub stats: Stats,
-    logs: Mutex<Vec<LogRecord>>,
+    logs: Mutex<VecDeque<LogRecord>>,
     lifecycle: Mutex<Vec<LifecycleCall>>,
     /// 0: no echo; l + 1: echo level >= l.
     echo_level: AtomicU8,
@@ -80,13 +80,14 @@ impl Process {
         }
         let mut l = self.logs.lock().unwrap_or_else(|e| e.into_inner());
         if l.len() >= MAX_LOGS {
-            l.remove(0);
+            l.pop_front();
         }
-        l.push(rec);
+        l.push_back(rec);
     }
     /// Guest log lines so far.
     pub fn logs(&self) -> Vec<LogRecord> {
-        self.logs.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let l = self.logs.lock().unwrap_or_else(|e| e.into_inner());
+        l.iter().cloned().collect()
     }
     pub(crate) fn lifecycle_call(&self, c: LifecycleCall) {
         self.lifecycle

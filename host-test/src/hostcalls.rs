@@ -180,6 +180,7 @@ fn send_local_response(c: &mut C, a: [i32; 8]) -> HR<()> {
         return Ok(());
     };
     if s.local_reply.is_none() {
+        d.effects.insert(cur);
         let grpc = a[7] as u32;
         s.local_reply = Some(LocalReply {
             source: LocalReplySource::Filter,
@@ -451,6 +452,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         } else {
             s.continue_response = true;
         }
+        d.effects.insert(cur);
         // Envoy's Context::continueStream drops its request map/buffer pointers for
         // either stream type, at once.
         if strict {
@@ -468,6 +470,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         let cur = d.current;
         if let Some(s) = d.streams.get_mut(&cur) {
             s.close = true;
+            d.effects.insert(cur);
         }
         Ok(())
     });

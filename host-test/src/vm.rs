@@ -1,7 +1,7 @@
 //! The wasmtime side: module loading, the per-VM store state and one VM instance with
 //! typed handles to the proxy-wasm exports.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -183,6 +183,13 @@ pub(crate) struct StreamData {
     pub props: HashMap<Vec<u8>, Vec<u8>>,
 }
 
+impl StreamData {
+    /// A host call left an effect on this stream that the worker has not applied yet.
+    pub(crate) fn has_effect(&self) -> bool {
+        self.close || self.local_reply.is_some() || self.continue_request || self.continue_response
+    }
+}
+
 /// Stream info complete only at on_log.
 #[derive(Clone, Default)]
 pub(crate) struct FinalInfo {
@@ -251,6 +258,11 @@ pub struct VmState {
     /// The running callback switched the effective context (it may have acted on
     /// other streams).
     pub(crate) switched_context: bool,
+    /// Stream contexts on which a host call may have left an effect (`close`,
+    /// `local_reply`, `continue_*`) for the worker to apply: every stream with such a
+    /// flag set is in here (stale entries are pruned by the worker), so applying them
+    /// costs per flagged stream, not per live stream.
+    pub(crate) effects: BTreeSet<u32>,
 }
 
 impl VmState {
@@ -338,6 +350,7 @@ impl Vm {
             rng: Rng::new(seed),
             done_called: false,
             switched_context: false,
+            effects: BTreeSet::new(),
         };
         let mut store = Store::new(engine(), state);
         let inst = module

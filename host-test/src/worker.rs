@@ -3,7 +3,8 @@
 //! stream idle timeout), failure policy, ticks, callouts and queue notifications. Each
 //! worker lives on its own OS thread ([`WorkerThread`]).
 
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::ops::Bound;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -142,6 +143,9 @@ pub(crate) struct WorkerVm {
     no_filter: bool,
     rng: Rng,
     ctls: BTreeMap<u64, Box<Ctl>>,
+    /// (context id, stream id) of every stream in `ctls` that has a context: finds the
+    /// streams a VM's flagged contexts belong to without scanning all of them.
+    by_ctx: BTreeSet<(u32, u64)>,
     /// Keep full stream records (headers, bodies, callbacks) or summaries.
     full: bool,
     pumping: bool,
@@ -171,6 +175,7 @@ impl WorkerVm {
             no_filter: !filter,
             rng,
             ctls: BTreeMap::new(),
+            by_ctx: BTreeSet::new(),
             full,
             pumping: false,
         };
@@ -376,6 +381,7 @@ impl WorkerVm {
         let (ctx, created) = (ctl.ctx, ctl.ctx != 0);
         self.ctls.insert(id, ctl);
         if created {
+            self.by_ctx.insert((ctx, id));
             let root = self.root;
             if let Some(Err(e)) = self.vm.as_mut().map(|vm| vm.on_context_create(ctx, root)) {
                 return self.fail(e, Some(id));
@@ -1024,6 +1030,7 @@ impl WorkerVm {
         let Some(mut ctl) = self.ctls.remove(&id) else {
             return;
         };
+        self.by_ctx.remove(&(ctl.ctx, id));
         ctl.rec.end_ns = now;
         ctl.rec.code_details = ctl.details.clone();
         ctl.rec.response_flags = ctl.flags;
@@ -1072,18 +1079,25 @@ impl WorkerVm {
     /// Applies effects that callbacks left on other streams (local replies, continue,
     /// close via `proxy_set_effective_context`), right after the callback returned.
     /// `skip`: the stream whose own callback is being handled.
+    ///
+    /// Passes go over the streams in id order, again until one pass does nothing; only
+    /// streams whose context the VM has flagged (`VmState::effects`) are looked at, as
+    /// every other stream has nothing to apply.
     fn pump(&mut self, skip: Option<u64>) {
-        if self.pumping {
+        if self.pumping
+            || self
+                .vm
+                .as_ref()
+                .is_none_or(|vm| vm.store.data().effects.is_empty())
+        {
             return;
         }
         self.pumping = true;
         loop {
             let mut acted = false;
-            let ids: Vec<u64> = self.ctls.keys().copied().collect();
-            for id in ids {
-                if Some(id) == skip {
-                    continue;
-                }
+            let mut after = None;
+            while let Some(id) = self.next_flagged(after, skip) {
+                after = Some(id);
                 let Some(ctl) = self.ctls.get(&id) else {
                     continue;
                 };
@@ -1120,7 +1134,36 @@ impl WorkerVm {
                 break;
             }
         }
+        // Keep only the contexts that still carry an effect (bypassed streams, `skip`).
+        if let Some(vm) = self.vm.as_mut() {
+            let d = vm.store.data_mut();
+            let streams = &d.streams;
+            d.effects
+                .retain(|c| streams.get(c).is_some_and(|s| s.has_effect()));
+        }
         self.pumping = false;
+    }
+
+    /// The lowest stream id above `after` (other than `skip`) whose context the VM has
+    /// flagged.
+    fn next_flagged(&self, after: Option<u64>, skip: Option<u64>) -> Option<u64> {
+        let vm = self.vm.as_ref()?;
+        let mut best: Option<u64> = None;
+        for &ctx in &vm.store.data().effects {
+            let from = match after {
+                Some(a) => Bound::Excluded((ctx, a)),
+                None => Bound::Included((ctx, 0)),
+            };
+            let first = self
+                .by_ctx
+                .range((from, Bound::Included((ctx, u64::MAX))))
+                .map(|&(_, id)| id)
+                .find(|&id| Some(id) != skip);
+            if let Some(id) = first {
+                best = Some(best.map_or(id, |b| b.min(id)));
+            }
+        }
+        best
     }
 }
 
