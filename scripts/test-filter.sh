@@ -2,9 +2,9 @@
 # fusewire-proxy-wasm: builds the filter for wasm32-wasip1 and wasm32-unknown-unknown
 # with the root `wasm` profile, shrinks it with wasm-opt (npm package binaryen,
 # installed under target/npm), checks its size and imports, runs the unit tests, the
-# shared-state tests of the core, the filter-in-host-test integration tests (4 workers,
-# Envoy and Kong CAS modes), a short fuzz run of the state decoder, and the demo
-# scenario. Installs what it needs; idempotent.
+# filter-in-host-test integration tests (4 workers, Envoy and Kong CAS modes, Envoy's
+# strict header/property lifetimes), a short fuzz run of the shared-state decoder, and
+# the demo scenario. Installs what it needs; idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -14,9 +14,6 @@ bash proxy-wasm-filter/build.sh
 
 echo "== filter: unit tests"
 cargo test -p fusewire-proxy-wasm --lib
-echo "== filter: shared-state layer tests (core::shared)"
-cargo test -p fusewire-core --lib shared::
-
 echo "== filter: in the host harness (4 workers, Envoy + Kong CAS modes)"
 cargo test --release -p fusewire-proxy-wasm --test host
 

@@ -46,8 +46,42 @@ fn action(a: Action) -> u32 {
     }
 }
 
+fn stream<R: Default>(id: u32, f: impl FnOnce(&mut Stream) -> R) -> R {
+    with(|d| d.streams.get_mut(&id).map(|s| f(s)).unwrap_or_default())
+}
+
+/// The ABI marker export.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_abi_version_0_2_1() {}
+
+/// Host → guest buffers; freed by `host::take` with the same layout.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
+    let mut v: Vec<u8> = Vec::with_capacity(size);
+    let p = v.as_mut_ptr();
+    std::mem::forget(v);
+    p
+}
+
+#[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
+extern "C" {
+    fn __wasm_call_ctors();
+}
+
+/// The reactor start function.
+#[cfg(target_arch = "wasm32")]
+#[no_mangle]
+pub extern "C" fn _initialize() {
+    #[cfg(target_os = "wasi")]
+    // SAFETY: runs the module's static constructors once, as wasi reactors must.
+    unsafe {
+        __wasm_call_ctors();
+    }
+}
+
 /// A new root context (parent 0) or a stream of root `parent`.
-pub fn context_create(id: u32, parent: u32) {
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_context_create(id: u32, parent: u32) {
     with(|d| {
         if parent == 0 {
             if root(d, id).is_none() {
@@ -60,158 +94,62 @@ pub fn context_create(id: u32, parent: u32) {
 }
 
 /// `proxy_on_vm_start`.
-pub fn vm_start(id: u32, size: usize) -> bool {
-    with(|d| root(d, id).is_some_and(|r| r.on_vm_start(size)))
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_vm_start(id: u32, size: usize) -> u32 {
+    with(|d| root(d, id).is_some_and(|r| r.on_vm_start(size))) as u32
 }
 
 /// `proxy_on_configure`.
-pub fn configure(id: u32, size: usize) -> bool {
-    with(|d| root(d, id).is_some_and(|r| r.on_configure(size)))
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_configure(id: u32, size: usize) -> u32 {
+    with(|d| root(d, id).is_some_and(|r| r.on_configure(size))) as u32
 }
 
 /// `proxy_on_tick`.
-pub fn tick(id: u32) {
-    with(|d| {
-        if let Some(r) = root(d, id) {
-            r.on_tick();
-        }
-    });
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_tick(id: u32) {
+    with(|d| root(d, id).map(Root::on_tick));
 }
 
 /// `proxy_on_request_headers`.
-pub fn request_headers(id: u32, n: usize, eos: bool) -> u32 {
-    with(|d| {
-        d.streams
-            .get_mut(&id)
-            .map_or(0, |s| action(s.on_http_request_headers(n, eos)))
-    })
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_request_headers(id: u32, n: usize, eos: u32) -> u32 {
+    stream(id, |s| action(s.on_http_request_headers(n, eos != 0)))
 }
 
 /// `proxy_on_response_headers`.
-pub fn response_headers(id: u32, n: usize, eos: bool) -> u32 {
-    with(|d| {
-        d.streams
-            .get_mut(&id)
-            .map_or(0, |s| action(s.on_http_response_headers(n, eos)))
-    })
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_response_headers(id: u32, n: usize, eos: u32) -> u32 {
+    stream(id, |s| action(s.on_http_response_headers(n, eos != 0)))
 }
 
 /// `proxy_on_response_trailers`.
-pub fn response_trailers(id: u32, n: usize) -> u32 {
-    with(|d| {
-        d.streams
-            .get_mut(&id)
-            .map_or(0, |s| action(s.on_http_response_trailers(n)))
-    })
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_response_trailers(id: u32, n: usize) -> u32 {
+    stream(id, |s| action(s.on_http_response_trailers(n)))
 }
 
 /// `proxy_on_log`.
-pub fn log(id: u32) {
-    with(|d| {
-        if let Some(s) = d.streams.get_mut(&id) {
-            s.on_log();
-        }
-    });
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_log(id: u32) {
+    stream(id, Stream::on_log);
 }
 
-/// `proxy_on_done` (Envoy ignores its return value; the export returns 1).
-pub fn done(id: u32) {
-    with(|d| {
-        if let Some(s) = d.streams.get_mut(&id) {
-            s.on_done();
-        }
-    });
+/// `proxy_on_done` (Envoy ignores its return value).
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_done(id: u32) -> u32 {
+    stream(id, |s| s.on_done());
+    1
 }
 
 /// `proxy_on_delete`: drops the context (a stream releases anything still held).
-pub fn delete(id: u32) {
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_delete(id: u32) {
     let stream = with(|d| {
         d.roots.retain(|(i, _)| *i != id);
         d.streams.remove(&id)
     });
     drop(stream);
-}
-
-#[cfg(target_arch = "wasm32")]
-mod exports {
-    use super::*;
-
-    #[no_mangle]
-    pub extern "C" fn proxy_abi_version_0_2_1() {}
-
-    /// Host → guest buffers; freed by `host::take` with the same layout.
-    #[no_mangle]
-    pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
-        let mut v: Vec<u8> = Vec::with_capacity(size);
-        let p = v.as_mut_ptr();
-        std::mem::forget(v);
-        p
-    }
-
-    #[cfg(target_os = "wasi")]
-    extern "C" {
-        fn __wasm_call_ctors();
-    }
-
-    #[no_mangle]
-    pub extern "C" fn _initialize() {
-        #[cfg(target_os = "wasi")]
-        // SAFETY: runs the module's static constructors once, as wasi reactors must.
-        unsafe {
-            __wasm_call_ctors();
-        }
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_context_create(id: u32, parent: u32) {
-        context_create(id, parent);
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_vm_start(id: u32, size: usize) -> u32 {
-        vm_start(id, size) as u32
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_configure(id: u32, size: usize) -> u32 {
-        configure(id, size) as u32
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_tick(id: u32) {
-        tick(id);
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_request_headers(id: u32, n: usize, eos: u32) -> u32 {
-        request_headers(id, n, eos != 0)
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_response_headers(id: u32, n: usize, eos: u32) -> u32 {
-        response_headers(id, n, eos != 0)
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_response_trailers(id: u32, n: usize) -> u32 {
-        response_trailers(id, n)
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_log(id: u32) {
-        log(id);
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_done(id: u32) -> u32 {
-        done(id);
-        1
-    }
-
-    #[no_mangle]
-    pub extern "C" fn proxy_on_delete(id: u32) {
-        delete(id);
-    }
 }
 
 #[cfg(test)]
@@ -220,23 +158,27 @@ mod tests {
 
     #[test]
     fn unknown_ids_are_ignored() {
-        context_create(5, 99); // stream of an unknown root
-        assert_eq!(request_headers(5, 0, false), 0);
-        assert!(!vm_start(7, 0));
-        assert!(!configure(7, 0));
-        tick(7);
-        log(42);
-        done(42);
-        delete(42);
-        context_create(1, 0);
-        assert!(vm_start(1, 0));
-        context_create(2, 1);
+        proxy_on_context_create(5, 99); // stream of an unknown root
+        assert_eq!(proxy_on_request_headers(5, 0, 0), 0);
+        assert_eq!(proxy_on_vm_start(7, 0), 0);
+        assert_eq!(proxy_on_configure(7, 0), 0);
+        proxy_on_tick(7);
+        proxy_on_log(42);
+        proxy_on_done(42);
+        proxy_on_delete(42);
+        proxy_on_context_create(1, 0);
+        assert_eq!(proxy_on_vm_start(1, 0), 1);
+        proxy_on_context_create(2, 1);
         // Off wasm32 the host calls report UNIMPLEMENTED: no config, no policies.
-        assert_eq!(request_headers(2, 3, false), 0);
-        assert_eq!(response_headers(2, 3, false), 0);
-        log(2);
-        done(2);
-        delete(2);
-        delete(1);
+        assert_eq!(proxy_on_request_headers(2, 3, 0), 0);
+        assert_eq!(proxy_on_response_headers(2, 3, 0), 0);
+        proxy_on_log(2);
+        proxy_on_done(2);
+        proxy_on_delete(2);
+        proxy_on_delete(1);
+        assert!(
+            with(|d| d.roots.is_empty() && d.streams.is_empty()),
+            "both contexts dropped"
+        );
     }
 }

@@ -29,32 +29,21 @@ fn d_tick_ms() -> u64 {
     100
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 struct RawPolicy {
-    #[serde(default)]
     name: String,
-    #[serde(rename = "match", default)]
+    #[serde(rename = "match")]
     matcher: RawMatch,
-    #[serde(default)]
     key: Option<String>,
-    #[serde(default)]
     keys: KeysConfig,
-    #[serde(default)]
     breaker: BreakerConfig,
-    #[serde(default)]
     metrics: MetricsConfig,
-    #[serde(default)]
     execution: ExecutionConfig,
-    #[serde(default)]
     timeout: TimeoutMode,
-    #[serde(default)]
     bulkhead: Option<BulkheadConfig>,
-    #[serde(default)]
     failure: RawFailure,
-    #[serde(default)]
     bad_request: RawBadRequest,
-    #[serde(default)]
     fallback: RawFallback,
 }
 
@@ -424,6 +413,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         execution: p.execution,
         bulkhead: p.bulkhead,
         keys: p.keys,
+        ..Config::default()
     };
     core.validate().map_err(|e| err(at(&e.path), e.reason))?;
     if p.timeout == TimeoutMode::Route {

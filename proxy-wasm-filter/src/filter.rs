@@ -304,9 +304,9 @@ impl Worker {
                     host::log(
                         Level::Info,
                         &format!(
-                            "fusewire: breaker {name:?} {} ({:?})",
+                            "fusewire: breaker {name:?} {} ({})",
                             t.to.name(),
-                            t.reason
+                            t.reason.name()
                         ),
                     );
                 }
@@ -322,7 +322,7 @@ impl Worker {
                     .unwrap_or("?");
                 host::log(
                     Level::Warn,
-                    &format!("fusewire: key {name:?}: shared data: {issue:?}"),
+                    &format!("fusewire: key {name:?}: shared data: {issue}"),
                 );
             }
         }

@@ -567,7 +567,7 @@ fn corrupt_shared_state_is_logged_and_reset() {
     assert!(
         h.logs()
             .iter()
-            .any(|l| l.message.contains("Invalid(Checksum)")),
+            .any(|l| l.message.contains("unreadable state")),
         "{:?}",
         h.logs()
     );
@@ -790,4 +790,68 @@ fn bulkhead_queue_waits_for_a_slot_and_rejects_after_max_wait() {
         assert_eq!(concurrency(&recs), 2, "{cas:?}");
         assert_eq!(in_flight(&h, "svc"), 0, "{cas:?}");
     });
+}
+
+/// Envoy answers gRPC in three shapes (`source/common/http/utility.cc`
+/// `sendLocalReply`, `source/common/router/router.cc`): `grpc-status` in the response
+/// trailers, a trailers-only reply (status 200, `grpc-status` in the headers; the
+/// router's replies to timeouts and resets), or no response. Each is classified as
+/// configured, and a gRPC route timeout counts as TIMEOUT, not FAILURE.
+#[test]
+fn grpc_is_classified_in_every_shape() {
+    let json = config(None).replace("\"path_prefix\": \"/api\"", "\"path_prefix\": \"/\"");
+    let cases: Vec<(&str, UpstreamReply, &str)> = vec![
+        ("trailers OK", UpstreamReply::grpc(0), "success"),
+        ("trailers UNAVAILABLE", UpstreamReply::grpc(14), "failure"),
+        ("trailers NOT_FOUND", UpstreamReply::grpc(5), "success"),
+        ("trailers-only INTERNAL", UpstreamReply::grpc_trailers_only(13), "failure"),
+        ("upstream reset", UpstreamReply::reset_with(ResetReason::ConnectionFailure), "failure"),
+        ("route timeout", UpstreamReply::hang(), "timeout"),
+    ];
+    for (what, reply, counter_name) in cases {
+        let mut h = harness_with(None, CasMode::Envoy, &json, 300);
+        let r = h.request(0, Request::grpc("/pkg.Svc/Call"), reply);
+        assert!(r.sent_upstream, "{what}");
+        settle(&mut h);
+        assert_eq!(
+            counter(&h, &format!("fusewire.svc.{counter_name}")),
+            1,
+            "{what}: counted as {counter_name}; response {:?} / {:?}",
+            r.response_status,
+            r.grpc_status()
+        );
+        let others = ["success", "failure", "timeout", "bad_request"]
+            .iter()
+            .filter(|c| **c != counter_name)
+            .map(|c| counter(&h, &format!("fusewire.svc.{c}")))
+            .sum::<u64>();
+        assert_eq!(others, 0, "{what}: counted once");
+    }
+}
+
+/// A gRPC fallback is trailers-only with the policy's explicit status
+/// (`fallback.grpc_status`, `fallback.timeout_grpc_status`).
+#[test]
+fn grpc_fallbacks_carry_the_policy_status() {
+    let json = BASE.replace(
+        "BULKHEAD",
+        r#""execution": {"timeout_ms": 200}, "timeout": "tick","#,
+    )
+    .replace(
+        "\"fallback\": {",
+        "\"fallback\": {\"grpc_status\": \"RESOURCE_EXHAUSTED\", \"timeout_grpc_status\": 4, ",
+    )
+    .replace("\"path_prefix\": \"/api\"", "\"path_prefix\": \"/\"");
+    let mut h = harness(CasMode::Envoy, &json);
+    let r = h.request(0, Request::grpc("/pkg.Svc/Slow"), UpstreamReply::grpc(0).after_ms(1_000));
+    assert_eq!(r.response_status, Some(200), "trailers-only: {r:?}");
+    assert_eq!(r.grpc_status(), Some(4), "timeout → DEADLINE_EXCEEDED");
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
+    for i in 0..20 {
+        h.request(i % 4, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(14));
+    }
+    let r = h.request(1, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(0));
+    assert!(!r.sent_upstream);
+    assert_eq!(r.grpc_status(), Some(8), "short-circuit → RESOURCE_EXHAUSTED");
+    assert_eq!(r.response_header("content-type").as_deref(), Some("application/grpc"));
 }
