@@ -1,11 +1,17 @@
 //! Hot-path benchmarks, with the `recloser` and `failsafe` crates doing the
-//! equivalent work in the same run. Also prints memory per key.
+//! equivalent work in the same run; the request cache and the collapser. Also prints
+//! memory per key and the cache index memory for 1 000 000 keys under a 10 000 limit.
 //!
 //! Run: `cargo bench -p fusewire-core --bench hot_paths`
 
 use criterion::Criterion;
+use fusewire_core::cache::{Lookup, ScopeId};
+use fusewire_core::collapser::{self, Add};
 use fusewire_core::shared::memory::{MemoryStore, Rules};
-use fusewire_core::{CircuitBreaker, Config, Engine, Outcome, SharedConfig, Start};
+use fusewire_core::{
+    CacheConfig, CircuitBreaker, Collapser, CollapserConfig, Config, Engine, Outcome, RequestCache,
+    SharedConfig, Start,
+};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -195,7 +201,143 @@ fn queries(c: &mut Criterion) {
     g.finish();
 }
 
+/// A 24-byte key (think `GET host/path?id=N`), distinct per `i`.
+fn cache_key(i: u64) -> [u8; 24] {
+    let mut k = *b"GET /users?id=\0\0\0\0\0\0\0\0\0\0";
+    k[14..22].copy_from_slice(&i.to_le_bytes());
+    k
+}
+
+fn cache_config() -> CacheConfig {
+    CacheConfig {
+        max_entries: 10_000,
+        ttl_ms: 0,
+        ..CacheConfig::default()
+    }
+}
+
+/// Lead + fill of a new key, draining the events (evictions at the bound).
+fn cache_insert(c: &mut RequestCache, i: u64) {
+    if let Lookup::Lead(l) = c.lookup(ScopeId::GLOBAL, &cache_key(i), i) {
+        black_box(c.fill(l, 256, i));
+    }
+    while let Some(ev) = c.poll(i) {
+        black_box(ev);
+    }
+}
+
+fn cache(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cache");
+    g.bench_function("lookup_hit", |b| {
+        let mut cache = RequestCache::new(cache_config(), 7).expect("valid");
+        let keys: Vec<[u8; 24]> = (0..10_000).map(cache_key).collect();
+        for i in 0..10_000 {
+            cache_insert(&mut cache, i);
+        }
+        // Cycles through all 10 000 keys: the index (~2 MB) does not fit in L1/L2.
+        let mut i = 0usize;
+        b.iter(|| {
+            i += 1;
+            if i == keys.len() {
+                i = 0;
+            }
+            black_box(cache.lookup(ScopeId::GLOBAL, black_box(&keys[i]), 0))
+        })
+    });
+    g.bench_function("lookup_hit_one_hot_key", |b| {
+        // The code path alone: the same entry, in cache.
+        let mut cache = RequestCache::new(cache_config(), 7).expect("valid");
+        for i in 0..10_000 {
+            cache_insert(&mut cache, i);
+        }
+        let key = cache_key(42);
+        b.iter(|| black_box(cache.lookup(ScopeId::GLOBAL, black_box(&key), 0)))
+    });
+    g.bench_function("lookup_miss_insert_evict", |b| {
+        // At the 10 000-entry bound: every insert evicts one entry (SIEVE) and
+        // reports it.
+        let mut cache = RequestCache::new(cache_config(), 7).expect("valid");
+        let mut i = 0u64;
+        while i < 20_000 {
+            cache_insert(&mut cache, i);
+            i += 1;
+        }
+        b.iter(|| {
+            i += 1;
+            cache_insert(&mut cache, i);
+        })
+    });
+    g.bench_function("dedup_leader_plus_9_followers", |b| {
+        // One flight shared by ten callers: a lead, nine waits, a fill, nine Ready
+        // events, then a TTL-free entry dropped by invalidate (per iteration).
+        let mut cache = RequestCache::new(cache_config(), 7).expect("valid");
+        let key = cache_key(1);
+        b.iter(|| {
+            let Lookup::Lead(l) = cache.lookup(ScopeId::GLOBAL, &key, 0) else {
+                panic!("lead")
+            };
+            for _ in 0..9 {
+                let _ = black_box(cache.lookup(ScopeId::GLOBAL, &key, 0));
+            }
+            black_box(cache.fill(l, 256, 0));
+            cache.invalidate(ScopeId::GLOBAL, &key, 0);
+            while let Some(ev) = cache.poll(0) {
+                black_box(ev);
+            }
+        })
+    });
+    g.finish();
+}
+
+fn collapser(c: &mut Criterion) {
+    let mut g = c.benchmark_group("collapser");
+    for size in [10u32, 100] {
+        g.bench_function(format!("add_flush_complete_per_item_batch_{size}"), |b| {
+            // One iteration = one item: add it; when its batch is full, poll the batch
+            // and map every result back (amortised per item).
+            let cfg = CollapserConfig {
+                max_batch_size: size,
+                ..CollapserConfig::default()
+            };
+            let mut col = Collapser::new(cfg, 7).expect("valid");
+            let mut now = 0u64;
+            b.iter(|| {
+                now += 1_000;
+                if let Add::Full(_) = col.add(collapser::ScopeId::GLOBAL, b"GetUsers", now) {
+                    while let Some(batch) = col.poll(now) {
+                        for i in 0..col.items(batch).len() as u32 {
+                            black_box(col.complete_item(batch, i, true));
+                        }
+                    }
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+fn cache_memory() {
+    let mut cache = RequestCache::new(cache_config(), 7).expect("valid");
+    let mut peak = 0;
+    for i in 0..1_000_000u64 {
+        cache_insert(&mut cache, i);
+        if i % 65_536 == 0 {
+            peak = cache.memory_bytes().max(peak);
+        }
+    }
+    let st = cache.stats();
+    println!(
+        "cache: 1 000 000 distinct 24-byte keys under max_entries 10 000: {} entries, index memory {} bytes peak {} ({} B/entry); host payload bytes counted {}",
+        st.entries,
+        cache.memory_bytes(),
+        peak.max(cache.memory_bytes()),
+        cache.memory_bytes() / st.entries.max(1) as usize,
+        st.bytes
+    );
+}
+
 fn main() {
+    cache_memory();
     let cb = filled_breaker();
     println!(
         "memory per key (breaker state + window + histograms): {} bytes (target <= 4096)",
@@ -211,5 +353,7 @@ fn main() {
     open_path(&mut c);
     engine_path(&mut c);
     queries(&mut c);
+    cache(&mut c);
+    collapser(&mut c);
     c.final_summary();
 }

@@ -8,7 +8,9 @@
 //! the core's [`crate::Window`] or the shared counters-only window) and the host's
 //! `now` (ns) — and, where a decision is random, an injected `rand: u64`.
 
-use crate::config::{BreakerConfig, BreakerMode, OpenConfig, OpenSchedule, MAX_PROBES};
+use crate::config::{
+    BreakerConfig, BreakerMode, Comparison, Denominator, OpenConfig, OpenSchedule, MAX_PROBES,
+};
 use crate::event::{EventKind, Outcome};
 use crate::time::{elapsed, ms_to_ns, unit_f64, Nanos};
 use crate::window::{Health, HealthSnapshot};
@@ -60,6 +62,23 @@ pub enum TransitionReason {
     Forced,
     /// Another worker made it; this worker saw it in the shared store.
     Observed,
+}
+
+impl TransitionReason {
+    /// Snake-case name, e.g. `error_percentage`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TransitionReason::ErrorPercentage => "error_percentage",
+            TransitionReason::ConsecutiveFailures => "consecutive_failures",
+            TransitionReason::SlowCallRate => "slow_call_rate",
+            TransitionReason::OpenElapsed => "open_elapsed",
+            TransitionReason::ProbesSucceeded => "probes_succeeded",
+            TransitionReason::ProbeFailed => "probe_failed",
+            TransitionReason::ProbeLeaseExpired => "probe_lease_expired",
+            TransitionReason::Forced => "forced",
+            TransitionReason::Observed => "observed",
+        }
+    }
 }
 
 /// One state change.
@@ -180,6 +199,9 @@ pub struct BreakerState {
     ramp_started_at: Option<Nanos>,
     /// Calls the breaker would have rejected in `metrics_only` mode.
     shadow_rejections: u64,
+    /// End of the warm-up (`breaker.warm_up_ms` after the key was created): no trip
+    /// before it. `None` once over, or when there is none.
+    warm_until: Option<Nanos>,
 }
 
 /// Probe leases on the wire: only the prefix up to the last held lease, as a
@@ -264,12 +286,26 @@ pub fn trip_reason(
         return Some(TransitionReason::ConsecutiveFailures);
     }
     let ep = &cfg.error_percentage;
-    if ep.enabled
-        && h.total >= u64::from(ep.request_volume_threshold)
-        && h.total > 0
-        && h.error_percentage >= ep.threshold_percentage
-    {
-        return Some(TransitionReason::ErrorPercentage);
+    if ep.enabled {
+        let (calls, pct) = match ep.denominator {
+            Denominator::Total => (h.total, h.error_percentage),
+            Denominator::AllCalls => {
+                let calls = h.calls.saturating_add(h.running);
+                let pct = if calls == 0 {
+                    0.0
+                } else {
+                    h.errors as f64 * 100.0 / calls as f64
+                };
+                (calls, pct)
+            }
+        };
+        let reached = match ep.comparison {
+            Comparison::AtOrAbove => pct >= ep.threshold_percentage,
+            Comparison::Above => pct > ep.threshold_percentage,
+        };
+        if calls >= u64::from(ep.request_volume_threshold) && calls > 0 && reached {
+            return Some(TransitionReason::ErrorPercentage);
+        }
     }
     let sc = &cfg.slow_call;
     if sc.enabled
@@ -352,6 +388,7 @@ impl BreakerState {
             probe_successes: 0,
             ramp_started_at: None,
             shadow_rejections: 0,
+            warm_until: None,
         }
     }
 
@@ -434,6 +471,18 @@ impl BreakerState {
         self.shadow_rejections
     }
 
+    /// Starts the warm-up of a new key at `now` (`breaker.warm_up_ms`; 0: none): no
+    /// trip rule opens the breaker before it is over.
+    pub fn start_warm_up(&mut self, cfg: &BreakerConfig, now: Nanos) {
+        self.warm_until =
+            (cfg.warm_up_ms > 0).then(|| now.saturating_add(ms_to_ns(cfg.warm_up_ms)));
+    }
+
+    /// Whether the warm-up is still running at `now`.
+    pub fn warming_up(&self, now: Nanos) -> bool {
+        self.warm_until.is_some_and(|until| now < until)
+    }
+
     /// The next time `poll` has work: end of the open period or the earliest
     /// probe-lease deadline.
     pub fn next_deadline(&self) -> Option<Nanos> {
@@ -476,10 +525,12 @@ impl BreakerState {
         t
     }
 
-    fn close(&mut self, window: &mut impl Health, now: Nanos) -> Transition {
+    fn close(&mut self, cfg: &BreakerConfig, window: &mut impl Health, now: Nanos) -> Transition {
         let t = self.transition(Phase::Closed, now, TransitionReason::ProbesSucceeded);
         self.open_step = 0;
-        window.reset_counts();
+        if cfg.half_open.reset_window_on_close {
+            window.reset_counts();
+        }
         self.ramp_started_at = Some(now);
         t
     }
@@ -692,7 +743,7 @@ impl BreakerState {
                 }
                 self.probe_successes = self.probe_successes.saturating_add(1);
                 if self.probe_successes >= cfg.half_open.success_threshold {
-                    return Some(self.close(window, now));
+                    return Some(self.close(cfg, window, now));
                 }
                 None
             }
@@ -710,6 +761,12 @@ impl BreakerState {
     ) -> Option<Transition> {
         if self.phase != Phase::Closed || !state_machine_runs(cfg.mode) {
             return None;
+        }
+        if let Some(until) = self.warm_until {
+            if now < until {
+                return None;
+            }
+            self.warm_until = None;
         }
         let h = window.health(now);
         let reason = trip_reason(cfg, self.consecutive_failures, &h)?;
@@ -733,7 +790,7 @@ impl BreakerState {
         Some(match to {
             Phase::Open => self.open(cfg, now, rand, TransitionReason::Forced),
             Phase::Closed => {
-                let mut t = self.close(window, now);
+                let mut t = self.close(cfg, window, now);
                 t.reason = TransitionReason::Forced;
                 self.ramp_started_at = None;
                 t

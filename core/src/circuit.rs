@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::event::{EventKind, Outcome, EVENT_KINDS};
 use crate::histogram::Percentiles;
 use crate::time::{ms_to_ns, Nanos};
-use crate::window::{HealthSnapshot, Window};
+use crate::window::{Health, HealthSnapshot, Window};
 
 /// Everything a dashboard shows for one key, at one instant (times in ns).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -51,8 +51,10 @@ pub struct Circuit {
 impl Circuit {
     /// A closed breaker with an empty window at `now`.
     pub fn new(config: &Config, now: Nanos) -> Self {
+        let mut state = BreakerState::new();
+        state.start_warm_up(&config.breaker, now);
         Circuit {
-            state: BreakerState::new(),
+            state,
             window: Window::new(&config.metrics, now),
         }
     }
@@ -91,8 +93,13 @@ impl Circuit {
         rand: u64,
     ) -> Option<Transition> {
         self.record_metrics(config, pass.started_at(), outcome, concurrency, now);
+        // The other calls still running count for the `all_calls` denominator.
+        let mut window = Running {
+            window: &mut self.window,
+            running: concurrency.saturating_sub(1),
+        };
         self.state
-            .on_result(&config.breaker, &mut self.window, pass, outcome, now, rand)
+            .on_result(&config.breaker, &mut window, pass, outcome, now, rand)
     }
 
     /// Counts a call's outcome in the window only (the breaker is decided elsewhere,
@@ -117,17 +124,23 @@ impl Circuit {
     }
 
     /// Records a bulkhead rejection (`SEMAPHORE_REJECTED` / `THREAD_POOL_REJECTED`):
-    /// it counts as an error, so the trip rules run.
+    /// it counts as an error, so the trip rules run. `running`: calls of the key still
+    /// running (the `all_calls` denominator counts them).
     pub fn record_rejection(
         &mut self,
         config: &Config,
         kind: EventKind,
+        running: u32,
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
         self.window.record(kind, now);
+        let mut window = Running {
+            window: &mut self.window,
+            running,
+        };
         self.state
-            .check_trip(&config.breaker, &mut self.window, now, rand)
+            .check_trip(&config.breaker, &mut window, now, rand)
     }
 
     /// Counts an event that is not a call outcome (fallback results, cache hits,
@@ -181,6 +194,27 @@ impl Circuit {
     /// Bytes per key: breaker state + window + histograms.
     pub fn memory_bytes(&self) -> usize {
         core::mem::size_of::<BreakerState>() + self.window.memory_bytes()
+    }
+}
+
+/// The window as the trip rules see it with the calls still running (opossum counts
+/// a call when it starts, so its error percentage is taken over those too).
+struct Running<'a> {
+    window: &'a mut Window,
+    running: u32,
+}
+
+impl Health for Running<'_> {
+    #[inline(always)]
+    fn health(&mut self, now: Nanos) -> HealthSnapshot {
+        let mut h = self.window.health(now);
+        h.running = u64::from(self.running);
+        h
+    }
+
+    #[inline(always)]
+    fn reset_counts(&mut self) {
+        self.window.reset_counts();
     }
 }
 
@@ -289,7 +323,9 @@ impl CircuitBreaker {
     pub fn record_event(&mut self, kind: EventKind, now: Nanos, rand: u64) -> Option<Transition> {
         let t = match kind {
             EventKind::SemaphoreRejected | EventKind::ThreadPoolRejected => {
-                self.circuit.record_rejection(&self.config, kind, now, rand)
+                let running = self.in_flight();
+                self.circuit
+                    .record_rejection(&self.config, kind, running, now, rand)
             }
             _ => {
                 self.circuit.record_event(kind, now);

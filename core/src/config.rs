@@ -28,6 +28,10 @@ pub struct Config {
     pub bulkhead: Option<BulkheadConfig>,
     /// How many keys the policy may track and when idle ones expire.
     pub keys: KeysConfig,
+    /// Request cache (`crate::cache`); absent (`null`) = no cache.
+    pub cache: Option<CacheConfig>,
+    /// Request collapser (`crate::collapser`); absent (`null`) = no collapsing.
+    pub collapser: Option<CollapserConfig>,
 }
 
 /// How the breaker behaves overall.
@@ -70,19 +74,29 @@ pub struct BreakerConfig {
     pub half_open: HalfOpenConfig,
     /// Ramp after closing.
     pub slow_start: SlowStartConfig,
+    /// No trip rule opens the breaker during the first `warm_up_ms` after a key is
+    /// created (opossum's `allowWarmUp`, which warms up for one rolling window);
+    /// 0 = no warm-up.
+    pub warm_up_ms: u64,
 }
 
-/// Trip when `total >= request_volume_threshold` and `error % >= threshold_percentage`.
-/// errors = failure + timeout + rejections; short-circuits are not counted.
+/// Trip when `calls >= request_volume_threshold` and `errors / calls * 100` reaches
+/// `threshold_percentage` (`comparison`), where `calls` is the `denominator`.
+/// errors = failure + timeout + rejections; short-circuits are never errors.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ErrorPercentageConfig {
     /// Whether the rule is active.
     pub enabled: bool,
-    /// Minimum calls in the rolling window before the rule may trip.
+    /// Minimum calls (counted as `denominator` says) in the rolling window before the
+    /// rule may trip.
     pub request_volume_threshold: u32,
-    /// Error percentage (0..=100) at or above which the breaker trips.
+    /// Error percentage (0..=100) the rule compares against.
     pub threshold_percentage: f64,
+    /// What the percentage is taken of: `total` (Hystrix) or `all_calls` (opossum).
+    pub denominator: Denominator,
+    /// `at_or_above` (Hystrix: trip at `>=`) or `above` (opossum: trip at `>`).
+    pub comparison: Comparison,
 }
 
 impl Default for ErrorPercentageConfig {
@@ -91,8 +105,33 @@ impl Default for ErrorPercentageConfig {
             enabled: true,
             request_volume_threshold: 20,
             threshold_percentage: 50.0,
+            denominator: Denominator::Total,
+            comparison: Comparison::AtOrAbove,
         }
     }
+}
+
+/// The calls an error percentage (and its volume threshold) is taken over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Denominator {
+    /// Hystrix's total: success + failure + timeout + bulkhead rejections.
+    #[default]
+    Total,
+    /// Every call the breaker saw (opossum's `fires`): also short-circuited calls,
+    /// bad requests, cache hits, collapsed calls, and calls still running.
+    AllCalls,
+}
+
+/// How the error percentage is compared with `threshold_percentage`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Comparison {
+    /// Trip at or above the threshold (Hystrix).
+    #[default]
+    AtOrAbove,
+    /// Trip strictly above the threshold (opossum).
+    Above,
 }
 
 /// Trip after `threshold` consecutive failures (failure or timeout).
@@ -214,6 +253,9 @@ pub struct HalfOpenConfig {
     pub success_threshold: u32,
     /// A probe with no result after this long counts as failed (lease deadline).
     pub probe_timeout_ms: u64,
+    /// Whether closing (probes succeeded, or a forced close) forgets the rolling
+    /// health counts (Hystrix: yes; opossum keeps its window, so `false`).
+    pub reset_window_on_close: bool,
 }
 
 impl Default for HalfOpenConfig {
@@ -222,6 +264,7 @@ impl Default for HalfOpenConfig {
             permitted_probes: 1,
             success_threshold: 1,
             probe_timeout_ms: 5_000,
+            reset_window_on_close: true,
         }
     }
 }
@@ -358,6 +401,176 @@ impl Default for KeysConfig {
             max_keys: 100,
             idle_ms: 600_000,
         }
+    }
+}
+
+/// What the followers of a failed leader get (request cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaderFailure {
+    /// Every follower gets the leader's failure (Hystrix: concurrent callers share
+    /// the in-flight result, whatever it is).
+    #[default]
+    FailFollowers,
+    /// The first follower becomes the leader and runs the call again; the others
+    /// keep waiting.
+    Promote,
+}
+
+/// The request cache of a policy (see `crate::cache` for the semantics).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Entries at most, in-flight keys included (default 10 000).
+    pub max_entries: u32,
+    /// Bytes at most: key bytes plus the payload sizes the host reports (default
+    /// 16 MiB).
+    pub max_bytes: u64,
+    /// How long a stored result is served (default 60 000 ms); 0 = until evicted,
+    /// invalidated or its scope closes (Hystrix's request cache, opossum's
+    /// `cacheTTL: 0`).
+    pub ttl_ms: u64,
+    /// Whether failures are stored too (default false: only successes are).
+    pub cache_failures: bool,
+    /// How long a stored failure is served (default 1 000 ms).
+    pub failure_ttl_ms: u64,
+    /// Followers of a failed leader: `fail_followers` (default) or `promote`.
+    pub on_leader_failure: LeaderFailure,
+    /// Followers per in-flight key (default 1 000); 0 turns de-duplication off.
+    pub max_waiters: u32,
+    /// A flight running longer than this abandons its followers (default 10 000 ms;
+    /// a safety net behind the call's own timeout).
+    pub max_wait_ms: u64,
+    /// Longest cacheable key in bytes (default 1 024); longer keys bypass the cache.
+    pub max_key_bytes: u32,
+    /// Request scopes open at once (default 10 000); 0 = global scope only.
+    pub max_scopes: u32,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            max_entries: 10_000,
+            max_bytes: 16 << 20,
+            ttl_ms: 60_000,
+            cache_failures: false,
+            failure_ttl_ms: 1_000,
+            on_leader_failure: LeaderFailure::FailFollowers,
+            max_waiters: 1_000,
+            max_wait_ms: 10_000,
+            max_key_bytes: 1_024,
+            max_scopes: 10_000,
+        }
+    }
+}
+
+/// The request collapser of a policy (see `crate::collapser` for the semantics).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollapserConfig {
+    /// How long a batch collects items after its first one (Hystrix
+    /// `timerDelayInMilliseconds`, default 10 ms); 0 = flush at the next poll.
+    pub window_ms: u64,
+    /// Items per batch (Hystrix `maxRequestsInBatch`; Hystrix: unlimited, default
+    /// here 1 000 so memory is bounded); a full batch is flushed at once.
+    pub max_batch_size: u32,
+    /// Items not yet answered, over all batches (default 100 000); past it `add`
+    /// refuses (run the call on its own).
+    pub max_items: u32,
+    /// Longest collapser key in bytes (default 1 024).
+    pub max_key_bytes: u32,
+    /// Request scopes open at once (default 10 000); 0 = global scope only.
+    pub max_scopes: u32,
+}
+
+impl Default for CollapserConfig {
+    fn default() -> Self {
+        Self {
+            window_ms: 10,
+            max_batch_size: 1_000,
+            max_items: 100_000,
+            max_key_bytes: 1_024,
+            max_scopes: 10_000,
+        }
+    }
+}
+
+fn in_range(path: &str, v: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
+    if v < lo || v > hi {
+        return Err(ConfigError::new(
+            path,
+            format!("must be in {lo}..={hi}, got {v}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Largest `cache.max_entries`.
+pub const MAX_CACHE_ENTRIES: u32 = 10_000_000;
+/// Largest `cache.max_bytes` (1 TiB).
+pub const MAX_CACHE_BYTES: u64 = 1 << 40;
+/// Largest `max_key_bytes` of the cache and the collapser.
+pub const MAX_CACHE_KEY_BYTES: u32 = 65_536;
+/// Largest `max_scopes` of the cache and the collapser.
+pub const MAX_SCOPES: u32 = 1_000_000;
+/// Largest `collapser.max_items`.
+pub const MAX_COLLAPSER_ITEMS: u32 = 10_000_000;
+
+impl CacheConfig {
+    /// Checks every field; paths are relative to the section (`Config::validate`
+    /// prefixes `cache.`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        in_range(
+            "max_entries",
+            self.max_entries.into(),
+            1,
+            MAX_CACHE_ENTRIES.into(),
+        )?;
+        in_range(
+            "max_key_bytes",
+            self.max_key_bytes.into(),
+            1,
+            MAX_CACHE_KEY_BYTES.into(),
+        )?;
+        in_range("max_bytes", self.max_bytes, 1, MAX_CACHE_BYTES)?;
+        if self.max_bytes < u64::from(self.max_key_bytes) {
+            return Err(ConfigError::new(
+                "max_bytes",
+                format!(
+                    "must be at least max_key_bytes ({}), got {}",
+                    self.max_key_bytes, self.max_bytes
+                ),
+            ));
+        }
+        duration("ttl_ms", self.ttl_ms, 0)?;
+        duration("failure_ttl_ms", self.failure_ttl_ms, 1)?;
+        in_range("max_waiters", self.max_waiters.into(), 0, 1_000_000)?;
+        duration("max_wait_ms", self.max_wait_ms, 1)?;
+        in_range("max_scopes", self.max_scopes.into(), 0, MAX_SCOPES.into())?;
+        Ok(())
+    }
+}
+
+impl CollapserConfig {
+    /// Checks every field; paths are relative to the section (`Config::validate`
+    /// prefixes `collapser.`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        duration("window_ms", self.window_ms, 0)?;
+        in_range("max_batch_size", self.max_batch_size.into(), 1, 100_000)?;
+        in_range(
+            "max_items",
+            self.max_items.into(),
+            1,
+            MAX_COLLAPSER_ITEMS.into(),
+        )?;
+        in_range(
+            "max_key_bytes",
+            self.max_key_bytes.into(),
+            1,
+            MAX_CACHE_KEY_BYTES.into(),
+        )?;
+        in_range("max_scopes", self.max_scopes.into(), 0, MAX_SCOPES.into())?;
+        Ok(())
     }
 }
 
@@ -632,6 +845,7 @@ impl Config {
         }
         duration("breaker.half_open.probe_timeout_ms", h.probe_timeout_ms, 1)?;
         duration("breaker.slow_start.ramp_ms", b.slow_start.ramp_ms, 0)?;
+        duration("breaker.warm_up_ms", b.warm_up_ms, 0)?;
         percentage(
             "breaker.slow_start.initial_percentage",
             b.slow_start.initial_percentage,
@@ -685,6 +899,12 @@ impl Config {
             ));
         }
         duration("keys.idle_ms", k.idle_ms, 1_000)?;
+        if let Some(c) = &self.cache {
+            c.validate().map_err(|e| e.within("cache"))?;
+        }
+        if let Some(c) = &self.collapser {
+            c.validate().map_err(|e| e.within("collapser"))?;
+        }
         Ok(())
     }
 }

@@ -75,6 +75,15 @@ pub struct HealthSnapshot {
     pub slow: u64,
     /// Executions (success + failure + timeout), the slow-call denominator.
     pub executions: u64,
+    /// Every call that ended in the window, whatever its verdict: executions, bulkhead
+    /// rejections, short-circuits, bad requests, cache hits and collapsed calls
+    /// (fallback events are not calls).
+    #[serde(default)]
+    pub calls: u64,
+    /// Calls admitted and still running when the snapshot was taken, as the host
+    /// reports them (0 unless a rule needs them: the `all_calls` denominator).
+    #[serde(default)]
+    pub running: u64,
 }
 
 impl HealthSnapshot {
@@ -87,6 +96,11 @@ impl HealthSnapshot {
             + c(EventKind::SemaphoreRejected)
             + c(EventKind::ThreadPoolRejected);
         let total = c(EventKind::Success) + errors;
+        let calls = total
+            + c(EventKind::ShortCircuited)
+            + c(EventKind::BadRequest)
+            + c(EventKind::ResponseFromCache)
+            + c(EventKind::Collapsed);
         let error_percentage = if total == 0 {
             0.0
         } else {
@@ -99,6 +113,8 @@ impl HealthSnapshot {
             error_percentage,
             slow,
             executions,
+            calls,
+            running: 0,
         }
     }
 
@@ -292,6 +308,25 @@ impl Window {
         if let Some(b) = self.latency.current_mut() {
             b.latency.record(latency_ns);
         }
+    }
+
+    /// Counts `n` events of `kind` at `now` in one step (hosts restoring saved
+    /// counts, e.g. opossum's `status` option). O(1), no allocation.
+    pub fn record_n(&mut self, kind: EventKind, n: u32, now: Nanos) {
+        self.roll(now);
+        if let Some(b) = self.counters.current_mut() {
+            let c = &mut b.counts[kind.index()];
+            *c = c.saturating_add(n);
+        }
+    }
+
+    /// The counter buckets live at `now`, each with its start time (ns), in ring
+    /// order (sort by start for a timeline). Without moving the window.
+    pub fn counter_buckets_at(&self, now: Nanos) -> impl Iterator<Item = (Nanos, &CounterBucket)> {
+        let width = self.counters.width_ns();
+        self.counters
+            .live_at(now)
+            .map(move |s| (s.epoch.saturating_mul(width), &s.bucket))
     }
 
     /// Live totals (past buckets plus the current one), valid after a roll to `now`.

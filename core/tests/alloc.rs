@@ -1,6 +1,11 @@
 //! Zero heap allocations on the hot paths, counted with a counting allocator.
 
-use fusewire_core::{CircuitBreaker, Config, Engine, Outcome, Phase, Start};
+use fusewire_core::cache::{CacheEvent, Lookup, ScopeId};
+use fusewire_core::collapser::{self, Add};
+use fusewire_core::{
+    CacheConfig, CircuitBreaker, Collapser, CollapserConfig, Config, Engine, Outcome, Phase,
+    RequestCache, Start,
+};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -90,4 +95,82 @@ fn hot_paths_do_not_allocate() {
     run(&mut e, 0, 1_000);
     let n = allocations(|| run(&mut e, 1_000, 10_000));
     assert_eq!(n, 0, "engine start + complete + poll + key lookup");
+}
+
+/// Request cache on a warm cache: a hit is allocation-free, and so is a miss that
+/// leads, fills and evicts (freed slots keep their key buffers, the hash table and
+/// the event queue keep their capacity).
+#[test]
+fn warm_cache_lookups_do_not_allocate() {
+    let cfg = CacheConfig {
+        max_entries: 1_000,
+        ttl_ms: 0,
+        ..CacheConfig::default()
+    };
+    let key = |i: u64| {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&i.to_le_bytes());
+        k
+    };
+    let fill = |c: &mut RequestCache, i: u64| {
+        let Lookup::Lead(l) = c.lookup(ScopeId::GLOBAL, &key(i), i) else {
+            panic!("miss")
+        };
+        let _ = c.fill(l, 64, i);
+        while let Some(ev) = c.poll(i) {
+            assert!(matches!(ev, CacheEvent::Removed { .. }));
+        }
+    };
+    let mut c = RequestCache::new(cfg, 1).unwrap();
+    for i in 0..500 {
+        fill(&mut c, i);
+    }
+    let n = allocations(|| {
+        for i in 0..100_000u64 {
+            let Lookup::Hit { .. } = c.lookup(ScopeId::GLOBAL, &key(i % 500), i) else {
+                panic!("hit")
+            };
+        }
+    });
+    assert_eq!(n, 0, "cache lookup hit");
+
+    // Warm up at the bound, then misses of new keys, each evicting one entry.
+    for i in 500..5_000 {
+        fill(&mut c, i);
+    }
+    let n = allocations(|| {
+        for i in 5_000..50_000 {
+            fill(&mut c, i);
+        }
+    });
+    assert_eq!(n, 0, "cache lookup miss + fill + eviction at the bound");
+    assert_eq!(c.stats().entries, 1_000);
+}
+
+/// Collapser add + flush + per-item completion, for batches up to 64 items (freed
+/// batches keep listings of that size).
+#[test]
+fn warm_collapser_batches_do_not_allocate() {
+    let cfg = CollapserConfig {
+        max_batch_size: 32,
+        ..CollapserConfig::default()
+    };
+    let mut c = Collapser::new(cfg, 1).unwrap();
+    let run = |c: &mut Collapser, from: u64, n: u64| {
+        for i in from..from + n {
+            let now = i * 1_000;
+            match c.add(collapser::ScopeId::GLOBAL, &(i % 8).to_le_bytes(), now) {
+                Add::Queued(_) | Add::Full(_) => {}
+                Add::Refused(r) => panic!("{r:?}"),
+            }
+            while let Some(b) = c.poll(now) {
+                for idx in 0..c.items(b).len() as u32 {
+                    let _ = c.complete_item(b, idx, true);
+                }
+            }
+        }
+    };
+    run(&mut c, 0, 10_000);
+    let n = allocations(|| run(&mut c, 10_000, 100_000));
+    assert_eq!(n, 0, "collapser add + flush + complete_item");
 }

@@ -608,7 +608,8 @@ impl Engine {
                         if let Some(rep) = rep {
                             rep.record_refusal(event, now);
                         }
-                        k.circuit.record_rejection(cfg, event, now, rand)
+                        k.circuit
+                            .record_rejection(cfg, event, k.in_flight, now, rand)
                     }
                 };
                 if let Some(transition) = transition {
@@ -905,6 +906,20 @@ impl Engine {
         }
     }
 
+    /// Counts `n` events of `kind` at once (a host restoring saved counts); never
+    /// moves the breaker.
+    pub fn record_n(&mut self, key: KeyId, kind: EventKind, n: u32, now: Nanos) {
+        let now = self.advance(now);
+        if let Some(k) = self
+            .keys
+            .get_mut(key.index as usize)
+            .filter(|k| k.live && k.generation == key.generation)
+        {
+            k.circuit.window.record_n(kind, n, now);
+            self.touch(key.index, now);
+        }
+    }
+
     /// Forces a key's breaker open or closed (an operator's `open()` / `close()`),
     /// process-wide for a shared key (written through the store).
     pub fn force(&mut self, key: KeyId, to: Phase, now: Nanos, rand: u64) {
@@ -1015,7 +1030,9 @@ impl Engine {
                         k.circuit.record_event(event, now);
                         None
                     }
-                    None => k.circuit.record_rejection(&p.config, event, now, rand),
+                    None => k
+                        .circuit
+                        .record_rejection(&p.config, event, k.in_flight, now, rand),
                 };
                 let kid = KeyId {
                     index: key,
@@ -1165,6 +1182,12 @@ impl Engine {
         }
     }
 
+    /// Whether [`Engine::poll`] has events queued already (a host that polls only
+    /// when something happened checks this after `start` / `complete`). O(1).
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Whether a store request is waiting for [`Engine::poll_io`].
     pub fn has_io(&self) -> bool {
         !self.io_queue.is_empty()
@@ -1300,6 +1323,16 @@ impl Engine {
         Some(match self.deciding_view(k, self.clock) {
             Some(v) => v.breaker.reported_phase(mode),
             None => k.circuit.state.reported_phase(mode),
+        })
+    }
+
+    /// The breaker state that decides admissions of `key` now: the shared view of a
+    /// shared key while it is fresh, else the key's local state. No side effects.
+    pub fn breaker_state(&self, key: KeyId) -> Option<&crate::BreakerState> {
+        let k = self.live(key)?;
+        Some(match self.deciding_view(k, self.clock) {
+            Some(v) => &v.breaker,
+            None => &k.circuit.state,
         })
     }
 

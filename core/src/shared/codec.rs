@@ -20,7 +20,7 @@ use serde::{de::DeserializeOwned, Serialize};
 /// First two bytes of every encoded value.
 pub const MAGIC: [u8; 2] = *b"FW";
 /// Version of the encoding and of every payload type in this module tree.
-pub const SCHEMA_VERSION: u8 = 3;
+pub const SCHEMA_VERSION: u8 = 4;
 /// Bytes before the payload: magic, version, kind.
 pub const HEADER_LEN: usize = 4;
 /// Bytes after the payload: the CRC-32.

@@ -167,3 +167,14 @@ pub enum Issue {
     /// No answer within the staleness bound: the key runs on its local breaker.
     Stale,
 }
+
+impl core::fmt::Display for Issue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Issue::Invalid(e) => write!(f, "unreadable state ({e}), reset"),
+            Issue::Contended => f.write_str("CAS contended, degraded for this round"),
+            Issue::Failed(code) => write!(f, "store failed with status {code}"),
+            Issue::Stale => f.write_str("no answer within stale_ms, running on the local breaker"),
+        }
+    }
+}

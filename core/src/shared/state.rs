@@ -289,10 +289,12 @@ pub struct KeyState {
 impl KeyState {
     /// A closed breaker with an empty window for `name`.
     pub fn new(name: &str, config: &Config, now: Nanos) -> Self {
+        let mut breaker = BreakerState::new();
+        breaker.start_warm_up(&config.breaker, now);
         KeyState {
             name: name.to_string(),
             touched_at: now,
-            breaker: BreakerState::new(),
+            breaker,
             window: WireWindow::new(config, now),
             ledger: SlotLedger::new(),
         }

@@ -1,0 +1,315 @@
+//! Generation-checked slots: the storage behind every handle of the request cache and
+//! the collapser. A slot's id is `(slot, generation)`; its raw form is a number below
+//! 2^53 (JS hosts keep it as a plain number). Freeing a slot bumps its generation, so
+//! a stale id never matches again, and a raw number at or above 2^53 (forged) never
+//! matches at all. Freed values stay in place, so their buffers (key bytes, item
+//! lists) are reused without allocating.
+
+/// Bits of the slot number in a raw id (16 777 216 slots at most).
+pub(crate) const SLOT_BITS: u32 = 24;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+/// Bits of the generation (53 − 24).
+const GEN_MASK: u32 = (1 << 29) - 1;
+/// The generation of an id built from a forged raw number: matches no slot.
+const FORGED: u32 = u32::MAX;
+/// Most slots of one slab.
+pub(crate) const MAX_SLOTS: u32 = 1 << SLOT_BITS;
+/// "No slot" in intrusive links.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// A slot and its generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Id {
+    pub(crate) slot: u32,
+    pub(crate) generation: u32,
+}
+
+impl Id {
+    pub(crate) fn to_raw(self) -> u64 {
+        u64::from(self.generation & GEN_MASK) << SLOT_BITS | u64::from(self.slot)
+    }
+
+    pub(crate) fn from_raw(raw: u64) -> Self {
+        Id {
+            slot: (raw & SLOT_MASK) as u32,
+            generation: if raw >> 53 != 0 {
+                FORGED
+            } else {
+                (raw >> SLOT_BITS) as u32
+            },
+        }
+    }
+}
+
+/// Defines a public, `Copy` id type over [`Id`] with raw conversions.
+macro_rules! public_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub(crate) crate::slab::Id);
+
+        impl $name {
+            /// The plain number (below 2^53).
+            pub fn to_raw(self) -> u64 {
+                self.0.to_raw()
+            }
+
+            /// From [`Self::to_raw`]; any number is accepted and checked on use
+            /// (stale or forged numbers are reported unknown, never trusted).
+            pub fn from_raw(raw: u64) -> Self {
+                $name(crate::slab::Id::from_raw(raw))
+            }
+        }
+    };
+}
+pub(crate) use public_id;
+
+/// Defines a move-only handle over a public id type (hand it back exactly once).
+macro_rules! move_only {
+    ($(#[$doc:meta])* $name:ident($id:ident)) => {
+        $(#[$doc])*
+        #[derive(Debug, PartialEq, Eq)]
+        pub struct $name(pub(crate) $id);
+
+        impl $name {
+            /// Its id.
+            pub fn id(&self) -> $id {
+                self.0
+            }
+
+            /// The plain number, for FFI hosts.
+            pub fn into_raw(self) -> u64 {
+                self.0.to_raw()
+            }
+
+            /// Rebuilds the handle from [`Self::into_raw`]; checked on use.
+            pub fn from_raw(raw: u64) -> Self {
+                $name($id::from_raw(raw))
+            }
+        }
+    };
+}
+pub(crate) use move_only;
+
+#[derive(Clone, Debug)]
+struct Slot<T> {
+    generation: u32,
+    live: bool,
+    value: T,
+}
+
+/// Slots of `T` with a free list. Values of freed slots are kept (for reuse).
+#[derive(Clone, Debug)]
+pub(crate) struct Slab<T> {
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    len: u32,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T: Default> Slab<T> {
+    /// Takes a slot (a freed one first) and hands its old value to `init`, which
+    /// resets it. `None` when `limit` slots are live (or the id space is used up).
+    pub(crate) fn insert(&mut self, limit: u32, init: impl FnOnce(&mut T)) -> Option<Id> {
+        if self.len >= limit.min(MAX_SLOTS) {
+            return None;
+        }
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    live: false,
+                    value: T::default(),
+                });
+                self.slots.len() as u32 - 1
+            }
+        };
+        let s = self.slots.get_mut(slot as usize)?;
+        s.live = true;
+        init(&mut s.value);
+        self.len += 1;
+        Some(Id {
+            slot,
+            generation: s.generation,
+        })
+    }
+}
+
+impl<T> Slab<T> {
+    /// The live value of `id`.
+    pub(crate) fn get(&self, id: Id) -> Option<&T> {
+        self.slots
+            .get(id.slot as usize)
+            .filter(|s| s.live && s.generation == id.generation)
+            .map(|s| &s.value)
+    }
+
+    /// The live value of `id`, mutably.
+    pub(crate) fn get_mut(&mut self, id: Id) -> Option<&mut T> {
+        self.slots
+            .get_mut(id.slot as usize)
+            .filter(|s| s.live && s.generation == id.generation)
+            .map(|s| &mut s.value)
+    }
+
+    /// The live value in `slot` (intrusive links name slots).
+    pub(crate) fn at(&self, slot: u32) -> Option<&T> {
+        self.slots
+            .get(slot as usize)
+            .filter(|s| s.live)
+            .map(|s| &s.value)
+    }
+
+    /// The live value in `slot`, mutably.
+    pub(crate) fn at_mut(&mut self, slot: u32) -> Option<&mut T> {
+        self.slots
+            .get_mut(slot as usize)
+            .filter(|s| s.live)
+            .map(|s| &mut s.value)
+    }
+
+    /// The id and the live value in `slot`, mutably.
+    #[inline]
+    pub(crate) fn entry_at(&mut self, slot: u32) -> Option<(Id, &mut T)> {
+        self.slots
+            .get_mut(slot as usize)
+            .filter(|s| s.live)
+            .map(|s| {
+                (
+                    Id {
+                        slot,
+                        generation: s.generation,
+                    },
+                    &mut s.value,
+                )
+            })
+    }
+
+    /// The id of the live value in `slot`.
+    pub(crate) fn id_at(&self, slot: u32) -> Option<Id> {
+        self.slots
+            .get(slot as usize)
+            .filter(|s| s.live)
+            .map(|s| Id {
+                slot,
+                generation: s.generation,
+            })
+    }
+
+    /// Frees `slot` (its ids become stale); the value stays for reuse.
+    pub(crate) fn remove_at(&mut self, slot: u32) -> bool {
+        match self.slots.get_mut(slot as usize) {
+            Some(s) if s.live => {
+                s.live = false;
+                s.generation = s.generation.wrapping_add(1) & GEN_MASK;
+                self.free.push(slot);
+                self.len -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Live slots.
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Every slot's value, live or freed (for memory accounting).
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().map(|s| &s.value)
+    }
+
+    /// Heap bytes of the slot table itself (values' own buffers not included).
+    pub(crate) fn table_bytes(&self) -> usize {
+        self.slots.capacity() * core::mem::size_of::<Slot<T>>()
+            + self.free.capacity() * core::mem::size_of::<u32>()
+    }
+}
+
+/// Index of the "newer" link in a link pair.
+pub(crate) const NEWER: usize = 0;
+/// Index of the "older" link in a link pair.
+pub(crate) const OLDER: usize = 1;
+
+/// A value on up to two intrusive doubly-linked lists (link pair `k` = `[newer,
+/// older]` slots, [`NIL`] at the ends).
+pub(crate) trait Linked {
+    /// The link pairs, mutably.
+    fn links(&mut self) -> &mut [[u32; 2]; 2];
+}
+
+/// The ends of one intrusive list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct List {
+    pub(crate) newest: u32,
+    pub(crate) oldest: u32,
+}
+
+/// An empty list.
+pub(crate) const EMPTY: List = List {
+    newest: NIL,
+    oldest: NIL,
+};
+
+/// Puts `slot` at the newest end of `list` (on link pair `k`).
+pub(crate) fn push_newest<T: Linked>(slab: &mut Slab<T>, list: &mut List, slot: u32, k: usize) {
+    let old = list.newest;
+    if let Some(n) = slab.at_mut(slot) {
+        n.links()[k] = [NIL, old];
+    }
+    match slab.at_mut(old) {
+        Some(o) => o.links()[k][NEWER] = slot,
+        None => list.oldest = slot,
+    }
+    list.newest = slot;
+}
+
+/// Takes `slot` off `list` (on link pair `k`); a value not on it leaves it intact.
+pub(crate) fn unlink<T: Linked>(slab: &mut Slab<T>, list: &mut List, slot: u32, k: usize) {
+    let Some(n) = slab.at_mut(slot) else { return };
+    let [newer, older] = n.links()[k];
+    n.links()[k] = [NIL, NIL];
+    match slab.at_mut(newer) {
+        Some(x) => x.links()[k][OLDER] = older,
+        None if list.newest == slot => list.newest = older,
+        None => {}
+    }
+    match slab.at_mut(older) {
+        Some(x) => x.links()[k][NEWER] = newer,
+        None if list.oldest == slot => list.oldest = newer,
+        None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_generation_checked_below_2_pow_53_and_forgeries_never_match() {
+        let mut s: Slab<u8> = Slab::default();
+        let a = s.insert(10, |v| *v = 1).unwrap();
+        assert!(a.to_raw() < 1 << 53);
+        assert_eq!(s.get(Id::from_raw(a.to_raw())), Some(&1));
+        assert!(s.remove_at(a.slot));
+        assert_eq!(s.get(a), None, "stale");
+        let b = s.insert(10, |v| *v = 2).unwrap();
+        assert_eq!(b.slot, a.slot);
+        assert_ne!(b, a);
+        assert_eq!(s.get(b), Some(&2));
+        assert_eq!(s.get(Id::from_raw(b.to_raw() | 1 << 60)), None, "forged");
+        assert_eq!(s.get(Id::from_raw(u64::MAX)), None);
+        assert!(s.insert(1, |_| {}).is_none(), "limit");
+    }
+}
