@@ -130,9 +130,16 @@ fn summary(r: &Report) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     out.push_str(&format!(
-        "  fallback replies by x-fusewire: {}\n",
+        "  local replies by x-fusewire: {}\n",
         tags.join(" ")
     ));
+    let collapsed = t.local_by_tag.get("collapsed").copied().unwrap_or(0);
+    let stale = t.local_by_tag.get("stale").copied().unwrap_or(0);
+    if collapsed + stale > 0 {
+        out.push_str(&format!(
+            "  collapsed forwarding: {collapsed} requests answered by an identical request in flight (upstream requests saved); stale-if-error: {stale} fallbacks served the last good response\n"
+        ));
+    }
     out.push_str(&format!(
         "  totals: {} sent upstream, {} upstream attempts failed, {} unfinished\n",
         t.sent_upstream, t.upstream_attempt_failed, t.unfinished

@@ -123,6 +123,12 @@ pub extern "C" fn proxy_on_response_headers(id: u32, n: usize, eos: u32) -> u32 
     stream(id, |s| action(s.on_http_response_headers(n, eos != 0)))
 }
 
+/// `proxy_on_response_body`.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_response_body(id: u32, size: usize, eos: u32) -> u32 {
+    stream(id, |s| action(s.on_http_response_body(size, eos != 0)))
+}
+
 /// `proxy_on_response_trailers`.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_response_trailers(id: u32, n: usize) -> u32 {

@@ -4,7 +4,8 @@
 //! error names the field path and the reason.
 
 use fusewire_core::config::{
-    BreakerConfig, BulkheadConfig, ExecutionConfig, KeysConfig, MetricsConfig,
+    BreakerConfig, BulkheadConfig, CacheConfig, ExecutionConfig, KeysConfig, LeaderFailure,
+    MetricsConfig,
 };
 use fusewire_core::{Config, ConfigError, SharedConfig};
 use serde::Deserialize;
@@ -45,6 +46,102 @@ struct RawPolicy {
     failure: RawFailure,
     bad_request: RawBadRequest,
     fallback: RawFallback,
+    collapse: Option<RawCollapse>,
+    stale: Option<RawStale>,
+}
+
+/// Collapsed forwarding: concurrent identical requests wait for the first one.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawCollapse {
+    key: String,
+    methods: Vec<String>,
+    allow_credentials: bool,
+    max_body_bytes: u64,
+    max_waiters: u32,
+    max_wait_ms: u64,
+    on_leader_failure: OnLeaderFailure,
+}
+
+const REQUEST_KEY: &str = "{method} {authority}{path}";
+
+impl Default for RawCollapse {
+    fn default() -> Self {
+        RawCollapse {
+            key: REQUEST_KEY.into(),
+            methods: vec!["GET".into(), "HEAD".into()],
+            allow_credentials: false,
+            max_body_bytes: 64 * 1024,
+            max_waiters: 100,
+            max_wait_ms: 5_000,
+            on_leader_failure: OnLeaderFailure::Fail,
+        }
+    }
+}
+
+/// What waiters do when their leader fails, times out, or its body is too large.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLeaderFailure {
+    /// Get the leader's reply too (a body too large to keep sends them upstream).
+    #[default]
+    Fail,
+    /// Go upstream one by one: the next waiter becomes the leader.
+    Retry,
+}
+
+/// Stale-if-error: the last successful response per request key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawStale {
+    key: String,
+    max_stale_ms: u64,
+    max_bytes: u64,
+    max_entries: u32,
+    max_body_bytes: u64,
+}
+
+impl Default for RawStale {
+    fn default() -> Self {
+        RawStale {
+            key: REQUEST_KEY.into(),
+            max_stale_ms: 60_000,
+            max_bytes: 1 << 20,
+            max_entries: 1_000,
+            max_body_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// A validated collapsed-forwarding setup.
+#[derive(Clone, Debug)]
+pub struct Collapse {
+    /// Request identity (default `{method} {authority}{path}`, query included).
+    pub key: KeySpec,
+    /// Methods that may be collapsed (default GET, HEAD).
+    pub methods: Vec<String>,
+    /// Whether requests with `authorization` or `cookie` may be collapsed.
+    pub allow_credentials: bool,
+    /// Largest leader body handed to waiters.
+    pub max_body_bytes: u64,
+    /// The core cache index (in-flight de-duplication only: nothing is kept after the
+    /// leader's response is handed out).
+    pub cache: CacheConfig,
+    /// What waiters do when the leader fails.
+    pub on_leader_failure: OnLeaderFailure,
+}
+
+/// A validated stale-if-error setup.
+#[derive(Clone, Debug)]
+pub struct Stale {
+    /// Request identity.
+    pub key: KeySpec,
+    /// Oldest response served.
+    pub max_stale_ms: u64,
+    /// Largest body kept.
+    pub max_body_bytes: u64,
+    /// The core cache index (bounded entries and bytes, per worker).
+    pub cache: CacheConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -266,6 +363,10 @@ pub struct Policy {
     pub classifier: Classifier,
     /// Fallback replies.
     pub fallback: Fallback,
+    /// Collapsed forwarding, if on.
+    pub collapse: Option<Collapse>,
+    /// Stale-if-error, if on.
+    pub stale: Option<Stale>,
 }
 
 /// The validated plugin config.
@@ -531,6 +632,76 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         timeout: reply(Reason::Timeout, fb.timeout_status, grpc_to),
         grpc: fb.grpc,
     };
+    let bounded = |field: &str, v: u64, max: u64| {
+        if v == 0 || v > max {
+            return Err(err(at(field), format!("must be in 1..={max}, got {v}")));
+        }
+        Ok(())
+    };
+    let collapse = match p.collapse {
+        None => None,
+        Some(c) => {
+            bounded("collapse.max_body_bytes", c.max_body_bytes, 16 << 20)?;
+            bounded("collapse.max_waiters", u64::from(c.max_waiters), 100_000)?;
+            for (j, m) in c.methods.iter().enumerate() {
+                if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+                    let f = format!("collapse.methods[{j}]");
+                    return Err(err(
+                        at(&f),
+                        format!("must be an upper-case HTTP method, got {m:?}"),
+                    ));
+                }
+            }
+            let cache = CacheConfig {
+                max_waiters: c.max_waiters,
+                max_wait_ms: c.max_wait_ms,
+                ttl_ms: 0,
+                on_leader_failure: match c.on_leader_failure {
+                    OnLeaderFailure::Fail => LeaderFailure::FailFollowers,
+                    OnLeaderFailure::Retry => LeaderFailure::Promote,
+                },
+                max_scopes: 0,
+                ..CacheConfig::default()
+            };
+            cache
+                .validate()
+                .map_err(|e| err(at(&format!("collapse.{}", e.path)), e.reason))?;
+            Some(Collapse {
+                key: KeySpec::parse(&c.key).map_err(|r| err(at("collapse.key"), r))?,
+                methods: c.methods,
+                allow_credentials: c.allow_credentials,
+                max_body_bytes: c.max_body_bytes,
+                cache,
+                on_leader_failure: c.on_leader_failure,
+            })
+        }
+    };
+    let stale = match p.stale {
+        None => None,
+        Some(st) => {
+            bounded("stale.max_stale_ms", st.max_stale_ms, 24 * 3600 * 1000)?;
+            bounded("stale.max_body_bytes", st.max_body_bytes, 16 << 20)?;
+            bounded("stale.max_bytes", st.max_bytes, 1 << 30)?;
+            bounded("stale.max_entries", u64::from(st.max_entries), 1_000_000)?;
+            let cache = CacheConfig {
+                max_entries: st.max_entries,
+                max_bytes: st.max_bytes,
+                ttl_ms: st.max_stale_ms,
+                max_waiters: 0,
+                max_scopes: 0,
+                ..CacheConfig::default()
+            };
+            cache
+                .validate()
+                .map_err(|e| err(at(&format!("stale.{}", e.path)), e.reason))?;
+            Some(Stale {
+                key: KeySpec::parse(&st.key).map_err(|r| err(at("stale.key"), r))?,
+                max_stale_ms: st.max_stale_ms,
+                max_body_bytes: st.max_body_bytes,
+                cache,
+            })
+        }
+    };
     Ok(Policy {
         name: p.name,
         matcher,
@@ -539,6 +710,8 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         core,
         classifier,
         fallback,
+        collapse,
+        stale,
     })
 }
 

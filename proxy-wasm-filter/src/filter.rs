@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use fusewire_core::cache::{CacheEvent, Lead, Lookup, ScopeId, Wait};
 use fusewire_core::{
     Engine, Event, EventKind, KeyId, Nanos, Outcome, Permit, PolicyId, Start, Ticket,
     TransitionReason,
@@ -16,6 +17,7 @@ use crate::config::{Plugin, Policy, Reason, Reply};
 use crate::host::{self, Level};
 use crate::matcher::RequestView;
 use crate::metrics::{Extra, KeyMetrics};
+use crate::replay::{replayable, Capture, Replay, Response};
 use crate::vecmap::VecMap;
 
 /// What a stream callback tells the host.
@@ -29,18 +31,42 @@ pub enum Action {
 
 /// A stream's call as the worker tracks it.
 enum Call {
-    /// Holding a slot; forwarded upstream.
+    /// Holding a slot; forwarded upstream. A collapse leader settles `lead` with the
+    /// captured response; `capture` also feeds the stale copy.
     Running {
         key: KeyId,
         permit: Permit,
         started: Nanos,
         obs: Observed,
+        req: Request,
+        lead: Option<Lead>,
+        capture: Option<Capture>,
     },
     /// Paused in its request headers, waiting for a slot.
-    Queued { ticket: Ticket },
-    /// Answered by the filter after it started (timed out or its wait expired); a
-    /// timed-out call still holds its permit for the late result.
+    Queued {
+        ticket: Ticket,
+        req: Request,
+        lead: Option<Lead>,
+    },
+    /// Paused in its request headers, waiting for its collapse leader's response.
+    Following {
+        key: KeyId,
+        wait: Wait,
+        req: Request,
+    },
+    /// Answered by the filter after it started (timed out, its wait expired, a
+    /// collapsed reply); a timed-out call still holds its permit for the late result.
     Answered { permit: Option<Permit> },
+}
+
+/// What a call needs to be answered again later: its policy, request key (for
+/// collapsing and stale copies) and whether it is gRPC.
+#[derive(Clone, Debug, Default)]
+struct Request {
+    pi: usize,
+    key: Vec<u8>,
+    grpc: bool,
+    get: bool,
 }
 
 /// Per-VM state shared by the root and every stream context.
@@ -49,8 +75,10 @@ pub struct Worker {
     engine: Option<Engine>,
     plugin: Option<Rc<Plugin>>,
     policies: Vec<PolicyId>,
-    calls: VecMap<u32, (Call, bool)>,
+    calls: VecMap<u32, Call>,
     by_call: VecMap<u64, u32>,
+    by_wait: VecMap<(usize, u64), u32>,
+    replays: Vec<Replay>,
     metrics: Vec<KeyMetrics>,
     metric_names: VecMap<String, usize>,
     metric_counts: Vec<usize>,
@@ -159,6 +187,14 @@ impl Worker {
                 }
             }
         }
+        // Stored responses are per worker and cheap to lose: a reload starts them anew.
+        let seed = self.rand();
+        self.replays = plugin
+            .policies
+            .iter()
+            .map(|p| Replay::new(p, seed))
+            .collect();
+        self.by_wait = VecMap::default();
         self.plugin = Some(Rc::new(plugin));
         true
     }
@@ -203,7 +239,8 @@ impl Worker {
         self.metrics.get_mut(i)
     }
 
-    /// Performs the engine's shared-data requests, then reports its events.
+    /// Performs the engine's shared-data requests, then reports its events and the
+    /// collapse events of every policy.
     fn settle(&mut self, now: Nanos) {
         let rand = self.rand();
         let Some(engine) = self.engine.as_mut() else {
@@ -216,6 +253,11 @@ impl Worker {
         while let Some(ev) = self.engine.as_mut().and_then(|e| e.poll(now, rand)) {
             self.event(ev, now);
         }
+        for pi in 0..self.replays.len() {
+            while let Some(ev) = self.replays.get_mut(pi).and_then(|r| r.poll(now)) {
+                self.collapse_event(pi, ev, now);
+            }
+        }
     }
 
     fn event(&mut self, ev: Event, now: Nanos) {
@@ -224,71 +266,50 @@ impl Worker {
                 let Some(&ctx) = self.by_call.get(&call.to_raw()) else {
                     return;
                 };
-                let Some((c, grpc)) = self.calls.remove(&ctx) else {
-                    return;
-                };
-                let Call::Running { permit, .. } = c else {
-                    self.calls.insert(ctx, (c, grpc));
+                let Some(Call::Running {
+                    permit, req, lead, ..
+                }) = self.calls.remove(&ctx)
+                else {
                     return;
                 };
                 self.calls.insert(
                     ctx,
-                    (
-                        Call::Answered {
-                            permit: Some(permit),
-                        },
-                        grpc,
-                    ),
+                    Call::Answered {
+                        permit: Some(permit),
+                    },
                 );
                 if let Some(m) = self.metrics(key) {
                     m.event(EventKind::Timeout);
                     m.in_flight(-1);
                 }
-                self.reply_to(ctx, key, Reason::Timeout, grpc);
+                self.fall_back(ctx, key, Reason::Timeout, &req, lead, now);
             }
             Event::Dequeued { key, permit } => {
                 let Some(&ctx) = self.by_call.get(&permit.id().to_raw()) else {
                     let _ = self.engine.as_mut().map(|e| e.cancel(permit, now, 0));
                     return;
                 };
-                let grpc = self.calls.get(&ctx).is_some_and(|c| c.1);
-                let obs = Observed::default();
-                self.calls.insert(
-                    ctx,
-                    (
-                        Call::Running {
-                            key,
-                            permit,
-                            started: now,
-                            obs,
-                        },
-                        grpc,
-                    ),
-                );
+                let Some(Call::Queued { req, lead, .. }) = self.calls.remove(&ctx) else {
+                    return;
+                };
+                self.run(ctx, key, permit, req, lead, now);
                 if let Some(m) = self.metrics(key) {
                     m.in_flight(1);
                 }
-                if host::set_effective_context(ctx) == host::OK {
-                    let s = host::continue_request();
-                    if s != host::OK {
-                        host::log(
-                            Level::Warn,
-                            &format!("fusewire: continue_stream failed ({s})"),
-                        );
-                    }
-                }
+                resume_stream(ctx);
             }
             Event::Refused { key, call, refusal } => {
                 let Some(&ctx) = self.by_call.get(&call.to_raw()) else {
                     return;
                 };
-                let grpc = self.calls.get(&ctx).is_some_and(|c| c.1);
-                self.calls
-                    .insert(ctx, (Call::Answered { permit: None }, grpc));
+                let Some(Call::Queued { req, lead, .. }) = self.calls.remove(&ctx) else {
+                    return;
+                };
+                self.calls.insert(ctx, Call::Answered { permit: None });
                 if let Some(m) = self.metrics(key) {
                     m.event(refusal.event);
                 }
-                self.reply_to(ctx, key, Reason::Rejected, grpc);
+                self.fall_back(ctx, key, Reason::Rejected, &req, lead, now);
             }
             Event::Transition { key, transition: t } => {
                 let here = t.reason != TransitionReason::Observed;
@@ -301,14 +322,12 @@ impl Worker {
                         .as_ref()
                         .and_then(|e| e.key_name(key))
                         .unwrap_or("?");
-                    host::log(
-                        Level::Info,
-                        &format!(
-                            "fusewire: breaker {name:?} {} ({})",
-                            t.to.name(),
-                            t.reason.name()
-                        ),
+                    let msg = format!(
+                        "fusewire: breaker {name:?} {} ({})",
+                        t.to.name(),
+                        t.reason.name()
                     );
+                    host::log(Level::Info, &msg);
                 }
             }
             Event::KeyExpired { key } => {
@@ -328,18 +347,104 @@ impl Worker {
         }
     }
 
-    /// Answers stream `ctx` (not the current one) with the policy's fallback.
-    fn reply_to(&mut self, ctx: u32, key: KeyId, reason: Reason, grpc: bool) {
+    /// A waiter's collapse leader answered (or went away).
+    fn collapse_event(&mut self, pi: usize, ev: CacheEvent, now: Nanos) {
+        let id = match &ev {
+            CacheEvent::Ready { wait, .. } | CacheEvent::Abandoned { wait, .. } => wait.to_raw(),
+            CacheEvent::Promoted { lead } => lead.id().to_raw(),
+            CacheEvent::Removed { .. } => return,
+        };
+        let Some(ctx) = self.by_wait.remove(&(pi, id)) else {
+            if let CacheEvent::Promoted { lead } = ev {
+                let _ = self
+                    .replays
+                    .get_mut(pi)
+                    .and_then(|r| r.collapse.as_mut())
+                    .map(|c| c.cancel_lead(lead, now));
+            }
+            return;
+        };
+        let Some(Call::Following { key, req, .. }) = self.calls.remove(&ctx) else {
+            return;
+        };
+        match ev {
+            CacheEvent::Ready { entry, .. } => {
+                let Some(resp) = self
+                    .replays
+                    .get(pi)
+                    .and_then(|r| r.collapsed(entry))
+                    .cloned()
+                else {
+                    return self.admit(ctx, key, req, None, now, true);
+                };
+                self.calls.insert(ctx, Call::Answered { permit: None });
+                if let Some(e) = self.engine.as_mut() {
+                    e.record(key, EventKind::Collapsed, now);
+                }
+                if let Some(m) = self.metrics(key) {
+                    m.event(EventKind::Collapsed);
+                }
+                if host::set_effective_context(ctx) == host::OK {
+                    send_response(&resp, "collapsed", None);
+                }
+            }
+            CacheEvent::Promoted { lead } => self.admit(ctx, key, req, Some(lead), now, true),
+            _ => self.admit(ctx, key, req, None, now, true),
+        }
+    }
+
+    /// Answers stream `ctx` with a stale copy if one is fresh enough, else with the
+    /// policy's fallback; a collapse leader hands the same reply to its waiters.
+    fn fall_back(
+        &mut self,
+        ctx: u32,
+        key: KeyId,
+        reason: Reason,
+        req: &Request,
+        lead: Option<Lead>,
+        now: Nanos,
+    ) {
         if host::set_effective_context(ctx) != host::OK {
             return;
         }
-        if let Some(m) = self.metrics(key) {
-            m.event(EventKind::FallbackSuccess);
-        }
-        let Some(policy) = self.policy_of(key) else {
+        let Some(plugin) = self.plugin.clone() else {
             return;
         };
-        self.send_reply(policy.fallback.reply(reason), grpc && policy.fallback.grpc);
+        let Some(policy) = plugin.policies.get(req.pi) else {
+            return;
+        };
+        let stale = policy.stale.as_ref().and_then(|st| {
+            let r = self.replays.get_mut(req.pi)?.stale(&req.key, now)?;
+            (now.saturating_sub(r.at) <= st.max_stale_ms.saturating_mul(1_000_000))
+                .then(|| r.clone())
+        });
+        let response = match stale {
+            Some(r) if !req.grpc => {
+                let age = now.saturating_sub(r.at) / 1_000_000_000;
+                send_response(&r, "stale", Some(age));
+                if let Some(m) = self.metrics(key) {
+                    m.extra(Extra::StaleServed);
+                }
+                r
+            }
+            _ => {
+                let reply = policy.fallback.reply(reason);
+                self.send_reply(reply, req.grpc && policy.fallback.grpc);
+                if let Some(m) = self.metrics(key) {
+                    m.event(EventKind::FallbackSuccess);
+                }
+                Response {
+                    status: reply.status,
+                    headers: reply.headers.clone(),
+                    body: reply.body.clone(),
+                    at: now,
+                }
+            }
+        };
+        if let (Some(lead), Some(r)) = (lead, self.replays.get_mut(req.pi)) {
+            // Waiters get the same reply, or (retry) the next one goes upstream.
+            r.settle(lead, &req.key, Some(response), false, now);
+        }
     }
 
     fn policy_of(&self, key: KeyId) -> Option<&Policy> {
@@ -371,7 +476,8 @@ impl Worker {
         }
     }
 
-    /// Request headers: match a policy, find the key, ask the engine.
+    /// Request headers: match a policy, find the key, collapse onto an identical
+    /// request in flight, or ask the engine.
     fn start(&mut self, ctx: u32) -> Action {
         let Some(plugin) = self.plugin.clone() else {
             return Action::Continue;
@@ -391,52 +497,103 @@ impl Worker {
             .key
             .render(&policy.name, &mut view, &mut self.key_buf);
         let now = self.now();
-        let rand = self.rand();
-        let grpc = policy.fallback.grpc && is_grpc();
+        let mut req = Request {
+            pi,
+            grpc: policy.fallback.grpc && is_grpc(),
+            get: view.header(":method").as_deref() == Some("GET"),
+            key: Vec::new(),
+        };
+        let mut request_key = String::new();
+        if let Some(spec) = policy
+            .collapse
+            .as_ref()
+            .map(|c| &c.key)
+            .or(policy.stale.as_ref().map(|s| &s.key))
+        {
+            spec.render(&policy.name, &mut view, &mut request_key);
+            req.key = request_key.into_bytes();
+        }
+        let collapsible = policy.collapse.as_ref().is_some_and(|c| {
+            view.header(":method")
+                .is_some_and(|m| c.methods.contains(&m))
+                && (c.allow_credentials
+                    || (view.header("authorization").is_none() && view.header("cookie").is_none()))
+        });
         let Some(engine) = self.engine.as_mut() else {
             return Action::Continue;
         };
         let Some(key) = engine.key(pid, &self.key_buf, now) else {
             return Action::Continue;
         };
+        if self.metrics_of(key, pi, policy).is_none() {
+            return Action::Continue;
+        }
+        let mut lead = None;
+        if collapsible {
+            let lookup = self
+                .replays
+                .get_mut(pi)
+                .and_then(|r| r.collapse.as_mut())
+                .map(|c| c.lookup(ScopeId::GLOBAL, &req.key, now));
+            match lookup {
+                Some(Lookup::Wait(wait)) => {
+                    self.by_wait.insert((pi, wait.id().to_raw()), ctx);
+                    self.calls.insert(ctx, Call::Following { key, wait, req });
+                    return Action::Pause;
+                }
+                Some(Lookup::Lead(l)) => {
+                    if let Some(m) = self.metrics(key) {
+                        m.extra(Extra::CollapseLeader);
+                    }
+                    lead = Some(l);
+                }
+                _ => {}
+            }
+        }
+        self.admit(ctx, key, req, lead, now, false);
+        match self.calls.get(&ctx) {
+            Some(Call::Running { .. }) => Action::Continue,
+            _ => Action::Pause,
+        }
+    }
+
+    /// Asks the engine to run stream `ctx` on `key`; `resume`: the stream is paused
+    /// (a waiter released later), so it is continued or answered from a root callback.
+    fn admit(
+        &mut self,
+        ctx: u32,
+        key: KeyId,
+        req: Request,
+        lead: Option<Lead>,
+        now: Nanos,
+        resume: bool,
+    ) {
+        let rand = self.rand();
+        let Some(engine) = self.engine.as_mut() else {
+            return;
+        };
         engine.prepare(key, now);
         self.settle(now);
-        let Some(m) = self.metrics_of(key, pi, policy) else {
-            return Action::Continue;
-        };
         let Some(engine) = self.engine.as_mut() else {
-            return Action::Continue;
+            return;
         };
-        let action = match engine.start(key, now, rand) {
+        match engine.start(key, now, rand) {
             Start::Running(permit) => {
-                self.by_call.insert(permit.id().to_raw(), ctx);
-                let obs = Observed::default();
-                self.calls.insert(
-                    ctx,
-                    (
-                        Call::Running {
-                            key,
-                            permit,
-                            started: now,
-                            obs,
-                        },
-                        grpc,
-                    ),
-                );
-                if let Some(m) = self.metrics.get_mut(m) {
+                self.run(ctx, key, permit, req, lead, now);
+                if let Some(m) = self.metrics(key) {
                     m.in_flight(1);
                 }
-                Action::Continue
+                if resume {
+                    resume_stream(ctx);
+                }
             }
             Start::Queued(ticket) => {
                 self.by_call.insert(ticket.id().to_raw(), ctx);
-                self.calls.insert(ctx, (Call::Queued { ticket }, grpc));
-                Action::Pause
+                self.calls.insert(ctx, Call::Queued { ticket, req, lead });
             }
             Start::Refused(r) => {
-                if let Some(m) = self.metrics.get_mut(m) {
+                if let Some(m) = self.metrics(key) {
                     m.event(r.event);
-                    m.event(EventKind::FallbackSuccess);
                 }
                 let reason = if r.is_short_circuit() {
                     Reason::ShortCircuited
@@ -444,18 +601,67 @@ impl Worker {
                     Reason::Rejected
                 };
                 // Events handled above may have pointed the host at another stream.
-                host::set_effective_context(ctx);
-                self.send_reply(policy.fallback.reply(reason), grpc);
-                Action::Pause
+                self.fall_back(ctx, key, reason, &req, lead, now);
             }
-        };
+        }
         self.settle(now);
-        action
+    }
+
+    fn run(
+        &mut self,
+        ctx: u32,
+        key: KeyId,
+        permit: Permit,
+        req: Request,
+        lead: Option<Lead>,
+        now: Nanos,
+    ) {
+        self.by_call.insert(permit.id().to_raw(), ctx);
+        let limit = self
+            .plugin
+            .as_ref()
+            .and_then(|p| p.policies.get(req.pi))
+            .map_or(0, |p| {
+                let c = p
+                    .collapse
+                    .as_ref()
+                    .filter(|_| lead.is_some())
+                    .map_or(0, |c| c.max_body_bytes);
+                let s = p
+                    .stale
+                    .as_ref()
+                    .filter(|_| req.get)
+                    .map_or(0, |s| s.max_body_bytes);
+                c.max(s)
+            });
+        let capture = (limit > 0).then(|| Capture {
+            limit,
+            ..Capture::default()
+        });
+        let obs = Observed::default();
+        self.calls.insert(
+            ctx,
+            Call::Running {
+                key,
+                permit,
+                started: now,
+                obs,
+                req,
+                lead,
+                capture,
+            },
+        );
     }
 
     /// Response headers (and trailers): what the upstream said.
-    fn observe(&mut self, ctx: u32, map: u32) {
-        let Some((Call::Running { permit, obs, .. }, _)) = self.calls.get_mut(&ctx) else {
+    fn observe(&mut self, ctx: u32, map: u32, end: bool) {
+        let Some(Call::Running {
+            permit,
+            obs,
+            capture,
+            ..
+        }) = self.calls.get_mut(&ctx)
+        else {
             return; // our own reply, or not ours
         };
         if map == host::RESPONSE_HEADERS {
@@ -463,28 +669,93 @@ impl Worker {
             if let Some(e) = self.engine.as_mut() {
                 e.stop_timer(permit); // the response started in time
             }
+            if let Some(c) = capture.as_mut() {
+                c.response.status = obs.status.unwrap_or(0);
+                c.response.headers = host::header_pairs(map)
+                    .into_iter()
+                    .filter(|(k, _)| replayable(k))
+                    .collect();
+            }
         }
         if let Some(g) = host::header_number(map, "grpc-status") {
             obs.grpc = Some(g);
         }
+        if end || map == host::RESPONSE_TRAILERS {
+            self.publish(ctx);
+        }
+    }
+
+    /// A response body chunk.
+    fn body(&mut self, ctx: u32, size: usize, end: bool) {
+        if let Some(Call::Running {
+            capture: Some(c), ..
+        }) = self.calls.get_mut(&ctx)
+        {
+            c.body(&host::response_body(size));
+        }
+        if end {
+            self.publish(ctx);
+        }
+    }
+
+    /// The whole response arrived: hand it to the waiters and keep the stale copy.
+    fn publish(&mut self, ctx: u32) {
+        let now = self.now();
+        let Some(Call::Running {
+            obs,
+            req,
+            lead,
+            capture,
+            ..
+        }) = self.calls.get_mut(&ctx)
+        else {
+            return;
+        };
+        let (obs, lead, capture, pi) = (*obs, lead.take(), capture.take(), req.pi);
+        let (req_key, get) = (req.key.clone(), req.get);
+        let Some(plugin) = self.plugin.clone() else {
+            return;
+        };
+        let Some(policy) = plugin.policies.get(pi) else {
+            return;
+        };
+        let ok = matches!(
+            policy.classifier.classify(&obs),
+            Outcome::Success | Outcome::BadRequest
+        );
+        let Some(mut cap) = capture else { return };
+        cap.response.at = now;
+        let Some(replay) = self.replays.get_mut(pi) else {
+            return;
+        };
+        let response = (!cap.too_large).then_some(cap.response);
+        if let Some(r) = &response {
+            if get && (200..300).contains(&r.status) && policy.stale.is_some() {
+                replay.keep(&req_key, r.clone(), now);
+            }
+        }
+        if let Some(lead) = lead {
+            replay.settle(lead, &req_key, response, ok, now);
+        }
+        self.settle(now);
     }
 
     /// `on_log` (or, as a last resort, `on_done` / drop): classify, complete, release.
     fn finish(&mut self, ctx: u32) {
-        let Some((call, _)) = self.calls.remove(&ctx) else {
+        let Some(call) = self.calls.remove(&ctx) else {
             return;
         };
         let now = self.now();
         let rand = self.rand();
-        let Some(engine) = self.engine.as_mut() else {
-            return;
-        };
         match call {
             Call::Running {
                 key,
                 permit,
                 started,
                 mut obs,
+                req,
+                lead,
+                ..
             } => {
                 self.by_call.remove(&permit.id().to_raw());
                 if obs.needs_flags() {
@@ -508,28 +779,90 @@ impl Worker {
                     }
                     m.in_flight(-1);
                 }
+                if let (Some(lead), Some(r)) = (lead, self.replays.get_mut(req.pi)) {
+                    // Ended without a complete response: the next waiter leads.
+                    r.settle(lead, &req.key, None, false, now);
+                }
             }
-            Call::Queued { ticket, .. } => {
+            Call::Queued { ticket, req, lead } => {
                 self.by_call.remove(&ticket.id().to_raw());
-                engine.cancel_ticket(ticket, now);
+                if let Some(e) = self.engine.as_mut() {
+                    e.cancel_ticket(ticket, now);
+                }
+                if let (Some(lead), Some(r)) = (lead, self.replays.get_mut(req.pi)) {
+                    r.settle(lead, &req.key, None, false, now);
+                }
+            }
+            Call::Following { wait, req, .. } => {
+                self.by_wait.remove(&(req.pi, wait.id().to_raw()));
+                if let Some(c) = self
+                    .replays
+                    .get_mut(req.pi)
+                    .and_then(|r| r.collapse.as_mut())
+                {
+                    c.cancel_wait(wait, now);
+                }
             }
             Call::Answered { permit } => {
                 if let Some(p) = permit {
                     self.by_call.remove(&p.id().to_raw());
-                    engine.cancel(p, now, rand); // the late result of a timed-out call
+                    if let Some(e) = self.engine.as_mut() {
+                        e.cancel(p, now, rand); // the late result of a timed-out call
+                    }
                 }
             }
         }
         self.settle(now);
     }
 
-    /// Tick: deadlines, shared flushes and heartbeats, metrics.
+    /// Tick: deadlines, shared flushes and heartbeats, collapse waits, metrics.
     fn tick(&mut self) {
         let now = self.now();
+        for r in &mut self.replays {
+            r.tick(now);
+        }
         self.settle(now);
         for m in &mut self.metrics {
             m.flush();
         }
+    }
+}
+
+/// Continues a paused stream (from another stream's or the root's callback).
+fn resume_stream(ctx: u32) {
+    if host::set_effective_context(ctx) == host::OK {
+        let s = host::continue_request();
+        if s != host::OK {
+            host::log(
+                Level::Warn,
+                &format!("fusewire: continue_stream failed ({s})"),
+            );
+        }
+    }
+}
+
+/// Replays a stored response on the effective stream, tagged `x-fusewire: <tag>`
+/// (and `age`, in seconds, for a stale copy).
+fn send_response(r: &Response, tag: &str, age: Option<u64>) {
+    let age = age.map(|a| a.to_string());
+    let mut pairs: Vec<(&str, &str)> = r
+        .headers
+        .iter()
+        .filter(|(k, _)| replayable(k) && *k != "age")
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    pairs.push(("x-fusewire", tag));
+    if let Some(a) = &age {
+        pairs.push(("age", a));
+    }
+    let mut buf = Vec::new();
+    host::serialize_map(&pairs, &mut buf);
+    let s = host::send_local_response(r.status, "fusewire", &r.body, &buf, -1);
+    if s != host::OK {
+        host::log(
+            Level::Warn,
+            &format!("fusewire: send_local_response failed ({s})"),
+        );
     }
 }
 
@@ -671,20 +1004,23 @@ impl Stream {
     }
 
     /// Response headers: the upstream status (own replies are skipped).
-    pub fn on_http_response_headers(
-        &mut self,
-        _num_headers: usize,
-        _end_of_stream: bool,
-    ) -> Action {
+    pub fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let ctx = self.ctx;
-        self.with(|w| w.observe(ctx, host::RESPONSE_HEADERS));
+        self.with(|w| w.observe(ctx, host::RESPONSE_HEADERS, end_of_stream));
+        Action::Continue
+    }
+
+    /// Response body: kept (up to the limit) for collapse waiters and stale copies.
+    pub fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let ctx = self.ctx;
+        self.with(|w| w.body(ctx, body_size, end_of_stream));
         Action::Continue
     }
 
     /// Response trailers: `grpc-status` of a normal gRPC response.
     pub fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
         let ctx = self.ctx;
-        self.with(|w| w.observe(ctx, host::RESPONSE_TRAILERS));
+        self.with(|w| w.observe(ctx, host::RESPONSE_TRAILERS, true));
         Action::Continue
     }
 

@@ -23,6 +23,7 @@ pub const RESPONSE_HEADERS: u32 = 2;
 /// Map: response trailers.
 pub const RESPONSE_TRAILERS: u32 = 3;
 const PLUGIN_CONFIGURATION: u32 = 7;
+const RESPONSE_BODY: u32 = 1;
 
 /// Metric type counter.
 pub const COUNTER: u32 = 0;
@@ -71,6 +72,7 @@ imports! {
     fn proxy_set_tick_period_milliseconds(period: u32);
     fn proxy_get_buffer_bytes(kind: u32, start: usize, max: usize, data: M, size: *mut usize);
     fn proxy_get_header_map_value(map: u32, key: P, key_size: usize, data: M, size: *mut usize);
+    fn proxy_get_header_map_pairs(map: u32, data: M, size: *mut usize);
     fn proxy_get_property(path: P, path_size: usize, data: M, size: *mut usize);
     fn proxy_send_local_response(status: u32, details: P, details_size: usize, body: P,
         body_size: usize, headers: P, headers_size: usize, grpc_status: i32);
@@ -136,6 +138,46 @@ pub fn plugin_configuration() -> Result<Vec<u8>, u32> {
 pub fn header(map: u32, name: &str) -> Option<Vec<u8>> {
     // SAFETY: valid key slice and out-pointers.
     fetch(|p, n| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), p, n) }).ok()
+}
+
+/// Every header of `map` in order (empty on any host error).
+pub fn header_pairs(map: u32) -> Vec<(String, String)> {
+    // SAFETY: valid out-pointers.
+    let raw = fetch(|p, n| unsafe { proxy_get_header_map_pairs(map, p, n) }).unwrap_or_default();
+    parse_map(&raw).unwrap_or_default()
+}
+
+/// Parses the proxy-wasm map format; None when malformed.
+pub fn parse_map(raw: &[u8]) -> Option<Vec<(String, String)>> {
+    let u32_at = |i: usize| Some(u32::from_le_bytes(raw.get(i..i + 4)?.try_into().ok()?) as usize);
+    if raw.is_empty() {
+        return Some(Vec::new());
+    }
+    let n = u32_at(0)?;
+    let mut at = 4usize.checked_add(n.checked_mul(8)?)?;
+    let mut out = Vec::with_capacity(n.min(1024));
+    for i in 0..n {
+        let (kl, vl) = (u32_at(4 + i * 8)?, u32_at(8 + i * 8)?);
+        let k = raw.get(at..at + kl)?;
+        at += kl;
+        (raw.get(at) == Some(&0)).then_some(())?;
+        let v = raw.get(at + 1..at + 1 + vl)?;
+        at += 1 + vl;
+        (raw.get(at) == Some(&0)).then_some(())?;
+        at += 1;
+        out.push((
+            String::from_utf8_lossy(k).into_owned(),
+            String::from_utf8_lossy(v).into_owned(),
+        ));
+    }
+    Some(out)
+}
+
+/// The current response body chunk (`size` bytes), or empty.
+pub fn response_body(size: usize) -> Vec<u8> {
+    // SAFETY: valid out-pointers.
+    fetch(|p, n| unsafe { proxy_get_buffer_bytes(RESPONSE_BODY, 0, size, p, n) })
+        .unwrap_or_default()
 }
 
 /// A header parsed as a number.
@@ -272,8 +314,18 @@ mod tests {
         let mut out = Vec::new();
         super::serialize_map(&[], &mut out);
         assert!(out.is_empty());
-        super::serialize_map(&[("a", "bc")], &mut out);
-        assert_eq!(out, b"\x01\0\0\0\x01\0\0\0\x02\0\0\0a\0bc\0");
+        super::serialize_map(&[("a", "bc"), ("d", "")], &mut out);
+        let pairs = super::parse_map(&out).unwrap();
+        assert_eq!(
+            pairs,
+            vec![("a".into(), "bc".into()), ("d".into(), String::new())]
+        );
+        for cut in 0..out.len() {
+            assert!(
+                super::parse_map(&out[..cut]).is_none() || cut == 0,
+                "truncated at {cut}"
+            );
+        }
     }
 
     #[test]

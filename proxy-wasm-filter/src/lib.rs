@@ -28,4 +28,5 @@ pub mod filter;
 pub mod host;
 pub mod matcher;
 pub mod metrics;
+pub mod replay;
 pub mod vecmap;

@@ -96,6 +96,8 @@ pub enum Part {
     Method,
     /// `{authority}`.
     Authority,
+    /// `{path}` (`:path`, query included).
+    Path,
     /// `{header:NAME}`.
     Header(String),
 }
@@ -143,12 +145,13 @@ impl KeySpec {
                 "route" => Part::Route,
                 "method" => Part::Method,
                 "authority" => Part::Authority,
+                "path" => Part::Path,
                 h if h.len() > 7 && h.starts_with("header:") => {
                     Part::Header(h.trim_start_matches("header:").to_ascii_lowercase())
                 }
                 other => {
                     return Err(format!(
-                        "unknown placeholder {{{other}}} (known: policy cluster route method authority header:NAME)"
+                        "unknown placeholder {{{other}}} (known: policy cluster route method authority path header:NAME)"
                     ))
                 }
             });
@@ -188,6 +191,7 @@ impl KeySpec {
                 Part::Route => r.route(),
                 Part::Method => r.header(":method"),
                 Part::Authority => r.header(":authority"),
+                Part::Path => r.header(":path"),
                 Part::Header(h) => r.header(h),
             };
             match v {

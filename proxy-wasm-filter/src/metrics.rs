@@ -7,6 +7,9 @@
 //! | name | type | meaning |
 //! | --- | --- | --- |
 //! | `<prefix>.<key>.<event>` | counter | `success`, `failure`, `timeout`, `bad_request`, `short_circuited`, `semaphore_rejected`, `thread_pool_rejected`, `fallback_success` (fallback reply sent): the core's event kinds |
+//! | `<prefix>.<key>.collapsed` | counter | requests answered with an identical in-flight request's response (the core's `COLLAPSED`) |
+//! | `<prefix>.<key>.collapse_leader` | counter | requests that went upstream for identical waiters |
+//! | `<prefix>.<key>.stale_served` | counter | stale copies served instead of the fallback body |
 //! | `<prefix>.<key>.cancelled` | counter | stream ended with no verdict |
 //! | `<prefix>.<key>.opened` / `half_opened` / `closed` | counter | transitions this VM made (each counted once process-wide) |
 //! | `<prefix>.<key>.breaker_state` | gauge | 0 closed, 1 open, 2 half-open |
@@ -22,7 +25,7 @@ use fusewire_core::{EventKind, Phase};
 use crate::host;
 
 /// The event kinds the filter counts.
-pub const EVENTS: [EventKind; 8] = [
+pub const EVENTS: [EventKind; 9] = [
     EventKind::Success,
     EventKind::Failure,
     EventKind::Timeout,
@@ -31,6 +34,7 @@ pub const EVENTS: [EventKind; 8] = [
     EventKind::SemaphoreRejected,
     EventKind::ThreadPoolRejected,
     EventKind::FallbackSuccess,
+    EventKind::Collapsed,
 ];
 
 /// Counters that are not event kinds.
@@ -45,9 +49,20 @@ pub enum Extra {
     HalfOpened,
     /// `closed`.
     Closed,
+    /// `collapse_leader`: a request that went upstream for identical waiters.
+    CollapseLeader,
+    /// `stale_served`: a stale copy served instead of the fallback body.
+    StaleServed,
 }
 
-const EXTRA: [&str; 4] = ["cancelled", "opened", "half_opened", "closed"];
+const EXTRA: [&str; 6] = [
+    "cancelled",
+    "opened",
+    "half_opened",
+    "closed",
+    "collapse_leader",
+    "stale_served",
+];
 const N: usize = EVENTS.len() + EXTRA.len();
 
 /// Metric ids of one key (None where the host refused a definition) and counts not yet

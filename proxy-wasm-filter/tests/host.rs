@@ -804,8 +804,16 @@ fn grpc_is_classified_in_every_shape() {
         ("trailers OK", UpstreamReply::grpc(0), "success"),
         ("trailers UNAVAILABLE", UpstreamReply::grpc(14), "failure"),
         ("trailers NOT_FOUND", UpstreamReply::grpc(5), "success"),
-        ("trailers-only INTERNAL", UpstreamReply::grpc_trailers_only(13), "failure"),
-        ("upstream reset", UpstreamReply::reset_with(ResetReason::ConnectionFailure), "failure"),
+        (
+            "trailers-only INTERNAL",
+            UpstreamReply::grpc_trailers_only(13),
+            "failure",
+        ),
+        (
+            "upstream reset",
+            UpstreamReply::reset_with(ResetReason::ConnectionFailure),
+            "failure",
+        ),
         ("route timeout", UpstreamReply::hang(), "timeout"),
     ];
     for (what, reply, counter_name) in cases {
@@ -833,25 +841,217 @@ fn grpc_is_classified_in_every_shape() {
 /// (`fallback.grpc_status`, `fallback.timeout_grpc_status`).
 #[test]
 fn grpc_fallbacks_carry_the_policy_status() {
-    let json = BASE.replace(
-        "BULKHEAD",
-        r#""execution": {"timeout_ms": 200}, "timeout": "tick","#,
-    )
-    .replace(
-        "\"fallback\": {",
-        "\"fallback\": {\"grpc_status\": \"RESOURCE_EXHAUSTED\", \"timeout_grpc_status\": 4, ",
-    )
-    .replace("\"path_prefix\": \"/api\"", "\"path_prefix\": \"/\"");
+    let json = BASE
+        .replace(
+            "BULKHEAD",
+            r#""execution": {"timeout_ms": 200}, "timeout": "tick","#,
+        )
+        .replace(
+            "\"fallback\": {",
+            "\"fallback\": {\"grpc_status\": \"RESOURCE_EXHAUSTED\", \"timeout_grpc_status\": 4, ",
+        )
+        .replace("\"path_prefix\": \"/api\"", "\"path_prefix\": \"/\"");
     let mut h = harness(CasMode::Envoy, &json);
-    let r = h.request(0, Request::grpc("/pkg.Svc/Slow"), UpstreamReply::grpc(0).after_ms(1_000));
+    let r = h.request(
+        0,
+        Request::grpc("/pkg.Svc/Slow"),
+        UpstreamReply::grpc(0).after_ms(1_000),
+    );
     assert_eq!(r.response_status, Some(200), "trailers-only: {r:?}");
     assert_eq!(r.grpc_status(), Some(4), "timeout → DEADLINE_EXCEEDED");
     assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
     for i in 0..20 {
-        h.request(i % 4, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(14));
+        h.request(
+            i % 4,
+            Request::grpc("/pkg.Svc/Call"),
+            UpstreamReply::grpc(14),
+        );
     }
     let r = h.request(1, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(0));
     assert!(!r.sent_upstream);
-    assert_eq!(r.grpc_status(), Some(8), "short-circuit → RESOURCE_EXHAUSTED");
-    assert_eq!(r.response_header("content-type").as_deref(), Some("application/grpc"));
+    assert_eq!(
+        r.grpc_status(),
+        Some(8),
+        "short-circuit → RESOURCE_EXHAUSTED"
+    );
+    assert_eq!(
+        r.response_header("content-type").as_deref(),
+        Some("application/grpc")
+    );
+}
+
+fn collapse_config(extra: &str) -> String {
+    config(None).replace(
+        "\"fallback\": {",
+        &format!(
+            "\"collapse\": {{{extra}}}, \"stale\": {{\"max_stale_ms\": 30000}}, \"fallback\": {{"
+        ),
+    )
+}
+
+/// Collapsed forwarding: 200 concurrent identical GETs on 4 workers reach the slow
+/// upstream at most once per worker; every client gets the same response.
+#[test]
+fn identical_concurrent_gets_are_collapsed_per_worker() {
+    let mut h = harness(CasMode::Envoy, &collapse_config(""));
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..200)
+        .map(|i| {
+            h.submit_at(
+                t0 + i as u64 * 100_000,
+                i % 4,
+                Request::get("/api/item?id=7"),
+                UpstreamReply::status(200)
+                    .after_ms(200)
+                    .with_header("etag", "\"v1\"")
+                    .with_body("item 7"),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(1_000));
+    let recs: Vec<StreamRecord> = ids
+        .iter()
+        .map(|id| h.record(*id).expect("done").clone())
+        .collect();
+    let upstream = recs.iter().filter(|r| r.sent_upstream).count();
+    assert!((1..=4).contains(&upstream), "upstream requests: {upstream}");
+    for r in &recs {
+        assert_eq!(r.response_status, Some(200), "{r:?}");
+        assert_eq!(r.response_body, b"item 7");
+        assert_eq!(r.response_header("etag").as_deref(), Some("\"v1\""));
+    }
+    let collapsed = recs
+        .iter()
+        .filter(|r| r.response_header("x-fusewire").as_deref() == Some("collapsed"))
+        .count();
+    assert_eq!(collapsed, 200 - upstream);
+    settle(&mut h);
+    assert_eq!(
+        counter(&h, "fusewire.svc.collapsed"),
+        (200 - upstream) as u64
+    );
+    assert_eq!(counter(&h, "fusewire.svc.collapse_leader"), upstream as u64);
+    // A later request is not served from anything kept: collapsing is not caching.
+    let r = h.request(
+        0,
+        Request::get("/api/item?id=7"),
+        UpstreamReply::status(200).with_body("v2"),
+    );
+    assert!(r.sent_upstream);
+    assert_eq!(r.response_body, b"v2");
+}
+
+/// POSTs and requests carrying `authorization` or `cookie` are never collapsed.
+#[test]
+fn posts_and_credentials_are_never_collapsed() {
+    for req in [
+        Request::get("/api/me").method("POST"),
+        Request::get("/api/me").header("authorization", "Bearer x"),
+        Request::get("/api/me").header("cookie", "s=1"),
+    ] {
+        let mut h = harness(CasMode::Envoy, &collapse_config(""));
+        let t0 = h.now_ns();
+        let ids: Vec<u64> = (0..8)
+            .map(|i| {
+                h.submit_at(
+                    t0 + i,
+                    0,
+                    req.clone(),
+                    UpstreamReply::status(200).after_ms(100),
+                )
+            })
+            .collect();
+        h.run_for(Duration::from_millis(500));
+        let sent = ids
+            .iter()
+            .filter(|id| h.record(**id).expect("done").sent_upstream)
+            .count();
+        assert_eq!(sent, 8, "{req:?}");
+    }
+}
+
+/// A failing leader: by default its waiters get the same reply; with
+/// `"on_leader_failure": "retry"` the next waiter goes upstream itself.
+#[test]
+fn failing_leader_follows_the_configured_rule() {
+    for (extra, want_sent) in [("", 1), (r#""on_leader_failure": "retry""#, 2)] {
+        let mut h = harness(CasMode::Envoy, &collapse_config(extra));
+        let t0 = h.now_ns();
+        let a = h.submit_at(
+            t0,
+            0,
+            Request::get("/api/x"),
+            UpstreamReply::status(503).after_ms(100).with_body("down"),
+        );
+        let b = h.submit_at(
+            t0 + 1,
+            0,
+            Request::get("/api/x"),
+            UpstreamReply::status(200).after_ms(100).with_body("up"),
+        );
+        h.run_for(Duration::from_millis(500));
+        let (ra, rb) = (h.record(a).unwrap().clone(), h.record(b).unwrap().clone());
+        assert_eq!(ra.response_status, Some(503));
+        let sent = [&ra, &rb].iter().filter(|r| r.sent_upstream).count();
+        assert_eq!(sent, want_sent, "{extra:?}: {rb:?}");
+        if want_sent == 1 {
+            assert_eq!(
+                (rb.response_status, rb.response_body.as_slice()),
+                (Some(503), b"down".as_slice())
+            );
+        } else {
+            assert_eq!(
+                (rb.response_status, rb.response_body.as_slice()),
+                (Some(200), b"up".as_slice())
+            );
+        }
+    }
+}
+
+/// Stale-if-error: an open breaker serves the last good response with
+/// `x-fusewire: stale` and `age`, hop-by-hop headers dropped; the static fallback
+/// when nothing is kept or the copy is older than `max_stale_ms`.
+#[test]
+fn open_breaker_serves_stale_copies_within_max_stale() {
+    let mut h = harness(CasMode::Envoy, &collapse_config(""));
+    let good = UpstreamReply::status(200)
+        .with_header("content-type", "application/json")
+        .with_header("connection", "keep-alive")
+        .with_body(r#"{"id":7}"#);
+    for w in 0..4 {
+        h.request(w, Request::get("/api/item/7"), good.clone());
+    }
+    h.run_for(Duration::from_millis(3_000));
+    for i in 0..20 {
+        h.request(
+            i % 4,
+            Request::get("/api/other"),
+            UpstreamReply::status(503),
+        );
+    }
+    let r = h.request(1, Request::get("/api/item/7"), UpstreamReply::status(200));
+    assert!(!r.sent_upstream, "breaker open");
+    assert_eq!(r.response_status, Some(200));
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("stale"));
+    assert_eq!(r.response_header("age").as_deref(), Some("3"));
+    assert_eq!(r.response_header("connection"), None, "hop-by-hop dropped");
+    assert_eq!(r.response_body, br#"{"id":7}"#);
+    let r = h.request(
+        1,
+        Request::get("/api/never-seen"),
+        UpstreamReply::status(200),
+    );
+    assert!(short_circuited(&r), "nothing kept: the static fallback");
+    h.run_for(Duration::from_millis(30_000));
+    for i in 0..20 {
+        h.request(
+            i % 4,
+            Request::get("/api/other"),
+            UpstreamReply::status(503),
+        );
+    }
+    let r = h.request(2, Request::get("/api/item/7"), UpstreamReply::status(200));
+    assert!(short_circuited(&r), "older than max_stale_ms: {r:?}");
+    settle(&mut h);
+    assert!(counter(&h, "fusewire.svc.stale_served") >= 1);
 }

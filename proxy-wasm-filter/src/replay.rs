@@ -1,0 +1,231 @@
+//! Stored responses for collapsed forwarding and stale-if-error: the payloads the
+//! core's cache index ([`RequestCache`]) points to. The core decides who leads, who
+//! waits, what is kept, evicted and expired; this module keeps the bytes and turns
+//! them back into replies.
+//!
+//! Scope: one worker VM (a response cannot cross VMs). With 4 workers, 200 identical
+//! concurrent requests reach the upstream at most 4 times.
+
+use fusewire_core::cache::{CacheEvent, EntryId, Lead, Lookup, RequestCache, ScopeId};
+use fusewire_core::Nanos;
+
+use crate::config::Policy;
+use crate::vecmap::VecMap;
+
+/// A response as the filter saw it (and will replay it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Response {
+    /// `:status`.
+    pub status: u32,
+    /// Headers (pseudo-headers and hop-by-hop headers left out).
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+    /// When it was received (ns).
+    pub at: Nanos,
+}
+
+/// Headers a proxy never replays (RFC 9110 §7.6.1 hop-by-hop, plus the ones Envoy
+/// computes for a local reply).
+const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+/// Whether a response header is kept for a replay.
+pub fn replayable(name: &str) -> bool {
+    !name.starts_with(':') && !HOP_BY_HOP.contains(&name) && name != "x-fusewire"
+}
+
+/// A response being received, kept only while it fits.
+#[derive(Clone, Debug, Default)]
+pub struct Capture {
+    /// The response so far.
+    pub response: Response,
+    /// The body went past the limit: nothing to replay.
+    pub too_large: bool,
+    /// Largest body kept.
+    pub limit: u64,
+}
+
+impl Capture {
+    /// Appends a body chunk.
+    pub fn body(&mut self, chunk: &[u8]) {
+        if self.too_large {
+            return;
+        }
+        if (self.response.body.len() + chunk.len()) as u64 > self.limit {
+            self.too_large = true;
+            self.response.body = Vec::new();
+        } else {
+            self.response.body.extend_from_slice(chunk);
+        }
+    }
+}
+
+/// One policy's stores.
+#[derive(Default)]
+pub struct Replay {
+    /// In-flight de-duplication for collapsed forwarding.
+    pub collapse: Option<RequestCache>,
+    /// The last successful response per request key.
+    pub stale: Option<RequestCache>,
+    /// Leaders' responses handed to their waiters, by entry.
+    collapsed: VecMap<u64, Response>,
+    /// Stale copies, by entry.
+    kept: VecMap<u64, Response>,
+}
+
+impl Replay {
+    /// The stores `policy` asks for (a cache that fails to build is left off).
+    pub fn new(policy: &Policy, seed: u64) -> Self {
+        Replay {
+            collapse: policy
+                .collapse
+                .as_ref()
+                .and_then(|c| RequestCache::new(c.cache.clone(), seed).ok()),
+            stale: policy
+                .stale
+                .as_ref()
+                .and_then(|s| RequestCache::new(s.cache.clone(), seed ^ 1).ok()),
+            ..Replay::default()
+        }
+    }
+
+    /// Keeps `response` as the stale copy for `key` (replacing an older one).
+    pub fn keep(&mut self, key: &[u8], response: Response, now: Nanos) {
+        let Some(c) = self.stale.as_mut() else { return };
+        let _ = c.invalidate(ScopeId::GLOBAL, key, now);
+        if let Lookup::Lead(lead) = c.lookup(ScopeId::GLOBAL, key, now) {
+            let bytes = (response.body.len() + response.headers.len() * 32) as u64;
+            if let Some(entry) = c.fill(lead, bytes, now).and_then(|s| s.entry) {
+                self.kept.insert(entry.to_raw(), response);
+            }
+        }
+        self.drain_stale(now);
+    }
+
+    /// The stale copy for `key`, if one no older than the store's TTL is kept.
+    pub fn stale(&mut self, key: &[u8], now: Nanos) -> Option<&Response> {
+        let c = self.stale.as_mut()?;
+        let entry = match c.lookup(ScopeId::GLOBAL, key, now) {
+            Lookup::Hit { entry, .. } => Some(entry),
+            Lookup::Lead(lead) => {
+                c.cancel_lead(lead, now);
+                None
+            }
+            Lookup::Wait(w) => {
+                c.cancel_wait(w, now);
+                None
+            }
+            Lookup::Bypass(_) => None,
+        };
+        self.drain_stale(now);
+        self.kept.get(&entry?.to_raw())
+    }
+
+    fn drain_stale(&mut self, now: Nanos) {
+        while let Some(ev) = self.stale.as_mut().and_then(|c| c.poll(now)) {
+            if let CacheEvent::Removed { entry, .. } = ev {
+                self.kept.remove(&entry.to_raw());
+            }
+        }
+    }
+
+    /// Settles a leader with its response: waiters get it (`ok`: a success the
+    /// classifier accepted, else a failure, which waiters also get unless the policy
+    /// retries). `None`: nothing to replay (the body was too large): the next waiter
+    /// leads.
+    pub fn settle(
+        &mut self,
+        lead: Lead,
+        key: &[u8],
+        response: Option<Response>,
+        ok: bool,
+        now: Nanos,
+    ) {
+        let Some(c) = self.collapse.as_mut() else {
+            return;
+        };
+        let Some(response) = response else {
+            c.cancel_lead(lead, now);
+            return;
+        };
+        let bytes = response.body.len() as u64;
+        let settled = if ok {
+            c.fill(lead, bytes, now)
+        } else {
+            c.fail(lead, bytes, now)
+        };
+        if let Some(entry) = settled.and_then(|s| s.entry) {
+            self.collapsed.insert(entry.to_raw(), response);
+        }
+        // Nothing is served after the waiters got it: collapsing, not caching.
+        let _ = c.invalidate(ScopeId::GLOBAL, key, now);
+    }
+
+    /// The next collapse event; payloads of removed entries are dropped here.
+    pub fn poll(&mut self, now: Nanos) -> Option<CacheEvent> {
+        loop {
+            let ev = self.collapse.as_mut()?.poll(now)?;
+            match ev {
+                CacheEvent::Removed { entry, .. } => {
+                    self.collapsed.remove(&entry.to_raw());
+                }
+                ev => return Some(ev),
+            }
+        }
+    }
+
+    /// A leader's response kept for its waiters.
+    pub fn collapsed(&self, entry: EntryId) -> Option<&Response> {
+        self.collapsed.get(&entry.to_raw())
+    }
+
+    /// Time-driven work: expired waits.
+    pub fn tick(&mut self, now: Nanos) {
+        self.drain_stale(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_never_replayed() {
+        for h in [
+            "connection",
+            "transfer-encoding",
+            ":status",
+            "x-fusewire",
+            "content-length",
+        ] {
+            assert!(!replayable(h), "{h}");
+        }
+        for h in ["content-type", "etag", "cache-control"] {
+            assert!(replayable(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn capture_stops_at_the_limit() {
+        let mut c = Capture {
+            limit: 4,
+            ..Capture::default()
+        };
+        c.body(b"ab");
+        c.body(b"cd");
+        assert_eq!(c.response.body, b"abcd");
+        c.body(b"e");
+        assert!(c.too_large && c.response.body.is_empty());
+    }
+}
