@@ -65,6 +65,9 @@ enum Call {
 struct Request {
     pi: usize,
     key: Vec<u8>,
+    /// A gRPC request (`content-type: application/grpc*`).
+    rpc: bool,
+    /// It gets gRPC-shaped fallbacks (a gRPC request and `fallback.grpc`).
     grpc: bool,
     get: bool,
 }
@@ -239,9 +242,10 @@ impl Worker {
         self.metrics.get_mut(i)
     }
 
-    /// Performs the engine's shared-data requests, then reports its events and the
-    /// collapse events of every policy.
-    fn settle(&mut self, now: Nanos) {
+    /// Performs the engine's shared-data requests, then reports the events it decided
+    /// (`timed`: also run time-driven work, on the tick) and the collapse events of
+    /// every policy.
+    fn settle_with(&mut self, now: Nanos, timed: bool) {
         let rand = self.rand();
         let Some(engine) = self.engine.as_mut() else {
             return;
@@ -250,10 +254,26 @@ impl Worker {
             let (id, answer) = (io.id, host::shared_data(&io));
             engine.io_done(id, answer.as_answer(), now, rand);
         }
-        while let Some(ev) = self.engine.as_mut().and_then(|e| e.poll(now, rand)) {
+        loop {
+            let ev = match self.engine.as_mut() {
+                Some(e) if timed => e.poll(now, rand),
+                Some(e) => e.take_event(),
+                None => None,
+            };
+            let Some(ev) = ev else { break };
             self.event(ev, now);
+            if let Some(e) = self.engine.as_mut() {
+                // Events may have queued store requests (a waiter's slot).
+                while let Some(io) = e.poll_io(now, rand) {
+                    let (id, answer) = (io.id, host::shared_data(&io));
+                    e.io_done(id, answer.as_answer(), now, rand);
+                }
+            }
         }
         for pi in 0..self.replays.len() {
+            if self.replays.get(pi).is_none_or(|r| r.collapse.is_none()) {
+                continue;
+            }
             while let Some(ev) = self.replays.get_mut(pi).and_then(|r| r.poll(now)) {
                 self.collapse_event(pi, ev, now);
             }
@@ -497,10 +517,12 @@ impl Worker {
             .key
             .render(&policy.name, &mut view, &mut self.key_buf);
         let now = self.now();
+        let rpc = is_grpc();
         let mut req = Request {
             pi,
-            grpc: policy.fallback.grpc && is_grpc(),
-            get: view.header(":method").as_deref() == Some("GET"),
+            rpc,
+            grpc: policy.fallback.grpc && rpc,
+            get: policy.stale.is_some() && view.header(":method").as_deref() == Some("GET"),
             key: Vec::new(),
         };
         let mut request_key = String::new();
@@ -659,6 +681,7 @@ impl Worker {
             permit,
             obs,
             capture,
+            req,
             ..
         }) = self.calls.get_mut(&ctx)
         else {
@@ -677,8 +700,10 @@ impl Worker {
                     .collect();
             }
         }
-        if let Some(g) = host::header_number(map, "grpc-status") {
-            obs.grpc = Some(g);
+        if req.rpc {
+            if let Some(g) = host::header_number(map, "grpc-status") {
+                obs.grpc = Some(g);
+            }
         }
         if end || map == host::RESPONSE_TRAILERS {
             self.publish(ctx);
@@ -815,13 +840,17 @@ impl Worker {
         self.settle(now);
     }
 
+    fn settle(&mut self, now: Nanos) {
+        self.settle_with(now, false);
+    }
+
     /// Tick: deadlines, shared flushes and heartbeats, collapse waits, metrics.
     fn tick(&mut self) {
         let now = self.now();
         for r in &mut self.replays {
             r.tick(now);
         }
-        self.settle(now);
+        self.settle_with(now, true);
         for m in &mut self.metrics {
             m.flush();
         }

@@ -953,6 +953,9 @@ impl Engine {
         if let Some(e) = self.events.pop_front() {
             return Some(e);
         }
+        if self.next_deadline().is_none_or(|d| d > now.max(self.clock)) {
+            return None;
+        }
         let now = self.advance(now);
         self.expire_calls(now, rand);
         self.expire_waits(now, rand);
@@ -1145,6 +1148,13 @@ impl Engine {
         if k.replica.is_some() {
             self.queue_io(i);
         }
+    }
+
+    /// An event already decided (by `start`, `complete`, `io_done`, ...) without
+    /// running time-driven work: what a host drains right after a call; `poll` (on its
+    /// timer) does the rest.
+    pub fn take_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
     }
 
     /// The earliest time [`Engine::poll`] has work (`None`: nothing scheduled).
