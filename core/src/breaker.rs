@@ -451,6 +451,24 @@ impl BreakerState {
             .is_some_and(|&d| d != 0)
     }
 
+    /// Closed with no ramp running: the fast admission path applies.
+    #[inline(always)]
+    pub(crate) fn plain_closed(&self) -> bool {
+        self.phase == Phase::Closed && self.ramp_started_at.is_none()
+    }
+
+    /// Open and still within its open period at `now`.
+    #[inline(always)]
+    pub(crate) fn plain_open(&self, now: Nanos) -> bool {
+        self.phase == Phase::Open && now < self.open_until
+    }
+
+    /// A success in the closed phase ends any failure run.
+    #[inline(always)]
+    pub(crate) fn clear_failure_run(&mut self) {
+        self.consecutive_failures = 0;
+    }
+
     /// Probes issued in the current half-open phase.
     pub fn probes_issued(&self) -> u32 {
         self.probes_issued

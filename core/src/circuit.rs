@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::breaker::{BreakerState, Pass, Phase, ShortCircuit, Transition};
+use crate::breaker::{BreakerState, Pass, Phase, ShortCircuit, Transition, NO_PROBE};
 use crate::config::Config;
 use crate::event::{EventKind, Outcome, EVENT_KINDS};
 use crate::histogram::Percentiles;
@@ -228,6 +228,16 @@ pub struct CircuitBreaker {
     admitted: u32,
     completed: u32,
     last: Option<Transition>,
+    /// Normal mode, no throttle, no slow-call rule: the closed and open fast paths
+    /// apply (decided once per config).
+    fast: bool,
+}
+
+fn fast(config: &Config) -> bool {
+    let b = &config.breaker;
+    b.mode == crate::config::BreakerMode::Normal
+        && !b.adaptive_throttle.enabled
+        && !b.slow_call.enabled
 }
 
 impl CircuitBreaker {
@@ -236,6 +246,7 @@ impl CircuitBreaker {
     pub fn new(config: Config, now: Nanos) -> Self {
         let circuit = Circuit::new(&config, now);
         Self {
+            fast: fast(&config),
             config,
             circuit,
             admitted: 0,
@@ -292,6 +303,22 @@ impl CircuitBreaker {
     /// and the caller should fall back. O(1), no allocation.
     #[inline(always)]
     pub fn try_acquire(&mut self, now: Nanos, rand: u64) -> Result<Pass, ShortCircuit> {
+        if self.fast {
+            let state = &self.circuit.state;
+            if state.plain_closed() {
+                self.admitted = self.admitted.wrapping_add(1);
+                return Ok(Pass::new(state.generation(), NO_PROBE, now));
+            }
+            if state.plain_open(now) {
+                self.circuit.window.record(EventKind::ShortCircuited, now);
+                return Err(ShortCircuit::Open);
+            }
+        }
+        self.try_acquire_cold(now, rand)
+    }
+
+    #[inline(never)]
+    fn try_acquire_cold(&mut self, now: Nanos, rand: u64) -> Result<Pass, ShortCircuit> {
         let (r, t) = self.circuit.admit(&self.config, now, rand);
         self.note(t);
         if r.is_ok() {
@@ -312,6 +339,20 @@ impl CircuitBreaker {
     ) -> Option<Transition> {
         let concurrency = self.in_flight();
         self.completed = self.completed.wrapping_add(1);
+        let state = &self.circuit.state;
+        if self.fast
+            && outcome == Outcome::Success
+            && state.phase() == Phase::Closed
+            && pass.generation() == state.generation()
+        {
+            // The closed-phase success: count it, end any failure run; no rule fires.
+            let latency = now.saturating_sub(pass.started_at());
+            self.circuit
+                .window
+                .record_call(EventKind::Success, latency, false, concurrency, now);
+            self.circuit.state.clear_failure_run();
+            return None;
+        }
         let t = self
             .circuit
             .record(&self.config, pass, outcome, concurrency, now, rand);
@@ -366,6 +407,7 @@ impl CircuitBreaker {
     /// validated.
     pub fn reconfigure(&mut self, config: Config) {
         self.circuit.reconfigure(&config);
+        self.fast = fast(&config);
         self.config = config;
     }
 
