@@ -320,12 +320,14 @@ impl Window {
         }
     }
 
-    /// The counter buckets live at `now`, each with its start time (ns), in ring
-    /// order (sort by start for a timeline). Without moving the window.
+    /// The non-empty counter buckets live at `now`, each with its start time (ns), in
+    /// ring order (sort by start for a timeline; a bucket missing from the sequence
+    /// is empty). Without moving the window.
     pub fn counter_buckets_at(&self, now: Nanos) -> impl Iterator<Item = (Nanos, &CounterBucket)> {
         let width = self.counters.width_ns();
         self.counters
             .live_at(now)
+            .filter(|s| !s.bucket.is_empty())
             .map(move |s| (s.epoch.saturating_mul(width), &s.bucket))
     }
 

@@ -4,6 +4,8 @@
 //! on close — on the standalone breaker, on the engine with local state and on the
 //! engine with shared state (the same rules on the counters-only window).
 
+#![allow(clippy::needless_range_loop)] // workers index `keys` and the harness together
+
 mod common;
 
 use common::*;
@@ -200,8 +202,8 @@ fn warm_up_holds_in_every_mode() {
             let _ = h.call(w, keys[w], Outcome::Failure);
         }
         h.advance(100);
-        for w in 0..h.engines.len() {
-            assert_eq!(h.phase(w, keys[w]), Phase::Open, "{m:?} worker {w}");
+        for (w, &key) in keys.iter().enumerate().take(h.engines.len()) {
+            assert_eq!(h.phase(w, key), Phase::Open, "{m:?} worker {w}");
         }
     });
 }
@@ -267,4 +269,70 @@ fn engine_host_helpers() {
     assert_eq!(live.len(), 1);
     assert!(live[0].0 <= now && now - live[0].0 < 1_000 * MS);
     assert_eq!(live[0].1, 7);
+}
+
+#[test]
+fn a_kept_window_trips_again_on_a_failure_not_on_successes_in_every_mode() {
+    // With the window kept over a close, the old failures are still in it and may be
+    // above the threshold: the rules run on the next failure (opossum), never on a
+    // success — locally and on the shared window alike. (A worker sees the shared
+    // state on its next call.)
+    let json = r#"{"breaker": {
+        "error_percentage": {"request_volume_threshold": 8, "threshold_percentage": 50,
+                             "denominator": "all_calls", "comparison": "above"},
+        "half_open": {"permitted_probes": 2, "success_threshold": 2,
+                      "reset_window_on_close": false}},
+      "metrics": {"rolling_window_ms": 60000, "rolling_buckets": 10}}"#;
+    each_mode(|m| {
+        let mut h = Host::new(m, json);
+        let n = h.engines.len();
+        let keys = h.keys("kept");
+        for i in 0..8 {
+            assert!(
+                h.call(i % n, keys[i % n], Outcome::Failure),
+                "{m:?}: call {i}"
+            );
+        }
+        h.advance(100);
+        let mut rejected = 0;
+        for i in 0..4 {
+            rejected += u32::from(!h.call(i % n, keys[i % n], Outcome::Success));
+        }
+        assert_eq!(rejected, 4, "{m:?}: open everywhere");
+        h.advance(5_000);
+        let p1 = match h.start(0, keys[0]) {
+            Start::Running(p) => p,
+            other => panic!("{m:?}: probe 1: {other:?}"),
+        };
+        let p2 = match h.start(n - 1, keys[n - 1]) {
+            Start::Running(p) => p,
+            other => panic!("{m:?}: probe 2: {other:?}"),
+        };
+        h.complete(0, p1, Outcome::Success);
+        h.complete(n - 1, p2, Outcome::Success);
+        h.advance(200);
+        // 8 errors of 8 + 4 + 2 calls; one more success makes 8 of 15 = 53 %: above
+        // the threshold, yet successes never trip.
+        for w in 0..n {
+            assert!(
+                h.call(w, keys[w], Outcome::Success),
+                "{m:?} worker {w}: closed"
+            );
+            h.advance(200);
+        }
+        for w in 0..n {
+            assert_eq!(h.phase(w, keys[w]), Phase::Closed, "{m:?} worker {w}");
+        }
+        // Failures trip it again (local: 9 of 16; shared: 11 of 21 > 50 %).
+        for w in 0..3 {
+            let _ = h.call(w % n, keys[w % n], Outcome::Failure);
+            h.advance(100);
+        }
+        for w in 0..n {
+            assert!(
+                !h.call(w, keys[w], Outcome::Success),
+                "{m:?} worker {w}: the failures tripped it"
+            );
+        }
+    });
 }

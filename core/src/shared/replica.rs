@@ -1015,7 +1015,9 @@ impl Replica {
             s.window.0.merge(&self.delta.window.0);
             let run = self.delta.streak.apply(s.breaker.consecutive_failures());
             s.breaker.set_consecutive_failures(run);
-            push(s.breaker.check_trip(b, &mut s.window, now, rand));
+            if self.delta.may_trip() {
+                push(s.breaker.check_trip(b, &mut s.window, now, rand));
+            }
         }
         for &(pass, outcome, at) in &self.probe_results {
             let p = Pass::from_raw(pass);

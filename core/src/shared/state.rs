@@ -263,6 +263,17 @@ impl Delta {
         self.window.0.is_clear() && self.streak == Streak::default()
     }
 
+    /// Whether it holds an outcome the trip rules react to (a failure, timeout,
+    /// bulkhead rejection, bad request or slow call). A delta of plain successes or
+    /// short-circuits never trips the breaker, as on a local key, where the rules run
+    /// on those outcomes only.
+    pub fn may_trip(&self) -> bool {
+        self.window.0.slots().iter().any(|s| {
+            let c = &s.bucket;
+            c.errors() > 0 || c.bad_request > 0 || c.slow > 0
+        })
+    }
+
     /// Forgets everything and adopts `generation`.
     pub fn reset(&mut self, generation: u32) {
         self.generation = generation;
