@@ -1,0 +1,225 @@
+// fusewire vs opossum vs cockatiel (and Collapser vs DataLoader), measured in one run
+// on the same machine (`make bench`; numbers go into js-binding/README.md).
+//
+//   success path   ns per `await breaker.fire()` of an action that resolves at once
+//   failure path   ns per failing call with 1k / 5k / 20k failures in the window
+//   stats          one `stats` read with 20k calls in the window
+//   Collapser      per-load overhead (one load at a time) and 10 000 concurrent loads
+//   memory         bytes per breaker (JS heap + wasm memory)
+//   size           the .wasm (raw, gzipped) and the npm tarball
+//
+// Every library runs with its defaults except where a row says otherwise; times are
+// medians of several rounds. Run with Node >= 22 (opossum 10 and cockatiel 4 need it).
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { gzipSync } from 'node:zlib';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..');
+const require = createRequire(import.meta.url);
+const fusewire = require(join(root, 'dist', 'index.cjs'));
+const engine = require(join(root, 'dist', 'cjs', 'engine.js'));
+const Opossum = require('opossum');
+const cockatiel = require('cockatiel');
+const DataLoader = require('dataloader');
+
+const { CircuitBreaker, Collapser } = fusewire;
+const quick = process.argv.includes('--quick');
+const rows = [];
+const gc = globalThis.gc ?? (() => {});
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+/** ns per call of `fn` (async), `n` calls per round, median of `rounds`. */
+async function time(fn, n, rounds = 5) {
+  for (let i = 0; i < Math.min(n, 2000); i++) await fn(i); // warm-up
+  const per = [];
+  for (let r = 0; r < rounds; r++) {
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < n; i++) await fn(i);
+    per.push(Number(process.hrtime.bigint() - t0) / n);
+  }
+  return median(per);
+}
+
+function fmt(ns) {
+  return ns >= 10_000 ? `${(ns / 1000).toFixed(1)} µs` : `${ns.toFixed(0)} ns`;
+}
+
+function row(what, values, note = '') {
+  rows.push({ what, values, note });
+  const cells = Object.entries(values).map(([k, v]) => `${k} ${typeof v === 'number' ? fmt(v) : v}`);
+  console.log(`${what.padEnd(44)} ${cells.join('   ')}${note ? `   (${note})` : ''}`);
+}
+
+const ok = async () => 1;
+// One error object for every failure: `new Error()` (its stack trace) costs more than
+// any breaker here and would hide the difference.
+const boom = new Error('x');
+const fail = async () => {
+  throw boom;
+};
+
+// ---- success path --------------------------------------------------------------
+async function successPath() {
+  const N = quick ? 20_000 : 200_000;
+  const fw = new CircuitBreaker(ok);
+  const op = new Opossum(ok);
+  const ck = cockatiel.circuitBreaker(cockatiel.handleAll, {
+    halfOpenAfter: 10_000,
+    breaker: new cockatiel.SamplingBreaker({ threshold: 0.5, duration: 10_000 }),
+  });
+  const base = await time(() => ok(), N);
+  const f = await time(() => fw.fire(), N);
+  const o = await time(() => op.fire(), N);
+  const c = await time(() => ck.execute(ok), N);
+  row('success path, ns/call', { fusewire: f, opossum: o, cockatiel: c, 'bare await': base },
+    `fusewire ${(o / f).toFixed(1)}× faster than opossum, ${(c / f).toFixed(2)}× vs cockatiel`);
+  const fwNoTimeout = new CircuitBreaker(ok, { timeout: false });
+  const opNoTimeout = new Opossum(ok, { timeout: false });
+  const f2 = await time(() => fwNoTimeout.fire(), N);
+  const o2 = await time(() => opNoTimeout.fire(), N);
+  row('success path, timeout: false', { fusewire: f2, opossum: o2 });
+  for (const b of [fw, fwNoTimeout]) b.shutdown();
+  for (const b of [op, opNoTimeout]) b.shutdown();
+  return { f, o, c };
+}
+
+// ---- failure path ------------------------------------------------------------------
+async function failurePath() {
+  const out = {};
+  for (const inWindow of [1_000, 5_000, 20_000]) {
+    // A breaker that never opens (100 % is not above 100 %), a 60 s window.
+    const opts = { errorThresholdPercentage: 100, rollingCountTimeout: 60_000, rollingCountBuckets: 10 };
+    const fw = new CircuitBreaker(fail, opts);
+    const op = new Opossum(fail, opts);
+    const ck = cockatiel.circuitBreaker(cockatiel.handleAll, {
+      halfOpenAfter: 10_000,
+      breaker: new cockatiel.SamplingBreaker({ threshold: 0.5, duration: 60_000, minimumRps: 1e12 }),
+    });
+    const swallow = (p) => p.then(() => {}, () => {});
+    for (let i = 0; i < inWindow; i++) {
+      await swallow(fw.fire());
+      await swallow(op.fire());
+      await swallow(ck.execute(fail));
+    }
+    const n = inWindow >= 20_000 ? (quick ? 20 : 100) : quick ? 50 : 300;
+    const f = await time(() => swallow(fw.fire()), quick ? 2_000 : 20_000, 3);
+    const o = await time(() => swallow(op.fire()), n, 3);
+    const c = await time(() => swallow(ck.execute(fail)), quick ? 2_000 : 20_000, 3);
+    row(`failure path, ${inWindow / 1000}k failures in the window`, { fusewire: f, opossum: o, cockatiel: c },
+      `fusewire ${(o / f).toFixed(0)}× faster than opossum`);
+    out[inWindow] = { f, o, c };
+    if (inWindow === 20_000) {
+      const sf = await time(async () => fw.stats, quick ? 200 : 2_000, 3);
+      const so = await time(async () => op.stats, quick ? 5 : 30, 3);
+      row('stats read, 20k calls in the window', { fusewire: sf, opossum: so },
+        `${(so / sf).toFixed(0)}× faster`);
+      out.stats = { sf, so };
+    }
+    fw.shutdown();
+    op.shutdown();
+  }
+  return out;
+}
+
+// ---- Collapser vs DataLoader -----------------------------------------------------------
+async function collapsing() {
+  const batchFn = async (keys) => keys.map((k) => k * 2);
+  // Per load: one load at a time (each is its own batch).
+  const N = quick ? 5_000 : 30_000;
+  const col = new Collapser(batchFn, { windowMs: 0, cache: false });
+  const dl = new DataLoader(batchFn, { cache: false });
+  const c1 = await time((i) => col.load(i), N, 3);
+  const d1 = await time((i) => dl.load(i), N, 3);
+  row('Collapser per load (one at a time)', { Collapser: c1, DataLoader: d1 });
+  // 10 000 concurrent loads, batched.
+  const many = async (load) => {
+    const keys = Array.from({ length: 10_000 }, (_, i) => i);
+    await Promise.all(keys.map(load));
+  };
+  const cc = new Collapser(batchFn, { windowMs: 0, maxBatchSize: 10_000, cacheSize: 100_000 });
+  const dc = new DataLoader(batchFn);
+  let r = 0;
+  const c2 = await time(() => many((k) => cc.load(k + (r++ * 1e6))), quick ? 3 : 10, 3);
+  const d2 = await time(() => many((k) => dc.load(k + (r++ * 1e6))), quick ? 3 : 10, 3);
+  row('10 000 concurrent loads, batched (cache on)', { Collapser: c2, DataLoader: d2 },
+    `${(c2 / 10_000).toFixed(0)} vs ${(d2 / 10_000).toFixed(0)} ns per load`);
+  col.shutdown();
+  cc.shutdown();
+  return { c1, d1, c2, d2 };
+}
+
+// ---- memory -------------------------------------------------------------------------------
+function heap() {
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
+}
+
+async function memory() {
+  const n = quick ? 1_000 : 10_000;
+  const keep = [];
+  const h0 = heap();
+  const w0 = engine.w.memory.buffer.byteLength;
+  for (let i = 0; i < n; i++) keep.push(new CircuitBreaker(ok, { name: `b${i}` }));
+  await Promise.all(keep.map((b) => b.fire()));
+  const fwHeap = (heap() - h0) / n;
+  const fwWasm = (engine.w.memory.buffer.byteLength - w0) / n;
+  for (const b of keep) b.shutdown();
+  keep.length = 0;
+  const h1 = heap();
+  for (let i = 0; i < n; i++) keep.push(new Opossum(ok, { name: `b${i}` }));
+  await Promise.all(keep.map((b) => b.fire()));
+  const opHeap = (heap() - h1) / n;
+  for (const b of keep) b.shutdown();
+  keep.length = 0;
+  const h2 = heap();
+  for (let i = 0; i < n; i++) {
+    keep.push(cockatiel.circuitBreaker(cockatiel.handleAll, {
+      halfOpenAfter: 10_000,
+      breaker: new cockatiel.SamplingBreaker({ threshold: 0.5, duration: 10_000 }),
+    }));
+  }
+  await Promise.all(keep.map((b) => b.execute(ok)));
+  const ckHeap = (heap() - h2) / n;
+  keep.length = 0;
+  const kb = (b) => `${(b / 1024).toFixed(1)} KiB`;
+  row('memory per breaker', {
+    fusewire: `${kb(fwHeap + fwWasm)} (heap ${kb(fwHeap)} + wasm ${kb(fwWasm)})`,
+    opossum: kb(opHeap),
+    cockatiel: kb(ckHeap),
+  }, `${n} breakers, after one call each${globalThis.gc ? '' : '; run with --expose-gc for steadier numbers'}`);
+  return { fwHeap, fwWasm, opHeap, ckHeap };
+}
+
+// ---- package size --------------------------------------------------------------------------
+function size() {
+  const wasm = readFileSync(join(root, 'dist', 'fusewire.wasm'));
+  const gz = gzipSync(wasm, { level: 9 }).length;
+  const tgz = readdirSync(root).find((f) => /^fusewire-.*\.tgz$/.test(f));
+  const tarball = tgz ? statSync(join(root, tgz)).size : undefined;
+  row('package size', {
+    '.wasm': `${wasm.length} B`,
+    '.wasm gzipped': `${gz} B`,
+    tarball: tarball === undefined ? '(run npm pack)' : `${tarball} B`,
+  }, 'target: .wasm gzipped ≤ 60 KB');
+  return { wasm: wasm.length, gz, tarball };
+}
+
+console.log(`fusewire bench on Node ${process.version}${quick ? ' (quick)' : ''}\n`);
+// Memory first, while the wasm memory holds nothing else.
+const mem = await memory();
+const results = {
+  success: await successPath(),
+  failure: await failurePath(),
+  collapsing: await collapsing(),
+  memory: mem,
+  size: size(),
+};
+if (process.argv.includes('--json')) console.log(JSON.stringify(results));

@@ -1,0 +1,385 @@
+//! The request cache, the in-flight de-duplication cache and the request collapser of
+//! a breaker, through the same numbers-only ABI (keys travel as bytes in scratch).
+//! The JS host keeps the payloads (Promises) and the callers, keyed by the ids these
+//! return; the core decides what is stored, shared, evicted, expired and batched.
+
+use fusewire_core::cache::{
+    self, Abandon, Bypass, CacheEvent, Lead, Lookup, Removal, RequestCache, Wait,
+};
+use fusewire_core::collapser::{self, Add, BatchId, ItemId};
+use wasm_bindgen::prelude::*;
+
+use crate::{id_of, ns, with, Breaker, E_BUSY, E_HANDLE};
+
+fn pick(b: &mut Breaker, which: u32) -> Option<&mut RequestCache> {
+    match which {
+        0 => b.cache.as_mut(),
+        1 => b.coalesce.as_mut(),
+        _ => None,
+    }
+}
+
+const fn bypass_code(b: Bypass) -> f64 {
+    match b {
+        Bypass::UnknownScope => 0.0,
+        Bypass::KeyTooLong => 1.0,
+        Bypass::TooManyWaiters => 2.0,
+        Bypass::Full => 3.0,
+    }
+}
+
+const fn removal_code(r: Removal) -> f64 {
+    match r {
+        Removal::Evicted => 0.0,
+        Removal::Expired => 1.0,
+        Removal::ScopeClosed => 2.0,
+        Removal::Invalidated => 3.0,
+        Removal::Cleared => 4.0,
+        Removal::NotCached => 5.0,
+    }
+}
+
+/// Looks the key (`key_len` scratch bytes) up in cache `which` (0: the cache, 1: the
+/// coalescing cache), global scope: 0 no such cache, 1 hit (`out[0]` entry, `out[1]`
+/// failure), 2 lead (`out[0]` caller: run the call, then settle it), 3 wait (`out[0]`
+/// caller: wait for its event), 4 bypass (`out[0]` why: run the call without the
+/// cache); or'ed with the flags.
+#[wasm_bindgen]
+pub fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let key = p.scratch.get(..key_len as usize).unwrap_or_default();
+        let Some(c) = pick(p.b, which) else {
+            return 0;
+        };
+        let code = match c.lookup(cache::ScopeId::GLOBAL, key, ns(now)) {
+            Lookup::Hit { entry, failure } => {
+                p.out[0] = entry.to_raw() as f64;
+                p.out[1] = f64::from(u8::from(failure));
+                1
+            }
+            Lookup::Lead(l) => {
+                p.out[0] = l.into_raw() as f64;
+                2
+            }
+            Lookup::Wait(w) => {
+                p.out[0] = w.into_raw() as f64;
+                3
+            }
+            Lookup::Bypass(why) => {
+                p.out[0] = bypass_code(why);
+                4
+            }
+        };
+        code | p.b.flags()
+    })
+}
+
+/// Settles a lead of cache `which`: `ok` ≠ 0 fills the entry, else fails it. Returns
+/// 0 (`out[0]` the entry or -1, `out[1]` whether it stays cached, `out[2]` followers
+/// served) or -1 for an unknown lead; or'ed with the flags.
+#[wasm_bindgen]
+pub fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let Some(c) = pick(p.b, which) else {
+            return -1;
+        };
+        let l = Lead::from_raw(id_of(lead));
+        let t = ns(now);
+        let settled = if ok != 0 {
+            c.fill(l, 0, t)
+        } else {
+            c.fail(l, 0, t)
+        };
+        let Some(st) = settled else {
+            return -1;
+        };
+        p.out[0] = st.entry.map_or(-1.0, |e| e.to_raw() as f64);
+        p.out[1] = f64::from(u8::from(st.cached));
+        p.out[2] = f64::from(st.followers);
+        p.b.flags()
+    })
+}
+
+/// Gives up a lead (`lead` ≠ 0) or a wait of cache `which`; 1 if it was live.
+#[wasm_bindgen]
+pub fn fw_cache_cancel(h: u32, which: u32, id: f64, lead: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let Some(c) = pick(p.b, which) else {
+            return 0;
+        };
+        let raw = id_of(id);
+        let t = ns(now);
+        let was = if lead != 0 {
+            c.cancel_lead(Lead::from_raw(raw), t)
+        } else {
+            c.cancel_wait(Wait::from_raw(raw), t)
+        };
+        i32::from(was)
+    })
+}
+
+/// Removes the entry for the key (`key_len` scratch bytes) from cache `which`; 1 if
+/// there was one.
+#[wasm_bindgen]
+pub fn fw_cache_invalidate(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let key = p.scratch.get(..key_len as usize).unwrap_or_default();
+        let Some(c) = pick(p.b, which) else {
+            return 0;
+        };
+        i32::from(c.invalidate(cache::ScopeId::GLOBAL, key, ns(now)))
+    })
+}
+
+/// Empties cache `which` (flights go on).
+#[wasm_bindgen]
+pub fn fw_cache_clear(h: u32, which: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        if let Some(c) = pick(p.b, which) {
+            c.clear(ns(now));
+        }
+        0
+    })
+}
+
+/// The next event of cache `which`: 0 none, 1 ready (`out[0]` wait, `out[1]` entry,
+/// `out[2]` failure), 2 promoted (`out[0]` the new lead), 3 abandoned (`out[0]` wait,
+/// `out[1]` 0 wait expired / 1 scope closed), 4 removed (`out[0]` entry, `out[1]`
+/// why: evicted, expired, scope closed, invalidated, cleared, not cached).
+#[wasm_bindgen]
+pub fn fw_cache_poll(h: u32, which: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let Some(c) = pick(p.b, which) else {
+            return 0;
+        };
+        match c.poll(ns(now)) {
+            None => 0,
+            Some(CacheEvent::Ready {
+                wait,
+                entry,
+                failure,
+            }) => {
+                p.out[0] = wait.to_raw() as f64;
+                p.out[1] = entry.to_raw() as f64;
+                p.out[2] = f64::from(u8::from(failure));
+                1
+            }
+            Some(CacheEvent::Promoted { lead }) => {
+                p.out[0] = lead.into_raw() as f64;
+                2
+            }
+            Some(CacheEvent::Abandoned { wait, reason }) => {
+                p.out[0] = wait.to_raw() as f64;
+                p.out[1] = match reason {
+                    Abandon::WaitExpired => 0.0,
+                    Abandon::ScopeClosed => 1.0,
+                };
+                3
+            }
+            Some(CacheEvent::Removed { entry, reason }) => {
+                p.out[0] = entry.to_raw() as f64;
+                p.out[1] = removal_code(reason);
+                4
+            }
+        }
+    })
+}
+
+/// Counters of cache `which` into `out`: entries, bytes, flights, followers, scopes,
+/// hits, misses, joins, bypasses, evictions, expirations. 1, or 0 without that cache.
+#[wasm_bindgen]
+pub fn fw_cache_stats(h: u32, which: u32) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let Some(c) = pick(p.b, which) else {
+            return 0;
+        };
+        let st = c.stats();
+        for (o, v) in p.out.iter_mut().zip([
+            f64::from(st.entries),
+            st.bytes as f64,
+            f64::from(st.flights),
+            f64::from(st.followers),
+            f64::from(st.scopes),
+            st.hits as f64,
+            st.misses as f64,
+            st.joins as f64,
+            st.bypasses as f64,
+            st.evictions as f64,
+            st.expirations as f64,
+        ]) {
+            *o = v;
+        }
+        1
+    })
+}
+
+// ---- the collapser ------------------------------------------------------------------------------
+
+/// Adds an item for collapser key `key_len` scratch bytes (global scope): 0 no
+/// collapser, 1 queued (`out[0]` item; flushed at the next deadline), 2 full
+/// (`out[0]` item; poll now), 3 refused (`out[0]` why: 0 unknown scope, 1 key too
+/// long, 2 too many items: run the call on its own); or'ed with the flags.
+#[wasm_bindgen]
+pub fn fw_col_add(h: u32, key_len: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let key = p.scratch.get(..key_len as usize).unwrap_or_default();
+        let Some(c) = p.b.collapser.as_mut() else {
+            return 0;
+        };
+        let code = match c.add(collapser::ScopeId::GLOBAL, key, ns(now)) {
+            Add::Queued(item) => {
+                p.out[0] = item.to_raw() as f64;
+                1
+            }
+            Add::Full(item) => {
+                p.out[0] = item.to_raw() as f64;
+                2
+            }
+            Add::Refused(why) => {
+                p.out[0] = match why {
+                    collapser::Refused::UnknownScope => 0.0,
+                    collapser::Refused::KeyTooLong => 1.0,
+                    collapser::Refused::TooManyItems => 2.0,
+                };
+                3
+            }
+        };
+        code | p.b.flags()
+    })
+}
+
+/// Takes the next due batch: its id (its items: [`fw_col_items`]), or -1.
+#[wasm_bindgen]
+pub fn fw_col_poll(h: u32, now: f64) -> f64 {
+    with(-1.0, |s| {
+        let Some(p) = s.split(h) else {
+            return -1.0;
+        };
+        let Some(c) = p.b.collapser.as_mut() else {
+            return -1.0;
+        };
+        c.poll(ns(now)).map_or(-1.0, |b| b.to_raw() as f64)
+    })
+}
+
+fn write_items(table: &mut Vec<f64>, items: &[ItemId]) -> i32 {
+    table.clear();
+    table.extend(items.iter().map(|i| i.to_raw() as f64));
+    items.len() as i32
+}
+
+/// Writes the items of batch `batch`, in order, to the table; returns how many.
+#[wasm_bindgen]
+pub fn fw_col_items(h: u32, batch: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let Some(c) = p.b.collapser.as_ref() else {
+            return 0;
+        };
+        write_items(p.table, c.items(BatchId::from_raw(id_of(batch))))
+    })
+}
+
+/// Maps result `index` of `batch` to its item (`ok`: a success): the item id, or -1
+/// (that caller cancelled, already has a result, or no such index).
+#[wasm_bindgen]
+pub fn fw_col_complete(h: u32, batch: f64, index: u32, ok: u32) -> f64 {
+    with(-1.0, |s| {
+        let Some(p) = s.split(h) else {
+            return -1.0;
+        };
+        let Some(c) = p.b.collapser.as_mut() else {
+            return -1.0;
+        };
+        c.complete_item(BatchId::from_raw(id_of(batch)), index, ok != 0)
+            .map_or(-1.0, |i| i.to_raw() as f64)
+    })
+}
+
+/// Ends `batch`, failing every item still without a result; their ids go to the
+/// table; returns how many.
+#[wasm_bindgen]
+pub fn fw_col_fail(h: u32, batch: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let Some(c) = p.b.collapser.as_mut() else {
+            return 0;
+        };
+        let items = c.fail_batch(BatchId::from_raw(id_of(batch)));
+        write_items(p.table, items)
+    })
+}
+
+/// A caller went away: 1 if its item left its (unflushed) batch.
+#[wasm_bindgen]
+pub fn fw_col_cancel(h: u32, item: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let Some(c) = p.b.collapser.as_mut() else {
+            return 0;
+        };
+        i32::from(c.cancel(ItemId::from_raw(id_of(item))))
+    })
+}
+
+/// Counters of the collapser into `out`: items, pending batches, running batches,
+/// scopes, added, refused, flushed full, flushed by window, items ok, items failed,
+/// cancelled. 1, or 0 without a collapser.
+#[wasm_bindgen]
+pub fn fw_col_stats(h: u32) -> i32 {
+    with(E_BUSY, |s| {
+        let Some(p) = s.split(h) else {
+            return E_HANDLE;
+        };
+        let Some(c) = p.b.collapser.as_ref() else {
+            return 0;
+        };
+        let st = c.stats();
+        for (o, v) in p.out.iter_mut().zip([
+            f64::from(st.items),
+            f64::from(st.pending_batches),
+            f64::from(st.running_batches),
+            f64::from(st.scopes),
+            st.added as f64,
+            st.refused as f64,
+            st.flushed_full as f64,
+            st.flushed_window as f64,
+            st.items_ok as f64,
+            st.items_failed as f64,
+            st.cancelled as f64,
+        ]) {
+            *o = v;
+        }
+        1
+    })
+}

@@ -1,0 +1,1139 @@
+//! fusewire-js: the `fusewire-core` [`Engine`] behind the npm package `fusewire`.
+//!
+//! The JS wrapper (`js-binding/ts`) translates Promises, events, timers and options
+//! into calls of this module and back; every resilience rule is the core's. The ABI
+//! is numbers only, so a call costs what a plain wasm call costs and the same `.wasm`
+//! runs under any loader (Node ESM, Node CommonJS, browsers, bundlers) with no glue:
+//!
+//! - handles, codes and flags are `i32`/`u32`; call ids, times and tokens are `f64`
+//!   (ids are below 2^53; times are milliseconds on the host clock, converted to the
+//!   core's nanoseconds here);
+//! - results that do not fit a return value go to a fixed `f64` area ([`fw_out`]),
+//!   tables to a second area ([`fw_table`]);
+//! - strings travel as UTF-8 through a scratch buffer ([`fw_scratch`] in,
+//!   [`fw_msg`] out).
+//!
+//! One instance serves every breaker of a JS realm, so nothing here may trap: every
+//! input is checked (unknown handles, forged ids, NaN/∞/negative times, oversized
+//! buffers) and answered with an error code; nothing unwraps or indexes unchecked.
+//! One breaker = one [`Engine`] with one policy and one key (so `poll` and
+//! `next_deadline` stay O(1) per breaker); local state, or shared through a host
+//! store driven with [`fw_io`] / [`fw_io_done`] (the core's `poll_io` / `io_done`).
+
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use fusewire_core::breaker::ShortCircuit;
+use fusewire_core::cache::RequestCache;
+use fusewire_core::collapser::Collapser;
+use fusewire_core::config::MAX_BUCKETS;
+use fusewire_core::shared::{Answer, Expect, IoId, Issue, Op};
+use fusewire_core::CacheConfig;
+use fusewire_core::{
+    Cause, Completion, Config, Engine, Event, EventKind, FallbackPermit, KeyId, Outcome, Permit,
+    Phase, PolicyId, SharedConfig, Start, Ticket, TransitionReason,
+};
+use wasm_bindgen::prelude::*;
+
+/// ABI version: the JS loader refuses a `.wasm` of another version.
+pub const ABI_VERSION: u32 = 2;
+
+/// Slots of the `f64` result area.
+pub const OUT_LEN: usize = 64;
+/// Largest scratch buffer (config JSON, store values).
+pub const MAX_SCRATCH: u32 = 16 << 20;
+/// Most breakers alive at once (handle index bits).
+const INDEX_BITS: u32 = 20;
+const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+const GEN_MASK: u32 = (1 << 11) - 1;
+/// Breaker names (the policy and key of the engine) are cut to this many bytes.
+pub const MAX_NAME: usize = 200;
+
+// ---- flags returned by start / complete / force / io_done -----------------------
+
+/// `start` kind: the call runs now (permit id in `out[0]`).
+pub const RUNNING: i32 = 0;
+/// `start` kind: queued for a bulkhead slot (ticket id in `out[0]`).
+pub const QUEUED: i32 = 1;
+/// `start` kind: refused; bits 4..8 the event kind, 8..12 the cause.
+pub const REFUSED: i32 = 2;
+/// Events are queued: call [`fw_poll`] until it returns 0.
+pub const F_EVENTS: i32 = 1 << 16;
+/// The earliest deadline moved before the armed timer: call [`fw_next`] and re-arm.
+pub const F_REARM: i32 = 1 << 17;
+/// A store request is waiting: drive [`fw_io`].
+pub const F_IO: i32 = 1 << 18;
+/// The admitted call is a half-open probe.
+pub const F_PROBE: i32 = 1 << 19;
+/// Returned for an unknown (freed, forged) handle.
+pub const E_HANDLE: i32 = -1;
+/// Returned when the module is busy (re-entered): never expected.
+pub const E_BUSY: i32 = -2;
+
+// ---- poll event codes ------------------------------------------------------------
+
+/// No event.
+pub const EV_NONE: i32 = 0;
+/// A call passed its deadline: `out[0]` call id.
+pub const EV_TIMED_OUT: i32 = 1;
+/// A queued call got a slot: `out[0]` permit id (= ticket id).
+pub const EV_DEQUEUED: i32 = 2;
+/// A queued call will not run: `out[0]` call id, `out[1]` event kind, `out[2]` cause.
+pub const EV_REFUSED: i32 = 3;
+/// A transition: `out[0]` from, `out[1]` to, `out[2]` reason, `out[3]` at (ms),
+/// `out[4]` generation.
+pub const EV_TRANSITION: i32 = 4;
+/// A shared-store problem: `out[0]` issue (0 invalid, 1 contended, 2 failed,
+/// 3 stale), `out[1]` host status; the text in [`fw_msg`].
+pub const EV_STORE: i32 = 6;
+
+pub(crate) struct Breaker {
+    engine: Engine,
+    policy: PolicyId,
+    key: KeyId,
+    name: String,
+    /// The request cache (the config's `cache` section).
+    pub(crate) cache: Option<RequestCache>,
+    /// A second request cache for in-flight de-duplication (opossum's `coalesce`).
+    pub(crate) coalesce: Option<RequestCache>,
+    /// The request collapser (the config's `collapser` section).
+    pub(crate) collapser: Option<Collapser>,
+    /// Deadline (ns) the host has a timer for; `u64::MAX`: none.
+    armed: u64,
+    /// The calls' timeout (ns), if they have one (the config does not change).
+    call_timeout: Option<u64>,
+    /// Whether the engine keeps its state in a shared store.
+    shared: bool,
+    io_key: Vec<u8>,
+    io_value: Vec<u8>,
+}
+
+struct Slot {
+    generation: u32,
+    breaker: Option<Box<Breaker>>,
+}
+
+pub(crate) struct State {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    scratch: Vec<u8>,
+    msg: Vec<u8>,
+    out: Box<[f64; OUT_LEN]>,
+    table: Vec<f64>,
+    rng: u64,
+}
+
+/// One breaker with the state's shared buffers, borrowed apart.
+pub(crate) struct Parts<'a> {
+    pub(crate) b: &'a mut Breaker,
+    pub(crate) out: &'a mut [f64; OUT_LEN],
+    pub(crate) scratch: &'a [u8],
+    pub(crate) table: &'a mut Vec<f64>,
+}
+
+impl State {
+    fn new() -> Self {
+        State {
+            slots: Vec::new(),
+            free: Vec::new(),
+            scratch: Vec::new(),
+            msg: Vec::new(),
+            out: Box::new([0.0; OUT_LEN]),
+            table: Vec::new(),
+            rng: 0x9E37_79B9_7F4A_7C15,
+        }
+    }
+
+    fn set_out(&mut self, i: usize, v: f64) {
+        if let Some(o) = self.out.get_mut(i) {
+            *o = v;
+        }
+    }
+
+    fn set_msg(&mut self, s: &str) {
+        self.msg.clear();
+        self.msg.extend_from_slice(s.as_bytes());
+    }
+
+    /// The breaker of handle `h` with the scratch (input), `out` and the table.
+    pub(crate) fn split(&mut self, h: u32) -> Option<Parts<'_>> {
+        let State {
+            slots,
+            scratch,
+            out,
+            table,
+            ..
+        } = self;
+        let slot = slots.get_mut((h & INDEX_MASK) as usize)?;
+        if slot.generation != (h >> INDEX_BITS) & GEN_MASK {
+            return None;
+        }
+        Some(Parts {
+            b: slot.breaker.as_deref_mut()?,
+            out,
+            scratch,
+            table,
+        })
+    }
+
+    /// Splits the borrow: the breaker of handle `h` and the rest of the state.
+    pub(crate) fn parts(
+        &mut self,
+        h: u32,
+    ) -> Option<(&mut Breaker, &mut [f64; OUT_LEN], &mut u64)> {
+        let slot = self.slots.get_mut((h & INDEX_MASK) as usize)?;
+        if slot.generation != (h >> INDEX_BITS) & GEN_MASK {
+            return None;
+        }
+        let b = slot.breaker.as_deref_mut()?;
+        Some((b, &mut self.out, &mut self.rng))
+    }
+}
+
+/// The instance's one state. In wasm (one thread, and no import the state could be
+/// re-entered through) a plain static with a busy flag; elsewhere (native tests run
+/// on many threads) a thread-local.
+#[cfg(target_arch = "wasm32")]
+mod global {
+    use super::State;
+    use core::cell::UnsafeCell;
+
+    struct Global {
+        busy: UnsafeCell<bool>,
+        state: UnsafeCell<Option<State>>,
+    }
+
+    // SAFETY: wasm32 without the atomics feature has exactly one thread.
+    unsafe impl Sync for Global {}
+
+    static G: Global = Global {
+        busy: UnsafeCell::new(false),
+        state: UnsafeCell::new(None),
+    };
+
+    /// Runs `f` on the state, or returns `fallback` if it is already in use.
+    pub(crate) fn with<R>(fallback: R, f: impl FnOnce(&mut State) -> R) -> R {
+        // SAFETY: one thread; the busy flag refuses re-entry, so the one `&mut`
+        // handed out is unique for its lifetime.
+        unsafe {
+            let busy = &mut *G.busy.get();
+            if *busy {
+                return fallback;
+            }
+            *busy = true;
+            let state = (*G.state.get()).get_or_insert_with(State::new);
+            let r = f(state);
+            *busy = false;
+            r
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod global {
+    use super::State;
+    use std::cell::RefCell;
+
+    thread_local! {
+        static STATE: RefCell<State> = RefCell::new(State::new());
+    }
+
+    /// Runs `f` on the state, or returns `fallback` if it is unavailable (re-entered,
+    /// or the thread-local is gone). Never panics.
+    pub(crate) fn with<R>(fallback: R, f: impl FnOnce(&mut State) -> R) -> R {
+        let mut f = Some(f);
+        let r = STATE.try_with(|s| match (s.try_borrow_mut(), f.take()) {
+            (Ok(mut s), Some(f)) => Some(f(&mut s)),
+            _ => None,
+        });
+        match r {
+            Ok(Some(v)) => v,
+            _ => fallback,
+        }
+    }
+}
+
+pub(crate) use global::with;
+
+/// Host milliseconds → core nanoseconds. NaN, negative and ∞ are clamped (a clock
+/// stepping backwards counts as no time passing in the core).
+pub(crate) fn ns(ms: f64) -> u64 {
+    if ms.is_nan() || ms <= 0.0 {
+        return 0;
+    }
+    // `as` saturates at u64::MAX for huge values and +∞.
+    (ms * 1_000_000.0) as u64
+}
+
+pub(crate) fn ms(ns: u64) -> f64 {
+    ns as f64 / 1_000_000.0
+}
+
+/// A JS number that should be an id below 2^53 → the raw id (anything else: an id
+/// that matches nothing).
+pub(crate) fn id_of(v: f64) -> u64 {
+    if (0.0..9_007_199_254_740_992.0).contains(&v) {
+        v as u64
+    } else {
+        u64::MAX
+    }
+}
+
+fn splitmix(rng: &mut u64) -> u64 {
+    *rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *rng;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn cut(name: &str) -> &str {
+    if name.len() <= MAX_NAME {
+        return name;
+    }
+    let mut end = MAX_NAME;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name.get(..end).unwrap_or("")
+}
+
+const fn phase_code(p: Phase) -> f64 {
+    match p {
+        Phase::Closed => 0.0,
+        Phase::Open => 1.0,
+        Phase::HalfOpen => 2.0,
+    }
+}
+
+const fn reason_code(r: TransitionReason) -> f64 {
+    match r {
+        TransitionReason::ErrorPercentage => 0.0,
+        TransitionReason::ConsecutiveFailures => 1.0,
+        TransitionReason::SlowCallRate => 2.0,
+        TransitionReason::OpenElapsed => 3.0,
+        TransitionReason::ProbesSucceeded => 4.0,
+        TransitionReason::ProbeFailed => 5.0,
+        TransitionReason::ProbeLeaseExpired => 6.0,
+        TransitionReason::Forced => 7.0,
+        TransitionReason::Observed => 8.0,
+    }
+}
+
+const fn cause_code(c: Cause) -> i32 {
+    match c {
+        Cause::ShortCircuit(ShortCircuit::Open) => 0,
+        Cause::ShortCircuit(ShortCircuit::ForcedOpen) => 1,
+        Cause::ShortCircuit(ShortCircuit::ProbesExhausted) => 2,
+        Cause::ShortCircuit(ShortCircuit::Throttled) => 3,
+        Cause::ShortCircuit(ShortCircuit::SlowStart) => 4,
+        Cause::BulkheadFull => 5,
+        Cause::QueueFull => 6,
+        Cause::WaitExpired => 7,
+        Cause::Degraded => 8,
+        Cause::UnknownKey => 9,
+    }
+}
+
+impl Breaker {
+    /// The flags every mutating call returns.
+    pub(crate) fn flags(&self) -> i32 {
+        self.flags_after(None)
+    }
+
+    /// The flags, where `floor` (if given) is a time no deadline the last call added
+    /// can be before: with the timer armed at or before it, no deadline can be
+    /// earlier than the timer, and the deadline scan is skipped (the hot path).
+    fn flags_after(&self, floor: Option<u64>) -> i32 {
+        let mut f = 0;
+        let events = self.engine.has_events();
+        if events {
+            f |= F_EVENTS;
+        }
+        if self.shared && self.engine.has_io() {
+            f |= F_IO;
+        }
+        let quiet = !events && !self.shared && floor.is_some_and(|fl| self.armed <= fl);
+        if !quiet && self.next_deadline().is_some_and(|d| d < self.armed) {
+            f |= F_REARM;
+        }
+        f
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        [
+            self.engine.next_deadline(),
+            self.cache.as_ref().and_then(RequestCache::next_deadline),
+            self.coalesce.as_ref().and_then(RequestCache::next_deadline),
+            self.collapser.as_ref().and_then(Collapser::next_deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn rekey(&mut self, now: u64) {
+        if let Some(k) = self.engine.key(self.policy, &self.name, now) {
+            self.key = k;
+        }
+    }
+}
+
+// ---- module-level -------------------------------------------------------------------
+
+/// The ABI version ([`ABI_VERSION`]).
+#[wasm_bindgen]
+pub fn fw_abi() -> u32 {
+    ABI_VERSION
+}
+
+/// Address of the `f64` result area ([`OUT_LEN`] slots; stable for the instance's
+/// life, but re-create views after memory growth).
+#[wasm_bindgen]
+pub fn fw_out() -> u32 {
+    with(0, |s| s.out.as_ptr() as u32)
+}
+
+/// Address of the table area (rows written by [`fw_buckets`]).
+#[wasm_bindgen]
+pub fn fw_table() -> u32 {
+    with(0, |s| s.table.as_ptr() as u32)
+}
+
+/// Makes the scratch buffer `len` bytes long and returns its address (0 when `len`
+/// is over [`MAX_SCRATCH`]). The host writes its input there before the call that
+/// reads it; any call may move it, so ask again each time.
+#[wasm_bindgen]
+pub fn fw_scratch(len: u32) -> u32 {
+    if len > MAX_SCRATCH {
+        return 0;
+    }
+    with(0, |s| {
+        s.scratch.clear();
+        s.scratch.resize(len as usize, 0);
+        if s.scratch.capacity() == 0 {
+            s.scratch.reserve(1);
+        }
+        s.scratch.as_ptr() as u32
+    })
+}
+
+/// Address of the last message (an error, a store issue); see [`fw_msg_len`].
+#[wasm_bindgen]
+pub fn fw_msg() -> u32 {
+    with(0, |s| s.msg.as_ptr() as u32)
+}
+
+/// Length in bytes of the last message.
+#[wasm_bindgen]
+pub fn fw_msg_len() -> u32 {
+    with(0, |s| s.msg.len() as u32)
+}
+
+/// Seeds the random source (adaptive throttle, slow start, jitter) from the host's
+/// RNG.
+#[wasm_bindgen]
+pub fn fw_seed(lo: u32, hi: u32) {
+    with((), |s| {
+        s.rng = u64::from(hi) << 32 | u64::from(lo);
+    });
+}
+
+/// Live breakers (for leak checks).
+#[wasm_bindgen]
+pub fn fw_live() -> u32 {
+    with(0, |s| {
+        s.slots.iter().filter(|x| x.breaker.is_some()).count() as u32
+    })
+}
+
+/// Validates a config (JSON in scratch, `len` bytes) without creating anything:
+/// 0 if valid, else -1 with `path` in `out[0]` (byte length) and
+/// `path + reason` in the message.
+#[wasm_bindgen]
+pub fn fw_check(len: u32) -> i32 {
+    with(E_BUSY, |s| {
+        let json = s.scratch.get(..len as usize).unwrap_or_default();
+        match Config::from_json_bytes(json) {
+            Ok(_) => 0,
+            Err(e) => {
+                s.set_out(0, e.path.len() as f64);
+                let m = format!("{}{}", e.path, e.reason);
+                s.set_msg(&m);
+                -1
+            }
+        }
+    })
+}
+
+/// Creates a breaker. Scratch holds `config` JSON (`config_len` bytes), then the
+/// shared-state JSON (`shared_len` bytes; 0 = local state), then the name
+/// (`name_len` bytes, UTF-8; cut to [`MAX_NAME`]), then a second cache section for
+/// in-flight de-duplication (`coalesce_len` bytes of the core's `CacheConfig` JSON;
+/// 0 = none). The config's `cache` and `collapser` sections get a request cache and
+/// a collapser. `owner_lo/hi`: this worker's id in shared ledgers. Returns the
+/// handle (≥ 0) or -1: `out[0]` = byte length of the error path (prefixed `shared.`
+/// or `coalesce.` for those sections), message = path + reason.
+#[wasm_bindgen]
+pub fn fw_create(
+    config_len: u32,
+    shared_len: u32,
+    name_len: u32,
+    coalesce_len: u32,
+    owner_lo: u32,
+    owner_hi: u32,
+    now: f64,
+) -> i32 {
+    with(E_BUSY, |s| {
+        let (a, b) = (config_len as usize, shared_len as usize);
+        let name_end = a.saturating_add(b).saturating_add(name_len as usize);
+        let total = name_end.saturating_add(coalesce_len as usize);
+        if total > s.scratch.len() {
+            s.set_out(0, 0.0);
+            s.set_msg("input larger than the scratch buffer");
+            return -1;
+        }
+        let fail = |s: &mut State, path: String, reason: &str| {
+            s.set_out(0, path.len() as f64);
+            let m = format!("{path}{reason}");
+            s.set_msg(&m);
+            -1
+        };
+        let cfg_bytes = s.scratch.get(..a).unwrap_or_default();
+        let config = match Config::from_json_bytes(cfg_bytes) {
+            Ok(c) => c,
+            Err(e) => return fail(s, e.path, &e.reason),
+        };
+        let shared_bytes = s.scratch.get(a..a + b).unwrap_or_default();
+        let name_bytes = s.scratch.get(a + b..name_end).unwrap_or_default();
+        let coalesce_bytes = s.scratch.get(name_end..total).unwrap_or_default();
+        let seed = splitmix(&mut s.rng);
+        let cache = match &config.cache {
+            Some(c) => match RequestCache::new(c.clone(), seed) {
+                Ok(c) => Some(c),
+                Err(e) => return fail(s, format!("cache.{}", e.path), &e.reason),
+            },
+            None => None,
+        };
+        let collapser = match &config.collapser {
+            Some(c) => match Collapser::new(c.clone(), seed.rotate_left(17)) {
+                Ok(c) => Some(c),
+                Err(e) => return fail(s, format!("collapser.{}", e.path), &e.reason),
+            },
+            None => None,
+        };
+        let coalesce = if coalesce_bytes.is_empty() {
+            None
+        } else {
+            let cfg = match fusewire_core::config::parse_json::<CacheConfig>(coalesce_bytes) {
+                Ok(c) => c,
+                Err(e) => return fail(s, format!("coalesce.{}", e.path), &e.reason),
+            };
+            match RequestCache::new(cfg, seed.rotate_left(31)) {
+                Ok(c) => Some(c),
+                Err(e) => return fail(s, format!("coalesce.{}", e.path), &e.reason),
+            }
+        };
+        let name = cut(&String::from_utf8_lossy(name_bytes)).to_string();
+        let name = if name.is_empty() {
+            "breaker".to_string()
+        } else {
+            name
+        };
+        let mut engine = if b == 0 {
+            Engine::local()
+        } else {
+            let text = String::from_utf8_lossy(shared_bytes);
+            let shared = match SharedConfig::from_json(&text) {
+                Ok(c) => c,
+                Err(e) => return fail(s, format!("shared.{}", e.path), &e.reason),
+            };
+            let owner = u64::from(owner_hi) << 32 | u64::from(owner_lo);
+            match Engine::shared(shared, owner) {
+                Ok(e) => e,
+                Err(e) => return fail(s, format!("shared.{}", e.path), &e.reason),
+            }
+        };
+        let policy = match engine.add_policy(&name, config) {
+            Ok(p) => p,
+            Err(e) => return fail(s, e.path, &e.reason),
+        };
+        let t = ns(now);
+        let Some(key) = engine.key(policy, &name, t) else {
+            return fail(s, String::new(), "no key");
+        };
+        let call_timeout = engine.config(policy).and_then(|c| {
+            c.execution
+                .timeout_enabled
+                .then(|| c.execution.timeout_ms.saturating_mul(1_000_000))
+        });
+        let is_shared = engine.shared_config().is_some();
+        let breaker = Box::new(Breaker {
+            engine,
+            policy,
+            key,
+            name,
+            cache,
+            coalesce,
+            collapser,
+            armed: u64::MAX,
+            call_timeout,
+            shared: is_shared,
+            io_key: Vec::new(),
+            io_value: Vec::new(),
+        });
+        let index = match s.free.pop() {
+            Some(i) => i,
+            None => {
+                if s.slots.len() as u32 > INDEX_MASK {
+                    return fail(s, String::new(), "too many breakers alive");
+                }
+                s.slots.push(Slot {
+                    generation: 0,
+                    breaker: None,
+                });
+                s.slots.len() as u32 - 1
+            }
+        };
+        let Some(slot) = s.slots.get_mut(index as usize) else {
+            return fail(s, String::new(), "no slot");
+        };
+        slot.breaker = Some(breaker);
+        ((slot.generation & GEN_MASK) << INDEX_BITS | index) as i32
+    })
+}
+
+/// Frees a breaker (its handle becomes stale). 1 if it was live.
+#[wasm_bindgen]
+pub fn fw_free(h: u32) -> i32 {
+    with(E_BUSY, |s| {
+        let i = h & INDEX_MASK;
+        let Some(slot) = s.slots.get_mut(i as usize) else {
+            return 0;
+        };
+        if slot.generation != (h >> INDEX_BITS) & GEN_MASK || slot.breaker.is_none() {
+            return 0;
+        }
+        slot.breaker = None;
+        slot.generation = slot.generation.wrapping_add(1) & GEN_MASK;
+        s.free.push(i);
+        1
+    })
+}
+
+// ---- the call flow ------------------------------------------------------------------------
+
+/// Before [`fw_start`] on a shared breaker: asks for the store reads the decision
+/// wants. Returns flags ([`F_IO`]: drive [`fw_io`]). A no-op on local breakers.
+#[wasm_bindgen]
+pub fn fw_prepare(h: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, _, _)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        b.engine.prepare(b.key, ns(now));
+        b.flags()
+    })
+}
+
+/// Starts a call: [`RUNNING`] (permit id in `out[0]`), [`QUEUED`] (ticket id in
+/// `out[0]`) or [`REFUSED`] (bits 4..8: event kind, 8..12: cause), or'ed with the
+/// flags.
+#[wasm_bindgen]
+pub fn fw_start(h: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, out, rng)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        let t = ns(now);
+        let mut r = b.engine.start(b.key, t, splitmix(rng));
+        if let Start::Refused(f) = &r {
+            if f.cause == Cause::UnknownKey {
+                // The key expired (idle past `keys.idle_ms`): take it again.
+                b.rekey(t);
+                r = b.engine.start(b.key, t, splitmix(rng));
+            }
+        }
+        let kind = match r {
+            Start::Running(p) => {
+                let phase = b.engine.circuit(b.key).map(|c| c.state.phase());
+                out[0] = p.into_raw() as f64;
+                if phase == Some(Phase::Closed) {
+                    // The closed path: the only deadline added is this call's.
+                    let floor = b.call_timeout.map_or(u64::MAX, |d| t.saturating_add(d));
+                    return RUNNING | b.flags_after(Some(floor));
+                }
+                RUNNING | F_PROBE
+            }
+            Start::Queued(t) => {
+                out[0] = t.into_raw() as f64;
+                QUEUED
+            }
+            Start::Refused(f) => REFUSED | (f.event.index() as i32) << 4 | cause_code(f.cause) << 8,
+        };
+        kind | b.flags()
+    })
+}
+
+/// Hands a permit back with its outcome (0 success, 1 failure, 2 timeout, 3 bad
+/// request, 4 cancelled; anything else counts as a failure). Returns 0 on time,
+/// 1 late (the call had timed out: discard the result), 2 unknown, or'ed with the
+/// flags.
+#[wasm_bindgen]
+pub fn fw_complete(h: u32, id: f64, outcome: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, _, rng)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        let outcome = u8::try_from(outcome)
+            .ok()
+            .and_then(Outcome::from_u8)
+            .unwrap_or(Outcome::Failure);
+        let c = b
+            .engine
+            .complete(Permit::from_raw(id_of(id)), outcome, ns(now), splitmix(rng));
+        let code = match c {
+            Completion::OnTime => 0,
+            Completion::Late => 1,
+            Completion::Unknown => 2,
+        };
+        // A completion adds no deadline without an event (a transition, a dequeue).
+        code | b.flags_after(Some(u64::MAX))
+    })
+}
+
+/// Gives up a queued call. Returns 1 if it was still queued (or'ed with the flags).
+#[wasm_bindgen]
+pub fn fw_cancel_ticket(h: u32, id: f64, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, _, _)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        let was = b.engine.cancel_ticket(Ticket::from_raw(id_of(id)), ns(now));
+        i32::from(was) | b.flags()
+    })
+}
+
+/// Stops a running call's deadline clock (it can no longer time out).
+#[wasm_bindgen]
+pub fn fw_stop_timer(h: u32, id: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, _, _)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        let p = Permit::from_raw(id_of(id));
+        b.engine.stop_timer(&p);
+        // The permit stays with the host (it completes the call later).
+        let _ = p.into_raw();
+        b.flags()
+    })
+}
+
+/// Takes the next event (see the `EV_*` codes; details in `out`).
+#[wasm_bindgen]
+pub fn fw_poll(h: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let (code, text) = {
+            let Some((b, out, rng)) = s.parts(h) else {
+                return E_HANDLE;
+            };
+            let t = ns(now);
+            loop {
+                let Some(e) = b.engine.poll(t, splitmix(rng)) else {
+                    break (EV_NONE, None);
+                };
+                match e {
+                    Event::TimedOut { call, .. } => {
+                        out[0] = call.to_raw() as f64;
+                        break (EV_TIMED_OUT, None);
+                    }
+                    Event::Dequeued { permit, .. } => {
+                        out[0] = permit.into_raw() as f64;
+                        break (EV_DEQUEUED, None);
+                    }
+                    Event::Refused { call, refusal, .. } => {
+                        out[0] = call.to_raw() as f64;
+                        out[1] = refusal.event.index() as f64;
+                        out[2] = f64::from(cause_code(refusal.cause));
+                        break (EV_REFUSED, None);
+                    }
+                    Event::Transition { transition: tr, .. } => {
+                        out[0] = phase_code(tr.from);
+                        out[1] = phase_code(tr.to);
+                        out[2] = reason_code(tr.reason);
+                        out[3] = ms(tr.at);
+                        out[4] = f64::from(tr.generation);
+                        break (EV_TRANSITION, None);
+                    }
+                    Event::KeyExpired { .. } => b.rekey(t),
+                    Event::Store { issue, .. } => {
+                        let (code, status) = match issue {
+                            Issue::Invalid(_) => (0.0, 0.0),
+                            Issue::Contended => (1.0, 0.0),
+                            Issue::Failed(c) => (2.0, f64::from(c)),
+                            Issue::Stale => (3.0, 0.0),
+                        };
+                        out[0] = code;
+                        out[1] = status;
+                        break (EV_STORE, Some(issue.to_string()));
+                    }
+                }
+            }
+        };
+        if let Some(t) = text {
+            s.set_msg(&t);
+        }
+        code
+    })
+}
+
+/// The earliest time (ms) the breaker has work for [`fw_poll`], recorded as the
+/// armed timer; -1 when nothing is scheduled.
+#[wasm_bindgen]
+pub fn fw_next(h: u32) -> f64 {
+    with(-1.0, |s| {
+        let Some((b, _, _)) = s.parts(h) else {
+            return -1.0;
+        };
+        match b.next_deadline() {
+            Some(d) => {
+                b.armed = d;
+                ms(d)
+            }
+            None => {
+                b.armed = u64::MAX;
+                -1.0
+            }
+        }
+    })
+}
+
+// ---- fallbacks, events, operator actions ------------------------------------------------
+
+/// Asks for a fallback slot: its id (≥ 0), or -1 (`FALLBACK_REJECTION` recorded).
+#[wasm_bindgen]
+pub fn fw_fallback(h: u32, now: f64) -> f64 {
+    with(-1.0, |s| {
+        let Some((b, _, _)) = s.parts(h) else {
+            return -1.0;
+        };
+        match b.engine.start_fallback(b.key, ns(now)) {
+            Some(p) => p.into_raw() as f64,
+            None => -1.0,
+        }
+    })
+}
+
+/// Ends a fallback (`ok` ≠ 0: `FALLBACK_SUCCESS`, else `FALLBACK_FAILURE`).
+#[wasm_bindgen]
+pub fn fw_fallback_done(h: u32, id: f64, ok: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, _, _)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        b.engine
+            .finish_fallback(FallbackPermit::from_raw(id_of(id)), ok != 0, ns(now));
+        0
+    })
+}
+
+/// Counts `n` events of kind `kind` (an [`EventKind`] index; unknown kinds are
+/// ignored). Never moves the breaker.
+#[wasm_bindgen]
+pub fn fw_record(h: u32, kind: u32, n: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, _, _)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        let Some(kind) = EventKind::from_index(kind as usize) else {
+            return 0;
+        };
+        let t = ns(now);
+        if n == 1 {
+            b.engine.record(b.key, kind, t);
+        } else if n > 1 {
+            b.engine.record_n(b.key, kind, n, t);
+        }
+        0
+    })
+}
+
+/// Forces the breaker closed (0), open (1) or half-open (2); returns the flags.
+#[wasm_bindgen]
+pub fn fw_force(h: u32, phase: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, _, rng)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        let to = match phase {
+            0 => Phase::Closed,
+            1 => Phase::Open,
+            2 => Phase::HalfOpen,
+            _ => return b.flags(),
+        };
+        b.engine.force(b.key, to, ns(now), splitmix(rng));
+        b.flags()
+    })
+}
+
+/// Cheap state read (no percentile work): bits 0..2 phase (0 closed, 1 open,
+/// 2 half-open, as reported: `forced_open` reports open); bit 2: a half-open breaker
+/// still has probe turns (opossum's `pendingClose`); bit 3: warming up; bit 4: a call
+/// now would be admitted.
+#[wasm_bindgen]
+pub fn fw_state(h: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, _, _)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        let t = ns(now);
+        let (Some(cfg), Some(state)) = (b.engine.config(b.policy), b.engine.breaker_state(b.key))
+        else {
+            return 0;
+        };
+        let phase = state.reported_phase(cfg.breaker.mode);
+        let mut f = phase_code(phase) as i32;
+        if phase == Phase::HalfOpen
+            && state.probes_issued() < cfg.breaker.half_open.permitted_probes
+        {
+            f |= 1 << 2;
+        }
+        if state.warming_up(t) {
+            f |= 1 << 3;
+        }
+        if state.would_admit(&cfg.breaker, t) {
+            f |= 1 << 4;
+        }
+        f
+    })
+}
+
+/// Fills `out` with the snapshot at `now`:
+/// `[0]` phase, `[1]` open, `[2]` would admit, `[3]` generation,
+/// `[4..17]` live counts per event kind (the rolling window), `[17..30]` cumulative
+/// counts, `[30..39]` latency percentiles in ms (p0 p25 p50 p75 p90 p95 p99 p99.5
+/// p100, over the percentile window), `[39]` mean latency (ms), `[40]` latencies
+/// counted, `[41]` in flight, `[42]` queued, `[43]` rolling max concurrency,
+/// `[44]` probes issued, `[45]` warming up, `[46]` opened at (ms), `[47]` open until
+/// (ms), `[48]` late results, `[49]` shadow rejections, `[50]` open step,
+/// `[51]` slots held (shared), `[52]` memory bytes of the key.
+/// Returns 0, or [`E_HANDLE`].
+#[wasm_bindgen]
+pub fn fw_snapshot(h: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, out, _)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        let t = ns(now);
+        let Some(snap) = b.engine.snapshot(b.key, t) else {
+            return E_HANDLE;
+        };
+        out[0] = phase_code(snap.phase);
+        out[1] = f64::from(u8::from(snap.open));
+        out[2] = f64::from(u8::from(snap.would_admit));
+        out[3] = f64::from(snap.generation);
+        for (i, (c, cum)) in snap
+            .health
+            .counts
+            .iter()
+            .zip(snap.cumulative.iter())
+            .enumerate()
+        {
+            if let Some(o) = out.get_mut(4 + i) {
+                *o = *c as f64;
+            }
+            if let Some(o) = out.get_mut(17 + i) {
+                *o = *cum as f64;
+            }
+        }
+        let p = snap.latency_ns;
+        for (i, v) in [
+            p.p0, p.p25, p.p50, p.p75, p.p90, p.p95, p.p99, p.p99_5, p.p100,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if let Some(o) = out.get_mut(30 + i) {
+                *o = ms(v);
+            }
+        }
+        out[39] = p.mean / 1_000_000.0;
+        out[40] = p.count as f64;
+        out[41] = f64::from(snap.in_flight);
+        out[42] = f64::from(snap.queued);
+        out[43] = f64::from(snap.rolling_max_concurrency);
+        let st = b.engine.breaker_state(b.key);
+        out[44] = st.map_or(0.0, |s| f64::from(s.probes_issued()));
+        out[45] = f64::from(u8::from(st.is_some_and(|s| s.warming_up(t))));
+        out[46] = st.map_or(0.0, |s| ms(s.opened_at()));
+        out[47] = st.map_or(0.0, |s| ms(s.open_until()));
+        out[48] = b.engine.late_results(b.key).map_or(0.0, |v| v as f64);
+        out[49] = snap.shadow_rejections as f64;
+        out[50] = st.map_or(0.0, |s| f64::from(s.open_step()));
+        out[51] = b.engine.slots_held(b.key).map_or(0.0, f64::from);
+        out[52] = b
+            .engine
+            .circuit(b.key)
+            .map_or(0.0, |c| c.memory_bytes() as f64);
+        0
+    })
+}
+
+/// Writes the live counter buckets at `now` to the table, newest first, one row of
+/// 14 numbers each: start (ms), then the count per event kind. Returns the row count
+/// (call [`fw_table`] after it: the table may have moved).
+#[wasm_bindgen]
+pub fn fw_buckets(h: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let t = ns(now);
+        let mut rows: Vec<(u64, [u32; 13])> = {
+            let Some((b, _, _)) = s.parts(h) else {
+                return E_HANDLE;
+            };
+            let Some(c) = b.engine.circuit(b.key) else {
+                return 0;
+            };
+            c.window
+                .counter_buckets_at(t)
+                .map(|(start, bucket)| (start, bucket.counts))
+                .collect()
+        };
+        rows.sort_unstable_by_key(|r| core::cmp::Reverse(r.0));
+        rows.truncate(MAX_BUCKETS as usize);
+        s.table.clear();
+        for (start, counts) in &rows {
+            s.table.push(ms(*start));
+            s.table.extend(counts.iter().map(|&c| f64::from(c)));
+        }
+        rows.len() as i32
+    })
+}
+
+// ---- the shared store ------------------------------------------------------------------
+
+/// Takes the next store request: 0 none, 1 read, 2 write. `out[0]` request id,
+/// `out[1]` what a write expects (0 absent, 1 the token in `out[2]`), `out[3]`/`[4]`
+/// key address/length, `out[5]`/`[6]` value address/length (writes). The bytes stay
+/// valid until the next call on this breaker.
+#[wasm_bindgen]
+pub fn fw_io(h: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, out, rng)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        let Some(io) = b.engine.poll_io(ns(now), splitmix(rng)) else {
+            return 0;
+        };
+        b.io_key.clear();
+        b.io_key.extend_from_slice(io.key.as_bytes());
+        b.io_value.clear();
+        let (write, expect) = match io.op {
+            Op::Read => (false, None),
+            Op::Write { value, expect } => {
+                b.io_value.extend_from_slice(value);
+                let e = match expect {
+                    Expect::Absent => None,
+                    Expect::Token(t) => Some(t),
+                };
+                (true, e)
+            }
+        };
+        let id = io.id.to_raw();
+        out[0] = id as f64;
+        out[1] = f64::from(u8::from(expect.is_some()));
+        out[2] = expect.map_or(0.0, |t| t as f64);
+        out[3] = f64::from(b.io_key.as_ptr() as u32);
+        out[4] = b.io_key.len() as f64;
+        out[5] = f64::from(b.io_value.as_ptr() as u32);
+        out[6] = b.io_value.len() as f64;
+        if write {
+            2
+        } else {
+            1
+        }
+    })
+}
+
+/// The store's answer to request `id`: `kind` 0 found (value: `len` scratch bytes,
+/// `token`), 1 not found, 2 written (`token`, or -1 when the store does not tell),
+/// 3 conflict (the current value in scratch when `token` ≥ 0; `flag` ≠ 0: the key
+/// is absent now), 4 failed (`flag` = host status). Returns the flags.
+#[wasm_bindgen]
+pub fn fw_io_done(h: u32, id: f64, kind: u32, token: f64, len: u32, flag: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let State {
+            slots,
+            scratch,
+            rng,
+            ..
+        } = s;
+        let Some(slot) = slots.get_mut((h & INDEX_MASK) as usize) else {
+            return E_HANDLE;
+        };
+        if slot.generation != (h >> INDEX_BITS) & GEN_MASK {
+            return E_HANDLE;
+        }
+        let Some(b) = slot.breaker.as_deref_mut() else {
+            return E_HANDLE;
+        };
+        let value = scratch.get(..len as usize).unwrap_or_default();
+        let tok = if token.is_finite() && token >= 0.0 {
+            Some(token as u64)
+        } else {
+            None
+        };
+        let answer = match kind {
+            0 => Answer::Found {
+                value,
+                token: tok.unwrap_or(0),
+            },
+            1 => Answer::NotFound,
+            2 => Answer::Written { token: tok },
+            3 => Answer::Conflict {
+                current: tok.map(|t| (value, t)),
+                absent: flag != 0,
+            },
+            _ => Answer::Failed { code: flag },
+        };
+        b.engine
+            .io_done(IoId::from_raw(id_of(id)), answer, ns(now), splitmix(rng));
+        b.flags()
+    })
+}
+
+/// Whether a store request waits (1) or not (0).
+#[wasm_bindgen]
+pub fn fw_has_io(h: u32) -> i32 {
+    with(E_BUSY, |s| match s.parts(h) {
+        Some((b, _, _)) => i32::from(b.engine.has_io()),
+        None => E_HANDLE,
+    })
+}
+
+/// Whether the breaker keeps its state in a shared store.
+#[wasm_bindgen]
+pub fn fw_is_shared(h: u32) -> i32 {
+    with(E_BUSY, |s| match s.parts(h) {
+        Some((b, _, _)) => i32::from(b.engine.shared_config().is_some()),
+        None => E_HANDLE,
+    })
+}
+
+/// Bytes of wasm memory (the instance's linear memory size).
+#[wasm_bindgen]
+pub fn fw_memory_bytes() -> f64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        (core::arch::wasm32::memory_size(0) * 65_536) as f64
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        0.0
+    }
+}
+
+mod extras;
+pub use extras::*;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,431 @@
+//! Native tests of the binding: lifecycle, the flow through the numbers-only ABI, and
+//! hostile input (every argument of every export) that must never panic.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use super::*;
+
+fn put(bytes: &[u8]) {
+    with((), |s| {
+        s.scratch.clear();
+        s.scratch.extend_from_slice(bytes);
+    });
+}
+
+fn out(i: usize) -> f64 {
+    with(f64::NAN, |s| s.out.get(i).copied().unwrap_or(f64::NAN))
+}
+
+fn msg() -> String {
+    with(String::new(), |s| {
+        String::from_utf8_lossy(&s.msg).into_owned()
+    })
+}
+
+fn create(config: &str, name: &str) -> i32 {
+    let mut b = config.as_bytes().to_vec();
+    b.extend_from_slice(name.as_bytes());
+    put(&b);
+    fw_create(config.len() as u32, 0, name.len() as u32, 0, 1, 0, 1_000.0)
+}
+
+#[test]
+fn config_errors_carry_the_path() {
+    let h = create(
+        r#"{"breaker": {"error_percentage": {"threshold_percentage": 150}}}"#,
+        "x",
+    );
+    assert_eq!(h, -1);
+    let path_len = out(0) as usize;
+    let m = msg();
+    assert_eq!(
+        &m[..path_len],
+        "breaker.error_percentage.threshold_percentage"
+    );
+    assert_eq!(&m[path_len..], "must be a number in 0..=100, got 150");
+    // Shared section errors are prefixed.
+    let cfg = "{}";
+    let shared = r#"{"namespace": "bad ns"}"#;
+    let mut b = cfg.as_bytes().to_vec();
+    b.extend_from_slice(shared.as_bytes());
+    b.extend_from_slice(b"n");
+    put(&b);
+    assert_eq!(fw_create(2, shared.len() as u32, 1, 0, 0, 0, 0.0), -1);
+    assert!(msg().starts_with("shared.namespace"), "{}", msg());
+}
+
+#[test]
+fn a_call_trips_and_reports_a_transition() {
+    let h = create(
+        r#"{"breaker": {"error_percentage": {"request_volume_threshold": 0}}}"#,
+        "trip",
+    ) as u32;
+    let r = fw_start(h, 1_000.0);
+    assert_eq!(r & 0xf, RUNNING);
+    assert_ne!(r & F_REARM, 0, "the first deadline wants a timer");
+    let id = out(0);
+    let c = fw_complete(h, id, 1, 1_001.0);
+    assert_eq!(c & 0x3, 0);
+    assert_ne!(c & F_EVENTS, 0);
+    assert_eq!(fw_poll(h, 1_001.0), EV_TRANSITION);
+    assert_eq!((out(0), out(1), out(2)), (0.0, 1.0, 0.0));
+    assert_eq!(fw_poll(h, 1_001.0), EV_NONE);
+    let r = fw_start(h, 1_002.0);
+    assert_eq!(r & 0xf, REFUSED);
+    assert_eq!((r >> 4) & 0xf, EventKind::ShortCircuited.index() as i32);
+    assert_eq!(fw_state(h, 1_002.0) & 3, 1);
+    // The second completion of the same permit is unknown.
+    assert_eq!(fw_complete(h, id, 0, 1_003.0) & 3, 2);
+    assert_eq!(fw_snapshot(h, 1_003.0), 0);
+    assert_eq!(out(4 + EventKind::Failure.index()), 1.0);
+    assert!(fw_next(h) > 1_000.0);
+    assert_eq!(fw_free(h), 1);
+    assert_eq!(fw_free(h), 0);
+    assert_eq!(fw_start(h, 0.0), E_HANDLE);
+}
+
+#[test]
+fn timeouts_are_polled() {
+    let h = create(r#"{"execution": {"timeout_ms": 50}}"#, "t") as u32;
+    assert_eq!(fw_start(h, 2_000.0) & 0xf, RUNNING);
+    let id = out(0);
+    assert!((fw_next(h) - 2_050.0).abs() < 1e-9, "{}", fw_next(h));
+    assert_eq!(fw_poll(h, 2_049.0), EV_NONE);
+    assert_eq!(fw_poll(h, 2_050.0), EV_TIMED_OUT);
+    assert_eq!(out(0), id);
+    assert_eq!(fw_complete(h, id, 0, 2_100.0) & 3, 1, "late");
+    fw_free(h);
+}
+
+#[test]
+fn hostile_numbers_never_panic() {
+    let h = create("{}", "hostile") as u32;
+    let nums = [
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -1.0,
+        -0.0,
+        0.5,
+        1e300,
+        -1e300,
+        9_007_199_254_740_993.0,
+        f64::MAX,
+        f64::MIN_POSITIVE,
+    ];
+    let ints = [
+        0u32,
+        1,
+        2,
+        3,
+        4,
+        5,
+        12,
+        13,
+        255,
+        u32::MAX,
+        1 << 31,
+        0xFFFF_FFFE,
+    ];
+    for &n in &nums {
+        for &i in &ints {
+            let _ = fw_start(h, n);
+            let _ = fw_complete(h, n, i, n);
+            let _ = fw_complete(i, n, i, n);
+            let _ = fw_cancel_ticket(h, n, n);
+            let _ = fw_stop_timer(h, n);
+            let _ = fw_poll(h, n);
+            let _ = fw_poll(i, n);
+            let _ = fw_next(i);
+            let _ = fw_fallback(h, n);
+            let _ = fw_fallback_done(h, n, i, n);
+            let _ = fw_record(h, i, i, n);
+            let _ = fw_force(h, i, n);
+            let _ = fw_state(h, n);
+            let _ = fw_state(i, n);
+            let _ = fw_snapshot(h, n);
+            let _ = fw_buckets(h, n);
+            let _ = fw_prepare(h, n);
+            let _ = fw_io(h, n);
+            let _ = fw_io_done(h, n, i, n, i, i, n);
+            let _ = fw_has_io(i);
+            let _ = fw_is_shared(i);
+            let _ = fw_create(i, i, i, i, i, i, n);
+            let _ = fw_check(i);
+            let _ = fw_free(i.wrapping_add(7));
+            let _ = fw_cache_lookup(h, i, i, n);
+            let _ = fw_cache_settle(h, i, n, i, n);
+            let _ = fw_cache_cancel(h, i, n, i, n);
+            let _ = fw_cache_invalidate(h, i, i, n);
+            let _ = fw_cache_clear(h, i, n);
+            let _ = fw_cache_poll(h, i, n);
+            let _ = fw_cache_stats(i, i);
+            let _ = fw_col_add(h, i, n);
+            let _ = fw_col_poll(h, n);
+            let _ = fw_col_items(h, n);
+            let _ = fw_col_complete(h, n, i, i);
+            let _ = fw_col_fail(h, n);
+            let _ = fw_col_cancel(h, n);
+            let _ = fw_col_stats(i);
+        }
+    }
+    assert_eq!(fw_scratch(u32::MAX), 0);
+    assert_ne!(fw_snapshot(h, 5.0), E_BUSY);
+    fw_free(h);
+}
+
+#[test]
+fn garbage_config_bytes_are_errors() {
+    for bytes in [
+        &b"\xff\xfe"[..],
+        b"{",
+        b"[1]",
+        b"null",
+        b"{\"breaker\": 7}",
+        b"",
+    ] {
+        let mut b = bytes.to_vec();
+        b.push(b'n');
+        put(&b);
+        assert_eq!(
+            fw_create(bytes.len() as u32, 0, 1, 0, 0, 0, 0.0),
+            -1,
+            "{bytes:?}"
+        );
+        assert!(!msg().is_empty());
+    }
+}
+
+#[test]
+fn shared_breakers_drive_the_store_protocol() {
+    use fusewire_core::shared::memory::{MemoryStore, Rules};
+    let mut store = MemoryStore::new(Rules::Script);
+    let cfg = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 0}}}"#;
+    let shared = "{}";
+    let mut hs = Vec::new();
+    for w in 0..2u32 {
+        let mut b = cfg.as_bytes().to_vec();
+        b.extend_from_slice(shared.as_bytes());
+        b.extend_from_slice(b"svc");
+        put(&b);
+        let h = fw_create(cfg.len() as u32, 2, 3, 0, w + 1, 0, 10.0);
+        assert!(h >= 0, "{}", msg());
+        hs.push(h as u32);
+    }
+    let drive = |h: u32, store: &mut MemoryStore, now: f64| {
+        for _ in 0..64 {
+            let op = fw_io(h, now);
+            if op == 0 {
+                break;
+            }
+            let (id, key, value, expect) =
+                with((0.0, String::new(), Vec::new(), Expect::Absent), |s| {
+                    let Some((b, out, _)) = s.parts(h) else {
+                        return (0.0, String::new(), Vec::new(), Expect::Absent);
+                    };
+                    let expect = if out[1] == 1.0 {
+                        Expect::Token(out[2] as u64)
+                    } else {
+                        Expect::Absent
+                    };
+                    (
+                        out[0],
+                        String::from_utf8_lossy(&b.io_key).into_owned(),
+                        b.io_value.clone(),
+                        expect,
+                    )
+                });
+            let io = fusewire_core::shared::Io {
+                id: IoId::from_raw(id as u64),
+                key: &key,
+                op: if op == 1 {
+                    Op::Read
+                } else {
+                    Op::Write {
+                        value: &value,
+                        expect,
+                    }
+                },
+            };
+            let a = store.exec(&io);
+            use fusewire_core::shared::OwnedAnswer as A;
+            let (kind, token, bytes, flag) = match a {
+                A::Found(v, t) => (0, t as f64, v, 0),
+                A::NotFound => (1, -1.0, vec![], 0),
+                A::Written(t) => (2, t.map_or(-1.0, |t| t as f64), vec![], 0),
+                A::Conflict(c, absent) => match c {
+                    Some((v, t)) => (3, t as f64, v, u32::from(absent)),
+                    None => (3, -1.0, vec![], u32::from(absent)),
+                },
+                A::Failed(c) => (4, -1.0, vec![], c),
+            };
+            put(&bytes);
+            fw_io_done(h, id, kind, token, bytes.len() as u32, flag, now);
+        }
+    };
+    for &h in &hs {
+        assert_eq!(fw_is_shared(h), 1);
+        fw_prepare(h, 20.0);
+        drive(h, &mut store, 20.0);
+    }
+    // Worker 0 fails one call: the trip is written through the store.
+    let h0 = hs[0];
+    fw_prepare(h0, 30.0);
+    drive(h0, &mut store, 30.0);
+    assert_eq!(fw_start(h0, 30.0) & 0xf, RUNNING);
+    let id = out(0);
+    drive(h0, &mut store, 30.0);
+    fw_complete(h0, id, 1, 31.0);
+    drive(h0, &mut store, 31.0);
+    while fw_poll(h0, 31.0) != EV_NONE {}
+    drive(h0, &mut store, 31.0);
+    // Worker 1 sees it on its next call.
+    let h1 = hs[1];
+    fw_prepare(h1, 32.0);
+    drive(h1, &mut store, 32.0);
+    let r = fw_start(h1, 32.0);
+    assert_eq!(r & 0xf, REFUSED, "worker 1 rejects after worker 0's trip");
+    for h in hs {
+        fw_free(h);
+    }
+}
+
+#[test]
+fn cache_and_collapser_through_the_abi() {
+    let cfg = r#"{"cache": {"ttl_ms": 0, "max_waiters": 10},
+                  "collapser": {"window_ms": 5, "max_batch_size": 3}}"#;
+    let coalesce = r#"{"ttl_ms": 1000}"#;
+    let mut b = cfg.as_bytes().to_vec();
+    b.extend_from_slice(b"c");
+    b.extend_from_slice(coalesce.as_bytes());
+    put(&b);
+    let h = fw_create(cfg.len() as u32, 0, 1, coalesce.len() as u32, 0, 0, 1_000.0);
+    assert!(h >= 0, "{}", msg());
+    let h = h as u32;
+    // Cache: lead, a follower joins, the fill serves it, a later lookup hits.
+    put(b"k1");
+    assert_eq!(fw_cache_lookup(h, 0, 2, 1_000.0) & 0xf, 2);
+    let lead = out(0);
+    put(b"k1");
+    assert_eq!(fw_cache_lookup(h, 0, 2, 1_000.0) & 0xf, 3);
+    let wait = out(0);
+    assert_eq!(fw_cache_settle(h, 0, lead, 1, 1_001.0) & 0xff, 0);
+    let entry = out(0);
+    assert!(entry >= 0.0);
+    assert_eq!(out(2), 1.0, "one follower served");
+    assert_eq!(fw_cache_poll(h, 0, 1_001.0), 1);
+    assert_eq!((out(0), out(1), out(2)), (wait, entry, 0.0));
+    put(b"k1");
+    assert_eq!(fw_cache_lookup(h, 0, 2, 1_002.0) & 0xf, 1);
+    assert_eq!(out(0), entry);
+    assert_eq!(
+        fw_cache_settle(h, 0, lead, 1, 1_003.0),
+        -1,
+        "a lead settles once"
+    );
+    put(b"k1");
+    assert_eq!(fw_cache_invalidate(h, 0, 2, 1_003.0), 1);
+    assert_eq!(fw_cache_poll(h, 0, 1_003.0), 4);
+    assert_eq!((out(0), out(1)), (entry, 3.0));
+    assert_eq!(fw_cache_stats(h, 0), 1);
+    assert_eq!(out(5), 1.0, "hits");
+    // The coalescing cache is there too; a third one is not.
+    put(b"x");
+    assert_eq!(fw_cache_lookup(h, 1, 1, 1_004.0) & 0xf, 2);
+    assert_eq!(fw_cache_lookup(h, 2, 1, 1_004.0), 0);
+    // Collapser: three items fill a batch.
+    for i in 0..3 {
+        put(b"batch");
+        let r = fw_col_add(h, 5, 1_010.0) & 0xf;
+        assert_eq!(r, if i == 2 { 2 } else { 1 });
+    }
+    let batch = fw_col_poll(h, 1_010.0);
+    assert!(batch >= 0.0);
+    assert_eq!(fw_col_items(h, batch), 3);
+    assert!(fw_col_complete(h, batch, 1, 1) >= 0.0);
+    assert_eq!(fw_col_complete(h, batch, 1, 1), -1.0, "once per item");
+    assert_eq!(fw_col_fail(h, batch), 2, "the rest fail");
+    // A window-driven flush: fw_next reports the collapser's deadline.
+    put(b"batch");
+    assert_eq!(fw_col_add(h, 5, 1_020.0) & 0xf, 1);
+    let next = fw_next(h);
+    assert!((next - 1_025.0).abs() < 1e-6, "{next}");
+    assert_eq!(fw_col_poll(h, 1_024.0), -1.0);
+    assert!(fw_col_poll(h, 1_025.0) >= 0.0);
+    assert_eq!(fw_col_stats(h), 1);
+    assert_eq!(out(4), 4.0, "added");
+    fw_free(h);
+}
+
+#[test]
+#[ignore = "timing, run by hand: cargo test --release -p fusewire-js -- --ignored --nocapture"]
+fn timing_of_the_hot_path() {
+    let h = create(r#"{"execution": {"timeout_ms": 10000}}"#, "t") as u32;
+    let n = 2_000_000u32;
+    let mut now = 1_000.0;
+    fw_start(h, now);
+    fw_next(h);
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        now += 0.001;
+        fw_start(h, now);
+        let id = out(0);
+        fw_complete(h, id, 0, now);
+    }
+    println!(
+        "start+complete: {:.1} ns",
+        t0.elapsed().as_nanos() as f64 / f64::from(n)
+    );
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(fw_next(h));
+    }
+    println!(
+        "fw_next: {:.1} ns",
+        t0.elapsed().as_nanos() as f64 / f64::from(n)
+    );
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(fw_has_io(h));
+    }
+    println!(
+        "fw_has_io: {:.1} ns",
+        t0.elapsed().as_nanos() as f64 / f64::from(n)
+    );
+    fw_free(h);
+}
+
+#[test]
+#[ignore = "timing, run by hand"]
+fn timing_of_the_engine_alone() {
+    use fusewire_core::{Config, Engine, Outcome, Start};
+    let mut e = Engine::local();
+    let p = e
+        .add_policy(
+            "p",
+            Config::from_json(r#"{"execution": {"timeout_ms": 10000}}"#).unwrap(),
+        )
+        .unwrap();
+    let mut now = 1_000_000_000u64;
+    let k = e.key(p, "k", now).unwrap();
+    let n = 2_000_000u32;
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        now += 1_000;
+        if let Start::Running(permit) = e.start(k, now, 0) {
+            e.complete(permit, Outcome::Success, now, 0);
+        }
+    }
+    println!(
+        "engine start+complete: {:.1} ns",
+        t0.elapsed().as_nanos() as f64 / f64::from(n)
+    );
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(e.next_deadline());
+    }
+    println!(
+        "engine next_deadline: {:.1} ns",
+        t0.elapsed().as_nanos() as f64 / f64::from(n)
+    );
+}

@@ -1,0 +1,650 @@
+// opossum's API: every option, method, getter, event and transition, on the packed
+// tarball (installed into a scratch project), with fake time where time matters.
+import assert from 'node:assert/strict';
+import { afterEach, describe, test } from 'node:test';
+
+import CircuitBreaker, { Status, isOurError } from 'fusewire';
+
+import { EVENTS, deferred, fakeTime, flush, record } from './helpers.mjs';
+
+const ok = async (x) => x;
+const boom = async () => {
+  throw new Error('boom');
+};
+let clock;
+afterEach(() => {
+  clock?.restore();
+  clock = undefined;
+});
+
+/** A breaker whose action fails when called with 'fail', hangs with 'hang'. */
+function flaky(options = {}) {
+  const hangs = [];
+  const b = new CircuitBreaker(async (x) => {
+    if (x === 'fail') throw new Error('boom');
+    if (x === 'hang') {
+      const d = deferred();
+      hangs.push(d);
+      return d.promise;
+    }
+    return x;
+  }, options);
+  return { b, hangs };
+}
+
+async function settle(p) {
+  try {
+    return { value: await p };
+  } catch (error) {
+    return { error };
+  }
+}
+
+describe('construction', () => {
+  test('defaults, name and group', () => {
+    const opts = {};
+    const b = new CircuitBreaker(async function fetchUser() {}, opts);
+    assert.equal(b.name, 'fetchUser');
+    assert.equal(b.group, 'fetchUser');
+    assert.equal(b.options, opts, 'keeps the options object');
+    assert.equal(b.enabled, true);
+    assert.equal(b.closed, true);
+    assert.equal(b.opened, false);
+    assert.equal(b.halfOpen, false);
+    assert.equal(b.pendingClose, false);
+    assert.equal(b.warmUp, false);
+    assert.equal(b.isShutdown, false);
+    assert.equal(b.volumeThreshold, 0);
+    const named = new CircuitBreaker(() => 1, { name: 'n', group: 'g', volumeThreshold: 7 });
+    assert.equal(named.name, 'n');
+    assert.equal(named.group, 'g');
+    assert.equal(named.volumeThreshold, 7);
+    const anon = new CircuitBreaker(() => 1);
+    assert.match(anon.name, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    for (const x of [b, named, anon]) x.shutdown();
+  });
+
+  test('an action that is not a function is refused', () => {
+    assert.throws(() => new CircuitBreaker(), {
+      name: 'TypeError',
+      message: 'No action provided. Cannot construct a CircuitBreaker without an invocable action.',
+    });
+    for (const a of [42, 'x', {}, Promise.resolve(1)]) {
+      assert.throws(() => new CircuitBreaker(a), { name: 'TypeError', message: /^action: must be a function/ });
+    }
+  });
+
+  test('isOurError', async () => {
+    assert.equal(CircuitBreaker.isOurError(new Error('x')), false);
+    assert.equal(isOurError(null), false);
+    const b = new CircuitBreaker(ok);
+    b.open();
+    const { error } = await settle(b.fire(1));
+    assert.equal(error.code, 'EOPENBREAKER');
+    assert.equal(CircuitBreaker.isOurError(error), true);
+    b.shutdown();
+  });
+});
+
+describe('fire and call', () => {
+  test('resolves with the result; call() sets this; sync results and throws', async () => {
+    const b = new CircuitBreaker(async (a, b2) => a + b2);
+    assert.equal(await b.fire(2, 3), 5);
+    const ctx = { k: 7 };
+    const c = new CircuitBreaker(function (x) {
+      return this.k * x;
+    });
+    assert.equal(await c.call(ctx, 3), 21, 'sync value, this = context');
+    const s = new CircuitBreaker(() => {
+      throw new Error('sync');
+    });
+    await assert.rejects(s.fire(), /sync/);
+    assert.equal(s.stats.failures, 1);
+    const u = new CircuitBreaker(() => undefined);
+    assert.equal(await u.fire(), undefined, 'a sync undefined is a success');
+    for (const x of [b, c, s, u]) x.shutdown();
+  });
+
+  test('events carry opossum\'s arguments', async () => {
+    const b = new CircuitBreaker(async (x) => {
+      if (x < 0) throw new Error('neg');
+      return x * 2;
+    });
+    const log = record(b, EVENTS);
+    await b.fire(4);
+    await settle(b.fire(-1));
+    const names = log.map((e) => e[0]);
+    assert.deepEqual(names, ['fire', 'success', 'fire', 'failure']);
+    assert.deepEqual(log[0], ['fire', [4]]);
+    assert.equal(log[1][1], 8);
+    assert.equal(typeof log[1][2], 'number');
+    assert.ok(log[1][2] >= 0, 'latency in ms');
+    assert.equal(log[3][1].message, 'neg');
+    assert.equal(typeof log[3][2], 'number');
+    assert.deepEqual(log[3][3], [-1]);
+    b.shutdown();
+  });
+});
+
+describe('trip rule', () => {
+  test('opens when failures / fires * 100 is above the threshold (strictly)', async () => {
+    const { b } = flaky();
+    const log = record(b, ['open', 'reject']);
+    await b.fire(1);
+    await settle(b.fire('fail'));
+    assert.equal(b.closed, true, '1 of 2 = 50 %, not above 50');
+    await settle(b.fire('fail'));
+    assert.equal(b.opened, true, '2 of 3 > 50 %');
+    assert.deepEqual(log.map((e) => e[0]), ['open']);
+    const { error } = await settle(b.fire(1));
+    assert.equal(error.code, 'EOPENBREAKER');
+    assert.equal(error.message, 'Breaker is open');
+    assert.equal(log[1][0], 'reject');
+    assert.equal(log[1][1], error);
+    const s = b.stats;
+    assert.equal(s.fires, 4, 'rejected calls are fires');
+    assert.equal(s.rejects, 1);
+    assert.equal(s.failures, 2);
+    assert.equal(s.successes, 1);
+    b.shutdown();
+  });
+
+  test('errorThresholdPercentage and volumeThreshold', async () => {
+    const { b } = flaky({ errorThresholdPercentage: 20, volumeThreshold: 5 });
+    for (let i = 0; i < 3; i++) await settle(b.fire('fail'));
+    assert.equal(b.closed, true, '3 fires < volume 5');
+    await b.fire(1);
+    await settle(b.fire('fail'));
+    assert.equal(b.opened, true, '4 of 5 > 20 %');
+    b.shutdown();
+    const { b: c } = flaky({ errorThresholdPercentage: 0 });
+    await settle(c.fire('fail'));
+    assert.equal(c.opened, true, 'any failure is above 0 %');
+    c.shutdown();
+  });
+
+  test('calls still running count as fires', async () => {
+    const { b, hangs } = flaky({ timeout: false });
+    const running = [];
+    for (let i = 0; i < 4; i++) running.push(b.fire('hang'));
+    await settle(b.fire('fail'));
+    assert.equal(b.closed, true, '1 failure of 5 fires');
+    assert.equal(b.stats.fires, 5);
+    for (const h of hangs) h.resolve('late ok');
+    await Promise.all(running);
+    b.shutdown();
+  });
+
+  test('errorFilter: a filtered error is a success that still rejects', async () => {
+    const b = new CircuitBreaker(async (code) => {
+      const e = new Error(`status ${code}`);
+      e.status = code;
+      throw e;
+    }, { errorFilter: (err, code) => err.status === 404 && code === 404 });
+    const log = record(b, ['success', 'failure', 'fallback']);
+    b.fallback(() => 'fb');
+    const { error } = await settle(b.fire(404));
+    assert.equal(error.status, 404);
+    assert.deepEqual(log.map((e) => e[0]), ['success'], 'no failure, no fallback');
+    assert.equal(log[0][1], error);
+    assert.equal(b.stats.failures, 0);
+    assert.equal(b.stats.successes, 1);
+    assert.equal(await b.fire(500), 'fb');
+    assert.equal(b.closed, true, '1 failure of 2 fires = 50 %');
+    assert.equal(await b.fire(500), 'fb');
+    assert.equal(b.opened, true);
+    b.shutdown();
+  });
+});
+
+describe('half-open (timer-driven)', () => {
+  test('halfOpen is emitted when resetTimeout elapses, with no call', async () => {
+    clock = fakeTime();
+    const { b, hangs } = flaky({ resetTimeout: 1000 });
+    const log = record(b, ['open', 'halfOpen', 'close']);
+    await settle(b.fire('fail'));
+    assert.equal(b.opened, true);
+    clock.tick(999);
+    assert.equal(b.opened, true);
+    assert.deepEqual(log.map((e) => e[0]), ['open']);
+    clock.tick(2);
+    assert.deepEqual(log.map((e) => e[0]), ['open', 'halfOpen'], 'no call needed');
+    assert.deepEqual(log[1], ['halfOpen', 1000]);
+    assert.equal(b.halfOpen, true);
+    assert.equal(b.pendingClose, true);
+    // The first call is the probe; others are rejected meanwhile.
+    const probe = b.fire('hang');
+    assert.equal(b.pendingClose, false);
+    const { error } = await settle(b.fire(1));
+    assert.equal(error.code, 'EOPENBREAKER');
+    hangs[0].resolve('up');
+    assert.equal(await probe, 'up');
+    assert.equal(b.closed, true);
+    assert.deepEqual(log.map((e) => e[0]), ['open', 'halfOpen', 'close']);
+    b.shutdown();
+  });
+
+  test('a probe success closes, a probe failure reopens', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ resetTimeout: 500 });
+    const log = record(b, ['open', 'halfOpen', 'close']);
+    await settle(b.fire('fail'));
+    clock.tick(501);
+    await settle(b.fire('fail'));
+    assert.equal(b.opened, true, 'the failed probe reopened it');
+    clock.tick(501);
+    assert.equal(b.halfOpen, true);
+    assert.equal(await b.fire(7), 7);
+    assert.equal(b.closed, true);
+    assert.deepEqual(log.map((e) => e[0]), ['open', 'halfOpen', 'open', 'halfOpen', 'close']);
+    b.shutdown();
+  });
+
+  test('open() and close() by hand', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ resetTimeout: 100 });
+    const log = record(b, ['open', 'halfOpen', 'close']);
+    b.open();
+    b.open();
+    assert.equal(b.opened, true);
+    b.close();
+    b.close();
+    assert.equal(b.closed, true);
+    b.open();
+    clock.tick(101);
+    assert.equal(b.halfOpen, true, 'a forced open half-opens after resetTimeout');
+    b.close();
+    assert.deepEqual(log.map((e) => e[0]), ['open', 'close', 'open', 'halfOpen', 'close']);
+    b.shutdown();
+  });
+});
+
+describe('timeout', () => {
+  test('ETIMEDOUT after timeout ms; events; the late result is ignored', async () => {
+    clock = fakeTime();
+    const ac = new AbortController();
+    const { b, hangs } = flaky({ timeout: 250, abortController: ac });
+    const log = record(b, ['timeout', 'failure', 'success', 'open']);
+    const p = b.fire('hang');
+    clock.tick(249);
+    assert.equal(log.length, 0);
+    clock.tick(2);
+    const { error } = await settle(p);
+    assert.equal(error.code, 'ETIMEDOUT');
+    assert.equal(error.message, 'Timed out after 250ms');
+    assert.ok(isOurError(error));
+    assert.deepEqual(log.map((e) => e[0]), ['timeout', 'failure', 'open']);
+    assert.equal(log[0][1], error);
+    assert.ok(log[0][2] >= 250 && log[0][2] <= 252, `latency ${log[0][2]}`);
+    assert.deepEqual(log[0][3], ['hang']);
+    assert.equal(ac.signal.aborted, true, 'the abortController is aborted');
+    hangs[0].resolve('too late');
+    await flush();
+    assert.equal(log.filter((e) => e[0] === 'success').length, 0);
+    const s = b.stats;
+    assert.equal(s.timeouts, 1);
+    assert.equal(s.failures, 1, 'a timeout is a failure');
+    b.shutdown();
+  });
+
+  test('timeout: false (and 0) disables it', async () => {
+    clock = fakeTime();
+    for (const timeout of [false, 0]) {
+      const { b, hangs } = flaky({ timeout });
+      const p = b.fire('hang');
+      clock.tick(60_000, 100);
+      hangs[0].resolve('done');
+      assert.equal(await p, 'done');
+      assert.equal(b.stats.timeouts, 0);
+      b.shutdown();
+    }
+  });
+
+  test('the default timeout is 10 s', async () => {
+    clock = fakeTime();
+    const { b } = flaky();
+    const p = b.fire('hang');
+    clock.tick(9_990, 10);
+    assert.equal(b.stats.timeouts, 0);
+    clock.tick(20, 10);
+    const { error } = await settle(p);
+    assert.equal(error.message, 'Timed out after 10000ms');
+    b.shutdown();
+  });
+});
+
+describe('capacity', () => {
+  test('ESEMLOCKED past capacity; semaphoreLocked, failure, fallback order', async () => {
+    const { b, hangs } = flaky({ capacity: 2, timeout: false });
+    const log = record(b, ['semaphoreLocked', 'failure', 'fallback', 'open']);
+    const a = b.fire('hang');
+    const c = b.fire('hang');
+    const { error } = await settle(b.fire(1));
+    assert.equal(error.code, 'ESEMLOCKED');
+    assert.equal(error.message, 'Semaphore locked');
+    assert.deepEqual(log.map((e) => e[0]), ['semaphoreLocked', 'failure']);
+    assert.equal(b.stats.semaphoreRejections, 1);
+    assert.equal(b.stats.failures, 1, 'a semaphore rejection is a failure');
+    b.fallback(() => 'fb');
+    assert.equal(await b.fire(1), 'fb');
+    assert.deepEqual(log.slice(2).map((e) => e[0]), ['semaphoreLocked', 'failure', 'fallback'],
+      '2 failures of 4 fires (2 running) = 50 %: still closed');
+    assert.equal(await b.fire(1), 'fb');
+    assert.deepEqual(log.slice(5).map((e) => e[0]), ['semaphoreLocked', 'failure', 'open', 'fallback']);
+    hangs.forEach((h) => h.resolve(1));
+    await Promise.all([a, c]);
+    b.shutdown();
+  });
+});
+
+describe('fallback', () => {
+  test('gets (...args, err), emits fallback(result, err), resolves the call', async () => {
+    const { b } = flaky();
+    const log = record(b, ['failure', 'open', 'fallback', 'reject']);
+    let got;
+    b.fallback((...a) => {
+      got = a;
+      return 'fallback value';
+    });
+    assert.equal(await b.fire('fail'), 'fallback value');
+    assert.equal(got[0], 'fail');
+    assert.equal(got[1].message, 'boom');
+    assert.deepEqual(log.map((e) => e[0]), ['failure', 'open', 'fallback'], "opossum's order");
+    assert.deepEqual(log[2].slice(1), ['fallback value', got[1]]);
+    // Also on rejection.
+    assert.equal(await b.fire(1), 'fallback value');
+    assert.equal(got[1].code, 'EOPENBREAKER');
+    assert.equal(b.stats.fallbacks, 2);
+    b.shutdown();
+  });
+
+  test('an async fallback, a throwing fallback, a breaker as fallback', async () => {
+    const { b } = flaky();
+    b.fallback(async () => 'later');
+    assert.equal(await b.fire('fail'), 'later');
+    b.fallback(() => {
+      throw new Error('fb broke');
+    });
+    await assert.rejects(b.fire('fail'), /fb broke/);
+    const other = new CircuitBreaker(async (...a) => `other:${a[0]}`);
+    b.fallback(other);
+    assert.equal(await b.fire('fail'), 'other:fail');
+    assert.throws(() => b.fallback(42), TypeError);
+    b.shutdown();
+    other.shutdown();
+  });
+});
+
+describe('warm-up, enable/disable', () => {
+  test('allowWarmUp: no opening during the first rollingCountTimeout', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ allowWarmUp: true, rollingCountTimeout: 1000, rollingCountBuckets: 10 });
+    assert.equal(b.warmUp, true);
+    for (let i = 0; i < 5; i++) await settle(b.fire('fail'));
+    assert.equal(b.closed, true);
+    clock.tick(1001);
+    assert.equal(b.warmUp, false);
+    await settle(b.fire('fail'));
+    assert.equal(b.opened, true);
+    b.shutdown();
+  });
+
+  test('disable(): calls run unprotected; enable() protects again', async () => {
+    const { b } = flaky();
+    b.open();
+    b.disable();
+    assert.equal(b.enabled, false);
+    assert.equal(await b.fire(3), 3, 'runs although open');
+    await assert.rejects(b.fire('fail'), /boom/);
+    b.enable();
+    assert.equal(b.enabled, true);
+    await assert.rejects(b.fire(3), { code: 'EOPENBREAKER' });
+    const off = new CircuitBreaker(ok, { enabled: false });
+    assert.equal(off.enabled, false);
+    off.shutdown();
+    b.shutdown();
+  });
+});
+
+describe('shutdown', () => {
+  test('emits shutdown, removes listeners, rejects later calls', async () => {
+    const { b } = flaky();
+    await b.fire(1);
+    let seen = 0;
+    b.on('shutdown', () => seen++);
+    b.on('success', () => assert.fail('listener survived shutdown'));
+    b.shutdown();
+    assert.equal(seen, 1);
+    assert.equal(b.isShutdown, true);
+    assert.equal(b.enabled, false);
+    assert.equal(b.closed, false);
+    assert.equal(b.opened, false);
+    assert.equal(b.listenerCount('success'), 0);
+    const { error } = await settle(b.fire(1));
+    assert.equal(error.code, 'ESHUTDOWN');
+    assert.equal(error.message, 'The circuit has been shutdown.');
+    assert.equal(b.stats.successes, 1, 'stats stay readable');
+    assert.equal(b.toJSON().state.shutdown, true);
+    b.shutdown();
+    b.open();
+    b.close();
+  });
+});
+
+describe('stats and status', () => {
+  test('the shape of stats; percentiles; latencyTimes', async () => {
+    const { b } = flaky();
+    for (let i = 0; i < 20; i++) await b.fire(i);
+    const s = b.stats;
+    for (const k of ['failures', 'fallbacks', 'successes', 'rejects', 'fires', 'timeouts', 'cacheHits',
+      'cacheMisses', 'coalesceCacheHits', 'coalesceCacheMisses', 'semaphoreRejections', 'latencyMean']) {
+      assert.equal(typeof s[k], 'number', k);
+    }
+    assert.deepEqual(Object.keys(s.percentiles).map(Number).sort((a, b2) => a - b2),
+      [0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 1]);
+    assert.deepEqual(s.latencyTimes, [], 'latencies live in histograms');
+    assert.ok(s.percentiles[0] <= s.percentiles[0.5] && s.percentiles[0.5] <= s.percentiles[1]);
+    assert.ok(s.latencyMean >= 0);
+    assert.equal(s.successes, 20);
+    assert.deepEqual(b.status.stats.successes, 20);
+    b.shutdown();
+    const off = new CircuitBreaker(ok, { rollingPercentilesEnabled: false });
+    await off.fire(1);
+    assert.equal(off.stats.latencyMean, -1);
+    assert.ok(Object.values(off.stats.percentiles).every((v) => v === -1));
+    off.shutdown();
+  });
+
+  test('the rolling window: buckets newest first, counts expire', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ rollingCountTimeout: 1000, rollingCountBuckets: 4 });
+    assert.ok(b.status instanceof Status);
+    // Start 10 ms into a bucket (buckets are aligned to the clock, not to the breaker).
+    clock.tick(250 - (b._now() % 250) + 10);
+    await b.fire(1);
+    clock.tick(250);
+    await settle(b.fire('fail'));
+    const win = b.status.window;
+    assert.equal(win.length, 4);
+    assert.equal(win[0].failures, 1);
+    assert.equal(win[1].successes, 1);
+    assert.deepEqual(win[0].latencyTimes, []);
+    clock.tick(800);
+    assert.equal(b.stats.successes, 0, 'the success left the window');
+    assert.equal(b.stats.failures, 1);
+    clock.tick(300);
+    assert.equal(b.stats.fires, 0);
+    b.shutdown();
+  });
+
+  test('rollingCountTimeout bounds what can trip the breaker', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ rollingCountTimeout: 1000, rollingCountBuckets: 10, volumeThreshold: 3,
+      errorThresholdPercentage: 10 });
+    await settle(b.fire('fail'));
+    await settle(b.fire('fail'));
+    clock.tick(1100);
+    await settle(b.fire('fail'));
+    assert.equal(b.closed, true, 'the first two failures expired: 1 fire < volume 3');
+    b.shutdown();
+  });
+
+  test('snapshot events, only while someone listens', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ rollingCountTimeout: 1000, rollingCountBuckets: 10 });
+    const onStatus = [];
+    const onBreaker = [];
+    const l1 = (s) => onStatus.push(s);
+    const l2 = (s) => onBreaker.push(s);
+    b.status.on('snapshot', l1);
+    b.on('snapshot', l2);
+    await flush();
+    await b.fire(1);
+    clock.tick(100);
+    clock.tick(100);
+    assert.equal(onStatus.length, 2);
+    assert.equal(onBreaker.length, 2);
+    assert.equal(onStatus[0].successes, 1);
+    b.status.off('snapshot', l1);
+    b.off('snapshot', l2);
+    await flush();
+    clock.tick(500);
+    assert.equal(onStatus.length, 2, 'stopped');
+    b.shutdown();
+    const quiet = new CircuitBreaker(ok, { enableSnapshots: false });
+    const got = [];
+    quiet.on('snapshot', (s) => got.push(s));
+    await flush();
+    clock.tick(3000);
+    assert.equal(got.length, 0);
+    quiet.shutdown();
+  });
+
+  test('options.status primes the window; newStatus', async () => {
+    const b = new CircuitBreaker(ok, { status: { successes: 5, failures: 3, timeouts: 1, rejects: 2, fallbacks: 1 } });
+    const s = b.stats;
+    assert.equal(s.successes, 5);
+    assert.equal(s.failures, 3);
+    assert.equal(s.timeouts, 1);
+    assert.equal(s.rejects, 2);
+    assert.equal(s.fallbacks, 1);
+    const st = CircuitBreaker.newStatus({ stats: { successes: 9 } });
+    const c = new CircuitBreaker(ok, { status: st });
+    assert.equal(c.stats.successes, 9);
+    b.shutdown();
+    c.shutdown();
+  });
+
+  test('rotateBucketController is accepted', async () => {
+    const { EventEmitter } = await import('node:events');
+    const rbc = new EventEmitter();
+    const b = new CircuitBreaker(ok, { rotateBucketController: rbc });
+    rbc.emit('rotate');
+    assert.equal(await b.fire(2), 2);
+    assert.throws(() => new CircuitBreaker(ok, { rotateBucketController: 5 }), TypeError);
+    b.shutdown();
+  });
+});
+
+describe('toJSON and options.state', () => {
+  test('toJSON has opossum\'s shape', async () => {
+    const b = new CircuitBreaker(ok, { name: 'j' });
+    await b.fire(1);
+    const j = b.toJSON();
+    assert.deepEqual(Object.keys(j.state).sort(),
+      ['closed', 'enabled', 'halfOpen', 'lastTimerAt', 'name', 'open', 'shutdown', 'warmUp']);
+    assert.equal(j.state.name, 'j');
+    assert.equal(j.state.closed, true);
+    assert.equal(typeof j.state.lastTimerAt, 'number');
+    assert.equal(j.status.successes, 1);
+    assert.doesNotThrow(() => JSON.stringify(b));
+    b.shutdown();
+  });
+
+  test('restores open, half-open (resetTimeout passed), closed, disabled, shutdown', async () => {
+    clock = fakeTime();
+    const a = new CircuitBreaker(ok, { resetTimeout: 1000 });
+    a.open();
+    const saved = a.toJSON().state;
+    assert.equal(saved.open, true);
+    const b = new CircuitBreaker(ok, { resetTimeout: 1000, state: saved });
+    assert.equal(b.opened, true);
+    clock.tick(1001);
+    const c = new CircuitBreaker(ok, { resetTimeout: 1000, state: saved });
+    assert.equal(c.halfOpen, true, 'resetTimeout passed since lastTimerAt');
+    const d = new CircuitBreaker(ok, { state: { halfOpen: true, closed: false } });
+    assert.equal(d.halfOpen, true);
+    assert.equal(d.pendingClose, true);
+    const e = new CircuitBreaker(ok, { state: { closed: true, enabled: false } });
+    assert.equal(e.closed, true);
+    assert.equal(e.enabled, false);
+    const f = new CircuitBreaker(ok, { state: { shutdown: true } });
+    assert.equal(f.isShutdown, true);
+    const g = new CircuitBreaker(ok, { state: { warmUp: true } });
+    assert.equal(g.warmUp, true);
+    for (const x of [a, b, c, d, e, g]) x.shutdown();
+  });
+});
+
+describe('health checks and abort controllers', () => {
+  test('healthCheck: a rejection emits healthCheckFailed and opens', async () => {
+    clock = fakeTime();
+    const b = new CircuitBreaker(ok);
+    const failed = [];
+    b.on('healthCheckFailed', (e) => failed.push(e));
+    let calls = 0;
+    b.healthCheck(async function () {
+      calls++;
+      assert.equal(this, b);
+      if (calls >= 2) throw new Error('unhealthy');
+    }, 1000);
+    await flush();
+    assert.equal(calls, 1);
+    assert.equal(b.closed, true);
+    clock.tick(1000);
+    await flush();
+    assert.equal(calls, 2);
+    assert.equal(failed.length, 1);
+    assert.equal(failed[0].message, 'unhealthy');
+    assert.equal(b.opened, true);
+    assert.throws(() => b.healthCheck('x'), { name: 'TypeError', message: 'Health check function must be a function' });
+    assert.throws(() => b.healthCheck(async () => {}, 'x'), { name: 'TypeError', message: 'Health check interval must be a number' });
+    b.shutdown();
+    clock.tick(5000);
+    await flush();
+    assert.equal(calls, 2, 'shutdown stops health checks');
+  });
+
+  test('getSignal, getAbortController, autoRenewAbortController', async () => {
+    clock = fakeTime();
+    const plain = new CircuitBreaker(ok);
+    assert.equal(plain.getSignal(), undefined);
+    assert.equal(plain.getAbortController(), undefined);
+    plain.shutdown();
+    assert.throws(() => new CircuitBreaker(ok, { abortController: {} }),
+      { name: 'TypeError', message: 'AbortController does not contain `abort()` method' });
+    const { b } = flaky({ autoRenewAbortController: true, timeout: 100, resetTimeout: 500 });
+    const first = b.getAbortController();
+    assert.ok(first instanceof AbortController);
+    assert.equal(b.getSignal(), first.signal);
+    const p = b.fire('hang');
+    clock.tick(101);
+    await settle(p);
+    assert.equal(first.signal.aborted, true);
+    assert.equal(b.opened, true);
+    clock.tick(500);
+    assert.equal(b.halfOpen, true);
+    assert.notEqual(b.getAbortController(), first, 'renewed on half-open');
+    assert.equal(b.getSignal().aborted, false);
+    b.shutdown();
+  });
+});
+
+describe('typed errors', () => {
+  test('cacheTransport must implement get, set and flush', () => {
+    assert.throws(() => new CircuitBreaker(ok, { cache: true, cacheTransport: { get() {} } }), {
+      name: 'TypeError',
+      message: 'options.cacheTransport should be an object with `get`, `set` and `flush` methods',
+    });
+  });
+});

@@ -1,0 +1,101 @@
+// Runs the browser scenario in headless Chromium (Debian's /usr/bin/chromium, driven
+// by playwright-core; never a downloaded browser), served from a local server: once
+// as plain ESM (import map → fusewire's browser entry) and once bundled by esbuild
+// (resolving 'fusewire' through the package's exports map, browser condition).
+// Usage: node run.mjs <app dir> <playwright-core dir> <esbuild dir>
+import { copyFileSync, mkdirSync, readFileSync, existsSync, statSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { createRequire } from 'node:module';
+import { extname, join, normalize } from 'node:path';
+
+const [appDir, pwDir, esbuildDir] = process.argv.slice(2);
+const require = createRequire(join(appDir, 'package.json'));
+const { chromium } = require(pwDir);
+const esbuild = require(esbuildDir);
+
+// The bundler build: what an application built with esbuild ships.
+mkdirSync(join(appDir, 'bundle'), { recursive: true });
+await esbuild.build({
+  entryPoints: [join(appDir, 'test', 'browser', 'app.mjs')],
+  outfile: join(appDir, 'bundle', 'app.js'),
+  bundle: true,
+  format: 'esm',
+  platform: 'browser',
+  target: 'es2022',
+  nodePaths: [join(appDir, 'node_modules')],
+  logLevel: 'warning',
+});
+// esbuild leaves new URL('./fusewire.wasm', import.meta.url) as is: ship the file next to the bundle.
+copyFileSync(require.resolve('fusewire/fusewire.wasm'), join(appDir, 'bundle', 'fusewire.wasm'));
+
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json' };
+const server = createServer((req, res) => {
+  const url = new URL(req.url, 'http://localhost');
+  if (url.pathname === '/favicon.ico') {
+    res.writeHead(204).end();
+    return;
+  }
+  if (url.pathname === '/api/ok') {
+    res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+    return;
+  }
+  if (url.pathname === '/api/fail') {
+    res.writeHead(503, { 'content-type': 'text/plain' }).end('down');
+    return;
+  }
+  const file = normalize(join(appDir, decodeURIComponent(url.pathname)));
+  if (!file.startsWith(appDir) || !existsSync(file) || !statSync(file).isFile()) {
+    res.writeHead(404).end();
+    return;
+  }
+  res.writeHead(200, { 'content-type': TYPES[extname(file)] ?? 'application/octet-stream' }).end(readFileSync(file));
+});
+await new Promise((r) => server.listen(0, '127.0.0.1', r));
+const base = `http://127.0.0.1:${server.address().port}`;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+});
+let failed = 0;
+try {
+  for (const page of ['test/browser/esm.html', 'test/browser/bundle.html']) {
+    const p = await browser.newPage();
+    const errors = [];
+    p.on('pageerror', (e) => errors.push(String(e)));
+    p.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+    await p.goto(`${base}/${page}`);
+    await p.waitForFunction(() => window.__result !== undefined, null, { timeout: 20_000 });
+    const r = await p.evaluate(() => window.__result);
+    const s = r.steps ?? {};
+    const checks = [
+      ['ran to the end', r.ok === true],
+      ['new CircuitBreaker before ready is refused', s.beforeReady === 'refused'],
+      ['first call', s.first === 'ok'],
+      ['trips', s.opened === true],
+      ['rejects while open', s.rejected === 'EOPENBREAKER'],
+      ['half-opens on its timer', s.halfOpen === true && r.events.includes('halfOpen')],
+      ['the probe closes it', s.probe === 'ok' && s.closed === true && r.events.includes('close')],
+      ['stats', s.stats?.rejects === 1 && s.stats?.failures === 2 && s.stats?.successes === 2],
+      ['window', s.window === 10],
+      ['TypeError for bad options', s.typeError === 'TypeError: options.errorThresholdPercentage: must be a number in 0..=100, got 150'],
+      ['no page errors', errors.filter((e) => !/503/.test(e)).length === 0],
+    ];
+    for (const [what, pass] of checks) {
+      console.log(`${pass ? 'ok  ' : 'FAIL'} ${page}: ${what}`);
+      if (!pass) failed++;
+    }
+    if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors);
+    await p.close();
+  }
+} finally {
+  await browser.close();
+  server.close();
+}
+if (failed > 0) {
+  console.error(`browser tests: ${failed} check(s) failed`);
+  process.exit(1);
+}
+console.log('browser tests: ok (Chromium, plain ESM and esbuild bundle)');

@@ -1,0 +1,149 @@
+// opossum's cache and coalesce options on the core's request caches (cacheTransport
+// stays pluggable).
+import assert from 'node:assert/strict';
+import { afterEach, describe, test } from 'node:test';
+
+import { CircuitBreaker } from 'fusewire';
+
+import { deferred, fakeTime, flush, record } from './helpers.mjs';
+
+let clock;
+afterEach(() => {
+  clock?.restore();
+  clock = undefined;
+});
+
+function counted(options) {
+  const calls = [];
+  const b = new CircuitBreaker(async (x) => {
+    calls.push(x);
+    if (String(x).startsWith('fail')) throw new Error(`failed ${x}`);
+    return `v:${x}:${calls.length}`;
+  }, options);
+  return { b, calls };
+}
+
+describe('cache', () => {
+  test('the first successful result per key is served from the cache', async () => {
+    const { b, calls } = counted({ cache: true });
+    const log = record(b, ['cacheHit', 'cacheMiss', 'fire', 'success']);
+    assert.equal(await b.fire('a'), 'v:a:1');
+    assert.equal(await b.fire('a'), 'v:a:1', 'served from the cache');
+    assert.equal(await b.fire('b'), 'v:b:2');
+    assert.deepEqual(calls, ['a', 'b']);
+    assert.deepEqual(log.map((e) => e[0]),
+      ['fire', 'cacheMiss', 'success', 'fire', 'cacheHit', 'fire', 'cacheMiss', 'success']);
+    const s = b.stats;
+    assert.equal(s.cacheHits, 1);
+    assert.equal(s.cacheMisses, 2);
+    assert.equal(s.fires, 3, 'a cache hit is a fire');
+    b.clearCache();
+    assert.equal(await b.fire('a'), 'v:a:3', 'clearCache empties it');
+    b.shutdown();
+  });
+
+  test('failures are not cached; cacheGetKey; cacheTTL; cacheSize', async () => {
+    clock = fakeTime();
+    const { b, calls } = counted({ cache: true, cacheTTL: 1000, errorThresholdPercentage: 100,
+      cacheGetKey: (x) => String(x).slice(0, 1) });
+    await assert.rejects(b.fire('fail1'));
+    await assert.rejects(b.fire('fail2'), /failed fail2/, 'the failure was not cached');
+    assert.equal(await b.fire('x1'), 'v:x1:3');
+    assert.equal(await b.fire('x2'), 'v:x1:3', 'same key (first character)');
+    clock.tick(1001);
+    assert.equal(await b.fire('x3'), 'v:x3:4', 'expired after cacheTTL');
+    b.shutdown();
+    const { b: small, calls: c2 } = counted({ cache: true, cacheSize: 2 });
+    for (const k of ['a', 'b', 'c', 'a', 'b', 'c']) await small.fire(k);
+    assert.ok(c2.length > 3 && c2.length <= 6, `bounded at 2 entries: ${c2.length} calls`);
+    small.shutdown();
+    void calls;
+  });
+
+  test('a custom cacheTransport decides hits (opossum\'s pluggable cache)', async () => {
+    const map = new Map();
+    const ops = [];
+    const transport = {
+      get: (k) => {
+        ops.push(['get', k]);
+        return map.get(k)?.value;
+      },
+      set: (k, v, expiresAt) => {
+        ops.push(['set', k, expiresAt]);
+        map.set(k, { value: v, expiresAt });
+      },
+      flush: () => {
+        ops.push(['flush']);
+        map.clear();
+      },
+    };
+    const { b, calls } = counted({ cache: true, cacheTransport: transport });
+    assert.equal(await b.fire(1), 'v:1:1');
+    await flush();
+    assert.equal(await b.fire(1), 'v:1:1');
+    assert.deepEqual(calls, [1]);
+    assert.deepEqual(ops.map((o) => o[0]), ['get', 'set', 'get']);
+    assert.equal(ops[1][1], '[1]', 'the default key is JSON.stringify(args)');
+    assert.equal(ops[1][2], 0, 'cacheTTL 0: no expiry');
+    b.clearCache();
+    assert.deepEqual(ops.at(-1), ['flush']);
+    assert.equal(b.stats.cacheHits, 1);
+    assert.equal(b.stats.cacheMisses, 1);
+    b.shutdown();
+  });
+});
+
+describe('coalesce', () => {
+  test('concurrent calls with one key share one call', async () => {
+    const gates = [];
+    const b = new CircuitBreaker((x) => {
+      const d = deferred();
+      gates.push([x, d]);
+      return d.promise;
+    }, { coalesce: true, coalesceTTL: 1 });
+    const log = record(b, ['coalesceCacheHit', 'coalesceCacheMiss']);
+    const p1 = b.fire('k');
+    const p2 = b.fire('k');
+    const p3 = b.fire('other');
+    assert.equal(gates.length, 2, 'one call for k, one for other');
+    gates[0][1].resolve('shared');
+    gates[1][1].resolve('own');
+    assert.deepEqual(await Promise.all([p1, p2, p3]), ['shared', 'shared', 'own']);
+    assert.deepEqual(log.map((e) => e[0]), ['coalesceCacheMiss', 'coalesceCacheHit', 'coalesceCacheMiss']);
+    const s = b.stats;
+    assert.equal(s.coalesceCacheHits, 1);
+    assert.equal(s.coalesceCacheMisses, 2);
+    b.shutdown();
+  });
+
+  test('a failure is shared with the followers; coalesceTTL; coalesceResetOn', async () => {
+    clock = fakeTime();
+    const { b, calls } = counted({ coalesce: true, coalesceTTL: 500 });
+    const [r1, r2] = await Promise.allSettled([b.fire('fail'), b.fire('fail')]);
+    assert.equal(r1.reason.message, 'failed fail');
+    assert.equal(r2.reason.message, 'failed fail', 'the follower got the leader\'s failure');
+    assert.equal(calls.length, 1);
+    assert.equal(await b.fire('x'), 'v:x:2');
+    assert.equal(await b.fire('x'), 'v:x:2', 'kept for coalesceTTL');
+    clock.tick(501);
+    assert.equal(await b.fire('x'), 'v:x:3', 'after coalesceTTL: a new call');
+    b.shutdown();
+    const { b: r, calls: c } = counted({ coalesce: true, coalesceTTL: 10_000, coalesceResetOn: ['success', 'error'] });
+    assert.equal(await r.fire('y'), 'v:y:1');
+    assert.equal(await r.fire('y'), 'v:y:2', 'reset on success');
+    await assert.rejects(r.fire('fail'));
+    await assert.rejects(r.fire('fail'));
+    assert.equal(c.length, 4, 'reset on error');
+    r.shutdown();
+  });
+
+  test('cache and coalesce together', async () => {
+    const { b, calls } = counted({ cache: true, coalesce: true });
+    const [a, c] = await Promise.all([b.fire('k'), b.fire('k')]);
+    assert.equal(a, c);
+    assert.equal(await b.fire('k'), a);
+    assert.equal(calls.length, 1);
+    assert.ok(b.stats.cacheHits + b.stats.coalesceCacheHits >= 2);
+    b.shutdown();
+  });
+});

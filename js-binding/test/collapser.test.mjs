@@ -1,0 +1,120 @@
+// Collapser: DataLoader's API (load, loadMany, clear, clearAll, prime) on the core's
+// collapser and cache, every batch through a CircuitBreaker.
+import assert from 'node:assert/strict';
+import { afterEach, describe, test } from 'node:test';
+
+import { Collapser } from 'fusewire';
+
+import { fakeTime, flush } from './helpers.mjs';
+
+let clock;
+afterEach(() => {
+  clock?.restore();
+  clock = undefined;
+});
+
+function loader(options = {}, fn) {
+  const batches = [];
+  const c = new Collapser(async (keys) => {
+    batches.push(keys);
+    if (fn) return fn(keys);
+    return keys.map((k) => (String(k).startsWith('bad') ? new Error(`no ${k}`) : `v:${k}`));
+  }, options);
+  return { c, batches };
+}
+
+describe('Collapser', () => {
+  test('loads within the window become one batch; results map back in order', async () => {
+    const { c, batches } = loader({ windowMs: 0 });
+    const got = await Promise.all([c.load(1), c.load(2), c.load(3)]);
+    assert.deepEqual(got, ['v:1', 'v:2', 'v:3']);
+    assert.deepEqual(batches, [[1, 2, 3]]);
+    c.shutdown();
+  });
+
+  test('a time window (fake time) and maxBatchSize', async () => {
+    clock = fakeTime();
+    const { c, batches } = loader({ windowMs: 20, maxBatchSize: 3 });
+    const ps = [1, 2, 3, 4].map((k) => c.load(k));
+    await flush();
+    assert.deepEqual(batches, [[1, 2, 3]], 'a full batch runs at once');
+    clock.tick(19);
+    await flush();
+    assert.equal(batches.length, 1);
+    clock.tick(2);
+    await flush();
+    assert.deepEqual(batches, [[1, 2, 3], [4]], 'the rest after the window');
+    assert.deepEqual(await Promise.all(ps), ['v:1', 'v:2', 'v:3', 'v:4']);
+    c.shutdown();
+  });
+
+  test('the cache: repeated keys load once; clear, clearAll, prime; per-key errors are cached', async () => {
+    const { c, batches } = loader({ windowMs: 0 });
+    assert.deepEqual(await Promise.all([c.load('a'), c.load('a'), c.load('b')]), ['v:a', 'v:a', 'v:b']);
+    assert.deepEqual(batches, [['a', 'b']], 'a repeated key joins the first load');
+    assert.equal(await c.load('a'), 'v:a');
+    assert.equal(batches.length, 1, 'cached');
+    c.clear('a');
+    assert.equal(await c.load('a'), 'v:a');
+    assert.equal(batches.length, 2);
+    c.prime('p', 'primed');
+    assert.equal(await c.load('p'), 'primed');
+    c.prime('p', 'ignored');
+    assert.equal(await c.load('p'), 'primed', 'prime does not overwrite');
+    await assert.rejects(c.load('bad1'), /no bad1/);
+    await assert.rejects(c.load('bad1'), /no bad1/);
+    assert.equal(batches.length, 3, 'a per-key Error is cached');
+    c.clearAll();
+    assert.equal(await c.load('b'), 'v:b');
+    assert.equal(batches.length, 4);
+    const many = await c.loadMany(['b', 'bad2', 'c']);
+    assert.equal(many[0], 'v:b');
+    assert.ok(many[1] instanceof Error);
+    assert.equal(many[2], 'v:c');
+    c.shutdown();
+  });
+
+  test('cache: false sends every load; a failed batch fails its loads and is not cached', async () => {
+    let fail = true;
+    const { c, batches } = loader({ windowMs: 0, cache: false, breaker: { errorThresholdPercentage: 100 } }, (keys) => {
+      if (fail) throw new Error('batch down');
+      return keys.map(String);
+    });
+    await assert.rejects(Promise.all([c.load(1), c.load(1)]), /batch down/);
+    fail = false;
+    assert.deepEqual(await Promise.all([c.load(1), c.load(1)]), ['1', '1']);
+    assert.deepEqual(batches, [[1, 1], [1, 1]]);
+    c.shutdown();
+    const { c: cached, batches: b2 } = loader({ windowMs: 0, breaker: { errorThresholdPercentage: 100 } }, (keys) => {
+      if (b2.length === 1) throw new Error('first batch fails');
+      return keys.map(String);
+    });
+    await assert.rejects(cached.load('k'));
+    assert.equal(await cached.load('k'), 'k', 'a failed batch was not cached');
+    cached.shutdown();
+  });
+
+  test('the batch runs through a breaker: it trips, and its fallback serves the whole batch', async () => {
+    const { c } = loader({ windowMs: 0, cache: false, breaker: { volumeThreshold: 1 } }, () => {
+      throw new Error('down');
+    });
+    await assert.rejects(c.load(1), /down/);
+    assert.equal(c.breaker.opened, true, 'one failed batch of one call');
+    await assert.rejects(c.load(3), { code: 'EOPENBREAKER' });
+    c.breaker.fallback((keys) => keys.map((k) => `fallback:${k}`));
+    assert.deepEqual(await Promise.all([c.load(4), c.load(5)]), ['fallback:4', 'fallback:5']);
+    assert.ok(c.breaker.stats.coalesceCacheHits >= 2, 'collapsed loads are counted');
+    c.shutdown();
+  });
+
+  test('a wrong batch result length is an error; bad options are TypeErrors', async () => {
+    const { c } = loader({ windowMs: 0 }, () => ['only one']);
+    await assert.rejects(Promise.all([c.load(1), c.load(2)]), /same length/);
+    c.shutdown();
+    assert.throws(() => new Collapser(42), TypeError);
+    assert.throws(() => new Collapser(async () => [], { windowMs: 'x' }), { message: 'options.windowMs: must be a number, got "x"' });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 0 }), { message: 'options.maxBatchSize: must be in 1..=100000, got 0' });
+    assert.throws(() => new Collapser(async () => [], { breaker: { timeout: 'x' } }), { message: 'options.breaker.timeout: must be a number, got "x"' });
+    await assert.rejects(new Collapser(async () => []).loadMany('x'), TypeError);
+  });
+});

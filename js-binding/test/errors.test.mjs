@@ -1,0 +1,255 @@
+// Bad input: every option with a wrong type or an out-of-range value throws a
+// TypeError naming the option and the reason (the core's message for ranges), and
+// nothing — hostile options, hostile arguments, hostile numbers straight into the
+// wasm exports — can make the one shared wasm instance trap.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { describe, test } from 'node:test';
+
+import CircuitBreaker, { Collapser, SharedStore } from 'fusewire';
+
+const require = createRequire(import.meta.url);
+const pkgDir = dirname(require.resolve('fusewire/package.json'));
+const engine = require(join(pkgDir, 'dist', 'cjs', 'engine.js'));
+const ok = async (x) => x;
+
+function typeError(options, message) {
+  assert.throws(() => new CircuitBreaker(ok, options), (e) => {
+    assert.equal(e.name, 'TypeError', `${e.name}: ${e.message}`);
+    if (message instanceof RegExp) assert.match(e.message, message);
+    else assert.equal(e.message, message);
+    return true;
+  });
+}
+
+describe('TypeErrors name the option and the reason', () => {
+  test('ranges: the core\'s messages under opossum\'s names', () => {
+    typeError({ errorThresholdPercentage: 150 }, 'options.errorThresholdPercentage: must be a number in 0..=100, got 150');
+    typeError({ errorThresholdPercentage: -1 }, 'options.errorThresholdPercentage: must be a number in 0..=100, got -1');
+    typeError({ resetTimeout: -5 }, /^options\.resetTimeout: invalid value: integer `-5`, expected u64/);
+    typeError({ resetTimeout: 1e15 }, /^options\.resetTimeout: must be in 0\.\.=31536000000 ms, got 1000000000000000$/);
+    typeError({ timeout: -1 }, /^options\.timeout: invalid value: integer `-1`, expected u64/);
+    typeError({ timeout: 1.5 }, /^options\.timeout: invalid type: floating point `1\.5`, expected u64/);
+    typeError({ rollingCountBuckets: 0 }, /^options\.rollingCountTimeout: must be in 1\.\.=/);
+    typeError({ rollingCountBuckets: 5000, rollingCountTimeout: 10_000 }, 'options.rollingCountBuckets: must be in 1..=1000, got 5000');
+    typeError({ rollingCountTimeout: 0 }, /^options\.rollingCountTimeout: must be in 1\.\.=/);
+    typeError({ capacity: 0 }, 'options.capacity: must be at least 1');
+    typeError({ capacity: -3 }, /^options\.capacity: invalid value: integer `-3`, expected u32/);
+    typeError({ volumeThreshold: -1 }, /^options\.volumeThreshold: invalid value: integer `-1`, expected u32/);
+    typeError({ volumeThreshold: 2 ** 40 }, /^options\.volumeThreshold: invalid value: integer `1099511627776`, expected u32/);
+  });
+
+  test('types', () => {
+    typeError({ timeout: '1000' }, 'options.timeout: must be a number, got "1000"');
+    typeError({ timeout: NaN }, 'options.timeout: must be a finite number, got NaN');
+    typeError({ timeout: true }, 'options.timeout: must be a number, got true');
+    typeError({ resetTimeout: Infinity }, 'options.resetTimeout: must be a finite number, got Infinity');
+    typeError({ errorThresholdPercentage: '50' }, 'options.errorThresholdPercentage: must be a number, got "50"');
+    typeError({ rollingCountTimeout: {} }, 'options.rollingCountTimeout: must be a number, got an object');
+    typeError({ volumeThreshold: 10n }, 'options.volumeThreshold: must be a number, got 10n (a BigInt)');
+    typeError({ allowWarmUp: 'yes' }, 'options.allowWarmUp: must be a boolean, got "yes"');
+    typeError({ enabled: 1 }, 'options.enabled: must be a boolean, got 1');
+    typeError({ rollingPercentilesEnabled: null }, 'options.rollingPercentilesEnabled: must be a boolean, got null');
+    typeError({ enableSnapshots: 'no' }, 'options.enableSnapshots: must be a boolean, got "no"');
+    typeError({ autoRenewAbortController: 0 }, 'options.autoRenewAbortController: must be a boolean, got 0');
+    typeError({ cache: 'true' }, 'options.cache: must be a boolean, got "true"');
+    typeError({ coalesce: 1 }, 'options.coalesce: must be a boolean, got 1');
+    typeError({ errorFilter: true }, 'options.errorFilter: must be a function, got true');
+    typeError({ cacheGetKey: 'k' }, 'options.cacheGetKey: must be a function, got "k"');
+    typeError({ name: 42 }, 'options.name: must be a string, got 42');
+    typeError({ group: {} }, 'options.group: must be a string, got an object');
+    typeError({ cacheTTL: 'x' }, 'options.cacheTTL: must be a number, got "x"');
+    typeError({ coalesceTTL: NaN }, 'options.coalesceTTL: must be a finite number, got NaN');
+    typeError({ coalesceResetOn: ['boom'] }, /^options\.coalesceResetOn: must be an array of/);
+    typeError({ state: 'open' }, 'options.state: must be an object (toJSON().state), got "open"');
+    typeError({ status: 7 }, 'options.status: must be a Status or a stats object, got 7');
+    typeError({ abortController: { abort: 1 } }, 'AbortController does not contain `abort()` method');
+    assert.throws(() => new CircuitBreaker(ok, 'options'), { name: 'TypeError', message: 'options: must be an object, got "options"' });
+  });
+
+  test('the core schema under options.fusewire', () => {
+    typeError({ fusewire: { breaker: { half_open: { permitted_probes: 0 } } } },
+      'options.fusewire.breaker.half_open.permitted_probes: must be in 1..=16, got 0');
+    typeError({ fusewire: { breaker: { mode: 'sideways' } } }, /^options\.fusewire\.breaker\.mode: unknown variant `sideways`/);
+    typeError({ fusewire: { breaker: { nope: 1 } } }, /^options\.fusewire\.breaker\.nope: unknown field `nope`/);
+    typeError({ fusewire: { execution: { timeout_ms: 'slow' } } }, /^options\.fusewire\.execution\.timeout_ms: invalid type: string "slow", expected u64/);
+    typeError({ fusewire: { breaker: { error_percentage: { threshold_percentage: NaN } } } },
+      'options.fusewire.breaker.error_percentage.threshold_percentage: must be a finite number, got NaN');
+    typeError({ fusewire: { bulkhead: { max_queue: 3 } } }, /^options\.fusewire\.bulkhead\.max_queue: a wait queue needs "isolation": "pool"/);
+    typeError({ fusewire: { breaker: { open: { ladder_ms: [100, -1] } } } }, /^options\.fusewire\.breaker\.open\.ladder_ms\[1\]: invalid value/);
+    typeError({ fusewire: 'fast' }, 'options.fusewire: must be an object (the core config schema), got "fast"');
+    typeError({ fusewire: { breaker: { mode: () => 1 } } }, 'options.fusewire.breaker.mode: must be plain JSON data, got a function');
+    const cyclic = {};
+    cyclic.self = cyclic;
+    typeError({ fusewire: { breaker: cyclic } }, /^options\.fusewire\.breaker\.self\.self/);
+  });
+
+  test('shared options', () => {
+    typeError({ name: 'x', shared: {} }, 'options.shared.store: must be a SharedStore, got undefined');
+    typeError({ name: 'x', shared: { store: {} } }, 'options.shared.store: must be a SharedStore, got an object');
+    const store = new SharedStore({ entries: 8 });
+    typeError({ name: 'x', shared: { store, namespace: 'has space' } }, /^options\.shared\.namespace: must be 1\.\.=64 characters/);
+    typeError({ name: 'x', shared: { store, cas_attempts: 0 } }, 'options.shared.cas_attempts: must be in 1..=1000, got 0');
+    assert.throws(() => new CircuitBreaker(async () => 1, { shared: { store } }),
+      { name: 'TypeError', message: 'options.name: a shared breaker needs a name (the same in every worker)' });
+    assert.throws(() => new SharedStore({ entries: 0 }), { name: 'TypeError', message: 'options.entries: must be an integer in 1..=1048576, got 0' });
+    assert.throws(() => new SharedStore(new SharedArrayBuffer(128)), { name: 'TypeError', message: 'fusewire: the buffer is not a SharedStore' });
+  });
+});
+
+const HOSTILE = [NaN, Infinity, -Infinity, -1, -0, 0, 0.5, 1e300, -1e300, 2 ** 53 + 2, 2 ** 64,
+  Number.MIN_VALUE, Number.MAX_VALUE, '', 'x', '10', true, false, null, {}, [], [1, 2],
+  () => 1, Symbol('s'), 10n, new Date(0), Object.create(null), { valueOf: () => { throw new Error('valueOf'); } }];
+const OPTIONS = ['timeout', 'resetTimeout', 'errorThresholdPercentage', 'rollingCountTimeout',
+  'rollingCountBuckets', 'rollingPercentilesEnabled', 'volumeThreshold', 'capacity', 'allowWarmUp',
+  'errorFilter', 'enabled', 'name', 'group', 'abortController', 'autoRenewAbortController', 'cache',
+  'cacheTTL', 'cacheSize', 'cacheGetKey', 'cacheTransport', 'coalesce', 'coalesceTTL', 'coalesceSize',
+  'coalesceResetOn', 'enableSnapshots', 'rotateBucketController', 'state', 'status', 'fusewire', 'shared'];
+
+function show(v) {
+  try {
+    return typeof v === 'symbol' || typeof v === 'bigint' ? String(v) : JSON.stringify(v) ?? String(v);
+  } catch {
+    return Object.prototype.toString.call(v);
+  }
+}
+
+/** A healthy breaker still works: the instance is not poisoned. */
+async function healthy() {
+  const b = new CircuitBreaker(async (x) => x * 2, { name: 'canary' });
+  assert.equal(await b.fire(21), 42);
+  b.open();
+  await assert.rejects(b.fire(1), { code: 'EOPENBREAKER' });
+  b.close();
+  assert.equal(b.stats.successes, 1);
+  b.shutdown();
+}
+
+describe('the wasm instance survives hostile input', () => {
+  test('every option with every hostile value', async () => {
+    const before = engine.w.fw_live();
+    let made = 0;
+    for (const name of OPTIONS) {
+      for (const v of HOSTILE) {
+        let b;
+        try {
+          b = new CircuitBreaker(ok, { [name]: v });
+          made++;
+        } catch (e) {
+          if (!(e instanceof TypeError)) {
+            assert.fail(`options.${name} = ${show(v)}: ${e?.constructor?.name} ${e?.message}`);
+          }
+        }
+        if (b !== undefined) {
+          await b.fire(1).catch(() => {});
+          void b.stats;
+          b.shutdown();
+        }
+      }
+      // Hostile values inside the core schema too.
+      for (const v of HOSTILE) {
+        try {
+          new CircuitBreaker(ok, { fusewire: { breaker: { [name]: v } } }).shutdown();
+        } catch (e) {
+          assert.ok(e instanceof TypeError, `${e?.message}`);
+        }
+      }
+    }
+    assert.ok(made > 0);
+    assert.equal(engine.w.fw_live(), before, 'every breaker made was freed');
+    await healthy();
+  });
+
+  test('hostile arguments to every method', async () => {
+    const b = new CircuitBreaker(async (...a) => a.length, { timeout: 50 });
+    for (const v of HOSTILE) {
+      await b.fire(v).catch(() => {});
+      await b.call(v, v).catch(() => {});
+      await b.fireWithSignal(v, v).catch(() => {});
+      try { b.fallback(v); } catch (e) { assert.ok(e instanceof TypeError); }
+      try { b.healthCheck(v, v); } catch (e) { assert.ok(e instanceof TypeError); }
+      try { b.healthCheck(async () => {}, v); } catch (e) { assert.ok(e instanceof TypeError); }
+      b.emit('snapshot', v);
+      void b.toJSON();
+      void b.status.window;
+    }
+    b.open();
+    b.close();
+    b.disable();
+    b.enable();
+    b.clearCache();
+    b.shutdown();
+    b.shutdown();
+    await b.fire(1).catch((e) => assert.equal(e.code, 'ESHUTDOWN'));
+    await healthy();
+  });
+
+  test('hostile options and keys for the Collapser', async () => {
+    for (const name of ['windowMs', 'maxBatchSize', 'cache', 'cacheSize', 'cacheKeyFn', 'breaker']) {
+      for (const v of HOSTILE) {
+        try {
+          const c = new Collapser(async (keys) => keys, { [name]: v });
+          await c.load(1).catch(() => {});
+          c.shutdown();
+        } catch (e) {
+          if (!(e instanceof TypeError)) assert.fail(`options.${name} = ${show(v)}: ${e?.constructor?.name} ${e?.message}`);
+        }
+      }
+    }
+    const c = new Collapser(async (keys) => keys.map(() => 1), { windowMs: 0 });
+    for (const v of HOSTILE) {
+      await c.load(v).catch(() => {});
+      // A key without a cache key (a symbol, a function…) is a TypeError, never a trap.
+      for (const op of [() => c.prime(v, v), () => c.clear(v)]) {
+        try {
+          op();
+        } catch (e) {
+          if (!(e instanceof TypeError)) assert.fail(`key ${show(v)}: ${e?.constructor?.name} ${e?.message}`);
+        }
+      }
+    }
+    await c.loadMany(HOSTILE.slice(0, 5)).catch(() => {});
+    c.clearAll();
+    c.shutdown();
+    await healthy();
+  });
+
+  test('hostile numbers straight into every export', async () => {
+    const w = engine.w;
+    const live = new CircuitBreaker(ok, { name: 'target' });
+    const h = live._h;
+    const nums = [NaN, Infinity, -Infinity, -1, -0, 0.5, 1e300, -1e300, 2 ** 53, 2 ** 53 + 2, 2 ** 64,
+      2 ** 31, 2 ** 32 - 1, 2 ** 32, -(2 ** 31), h, h + 1, h + (1 << 20), Number.MAX_VALUE];
+    const fns = Object.keys(w).filter((k) => k.startsWith('fw_') && typeof w[k] === 'function');
+    assert.ok(fns.length >= 30, `${fns.length} exports`);
+    for (const f of fns) {
+      if (f === 'fw_seed') continue;
+      const arity = w[f].length;
+      for (const a of nums) {
+        for (const b of [0, 1, a, -1]) {
+          const args = Array.from({ length: arity }, (_, i) => (i === 0 && f !== 'fw_scratch' && f !== 'fw_check' ? h : i % 2 ? a : b));
+          try {
+            w[f](...args);
+          } catch (e) {
+            assert.fail(`${f}(${args.join(', ')}) threw ${e?.constructor?.name}: ${e?.message}`);
+          }
+          const args2 = Array.from({ length: arity }, () => a);
+          try {
+            w[f](...args2);
+          } catch (e) {
+            assert.fail(`${f}(${args2.join(', ')}) threw ${e?.constructor?.name}: ${e?.message}`);
+          }
+        }
+      }
+      // Values that cannot become numbers throw in JS before entering wasm (no trap).
+      if (arity > 0) {
+        for (const bad of [10n, Symbol('s')]) {
+          assert.throws(() => w[f](bad, bad, bad, bad, bad, bad, bad), TypeError);
+        }
+      }
+    }
+    live.shutdown();
+    await healthy();
+  });
+});

@@ -1,0 +1,278 @@
+// Beyond opossum: the core's schema as a second way to configure (N probes, growing
+// open durations, slow start, other trip rules, bulkhead with a bounded queue and a
+// max wait), and per-call AbortSignals.
+import assert from 'node:assert/strict';
+import { afterEach, describe, test } from 'node:test';
+
+import { CircuitBreaker } from 'fusewire';
+
+import { deferred, fakeTime, flush, record } from './helpers.mjs';
+
+let clock;
+afterEach(() => {
+  clock?.restore();
+  clock = undefined;
+});
+
+function controlled(options = {}) {
+  const pending = [];
+  const b = new CircuitBreaker((x) => {
+    if (x === 'fail') return Promise.reject(new Error('boom'));
+    const d = deferred();
+    pending.push(d);
+    return d.promise;
+  }, options);
+  return { b, pending };
+}
+
+async function settle(p) {
+  try {
+    return { value: await p };
+  } catch (error) {
+    return { error };
+  }
+}
+
+describe('options.fusewire', () => {
+  test('N half-open probes and a success threshold', async () => {
+    clock = fakeTime();
+    const { b, pending } = controlled({
+      resetTimeout: 1000,
+      timeout: false,
+      fusewire: { breaker: { half_open: { permitted_probes: 3, success_threshold: 2 } } },
+    });
+    await settle(b.fire('fail'));
+    assert.equal(b.opened, true);
+    clock.tick(1001);
+    assert.equal(b.halfOpen, true);
+    const calls = [];
+    for (let i = 0; i < 5; i++) calls.push(b.fire(i));
+    const rejected = (await Promise.all(calls.slice(3).map(settle))).map((r) => r.error?.code);
+    assert.deepEqual(rejected, ['EOPENBREAKER', 'EOPENBREAKER'], 'exactly 3 probes');
+    assert.equal(pending.length, 3);
+    assert.equal(b.pendingClose, false, 'every probe turn is out');
+    pending[0].resolve('a');
+    await flush();
+    assert.equal(b.halfOpen, true, 'one success of the two needed');
+    pending[1].resolve('b');
+    await flush();
+    assert.equal(b.closed, true);
+    pending[2].resolve('c');
+    await Promise.all(calls.slice(0, 3));
+    b.shutdown();
+  });
+
+  test('exponential open durations (and their reset on close)', async () => {
+    clock = fakeTime();
+    const { b, pending } = controlled({
+      resetTimeout: 1000,
+      fusewire: { breaker: { open: { schedule: 'exponential', multiplier: 2, max_ms: 3000 } } },
+    });
+    const halfOpenAfter = async () => {
+      let ms = 0;
+      while (!b.halfOpen && ms < 10_000) {
+        clock.tick(50, 50);
+        ms += 50;
+      }
+      return ms;
+    };
+    const near = (ms, want, what) => assert.ok(Math.abs(ms - want) <= 50, `${what}: ${ms} ms, want ${want}`);
+    await settle(b.fire('fail'));
+    near(await halfOpenAfter(), 1000, 'first');
+    await settle(b.fire('fail'));
+    near(await halfOpenAfter(), 2000, 'doubled');
+    await settle(b.fire('fail'));
+    near(await halfOpenAfter(), 3000, 'capped');
+    const p = b.fire(1);
+    pending[0].resolve(1);
+    await p;
+    assert.equal(b.closed, true);
+    await settle(b.fire('fail'));
+    near(await halfOpenAfter(), 1000, 'back to the base after closing');
+    b.shutdown();
+  });
+
+  test('a ladder of open durations with jitter stays within bounds', async () => {
+    clock = fakeTime();
+    const { b } = controlled({
+      fusewire: { breaker: { open: { schedule: 'ladder', ladder_ms: [200, 400], jitter_percentage: 50 } } },
+    });
+    await settle(b.fire('fail'));
+    let ms = 0;
+    while (!b.halfOpen) {
+      clock.tick(10, 10);
+      ms += 10;
+    }
+    assert.ok(ms >= 100 && ms <= 310, `first open lasted ${ms} ms (200 ± 50 %)`);
+    b.shutdown();
+  });
+
+  test('consecutive failures as the trip rule', async () => {
+    const { b, pending } = controlled({
+      timeout: false,
+      fusewire: {
+        breaker: {
+          error_percentage: { enabled: false },
+          consecutive_failures: { enabled: true, threshold: 3 },
+        },
+      },
+    });
+    for (let i = 0; i < 2; i++) await settle(b.fire('fail'));
+    const p = b.fire(1);
+    pending[0].resolve(1);
+    await p;
+    for (let i = 0; i < 2; i++) await settle(b.fire('fail'));
+    assert.equal(b.closed, true, 'the run was broken by a success');
+    await settle(b.fire('fail'));
+    assert.equal(b.opened, true);
+    b.shutdown();
+  });
+
+  test('slow start: after closing, only a share of calls is admitted at first', async () => {
+    clock = fakeTime();
+    const b = new CircuitBreaker(async (x) => {
+      if (x === 'fail') throw new Error('boom');
+      return x;
+    }, {
+      resetTimeout: 100,
+      fusewire: { breaker: { slow_start: { ramp_ms: 10_000, initial_percentage: 10 } } },
+    });
+    await settle(b.fire('fail'));
+    clock.tick(101);
+    assert.equal(await b.fire('probe'), 'probe');
+    assert.equal(b.closed, true);
+    let admitted = 0;
+    for (let i = 0; i < 200; i++) if ((await settle(b.fire(i))).value !== undefined) admitted++;
+    assert.ok(admitted > 0 && admitted < 80, `${admitted} of 200 admitted right after closing`);
+    clock.tick(10_001, 100);
+    admitted = 0;
+    for (let i = 0; i < 100; i++) if ((await settle(b.fire(i))).value !== undefined) admitted++;
+    assert.equal(admitted, 100, 'the ramp is over');
+    b.shutdown();
+  });
+
+  test('forced modes: forced_open reports open, metrics_only never rejects', async () => {
+    const a = new CircuitBreaker(async () => 1, { fusewire: { breaker: { mode: 'forced_open' } } });
+    assert.equal(a.opened, true);
+    await assert.rejects(a.fire(), { code: 'EOPENBREAKER' });
+    const m = new CircuitBreaker(async () => {
+      throw new Error('x');
+    }, { fusewire: { breaker: { mode: 'metrics_only' } } });
+    for (let i = 0; i < 5; i++) await settle(m.fire());
+    assert.equal(m.stats.failures, 5, 'every call ran');
+    a.shutdown();
+    m.shutdown();
+  });
+});
+
+describe('bulkhead with a bounded wait queue', () => {
+  test('queued calls run as slots free up; past the queue: ESEMLOCKED', async () => {
+    const { b, pending } = controlled({
+      timeout: false,
+      fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 2, max_wait_ms: 60_000 } },
+    });
+    const log = record(b, ['semaphoreLocked']);
+    const p1 = b.fire(1);
+    const p2 = b.fire(2);
+    const p3 = b.fire(3);
+    const { error } = await settle(b.fire(4));
+    assert.equal(error.code, 'ESEMLOCKED');
+    assert.equal(log.length, 1);
+    assert.equal(pending.length, 1, 'one runs, two wait');
+    assert.equal(b.stats.fires, 4);
+    pending[0].resolve('one');
+    assert.equal(await p1, 'one');
+    await flush();
+    assert.equal(pending.length, 2, 'the first waiter got the slot');
+    pending[1].resolve('two');
+    assert.equal(await p2, 'two');
+    await flush();
+    pending[2].resolve('three');
+    assert.equal(await p3, 'three');
+    assert.equal(b.stats.semaphoreRejections, 1);
+    b.shutdown();
+  });
+
+  test('a waiter past max_wait_ms fails with ESEMLOCKED', async () => {
+    clock = fakeTime();
+    const { b, pending } = controlled({
+      timeout: false,
+      fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 4, max_wait_ms: 200 } },
+    });
+    const log = record(b, ['semaphoreLocked', 'failure']);
+    const p1 = b.fire(1);
+    const p2 = b.fire(2);
+    clock.tick(199);
+    assert.equal(log.length, 0);
+    clock.tick(2);
+    const { error } = await settle(p2);
+    assert.equal(error.code, 'ESEMLOCKED');
+    assert.match(error.message, /^Semaphore locked: waited 20\dms in the queue$/);
+    assert.deepEqual(log.map((e) => e[0]), ['semaphoreLocked', 'failure']);
+    pending[0].resolve(1);
+    await p1;
+    b.shutdown();
+  });
+});
+
+describe('per-call AbortSignal', () => {
+  test('abort while running: rejects with the reason, counts nowhere, aborts the action\'s signal', async () => {
+    let seen;
+    const b = new CircuitBreaker((x, signal) => {
+      seen = signal;
+      return new Promise(() => {});
+    }, { timeout: false });
+    const log = record(b, ['success', 'failure']);
+    const ac = new AbortController();
+    const p = b.fireWithSignal(ac.signal, 'x');
+    assert.ok(seen instanceof AbortSignal, 'the action gets a per-call signal last');
+    assert.equal(seen.aborted, false);
+    ac.abort(new Error('client went away'));
+    const { error } = await settle(p);
+    assert.equal(error.message, 'client went away');
+    assert.equal(seen.aborted, true);
+    assert.equal(log.length, 0);
+    const s = b.stats;
+    assert.equal(s.failures + s.successes, 0, 'a cancelled call is neither');
+    b.shutdown();
+  });
+
+  test('an aborted probe gives its turn back', async () => {
+    clock = fakeTime();
+    const b = new CircuitBreaker((x) => (x === 'fail' ? Promise.reject(new Error('boom')) : new Promise(() => {})),
+      { resetTimeout: 100, timeout: false });
+    await settle(b.fire('fail'));
+    clock.tick(101);
+    const ac = new AbortController();
+    const probe = b.fireWithSignal(ac.signal, 'x');
+    assert.equal(b.pendingClose, false);
+    ac.abort();
+    await settle(probe);
+    assert.equal(b.halfOpen, true);
+    assert.equal(b.pendingClose, true, 'the next call may probe');
+    b.shutdown();
+  });
+
+  test('abort while queued, an already aborted signal, a timeout aborts the call signal', async () => {
+    clock = fakeTime();
+    const signals = [];
+    const b = new CircuitBreaker((x, signal) => {
+      signals.push(signal);
+      return new Promise(() => {});
+    }, { timeout: 100, fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 2 } } });
+    const first = b.fireWithSignal(new AbortController().signal, 1);
+    const ac = new AbortController();
+    const queued = b.fireWithSignal(ac.signal, 2);
+    ac.abort('nope');
+    assert.equal((await settle(queued)).error, 'nope');
+    const done = new AbortController();
+    done.abort('already');
+    assert.equal((await settle(b.fireWithSignal(done.signal, 3))).error, 'already');
+    clock.tick(101);
+    assert.equal((await settle(first)).error.code, 'ETIMEDOUT');
+    assert.equal(signals.length, 1);
+    assert.equal(signals[0].aborted, true, 'the timeout aborted the call signal');
+    await assert.rejects(b.fireWithSignal('not a signal'), TypeError);
+    b.shutdown();
+  });
+});

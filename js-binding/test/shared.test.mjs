@@ -1,0 +1,119 @@
+// worker_threads: 4 workers share one breaker through a SharedStore (the core's
+// shared layer in sync mode over a SharedArrayBuffer): the volume threshold is reached
+// by their combined traffic, a trip is seen by every worker on its next call, and
+// half-open admits exactly N probes across all of them.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { Worker } from 'node:worker_threads';
+
+import { CircuitBreaker, SharedStore } from 'fusewire';
+
+const WORKERS = 4;
+const PROBES = 2;
+
+const workerSource = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { CircuitBreaker, SharedStore } = require('fusewire');
+const store = SharedStore.from(workerData.buffer);
+let release;
+const b = new CircuitBreaker(async (x) => {
+  if (x === 'fail') throw new Error('upstream down');
+  if (x === 'slow') await new Promise((r) => { release = r; });
+  return x;
+}, {
+  name: 'upstream',
+  resetTimeout: 300,
+  timeout: false,
+  volumeThreshold: 8,
+  errorThresholdPercentage: 50,
+  fusewire: { breaker: { half_open: { permitted_probes: ${PROBES}, success_threshold: ${PROBES} } } },
+  shared: { store, flush_ms: 20, heartbeat_ms: 100, lease_ttl_ms: 1000 },
+});
+const seen = [];
+for (const e of ['open', 'halfOpen', 'close']) b.on(e, () => seen.push(e));
+const settle = (p) => p.then((value) => ({ value }), (e) => ({ code: e.code || e.message }));
+parentPort.on('message', async (m) => {
+  let r;
+  if (m.op === 'fire') r = await settle(b.fire(m.arg));
+  else if (m.op === 'state') r = { opened: b.opened, halfOpen: b.halfOpen, closed: b.closed, seen, stats: b.stats };
+  else if (m.op === 'slow') {
+    // Start a slow call; report whether it was admitted before it finishes.
+    const p = settle(b.fire('slow'));
+    await new Promise((res) => setImmediate(res));
+    r = { admitted: release !== undefined };
+    if (release === undefined) r.result = await p;
+    else b._slow = p;
+  } else if (m.op === 'release') {
+    if (release) { release('done'); release = undefined; r = await b._slow; } else r = {};
+  } else if (m.op === 'stop') { b.shutdown(); r = {}; }
+  parentPort.postMessage(r);
+});
+parentPort.postMessage({ ready: true });
+`;
+
+function spawn(buffer) {
+  const w = new Worker(workerSource, { eval: true, workerData: { buffer } });
+  const queue = [];
+  w.on('message', (m) => queue.shift()?.(m));
+  const ready = new Promise((r) => queue.push(r));
+  return {
+    ready,
+    ask: (msg) => new Promise((r) => {
+      queue.push(r);
+      w.postMessage(msg);
+    }),
+    end: () => w.terminate(),
+  };
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+describe('worker_threads share one breaker', () => {
+  test('trip seen by all, exactly N probes, recovery closes all', { timeout: 30_000 }, async () => {
+    const store = new SharedStore({ entries: 64 });
+    const workers = Array.from({ length: WORKERS }, () => spawn(store.buffer));
+    await Promise.all(workers.map((w) => w.ready));
+    try {
+      // 7 failures over the workers: below the volume threshold of 8 fires combined.
+      for (let i = 0; i < 7; i++) {
+        const r = await workers[i % WORKERS].ask({ op: 'fire', arg: 'fail' });
+        assert.equal(r.code, 'upstream down');
+      }
+      for (const w of workers) assert.equal((await w.ask({ op: 'state' })).closed, true);
+      // The 8th (from any worker) trips it for all.
+      await workers[3].ask({ op: 'fire', arg: 'fail' });
+      for (const [i, w] of workers.entries()) {
+        const r = await w.ask({ op: 'fire', arg: 1 });
+        assert.equal(r.code, 'EOPENBREAKER', `worker ${i} rejects after the trip`);
+        assert.equal((await w.ask({ op: 'state' })).opened, true, `worker ${i} reports open`);
+      }
+      // A breaker in the main thread with the same name and store sees it too.
+      const main = new CircuitBreaker(async () => 1, {
+        name: 'upstream', resetTimeout: 300, shared: { store },
+        fusewire: { breaker: { half_open: { permitted_probes: PROBES, success_threshold: PROBES } } },
+      });
+      await assert.rejects(main.fire(), { code: 'EOPENBREAKER' });
+      main.shutdown();
+      await sleep(400);
+      // Every worker starts a slow call at once: exactly N are admitted as probes.
+      const starts = await Promise.all(workers.map((w) => w.ask({ op: 'slow' })));
+      const admitted = starts.filter((s) => s.admitted).length;
+      assert.equal(admitted, PROBES, `admitted ${JSON.stringify(starts)}`);
+      for (const s of starts.filter((x) => !x.admitted)) assert.equal(s.result.code, 'EOPENBREAKER');
+      const done = await Promise.all(workers.map((w) => w.ask({ op: 'release' })));
+      assert.equal(done.filter((d) => d.value === 'slow').length, PROBES, 'both probes succeeded');
+      await sleep(100);
+      for (const [i, w] of workers.entries()) {
+        const r = await w.ask({ op: 'fire', arg: 'ok' });
+        assert.equal(r.value, 'ok', `worker ${i} runs calls again`);
+        const st = await w.ask({ op: 'state' });
+        assert.equal(st.closed, true, `worker ${i} is closed`);
+        assert.ok(st.seen.includes('open'), `worker ${i} saw the open transition: ${st.seen}`);
+      }
+      assert.ok(store.size >= 1);
+    } finally {
+      await Promise.all(workers.map((w) => w.ask({ op: 'stop' })));
+      await Promise.all(workers.map((w) => w.end()));
+    }
+  });
+});

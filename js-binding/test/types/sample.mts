@@ -1,0 +1,101 @@
+// tsc --noEmit over the whole public API (ESM consumer).
+import CircuitBreaker, {
+  CircuitBreaker as Named, Collapser, SharedStore, Status, isOurError, ready, version,
+  type CircuitBreakerError, type CollapserOptions, type CoreConfig, type Options, type Stats,
+} from 'fusewire';
+import { register, metricName } from 'fusewire/prometheus';
+
+await ready;
+const options: Options<[string, number], { id: string }> = {
+  timeout: 3000,
+  resetTimeout: 30_000,
+  errorThresholdPercentage: 50,
+  rollingCountTimeout: 10_000,
+  rollingCountBuckets: 10,
+  rollingPercentilesEnabled: true,
+  volumeThreshold: 5,
+  capacity: 10,
+  allowWarmUp: false,
+  errorFilter: (err: { status?: number }, id: string, n: number) => err.status === 404 && id.length > n,
+  enabled: true,
+  name: 'users',
+  group: 'api',
+  abortController: new AbortController(),
+  autoRenewAbortController: true,
+  cache: false,
+  cacheTTL: 0,
+  cacheSize: 100,
+  cacheGetKey: (id: string, n: number) => `${id}:${n}`,
+  coalesce: false,
+  coalesceTTL: 1000,
+  coalesceSize: 100,
+  coalesceResetOn: ['error', 'timeout'],
+  enableSnapshots: true,
+  state: { closed: true },
+  status: { successes: 1 },
+  fusewire: {
+    breaker: {
+      half_open: { permitted_probes: 3, success_threshold: 2 },
+      open: { schedule: 'exponential', multiplier: 2, max_ms: 60_000, jitter_percentage: 10 },
+      slow_start: { ramp_ms: 5000 },
+      consecutive_failures: { enabled: true, threshold: 5 },
+    },
+    bulkhead: { isolation: 'pool', max_concurrent: 4, max_queue: 8, max_wait_ms: 500 },
+  } satisfies CoreConfig,
+};
+const b = new CircuitBreaker(async (id: string, n: number) => ({ id: id.repeat(n) }), options);
+const r: { id: string } = await b.fire('x', 2);
+const r2: { id: string } = await b.call({}, 'y', 1);
+const r3: { id: string } = await b.fireWithSignal(new AbortController().signal, 'z', 1);
+b.fallback((id: string, n: number, err: Error) => ({ id: `${id}${n}${err.message}` }));
+b.fallback(new Named(async () => ({ id: 'other' })));
+b.on('success', (result: { id: string }, latency: number) => void [result.id, latency]);
+b.on('failure', (err: unknown, latency: number, args: [string, number]) => void [err, latency, args[0]]);
+b.on('timeout', (err: CircuitBreakerError, latency: number) => void [err.code, latency]);
+b.on('reject', (err: CircuitBreakerError) => void err.code);
+b.on('halfOpen', (resetTimeout: number) => void resetTimeout);
+b.on('semaphoreLocked', (err: CircuitBreakerError) => void err);
+b.on('fire', (args: [string, number]) => void args);
+b.on('snapshot', (s: Stats) => void s.fires);
+b.on('store', (i) => void i.issue);
+for (const e of ['open', 'close', 'fallback', 'cacheHit', 'cacheMiss', 'coalesceCacheHit',
+  'coalesceCacheMiss', 'healthCheckFailed', 'shutdown'] as const) b.on(e, () => {});
+const flags: boolean[] = [b.opened, b.closed, b.halfOpen, b.pendingClose, b.enabled, b.warmUp, b.isShutdown];
+const s: Stats = b.stats;
+const st: Status = b.status;
+const n: number = s.fires + s.failures + s.successes + s.rejects + s.timeouts + s.fallbacks + s.cacheHits +
+  s.cacheMisses + s.coalesceCacheHits + s.coalesceCacheMisses + s.semaphoreRejections + s.latencyMean +
+  (s.percentiles[0.5] ?? 0) + b.volumeThreshold + st.window.length;
+const j = b.toJSON();
+const restored = new CircuitBreaker(async () => 1, { state: j.state });
+b.open();
+b.close();
+b.disable();
+b.enable();
+b.clearCache();
+b.healthCheck(async () => {}, 1000);
+const sig: AbortSignal | undefined = b.getSignal();
+const ac: AbortController | undefined = b.getAbortController();
+const ours: boolean = CircuitBreaker.isOurError(new Error()) || isOurError(null);
+const fresh: Status = CircuitBreaker.newStatus({ stats: { successes: 2 } });
+const store = new SharedStore({ entries: 16 });
+const shared = new CircuitBreaker(async () => 1, { name: 'x', shared: { store, namespace: 'app' } });
+const view: SharedStore = SharedStore.from(store.buffer);
+const unregister: () => void = register({ client: {} as never, prefix: 'app', labels: true });
+const name: string = metricName('a', 'b', 'c') + b.name + b.group + version;
+const copts: CollapserOptions<number, string> = { windowMs: 5, maxBatchSize: 50, cache: true, cacheSize: 100,
+  cacheKeyFn: (k: number) => String(k), breaker: { timeout: 1000, fusewire: { bulkhead: { max_concurrent: 2 } } } };
+const loader = new Collapser<number, string>(async (keys: number[]) => keys.map(String), copts);
+const one: string = await loader.load(1);
+const many: (string | Error)[] = await loader.loadMany([1, 2]);
+loader.clear(1).clearAll().prime(3, 'three').prime(4, new Error('no'));
+loader.breaker.fallback((keys: number[]) => keys.map(() => 'fallback'));
+loader.shutdown();
+void [r, r2, r3, flags, n, restored, sig, ac, ours, fresh, shared, view, unregister, name, one, many];
+b.shutdown();
+// @ts-expect-error: fire's arguments are typed
+b.fire(1, 2);
+// @ts-expect-error: unknown options are errors
+new CircuitBreaker(async () => 1, { timeoutt: 5 });
+// @ts-expect-error: the core schema is typed
+new CircuitBreaker(async () => 1, { fusewire: { breaker: { mode: 'sideways' } } });

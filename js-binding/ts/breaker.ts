@@ -1,0 +1,1294 @@
+/**
+ * `CircuitBreaker`: opossum's API on the fusewire core.
+ *
+ * This class writes no breaker, window, bulkhead or timeout rule. It turns a
+ * `fire()` into the core's flow — `start` → run the action → `complete` — and the
+ * core's verdicts and events back into Promises and opossum's events:
+ *
+ * - one or two wasm calls per `fire` (start, complete), numbers only, the clock read
+ *   once per call;
+ * - one timer per breaker, armed at the core's `next_deadline` (the earliest call
+ *   deadline, the end of the open period, a queue wait, a shared flush) — never a
+ *   timer per call, never a per-instance `setInterval`;
+ * - events are polled from the core only when a call says some are queued.
+ */
+import { arm, disarm, now, ref, unref, wallNow, type Timer } from './clock.js';
+import type { CoreConfig, CoreSharedConfig } from './config.js';
+import type { Emitter, Listener } from './emitter.js';
+import {
+  BAD_REQUEST, CANCELLED, EV_DEQUEUED, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
+  EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, OK, QUEUED, REFUSED,
+  RUNNING, S, bytes, loaded, message, out, putKey, putScratchBytes, w,
+} from './engine.js';
+import { describe, isOurError, optionError, ourError, type CircuitBreakerError } from './errors.js';
+import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
+import { EventEmitter, ready } from './platform.js';
+import {
+  Status, readStats, readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
+} from './status.js';
+import { SharedStore } from './store.js';
+
+/** opossum's cache transport: what `options.cacheTransport` must implement. */
+export interface CacheTransport<R = unknown> {
+  get(key: string): Promise<R> | R | undefined;
+  set(key: string, value: Promise<R> | R, expiresAt: number): void;
+  flush(): void;
+  delete?(key: string): void;
+}
+
+/** What `toJSON().state` holds and `options.state` restores. */
+export interface BreakerStateJSON {
+  name?: string;
+  enabled?: boolean;
+  closed?: boolean;
+  open?: boolean;
+  halfOpen?: boolean;
+  warmUp?: boolean;
+  shutdown?: boolean;
+  lastTimerAt?: number;
+}
+
+/** Breakers of several workers sharing one state (see `SharedStore`). */
+export interface SharedOptions extends CoreSharedConfig {
+  /** The store every worker's breaker of this name uses. */
+  store: SharedStore;
+}
+
+/** The options: opossum's, with opossum's names and defaults, plus fusewire's. */
+export interface Options<TI extends unknown[] = unknown[], TR = unknown> {
+  /** Milliseconds a call may run before it fails with `ETIMEDOUT` (default 10000; `false` or 0: none). */
+  timeout?: number | false;
+  /** Milliseconds the breaker stays open before it lets a probe through (default 30000). */
+  resetTimeout?: number;
+  /** Error percentage above which the breaker opens (default 50). */
+  errorThresholdPercentage?: number;
+  /** Length of the rolling window in ms (default 10000). */
+  rollingCountTimeout?: number;
+  /** Buckets of the rolling window (default 10). */
+  rollingCountBuckets?: number;
+  /** Whether `stats` reports latency percentiles (default true; false: -1). */
+  rollingPercentilesEnabled?: boolean;
+  /** Calls in the window before the breaker may open (default 0). */
+  volumeThreshold?: number;
+  /** Concurrent calls at most (default unbounded); more fail with `ESEMLOCKED`. */
+  capacity?: number;
+  /** No opening during the first `rollingCountTimeout` (default false). */
+  allowWarmUp?: boolean;
+  /** An error it returns true for is not a failure (the call still rejects). */
+  errorFilter?: (err: any, ...args: TI) => boolean; // eslint-disable-line @typescript-eslint/no-explicit-any
+  /** Whether the breaker protects calls (default true; false: the action runs unprotected). */
+  enabled?: boolean;
+  /** Name in stats and metrics (default: the action's name, else a random id). */
+  name?: string;
+  /** Group (default: the name). */
+  group?: string;
+  /** Aborted when a call times out (opossum's breaker-wide controller). */
+  abortController?: AbortController;
+  /** Renew `abortController` on half-open and close once it was aborted (default false). */
+  autoRenewAbortController?: boolean;
+  /** Cache the first successful result per cache key (default false). */
+  cache?: boolean;
+  /** Cache entry lifetime in ms (default 0: forever). */
+  cacheTTL?: number;
+  /** Entries of the built-in cache at most. */
+  cacheSize?: number;
+  /** The cache key of a call (default `JSON.stringify(args)`). */
+  cacheGetKey?: (...args: TI) => string;
+  /** Where results are cached (default: in memory). */
+  cacheTransport?: CacheTransport<TR>;
+  /** Share one in-flight call among concurrent calls with the same key (default false). */
+  coalesce?: boolean;
+  /** How long a coalesced result is shared, in ms (default: `timeout`). */
+  coalesceTTL?: number;
+  /** Entries of the coalescing cache at most. */
+  coalesceSize?: number;
+  /** Outcomes that end sharing early. */
+  coalesceResetOn?: ('error' | 'success' | 'timeout')[];
+  /** Whether `snapshot` events are emitted (default true; only while someone listens). */
+  enableSnapshots?: boolean;
+  /** Accepted for opossum code (buckets roll by time here; see README). */
+  rotateBucketController?: { on(ev: string, fn: Listener): unknown; removeListener(ev: string, fn: Listener): unknown };
+  /** Restores `toJSON().state`. */
+  state?: BreakerStateJSON;
+  /** Primes the window with saved `stats` (or another breaker's `status`). */
+  status?: Status | Partial<Stats>;
+  /** fusewire: the core's config schema, merged over what the options above map to. */
+  fusewire?: CoreConfig;
+  /** fusewire: keep one state for this name across workers (`worker_threads`). */
+  shared?: SharedOptions;
+}
+
+/** Listeners of each event, with opossum's arguments. */
+export interface CircuitBreakerEvents<TI extends unknown[] = unknown[], TR = unknown> {
+  fire: (args: TI) => void;
+  success: (result: TR, latencyMs: number) => void;
+  failure: (error: any, latencyMs: number, args: TI) => void; // eslint-disable-line @typescript-eslint/no-explicit-any
+  timeout: (error: CircuitBreakerError, latencyMs: number, args: TI) => void;
+  reject: (error: CircuitBreakerError) => void;
+  open: () => void;
+  halfOpen: (resetTimeout: number) => void;
+  close: () => void;
+  fallback: (result: unknown, error: any) => void; // eslint-disable-line @typescript-eslint/no-explicit-any
+  semaphoreLocked: (error: CircuitBreakerError, latencyMs: number) => void;
+  cacheHit: () => void;
+  cacheMiss: () => void;
+  coalesceCacheHit: () => void;
+  coalesceCacheMiss: () => void;
+  healthCheckFailed: (error: any) => void; // eslint-disable-line @typescript-eslint/no-explicit-any
+  shutdown: () => void;
+  snapshot: (stats: Stats) => void;
+  /** fusewire: a shared-store problem (the breaker already degraded as documented). */
+  store: (issue: { issue: 'invalid' | 'contended' | 'failed' | 'stale'; status: number; message: string }) => void;
+}
+
+type Phase = 0 | 1 | 2;
+const CLOSED = 0;
+const OPEN = 1;
+const HALF_OPEN = 2;
+const STORE_ISSUES = ['invalid', 'contended', 'failed', 'stale'] as const;
+const SLOTS = 4_194_304; // call ids: slot = id mod 2^22
+
+/** Live breakers (for `fusewire/prometheus`). @internal */
+export const registry: Set<CircuitBreaker<any, any>> = new Set(); // eslint-disable-line @typescript-eslint/no-explicit-any
+/** Called when a breaker is created (true) or shut down (false). @internal */
+export const watchers: Set<(b: CircuitBreaker<any, any>, live: boolean) => void> = new Set(); // eslint-disable-line @typescript-eslint/no-explicit-any
+
+const finalizer = typeof FinalizationRegistry === 'function'
+  ? new FinalizationRegistry<number>((h) => {
+      w.fw_free(h);
+    })
+  : undefined;
+
+function nextName(): string {
+  // opossum's random id shape.
+  return 'xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx'.replace(/[xy]/g, (c) => {
+    const r = (Math.random() * 16) | 0;
+    return (c === 'x' ? r : (r & 0x3) | 0x8).toString(16);
+  });
+}
+
+function thenable(v: unknown): v is PromiseLike<unknown> {
+  return v !== null && (typeof v === 'object' || typeof v === 'function') &&
+    typeof (v as { then?: unknown }).then === 'function';
+}
+
+/** One admitted (or queued) call. @internal */
+class Call {
+  done = false;
+  queued = false;
+  /** A lead of the request cache this call's success fills (-1: none). */
+  lead = -1;
+  /** A custom cache transport's `set` for this call's success. */
+  store: ((v: unknown) => void) | undefined = undefined;
+  t0: number;
+  ctl: AbortController | undefined = undefined;
+  signal: AbortSignal | undefined = undefined;
+  onAbort: (() => void) | undefined = undefined;
+  constructor(
+    readonly cb: CircuitBreaker<any, any>, // eslint-disable-line @typescript-eslint/no-explicit-any
+    public id: number,
+    t0: number,
+    readonly context: unknown,
+    readonly args: unknown[],
+    readonly resolve: (v: unknown) => void,
+    readonly reject: (e: unknown) => void,
+  ) {
+    this.t0 = t0;
+  }
+
+  ok = (v: unknown): void => this.cb._ok(this, v);
+  err = (e: unknown): void => this.cb._err(this, e);
+}
+
+/** opossum-compatible circuit breaker on the fusewire core. */
+export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
+  extends (EventEmitter as new () => Emitter) implements StatusSource {
+  /** Whether `error` was made by a breaker (`EOPENBREAKER`, `ETIMEDOUT`, `ESEMLOCKED`, `ESHUTDOWN`). */
+  static isOurError(error: unknown): boolean {
+    return isOurError(error);
+  }
+
+  /** A `Status` primed with `options.stats`, to pass as another breaker's `options.status`. */
+  static newStatus(options: { stats?: Partial<Stats> } = {}): Status {
+    const stats = { ...(options.stats ?? {}) } as Stats;
+    const src: StatusSource = {
+      _h: -1,
+      _now: now,
+      _percentilesEnabled: true,
+      _bucketMs: 1000,
+      _buckets: 10,
+      _extra: { cacheMisses: 0, coalesceCacheMisses: 0 },
+      _final: { stats, window: [] },
+    };
+    return new Status(src);
+  }
+
+  /** The options (opossum keeps the object it was given; so does this). */
+  readonly options: Options<TI, TR>;
+  /** @internal */ _h: number;
+  /** @internal */ readonly _percentilesEnabled: boolean;
+  /** @internal */ readonly _bucketMs: number;
+  /** @internal */ readonly _buckets: number;
+  /** @internal */ readonly _extra: ExtraCounts = { cacheMisses: 0, coalesceCacheMisses: 0 };
+  /** @internal */ _final: { stats: Stats; window: Bucket[] } | undefined = undefined;
+  /** @internal Transitions this breaker saw, for metrics. */
+  readonly _transitions = { opened: 0, halfOpened: 0, closed: 0 };
+
+  private readonly _action: (...args: TI) => unknown;
+  private readonly _name: string;
+  private readonly _group: string;
+  private readonly _parsed: Parsed;
+  private readonly _errorFilter: (err: unknown, ...args: TI) => boolean;
+  private readonly _store: SharedStore | undefined;
+  private readonly _status: Status;
+  private readonly _createdAtWall: number;
+  private _enabled: boolean;
+  private _shutdown = false;
+  private _fallbackFn: ((...args: unknown[]) => unknown) | undefined = undefined;
+  private _timer: Timer | undefined = undefined;
+  private _busy = 0;
+
+  private _calls: (Call | undefined)[] = [];
+  private _snapTimer: Timer | undefined = undefined;
+  private _health: Timer[] = [];
+  private _cache: CacheTransport<TR> | undefined = undefined;
+  private readonly _onTimer = (): void => this._tick();
+  /** @internal The Collapser's hook: runs on every timer tick. */
+  _onTick: ((t: number) => void) | undefined = undefined;
+  /** @internal Whether the timer must keep the process alive (loads waiting for a batch window). */
+  _hold = false;
+  private readonly _hooks: Listener;
+  private readonly _unhooks: Listener;
+
+  constructor(action: (...args: TI) => TR | PromiseLike<TR>, options: Options<TI, TR> = {}) {
+    super();
+    if (typeof action !== 'function') {
+      throw new TypeError(
+        action === undefined || action === null
+          ? 'No action provided. Cannot construct a CircuitBreaker without an invocable action.'
+          : `action: must be a function, got ${describe(action)}`,
+      );
+    }
+    if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+      throw optionError('options', `must be an object, got ${describe(options)}`);
+    }
+    if (!loaded()) {
+      throw new Error('fusewire: the WebAssembly module is still loading; `await ready` (exported by fusewire) before creating breakers');
+    }
+    this.options = options;
+    this._action = action;
+    const o = options as Record<string, unknown>;
+    this._parsed = parse(o);
+    const name = str('name', o['name']) || action.name || nextName();
+    this._name = name;
+    this._group = str('group', o['group']) || name;
+    this._errorFilter = fn<(err: unknown, ...args: TI) => boolean>('errorFilter', o['errorFilter']) ?? (() => false);
+    this._percentilesEnabled = bool('rollingPercentilesEnabled', o['rollingPercentilesEnabled']) ?? true;
+    const enableSnapshots = bool('enableSnapshots', o['enableSnapshots']) ?? true;
+    this._enabled = bool('enabled', o['enabled']) ?? true;
+    const autoRenew = bool('autoRenewAbortController', o['autoRenewAbortController']) ?? false;
+    const ac = o['abortController'];
+    if (ac !== undefined && (typeof ac !== 'object' || ac === null || typeof (ac as AbortController).abort !== 'function')) {
+      throw new TypeError('AbortController does not contain `abort()` method');
+    }
+    if (autoRenew && ac === undefined) options.abortController = new AbortController();
+    const rbc = o['rotateBucketController'];
+    if (rbc !== undefined && (typeof rbc !== 'object' || rbc === null ||
+        typeof (rbc as { on?: unknown }).on !== 'function')) {
+      throw optionError('options.rotateBucketController', `must be an EventEmitter, got ${describe(rbc)}`);
+    }
+    this._setupCache(o);
+    // The store, if shared.
+    const shared = o['shared'] as Record<string, unknown> | undefined;
+    if (shared !== undefined) {
+      if (!(shared['store'] instanceof SharedStore)) {
+        throw optionError('options.shared.store', `must be a SharedStore, got ${describe(shared['store'])}`);
+      }
+      if (o['name'] === undefined && action.name === '') {
+        throw optionError('options.name', 'a shared breaker needs a name (the same in every worker)');
+      }
+      this._store = shared['store'];
+    }
+    const cfg = this._parsed.config;
+    const buckets = cfg.metrics?.rolling_buckets ?? 10;
+    this._buckets = buckets;
+    this._bucketMs = (cfg.metrics?.rolling_window_ms ?? 10_000) / Math.max(1, buckets);
+    const st = o['state'];
+    if (st !== undefined && (typeof st !== 'object' || st === null)) {
+      throw optionError('options.state', `must be an object (toJSON().state), got ${describe(st)}`);
+    }
+    const pre = o['status'];
+    if (pre !== undefined && (typeof pre !== 'object' || pre === null)) {
+      throw optionError('options.status', `must be a Status or a stats object, got ${describe(pre)}`);
+    }
+    const owner = this._store?.nextOwner() ?? 0;
+    const t = now();
+    this._createdAtWall = wallNow();
+    this._h = create(this._parsed, name, [owner >>> 0, Math.floor(Math.random() * 0x1_0000_0000) >>> 0], t);
+    this._status = new Status(this);
+    try {
+      this._restore(o, t);
+    } catch (e) {
+      w.fw_free(this._h);
+      throw e;
+    }
+    if (!this._shutdown) finalizer?.register(this, this._h, this);
+    // Snapshots only while someone listens.
+    this._hooks = (ev: string | symbol) => {
+      if (ev === 'snapshot' && enableSnapshots) queueMicrotask(() => this._snapshots());
+    };
+    this._unhooks = (ev: string | symbol) => {
+      if (ev === 'snapshot') queueMicrotask(() => this._snapshots());
+    };
+    this._hook();
+    if (this._shutdown) return;
+    registry.add(this);
+    for (const f of watchers) f(this, true);
+    if (o['maxFailures'] !== undefined) {
+      console.error('options.maxFailures is deprecated. Please use options.errorThresholdPercentage');
+    }
+  }
+
+  // ---- getters -----------------------------------------------------------------------
+
+  /** @internal */
+  _now(): number {
+    return now();
+  }
+
+  private _phase(): number {
+    if (this._shutdown) return -1;
+    const t = now();
+    // A shared breaker reads the store first: a trip by another worker shows at once.
+    if (this._store !== undefined) this._after(w.fw_prepare(this._h, t), t);
+    return w.fw_state(this._h, t);
+  }
+
+  /** The breaker's name. */
+  get name(): string {
+    return this._name;
+  }
+
+  /** The breaker's group. */
+  get group(): string {
+    return this._group;
+  }
+
+  /** Whether the breaker is closed (calls flow). */
+  get closed(): boolean {
+    const s = this._phase();
+    return s >= 0 && (s & 3) === CLOSED;
+  }
+
+  /** Whether the breaker is open (calls fail fast). */
+  get opened(): boolean {
+    const s = this._phase();
+    return s >= 0 && (s & 3) === OPEN;
+  }
+
+  /** Whether the breaker is half-open (a probe decides). */
+  get halfOpen(): boolean {
+    const s = this._phase();
+    return s >= 0 && (s & 3) === HALF_OPEN;
+  }
+
+  /** Half-open and the probe has not been let through yet. */
+  get pendingClose(): boolean {
+    const s = this._phase();
+    return s >= 0 && (s & 4) !== 0;
+  }
+
+  /** Whether the warm-up (`allowWarmUp`) is still running. */
+  get warmUp(): boolean {
+    const s = this._phase();
+    return s >= 0 && (s & 8) !== 0;
+  }
+
+  /** Whether the breaker protects calls. */
+  get enabled(): boolean {
+    return this._enabled;
+  }
+
+  /** Whether `shutdown()` was called. */
+  get isShutdown(): boolean {
+    return this._shutdown;
+  }
+
+  /** Calls in the window before the breaker may open. */
+  get volumeThreshold(): number {
+    return this._parsed.config.breaker?.error_percentage?.request_volume_threshold ?? 0;
+  }
+
+  /** The rolling status (stats, window, `snapshot` events). */
+  get status(): Status {
+    return this._status;
+  }
+
+  /** Totals over the rolling window (same as `status.stats`). */
+  get stats(): Stats {
+    return readStats(this);
+  }
+
+  /** The breaker-wide AbortController's signal, if any. */
+  getSignal(): AbortSignal | undefined {
+    return this.options.abortController?.signal;
+  }
+
+  /** The breaker-wide AbortController, if any. */
+  getAbortController(): AbortController | undefined {
+    return this.options.abortController;
+  }
+
+  /** opossum's JSON form; `options.state` restores `state`. */
+  toJSON(): { state: Required<BreakerStateJSON>; status: Stats } {
+    let lastTimerAt = this._createdAtWall;
+    if (!this._shutdown && w.fw_snapshot(this._h, now()) === 0) {
+      const o = out();
+      const openedAt = o[S.OPENED_AT]!;
+      if (o[S.GENERATION]! > 0 && openedAt > 0) lastTimerAt = wallNow() - (now() - openedAt);
+    }
+    return {
+      state: {
+        name: this._name,
+        enabled: this._enabled,
+        closed: this.closed,
+        open: this.opened,
+        halfOpen: this.halfOpen,
+        warmUp: this.warmUp,
+        shutdown: this._shutdown,
+        lastTimerAt,
+      },
+      status: this.stats,
+    };
+  }
+
+  // ---- operator actions ---------------------------------------------------------------
+
+  /** Opens the breaker (no-op if open); it half-opens after `resetTimeout`. */
+  open(): void {
+    this._force(OPEN);
+  }
+
+  /** Closes the breaker (no-op if closed). */
+  close(): void {
+    this._force(CLOSED);
+  }
+
+  /** Calls run unprotected (no breaker, timeout, capacity, cache or fallback) until `enable()`. */
+  disable(): void {
+    this._enabled = false;
+  }
+
+  /** Protects calls again. */
+  enable(): void {
+    if (!this._shutdown) this._enabled = true;
+  }
+
+  /** Sets the fallback: a function of `(...args, error)` or another breaker. */
+  fallback(func: ((...args: any[]) => unknown) | CircuitBreaker<any, any>): this { // eslint-disable-line @typescript-eslint/no-explicit-any
+    if (func instanceof CircuitBreaker) {
+      const other = func;
+      this._fallbackFn = (...args: unknown[]) => other.fire(...args);
+    } else if (typeof func === 'function') {
+      this._fallbackFn = func;
+    } else {
+      throw new TypeError(`fallback: must be a function or a CircuitBreaker, got ${describe(func)}`);
+    }
+    return this;
+  }
+
+  /** Empties the cache and the coalescing table. */
+  clearCache(): void {
+    this._cache?.flush();
+    if (this._shutdown) return;
+    const t = now();
+    for (const which of [0, 1]) {
+      if ((this._cached & (which + 1)) === 0) continue;
+      w.fw_cache_clear(this._h, which, t);
+      this._cacheEvents(which, t);
+    }
+  }
+
+  /** Runs `func` every `interval` ms (default 5000); a rejection emits `healthCheckFailed` and opens the breaker. */
+  healthCheck(func: (this: this) => Promise<unknown>, interval?: number): void {
+    const iv = interval || 5000;
+    if (typeof func !== 'function') throw new TypeError('Health check function must be a function');
+    if (typeof iv !== 'number' || Number.isNaN(iv)) throw new TypeError('Health check interval must be a number');
+    const check = (): void => {
+      if (this._shutdown) return;
+      Promise.resolve()
+        .then(() => func.apply(this))
+        .catch((e: unknown) => {
+          if (this._shutdown) return;
+          this.emit('healthCheckFailed', e);
+          this.open();
+        });
+    };
+    const t = globalThis.setInterval(check, Math.min(Math.max(iv, 1), 2_147_483_647)) as unknown as Timer;
+    unref(t);
+    this._health.push(t);
+    check();
+  }
+
+  /** Shuts the breaker down: emits `shutdown`, removes listeners, stops timers; later calls fail with `ESHUTDOWN`. */
+  shutdown(): void {
+    if (this._shutdown) return;
+    this.emit('shutdown');
+    this.disable();
+    const stats = this.stats;
+    const window = this.status.window;
+    this._shutdown = true;
+    super.removeAllListeners();
+    this._status.removeAllListeners();
+    disarm(this._timer);
+    this._timer = undefined;
+    disarm(this._snapTimer);
+    this._snapTimer = undefined;
+    for (const t of this._health) globalThis.clearInterval(t as unknown as ReturnType<typeof setInterval>);
+    this._health = [];
+    this.clearCache();
+    this._final = { stats, window };
+    registry.delete(this);
+    for (const f of watchers) f(this, false);
+    finalizer?.unregister(this);
+    w.fw_free(this._h);
+  }
+
+  /** Removes listeners (fusewire keeps its own snapshot hooks). */
+  override removeAllListeners(event?: string | symbol): this {
+    super.removeAllListeners(event);
+    if (!this._shutdown && (event === undefined || event === 'newListener' || event === 'removeListener')) {
+      this._hook();
+    }
+    return this;
+  }
+
+  // ---- firing -------------------------------------------------------------------------------
+
+  /** Runs the action through the breaker. */
+  fire(...args: TI): Promise<TR> {
+    return this._fire(undefined, args, undefined) as Promise<TR>;
+  }
+
+  /** Runs the action with `this` = `context`. */
+  call(context: unknown, ...args: TI): Promise<TR> {
+    return this._fire(context, args, undefined) as Promise<TR>;
+  }
+
+  /**
+   * fusewire: runs the action bound to the caller's `signal`. The action gets a
+   * per-call signal as an extra last argument, aborted when `signal` aborts or the
+   * call times out. An aborted call counts nowhere (a probe gives its turn back) and
+   * rejects with `signal.reason`.
+   */
+  fireWithSignal(signal: AbortSignal, ...args: TI): Promise<TR> {
+    if (typeof signal !== 'object' || signal === null || typeof signal.addEventListener !== 'function') {
+      return Promise.reject(new TypeError(`fireWithSignal: signal must be an AbortSignal, got ${describe(signal)}`));
+    }
+    return this._fire(undefined, args, signal) as Promise<TR>;
+  }
+
+  private _fire(context: unknown, args: unknown[], signal: AbortSignal | undefined): Promise<unknown> {
+    if (this._shutdown) {
+      return Promise.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN'));
+    }
+    this.emit('fire', args);
+    if (!this._enabled) {
+      try {
+        return Promise.resolve(this._action.apply(context, args as TI));
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
+    if (signal?.aborted === true) return Promise.reject(signal.reason);
+    if (this._cached === 0) return this._protected(context, args, signal, -1);
+    return this._fireCached(context, args, signal);
+  }
+
+  /** The call through the core's flow: start → run / queue / refuse. `lead`: a cache lead it settles. */
+  private _protected(context: unknown, args: unknown[], signal: AbortSignal | undefined, lead: number,
+    store?: (v: unknown) => void): Promise<unknown> {
+    const t = now();
+    const h = this._h;
+    if (this._store !== undefined) this._io(w.fw_prepare(h, t), t);
+    const r = w.fw_start(h, t);
+    const kind = r & KIND_MASK;
+    if (kind === RUNNING) {
+      const id = out()[0]!;
+      if ((r & F_ANY) !== 0) this._after(r, t);
+      return this._run(id, t, context, args, signal, lead, store);
+    }
+    if (kind === QUEUED) {
+      const id = out()[0]!;
+      if ((r & F_ANY) !== 0) this._after(r, t);
+      return new Promise((resolve, reject) => {
+        const c = new Call(this, id, t, context, args, resolve, reject);
+        c.queued = true;
+        c.lead = lead;
+        c.store = store;
+        this._calls[id % SLOTS] = c;
+        this._enter();
+        if (signal !== undefined) this._bind(c, signal, true);
+      });
+    }
+    if (lead >= 0) this._settleLead(0, lead, false, undefined);
+    if (r < 0) return Promise.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN'));
+    // Refused.
+    const event = (r >> 4) & 0xf;
+    if (event === K.SHORT_CIRCUITED) {
+      if ((r & F_ANY) !== 0) this._after(r, t);
+      const err = ourError('Breaker is open', 'EOPENBREAKER');
+      this.emit('reject', err);
+      return this._fallback(err, args) ?? Promise.reject(err);
+    }
+    // Bulkhead: opossum's order is semaphoreLocked, failure, open, fallback.
+    const err = ourError('Semaphore locked', 'ESEMLOCKED');
+    this.emit('semaphoreLocked', err, 0);
+    this.emit('failure', err, 0, args);
+    if ((r & F_ANY) !== 0) this._after(r, t);
+    return this._fallback(err, args) ?? Promise.reject(err);
+  }
+
+  private _run(id: number, t0: number, context: unknown, args: unknown[], signal: AbortSignal | undefined,
+    lead: number, store?: (v: unknown) => void): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const c = new Call(this, id, t0, context, args, resolve, reject);
+      c.lead = lead;
+      c.store = store;
+      this._enter();
+      if (signal !== undefined) this._bind(c, signal, false);
+      this._exec(c);
+    });
+  }
+
+  /** Runs the action of an admitted call. */
+  private _exec(c: Call): void {
+    let r: unknown;
+    try {
+      const args = c.ctl !== undefined ? [...c.args, c.ctl.signal] : c.args;
+      r = this._action.apply(c.context, args as TI);
+    } catch (e) {
+      this._err(c, e);
+      return;
+    }
+    if (thenable(r)) {
+      this._calls[c.id % SLOTS] = c;
+      r.then(c.ok, c.err);
+    } else {
+      this._ok(c, r);
+    }
+  }
+
+  /** @internal The action resolved. */
+  _ok(c: Call, v: unknown): void {
+    if (c.done) return;
+    c.done = true;
+    const lead = c.lead;
+    c.lead = -1;
+    this._forget(c);
+    c.lead = lead;
+    if (this._shutdown) {
+      c.resolve(v);
+      return;
+    }
+    const t = now();
+    const r = w.fw_complete(this._h, c.id, OK, t);
+    if (r < 0 || (r & 3) !== 0) {
+      // Unknown to the core (the breaker was reset under it): settle quietly.
+      c.resolve(v);
+      return;
+    }
+    this.emit('success', v, t - c.t0);
+    if ((r & F_ANY) !== 0) this._after(r, t);
+    if (c.lead >= 0) this._settleLead(0, c.lead, true, Promise.resolve(v));
+    c.lead = -1;
+    if (c.store !== undefined) {
+      try {
+        c.store(v);
+      } catch {
+        // A failing cache transport does not fail the call.
+      }
+    }
+    c.resolve(v);
+  }
+
+  /** @internal The action failed. */
+  _err(c: Call, e: unknown): void {
+    if (c.done) return;
+    c.done = true;
+    this._forget(c);
+    if (this._shutdown) {
+      c.reject(e);
+      return;
+    }
+    let filtered = false;
+    try {
+      filtered = this._errorFilter(e, ...(c.args as TI)) === true;
+    } catch {
+      filtered = false;
+    }
+    const t = now();
+    const r = w.fw_complete(this._h, c.id, filtered ? BAD_REQUEST : FAILURE, t);
+    if (r < 0 || (r & 3) !== 0) {
+      c.reject(e);
+      return;
+    }
+    const latency = t - c.t0;
+    if (filtered) {
+      this.emit('success', e, latency);
+      if ((r & F_ANY) !== 0) this._after(r, t);
+      c.reject(e);
+      return;
+    }
+    this.emit('failure', e, latency, c.args);
+    if ((r & F_ANY) !== 0) this._after(r, t);
+    const fb = this._fallback(e, c.args);
+    if (fb !== undefined) c.resolve(fb);
+    else c.reject(e);
+  }
+
+  private _forget(c: Call): void {
+    if (c.lead >= 0) {
+      // Settled by _ok before it gets here; any other end is not a cacheable success.
+      const lead = c.lead;
+      c.lead = -1;
+      queueMicrotask(() => this._settleLead(0, lead, false, undefined));
+    }
+    const i = c.id % SLOTS;
+    if (this._calls[i] === c) this._calls[i] = undefined;
+    this._busy--;
+    if (c.signal !== undefined && c.onAbort !== undefined) {
+      c.signal.removeEventListener('abort', c.onAbort);
+    }
+  }
+
+  /**
+   * A call starts. The one timer stays unref'd, as opossum's own timers are: a call
+   * in flight is kept alive by the action's I/O, not by the breaker (see README).
+   */
+  private _enter(): void {
+    this._busy++;
+  }
+
+  /** Binds a call to the caller's signal. */
+  private _bind(c: Call, signal: AbortSignal, queued: boolean): void {
+    c.ctl = new AbortController();
+    c.signal = signal;
+    void queued;
+    c.onAbort = () => {
+      if (c.done) return;
+      c.done = true;
+      const t = now();
+      this._forget(c);
+      if (!this._shutdown) {
+        const r = c.queued
+          ? w.fw_cancel_ticket(this._h, c.id, t)
+          : w.fw_complete(this._h, c.id, CANCELLED, t);
+        if (r >= 0 && (r & F_ANY) !== 0) this._after(r, t);
+      }
+      c.ctl?.abort(signal.reason);
+      c.reject(signal.reason);
+    };
+    signal.addEventListener('abort', c.onAbort, { once: true });
+  }
+
+  /** Runs the fallback: a promise of its result, or undefined without one. */
+  private _fallback(err: unknown, args: unknown[]): Promise<unknown> | undefined {
+    const f = this._fallbackFn;
+    if (f === undefined) return undefined;
+    const h = this._h;
+    const fid = w.fw_fallback(h, now());
+    if (fid < 0) return undefined; // the fallback limit refused it (FALLBACK_REJECTION)
+    let result: unknown;
+    try {
+      result = f.apply(f, [...args, err]);
+    } catch (e) {
+      w.fw_fallback_done(h, fid, 0, now());
+      return Promise.reject(e);
+    }
+    this.emit('fallback', result, err);
+    if (thenable(result)) {
+      const p = Promise.resolve(result);
+      p.then(() => w.fw_fallback_done(h, fid, 1, now()), () => w.fw_fallback_done(h, fid, 0, now()));
+      return p;
+    }
+    w.fw_fallback_done(h, fid, 1, now());
+    return Promise.resolve(result);
+  }
+
+  // ---- the core's events, timer and store --------------------------------------------
+
+  /** @internal Keeps the process alive while something waits on the timer alone. */
+  _keepAlive(on: boolean): void {
+    if (this._hold === on) return;
+    this._hold = on;
+    if (on) ref(this._timer);
+    else unref(this._timer);
+  }
+
+  /** @internal Handles the flags of a core call: store I/O, events, the timer. */
+  _after(flags: number, t: number): void {
+    if ((flags & F_IO) !== 0) flags |= this._io(flags, t);
+    if ((flags & F_EVENTS) !== 0) this._drain(t);
+    if ((flags & F_REARM) !== 0) this._arm(t);
+  }
+
+  /** Drives the store requests of a shared breaker; returns the flags they left. */
+  private _io(flags: number, t: number): number {
+    const store = this._store;
+    if (store === undefined || (flags & F_IO) === 0) return flags & ~F_IO;
+    const h = this._h;
+    let acc = 0;
+    for (let i = 0; i < 256; i++) {
+      const op = w.fw_io(h, t);
+      if (op <= 0) break;
+      const o = out();
+      const id = o[0]!;
+      const expect = o[1] === 1 ? o[2]! : -1;
+      const mem = bytes();
+      const a = store.exec(op, mem, o[3]!, o[4]!, expect, o[5]!, o[6]!);
+      if (a.len > 0) putScratchBytes(store.value.subarray(0, a.len));
+      const f = w.fw_io_done(h, id, a.kind, a.token, a.len, a.flag, t);
+      if (f < 0) break;
+      acc |= f;
+    }
+    return acc & ~F_IO;
+  }
+
+  /**
+   * Takes every queued event. Call-level events settle their calls after the
+   * transitions are emitted (opossum's order: timeout, failure, open, fallback).
+   */
+  private _drain(t: number): void {
+    const h = this._h;
+    let evs: number[] | undefined;
+    for (let guard = 0; guard < 100_000; guard++) {
+      const ev = w.fw_poll(h, t);
+      if (ev === EV_NONE || ev < 0) break;
+      const o = out();
+      (evs ??= []).push(ev, o[0]!, o[1]!, o[2]!);
+      if (ev === EV_STORE) {
+        const issue = STORE_ISSUES[o[0]!] ?? 'failed';
+        this.emit('store', { issue, status: o[1]!, message: message() });
+      }
+    }
+    if (evs === undefined) return;
+    const settle: (() => void)[] = [];
+    // Call-level events first, then the transitions they caused, then the settling
+    // (fallbacks, rejections, dequeued calls): opossum's timeout, failure, open, fallback.
+    for (let i = 0; i < evs.length; i += 4) {
+      const ev = evs[i]!;
+      if (ev === EV_TIMED_OUT) {
+        const s = this._timedOut(evs[i + 1]!, t);
+        if (s !== undefined) settle.push(s);
+      } else if (ev === EV_REFUSED) {
+        const s = this._queueRefused(evs[i + 1]!, evs[i + 3]!, t);
+        if (s !== undefined) settle.push(s);
+      } else if (ev === EV_DEQUEUED) {
+        const id = evs[i + 1]!;
+        const c = this._calls[id % SLOTS];
+        if (c !== undefined && c.id === id && !c.done) {
+          c.t0 = t;
+          c.queued = false;
+          settle.push(() => this._exec(c));
+        }
+      }
+    }
+    for (let i = 0; i < evs.length; i += 4) {
+      if (evs[i] === EV_TRANSITION) this._transition(evs[i + 1]! as Phase, evs[i + 2]! as Phase);
+    }
+    for (const s of settle) s();
+  }
+
+  private _transition(from: Phase, to: Phase): void {
+    if (from === to) return;
+    const ac = this.options.abortController;
+    if (to === OPEN) {
+      this._transitions.opened++;
+      this.emit('open');
+    } else if (to === HALF_OPEN) {
+      this._transitions.halfOpened++;
+      if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
+        this.options.abortController = new AbortController();
+      }
+      this.emit('halfOpen', this._parsed.resetTimeout);
+    } else {
+      this._transitions.closed++;
+      if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
+        this.options.abortController = new AbortController();
+      }
+      this.emit('close');
+    }
+  }
+
+  private _timedOut(id: number, t: number): (() => void) | undefined {
+    const c = this._calls[id % SLOTS];
+    if (c === undefined || c.id !== id || c.done) return undefined;
+    c.done = true;
+    this._forget(c);
+    const latency = t - c.t0;
+    const err = ourError(`Timed out after ${this._parsed.timeout === false ? 0 : this._parsed.timeout}ms`, 'ETIMEDOUT');
+    this.emit('timeout', err, latency, c.args);
+    let filtered = false;
+    try {
+      filtered = this._errorFilter(err, ...(c.args as TI)) === true;
+    } catch {
+      filtered = false;
+    }
+    if (filtered) this.emit('success', err, latency);
+    else this.emit('failure', err, latency, c.args);
+    return () => {
+      const fb = filtered ? undefined : this._fallback(err, c.args);
+      if (fb !== undefined) c.resolve(fb);
+      else c.reject(err);
+      this.options.abortController?.abort();
+      c.ctl?.abort(err);
+    };
+  }
+
+  private _queueRefused(id: number, cause: number, t: number): (() => void) | undefined {
+    const c = this._calls[id % SLOTS];
+    if (c === undefined || c.id !== id || c.done) return undefined;
+    c.done = true;
+    this._forget(c);
+    const latency = t - c.t0;
+    const waited = cause === 7 ? `: waited ${Math.round(latency)}ms in the queue` : '';
+    const err = ourError(`Semaphore locked${waited}`, 'ESEMLOCKED');
+    this.emit('semaphoreLocked', err, latency);
+    this.emit('failure', err, latency, c.args);
+    return () => {
+      const fb = this._fallback(err, c.args);
+      if (fb !== undefined) c.resolve(fb);
+      else c.reject(err);
+    };
+  }
+
+  /** (Re)arms the one timer at the core's next deadline. */
+  private _arm(t: number): void {
+    disarm(this._timer);
+    this._timer = undefined;
+    if (this._shutdown) return;
+    const d = w.fw_next(this._h);
+    if (d < 0) return;
+    const delay = d - t;
+    // Further than a timer reaches (weeks away, e.g. idle-key expiry): the next call re-evaluates.
+    if (delay > 2_147_483_647) return;
+    this._timer = arm(this._onTimer, delay, this._hold);
+  }
+
+  private _tick(): void {
+    this._timer = undefined;
+    if (this._shutdown) return;
+    const t = now();
+    if ((this._cached & 1) !== 0 && this._cache === undefined) this._cacheEvents(0, t);
+    if ((this._cached & 2) !== 0) this._cacheEvents(1, t);
+    this._onTick?.(t);
+    if (this._store !== undefined) this._io(w.fw_has_io(this._h) === 1 ? F_IO : 0, t);
+    this._drain(t);
+    if (this._store !== undefined) {
+      const more = w.fw_has_io(this._h) === 1 ? F_IO : 0;
+      if (more !== 0) {
+        this._io(more, t);
+        this._drain(t);
+      }
+    }
+    this._arm(t);
+  }
+
+  private _force(phase: Phase): void {
+    if (this._shutdown) return;
+    const t = now();
+    if (this._store !== undefined) this._io(w.fw_prepare(this._h, t), t);
+    const r = w.fw_force(this._h, phase, t);
+    if (r >= 0) this._after(r | F_REARM, t);
+  }
+
+  // ---- construction helpers ------------------------------------------------------------
+
+  private _restore(o: Record<string, unknown>, t: number): void {
+    const st = o['state'];
+    if (st !== undefined) {
+      const s = st as BreakerStateJSON;
+      if (s.enabled === false) this._enabled = false;
+      const closed = s.closed !== false;
+      const half = s.halfOpen === true;
+      if (!closed) {
+        if (half) {
+          w.fw_force(this._h, HALF_OPEN, t);
+        } else {
+          const last = s.lastTimerAt;
+          if (typeof last === 'number' && wallNow() - last > this._parsed.resetTimeout) {
+            w.fw_force(this._h, HALF_OPEN, t);
+          } else {
+            w.fw_force(this._h, OPEN, t);
+          }
+        }
+      }
+    }
+    const pre = o['status'];
+    if (pre !== undefined) {
+      const stats: Partial<Stats> = pre instanceof Status ? pre.stats : (pre as Partial<Stats>);
+      this._prime(stats, t);
+    }
+    // Restored transitions are not announced (no one listens yet); arm the timer.
+    while (w.fw_poll(this._h, t) > 0) { /* drop */ }
+    this._arm(t);
+    if (typeof st === 'object' && st !== null && (st as BreakerStateJSON).shutdown === true) {
+      this.shutdown();
+    }
+  }
+
+  private _prime(s: Partial<Stats>, t: number): void {
+    const n = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.min(Math.floor(v), 0xffff_ffff) : 0);
+    const timeouts = n(s.timeouts);
+    const sem = n(s.semaphoreRejections);
+    const counts: [number, number][] = [
+      [K.SUCCESS, n(s.successes)],
+      [K.FAILURE, Math.max(0, n(s.failures) - timeouts - sem)],
+      [K.TIMEOUT, timeouts],
+      [K.SEMAPHORE_REJECTED, sem],
+      [K.SHORT_CIRCUITED, n(s.rejects)],
+      [K.FALLBACK_SUCCESS, n(s.fallbacks)],
+      [K.RESPONSE_FROM_CACHE, n(s.cacheHits)],
+      [K.COLLAPSED, n(s.coalesceCacheHits)],
+    ];
+    for (const [k, v] of counts) if (v > 0) w.fw_record(this._h, k, v, t);
+    this._extra.cacheMisses += n(s.cacheMisses);
+    this._extra.coalesceCacheMisses += n(s.coalesceCacheMisses);
+  }
+
+  private _hook(): void {
+    super.on('newListener', this._hooks);
+    super.on('removeListener', this._unhooks);
+    this._status.on('newListener', this._hooks);
+    this._status.on('removeListener', this._unhooks);
+  }
+
+  /** Runs the snapshot timer while anyone listens for `snapshot`. */
+  private _snapshots(): void {
+    const listening = !this._shutdown && (this.options.enableSnapshots !== false) &&
+      (this.listenerCount('snapshot') > 0 || this._status.listenerCount('snapshot') > 0);
+    if (!listening) {
+      disarm(this._snapTimer);
+      this._snapTimer = undefined;
+      return;
+    }
+    if (this._snapTimer !== undefined) return;
+    const every = Math.max(1, Math.floor(this._parsed.rollingCountTimeout / Math.max(1, this._parsed.rollingCountBuckets)));
+    const tick = (): void => {
+      this._snapTimer = undefined;
+      if (this._shutdown) return;
+      const stats = this.stats;
+      this._status.emit('snapshot', stats);
+      this.emit('snapshot', stats);
+      this._snapshots();
+      if (this._snapTimer === undefined && !this._shutdown &&
+          (this.listenerCount('snapshot') > 0 || this._status.listenerCount('snapshot') > 0)) {
+        this._snapTimer = arm(tick, every, false);
+      }
+    };
+    this._snapTimer = arm(tick, every, false);
+  }
+
+  // ---- cache and coalescing (on the core's request caches) -------------------------------
+
+  /** 0: neither; 1: the cache; 2: coalescing; 3: both. */
+  private _cached = 0;
+  /** Payloads (the host keeps them; the core indexes them): cache 0 and 1, by entry id. */
+  private readonly _payloads: [Map<number, Promise<unknown>>, Map<number, Promise<unknown>>] = [new Map(), new Map()];
+  /** Followers of the coalescing cache waiting for a leader, by caller id. */
+  private readonly _waits = new Map<number, {
+    context: unknown; args: unknown[]; signal: AbortSignal | undefined; key: string;
+    resolve: (v: unknown) => void; reject: (e: unknown) => void;
+  }>();
+
+  /** @internal Lookups of the core caches that missed or bypassed (cumulative). */
+  _misses(): [number, number] {
+    const r: [number, number] = [0, 0];
+    for (const which of [0, 1] as const) {
+      if ((this._cached & (which + 1)) === 0) continue;
+      if (w.fw_cache_stats(this._h, which) === 1) {
+        const o = out();
+        r[which] = o[6]! + o[8]!;
+      }
+    }
+    return r;
+  }
+
+  private _setupCache(o: Record<string, unknown>): void {
+    const cache = this._parsed.coreCache || (o['cache'] === true);
+    fn('cacheGetKey', o['cacheGetKey']);
+    const tr = o['cacheTransport'];
+    if (cache && tr !== undefined) {
+      const t = tr as CacheTransport<TR>;
+      if (typeof tr !== 'object' || tr === null || typeof t.get !== 'function' ||
+          typeof t.set !== 'function' || typeof t.flush !== 'function') {
+        throw new TypeError('options.cacheTransport should be an object with `get`, `set` and `flush` methods');
+      }
+      this._cache = t;
+    }
+    this._cached = (cache ? 1 : 0) | (this._parsed.coalesceJson !== '' ? 2 : 0);
+  }
+
+  private _fireCached(context: unknown, args: unknown[], signal: AbortSignal | undefined): Promise<unknown> {
+    const key = String((this.options.cacheGetKey ?? defaultKey).apply(this, args as TI));
+    const h = this._h;
+    const t = now();
+    let lead0 = -1;
+    let store: ((v: unknown) => void) | undefined;
+    if ((this._cached & 1) !== 0) {
+      const tr = this._cache;
+      if (tr !== undefined) {
+        // A custom transport (opossum's pluggable cache): it decides hits.
+        const cached = tr.get(key);
+        if (cached) {
+          this.emit('cacheHit');
+          w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+          return Promise.resolve(cached);
+        }
+        this.emit('cacheMiss');
+        this._extra.cacheMisses++;
+        const ttl = this.options.cacheTTL ?? 0;
+        // opossum caches the action's successful result (never a fallback's).
+        store = (v) => tr.set(key, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
+      } else {
+        const r = w.fw_cache_lookup(h, 0, putKey(key), t);
+        const kind = r & KIND_MASK;
+        if (kind === 1) {
+          const p = this._payloads[0].get(out()[0]!);
+          if (p !== undefined) {
+            this.emit('cacheHit');
+            w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+            return p;
+          }
+        }
+        this.emit('cacheMiss');
+        if (kind === 2) lead0 = out()[0]!;
+      }
+    }
+    let p: Promise<unknown>;
+    if ((this._cached & 2) !== 0) {
+      const r = w.fw_cache_lookup(h, 1, putKey(key), t);
+      const kind = r & KIND_MASK;
+      const id = out()[0]!;
+      if (kind === 1 && this._payloads[1].has(id)) {
+        this.emit('coalesceCacheHit');
+        w.fw_record(h, K.COLLAPSED, 1, t);
+        if (lead0 >= 0) this._settleLead(0, lead0, false, undefined);
+        return this._payloads[1].get(id)!;
+      }
+      if (kind === 3) {
+        this.emit('coalesceCacheHit');
+        w.fw_record(h, K.COLLAPSED, 1, t);
+        if (lead0 >= 0) this._settleLead(0, lead0, false, undefined);
+        return new Promise((resolve, reject) => {
+          this._waits.set(id, { context, args, signal, key, resolve, reject });
+        });
+      }
+      this.emit('coalesceCacheMiss');
+      p = this._protected(context, args, signal, lead0, store);
+      if (kind === 2) this._lead1(id, p, key);
+    } else {
+      p = this._protected(context, args, signal, lead0, store);
+    }
+    return p;
+  }
+
+  /** A coalescing lead: settles when the leader's promise does (followers share it). */
+  private _lead1(lead: number, p: Promise<unknown>, key: string): void {
+    const reset = this._parsed.coalesceResetOn;
+    p.then(
+      () => this._settleLead(1, lead, true, p, reset.includes('success') ? key : undefined),
+      (e: unknown) => {
+        const timeout = isOurError(e) && (e as CircuitBreakerError).code === 'ETIMEDOUT';
+        this._settleLead(1, lead, false, p, timeout && reset.includes('timeout') ? key : undefined);
+      },
+    );
+  }
+
+  /**
+   * Fills (ok) or fails a lead of cache `which`, keeping `payload` under the entry;
+   * `forget`: the key to drop right after its followers got the result
+   * (`coalesceResetOn`).
+   */
+  private _settleLead(which: number, lead: number, ok: boolean, payload: Promise<unknown> | undefined,
+    forget?: string): void {
+    if (this._shutdown) return;
+    const h = this._h;
+    const t = now();
+    const r = w.fw_cache_settle(h, which, lead, ok ? 1 : 0, t);
+    if (r >= 0) {
+      const entry = out()[0]!;
+      if (entry >= 0 && payload !== undefined) {
+        this._payloads[which]!.set(entry, payload);
+        payload.catch(() => {}); // followers and later hits handle it
+      }
+      if ((r & F_REARM) !== 0) this._arm(t);
+    }
+    this._cacheEvents(which, t);
+    if (forget !== undefined) {
+      w.fw_cache_invalidate(h, which, putKey(forget), t);
+      this._cacheEvents(which, t);
+    }
+  }
+
+  /** Takes the events of cache `which`: followers served, promoted, abandoned; entries removed. */
+  private _cacheEvents(which: number, t: number): void {
+    const h = this._h;
+    for (let guard = 0; guard < 1_000_000; guard++) {
+      const ev = w.fw_cache_poll(h, which, t);
+      if (ev <= 0) return;
+      const o = out();
+      if (ev === 1) {
+        const waiter = this._waits.get(o[0]!);
+        const payload = this._payloads[which]!.get(o[1]!);
+        if (waiter !== undefined) {
+          this._waits.delete(o[0]!);
+          if (payload !== undefined) waiter.resolve(payload);
+          else waiter.resolve(this._protected(waiter.context, waiter.args, waiter.signal, -1));
+        }
+      } else if (ev === 2) {
+        const lead = o[0]!;
+        const waiter = this._waits.get(lead);
+        if (waiter === undefined) {
+          w.fw_cache_cancel(h, which, lead, 1, t);
+          continue;
+        }
+        this._waits.delete(lead);
+        const p = this._protected(waiter.context, waiter.args, waiter.signal, -1);
+        this._lead1(lead, p, waiter.key);
+        waiter.resolve(p);
+      } else if (ev === 3) {
+        const waiter = this._waits.get(o[0]!);
+        if (waiter !== undefined) {
+          this._waits.delete(o[0]!);
+          waiter.resolve(this._protected(waiter.context, waiter.args, waiter.signal, -1));
+        }
+      } else if (ev === 4) {
+        this._payloads[which]!.delete(o[0]!);
+      }
+    }
+  }
+}
+
+function defaultKey(...args: unknown[]): string {
+  return JSON.stringify(args);
+}
+
+/** Typed events (overloads merged into the class). */
+export interface CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown> {
+  on<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
+  on(event: string | symbol, listener: Listener): this;
+  once<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
+  once(event: string | symbol, listener: Listener): this;
+  addListener<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
+  addListener(event: string | symbol, listener: Listener): this;
+  off<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
+  off(event: string | symbol, listener: Listener): this;
+  removeListener<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
+  removeListener(event: string | symbol, listener: Listener): this;
+  emit<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, ...args: Parameters<CircuitBreakerEvents<TI, TR>[E]>): boolean;
+  emit(event: string | symbol, ...args: unknown[]): boolean;
+}
+
+export { ready };

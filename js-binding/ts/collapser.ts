@@ -1,0 +1,359 @@
+/**
+ * `Collapser`: DataLoader's API on the core's request collapser and request cache.
+ * Loads within a batch window become one call of the batch function, run through a
+ * `CircuitBreaker` (its timeout, bulkhead, fallback — for the whole batch when it is
+ * open); each result maps back to its load. The core decides batching, the cache's
+ * contents and sharing; this class keeps the callers and the payloads.
+ */
+import { CircuitBreaker, type Options } from './breaker.js';
+import { now } from './clock.js';
+import type { CoreConfig } from './config.js';
+import { F_REARM, K, KIND_MASK, out, putKey, w } from './engine.js';
+import { describe, optionError } from './errors.js';
+import { MAX_MS, bool, fn, num } from './options.js';
+
+/** The batch function: one result (or Error) per key, in order. */
+export type BatchFn<K, V> = (keys: K[]) => PromiseLike<ArrayLike<V | Error>> | ArrayLike<V | Error>;
+
+export interface CollapserOptions<K, V> {
+  /** How long a batch collects loads after its first one, in ms (default 10, Hystrix's; 0: until the current job's promise jobs ran, as DataLoader). */
+  windowMs?: number;
+  /** Keys per batch at most (default 1000); a full batch runs at once. */
+  maxBatchSize?: number;
+  /** Memoise results per key, failures included, until `clear` (DataLoader's `cache`, default true). */
+  cache?: boolean;
+  /** Cached keys at most (default 10000; the core evicts with SIEVE). */
+  cacheSize?: number;
+  /** The cache key of a key (default: a string as it is, anything else JSON.stringify). */
+  cacheKeyFn?: (key: K) => string;
+  /** Options of the breaker the batch function runs through (opossum's, plus `fusewire`). */
+  breaker?: Options<[K[]], ArrayLike<V | Error>>;
+}
+
+interface Item<K, V> {
+  key: K;
+  ck: string;
+  lead: number;
+  resolve: (v: V) => void;
+  reject: (e: unknown) => void;
+}
+
+/** JSON of the key (DataLoader compares keys by identity; a cache index needs bytes). */
+const defaultKey = (k: unknown): string => {
+  if (typeof k === 'string') return k;
+  if (typeof k === 'bigint') return `${k}n`;
+  return JSON.stringify(k);
+};
+
+function isPlain(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
+  const o: Record<string, unknown> = { ...a };
+  for (const [k, v] of Object.entries(b)) o[k] = isPlain(o[k]) && isPlain(v) ? merge(o[k] as Record<string, unknown>, v) : v;
+  return o;
+}
+
+/** DataLoader-style batching and caching through a circuit breaker. */
+export class Collapser<K = unknown, V = unknown> {
+  /** The breaker every batch runs through (events, stats, `fallback((keys, err) => values)`). */
+  readonly breaker: CircuitBreaker<[K[]], ArrayLike<V | Error>>;
+  private readonly _h: number;
+  private readonly _cache: boolean;
+  private readonly _window: number;
+  private readonly _keyFn: (key: K) => string;
+  private readonly _items = new Map<number, Item<K, V>>();
+  private readonly _waits = new Map<number, { key: K; ck: string; resolve: (v: V) => void; reject: (e: unknown) => void }>();
+  /** Cached results by entry id: the value, or the Error of a failed load. */
+  private readonly _payloads = new Map<number, { ok: boolean; value: unknown }>();
+  private _flushQueued = false;
+
+  constructor(batchFn: BatchFn<K, V>, options: CollapserOptions<K, V> = {}) {
+    if (typeof batchFn !== 'function') {
+      throw new TypeError(`batchFn: must be a function of an array of keys, got ${describe(batchFn)}`);
+    }
+    if (!isPlain(options)) throw optionError('options', `must be an object, got ${describe(options)}`);
+    const windowMs = num('windowMs', options.windowMs) ?? 10;
+    const maxBatchSize = num('maxBatchSize', options.maxBatchSize) ?? 1000;
+    this._cache = bool('cache', options.cache) ?? true;
+    const cacheSize = num('cacheSize', options.cacheSize) ?? 10_000;
+    this._keyFn = fn<(key: K) => string>('cacheKeyFn', options.cacheKeyFn) ?? defaultKey;
+    const bo = options.breaker ?? {};
+    if (!isPlain(bo)) throw optionError('options.breaker', `must be an object (breaker options), got ${describe(bo)}`);
+    const ours: CoreConfig = {
+      // A batch is one call: collapsed loads must not dilute its error rate.
+      breaker: { error_percentage: { denominator: 'total' } },
+      collapser: { window_ms: windowMs, max_batch_size: maxBatchSize, max_items: 10_000_000, max_key_bytes: 1, max_scopes: 0 },
+      cache: this._cache
+        ? {
+            max_entries: cacheSize, max_bytes: 2 ** 40, ttl_ms: 0, cache_failures: true, failure_ttl_ms: MAX_MS,
+            on_leader_failure: 'fail_followers', max_waiters: 1_000_000, max_wait_ms: MAX_MS,
+            max_key_bytes: 65_536, max_scopes: 0,
+          }
+        : null,
+    };
+    const fw = isPlain(bo.fusewire) ? merge(ours as Record<string, unknown>, bo.fusewire) : ours;
+    try {
+      this.breaker = new CircuitBreaker<[K[]], ArrayLike<V | Error>>(
+        (keys: K[]) => batchFn(keys) as PromiseLike<ArrayLike<V | Error>>,
+        { name: 'collapser', ...bo, fusewire: fw as CoreConfig },
+      );
+    } catch (e) {
+      if (e instanceof TypeError) {
+        // Name the Collapser's options, not the breaker's mapping of them.
+        const rename: [RegExp, string][] = [
+          [/^options\.fusewire\.collapser\.window_ms/, 'options.windowMs'],
+          [/^options\.fusewire\.collapser\.max_batch_size/, 'options.maxBatchSize'],
+          [/^options\.fusewire\.cache\.max_entries/, 'options.cacheSize'],
+        ];
+        const hit = rename.find(([re]) => re.test(e.message));
+        throw new TypeError(hit !== undefined ? e.message.replace(hit[0], hit[1]) : e.message.replace(/^options\./, 'options.breaker.'));
+      }
+      throw e;
+    }
+    this._h = this.breaker._h;
+    this._window = windowMs;
+    this.breaker._onTick = (t) => this._flush(t);
+  }
+
+  /** Loads one key (batched with the other loads of the window). */
+  load(key: K): Promise<V> {
+    if (this.breaker.isShutdown) return Promise.reject(new Error('The collapser has been shut down.'));
+    const h = this._h;
+    const t = now();
+    let lead = -1;
+    let ck = '';
+    if (this._cache) {
+      try {
+        ck = this._cacheKey(key);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+      const r = w.fw_cache_lookup(h, 0, putKey(ck), t);
+      const kind = r & KIND_MASK;
+      const id = out()[0]!;
+      if (kind === 1) {
+        const p = this._payloads.get(id);
+        if (p !== undefined) {
+          w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+          return p.ok ? Promise.resolve(p.value as V) : Promise.reject(p.value);
+        }
+      } else if (kind === 3) {
+        return new Promise<V>((resolve, reject) => this._waits.set(id, { key, ck, resolve, reject }));
+      } else if (kind === 2) {
+        lead = id;
+      }
+    }
+    return new Promise<V>((resolve, reject) => this._add({ key, ck, lead, resolve, reject }, t));
+  }
+
+  /** Loads many keys; each result is the value or the Error of its load (DataLoader's `loadMany`). */
+  loadMany(keys: readonly K[]): Promise<(V | Error)[]> {
+    if (!Array.isArray(keys)) return Promise.reject(new TypeError(`loadMany: keys must be an array, got ${describe(keys)}`));
+    return Promise.all(keys.map((k) => this.load(k).catch((e: unknown) => (e instanceof Error ? e : new Error(String(e))))));
+  }
+
+  /** Forgets the cached result of `key`. */
+  clear(key: K): this {
+    if (this._cache && !this.breaker.isShutdown) {
+      const t = now();
+      w.fw_cache_invalidate(this._h, 0, putKey(this._cacheKey(key)), t);
+      this._events(t);
+    }
+    return this;
+  }
+
+  /** Forgets every cached result. */
+  clearAll(): this {
+    if (this._cache && !this.breaker.isShutdown) {
+      const t = now();
+      w.fw_cache_clear(this._h, 0, t);
+      this._events(t);
+    }
+    return this;
+  }
+
+  /** Caches `value` for `key` unless the key is cached or loading (an Error caches a failure). */
+  prime(key: K, value: V | Error): this {
+    if (!this._cache || this.breaker.isShutdown) return this;
+    const h = this._h;
+    const t = now();
+    const r = w.fw_cache_lookup(h, 0, putKey(this._cacheKey(key)), t);
+    const kind = r & KIND_MASK;
+    const id = out()[0]!;
+    if (kind === 2) {
+      this._settle(id, !(value instanceof Error), value, t);
+      this._events(t);
+    } else if (kind === 3) w.fw_cache_cancel(h, 0, id, 0, t);
+    return this;
+  }
+
+  /** The cache key of `key`; a TypeError when it has none (a symbol, a function, a throwing toJSON). */
+  private _cacheKey(key: K): string {
+    let ck: unknown;
+    try {
+      ck = this._keyFn(key);
+    } catch (e) {
+      throw new TypeError(`cacheKeyFn: threw for the key ${describe(key)}: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (typeof ck !== 'string') {
+      throw new TypeError(`cacheKeyFn: must return a string, got ${describe(ck)} for the key ${describe(key)}`);
+    }
+    return ck;
+  }
+
+  /** Shuts the breaker down; pending loads are rejected. */
+  shutdown(): void {
+    const err = new Error('The collapser has been shut down.');
+    for (const it of this._items.values()) it.reject(err);
+    for (const wt of this._waits.values()) wt.reject(err);
+    this._items.clear();
+    this._waits.clear();
+    this._payloads.clear();
+    this.breaker.shutdown();
+  }
+
+  private _add(item: Item<K, V>, t: number): void {
+    const r = w.fw_col_add(this._h, 0, t);
+    const kind = r & KIND_MASK;
+    if (kind === 1 || kind === 2) {
+      this._items.set(out()[0]!, item);
+      if (kind === 2) this._flush(t);
+      else if (this._window === 0) {
+        if (!this._flushQueued) {
+          this._flushQueued = true;
+          // DataLoader's moment: after the promise jobs queued so far.
+          Promise.resolve().then(() => Promise.resolve()).then(() => {
+            this._flushQueued = false;
+            this._flush(now());
+          });
+        }
+      } else {
+        // Loads wait on the window timer alone: it must keep the process alive.
+        this.breaker._keepAlive(true);
+        if ((r & F_REARM) !== 0) this.breaker._after(F_REARM, t);
+      }
+      return;
+    }
+    // Not collapsed (too many items pending): run it as a batch of one.
+    this._run([item], undefined);
+  }
+
+  /** Runs every due batch. */
+  private _flush(t: number): void {
+    if (this.breaker.isShutdown) return;
+    this._events(t);
+    for (let guard = 0; guard < 1_000_000; guard++) {
+      const batch = w.fw_col_poll(this._h, t);
+      if (batch < 0) break;
+      const n = w.fw_col_items(this._h, batch);
+      const items: Item<K, V>[] = [];
+      if (n === 1 && this._items.size === 1) {
+        // One load: no need to read the listing.
+        for (const [id, it] of this._items) {
+          this._items.delete(id);
+          items.push(it);
+        }
+      } else {
+        const table = new Float64Array(w.memory.buffer, w.fw_table(), n);
+        for (let i = 0; i < n; i++) {
+          const it = this._items.get(table[i]!);
+          if (it !== undefined) {
+            this._items.delete(table[i]!);
+            items.push(it);
+          }
+        }
+      }
+      w.fw_record(this._h, K.COLLAPSED, items.length, t);
+      this._run(items, batch);
+    }
+    if (this._items.size === 0) this.breaker._keepAlive(false);
+  }
+
+  private _run(items: Item<K, V>[], batch: number | undefined): void {
+    const keys = items.map((i) => i.key);
+    this.breaker.fire(keys).then((values) => {
+      if (values === null || typeof values !== 'object' || typeof values.length !== 'number' || values.length !== keys.length) {
+        this._failed(items, batch, new TypeError('Collapser must be constructed with a function which accepts Array<key> and returns ' +
+          `Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (${keys.length}).`));
+      } else {
+        this._done(items, batch, values);
+      }
+    }, (e: unknown) => this._failed(items, batch, e));
+  }
+
+  private _failed(items: Item<K, V>[], batch: number | undefined, e: unknown): void {
+    if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_fail(this._h, batch);
+    const t = now();
+    for (const it of items) {
+      it.reject(e);
+      // A failed batch is not cached (DataLoader): the followers get it, then it is forgotten.
+      if (it.lead >= 0) {
+        this._settle(it.lead, false, e, t);
+        this._events(t);
+        if (!this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, putKey(it.ck), t);
+      }
+    }
+    this._events(t);
+  }
+
+  private _done(items: Item<K, V>[], batch: number | undefined, values: ArrayLike<V | Error>): void {
+    const t = now();
+    for (let i = 0; i < items.length; i++) {
+      const it = items[i]!;
+      const v = values[i] as V | Error;
+      const ok = !(v instanceof Error);
+      if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_complete(this._h, batch, i, ok ? 1 : 0);
+      if (ok) it.resolve(v as V);
+      else it.reject(v);
+      if (it.lead >= 0) this._settle(it.lead, ok, v, t);
+    }
+    if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_fail(this._h, batch);
+    this._events(t);
+  }
+
+  /** Fills (or fails) a cache lead with `value`, keeping its payload (events: `_events`). */
+  private _settle(lead: number, ok: boolean, value: unknown, t: number): void {
+    if (this.breaker.isShutdown) return;
+    const r = w.fw_cache_settle(this._h, 0, lead, ok ? 1 : 0, t);
+    if (r < 0) return;
+    const entry = out()[0]!;
+    if (entry >= 0) this._payloads.set(entry, { ok, value });
+  }
+
+  /** The cache's events: followers served or promoted, entries removed. */
+  private _events(t: number): void {
+    if (!this._cache || this.breaker.isShutdown) return;
+    const h = this._h;
+    for (let guard = 0; guard < 1_000_000; guard++) {
+      const ev = w.fw_cache_poll(h, 0, t);
+      if (ev <= 0) return;
+      const o = out();
+      const a = o[0]!;
+      const b = o[1]!;
+      if (ev === 1) {
+        const wt = this._waits.get(a);
+        const p = this._payloads.get(b);
+        if (wt !== undefined) {
+          this._waits.delete(a);
+          if (p !== undefined) {
+            if (p.ok) wt.resolve(p.value as V);
+            else wt.reject(p.value);
+          }
+          else this._add({ key: wt.key, ck: wt.ck, lead: -1, resolve: wt.resolve, reject: wt.reject }, t);
+        }
+      } else if (ev === 2 || ev === 3) {
+        const wt = this._waits.get(a);
+        if (wt === undefined) {
+          if (ev === 2) w.fw_cache_cancel(h, 0, a, 1, t);
+          continue;
+        }
+        this._waits.delete(a);
+        this._add({ key: wt.key, ck: wt.ck, lead: ev === 2 ? a : -1, resolve: wt.resolve, reject: wt.reject }, t);
+      } else if (ev === 4) {
+        this._payloads.delete(a);
+      }
+    }
+  }
+}

@@ -1,0 +1,90 @@
+/**
+ * The core's one config schema (fusewire-core `Config`, snake_case JSON), as
+ * TypeScript types: every field optional, defaults as in core/README.md. Pass it as
+ * `options.fusewire` to configure what opossum's options cannot express; it is
+ * merged over what the opossum options map to, and validated by the core.
+ */
+
+export type BreakerMode = 'normal' | 'forced_open' | 'forced_closed' | 'disabled' | 'metrics_only';
+export type OpenSchedule = 'fixed' | 'exponential' | 'ladder';
+
+export interface CoreConfig {
+  breaker?: {
+    /** Overall mode (default `normal`). */
+    mode?: BreakerMode;
+    /** Hystrix error-percentage rule (opossum's rule, with `denominator: 'all_calls'`, `comparison: 'above'`). */
+    error_percentage?: {
+      enabled?: boolean;
+      request_volume_threshold?: number;
+      threshold_percentage?: number;
+      /** `total` (Hystrix: success + failure + timeout + rejections) or `all_calls` (opossum's `fires`). */
+      denominator?: 'total' | 'all_calls';
+      /** `at_or_above` (Hystrix) or `above` (opossum). */
+      comparison?: 'at_or_above' | 'above';
+    };
+    /** Trip after this many failures in a row. */
+    consecutive_failures?: { enabled?: boolean; threshold?: number };
+    /** Trip when the share of slow calls reaches a rate. */
+    slow_call?: {
+      enabled?: boolean;
+      duration_threshold_ms?: number;
+      rate_threshold_percentage?: number;
+      request_volume_threshold?: number;
+    };
+    /** Google-SRE adaptive throttling (probabilistic client-side rejection). */
+    adaptive_throttle?: { enabled?: boolean; k?: number };
+    /** How long the breaker stays open: fixed, exponential with a cap, or a ladder; with jitter. */
+    open?: {
+      schedule?: OpenSchedule;
+      sleep_window_ms?: number;
+      multiplier?: number;
+      max_ms?: number;
+      ladder_ms?: number[];
+      jitter_percentage?: number;
+    };
+    /** N probes in half-open, successes needed to close, probe lease. */
+    half_open?: {
+      permitted_probes?: number;
+      success_threshold?: number;
+      probe_timeout_ms?: number;
+      reset_window_on_close?: boolean;
+    };
+    /** Admission ramp after closing. */
+    slow_start?: { ramp_ms?: number; initial_percentage?: number };
+    /** No trip during the first `warm_up_ms` (opossum's `allowWarmUp`). */
+    warm_up_ms?: number;
+  };
+  metrics?: {
+    rolling_window_ms?: number;
+    rolling_buckets?: number;
+    percentile_window_ms?: number;
+    percentile_buckets?: number;
+  };
+  execution?: { timeout_enabled?: boolean; timeout_ms?: number };
+  /** Concurrency limit; `null`: none. `isolation: 'pool'` adds a bounded wait queue with a max wait. */
+  bulkhead?: {
+    isolation?: 'semaphore' | 'pool';
+    max_concurrent?: number;
+    max_queue?: number;
+    queue_rejection_threshold?: number;
+    max_wait_ms?: number;
+    fallback_max_concurrent?: number;
+  } | null;
+  keys?: { max_keys?: number; idle_ms?: number };
+  /** Request cache section (the core's `cache`); used by `cache: true`. */
+  cache?: Record<string, unknown> | null;
+  /** Request collapser section (the core's `collapser`). */
+  collapser?: Record<string, unknown> | null;
+}
+
+/** The core's `SharedConfig`: how breakers keep one state across workers. */
+export interface CoreSharedConfig {
+  /** Prefix of every store key (breakers with the same name and namespace share state). */
+  namespace?: string;
+  cas_attempts?: number;
+  lease_ttl_ms?: number;
+  heartbeat_ms?: number;
+  flush_ms?: number;
+  sync_ms?: number;
+  stale_ms?: number;
+}

@@ -1,0 +1,242 @@
+/**
+ * The wasm instance and its numbers-only ABI (see js-binding/src/lib.rs).
+ *
+ * One instance serves every breaker of the realm. Nothing here writes a resilience
+ * rule: these are thin typed views over the exports plus the byte shuffling for the
+ * few strings that cross (config JSON in, error text out).
+ * @internal
+ */
+
+export interface Exports {
+  readonly memory: WebAssembly.Memory;
+  readonly __wbindgen_externrefs?: WebAssembly.Table;
+  __wbindgen_start?(): void;
+  fw_abi(): number;
+  fw_out(): number;
+  fw_table(): number;
+  fw_scratch(len: number): number;
+  fw_msg(): number;
+  fw_msg_len(): number;
+  fw_seed(lo: number, hi: number): void;
+  fw_live(): number;
+  fw_check(len: number): number;
+  fw_create(configLen: number, sharedLen: number, nameLen: number, coalesceLen: number, ownerLo: number, ownerHi: number, now: number): number;
+  fw_free(h: number): number;
+  fw_prepare(h: number, now: number): number;
+  fw_start(h: number, now: number): number;
+  fw_complete(h: number, id: number, outcome: number, now: number): number;
+  fw_cancel_ticket(h: number, id: number, now: number): number;
+  fw_stop_timer(h: number, id: number): number;
+  fw_poll(h: number, now: number): number;
+  fw_next(h: number): number;
+  fw_fallback(h: number, now: number): number;
+  fw_fallback_done(h: number, id: number, ok: number, now: number): number;
+  fw_record(h: number, kind: number, n: number, now: number): number;
+  fw_force(h: number, phase: number, now: number): number;
+  fw_state(h: number, now: number): number;
+  fw_snapshot(h: number, now: number): number;
+  fw_buckets(h: number, now: number): number;
+  fw_io(h: number, now: number): number;
+  fw_io_done(h: number, id: number, kind: number, token: number, len: number, flag: number, now: number): number;
+  fw_has_io(h: number): number;
+  fw_is_shared(h: number): number;
+  fw_memory_bytes(): number;
+  fw_cache_lookup(h: number, which: number, keyLen: number, now: number): number;
+  fw_cache_settle(h: number, which: number, lead: number, ok: number, now: number): number;
+  fw_cache_cancel(h: number, which: number, id: number, lead: number, now: number): number;
+  fw_cache_invalidate(h: number, which: number, keyLen: number, now: number): number;
+  fw_cache_clear(h: number, which: number, now: number): number;
+  fw_cache_poll(h: number, which: number, now: number): number;
+  fw_cache_stats(h: number, which: number): number;
+  fw_col_add(h: number, keyLen: number, now: number): number;
+  fw_col_poll(h: number, now: number): number;
+  fw_col_items(h: number, batch: number): number;
+  fw_col_complete(h: number, batch: number, index: number, ok: number): number;
+  fw_col_fail(h: number, batch: number): number;
+  fw_col_cancel(h: number, item: number): number;
+  fw_col_stats(h: number): number;
+}
+
+/** The ABI this wrapper speaks (`ABI_VERSION` in lib.rs). */
+export const ABI = 2;
+
+// Flags (lib.rs).
+export const KIND_MASK = 0xf;
+export const RUNNING = 0;
+export const QUEUED = 1;
+export const REFUSED = 2;
+export const F_EVENTS = 1 << 16;
+export const F_REARM = 1 << 17;
+export const F_IO = 1 << 18;
+export const F_PROBE = 1 << 19;
+export const F_ANY = F_EVENTS | F_REARM | F_IO;
+
+// Poll event codes.
+export const EV_NONE = 0;
+export const EV_TIMED_OUT = 1;
+export const EV_DEQUEUED = 2;
+export const EV_REFUSED = 3;
+export const EV_TRANSITION = 4;
+export const EV_STORE = 6;
+
+// Outcomes.
+export const OK = 0;
+export const FAILURE = 1;
+export const BAD_REQUEST = 3;
+export const CANCELLED = 4;
+
+// Event kinds (the core's counter indices).
+export const K = {
+  SUCCESS: 0,
+  FAILURE: 1,
+  TIMEOUT: 2,
+  SHORT_CIRCUITED: 3,
+  SEMAPHORE_REJECTED: 4,
+  THREAD_POOL_REJECTED: 5,
+  FALLBACK_SUCCESS: 6,
+  FALLBACK_FAILURE: 7,
+  FALLBACK_REJECTION: 8,
+  FALLBACK_MISSING: 9,
+  RESPONSE_FROM_CACHE: 10,
+  COLLAPSED: 11,
+  BAD_REQUEST: 12,
+} as const;
+
+/** Snake-case names of the event kinds, by index (metric names). */
+export const KIND_NAMES = [
+  'success', 'failure', 'timeout', 'short_circuited', 'semaphore_rejected',
+  'thread_pool_rejected', 'fallback_success', 'fallback_failure', 'fallback_rejection',
+  'fallback_missing', 'response_from_cache', 'collapsed', 'bad_request',
+] as const;
+
+/** Snapshot slots (fw_snapshot in lib.rs). */
+export const S = {
+  PHASE: 0, OPEN: 1, WOULD_ADMIT: 2, GENERATION: 3, COUNTS: 4, CUMULATIVE: 17,
+  PERCENTILES: 30, MEAN: 39, LATENCIES: 40, IN_FLIGHT: 41, QUEUED: 42, MAX_CONCURRENCY: 43,
+  PROBES: 44, WARMING: 45, OPENED_AT: 46, OPEN_UNTIL: 47, LATE: 48, SHADOW: 49,
+  OPEN_STEP: 50, SLOTS_HELD: 51, KEY_BYTES: 52,
+} as const;
+
+export let w: Exports = undefined as unknown as Exports;
+let memBuf: ArrayBuffer | undefined;
+let outView: Float64Array = new Float64Array(0);
+let u8: Uint8Array = new Uint8Array(0);
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** Whether the instance is ready. */
+export function loaded(): boolean {
+  return w !== undefined;
+}
+
+/**
+ * Instantiates the module synchronously (its only import is wasm-bindgen's
+ * externref-table initialiser) and checks the ABI.
+ */
+export function instantiate(module: WebAssembly.Module): void {
+  if (w !== undefined) return;
+  const imports: Record<string, Record<string, () => void>> = {};
+  let exportsRef: Exports | undefined;
+  for (const imp of WebAssembly.Module.imports(module)) {
+    if (imp.kind !== 'function' || imp.name !== '__wbindgen_init_externref_table') {
+      throw new Error(`fusewire: unexpected wasm import ${imp.module}.${imp.name}`);
+    }
+    (imports[imp.module] ??= {})[imp.name] = () => {
+      const table = exportsRef?.__wbindgen_externrefs;
+      if (table === undefined) return;
+      // What wasm-bindgen's own glue does (0.2.130).
+      table.set(0, undefined);
+      table.set(1024, undefined);
+      table.set(1025, null);
+      table.set(1026, true);
+      table.set(1027, false);
+    };
+  }
+  const instance = new WebAssembly.Instance(module, imports as WebAssembly.Imports);
+  const ex = instance.exports as unknown as Exports;
+  exportsRef = ex;
+  ex.__wbindgen_start?.();
+  if (ex.fw_abi() !== ABI) {
+    throw new Error(`fusewire: the .wasm speaks ABI ${ex.fw_abi()}, this wrapper ABI ${ABI}`);
+  }
+  w = ex;
+  const seed = new Uint32Array(2);
+  const c = (globalThis as { crypto?: { getRandomValues?(a: Uint32Array): Uint32Array } }).crypto;
+  if (c?.getRandomValues !== undefined) c.getRandomValues(seed);
+  else {
+    seed[0] = (Math.random() * 2 ** 32) >>> 0;
+    seed[1] = (Math.random() * 2 ** 32) >>> 0;
+  }
+  w.fw_seed(seed[0]!, seed[1]!);
+}
+
+function views(): void {
+  const b = w.memory.buffer;
+  memBuf = b;
+  outView = new Float64Array(b, w.fw_out(), 64);
+  u8 = new Uint8Array(b);
+}
+
+/** The `f64` result area (valid until the next wasm call that grows memory). */
+export function out(): Float64Array {
+  // Growing the memory detaches the old buffer (its views turn empty): cheaper to
+  // check than reading `memory.buffer` on every call.
+  if (outView.length === 0) views();
+  return outView;
+}
+
+/** The whole linear memory as bytes. */
+export function bytes(): Uint8Array {
+  if (u8.length === 0 || w.memory.buffer !== memBuf) views();
+  return u8;
+}
+
+/** Writes one string into the scratch buffer; returns its byte length. */
+export function putKey(key: string): number {
+  // Most keys are short ASCII: encode straight into wasm memory.
+  const max = key.length * 3;
+  const ptr = w.fw_scratch(max);
+  if (ptr === 0 && max > 0) throw new RangeError('fusewire: key too large');
+  return encoder.encodeInto(key, bytes().subarray(ptr, ptr + max)).written;
+}
+
+/** Writes `parts` back to back into the scratch buffer; returns their byte lengths. */
+export function putScratch(parts: readonly string[]): number[] {
+  const enc = parts.map((p) => encoder.encode(p));
+  const total = enc.reduce((n, e) => n + e.length, 0);
+  const ptr = w.fw_scratch(total);
+  if (ptr === 0 && total > 0) throw new RangeError('fusewire: input too large');
+  const mem = bytes();
+  let at = ptr;
+  for (const e of enc) {
+    mem.set(e, at);
+    at += e.length;
+  }
+  return enc.map((e) => e.length);
+}
+
+/** Copies raw bytes into the scratch buffer. */
+export function putScratchBytes(b: Uint8Array): void {
+  const ptr = w.fw_scratch(b.length);
+  if (ptr === 0 && b.length > 0) throw new RangeError('fusewire: value too large');
+  bytes().set(b, ptr);
+}
+
+/** The last message (UTF-8 → string). */
+export function message(): string {
+  const len = w.fw_msg_len();
+  const ptr = w.fw_msg();
+  return decoder.decode(bytes().subarray(ptr, ptr + len));
+}
+
+/** Splits an error message into its path (byte length in out[0]) and reason. */
+export function configError(): { path: string; reason: string } {
+  const pathLen = out()[0]!;
+  const len = w.fw_msg_len();
+  const ptr = w.fw_msg();
+  const m = bytes();
+  return {
+    path: decoder.decode(m.subarray(ptr, ptr + pathLen)),
+    reason: decoder.decode(m.subarray(ptr + pathLen, ptr + len)),
+  };
+}

