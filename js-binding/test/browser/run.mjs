@@ -2,13 +2,16 @@
 // by playwright-core; never a downloaded browser), served from a local server: once
 // as plain ESM (import map → fusewire's browser entry) and once bundled by esbuild
 // (resolving 'fusewire' through the package's exports map, browser condition).
-// Usage: node run.mjs <app dir> <playwright-core dir> <esbuild dir>
+// Then examples/browser (its own server, the page's buttons) as a user runs it: the
+// upstream goes down → the page shows the breaker open; healthy again → closed.
+// Usage: node run.mjs <app dir> <playwright-core dir> <esbuild dir> [examples/browser/serve.mjs]
 import { copyFileSync, mkdirSync, readFileSync, existsSync, statSync } from 'node:fs';
+import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
 import { extname, join, normalize } from 'node:path';
 
-const [appDir, pwDir, esbuildDir] = process.argv.slice(2);
+const [appDir, pwDir, esbuildDir, exampleServer] = process.argv.slice(2);
 const require = createRequire(join(appDir, 'package.json'));
 const { chromium } = require(pwDir);
 const esbuild = require(esbuildDir);
@@ -90,12 +93,52 @@ try {
     if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors);
     await p.close();
   }
+  if (exampleServer !== undefined) failed += await example(exampleServer);
 } finally {
   await browser.close();
   server.close();
+}
+
+/** examples/browser: trips when the upstream goes down, closes when it recovers. */
+async function example(serverScript) {
+  const child = spawn(process.execPath, [serverScript, '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  try {
+    const url = await new Promise((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (d) => {
+        out += d;
+        const m = out.match(/http:\/\/127\.0\.0\.1:\d+\//);
+        if (m) resolve(m[0]);
+      });
+      child.on('exit', (code) => reject(new Error(`examples/browser/serve.mjs exited with ${code}`)));
+    });
+    const p = await browser.newPage();
+    const errors = [];
+    p.on('pageerror', (e) => errors.push(String(e)));
+    await p.goto(url);
+    const state = () => p.textContent('#state');
+    const checks = [];
+    await p.waitForFunction(() => Number(document.querySelector('#stats')?.textContent.match(/fires(\d+)/)?.[1] ?? 0) > 5, null, { timeout: 10_000 });
+    checks.push(['healthy: closed, fetching', (await state()) === 'closed']);
+    await p.click('button[data-mode=down]');
+    const opened = await p.waitForFunction(() => document.querySelector('#state').textContent === 'open', null, { timeout: 15_000 }).then(() => true, () => false);
+    checks.push(['upstream down: the page shows the breaker open', opened]);
+    checks.push(['the fallback answers', (await p.textContent('#last')).includes('fallback')]);
+    await p.click('button[data-mode=up]');
+    const closed = await p.waitForFunction(() => document.querySelector('#state').textContent === 'closed', null, { timeout: 15_000 }).then(() => true, () => false);
+    checks.push(['healthy again: closed after its probes', closed]);
+    checks.push(['the log shows open, halfOpen, close', /breaker close[\s\S]*breaker halfOpen[\s\S]*breaker open/.test(await p.textContent('#log'))]);
+    checks.push(['no page errors', errors.length === 0]);
+    for (const [what, pass] of checks) console.log(`${pass ? 'ok  ' : 'FAIL'} examples/browser: ${what}`);
+    if (errors.length > 0) console.log(errors);
+    await p.close();
+    return checks.filter((c) => !c[1]).length;
+  } finally {
+    child.kill();
+  }
 }
 if (failed > 0) {
   console.error(`browser tests: ${failed} check(s) failed`);
   process.exit(1);
 }
-console.log('browser tests: ok (Chromium, plain ESM and esbuild bundle)');
+console.log(`browser tests: ok (Chromium, plain ESM and esbuild bundle${exampleServer ? ', examples/browser' : ''})`);
