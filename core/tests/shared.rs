@@ -946,3 +946,66 @@ fn encoded_sizes_of_typical_states_are_small() {
     }
     h.complete(0, probe, Outcome::Success);
 }
+
+/// The I/O a key asks for in one round is bounded whatever the store holds: a slot
+/// that never decodes and never accepts the claim (found by `fuzz/state_decode`, Kong
+/// rules) once made probing → claim → conflict → probing endless, hanging the host's
+/// `while let Some(io) = poll_io(..)` loop.
+#[test]
+fn io_rounds_are_bounded_whatever_the_slots_hold() {
+    use fusewire_core::shared::memory::MemoryStore;
+    let found: &[u8] = b"FWF\xff\xff\xff\xff\xff\xff\x03\x01\x01k\x80\xac\xef\xff\xa1";
+    // A valid state of another key in every slot, the overflow slot included.
+    let busy = Config::from_json(r#"{"keys": {"max_keys": 4}}"#).unwrap();
+    let foreign = codec::encode(
+        Kind::KeyState,
+        &KeyState::new("someone", &busy, u64::MAX / 2),
+    )
+    .unwrap();
+    for rules in [Rules::Envoy, Rules::Kong, Rules::Script] {
+        for data in [
+            found,
+            &found[..12],
+            b"FW".as_slice(),
+            &[0u8; 18][..],
+            &foreign[..],
+        ] {
+            let mut store = MemoryStore::new(rules);
+            let cfg = Config::from_json(
+                r#"{"bulkhead": {"max_concurrent": 3}, "keys": {"max_keys": 4}}"#,
+            )
+            .unwrap();
+            for slot in ["0", "1", "2", "3", "~overflow"] {
+                store.raw_set(&format!("fusewire/v3/p/{slot}"), data);
+            }
+            let now = 1_000_000_000;
+            let mut e = Engine::shared(SharedConfig::default(), 11).unwrap();
+            let p = e.add_policy("p", cfg).unwrap();
+            for (i, name) in ["k", "other", "k", "third"].iter().enumerate() {
+                let t = now + i as u64 * 50_000_000;
+                let Some(k) = e.key(p, name, t) else { continue };
+                e.prepare(k, t);
+                let mut rounds = 0;
+                while let Some(io) = e.poll_io(t, 7) {
+                    let (id, a) = (io.id, store.exec(&io));
+                    e.io_done(id, a.as_answer(), t, 7);
+                    rounds += 1;
+                    assert!(rounds < 200, "{rules:?} {data:?} key {name}: endless I/O");
+                }
+                if let Start::Running(permit) = e.start(k, t, 7) {
+                    let _ = e.complete(permit, Outcome::Failure, t + 5, 7);
+                }
+                let mut rounds = 0;
+                while let Some(io) = e.poll_io(t, 7) {
+                    let (id, a) = (io.id, store.exec(&io));
+                    e.io_done(id, a.as_answer(), t, 7);
+                    rounds += 1;
+                    assert!(
+                        rounds < 200,
+                        "{rules:?} {data:?} key {name}: endless I/O after start"
+                    );
+                }
+            }
+        }
+    }
+}

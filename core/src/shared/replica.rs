@@ -804,21 +804,32 @@ impl Replica {
                 } else {
                     match codec::decode::<KeyState>(Kind::KeyState, value) {
                         Ok(s) if s.name == self.slot_name() => self.adopt_state(ctx, s, token, fx),
+                        Err(e @ DecodeError::FutureVersion(_))
+                            if matches!(self.bind, Bind::Overflow) =>
+                        {
+                            // Newer code owns the overflow slot too (every slot was
+                            // taken when probing ended here): probing again would loop.
+                            // Degrade as on a store failure and read it again later.
+                            fx.issue = Some(Issue::Invalid(e));
+                            self.failures = self.failures.saturating_add(1);
+                            let cap = ms_to_ns(ctx.shared.sync_ms).saturating_mul(8);
+                            self.backoff_until = ctx.now.saturating_add(cap);
+                            self.give_up_round();
+                            self.read_wanted = false;
+                            return;
+                        }
+                        // The overflow slot always holds the overflow key's state:
+                        // another name there is foreign bytes.
+                        Ok(_) if matches!(self.bind, Bind::Overflow) => {
+                            self.reset_invalid(ctx, DecodeError::Payload, token, fx);
+                        }
                         Ok(_) | Err(DecodeError::FutureVersion(_)) => {
                             // Another key took the slot over (ours was idle), or newer
                             // code owns it: find a slot again.
                             self.restart_probing();
                             return;
                         }
-                        Err(e) => {
-                            fx.issue = Some(Issue::Invalid(e));
-                            self.view = Some(KeyState::new(self.slot_name(), ctx.config, ctx.now));
-                            self.expect = Expect::Token(token);
-                            self.token_known = true;
-                            self.read_at = Some(ctx.now);
-                            self.claim = true;
-                            fx.adopted = true;
-                        }
+                        Err(e) => self.reset_invalid(ctx, e, token, fx),
                     }
                 }
             }
@@ -853,6 +864,18 @@ impl Replica {
         if self.anticipate {
             self.anticipate(ctx);
         }
+    }
+
+    /// Unreadable bytes in our slot: start from a fresh state, replacing them on the
+    /// next write.
+    fn reset_invalid(&mut self, ctx: &Ctx, e: DecodeError, token: u64, fx: &mut Effects) {
+        fx.issue = Some(Issue::Invalid(e));
+        self.view = Some(KeyState::new(self.slot_name(), ctx.config, ctx.now));
+        self.expect = Expect::Token(token);
+        self.token_known = true;
+        self.read_at = Some(ctx.now);
+        self.claim = true;
+        fx.adopted = true;
     }
 
     /// A sync host reads right before admission: ask now for the lease or slot that
@@ -942,8 +965,13 @@ impl Replica {
                 self.attempt = None;
                 self.unsend();
                 self.attempts += 1;
-                if self.claim && matches!(self.bind, Bind::Slot(_)) && self.read_at.is_none() {
-                    // Lost the race for a free slot: look again.
+                if self.attempts < ctx.shared.cas_attempts
+                    && self.claim
+                    && matches!(self.bind, Bind::Slot(_))
+                    && self.read_at.is_none()
+                {
+                    // Lost the race for a free slot: look again (at most
+                    // `cas_attempts` times a round).
                     self.restart_probing();
                     return;
                 }
