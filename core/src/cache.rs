@@ -57,7 +57,7 @@ use crate::keyindex::{hash, KeyIndex};
 use crate::slab::{
     move_only, public_id, push_newest, unlink, Id, Linked, List, Slab, EMPTY, MAX_SLOTS, NEWER, NIL,
 };
-use crate::time::{ms_to_ns, Nanos};
+use crate::time::{ms_to_ns, Monotonic, Nanos};
 
 public_id!(
     /// A cache entry (a stored result); the host keeps the payload under it until the
@@ -287,7 +287,7 @@ pub struct RequestCache {
     failure_ttl_ns: Nanos,
     max_wait_ns: Nanos,
     seed: u64,
-    clock: Nanos,
+    clock: Monotonic,
     nodes: Slab<Node>,
     callers: Slab<Caller>,
     scopes: Slab<Scope>,
@@ -317,7 +317,7 @@ impl RequestCache {
             max_wait_ns: 0,
             config,
             seed,
-            clock: 0,
+            clock: Monotonic::default(),
             nodes: Slab::default(),
             callers: Slab::default(),
             scopes,
@@ -352,7 +352,7 @@ impl RequestCache {
     /// in-flight keys, which cannot be evicted, drains as they settle).
     pub fn set_config(&mut self, config: CacheConfig, now: Nanos) -> Result<(), ConfigError> {
         config.validate().map_err(|e| e.within("cache"))?;
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         self.config = config;
         self.derive();
         while self.entries > self.config.max_entries || self.bytes > self.config.max_bytes {
@@ -361,13 +361,6 @@ impl RequestCache {
             }
         }
         Ok(())
-    }
-
-    fn advance(&mut self, now: Nanos) -> Nanos {
-        if now > self.clock {
-            self.clock = now;
-        }
-        self.clock
     }
 
     // ---- scopes ---------------------------------------------------------------
@@ -385,7 +378,7 @@ impl RequestCache {
     /// flights end (followers get [`Abandon::ScopeClosed`]; the leaders' leads go
     /// stale). `false` for the global scope and unknown scopes.
     pub fn close_scope(&mut self, scope: ScopeId, now: Nanos) -> bool {
-        self.advance(now);
+        self.clock.advance(now);
         if scope.0.slot == 0 || self.scopes.get(scope.0).is_none() {
             return false;
         }
@@ -427,7 +420,7 @@ impl RequestCache {
     /// Looks `key` up in `scope` at `now`. A hit is O(1) and allocation-free (one
     /// hash, one probe, one key compare, one bit set). See [`Lookup`].
     pub fn lookup(&mut self, scope: ScopeId, key: &[u8], now: Nanos) -> Lookup {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         if self.scopes.get(scope.0).is_none() {
             return self.bypass(Bypass::UnknownScope);
         }
@@ -580,7 +573,7 @@ impl RequestCache {
     }
 
     fn settle(&mut self, lead: Lead, payload: u64, failure: bool, now: Nanos) -> Option<Settled> {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         let slot = self.lead_node(&lead)?;
         self.callers.remove_at(lead.0 .0.slot);
         let has_followers = self.nodes.at(slot).is_some_and(|n| n.waiters > 0);
@@ -711,7 +704,7 @@ impl RequestCache {
     /// ([`CacheEvent::Promoted`]); with no followers the flight ends. `false`: stale
     /// or forged lead.
     pub fn cancel_lead(&mut self, lead: Lead, now: Nanos) -> bool {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         let Some(slot) = self.lead_node(&lead) else {
             return false;
         };
@@ -727,7 +720,7 @@ impl RequestCache {
     /// A follower went away: it leaves the flight. `false`: its wait already ended
     /// (an event for it is queued, or it was promoted), or the id is stale or forged.
     pub fn cancel_wait(&mut self, wait: Wait, now: Nanos) -> bool {
-        self.advance(now);
+        self.clock.advance(now);
         let Some(c) = self.callers.get(wait.0 .0).copied() else {
             return false;
         };
@@ -841,7 +834,7 @@ impl RequestCache {
     /// Removes the entry for `key` in `scope` ([`Removal::Invalidated`]); a flight for
     /// it is not affected. Whether there was one.
     pub fn invalidate(&mut self, scope: ScopeId, key: &[u8], now: Nanos) -> bool {
-        self.advance(now);
+        self.clock.advance(now);
         if self.scopes.get(scope.0).is_none() {
             return false;
         }
@@ -857,7 +850,7 @@ impl RequestCache {
 
     /// Removes every entry of every scope ([`Removal::Cleared`]); flights go on.
     pub fn clear(&mut self, now: Nanos) {
-        self.advance(now);
+        self.clock.advance(now);
         while self.queue.oldest != NIL {
             let slot = self.queue.oldest;
             if self.nodes.at(slot).is_none() {
@@ -881,7 +874,7 @@ impl RequestCache {
         if let Some(e) = self.events.pop_front() {
             return Some(e);
         }
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         while let Some(at) = self.nodes.at(self.flights.oldest).map(|n| n.at) {
             if at.saturating_add(self.max_wait_ns) > now {
                 break;
@@ -896,7 +889,7 @@ impl RequestCache {
     /// oldest flight's `max_wait_ms` deadline (`None`: nothing scheduled).
     pub fn next_deadline(&self) -> Option<Nanos> {
         if !self.events.is_empty() {
-            return Some(self.clock);
+            return Some(self.clock.now());
         }
         self.nodes
             .at(self.flights.oldest)

@@ -49,7 +49,7 @@ use std::collections::VecDeque;
 use crate::config::{CollapserConfig, ConfigError};
 use crate::keyindex::{hash, KeyIndex};
 use crate::slab::{public_id, push_newest, unlink, Id, Linked, List, Slab, EMPTY, MAX_SLOTS, NIL};
-use crate::time::{ms_to_ns, Nanos};
+use crate::time::{ms_to_ns, Monotonic, Nanos};
 
 public_id!(
     /// One caller's place in a batch; the host keeps the caller's arguments and
@@ -184,7 +184,7 @@ pub struct Collapser {
     config: CollapserConfig,
     window_ns: Nanos,
     seed: u64,
-    clock: Nanos,
+    clock: Monotonic,
     batches: Slab<Batch>,
     items: Slab<Item>,
     scopes: Slab<Scope>,
@@ -208,7 +208,7 @@ impl Collapser {
             window_ns: ms_to_ns(config.window_ms),
             config,
             seed,
-            clock: 0,
+            clock: Monotonic::default(),
             batches: Slab::default(),
             items: Slab::default(),
             scopes,
@@ -232,7 +232,7 @@ impl Collapser {
     /// lower `max_items` only refuses new adds until the count falls under it.
     pub fn set_config(&mut self, config: CollapserConfig, now: Nanos) -> Result<(), ConfigError> {
         config.validate().map_err(|e| e.within("collapser"))?;
-        self.advance(now);
+        self.clock.advance(now);
         self.config = config;
         self.window_ns = ms_to_ns(self.config.window_ms);
         let mut p = self.open.oldest;
@@ -244,13 +244,6 @@ impl Collapser {
             p = next;
         }
         Ok(())
-    }
-
-    fn advance(&mut self, now: Nanos) -> Nanos {
-        if now > self.clock {
-            self.clock = now;
-        }
-        self.clock
     }
 
     // ---- scopes ---------------------------------------------------------------
@@ -268,7 +261,7 @@ impl Collapser {
     /// Batches already handed out run on. Empty for the global scope and unknown
     /// scopes.
     pub fn close_scope(&mut self, scope: ScopeId, now: Nanos) -> &[ItemId] {
-        self.advance(now);
+        self.clock.advance(now);
         self.out.clear();
         if scope.0.slot == 0 || self.scopes.get(scope.0).is_none() {
             return &self.out;
@@ -289,7 +282,7 @@ impl Collapser {
     /// Adds a call for collapser `key` in `scope` at `now`. O(1) amortised; see
     /// [`Add`].
     pub fn add(&mut self, scope: ScopeId, key: &[u8], now: Nanos) -> Add {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         if self.scopes.get(scope.0).is_none() {
             return self.refuse(Refused::UnknownScope);
         }
@@ -422,7 +415,7 @@ impl Collapser {
     /// passed, oldest first), handed out once: list it with [`Collapser::items`] and
     /// run it. Call until `None`, then again at [`Collapser::next_deadline`].
     pub fn poll(&mut self, now: Nanos) -> Option<BatchId> {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         while let Some(id) = self.full.pop_front() {
             if self.batches.get(id).is_some_and(|b| b.phase == Phase::Full) {
                 self.full_count -= 1;
@@ -464,7 +457,7 @@ impl Collapser {
     /// batch's window end (`None`: no batch is collecting).
     pub fn next_deadline(&self) -> Option<Nanos> {
         if self.full_count > 0 {
-            return Some(self.clock);
+            return Some(self.clock.now());
         }
         self.batches
             .at(self.open.oldest)

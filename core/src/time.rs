@@ -16,6 +16,28 @@ pub const fn ms_to_ns(ms: u64) -> Nanos {
     ms.saturating_mul(NANOS_PER_MS)
 }
 
+/// The latest time a component was given: a clock that steps backwards holds it
+/// where it was, so deadlines and expiries never run backwards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Monotonic(Nanos);
+
+impl Monotonic {
+    /// Takes `now` into account; returns the latest time seen.
+    #[inline]
+    pub fn advance(&mut self, now: Nanos) -> Nanos {
+        if now > self.0 {
+            self.0 = now;
+        }
+        self.0
+    }
+
+    /// The latest time seen.
+    #[inline]
+    pub fn now(self) -> Nanos {
+        self.0
+    }
+}
+
 /// Time elapsed from `since` to `now`; zero when the clock stepped backwards.
 #[inline]
 pub const fn elapsed(now: Nanos, since: Nanos) -> Nanos {

@@ -35,7 +35,7 @@ use crate::config::{Config, ConfigError, Isolation, SharedConfig, SyncMode, MAX_
 use crate::event::{EventKind, Outcome};
 use crate::shared::io::{Answer, Io, IoId, Op};
 use crate::shared::replica::{Ctx, Replica};
-use crate::time::{ms_to_ns, Nanos};
+use crate::time::{ms_to_ns, Monotonic, Nanos};
 use calls::{Call, Calls, Deadlines};
 use keys::{Linked, Links, Lru, NameIndex, MAX_TABLE_KEYS};
 
@@ -90,7 +90,7 @@ impl Linked for KeyEntry {
 /// The engine. See the module documentation.
 #[derive(Debug)]
 pub struct Engine {
-    clock: Nanos,
+    clock: Monotonic,
     owner: u64,
     /// The store protocol's knobs (defaults for a local engine, never used there).
     shared: SharedConfig,
@@ -136,7 +136,7 @@ impl Engine {
     /// An engine whose keys keep local state (one host thread).
     pub fn local() -> Self {
         Engine {
-            clock: 0,
+            clock: Monotonic::default(),
             owner: 0,
             shared: SharedConfig::default(),
             is_shared: false,
@@ -173,13 +173,6 @@ impl Engine {
     /// This worker's owner id in bulkhead ledgers (shared engines).
     pub fn owner(&self) -> u64 {
         self.owner
-    }
-
-    fn advance(&mut self, now: Nanos) -> Nanos {
-        if now > self.clock {
-            self.clock = now;
-        }
-        self.clock
     }
 
     // ---- policies and keys ----------------------------------------------------
@@ -252,7 +245,7 @@ impl Engine {
                 }
             }
         }
-        let now = self.clock;
+        let now = self.clock.now();
         for i in waiting {
             self.dequeue(i, now);
             // Shared keys read the store again (the ledger under the new limit).
@@ -266,7 +259,7 @@ impl Engine {
     /// the policy's overflow key (unless the least recently used key is idle, which
     /// then expires). `None` for an unknown policy.
     pub fn key(&mut self, policy: PolicyId, name: &str, now: Nanos) -> Option<KeyId> {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         let name = cut(name);
         let keys = &self.keys;
         let p = self.policies.get(policy.0 as usize)?;
@@ -464,12 +457,8 @@ impl Engine {
     /// once; an async host: a read only when the view is older than `sync_ms`).
     /// Then drive [`Engine::poll_io`]. A no-op on local keys.
     pub fn prepare(&mut self, key: KeyId, now: Nanos) {
-        let now = self.advance(now);
-        let Some(k) = self
-            .keys
-            .get_mut(key.index as usize)
-            .filter(|k| k.live && k.generation == key.generation)
-        else {
+        let now = self.clock.advance(now);
+        let Some(k) = live_mut(&mut self.keys, key) else {
             return;
         };
         let Some(p) = self.policies.get(k.policy as usize) else {
@@ -486,13 +475,9 @@ impl Engine {
     /// (capacity check, queue), then the deadline. A refusal is already recorded.
     /// O(1), no allocation on the closed path.
     pub fn start(&mut self, key: KeyId, now: Nanos, rand: u64) -> Start {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         let i = key.index;
-        let Some(k) = self
-            .keys
-            .get_mut(i as usize)
-            .filter(|k| k.live && k.generation == key.generation)
-        else {
+        let Some(k) = live_mut(&mut self.keys, key) else {
             return Start::Refused(Refusal {
                 event: EventKind::ShortCircuited,
                 cause: Cause::UnknownKey,
@@ -663,7 +648,7 @@ impl Engine {
         now: Nanos,
         rand: u64,
     ) -> Completion {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         let id = permit.0;
         match self.calls.get(id) {
             Some(Call::Running { key, pass, .. }) => {
@@ -694,7 +679,7 @@ impl Engine {
     /// Gives up a queued call (the caller went away): counts nowhere. Returns whether
     /// it was still queued.
     pub fn cancel_ticket(&mut self, ticket: Ticket, now: Nanos) -> bool {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         let id = ticket.0;
         let Some(Call::Queued { key, .. }) = self.calls.get(id) else {
             return false;
@@ -857,11 +842,8 @@ impl Engine {
     /// Asks for a fallback slot (`bulkhead.fallback_max_concurrent`); `None` means
     /// `FALLBACK_REJECTION` was recorded. Without a bulkhead fallbacks are unlimited.
     pub fn start_fallback(&mut self, key: KeyId, now: Nanos) -> Option<FallbackPermit> {
-        let now = self.advance(now);
-        let k = self
-            .keys
-            .get_mut(key.index as usize)
-            .filter(|k| k.live && k.generation == key.generation)?;
+        let now = self.clock.advance(now);
+        let k = live_mut(&mut self.keys, key)?;
         let p = self.policies.get(k.policy as usize)?;
         if let Some(b) = &p.config.bulkhead {
             if k.fallbacks >= b.fallback_max_concurrent {
@@ -876,7 +858,7 @@ impl Engine {
 
     /// Ends a fallback: `FALLBACK_SUCCESS` or `FALLBACK_FAILURE`.
     pub fn finish_fallback(&mut self, permit: FallbackPermit, ok: bool, now: Nanos) {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         let Some(Call::Fallback { key }) = self.calls.get(permit.0) else {
             return;
         };
@@ -895,12 +877,8 @@ impl Engine {
     /// Counts an event that is not a call's outcome (`FALLBACK_MISSING`,
     /// `RESPONSE_FROM_CACHE`, `COLLAPSED`, …); never moves the breaker.
     pub fn record(&mut self, key: KeyId, kind: EventKind, now: Nanos) {
-        let now = self.advance(now);
-        if let Some(k) = self
-            .keys
-            .get_mut(key.index as usize)
-            .filter(|k| k.live && k.generation == key.generation)
-        {
+        let now = self.clock.advance(now);
+        if let Some(k) = live_mut(&mut self.keys, key) {
             k.circuit.record_event(kind, now);
             self.touch(key.index, now);
         }
@@ -909,12 +887,8 @@ impl Engine {
     /// Counts `n` events of `kind` at once (a host restoring saved counts); never
     /// moves the breaker.
     pub fn record_n(&mut self, key: KeyId, kind: EventKind, n: u32, now: Nanos) {
-        let now = self.advance(now);
-        if let Some(k) = self
-            .keys
-            .get_mut(key.index as usize)
-            .filter(|k| k.live && k.generation == key.generation)
-        {
+        let now = self.clock.advance(now);
+        if let Some(k) = live_mut(&mut self.keys, key) {
             k.circuit.window.record_n(kind, n, now);
             self.touch(key.index, now);
         }
@@ -923,12 +897,8 @@ impl Engine {
     /// Forces a key's breaker open or closed (an operator's `open()` / `close()`),
     /// process-wide for a shared key (written through the store).
     pub fn force(&mut self, key: KeyId, to: Phase, now: Nanos, rand: u64) {
-        let now = self.advance(now);
-        let Some(k) = self
-            .keys
-            .get_mut(key.index as usize)
-            .filter(|k| k.live && k.generation == key.generation)
-        else {
+        let now = self.clock.advance(now);
+        let Some(k) = live_mut(&mut self.keys, key) else {
             return;
         };
         let Some(p) = self.policies.get(k.policy as usize) else {
@@ -953,10 +923,13 @@ impl Engine {
         if let Some(e) = self.events.pop_front() {
             return Some(e);
         }
-        if self.next_deadline().is_none_or(|d| d > now.max(self.clock)) {
+        if self
+            .next_deadline()
+            .is_none_or(|d| d > now.max(self.clock.now()))
+        {
             return None;
         }
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         self.expire_calls(now, rand);
         self.expire_waits(now, rand);
         self.run_wakes(now, rand);
@@ -1166,7 +1139,7 @@ impl Engine {
             }
         };
         if !self.events.is_empty() {
-            fold(Some(self.clock));
+            fold(Some(self.clock.now()));
         }
         for p in &self.policies {
             fold(p.timeouts.next());
@@ -1206,7 +1179,7 @@ impl Engine {
     /// The next store request for the host, if any (at most one per key in flight).
     /// Perform it and report the answer with [`Engine::io_done`].
     pub fn poll_io(&mut self, now: Nanos, rand: u64) -> Option<Io<'_>> {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         let found = loop {
             let i = self.io_queue.pop_front()?;
             let Some(k) = self.keys.get_mut(i as usize) else {
@@ -1248,7 +1221,7 @@ impl Engine {
 
     /// The store's answer to request `id` (stale or unknown ids are ignored).
     pub fn io_done(&mut self, id: IoId, answer: Answer<'_>, now: Nanos, rand: u64) {
-        let now = self.advance(now);
+        let now = self.clock.advance(now);
         let i = id.key_index();
         let Some(k) = self.keys.get_mut(i as usize) else {
             return;
@@ -1322,7 +1295,7 @@ impl Engine {
     ) -> Option<&'a crate::shared::KeyState> {
         k.replica
             .as_deref()
-            .filter(|r| r.fresh_at(&self.shared, now.max(self.clock)))
+            .filter(|r| r.fresh_at(&self.shared, now.max(self.clock.now())))
             .and_then(Replica::view)
     }
 
@@ -1330,7 +1303,7 @@ impl Engine {
     pub fn phase(&self, key: KeyId) -> Option<Phase> {
         let k = self.live(key)?;
         let mode = self.policies.get(k.policy as usize)?.config.breaker.mode;
-        Some(match self.deciding_view(k, self.clock) {
+        Some(match self.deciding_view(k, self.clock.now()) {
             Some(v) => v.breaker.reported_phase(mode),
             None => k.circuit.state.reported_phase(mode),
         })
@@ -1340,7 +1313,7 @@ impl Engine {
     /// shared key while it is fresh, else the key's local state. No side effects.
     pub fn breaker_state(&self, key: KeyId) -> Option<&crate::BreakerState> {
         let k = self.live(key)?;
-        Some(match self.deciding_view(k, self.clock) {
+        Some(match self.deciding_view(k, self.clock.now()) {
             Some(v) => &v.breaker,
             None => &k.circuit.state,
         })
@@ -1392,4 +1365,10 @@ impl Default for Engine {
     fn default() -> Self {
         Engine::local()
     }
+}
+
+/// The live entry of `key` (a stale or forged id finds nothing).
+fn live_mut(keys: &mut [KeyEntry], key: KeyId) -> Option<&mut KeyEntry> {
+    keys.get_mut(key.index as usize)
+        .filter(|k| k.live && k.generation == key.generation)
 }
