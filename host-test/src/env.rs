@@ -132,10 +132,10 @@ pub(crate) struct Env {
     pub process: Arc<Process>,
     pub plugin: PluginConfig,
     pub cas_mode: CasMode,
-    pub clock: Clock,
+    pub clock: Arc<Clock>,
     pub clusters: HashMap<String, ClusterConfig>,
     pub routes: Vec<RouteConfig>,
-    pub bus: Bus,
+    pub bus: Arc<Bus>,
     pub seed: u64,
     pub log_level: i32,
     pub records: crate::types::RecordDetail,
@@ -146,6 +146,25 @@ pub(crate) struct Env {
 }
 
 impl Env {
+    /// The same process, clock, bus, routes and clusters with another plugin config
+    /// (a config reload).
+    pub fn with_plugin(&self, plugin: PluginConfig) -> Env {
+        Env {
+            process: self.process.clone(),
+            plugin,
+            cas_mode: self.cas_mode,
+            clock: self.clock.clone(),
+            clusters: self.clusters.clone(),
+            routes: self.routes.clone(),
+            bus: self.bus.clone(),
+            seed: self.seed,
+            log_level: self.log_level,
+            records: self.records,
+            strict_lifetimes: self.strict_lifetimes,
+            stream_idle_timeout_ns: self.stream_idle_timeout_ns,
+        }
+    }
+
     pub fn route_for(&self, path: &str) -> Option<&RouteConfig> {
         self.routes.iter().find(|r| path.starts_with(&r.prefix))
     }

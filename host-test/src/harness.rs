@@ -76,6 +76,38 @@ impl Default for HarnessConfig {
     }
 }
 
+/// What [`Harness::reload`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reload {
+    /// Same VM key, new plugin key: each thread-local VM got a new root context.
+    ReusedVms,
+    /// Same VM key and plugin key: the existing plugin handles were kept, nothing ran.
+    SamePlugin,
+    /// Another VM key: new base VM and fresh clones.
+    FreshVms,
+}
+
+/// cpp-host `PluginBase::key()`: root_id, plugin configuration and Envoy's
+/// `createPluginKey` (name; traffic direction and listener metadata are fixed here).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PluginKey(String, String, String);
+
+impl PluginKey {
+    fn of(p: &PluginConfig) -> Self {
+        PluginKey(p.root_id.clone(), p.configuration.clone(), p.name.clone())
+    }
+}
+
+/// `WasmHandleBase::canary`: a throwaway clone (start functions, context create,
+/// on_vm_start, on_configure), destroyed afterwards.
+fn canary(module: &WasmModule, env: &Arc<Env>) -> anyhow::Result<()> {
+    let mut canary = Vm::new(module, env.clone(), usize::MAX, "canary").context("canary VM")?;
+    canary
+        .start_root(&env.plugin)
+        .map_err(|e| anyhow::anyhow!("plugin config rejected by the canary VM: {e}"))?;
+    Ok(())
+}
+
 /// A loaded plugin with its worker VMs, driven by a time-ordered event scheduler.
 ///
 /// Every event (request start, upstream reply, tick, callout reply, queue
@@ -85,7 +117,13 @@ impl Default for HarnessConfig {
 pub struct Harness {
     env: Arc<Env>,
     workers: Vec<WorkerThread>,
+    /// The base VM (`_initialize` only), kept while its VM key is in use.
     _base: Vm,
+    /// The code loaded now (part of the VM key).
+    module: WasmModule,
+    /// The base VM's canary results by plugin key (cpp-host
+    /// `WasmHandleBase::plugin_canary_cache_`).
+    canaries: Vec<(PluginKey, bool)>,
     queue: EventQueue,
     seq: u64,
     next_id: u64,
@@ -114,17 +152,17 @@ impl Harness {
             process,
             plugin: cfg.plugin.clone(),
             cas_mode: cfg.cas_mode,
-            clock: Clock::new(cfg.clock),
+            clock: Arc::new(Clock::new(cfg.clock)),
             clusters: cfg
                 .clusters
                 .iter()
                 .map(|c| (c.name.clone(), c.clone()))
                 .collect(),
             routes: cfg.routes.clone(),
-            bus: Bus {
+            bus: Arc::new(Bus {
                 inbox: (0..=n).map(|_| Mutex::new(Vec::new())).collect(),
                 completed: Mutex::new(Vec::new()),
-            },
+            }),
             seed: cfg.seed,
             log_level: cfg.log_level,
             records: cfg.records,
@@ -132,13 +170,7 @@ impl Harness {
             stream_idle_timeout_ns: cfg.stream_idle_timeout_ms.saturating_mul(1_000_000),
         });
         let base = Vm::new(module, env.clone(), usize::MAX, "base").context("base VM")?;
-        {
-            let mut canary =
-                Vm::new(module, env.clone(), usize::MAX, "canary").context("canary VM")?;
-            canary
-                .start_root(&env.plugin)
-                .map_err(|e| anyhow::anyhow!("plugin config rejected by the canary VM: {e}"))?;
-        }
+        canary(module, &env)?;
         let mut workers = Vec::with_capacity(n + 1);
         for i in 0..n {
             workers.push(WorkerThread::spawn(
@@ -160,6 +192,8 @@ impl Harness {
             env,
             workers,
             _base: base,
+            module: module.clone(),
+            canaries: vec![(PluginKey::of(&cfg.plugin), true)],
             queue: EventQueue::new(),
             seq: 0,
             next_id: 0,
@@ -168,6 +202,96 @@ impl Harness {
         };
         h.collect();
         Ok(h)
+    }
+
+    /// Loads a new plugin config into this harness's listener, as an xDS update of the
+    /// filter config does in Envoy; routes, clusters, clock and stream state carry on.
+    ///
+    /// Same VM key (cpp-host `makeVmKey(vm_id, vm configuration, code)`; the code is
+    /// compared by content): the base VM is reused; the canary (a configure on a
+    /// throwaway clone, `WasmHandleBase::canary`) runs for every plugin key not seen by
+    /// this base before; every worker (and the main thread) keeps its VM — guest
+    /// memory and globals carry over, no `_initialize`/`main` — and gets a new root
+    /// context with the next context id: context create, on_vm_start (cpp-host runs it
+    /// for every new root context), on_configure with the new config. The old root
+    /// context then gets on_done and on_delete (the old plugin handle is released), once
+    /// its in-flight streams have ended. Same plugin key too (name, root_id and plugin
+    /// configuration unchanged): `getOrCreateThreadLocalPlugin` finds the existing
+    /// plugin handle, nothing is called ([`Reload::SamePlugin`]).
+    ///
+    /// Other VM key: a new base VM, canary, and a fresh clone per worker (start
+    /// functions, root context 1), as [`Harness::with_process`]; the old root context
+    /// gets on_done/on_delete and its VM is dropped. This needs no stream in flight.
+    ///
+    /// Err (the harness keeps its old config): the canary rejected the config or
+    /// trapped, the module could not be instantiated, or (changed VM key) streams are
+    /// still in flight.
+    pub fn reload(&mut self, module: &WasmModule, plugin: PluginConfig) -> anyhow::Result<Reload> {
+        let old = &self.env.plugin;
+        let same_vm = module.same_code(&self.module)
+            && plugin.vm_id == old.vm_id
+            && plugin.vm_configuration == old.vm_configuration;
+        let key = PluginKey::of(&plugin);
+        let env = Arc::new(self.env.with_plugin(plugin));
+        if same_vm && key == PluginKey::of(old) {
+            let env2 = env.clone();
+            for w in &self.workers {
+                let env = env2.clone();
+                w.exec(move |vm| vm.swap_env(env));
+            }
+            self.env = env;
+            self.collect();
+            return Ok(Reload::SamePlugin);
+        }
+        if !same_vm && self.in_flight() > 0 {
+            bail!(
+                "reload with a new VM key (code, vm_id or vm configuration changed) needs no \
+                 stream in flight ({} are): run_until_idle first",
+                self.in_flight()
+            );
+        }
+        let new_base = if same_vm {
+            None
+        } else {
+            Some(Vm::new(module, env.clone(), usize::MAX, "base").context("base VM")?)
+        };
+        let cached = if same_vm {
+            self.canaries.iter().find(|(k, _)| *k == key).map(|c| c.1)
+        } else {
+            None
+        };
+        let ok = match cached {
+            Some(true) => true,
+            Some(false) => bail!("plugin config rejected by the canary VM (cached)"),
+            None => match canary(module, &env) {
+                Ok(()) => true,
+                Err(e) => {
+                    if same_vm {
+                        self.canaries.push((key, false));
+                    }
+                    return Err(e);
+                }
+            },
+        };
+        if let Some(base) = new_base {
+            self._base = base;
+            self.canaries.clear();
+        }
+        if cached.is_none() {
+            self.canaries.push((key, ok));
+        }
+        for w in &self.workers {
+            let (env, module) = (env.clone(), module.clone());
+            w.exec(move |vm| vm.reload(env, module, same_vm));
+        }
+        self.env = env;
+        self.module = module.clone();
+        self.collect();
+        Ok(if same_vm {
+            Reload::ReusedVms
+        } else {
+            Reload::FreshVms
+        })
     }
 
     /// The simulated Envoy process (shared data, stats, logs, lifecycle log).

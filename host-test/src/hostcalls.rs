@@ -238,14 +238,13 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
     });
     wrap!(l, "proxy_set_tick_period_milliseconds", |c, period: i32| {
         let d = c.data_mut();
-        d.tick_period_ms = period as u32;
-        d.tick_gen += 1;
-        d.tick_root = d.root_of(d.current);
+        // One timer per root context (Envoy `Wasm::setTimerPeriod(root_context_id)`).
+        let root = d.root_of(d.current);
+        let gen = crate::vm::next_tick_gen();
+        d.ticks.insert(root, (period as u32, gen));
         if period != 0 {
             let at = d.env.clock.now() + period as u32 as u64 * 1_000_000;
-            d.env
-                .bus
-                .post(d.worker, at, Event::Tick { gen: d.tick_gen });
+            d.env.bus.post(d.worker, at, Event::Tick { root, gen });
         }
         Ok(())
     });
@@ -562,8 +561,16 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
             Err(Status::NotFound.into())
         }
     );
+    // cpp-host `WasmBase::done`: only a root context waiting after `on_done` returned
+    // false (else NOT_FOUND); its `on_delete` runs after the current VM call.
     wrap!(l, "proxy_done", |c| {
-        c.data_mut().done_called = true;
+        let d = c.data_mut();
+        let root = d.root_of(d.current);
+        if !d.pending_done.contains(&root) {
+            return Err(Status::NotFound.into());
+        }
+        d.pending_done.retain(|&r| r != root);
+        d.done_ready.push(root);
         Ok(())
     });
     wrap!(

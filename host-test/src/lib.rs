@@ -29,7 +29,7 @@ mod worker;
 pub use abi::Status;
 pub use clock::ClockMode;
 pub use env::{LifecycleCall, LogRecord, Process};
-pub use harness::{Harness, HarnessConfig};
+pub use harness::{Harness, HarnessConfig, Reload};
 pub use headers::HeaderMap;
 pub use report::Report;
 pub use scenario::Scenario;

@@ -53,7 +53,7 @@ pub(crate) fn get(d: &VmState, path: &[u8]) -> Option<Vec<u8>> {
         .map(|s| String::from_utf8_lossy(s).into_owned())
         .collect();
     let text = |v: &str| Some(v.as_bytes().to_vec());
-    let p = &d.env.plugin;
+    let p = d.plugin();
     let init = d.phase == Phase::Init;
     match segs
         .iter()

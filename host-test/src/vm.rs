@@ -41,6 +41,8 @@ fn linker() -> &'static Linker<VmState> {
 pub struct WasmModule {
     pre: InstancePre<VmState>,
     name: String,
+    /// (hash, length) of the module bytes: the `code` part of Envoy's VM key.
+    code: (u64, usize),
 }
 
 impl WasmModule {
@@ -70,9 +72,11 @@ impl WasmModule {
             return Ok(WasmModule {
                 pre: m.pre.clone(),
                 name: name.to_string(),
+                code: key,
             });
         }
-        let m = Self::compile(bytes, name)?;
+        let mut m = Self::compile(bytes, name)?;
+        m.code = key;
         let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= 32 {
             cache.remove(0);
@@ -109,12 +113,19 @@ impl WasmModule {
         Ok(WasmModule {
             pre,
             name: name.to_string(),
+            code: (0, 0),
         })
     }
 
     /// The name given at load time.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether `other` was compiled from the same bytes (Envoy's VM key hashes the code
+    /// itself, not the file name).
+    pub fn same_code(&self, other: &WasmModule) -> bool {
+        self.code == other.code
     }
 }
 
@@ -235,8 +246,16 @@ pub struct VmState {
     pub(crate) current: u32,
     pub(crate) phase: Phase,
     pub(crate) plugin_config: Option<Vec<u8>>,
-    /// Root context ids created so far (one per plugin config loaded into this VM).
+    /// Live root context ids (one per plugin config loaded into this VM; a reload with
+    /// unchanged code adds one, the old one is retired when its plugin handle goes).
     pub(crate) roots: Vec<u32>,
+    /// The plugin config each root context was created for (`plugin_name`,
+    /// `plugin_root_id` of that root and of its streams).
+    pub(crate) root_plugins: HashMap<u32, PluginConfig>,
+    /// Root contexts whose `on_done` returned false: deleted once they call `proxy_done`.
+    pub(crate) pending_done: Vec<u32>,
+    /// Pending-done roots that called `proxy_done` (on_delete runs after the call).
+    pub(crate) done_ready: Vec<u32>,
     pub(crate) streams: HashMap<u32, StreamData>,
     pub(crate) calls: HashMap<u32, PendingCall>,
     pub(crate) next_token: u32,
@@ -245,16 +264,13 @@ pub struct VmState {
     pub(crate) callback: CallbackData,
     /// `proxy_get_status` (code, message), set before `on_grpc_close`.
     pub(crate) status: (u32, String),
-    pub(crate) tick_period_ms: u32,
-    pub(crate) tick_gen: u64,
-    /// Root context the tick timer belongs to.
-    pub(crate) tick_root: u32,
+    /// Tick timers by root context id (Envoy `Wasm::setTimerPeriod(root_context_id)`):
+    /// (period ms, generation). A new period replaces the root's timer.
+    pub(crate) ticks: HashMap<u32, (u32, u64)>,
     /// Shared queue id → root context that registered it in this VM.
     pub(crate) queue_roots: HashMap<u32, u32>,
     pub(crate) metric_ids: Vec<usize>,
     pub(crate) rng: Rng,
-    /// Set when a guest called a host function while the host was tearing down.
-    pub(crate) done_called: bool,
     /// The running callback switched the effective context (it may have acted on
     /// other streams).
     pub(crate) switched_context: bool,
@@ -275,7 +291,41 @@ impl VmState {
     }
     /// Whether `ctx` is a live context of this VM.
     pub(crate) fn has_context(&self, ctx: u32) -> bool {
-        self.roots.contains(&ctx) || self.streams.contains_key(&ctx)
+        self.roots.contains(&ctx)
+            || self.pending_done.contains(&ctx)
+            || self.streams.contains_key(&ctx)
+    }
+    /// The plugin config of the current context's root (the harness's plugin when the
+    /// root is unknown, e.g. the VM context).
+    pub(crate) fn plugin(&self) -> &PluginConfig {
+        self.root_plugins
+            .get(&self.root_of(self.current))
+            .unwrap_or(&self.env.plugin)
+    }
+}
+
+/// A fresh tick-timer generation, unique in the process (a stale tick event of a
+/// replaced VM or timer never matches).
+pub(crate) fn next_tick_gen() -> u64 {
+    static GEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    GEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Why a root context did not start.
+#[derive(Debug)]
+pub(crate) enum StartError {
+    /// The guest trapped (the VM is failed).
+    Trap(String),
+    /// `on_vm_start` or `on_configure` returned false.
+    Rejected(&'static str),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Trap(m) => f.write_str(m),
+            StartError::Rejected(m) => f.write_str(m),
+        }
     }
 }
 
@@ -335,6 +385,9 @@ impl Vm {
             phase: Phase::Init,
             plugin_config: None,
             roots: Vec::new(),
+            root_plugins: HashMap::new(),
+            pending_done: Vec::new(),
+            done_ready: Vec::new(),
             streams: HashMap::new(),
             calls: HashMap::new(),
             next_token: 1,
@@ -342,13 +395,10 @@ impl Vm {
             next_grpc: 1,
             callback: CallbackData::default(),
             status: (0, String::new()),
-            tick_period_ms: 0,
-            tick_gen: 0,
-            tick_root: 0,
+            ticks: HashMap::new(),
             queue_roots: HashMap::new(),
             metric_ids: Vec::new(),
             rng: Rng::new(seed),
-            done_called: false,
             switched_context: false,
             effects: BTreeSet::new(),
         };
@@ -446,16 +496,19 @@ impl Vm {
         r.map(f).map_err(|e| format!("{e:?}"))
     }
 
-    /// A new root context (the next context id: 1 in a fresh VM) for `plugin`:
-    /// context create → on_vm_start → on_configure, as every clone does. Returns the
-    /// root context id. Err: a trap message or "on_vm_start/on_configure returned false".
-    pub fn start_root(&mut self, plugin: &PluginConfig) -> Result<u32, String> {
+    /// A new root context (the next context id: 1 in a fresh VM, the next unused id in
+    /// a reused one) for `plugin`, as cpp-host's `WasmBase::start` + `configure`: context
+    /// create → on_vm_start (`ContextBase::onStart` runs it for every new root context)
+    /// → on_configure. Returns the root context id.
+    pub fn start_root(&mut self, plugin: &PluginConfig) -> Result<u32, StartError> {
         let root = self.next_context_id();
-        self.store.data_mut().roots.push(root);
+        let d = self.store.data_mut();
+        d.roots.push(root);
+        d.root_plugins.insert(root, plugin.clone());
         if let Some(f) = self.ex.on_context_create.clone() {
             self.enter(root, Phase::Root);
             let r = f.call(&mut self.store, (root as i32, 0));
-            self.finish(r, |_| 0)?;
+            self.finish(r, |_| 0).map_err(StartError::Trap)?;
             self.lifecycle("proxy_on_context_create", root, None);
         }
         if let Some(f) = self.ex.on_vm_start.clone() {
@@ -466,8 +519,8 @@ impl Vm {
             );
             let r = self.finish(r, |v| v);
             self.lifecycle("proxy_on_vm_start", root, r.as_ref().ok().copied());
-            if r? == 0 {
-                return Err("on_vm_start returned false".into());
+            if r.map_err(StartError::Trap)? == 0 {
+                return Err(StartError::Rejected("on_vm_start returned false"));
             }
         }
         self.configure(root, plugin)?;
@@ -475,7 +528,7 @@ impl Vm {
     }
 
     /// on_configure of root context `root` with `plugin`'s configuration.
-    pub fn configure(&mut self, root: u32, plugin: &PluginConfig) -> Result<(), String> {
+    pub fn configure(&mut self, root: u32, plugin: &PluginConfig) -> Result<(), StartError> {
         let Some(f) = self.ex.on_configure.clone() else {
             return Ok(());
         };
@@ -488,10 +541,57 @@ impl Vm {
         self.store.data_mut().plugin_config = None;
         let r = self.finish(r, |v| v);
         self.lifecycle("proxy_on_configure", root, r.as_ref().ok().copied());
-        if r? == 0 {
-            return Err("on_configure returned false".into());
+        if r.map_err(StartError::Trap)? == 0 {
+            return Err(StartError::Rejected("on_configure returned false"));
         }
         Ok(())
+    }
+
+    /// cpp-host `WasmBase::startShutdown(plugin_key)`, run when a plugin handle is
+    /// released: `on_done` on its root context, then `on_delete` if it returned true;
+    /// otherwise the root waits for `proxy_done`. Err: a trap.
+    pub fn shutdown_root(&mut self, root: u32) -> CallResult {
+        let d = self.store.data_mut();
+        d.roots.retain(|&r| r != root);
+        let done = match self.ex.on_done.clone() {
+            Some(f) => {
+                self.enter(root, Phase::Root);
+                let r = f.call(&mut self.store, root as i32);
+                let r = self.finish(r, |v| v);
+                self.lifecycle("proxy_on_done", root, r.as_ref().ok().copied());
+                r? != 0
+            }
+            None => true,
+        };
+        if done {
+            self.delete_root(root)
+        } else {
+            self.store.data_mut().pending_done.push(root);
+            Ok(0)
+        }
+    }
+
+    /// `on_delete` of a root context (`WasmBase::finishShutdown` for a pending one);
+    /// its timer and callouts go with it (Envoy's `Context` destructor cancels its
+    /// requests); queue notifications for it find no context any more.
+    pub fn delete_root(&mut self, root: u32) -> CallResult {
+        let d = self.store.data_mut();
+        d.pending_done.retain(|&r| r != root);
+        d.ticks.remove(&root);
+        d.calls.retain(|_, c| c.root != root);
+        d.grpc.retain(|_, g| g.root != root);
+        let r = match self.ex.on_delete.clone() {
+            Some(f) => {
+                self.enter(root, Phase::Root);
+                let r = f.call(&mut self.store, root as i32);
+                let r = self.finish(r, |_| 0);
+                self.lifecycle("proxy_on_delete", root, None);
+                r
+            }
+            None => Ok(0),
+        };
+        self.store.data_mut().root_plugins.remove(&root);
+        r
     }
 
     pub fn on_tick(&mut self, root: u32) -> CallResult {

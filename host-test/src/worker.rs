@@ -16,7 +16,7 @@ use crate::types::{
     flags, FailurePolicy, LocalReply, LocalReplySource, Outcome, RecordDetail, Request,
     ResetReason, StreamRecord, UpstreamReply,
 };
-use crate::vm::{FinalInfo, Phase, StreamData, Vm, WasmModule};
+use crate::vm::{FinalInfo, Phase, StartError, StreamData, Vm, WasmModule};
 
 /// Something that happens to a worker at a point in time.
 #[derive(Debug, Clone)]
@@ -37,6 +37,7 @@ pub(crate) enum Event {
         gen: u64,
     },
     Tick {
+        root: u32,
         gen: u64,
     },
     CallDone {
@@ -89,6 +90,8 @@ struct Resp {
 
 struct Ctl {
     ctx: u32,
+    /// Root context the stream's context belongs to (0 without a context).
+    root: u32,
     st: St,
     req: Request,
     reply: UpstreamReply,
@@ -141,6 +144,12 @@ pub(crate) struct WorkerVm {
     last_load: u64,
     /// Configure failed on this worker: Envoy runs it without the filter.
     no_filter: bool,
+    /// The worker runs the filter at all (false: bootstrap singleton on a worker).
+    filter: bool,
+    /// Root contexts of plugin configs replaced by a reload that still have streams in
+    /// flight (each stream context holds its plugin handle in Envoy); retired when
+    /// their last stream ends.
+    draining: Vec<u32>,
     rng: Rng,
     ctls: BTreeMap<u64, Box<Ctl>>,
     /// (context id, stream id) of every stream in `ctls` that has a context: finds the
@@ -173,6 +182,8 @@ impl WorkerVm {
             root: 0,
             last_load: env.clock.now(),
             no_filter: !filter,
+            filter,
+            draining: Vec::new(),
             rng,
             ctls: BTreeMap::new(),
             by_ctx: BTreeSet::new(),
@@ -232,24 +243,27 @@ impl WorkerVm {
             Event::Upstream { id } => self.upstream(id),
             Event::DownstreamReset { id } => self.downstream_reset(id),
             Event::IdleTimeout { id, gen } => self.idle_timeout(id, gen),
-            Event::Tick { gen } => {
+            Event::Tick { root, gen } => {
                 let Some(vm) = self.vm.as_mut() else { return };
-                let d = vm.store.data();
-                if d.tick_gen != gen || d.tick_period_ms == 0 {
+                let current = |vm: &Vm| {
+                    vm.store
+                        .data()
+                        .ticks
+                        .get(&root)
+                        .copied()
+                        .filter(|&(p, g)| g == gen && p > 0)
+                };
+                if current(vm).is_none() {
                     return;
                 }
-                let root = d.tick_root;
                 if let Err(e) = vm.on_tick(root) {
                     return self.fail(e, None);
                 }
-                if let Some(vm) = self.vm.as_ref() {
-                    let d = vm.store.data();
-                    if d.tick_gen == gen && d.tick_period_ms > 0 {
-                        self.post(
-                            self.now() + d.tick_period_ms as u64 * 1_000_000,
-                            Event::Tick { gen },
-                        );
-                    }
+                if let Some((period, _)) = self.vm.as_ref().and_then(current) {
+                    self.post(
+                        self.now() + period as u64 * 1_000_000,
+                        Event::Tick { root, gen },
+                    );
                 }
             }
             Event::CallDone { token, timed_out } => {
@@ -286,12 +300,18 @@ impl WorkerVm {
                     .get(&queue)
                     .copied()
                     .unwrap_or(self.root);
+                // The registering root context was deleted (a reload): Envoy finds no
+                // context for the queue's context id.
+                if root != 0 && !vm.store.data().has_context(root) {
+                    return;
+                }
                 if let Err(e) = vm.on_queue_ready(root, queue) {
                     return self.fail(e, None);
                 }
             }
         }
         self.pump(None);
+        self.finish_shutdowns();
     }
 
     fn start(&mut self, id: u64, req: Request, reply: UpstreamReply) {
@@ -323,6 +343,7 @@ impl WorkerVm {
         let headers = self.request_headers(id, &req);
         let mut ctl = Box::new(Ctl {
             ctx: 0,
+            root: 0,
             st: St::Active,
             is_grpc: crate::grpc::is_grpc_request(&headers),
             is_head: req.method.eq_ignore_ascii_case("HEAD"),
@@ -359,6 +380,7 @@ impl WorkerVm {
             Some(vm) => {
                 let ctx = vm.next_context_id();
                 ctl.ctx = ctx;
+                ctl.root = self.root;
                 ctl.rec.context_id = ctx;
                 let data = StreamData {
                     root: self.root,
@@ -425,12 +447,136 @@ impl WorkerVm {
         }
     }
 
+    /// A config reload on this worker (cpp-host `getOrCreateThreadLocalPlugin` for the
+    /// new plugin, then the old plugin handle released).
+    ///
+    /// `reuse` (same VM key: vm_id + vm configuration + code): the thread-local VM is
+    /// kept (`getOrCreateThreadLocalWasm` finds it) unless it failed or the worker had
+    /// no plugin handle; a new root context (next context id) gets context create →
+    /// on_vm_start → on_configure (`WasmBase::start`, `configure`); guest memory carries
+    /// over, no start function runs. Otherwise a fresh clone starts (start functions,
+    /// root context 1). Either way the old root context is then shut down
+    /// (`~PluginHandleBase` → `WasmBase::startShutdown`: on_done, on_delete) — once
+    /// its last in-flight stream has ended.
+    pub fn reload(&mut self, env: Arc<Env>, module: WasmModule, reuse: bool) {
+        self.env = env.clone();
+        self.module = module;
+        self.last_load = self.now();
+        if !self.filter {
+            return;
+        }
+        let old = (!self.no_filter && self.root != 0).then_some(self.root);
+        self.no_filter = false;
+        if reuse {
+            if let Some(vm) = self.vm.as_mut() {
+                vm.store.data_mut().env = env.clone();
+                match vm.start_root(&env.plugin) {
+                    Ok(root) => self.root = root,
+                    Err(StartError::Rejected(e)) => {
+                        self.no_filter = true;
+                        self.log(
+                            5,
+                            format!(
+                                "{}: plugin not started ({e}); running without the filter",
+                                self.name
+                            ),
+                        );
+                    }
+                    Err(StartError::Trap(e)) => {
+                        self.no_filter = true;
+                        self.fail(e, None);
+                    }
+                }
+                if let Some(old) = old {
+                    self.draining.push(old);
+                    self.retire_if_drained(old);
+                } else if self.no_filter {
+                    self.vm = None;
+                }
+                self.pump(None);
+                self.finish_shutdowns();
+                return;
+            }
+        }
+        // A fresh clone; the old VM (if any) is released after it has started.
+        let old_vm = self.vm.take();
+        match Vm::new(&self.module, env.clone(), self.index, &self.name) {
+            Ok(mut vm) => match vm.start_root(&env.plugin) {
+                Ok(root) => {
+                    self.root = root;
+                    self.vm = Some(vm);
+                }
+                Err(e) => {
+                    self.no_filter = true;
+                    self.log(
+                        5,
+                        format!(
+                            "{}: plugin not started ({e}); running without the filter",
+                            self.name
+                        ),
+                    );
+                }
+            },
+            Err(e) => {
+                self.no_filter = true;
+                self.log(5, format!("{}: VM not created ({e:#})", self.name));
+            }
+        }
+        if let (Some(mut vm), Some(old)) = (old_vm, old) {
+            if let Err(e) = vm.shutdown_root(old) {
+                self.log(5, format!("wasm VM failed: {e}"));
+            }
+        }
+    }
+
+    /// A reload that keeps the plugin handle (same VM and plugin key): only the
+    /// non-key settings (failure policy, ...) change.
+    pub fn swap_env(&mut self, env: Arc<Env>) {
+        if let Some(vm) = self.vm.as_mut() {
+            vm.store.data_mut().env = env.clone();
+        }
+        self.env = env;
+    }
+
+    /// Shuts down draining root `root` once no stream of it is in flight; drops the VM
+    /// when nothing in it serves the current config any more.
+    fn retire_if_drained(&mut self, root: u32) {
+        if self.ctls.values().any(|c| c.ctx != 0 && c.root == root) {
+            return;
+        }
+        self.draining.retain(|&r| r != root);
+        let Some(vm) = self.vm.as_mut() else { return };
+        if let Err(e) = vm.shutdown_root(root) {
+            return self.fail(e, None);
+        }
+        self.finish_shutdowns();
+        if self.no_filter && self.draining.is_empty() {
+            // Only the old plugin handle held this VM (the new config has none here).
+            self.vm = None;
+        }
+    }
+
+    /// `on_delete` of root contexts that called `proxy_done` (after that VM call).
+    fn finish_shutdowns(&mut self) {
+        loop {
+            let Some(vm) = self.vm.as_mut() else { return };
+            let Some(root) = vm.store.data_mut().done_ready.pop() else {
+                return;
+            };
+            if let Err(e) = vm.delete_root(root) {
+                return self.fail(e, None);
+            }
+        }
+    }
+
     /// A guest trap: the VM is lost (shared data is kept). Streams with a context in it
     /// fail at their next filter callback (503 `wasm_fail_stream`), or with the legacy
     /// `fail_open` continue without the filter; the trapping stream fails at once.
     fn fail(&mut self, msg: String, trapping: Option<u64>) {
         self.log(5, format!("wasm VM failed: {msg}"));
         self.vm = None;
+        // Root contexts waiting for their streams die with the VM.
+        self.draining.clear();
         let open = self.legacy_fail_open();
         for ctl in self.ctls.values_mut() {
             if !ctl.bypass {
@@ -1074,6 +1220,9 @@ impl WorkerVm {
             vm.store.data_mut().streams.remove(&ctx);
         }
         self.env.bus.finish(ctl.rec);
+        if ctx != 0 && self.draining.contains(&ctl.root) {
+            self.retire_if_drained(ctl.root);
+        }
     }
 
     /// Applies effects that callbacks left on other streams (local replies, continue,

@@ -885,3 +885,252 @@ fn singleton_service_runs_one_vm_on_the_main_thread() {
     let r = h.request(0, Request::get("/x"), UpstreamReply::status(200));
     assert!(r.callbacks.is_empty() && r.outcome == Outcome::UpstreamOk);
 }
+
+// ---- config reload -----------------------------------------------------------------
+
+/// The probe's `/probe/vm` answer on `worker`: the serving root context, its config and
+/// the VM's guest globals.
+fn vm_state(h: &mut Harness, worker: usize) -> String {
+    let r = h.request(
+        worker,
+        Request::get("/probe/vm"),
+        UpstreamReply::status(200),
+    );
+    String::from_utf8_lossy(&r.response_body).into_owned()
+}
+
+fn plugin(configuration: &str) -> PluginConfig {
+    PluginConfig {
+        configuration: configuration.into(),
+        ..Default::default()
+    }
+}
+
+/// Lifecycle calls made after the first `from`, as `vm callback context` strings.
+fn calls_since(h: &Harness, from: usize) -> Vec<String> {
+    h.lifecycle()[from..]
+        .iter()
+        .map(|c| format!("{} {} {}", c.vm, c.callback, c.context_id))
+        .collect()
+}
+
+/// cpp-host `createWasm` (src/wasm.cc: the base VM is found again by
+/// `makeVmKey(vm_id, vm configuration, code)`), `getOrCreateThreadLocalPlugin` →
+/// `getOrCreateThreadLocalWasm` (the thread-local VM with that key is reused) →
+/// `WasmBase::start` (a root context for the new plugin key, id from
+/// `allocContextId`; `ContextBase::onStart`: context create + on_vm_start) →
+/// `configure`; `~PluginHandleBase` → `WasmBase::startShutdown(old key)`: on_done,
+/// then on_delete of the old root. No start function runs again (`initialize()` is not
+/// called on a reused VM), so guest memory and globals carry over.
+#[test]
+fn reload_with_unchanged_code_reuses_each_workers_vm() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 2,
+        plugin: plugin("a=1"),
+        ..Default::default()
+    });
+    vm_state(&mut h, 0);
+    assert_eq!(
+        vm_state(&mut h, 0),
+        "root=1 config=a=1 inits=1 vm_starts=1 configures=1 requests=2"
+    );
+    let (logs, calls) = (h.logs().len(), h.lifecycle().len());
+    assert_eq!(h.reload(probe(), plugin("a=2")).unwrap(), Reload::ReusedVms);
+    // Worker 0: root 1, streams 2 and 3, so the new root context is 4; the stream 5.
+    // Memory carried over (requests, configures), `_initialize` did not run again,
+    // on_vm_start did (on the new root context, as cpp-host's onStart).
+    assert_eq!(
+        vm_state(&mut h, 0),
+        "root=4 config=a=2 inits=1 vm_starts=2 configures=2 requests=3"
+    );
+    assert_eq!(
+        vm_state(&mut h, 1),
+        "root=2 config=a=2 inits=1 vm_starts=2 configures=2 requests=1"
+    );
+    let after = calls_since(&h, calls);
+    for (vm, new) in [("worker-0", 4), ("worker-1", 2), ("main", 2)] {
+        let mine: Vec<_> = after
+            .iter()
+            .filter(|c| c.starts_with(&format!("{vm} ")))
+            .cloned()
+            .collect();
+        assert_eq!(
+            mine,
+            [
+                format!("{vm} proxy_on_context_create {new}"),
+                format!("{vm} proxy_on_vm_start {new}"),
+                format!("{vm} proxy_on_configure {new}"),
+                format!("{vm} proxy_on_done 1"),
+                format!("{vm} proxy_on_delete 1"),
+            ],
+            "{after:?}"
+        );
+    }
+    // The canary ran on a throwaway clone (which does run the start functions).
+    assert!(after.contains(&"canary proxy_on_configure 1".to_string()));
+    let inits: Vec<_> = h.logs()[logs..]
+        .iter()
+        .filter(|l| l.message.starts_with("init "))
+        .map(|l| l.vm.clone())
+        .collect();
+    assert_eq!(inits, ["canary"], "no worker VM re-ran _initialize");
+    assert_eq!(
+        shared_text(&h, "configures"),
+        "8",
+        "canary + 2 workers + main, twice"
+    );
+}
+
+/// `PluginHandleBase` is held by every stream context of the plugin (cpp-host
+/// `ContextBase::plugin_handle_`), so the old root context is shut down only when its
+/// last in-flight stream has ended; timers are per root context (Envoy
+/// `Wasm::setTimerPeriod(root_context_id)`) and end with it.
+#[test]
+fn reload_retires_the_old_root_context_after_its_streams() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        plugin: plugin("tick_ms=100"),
+        ..Default::default()
+    });
+    let slow = h.submit(
+        0,
+        Request::get("/slow"),
+        UpstreamReply::status(200).after_ms(500),
+    );
+    h.run_for(Duration::from_millis(50));
+    let calls = h.lifecycle().len();
+    assert_eq!(
+        h.reload(probe(), plugin("tick_ms=100;v=2")).unwrap(),
+        Reload::ReusedVms
+    );
+    let during = calls_since(&h, calls);
+    assert!(
+        !during.iter().any(|c| c == "worker-0 proxy_on_done 1"),
+        "stream 2 still holds the old plugin: {during:?}"
+    );
+    assert!(during.contains(&"main proxy_on_done 1".to_string()));
+    // New streams belong to the new root (3); the old one finishes on root 1.
+    assert!(vm_state(&mut h, 0).starts_with("root=3 config=tick_ms=100;v=2 "));
+    let rec = h.run_until_complete(slow).unwrap();
+    assert_eq!(rec.outcome, Outcome::UpstreamOk);
+    assert_eq!(rec.context_id, 2);
+    let after = calls_since(&h, calls);
+    let done = after.iter().position(|c| c == "worker-0 proxy_on_done 1");
+    let delete = after.iter().position(|c| c == "worker-0 proxy_on_delete 1");
+    assert!(done.is_some() && delete > done, "{after:?}");
+    // One timer per live root context: 2 VMs × 10 ticks per second, the old roots'
+    // timers are gone.
+    let ticks = |h: &Harness| match h.metric("probe.ticks") {
+        Some(MetricValue::Counter { value }) => value,
+        other => panic!("{other:?}"),
+    };
+    let before = ticks(&h);
+    h.run_for(Duration::from_millis(1000));
+    assert_eq!(ticks(&h) - before, 20);
+}
+
+/// A different VM key (`makeVmKey`: code, vm_id or vm configuration changed) finds no
+/// base or thread-local VM: a new base VM, canary, and fresh clones with root context
+/// 1; the old plugin's root context is shut down.
+#[test]
+fn reload_with_changed_code_clones_fresh_vms() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        plugin: plugin("a=1"),
+        ..Default::default()
+    });
+    vm_state(&mut h, 0);
+    // The same module with one more custom section: other bytes, same behaviour.
+    let path = common::fixture_path("probe", "wasm32-wasip1");
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes.extend_from_slice(&[0, 5, 4, b'b', b'u', b'i', b'l']);
+    let rebuilt = WasmModule::from_bytes(&bytes, "probe-rebuilt").unwrap();
+    let calls = h.lifecycle().len();
+    assert_eq!(h.reload(&rebuilt, plugin("a=2")).unwrap(), Reload::FreshVms);
+    assert_eq!(
+        vm_state(&mut h, 0),
+        "root=1 config=a=2 inits=1 vm_starts=1 configures=1 requests=1"
+    );
+    let after = calls_since(&h, calls);
+    assert!(
+        after.contains(&"worker-0 proxy_on_done 1".to_string()),
+        "{after:?}"
+    );
+    assert!(after.contains(&"canary proxy_on_configure 1".to_string()));
+    // Same code, other vm configuration: also a new VM key.
+    let p = PluginConfig {
+        vm_configuration: "vm=2".into(),
+        ..plugin("a=2")
+    };
+    assert_eq!(h.reload(&rebuilt, p).unwrap(), Reload::FreshVms);
+    assert_eq!(
+        vm_state(&mut h, 0),
+        "root=1 config=a=2 inits=1 vm_starts=1 configures=1 requests=1"
+    );
+    // A fresh VM cannot take over streams in flight.
+    h.submit(
+        0,
+        Request::get("/slow"),
+        UpstreamReply::status(200).after_ms(500),
+    );
+    h.run_for(Duration::from_millis(10));
+    assert!(h.reload(probe(), plugin("a=3")).is_err());
+    assert!(h.run_until_idle(Duration::from_secs(1)));
+    assert_eq!(h.reload(probe(), plugin("a=3")).unwrap(), Reload::FreshVms);
+}
+
+/// cpp-host `createWasm` applies `WasmHandleBase::canary` for every plugin even when
+/// the base VM is reused, cached per plugin key (`plugin_canary_cache_`); a rejected
+/// config leaves the running one alone. The same plugin key on the same VM key finds
+/// the existing thread-local plugin handle (`getOrCreateThreadLocalPlugin`): nothing
+/// is called.
+#[test]
+fn reload_runs_the_canary_for_each_new_plugin_config() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        plugin: plugin("a=1"),
+        ..Default::default()
+    });
+    let canary_calls = |h: &Harness, from: usize| {
+        calls_since(h, from)
+            .iter()
+            .filter(|c| c.starts_with("canary "))
+            .count()
+    };
+    let calls = h.lifecycle().len();
+    let e = h.reload(probe(), plugin("reject_configure=1")).unwrap_err();
+    assert!(e.to_string().contains("rejected by the canary"), "{e}");
+    assert_eq!(
+        calls_since(&h, calls),
+        [
+            "canary proxy_on_context_create 1",
+            "canary proxy_on_vm_start 1",
+            "canary proxy_on_configure 1"
+        ]
+    );
+    assert!(vm_state(&mut h, 0).starts_with("root=1 config=a=1 "));
+    // The rejection is cached: no canary again.
+    let calls = h.lifecycle().len();
+    assert!(h.reload(probe(), plugin("reject_configure=1")).is_err());
+    assert_eq!(canary_calls(&h, calls), 0);
+    // A new config: canary, then a new root context (3) on the reused VM.
+    let calls = h.lifecycle().len();
+    assert_eq!(h.reload(probe(), plugin("a=2")).unwrap(), Reload::ReusedVms);
+    assert_eq!(canary_calls(&h, calls), 3);
+    assert!(vm_state(&mut h, 0).starts_with("root=3 config=a=2 "));
+    // Back to the first config: its canary result is cached, the workers still get a
+    // new root context (the old handle for it was released).
+    let calls = h.lifecycle().len();
+    assert_eq!(h.reload(probe(), plugin("a=1")).unwrap(), Reload::ReusedVms);
+    assert_eq!(canary_calls(&h, calls), 0);
+    assert!(vm_state(&mut h, 0).starts_with("root=5 config=a=1 "));
+    // The same plugin again (only the failure policy differs): nothing runs.
+    let calls = h.lifecycle().len();
+    let p = PluginConfig {
+        failure_policy: FailurePolicy::FailOpen,
+        ..plugin("a=1")
+    };
+    assert_eq!(h.reload(probe(), p).unwrap(), Reload::SamePlugin);
+    assert_eq!(calls_since(&h, calls), Vec::<String>::new());
+    assert!(vm_state(&mut h, 0).starts_with("root=5 config=a=1 "));
+}
