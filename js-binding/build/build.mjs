@@ -5,6 +5,7 @@
 //   dist/index.mjs     import … from 'fusewire' in Node: the same instance, as ESM
 //   dist/browser.js    browsers and bundlers: one ESM file (esbuild), .wasm via new URL(…, import.meta.url)
 //   dist/prometheus.*  the fusewire/prometheus subpath
+//   dist/redis.*       the fusewire/redis subpath (RedisStore: fleet-wide state through ioredis)
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -92,6 +93,22 @@ export * from './cjs/prometheus.js';
 `);
 write('prometheus.d.mts', `
 export * from './cjs/prometheus.js';
+`);
+write('redis.cjs', `
+'use strict';
+module.exports = require('./cjs/redis.js');
+`);
+write('redis.mjs', `
+import m from './redis.cjs';
+export const {
+  RedisStore, CAS_SCRIPT, CAS_SHA, FAIL_TIMEOUT, FAIL_ERROR, FAIL_LATE, FAIL_REPLY, FAIL_CLOSED,
+} = m;
+`);
+write('redis.d.cts', `
+export * from './cjs/redis.js';
+`);
+write('redis.d.mts', `
+export * from './cjs/redis.js';
 `);
 
 // The browser bundle: platform-browser.ts in place of platform.ts.

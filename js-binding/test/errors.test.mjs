@@ -86,8 +86,8 @@ describe('TypeErrors name the option and the reason', () => {
   });
 
   test('shared options', () => {
-    typeError({ name: 'x', shared: {} }, 'options.shared.store: must be a SharedStore, got undefined');
-    typeError({ name: 'x', shared: { store: {} } }, 'options.shared.store: must be a SharedStore, got an object');
+    typeError({ name: 'x', shared: {} }, 'options.shared.store: must be a SharedStore or a RedisStore, got undefined');
+    typeError({ name: 'x', shared: { store: {} } }, 'options.shared.store: must be a SharedStore or a RedisStore, got an object');
     const store = new SharedStore({ entries: 8 });
     typeError({ name: 'x', shared: { store, namespace: 'has space' } }, /^options\.shared\.namespace: must be 1\.\.=64 characters/);
     typeError({ name: 'x', shared: { store, cas_attempts: 0 } }, 'options.shared.cas_attempts: must be in 1..=1000, got 0');

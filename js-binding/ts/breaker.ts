@@ -27,6 +27,7 @@ import {
   Status, readStats, readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
 } from './status.js';
 import { SharedStore } from './store.js';
+import { AsyncStore } from './async-store.js';
 
 /** opossum's cache transport: what `options.cacheTransport` must implement. */
 export interface CacheTransport<R = unknown> {
@@ -50,8 +51,8 @@ export interface BreakerStateJSON {
 
 /** Breakers of several workers sharing one state (see `SharedStore`). */
 export interface SharedOptions extends CoreSharedConfig {
-  /** The store every worker's breaker of this name uses. */
-  store: SharedStore;
+  /** The store every worker's breaker of this name uses (`SharedStore`: synchronous; an `AsyncStore` such as `RedisStore` from `fusewire/redis`: async mode). */
+  store: SharedStore | AsyncStore;
 }
 
 /** The options: opossum's, with opossum's names and defaults, plus fusewire's. */
@@ -239,7 +240,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private readonly _group: string;
   private readonly _parsed: Parsed;
   private readonly _errorFilter: (err: unknown, ...args: TI) => boolean;
-  private readonly _store: SharedStore | undefined;
+  private readonly _store: SharedStore | AsyncStore | undefined;
   private readonly _status: Status;
   private readonly _createdAtWall: number;
   private _enabled: boolean;
@@ -301,8 +302,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // The store, if shared.
     const shared = o['shared'] as Record<string, unknown> | undefined;
     if (shared !== undefined) {
-      if (!(shared['store'] instanceof SharedStore)) {
-        throw optionError('options.shared.store', `must be a SharedStore, got ${describe(shared['store'])}`);
+      if (!(shared['store'] instanceof SharedStore) && !(shared['store'] instanceof AsyncStore)) {
+        throw optionError('options.shared.store', `must be a SharedStore or a RedisStore, got ${describe(shared['store'])}`);
       }
       if (o['name'] === undefined && action.name === '') {
         throw optionError('options.name', 'a shared breaker needs a name (the same in every worker)');
@@ -837,6 +838,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _io(flags: number, t: number): number {
     const store = this._store;
     if (store === undefined || (flags & F_IO) === 0) return flags & ~F_IO;
+    // An asynchronous store (Redis): requests go out now, answers come back later.
+    if (store instanceof AsyncStore) return store._pump(this, t);
     const h = this._h;
     let acc = 0;
     for (let i = 0; i < 256; i++) {

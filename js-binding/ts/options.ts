@@ -9,6 +9,7 @@
 import type { CoreConfig, CoreSharedConfig } from './config.js';
 import { configError, putScratch, w } from './engine.js';
 import { describe, optionError } from './errors.js';
+import { AsyncStore } from './async-store.js';
 
 /** One year: the core's longest duration. */
 export const MAX_MS = 365 * 24 * 3600 * 1000;
@@ -304,7 +305,11 @@ export function parse(options: Obj): Parsed {
     }
     const { store: _store, ...rest } = shared as Obj;
     walk(rest, 'shared', sharedPaths);
-    const sc: CoreSharedConfig & { mode: 'sync' } = { ...(rest as CoreSharedConfig), mode: 'sync' };
+    // A SharedStore answers at once (sync mode); an AsyncStore (Redis) later: async
+    // mode, with the store's defaults under the user's options.
+    const sc: CoreSharedConfig & { mode: 'sync' | 'async' } = _store instanceof AsyncStore
+      ? { ..._store._defaults(), ...(rest as CoreSharedConfig), mode: 'async' }
+      : { ...(rest as CoreSharedConfig), mode: 'sync' };
     sharedJson = JSON.stringify(sc);
   }
 

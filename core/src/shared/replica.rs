@@ -786,6 +786,11 @@ impl Replica {
         self.read_at = Some(ctx.now);
         self.written_is_view = false;
         self.failures = 0;
+        // The store holds this key's state: the next write builds on it. (A claim
+        // pending from a lost key — another worker re-created it first, and the
+        // claim's write conflicted — would otherwise write a fresh state over it
+        // and drop that worker's merged outcomes.)
+        self.claim = false;
         fx.adopted = true;
     }
 

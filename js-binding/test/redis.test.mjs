@@ -1,0 +1,131 @@
+// fusewire/redis without a Redis: option checks, async mode (admission never waits on
+// the store), per-op timeouts, EVALSHA → EVAL on NOSCRIPT, single-key commands. The
+// fleet against a real redis-server is test/redis/fleet.test.mjs (scripts/test-redis.sh).
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+
+import { CircuitBreaker } from 'fusewire';
+import { RedisStore, CAS_SCRIPT, CAS_SHA, FAIL_TIMEOUT } from 'fusewire/redis';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A fake ioredis client: logs every command; `answer(cmd, args)` decides the reply (a promise). */
+function fakeClient(answer) {
+  const log = [];
+  return {
+    log,
+    callBuffer(cmd, ...args) {
+      log.push([cmd, ...args]);
+      return answer(cmd, args);
+    },
+    incr(key) {
+      log.push(['INCR', key]);
+      return Promise.resolve(41);
+    },
+  };
+}
+
+describe('fusewire/redis: RedisStore', () => {
+  test('bad options are TypeErrors naming the option', () => {
+    const client = fakeClient(() => new Promise(() => {}));
+    const bad = (o, msg) => assert.throws(() => new RedisStore(o), (e) => e instanceof TypeError && msg.test(e.message), msg);
+    bad(undefined, /^options: must be an object/);
+    bad({}, /^options\.client: must be an ioredis client \(Redis or Cluster\), got undefined/);
+    bad({ client: { incr() {} } }, /^options\.client: must be an ioredis client \(Redis or Cluster\): it has no callBuffer\(\)/);
+    bad({ client, ttlMs: 10 }, /^options\.ttlMs: must be an integer in 1000\.\.=31536000000, got 10/);
+    bad({ client, timeoutMs: 1.5 }, /^options\.timeoutMs: must be an integer in 1\.\.=60000, got 1\.5/);
+    bad({ client, prefix: 7 }, /^options\.prefix: must be a string/);
+    const store = new RedisStore({ client });
+    // The shared config is still the core's to check (async mode: stale_ms ≥ 2 × sync_ms).
+    assert.throws(() => new CircuitBreaker(async () => 1, { name: 'x', shared: { store, sync_ms: 1000, stale_ms: 1500 } }),
+      /^TypeError: options\.shared\.stale_ms: must be at least twice sync_ms \(1000\) in async mode, got 1500/);
+    store.close();
+  });
+
+  test('owner ids come from INCR once', async () => {
+    const client = fakeClient(() => new Promise(() => {}));
+    const store = new RedisStore({ client, prefix: 'p:' });
+    await store.ready;
+    assert.deepEqual(client.log, [['INCR', 'p:fusewire/owners']]);
+    assert.equal(store.nextOwner(), 42);
+    store.close();
+  });
+
+  test('admission never waits: a Redis that never answers times out, the breaker serves and reports it', async () => {
+    const client = fakeClient(() => new Promise(() => {}));
+    const store = new RedisStore({ client, timeoutMs: 20 });
+    const b = new CircuitBreaker(async (x) => x, { name: 'hung', shared: { store, sync_ms: 50, stale_ms: 100 } });
+    const issues = [];
+    b.on('store', (s) => issues.push(s));
+    for (let i = 0; i < 20; i++) assert.equal(await b.fire(i), i);
+    await sleep(80);
+    assert.equal(await b.fire('still'), 'still');
+    assert.ok(issues.length > 0 && issues[0].issue === 'failed' && issues[0].status === FAIL_TIMEOUT, JSON.stringify(issues));
+    assert.ok(store.stats.timeouts >= 1 && store.stats.failures >= 1, JSON.stringify(store.stats));
+    b.shutdown();
+    store.close();
+    assert.equal(store.stats.pending, 0);
+  });
+
+  test('EVALSHA, then EVAL when Redis answers NOSCRIPT; every command names one key', async () => {
+    const now = Date.now();
+    let token = 0;
+    let loaded = false;
+    const client = fakeClient((cmd, args) => {
+      if (cmd === 'HMGET') return Promise.resolve([null, null]);
+      if (cmd === 'EVALSHA' && !loaded) return Promise.reject(new Error('NOSCRIPT No matching script. Please use EVAL.'));
+      if (cmd === 'EVALSHA' || cmd === 'EVAL') {
+        loaded = true;
+        return Promise.resolve([0, now, ++token]);
+      }
+      return Promise.reject(new Error(`unexpected ${cmd} ${args}`));
+    });
+    const store = new RedisStore({ client, prefix: 'app:', ttlMs: 5000 });
+    const b = new CircuitBreaker(async () => 'ok', { name: 'svc{a}', shared: { store, sync_ms: 50, stale_ms: 200 } });
+    assert.equal(await b.fire(), 'ok');
+    for (let i = 0; i < 20 && store.stats.written === 0; i++) await sleep(10);
+    assert.ok(store.stats.written >= 1, JSON.stringify(store.stats));
+    assert.equal(store.stats.noscript, 1, 'loaded once');
+    const cmds = client.log.filter((c) => c[0] !== 'INCR');
+    assert.deepEqual(cmds[0].slice(0, 1), ['HMGET']);
+    assert.match(cmds[0][1], /^app:fusewire\/v3\/svc\{a\}\/\d+$/);
+    const sha = cmds.find((c) => c[0] === 'EVALSHA');
+    const ev = cmds.find((c) => c[0] === 'EVAL');
+    assert.equal(sha[1], CAS_SHA);
+    assert.equal(ev[1], CAS_SCRIPT);
+    // One key (numkeys 1, KEYS[1] the state key), then: expected token ('' = absent),
+    // value (fusewire's envelope), TTL, deadline, the first token of a new key.
+    assert.deepEqual(sha.slice(2), ev.slice(2));
+    assert.equal(sha[2], 1);
+    assert.equal(sha[3], cmds[0][1]);
+    assert.equal(sha[4], '');
+    assert.equal(Buffer.from(sha[5]).subarray(0, 2).toString(), 'FW');
+    assert.equal(sha[6], '5000');
+    for (const c of cmds) {
+      if (c[0] === 'HMGET') assert.deepEqual(c.slice(2), ['t', 'v']);
+      else assert.equal(c[2], 1, 'scripts declare their one key');
+    }
+    b.shutdown();
+    store.close();
+  });
+
+  test('a key of another type reads as unreadable state (reported, then reset)', async () => {
+    const client = fakeClient((cmd) => {
+      if (cmd === 'HMGET') return Promise.reject(new Error('WRONGTYPE Operation against a key holding the wrong kind of value'));
+      if (cmd === 'EVALSHA') return Promise.resolve([0, Date.now(), 9]);
+      return new Promise(() => {});
+    });
+    const store = new RedisStore({ client });
+    const b = new CircuitBreaker(async () => 1, { name: 'foreign', shared: { store, sync_ms: 50, stale_ms: 200 } });
+    const issues = [];
+    b.on('store', (s) => issues.push(s.issue));
+    await b.fire();
+    for (let i = 0; i < 30 && store.stats.written === 0; i++) await sleep(10);
+    assert.ok(issues.includes('invalid'), JSON.stringify(issues));
+    const write = client.log.find((c) => c[0] === 'EVALSHA');
+    assert.equal(write[4], '0', 'the reset expects the foreign token 0');
+    assert.ok(store.stats.foreign >= 1);
+    b.shutdown();
+    store.close();
+  });
+});

@@ -1,0 +1,76 @@
+/**
+ * `AsyncStore`: the base of stores that answer later (Redis: `fusewire/redis`). A
+ * breaker given one runs the core's shared layer in **async mode**: admission never
+ * waits — it decides from the last view (or the local breaker when the view is
+ * stale) — and the core says when to read or write (at `sync_ms`, at once on a trip,
+ * an error while the breaker is hot, a probe lease). This module only carries those
+ * requests to the store and the answers back (`fw_io` → `_send` → `fw_io_done`);
+ * every rule — what to read, what to write, CAS retries, backoff, staleness — is the
+ * core's.
+ */
+import { now } from './clock.js';
+import type { CoreSharedConfig } from './config.js';
+import { bytes, out, putScratchBytes, w } from './engine.js';
+
+/** @internal What a breaker gives its async store. */
+export interface AsyncHost {
+  readonly _h: number;
+  readonly isShutdown: boolean;
+  _after(flags: number, t: number): void;
+}
+
+/**
+ * @internal The store's answer to one request, in the core's `io_done` kinds: 0 found
+ * (`value`, `token`), 1 not found, 2 written (`token`, or -1 unknown), 3 conflict
+ * (`value` + `token` of the current state when known, else `token` -1; `flag` 1: the
+ * key is absent now), 4 failed (`flag`: the store's status code).
+ */
+export type AsyncDone = (kind: number, token: number, value: Uint8Array | undefined, flag: number) => void;
+
+const decoder = new TextDecoder();
+
+/** A store the core's shared layer drives asynchronously (see `RedisStore`). */
+export abstract class AsyncStore {
+  /** @internal Shared-config defaults for breakers on this store (the user's options win). */
+  _defaults(): CoreSharedConfig {
+    return {};
+  }
+
+  /** @internal An owner id for a new breaker's ledger entries. */
+  abstract nextOwner(): number;
+
+  /**
+   * @internal Performs one request without blocking: `op` 1 read, 2 write (`value`,
+   * `expect` −1 for "absent" or the expected token); calls `done` exactly once, later.
+   */
+  abstract _send(op: number, key: string, value: Uint8Array | undefined, expect: number, done: AsyncDone): void;
+
+  /** @internal Hands a breaker's waiting requests to the store; never waits. Returns no flags. */
+  _pump(b: AsyncHost, t: number): number {
+    const h = b._h;
+    // The core keeps at most one request in flight per key: this loop sends one.
+    for (let i = 0; i < 8; i++) {
+      const op = w.fw_io(h, t);
+      if (op <= 0) break;
+      const o = out();
+      const id = o[0]!;
+      const expect = o[1] === 1 ? o[2]! : -1;
+      const mem = bytes();
+      const key = decoder.decode(mem.subarray(o[3]!, o[3]! + o[4]!));
+      const value = op === 2 ? mem.slice(o[5]!, o[5]! + o[6]!) : undefined;
+      this._send(op, key, value, expect, (kind, token, v, flag) => answer(b, id, kind, token, v, flag));
+    }
+    return 0;
+  }
+}
+
+/** Feeds an answer back to the core, then handles what it caused (events, more I/O, the timer). */
+function answer(b: AsyncHost, id: number, kind: number, token: number, value: Uint8Array | undefined,
+  flag: number): void {
+  if (b.isShutdown) return;
+  const t = now();
+  const len = value === undefined ? 0 : value.length;
+  if (len > 0) putScratchBytes(value!);
+  const f = w.fw_io_done(b._h, id, kind, token, len, flag, t);
+  if (f >= 0) b._after(f, t);
+}
