@@ -615,6 +615,61 @@ fn reload_keeps_state_of_unchanged_keys_and_new_key_schema_starts_clean() {
     )));
 }
 
+/// Envoy's reload with unchanged code: every worker keeps its VM (guest memory
+/// included) and gets a new root context configured with the new plugin JSON; the
+/// old root is retired after its last stream. The filter keeps the shared state of
+/// unchanged keys on every worker, a changed key schema starts closed, and nothing
+/// is logged as an error.
+#[test]
+fn reload_on_reused_vms_keeps_shared_state_and_finishes_old_streams() {
+    let mut h = harness(CasMode::Envoy, &config(Some(8)));
+    for i in 0..20 {
+        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
+    }
+    assert!(short_circuited(&h.request(
+        0,
+        Request::get("/api/x"),
+        UpstreamReply::status(200)
+    )));
+    let plugin = |json: String| PluginConfig {
+        name: "fusewire".into(),
+        root_id: "fusewire".into(),
+        vm_id: "fusewire-v1".into(),
+        configuration: json,
+        failure_policy: FailurePolicy::FailClosed,
+        ..Default::default()
+    };
+    let reloaded = config(Some(8)).replace("\"tick_ms\": 100", "\"tick_ms\": 50");
+    assert_eq!(
+        h.reload(&module(), plugin(reloaded)).expect("reloads"),
+        Reload::ReusedVms
+    );
+    for w in 0..4 {
+        assert!(
+            short_circuited(&h.request(w, Request::get("/api/x"), UpstreamReply::status(200))),
+            "worker {w}: the trip survives the reload"
+        );
+    }
+    // A new key schema (per route) is a different key: it starts closed, and calls
+    // through it run and end normally on every worker.
+    let per_route = config(Some(8)).replace(
+        "\"name\": \"svc\",",
+        "\"name\": \"svc\", \"key\": \"route\",",
+    );
+    assert_eq!(
+        h.reload(&module(), plugin(per_route)).expect("reloads"),
+        Reload::ReusedVms
+    );
+    for w in 0..4 {
+        let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
+        assert!(r.sent_upstream, "worker {w}: {r:?}");
+        assert_eq!(r.response_status, Some(200));
+    }
+    settle(&mut h);
+    let errors: Vec<_> = h.logs().into_iter().filter(|l| l.level >= 4).collect();
+    assert!(errors.is_empty(), "no errors logged: {errors:?}");
+}
+
 #[test]
 fn unknown_unknown_build_works_too() {
     let p = module_path("wasm32-unknown-unknown");
