@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # fusewire/redis: a fleet of Node processes sharing breakers through Redis. Installs
 # Debian's redis-server if missing; the tests start their own servers on free local
-# ports (a single Redis, and a 3-master local Redis Cluster), kill, restart and pause
-# them, and stop them at the end. Runs over the packed tarball (as test-js does) with
+# ports (a single Redis, a primary with a replica, and a 3-master local Redis
+# Cluster), kill, restart, pause, fail over and partition them (through TCP proxies
+# in the test), and stop them at the end. Runs over the packed tarball (as test-js does) with
 # ioredis (the peer dependency) installed beside it, on the machine's Node, and
 # type-checks a TypeScript consumer of fusewire/redis. Rebuilds the package only
 # when its sources are newer than dist/.

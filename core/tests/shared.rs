@@ -638,7 +638,7 @@ fn async_store_outage_keeps_local_breakers_and_views_converge_after() {
     for w in 0..3 {
         let issues = store_events(&mut h, w);
         assert!(
-            issues.contains(&Issue::Failed(503)),
+            issues.contains(&Issue::Failed(503)) && issues.contains(&Issue::Stale),
             "worker {w}: {issues:?}"
         );
     }

@@ -122,6 +122,8 @@ pub(crate) struct Replica {
     token_known: bool,
     /// Last time the store confirmed the view (read or write).
     read_at: Option<Nanos>,
+    /// The `read_at` whose staleness was reported (`Issue::Stale`, once per episode).
+    stale_told: Option<Nanos>,
     /// Bytes of this worker's last write: a read returning them needs no decode.
     written: Vec<u8>,
     written_is_view: bool,
@@ -190,6 +192,7 @@ impl Replica {
             expect: Expect::Absent,
             token_known: false,
             read_at: None,
+            stale_told: None,
             written: Vec::new(),
             written_is_view: false,
             hot: false,
@@ -651,12 +654,22 @@ impl Replica {
     }
 
     fn fail(&mut self, ctx: &Ctx, code: u32, fx: &mut Effects) {
-        fx.issue = Some(Issue::Failed(code));
         self.failures = self.failures.saturating_add(1);
         let base = ms_to_ns(ctx.shared.flush_ms.min(ctx.shared.sync_ms));
         let shift = self.failures.min(6);
         let cap = ms_to_ns(ctx.shared.sync_ms).saturating_mul(8).max(base);
         self.backoff_until = ctx.now.saturating_add((base << shift).min(cap));
+        // The failure after which the confirmed view goes stale before the next try
+        // says so (once per view): the key runs on its local breaker until an answer.
+        let stale = self.read_at.is_some()
+            && self.stale_told != self.read_at
+            && !self.fresh_at(ctx.shared, self.backoff_until);
+        fx.issue = Some(if stale {
+            self.stale_told = self.read_at;
+            Issue::Stale
+        } else {
+            Issue::Failed(code)
+        });
         self.give_up_round();
         self.read_wanted = false;
     }

@@ -1,5 +1,6 @@
 // A fleet of Node processes sharing one breaker through Redis (fusewire/redis), against
-// a redis-server this file starts (and kills, restarts empty, pauses) on free local
+// redis-servers this file starts (and kills, restarts empty, pauses, fails over to a
+// replica, partitions from a process through a TCP proxy) on free local
 // ports; scripts/test-redis.sh runs it. Each test forks member.mjs processes.
 import assert from 'node:assert/strict';
 import { execFileSync, fork, spawn } from 'node:child_process';
@@ -66,18 +67,60 @@ async function kill(p) {
   p.kill('SIGKILL');
   await gone;
 }
+const proxies = new Set();
+/**
+ * A TCP proxy on a free local port to the redis-server on port `target`, which the
+ * test can switch (`p.target = …`; new connections go there). `drop()` ends every
+ * connection through it (ioredis reconnects); `mode = 'blackhole'` is a partition:
+ * connections are accepted (and kept) but nothing is forwarded either way.
+ */
+async function proxy(target) {
+  const conns = new Set();
+  const p = { target, mode: 'forward', port: 0 };
+  const server = createServer((down) => {
+    conns.add(down);
+    down.on('error', () => {});
+    down.on('close', () => conns.delete(down));
+    if (p.mode === 'blackhole') {
+      down.resume(); // read and dropped: no answer, no reset
+      return;
+    }
+    const up = connect(p.target, '127.0.0.1');
+    conns.add(up);
+    up.on('error', () => {});
+    up.on('close', () => { conns.delete(up); down.destroy(); });
+    down.on('close', () => up.destroy());
+    down.on('data', (d) => { if (p.mode === 'forward') up.write(d); });
+    up.on('data', (d) => { if (p.mode === 'forward') down.write(d); });
+  });
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  p.port = server.address().port;
+  p.drop = () => { for (const c of [...conns]) c.destroy(); };
+  p.close = () => new Promise((resolve) => {
+    proxies.delete(p);
+    p.drop();
+    server.close(() => resolve());
+  });
+  proxies.add(p);
+  return p;
+}
 const children = new Set();
 after(async () => {
   for (const c of children) c.kill('SIGKILL');
+  for (const p of [...proxies]) await p.close();
   for (const p of [...servers]) await kill(p);
 });
 
-/** Forks `n` fleet members; returns handles with `ask(msg)` and `stop()`. */
+/** Forks `n` fleet members (`env`: an object, or `(i) => object` per member); returns handles with `ask(msg)` and `stop()`. */
 async function fleet(n, env) {
   const members = [];
   for (let i = 0; i < n; i++) {
     const child = fork(join(here, 'member.mjs'), [], {
-      env: { ...process.env, TIMEOUT_MS: String(TIMEOUT_MS), SHARED: JSON.stringify(SHARED), ...env },
+      env: { ...process.env, TIMEOUT_MS: String(TIMEOUT_MS), SHARED: JSON.stringify(SHARED),
+        ...(typeof env === 'function' ? env(i) : env) },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     children.add(child);
@@ -133,6 +176,16 @@ async function until(f, pred, ms) {
     await sleep(50);
   }
   return { s, ms: -1 };
+}
+
+/** Polls `fn()` (async) until it is true (or `ms` pass). */
+async function waitFor(fn, ms) {
+  const t0 = Date.now();
+  while (Date.now() - t0 < ms) {
+    if (await fn().catch(() => false)) return true;
+    await sleep(50);
+  }
+  return false;
 }
 
 const sum = (xs, k) => xs.reduce((n, x) => n + x[k], 0);
@@ -255,6 +308,139 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     assert.deepEqual(s.members.map((m) => m.successes), [60, 60, 60]);
     console.log(`# SIGSTOP: ${sum(s.stores, 'timeouts')} timeouts, ${sum(s.stores, 'refused')} late writes refused by the script, ${sum(s.stores, 'late')} late answers ignored`);
     await f.stop();
+    await kill(redis);
+  });
+
+  test('failover to a replica (through a proxy): no call blocks, the replicated state survives, the fleet trips together on the new primary', async () => {
+    const [p1, p2] = [await freePort(), await freePort()];
+    // The full sync goes over the socket at once (no 5 s wait for more replicas, no RDB file).
+    const primary = await redisServer(p1, ['--repl-diskless-sync', 'yes', '--repl-diskless-sync-delay', '0']);
+    const replica = await redisServer(p2, ['--replicaof', '127.0.0.1', String(p1), '--repl-diskless-load', 'on-empty-db']);
+    const c1 = new Redis({ port: p1, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const c2 = new Redis({ port: p2 });
+    c1.on('error', () => {});
+    try {
+      assert.ok(await waitFor(async () => (await c2.info('replication')).includes('master_link_status:up'), 5000),
+        'the replica is linked to the primary');
+      const px = await proxy(p1);
+      const f = await fleet(3, { REDIS_PORT: String(px.port), NAME: 'failover', OPTIONS: JSON.stringify(BREAKER) });
+      await f.all({ op: 'fire', n: 2 });
+      const synced = await until(f, (s) => s.members.every((m) => m.successes === 6), 3000);
+      assert.notEqual(synced.ms, -1, `successes: ${synced.s.members.map((m) => m.successes)} (want 6 each)`);
+      const [key] = await c1.keys('fusewire/v3/failover/*');
+      assert.ok(key, 'the breaker has its key on the primary');
+      assert.ok(await waitFor(async () => (await c2.hget(key, 't')) === (await c1.hget(key, 't')), 3000),
+        'the replica caught up with the primary');
+      // Failover: the primary dies while every process keeps firing; once each has seen
+      // its store fail, the replica is promoted and the proxy sends every (re)connection
+      // to it.
+      const base = (await states(f)).stores.map((st) => st.failures);
+      await kill(primary);
+      const during = f.all({ op: 'fire', n: 6, gap: 100 });
+      const noticed = await until(f, (s) => s.stores.every((st, i) => st.failures > base[i]), 4000);
+      assert.notEqual(noticed.ms, -1, `not every store failed: ${JSON.stringify(noticed.s.stores)}`);
+      await c2.replicaof('NO', 'ONE');
+      px.target = p2;
+      px.drop();
+      for (const r of await during) {
+        assert.equal(r.ok, 6, 'closed breakers serve through the failover');
+        assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms during the failover`);
+      }
+      // The state written before the failover was replicated, so it is still there: the
+      // new primary's state counts those 6 successes and the 18 fired meanwhile (a
+      // Redis restarted empty would have lost the 6).
+      const conv = await until(f, (s) => s.members.every((m) => m.phase === 'closed' && m.successes === 24 &&
+        m.failures === 0), 6000);
+      assert.notEqual(conv.ms, -1, `did not converge: ${JSON.stringify(conv.s.members)} ${JSON.stringify(conv.s.stores)}`);
+      let s = conv.s;
+      for (const m of s.members) assert.ok((m.issues.failed ?? 0) > 0, `store failures reported: ${JSON.stringify(m.issues)}`);
+      assert.ok(sum(s.stores, 'written') > 0);
+      // On the new primary the fleet is one breaker again: 11 failures each — alone 8 +
+      // 11 < the volume threshold of 20, together 33 of 57 calls — trip all.
+      const failing = await f.all({ op: 'fire', n: 11, arg: 'fail', gap: 5 });
+      for (const r of failing) assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms`);
+      const tripped = await until(f, (st) => st.members.every((m) => m.phase === 'open'), 3000);
+      assert.notEqual(tripped.ms, -1, `not every process opened: ${JSON.stringify(tripped.s.members)}`);
+      for (const m of tripped.s.members) assert.deepEqual(m.seen, ['open']);
+      s = tripped.s;
+      console.log(`# failover: every process converged ${conv.ms} ms after the promotion; ${sum(s.stores, 'failures')} failed ops, ` +
+        `${sum(s.stores, 'noscript')} NOSCRIPT reloads on the new primary; the trip reached all in ${tripped.ms} ms`);
+      await f.stop();
+      await px.close();
+    } finally {
+      c1.disconnect();
+      await c2.quit().catch(() => c2.disconnect());
+      await kill(replica);
+      await kill(primary);
+    }
+  });
+
+  test('one process partitioned from Redis (blackholed): its local breaker decides, the others keep sharing, it converges when the partition heals', async () => {
+    const port = await freePort();
+    const redis = await redisServer(port);
+    const px = [await proxy(port), await proxy(port), await proxy(port)];
+    // A long reset timeout: the healed process must still find the fleet's breaker open.
+    const opts = { ...BREAKER, volumeThreshold: 40, resetTimeout: 6000 };
+    const f = await fleet(3, (i) => ({ REDIS_PORT: String(px[i].port), NAME: 'partition', OPTIONS: JSON.stringify(opts) }));
+    const [m0, m1, m2] = f.members;
+    const counts = (s) => s.members.map((m) => [m.successes, m.failures]);
+    await Promise.all([m0.ask({ op: 'fire', n: 4 }), m1.ask({ op: 'fire', n: 4 }), m2.ask({ op: 'fire', n: 12 })]);
+    const synced = await until(f, (s) => s.members.every((m) => m.successes === 20), 3000);
+    assert.notEqual(synced.ms, -1, `successes: ${counts(synced.s)} (want 20 each)`);
+    // Process 2's path to Redis goes silent (its connection stays up, nothing comes
+    // back: every op runs into the op timeout). It keeps serving past the staleness
+    // bound on its local breaker while processes 0 and 1 go on sharing.
+    px[2].mode = 'blackhole';
+    const [r0, r1, cut] = await Promise.all([m0.ask({ op: 'fire', n: 5, gap: 50 }), m1.ask({ op: 'fire', n: 5, gap: 50 }),
+      m2.ask({ op: 'fire', n: 10, gap: (STALE_MS + 300) / 10 })]);
+    for (const r of [r0, r1, cut]) assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms`);
+    assert.equal(cut.ok, 10, 'the partitioned process serves on its closed local breaker');
+    const shared = await until(f, (s) => s.members[0].successes === 30 && s.members[1].successes === 30, 3000);
+    assert.notEqual(shared.ms, -1, `the connected processes share: ${counts(shared.s)} (want 30, 30)`);
+    let s = shared.s;
+    assert.ok(s.stores[2].timeouts > 0, `the partitioned process's ops timed out: ${JSON.stringify(s.stores[2])}`);
+    assert.ok((s.members[2].issues.failed ?? 0) > 0 && (s.members[2].issues.stale ?? 0) > 0,
+      `failed and stale reported: ${JSON.stringify(s.members[2].issues)}`);
+    // Healed (the silent connections are dropped; ioredis reconnects): process 2's 10
+    // outcomes of the partition join the fleet's 30 — each once.
+    px[2].mode = 'forward';
+    px[2].drop();
+    const healed = await until(f, (st) => st.members.every((m) => m.successes === 40 && m.failures === 0), 5000);
+    assert.notEqual(healed.ms, -1, `did not converge on 40: ${counts(healed.s)} ${JSON.stringify(healed.s.stores)}`);
+    await sleep(3 * SYNC_MS);
+    s = await states(f);
+    assert.deepEqual(counts(s), [[40, 0], [40, 0], [40, 0]], 'nothing lost, nothing counted twice');
+    const { timeouts, refused, late } = s.stores[2];
+    // Partitioned again: processes 0 and 1 trip the fleet's breaker by their combined
+    // traffic (24 failures each: alone 9 + 24 calls < the volume threshold of 40,
+    // together 48 of 88) and both see it; process 2 cannot, and keeps serving.
+    px[2].mode = 'blackhole';
+    px[2].drop();
+    const failing = await Promise.all([m0, m1].map((m) => m.ask({ op: 'fire', n: 24, arg: 'fail', gap: 5 })));
+    for (const r of failing) assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms`);
+    const tripped = await until(f, (st) => st.members[0].phase === 'open' && st.members[1].phase === 'open', 3000);
+    assert.notEqual(tripped.ms, -1, `the connected processes did not both open: ${JSON.stringify(tripped.s.members)}`);
+    const more = await m2.ask({ op: 'fire', n: 5 });
+    assert.equal(more.ok, 5, 'the partitioned process does not see the trip; its own upstream works');
+    assert.ok(more.maxMs < CALL_BOUND_MS);
+    s = await states(f);
+    assert.deepEqual(s.members.map((m) => [m.phase, m.seen]), [['open', ['open']], ['open', ['open']], ['closed', []]]);
+    // Healed again: process 2 finds the fleet's breaker open and takes its window (its
+    // outcomes from before it saw the trip belong to the closed period the trip ended:
+    // the core drops a delta of an earlier generation).
+    px[2].mode = 'forward';
+    px[2].drop();
+    const conv = await until(f, (st) => st.members.every((m) => m.phase === 'open') &&
+      new Set(counts(st).map(String)).size === 1, 5000);
+    assert.notEqual(conv.ms, -1, `did not converge: ${JSON.stringify(conv.s.members)} ${JSON.stringify(conv.s.stores)}`);
+    assert.deepEqual(conv.s.members[2].seen, ['open']);
+    const [[succ, fails]] = counts(conv.s);
+    assert.equal(succ, 40, 'the trip kept the successes recorded while Redis was up');
+    assert.ok(fails > 40 && fails <= sum(failing, 'failed'), `failures in the fleet's window: ${fails}`);
+    console.log(`# partition: healed in ${healed.ms} ms (${timeouts} timeouts, ${refused} late writes refused, ${late} late ` +
+      `answers ignored), the open breaker reached the partitioned process ${conv.ms} ms after the second heal`);
+    await f.stop();
+    for (const p of px) await p.close();
     await kill(redis);
   });
 
