@@ -10,7 +10,7 @@
  */
 import { now } from './clock.js';
 import type { CoreSharedConfig } from './config.js';
-import { bytes, out, putScratchBytes, w } from './engine.js';
+import { bytes, io, nextIo, putScratchBytes, w } from './engine.js';
 
 /** @internal What a breaker gives its async store. */
 export interface AsyncHost {
@@ -50,14 +50,12 @@ export abstract class AsyncStore {
     const h = b._h;
     // The core keeps at most one request in flight per key: this loop sends one.
     for (let i = 0; i < 8; i++) {
-      const op = w.fw_io(h, t);
-      if (op <= 0) break;
-      const o = out();
-      const id = o[0]!;
-      const expect = o[1] === 1 ? o[2]! : -1;
+      const op = nextIo(h, t);
+      if (op === 0) break;
+      const { id, expect } = io;
       const mem = bytes();
-      const key = decoder.decode(mem.subarray(o[3]!, o[3]! + o[4]!));
-      const value = op === 2 ? mem.slice(o[5]!, o[5]! + o[6]!) : undefined;
+      const key = decoder.decode(mem.subarray(io.keyAt, io.keyAt + io.keyLen));
+      const value = op === 2 ? mem.slice(io.valueAt, io.valueAt + io.valueLen) : undefined;
       this._send(op, key, value, expect, (kind, token, v, flag) => answer(b, id, kind, token, v, flag));
     }
     return 0;

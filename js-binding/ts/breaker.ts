@@ -18,7 +18,7 @@ import type { Emitter, Listener } from './emitter.js';
 import {
   BAD_REQUEST, CANCELLED, EV_DEQUEUED, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, OK, QUEUED, REFUSED,
-  RUNNING, S, bytes, loaded, message, out, putKey, putScratchBytes, w,
+  RUNNING, S, bytes, io, loaded, message, nextIo, out, putKey, putScratchBytes, w,
 } from './engine.js';
 import { describe, isOurError, optionError, ourError, type CircuitBreakerError } from './errors.js';
 import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
@@ -843,15 +843,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const h = this._h;
     let acc = 0;
     for (let i = 0; i < 256; i++) {
-      const op = w.fw_io(h, t);
-      if (op <= 0) break;
-      const o = out();
-      const id = o[0]!;
-      const expect = o[1] === 1 ? o[2]! : -1;
-      const mem = bytes();
-      const a = store.exec(op, mem, o[3]!, o[4]!, expect, o[5]!, o[6]!);
+      const op = nextIo(h, t);
+      if (op === 0) break;
+      const a = store.exec(op, bytes(), io.keyAt, io.keyLen, io.expect, io.valueAt, io.valueLen);
       if (a.len > 0) putScratchBytes(store.value.subarray(0, a.len));
-      const f = w.fw_io_done(h, id, a.kind, a.token, a.len, a.flag, t);
+      const f = w.fw_io_done(h, io.id, a.kind, a.token, a.len, a.flag, t);
       if (f < 0) break;
       acc |= f;
     }

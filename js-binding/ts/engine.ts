@@ -191,6 +191,27 @@ export function bytes(): Uint8Array {
   return u8;
 }
 
+/** The store request `nextIo` took (one object, overwritten by the next). */
+export const io = { id: 0, expect: -1, keyAt: 0, keyLen: 0, valueAt: 0, valueLen: 0 };
+
+/**
+ * Takes the next store request of breaker `h` into `io`: returns its op (1 read,
+ * 2 write; `expect` −1 for "absent", else the expected token), or 0 when none waits.
+ * The key and value bytes are at `keyAt` / `valueAt` in `bytes()`.
+ */
+export function nextIo(h: number, t: number): number {
+  const op = w.fw_io(h, t);
+  if (op <= 0) return 0;
+  const o = out();
+  io.id = o[0]!;
+  io.expect = o[1] === 1 ? o[2]! : -1;
+  io.keyAt = o[3]!;
+  io.keyLen = o[4]!;
+  io.valueAt = o[5]!;
+  io.valueLen = o[6]!;
+  return op;
+}
+
 /** Writes one string into the scratch buffer; returns its byte length. */
 export function putKey(key: string): number {
   // Most keys are short ASCII: encode straight into wasm memory.
