@@ -1034,3 +1034,39 @@ fn async_a_lost_key_recreated_by_another_worker_keeps_both_deltas() {
         );
     }
 }
+
+/// A host letting a key go (shutdown) flushes its pending healthy outcomes at once
+/// instead of losing up to `flush_ms` of them; with nothing pending, no write.
+#[test]
+fn flush_writes_pending_outcomes_at_once() {
+    for m in [SYNC[0], SYNC[1], Mode::Async(3)] {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("api");
+        h.advance(200);
+        h.deliver();
+        for _ in 0..7 {
+            assert!(h.call(0, keys[0], Outcome::Success));
+        }
+        h.deliver();
+        let before = h.store.writes;
+        h.engines[0].flush(keys[0], h.now);
+        h.drive(0);
+        h.deliver();
+        assert_eq!(h.store.writes, before + 1, "{m:?}: one write, now");
+        let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+        let st = decode(h.store.raw_get(&sk).unwrap());
+        assert_eq!(
+            st.window.counts_at(h.now).success,
+            7,
+            "{m:?}: every call counted"
+        );
+        h.engines[0].flush(keys[0], h.now);
+        h.drive(0);
+        h.deliver();
+        assert_eq!(
+            h.store.writes,
+            before + 1,
+            "{m:?}: nothing pending, nothing written"
+        );
+    }
+}

@@ -636,6 +636,19 @@ pub fn fw_prepare(h: u32, now: f64) -> i32 {
     })
 }
 
+/// Before letting a shared breaker go: asks to write its pending outcomes now.
+/// Returns flags ([`F_IO`]: drive [`fw_io`]). A no-op on local breakers.
+#[wasm_bindgen]
+pub fn fw_flush(h: u32, now: f64) -> i32 {
+    with(E_BUSY, |s| {
+        let Some((b, _, _)) = s.parts(h) else {
+            return E_HANDLE;
+        };
+        b.engine.flush(b.key, ns(now));
+        b.flags()
+    })
+}
+
 /// Starts a call: [`RUNNING`] (permit id in `out[0]`), [`QUEUED`] (ticket id in
 /// `out[0]`) or [`REFUSED`] (bits 4..8: event kind, 8..12: cause), or'ed with the
 /// flags.

@@ -67,6 +67,28 @@ describe('fusewire/redis: RedisStore', () => {
     assert.equal(store.stats.pending, 0);
   });
 
+  test('shutdown() writes the outcomes still waiting for their flush', async () => {
+    const now = Date.now();
+    let token = 0;
+    const client = fakeClient((cmd) => {
+      if (cmd === 'HMGET') return Promise.resolve([null, null]);
+      if (cmd === 'EVALSHA') return Promise.resolve([0, now, ++token]);
+      return Promise.reject(new Error(`unexpected ${cmd}`));
+    });
+    const store = new RedisStore({ client });
+    const b = new CircuitBreaker(async () => 'ok', { name: 'bye', shared: { store, flush_ms: 10_000 } });
+    assert.equal(await b.fire(), 'ok');
+    for (let i = 0; i < 50 && store.stats.written === 0; i++) await sleep(10);
+    await sleep(30);
+    for (let i = 0; i < 5; i++) await b.fire();
+    await sleep(30);
+    const writes = () => client.log.filter((c) => c[0] === 'EVALSHA').length;
+    const before = writes();
+    b.shutdown();
+    assert.equal(writes(), before + 1, 'the pending healthy outcomes go out at shutdown, not 10 s later');
+    store.close();
+  });
+
   test('EVALSHA, then EVAL when Redis answers NOSCRIPT; every command names one key', async () => {
     const now = Date.now();
     let token = 0;

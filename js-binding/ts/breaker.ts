@@ -538,6 +538,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this.disable();
     const stats = this.stats;
     const window = this.status.window;
+    if (this._store !== undefined) {
+      // A shared breaker writes its pending outcomes now (an async store's answer
+      // comes after shutdown and is ignored).
+      const t = now();
+      this._io(w.fw_flush(this._h, t), t);
+    }
     this._shutdown = true;
     super.removeAllListeners();
     this._status.removeAllListeners();

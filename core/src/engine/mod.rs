@@ -471,6 +471,21 @@ impl Engine {
         self.queue_io(key.index);
     }
 
+    /// Before a host lets a shared key go (shutdown, a process about to exit): asks
+    /// to write its pending outcomes now rather than at the next `flush_ms`; drive
+    /// [`Engine::poll_io`] after. A no-op on local keys and when nothing is pending;
+    /// an asynchronous store's answer may come after the host has moved on.
+    pub fn flush(&mut self, key: KeyId, now: Nanos) {
+        self.clock.advance(now);
+        let Some(k) = live_mut(&mut self.keys, key) else {
+            return;
+        };
+        if let Some(r) = k.replica.as_deref_mut() {
+            r.flush_soon();
+        }
+        self.queue_io(key.index);
+    }
+
     /// Starts a call on `key`: the breaker (circuit check), then the bulkhead
     /// (capacity check, queue), then the deadline. A refusal is already recorded.
     /// O(1), no allocation on the closed path.

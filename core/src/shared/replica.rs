@@ -475,6 +475,14 @@ impl Replica {
         urgent
     }
 
+    /// Writes what is pending at the next `poll_io` instead of at the next flush (a
+    /// host letting the key go, e.g. at shutdown).
+    pub(crate) fn flush_soon(&mut self) {
+        if self.dirty_at.is_some() || !self.delta.is_empty() {
+            self.flush_now = true;
+        }
+    }
+
     /// Periodic work at `now` (nothing before the backoff of a failed round ends):
     /// flushes due, reserve release and heartbeats, slots for
     /// waiters, unused leases back, time-driven transitions, async refreshes.
