@@ -11,11 +11,13 @@ WB_VERSION=0.2.130
 WB=target/tools/bin/wasm-bindgen
 if ! "$WB" --version 2>/dev/null | grep -qx "wasm-bindgen $WB_VERSION"; then
   echo "build-js: installing wasm-bindgen-cli $WB_VERSION into target/tools (once)"
-  if ! cargo install --quiet wasm-bindgen-cli --version "$WB_VERSION" --locked --root target/tools; then
+  mkdir -p target/tools
+  if ! cargo install --quiet wasm-bindgen-cli --version "$WB_VERSION" --locked --root target/tools \
+      2> target/tools/install-locked.log; then
     # The crate's lock file pins webpki-roots 1.0.11, which some registry mirrors do
     # not carry: retry from the same crate source with that one entry moved to 1.0.10
     # (everything else stays locked).
-    echo "build-js: --locked install failed; retrying with webpki-roots 1.0.10 in the lock file"
+    echo "build-js: --locked install failed (see target/tools/install-locked.log); retrying with webpki-roots 1.0.10 in the lock file"
     cargo fetch --quiet --manifest-path /dev/null 2>/dev/null || true
     src=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/wasm-bindgen-cli-"$WB_VERSION" 2>/dev/null | head -1)
     if [ -z "$src" ]; then

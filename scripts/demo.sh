@@ -16,5 +16,6 @@ echo "timeline: out/demo.html   report: out/demo.json"
 # upstream (examples/node). The browser example: node examples/browser/serve.mjs
 echo
 echo "== the Node demo: examples/node (npm package fusewire)"
+echo "building the npm package (js-binding/; the first run also builds wasm-bindgen-cli, ~4 min)"
 bash scripts/build-js.sh >/dev/null
 (cd examples/node && npm install --no-audit --no-fund --loglevel=error >/dev/null && node service.mjs)
