@@ -9,7 +9,7 @@ use fusewire_core::cache::{
 use fusewire_core::collapser::{self, Add, BatchId, ItemId};
 use wasm_bindgen::prelude::*;
 
-use crate::{id_of, ns, with, Breaker, E_BUSY, E_HANDLE};
+use crate::{id_of, ns, on_parts, with, Breaker};
 
 fn pick(b: &mut Breaker, which: u32) -> Option<&mut RequestCache> {
     match which {
@@ -46,10 +46,7 @@ const fn removal_code(r: Removal) -> f64 {
 /// cache); or'ed with the flags.
 #[wasm_bindgen]
 pub fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let key = p.scratch.get(..key_len as usize).unwrap_or_default();
         let Some(c) = pick(p.b, which) else {
             return 0;
@@ -82,10 +79,7 @@ pub fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
 /// served) or -1 for an unknown lead; or'ed with the flags.
 #[wasm_bindgen]
 pub fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let Some(c) = pick(p.b, which) else {
             return -1;
         };
@@ -109,10 +103,7 @@ pub fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f64) -> i32 
 /// Gives up a lead (`lead` ≠ 0) or a wait of cache `which`; 1 if it was live.
 #[wasm_bindgen]
 pub fn fw_cache_cancel(h: u32, which: u32, id: f64, lead: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let Some(c) = pick(p.b, which) else {
             return 0;
         };
@@ -131,10 +122,7 @@ pub fn fw_cache_cancel(h: u32, which: u32, id: f64, lead: u32, now: f64) -> i32 
 /// there was one.
 #[wasm_bindgen]
 pub fn fw_cache_invalidate(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let key = p.scratch.get(..key_len as usize).unwrap_or_default();
         let Some(c) = pick(p.b, which) else {
             return 0;
@@ -146,10 +134,7 @@ pub fn fw_cache_invalidate(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
 /// Empties cache `which` (flights go on).
 #[wasm_bindgen]
 pub fn fw_cache_clear(h: u32, which: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         if let Some(c) = pick(p.b, which) {
             c.clear(ns(now));
         }
@@ -163,10 +148,7 @@ pub fn fw_cache_clear(h: u32, which: u32, now: f64) -> i32 {
 /// why: evicted, expired, scope closed, invalidated, cleared, not cached).
 #[wasm_bindgen]
 pub fn fw_cache_poll(h: u32, which: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let Some(c) = pick(p.b, which) else {
             return 0;
         };
@@ -207,10 +189,7 @@ pub fn fw_cache_poll(h: u32, which: u32, now: f64) -> i32 {
 /// hits, misses, joins, bypasses, evictions, expirations. 1, or 0 without that cache.
 #[wasm_bindgen]
 pub fn fw_cache_stats(h: u32, which: u32) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let Some(c) = pick(p.b, which) else {
             return 0;
         };
@@ -242,10 +221,7 @@ pub fn fw_cache_stats(h: u32, which: u32) -> i32 {
 /// long, 2 too many items: run the call on its own); or'ed with the flags.
 #[wasm_bindgen]
 pub fn fw_col_add(h: u32, key_len: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let key = p.scratch.get(..key_len as usize).unwrap_or_default();
         let Some(c) = p.b.collapser.as_mut() else {
             return 0;
@@ -295,10 +271,7 @@ fn write_items(table: &mut Vec<f64>, items: &[ItemId]) -> i32 {
 /// Writes the items of batch `batch`, in order, to the table; returns how many.
 #[wasm_bindgen]
 pub fn fw_col_items(h: u32, batch: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let Some(c) = p.b.collapser.as_ref() else {
             return 0;
         };
@@ -326,10 +299,7 @@ pub fn fw_col_complete(h: u32, batch: f64, index: u32, ok: u32) -> f64 {
 /// table; returns how many.
 #[wasm_bindgen]
 pub fn fw_col_fail(h: u32, batch: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let Some(c) = p.b.collapser.as_mut() else {
             return 0;
         };
@@ -341,10 +311,7 @@ pub fn fw_col_fail(h: u32, batch: f64) -> i32 {
 /// A caller went away: 1 if its item left its (unflushed) batch.
 #[wasm_bindgen]
 pub fn fw_col_cancel(h: u32, item: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let Some(c) = p.b.collapser.as_mut() else {
             return 0;
         };
@@ -357,10 +324,7 @@ pub fn fw_col_cancel(h: u32, item: f64) -> i32 {
 /// cancelled. 1, or 0 without a collapser.
 #[wasm_bindgen]
 pub fn fw_col_stats(h: u32) -> i32 {
-    with(E_BUSY, |s| {
-        let Some(p) = s.split(h) else {
-            return E_HANDLE;
-        };
+    on_parts(h, |p| {
         let Some(c) = p.b.collapser.as_ref() else {
             return 0;
         };

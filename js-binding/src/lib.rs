@@ -279,6 +279,23 @@ pub(crate) fn id_of(v: f64) -> u64 {
     }
 }
 
+/// Runs `f` on the breaker of handle `h`: [`E_HANDLE`] for an unknown handle,
+/// [`E_BUSY`] on re-entry.
+pub(crate) fn on_breaker(h: u32, f: impl FnOnce(&mut Breaker) -> i32) -> i32 {
+    with(E_BUSY, |s| match s.parts(h) {
+        Some((b, _, _)) => f(b),
+        None => E_HANDLE,
+    })
+}
+
+/// [`on_breaker`] with the rest of the state (out area, scratch, table) alongside.
+pub(crate) fn on_parts(h: u32, f: impl FnOnce(Parts<'_>) -> i32) -> i32 {
+    with(E_BUSY, |s| match s.split(h) {
+        Some(p) => f(p),
+        None => E_HANDLE,
+    })
+}
+
 fn splitmix(rng: &mut u64) -> u64 {
     *rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *rng;
@@ -627,10 +644,7 @@ pub fn fw_free(h: u32) -> i32 {
 /// wants. Returns flags ([`F_IO`]: drive [`fw_io`]). A no-op on local breakers.
 #[wasm_bindgen]
 pub fn fw_prepare(h: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some((b, _, _)) = s.parts(h) else {
-            return E_HANDLE;
-        };
+    on_breaker(h, |b| {
         b.engine.prepare(b.key, ns(now));
         b.flags()
     })
@@ -640,10 +654,7 @@ pub fn fw_prepare(h: u32, now: f64) -> i32 {
 /// Returns flags ([`F_IO`]: drive [`fw_io`]). A no-op on local breakers.
 #[wasm_bindgen]
 pub fn fw_flush(h: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some((b, _, _)) = s.parts(h) else {
-            return E_HANDLE;
-        };
+    on_breaker(h, |b| {
         b.engine.flush(b.key, ns(now));
         b.flags()
     })
@@ -718,10 +729,7 @@ pub fn fw_complete(h: u32, id: f64, outcome: u32, now: f64) -> i32 {
 /// Gives up a queued call. Returns 1 if it was still queued (or'ed with the flags).
 #[wasm_bindgen]
 pub fn fw_cancel_ticket(h: u32, id: f64, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some((b, _, _)) = s.parts(h) else {
-            return E_HANDLE;
-        };
+    on_breaker(h, |b| {
         let was = b.engine.cancel_ticket(Ticket::from_raw(id_of(id)), ns(now));
         i32::from(was) | b.flags()
     })
@@ -730,10 +738,7 @@ pub fn fw_cancel_ticket(h: u32, id: f64, now: f64) -> i32 {
 /// Stops a running call's deadline clock (it can no longer time out).
 #[wasm_bindgen]
 pub fn fw_stop_timer(h: u32, id: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some((b, _, _)) = s.parts(h) else {
-            return E_HANDLE;
-        };
+    on_breaker(h, |b| {
         let p = Permit::from_raw(id_of(id));
         b.engine.stop_timer(&p);
         // The permit stays with the host (it completes the call later).
@@ -840,10 +845,7 @@ pub fn fw_fallback(h: u32, now: f64) -> f64 {
 /// Ends a fallback (`ok` ≠ 0: `FALLBACK_SUCCESS`, else `FALLBACK_FAILURE`).
 #[wasm_bindgen]
 pub fn fw_fallback_done(h: u32, id: f64, ok: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some((b, _, _)) = s.parts(h) else {
-            return E_HANDLE;
-        };
+    on_breaker(h, |b| {
         b.engine
             .finish_fallback(FallbackPermit::from_raw(id_of(id)), ok != 0, ns(now));
         0
@@ -854,10 +856,7 @@ pub fn fw_fallback_done(h: u32, id: f64, ok: u32, now: f64) -> i32 {
 /// ignored). Never moves the breaker.
 #[wasm_bindgen]
 pub fn fw_record(h: u32, kind: u32, n: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some((b, _, _)) = s.parts(h) else {
-            return E_HANDLE;
-        };
+    on_breaker(h, |b| {
         let Some(kind) = EventKind::from_index(kind as usize) else {
             return 0;
         };
@@ -895,10 +894,7 @@ pub fn fw_force(h: u32, phase: u32, now: f64) -> i32 {
 /// now would be admitted.
 #[wasm_bindgen]
 pub fn fw_state(h: u32, now: f64) -> i32 {
-    with(E_BUSY, |s| {
-        let Some((b, _, _)) = s.parts(h) else {
-            return E_HANDLE;
-        };
+    on_breaker(h, |b| {
         let t = ns(now);
         let (Some(cfg), Some(state)) = (b.engine.config(b.policy), b.engine.breaker_state(b.key))
         else {
