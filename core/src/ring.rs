@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::time::Nanos;
+use crate::time::{mul_sat, Nanos};
 
 /// Largest bucket count of any ring.
 pub const MAX_BUCKETS: u32 = 1_000;
@@ -135,7 +135,7 @@ impl<B: Bucket> Ring<B> {
 
     fn sync(&mut self) {
         let n = self.slots.len().max(1) as u64;
-        self.current_end = self.current.saturating_add(1).saturating_mul(self.width_ns);
+        self.current_end = mul_sat(self.current.saturating_add(1), self.width_ns);
         self.current_slot = (self.current % n) as u32;
         let epoch = self.current;
         if let Some(s) = self.slots.get_mut(self.current_slot as usize) {
@@ -285,7 +285,7 @@ impl<B: Bucket> Ring<B> {
         if width_ns == self.width_ns && len == self.slots.len() {
             return;
         }
-        let start = self.current.saturating_mul(self.width_ns);
+        let start = mul_sat(self.current, self.width_ns);
         let current = start / width_ns;
         let from = current.saturating_add(1).saturating_sub(len as u64);
         let mut slots: Vec<Slot<B>> = vec![Slot::default(); len];
@@ -297,7 +297,7 @@ impl<B: Bucket> Ring<B> {
             if s.epoch < old_from || s.epoch > self.current || s.bucket.is_empty() {
                 continue;
             }
-            let epoch = s.epoch.saturating_mul(self.width_ns) / width_ns;
+            let epoch = mul_sat(s.epoch, self.width_ns) / width_ns;
             if epoch < from {
                 continue;
             }

@@ -13,7 +13,20 @@ pub const NANOS_PER_MS: u64 = 1_000_000;
 /// Converts a config duration in milliseconds to nanoseconds (saturating).
 #[inline]
 pub const fn ms_to_ns(ms: u64) -> Nanos {
-    ms.saturating_mul(NANOS_PER_MS)
+    mul_sat(ms, NANOS_PER_MS)
+}
+
+/// `a × b`, saturating. `u64::saturating_mul` becomes a 128-bit multiply call on
+/// wasm32 (`__multi3`); operands below 2^32 (nearly all) take one native multiply.
+#[inline]
+pub(crate) const fn mul_sat(a: u64, b: u64) -> u64 {
+    if (a | b) >> 32 == 0 {
+        a * b
+    } else if b != 0 && a > u64::MAX / b {
+        u64::MAX
+    } else {
+        a * b
+    }
 }
 
 /// The latest time a component was given: a clock that steps backwards holds it
@@ -48,4 +61,29 @@ pub const fn elapsed(now: Nanos, since: Nanos) -> Nanos {
 #[inline]
 pub fn unit_f64(rand: u64) -> f64 {
     (rand >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mul_sat;
+
+    #[test]
+    fn mul_sat_matches_saturating_mul() {
+        let xs = [
+            0,
+            1,
+            7,
+            1 << 31,
+            (1 << 32) - 1,
+            1 << 32,
+            1 << 40,
+            u64::MAX / 3,
+            u64::MAX,
+        ];
+        for a in xs {
+            for b in xs {
+                assert_eq!(mul_sat(a, b), a.saturating_mul(b), "{a} × {b}");
+            }
+        }
+    }
 }

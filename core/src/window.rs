@@ -16,7 +16,7 @@ use crate::config::MetricsConfig;
 use crate::event::{EventKind, EVENT_KINDS};
 use crate::histogram::{Histogram, Percentiles};
 use crate::ring::{geometry, Bucket, Ring};
-use crate::time::{ms_to_ns, Nanos};
+use crate::time::{ms_to_ns, mul_sat, Nanos};
 
 /// One counter bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -328,7 +328,7 @@ impl Window {
         self.counters
             .live_at(now)
             .filter(|s| !s.bucket.is_empty())
-            .map(move |s| (s.epoch.saturating_mul(width), &s.bucket))
+            .map(move |s| (mul_sat(s.epoch, width), &s.bucket))
     }
 
     /// Live totals (past buckets plus the current one), valid after a roll to `now`.
