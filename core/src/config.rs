@@ -579,9 +579,9 @@ impl CollapserConfig {
 #[serde(rename_all = "snake_case")]
 pub enum SyncMode {
     /// The host answers every store request within the same call (Envoy shared data,
-    /// a `SharedArrayBuffer`): the state is read before each admission, so a trip by
-    /// any worker is seen by every worker on its next call, and bulkhead slots are
-    /// process-wide.
+    /// a `SharedArrayBuffer`): the state is re-read every `sync_ms` (100 ms; 0: before
+    /// each admission), so a trip by any worker is seen by every worker within
+    /// `sync_ms`, and bulkhead slots are process-wide.
     #[default]
     Sync,
     /// The host answers later (Redis): decisions come from the last view, refreshed
@@ -605,10 +605,12 @@ pub struct SharedConfig {
     pub heartbeat_ms: u64,
     /// Healthy outcomes are merged into the shared state at most this often.
     pub flush_ms: u64,
-    /// Async mode: how often an active key's view is refreshed.
-    pub sync_ms: u64,
-    /// Async mode: a view older than this is stale; the key then runs on its local
-    /// breaker until the store answers again.
+    /// How often an active key's view is refreshed; `None`: 100 ms in sync mode,
+    /// 1 000 ms in async mode (see [`SharedConfig::sync_ms`]). 0 (sync mode only):
+    /// before every admission.
+    pub sync_ms: Option<u64>,
+    /// A view older than this is stale; the key then runs on its local breaker
+    /// until the store answers again.
     pub stale_ms: u64,
 }
 
@@ -621,9 +623,19 @@ impl Default for SharedConfig {
             lease_ttl_ms: 30_000,
             heartbeat_ms: 5_000,
             flush_ms: 100,
-            sync_ms: 1_000,
+            sync_ms: None,
             stale_ms: 10_000,
         }
+    }
+}
+
+impl SharedConfig {
+    /// The view refresh interval in effect: `sync_ms`, or the mode's default.
+    pub fn sync_ms(&self) -> u64 {
+        self.sync_ms.unwrap_or(match self.mode {
+            SyncMode::Sync => 100,
+            SyncMode::Async => 1_000,
+        })
     }
 }
 
@@ -944,7 +956,9 @@ impl SharedConfig {
         }
         duration("heartbeat_ms", self.heartbeat_ms, 1)?;
         duration("flush_ms", self.flush_ms, 1)?;
-        duration("sync_ms", self.sync_ms, 1)?;
+        let sync_ms = self.sync_ms();
+        let floor = if self.mode == SyncMode::Sync { 0 } else { 1 };
+        duration("sync_ms", sync_ms, floor)?;
         duration("lease_ttl_ms", self.lease_ttl_ms, 1)?;
         let floor = self.heartbeat_ms.max(self.flush_ms).saturating_mul(2);
         if self.lease_ttl_ms < floor {
@@ -957,12 +971,12 @@ impl SharedConfig {
             ));
         }
         duration("stale_ms", self.stale_ms, 1)?;
-        if self.mode == SyncMode::Async && self.stale_ms < self.sync_ms.saturating_mul(2) {
+        if self.stale_ms < sync_ms.saturating_mul(2) {
             return Err(ConfigError::new(
                 "stale_ms",
                 format!(
-                    "must be at least twice sync_ms ({}) in async mode, got {}",
-                    self.sync_ms, self.stale_ms
+                    "must be at least twice sync_ms ({sync_ms}), got {}",
+                    self.stale_ms
                 ),
             ));
         }

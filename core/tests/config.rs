@@ -176,6 +176,18 @@ fn shared_config_is_validated_in_core() {
         "stale_ms",
         "twice sync_ms",
     );
+    bad(r#"{"mode": "async", "sync_ms": 0}"#, "sync_ms", "1..=");
+    bad(
+        r#"{"sync_ms": 6000, "stale_ms": 10000}"#,
+        "stale_ms",
+        "twice sync_ms (6000)",
+    );
+    // sync_ms: the mode's default unless set; 0 (sync mode): before every admission.
+    let sync = SharedConfig::from_json(r#"{"sync_ms": 0}"#).unwrap();
+    assert_eq!(sync.sync_ms(), 0);
+    assert_eq!(SharedConfig::default().sync_ms(), 100);
+    let asy = SharedConfig::from_json(r#"{"mode": "async"}"#).unwrap();
+    assert_eq!(asy.sync_ms(), 1_000);
     bad(r#"{"mode": "sometimes"}"#, "mode", "unknown variant");
     bad(r#"{"heartbeat": 1}"#, "heartbeat", "unknown field");
     let e = SharedConfig::from_json(r#"{"cas_attempts": 0}"#)

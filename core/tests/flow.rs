@@ -44,6 +44,13 @@ fn trips_at_the_volume_threshold_and_every_worker_rejects() {
         }
         assert_eq!(h.phase(0, keys[0]), Phase::Closed, "{m:?}: 19 < 20");
         assert!(h.call(0, keys[0], Outcome::Failure));
+        let r = refused(h.start(0, keys[0]));
+        assert_eq!(
+            r.event,
+            EventKind::ShortCircuited,
+            "{m:?}: the tripping worker at once"
+        );
+        h.advance(SYNC_MS); // the other workers within one refresh interval
         for w in 0..h.engines.len() {
             let r = refused(h.start(w, keys[w]));
             assert_eq!(r.event, EventKind::ShortCircuited, "{m:?} worker {w}");
@@ -96,6 +103,7 @@ fn half_open_admits_exactly_n_probes_across_workers_then_closes() {
         for w in 0..h.engines.len() {
             h.drive(w);
         }
+        h.advance(SYNC_MS);
         for w in 0..h.engines.len() {
             assert!(
                 h.call(w, keys[w], Outcome::Success),
@@ -423,6 +431,7 @@ fn operator_open_and_close_apply_everywhere() {
         let now = h.now;
         h.engines[0].force(keys[0], Phase::Open, now, 0);
         h.drive(0);
+        h.advance(SYNC_MS);
         for w in 0..h.engines.len() {
             assert_eq!(
                 refused(h.start(w, keys[w])).event,
@@ -433,6 +442,7 @@ fn operator_open_and_close_apply_everywhere() {
         let now = h.now;
         h.engines[0].force(keys[0], Phase::Closed, now, 0);
         h.drive(0);
+        h.advance(SYNC_MS);
         for w in 0..h.engines.len() {
             assert!(h.call(w, keys[w], Outcome::Success), "{m:?} {w}");
         }
@@ -445,6 +455,7 @@ fn time_driven_half_open_is_reported_without_a_call() {
         let mut h = Host::new(m, "{}");
         let keys = h.keys("k");
         trip(&mut h, &keys);
+        h.advance(SYNC_MS);
         // Every worker has seen the trip (a refused call reads the shared state).
         for w in 0..h.engines.len() {
             refused(h.start(w, keys[w]));

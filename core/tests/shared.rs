@@ -334,12 +334,14 @@ fn corrupt_truncated_and_foreign_bytes_are_detected_and_reset() {
             for w in 0..4 {
                 h.take_events(w);
             }
+            h.advance(SYNC_MS); // read again at the next refresh (or flush)
             let w = 1;
             assert!(
                 h.call(w, keys[w], Outcome::Success),
                 "{m:?} {name}: the call was decided"
             );
-            let issues = store_events(&mut h, w);
+            // Detected by whichever worker read the slot first (a flush or a refresh).
+            let issues: Vec<Issue> = (0..4).flat_map(|w| store_events(&mut h, w)).collect();
             assert!(
                 issues.iter().any(|i| matches!(i, Issue::Invalid(_))),
                 "{m:?} {name}: detected: {issues:?}"
@@ -370,7 +372,12 @@ fn corrupt_truncated_and_foreign_bytes_are_detected_and_reset() {
             h.store.raw_set(&sk, &bytes);
             let w = i % 4;
             let _ = h.call(w, keys[w], Outcome::Success);
+            if i % 2 == 0 {
+                h.advance(SYNC_MS); // every other set is read
+            }
         }
+        h.advance(SYNC_MS);
+        let _ = h.call(0, keys[0], Outcome::Success);
         assert_eq!(decode(h.store.raw_get(&sk).unwrap()).name, "k");
     }
 }
@@ -487,6 +494,7 @@ fn combined_traffic_trips_and_exactly_n_probes_run_under_both_rule_sets() {
             assert_eq!(h.phase(w, keys[w]), Phase::Closed, "{m:?} worker {w}");
         }
         assert!(h.call(3, keys[3], Outcome::Failure));
+        h.advance(SYNC_MS);
         for w in 0..4 {
             let r = refused(h.start(w, keys[w]));
             assert_eq!(
@@ -516,6 +524,7 @@ fn combined_traffic_trips_and_exactly_n_probes_run_under_both_rule_sets() {
         for (w, p) in probes {
             assert_eq!(h.complete(w, p, Outcome::Success), Completion::OnTime);
         }
+        h.advance(SYNC_MS);
         for w in 0..4 {
             assert!(h.call(w, keys[w], Outcome::Success), "{m:?}");
             assert_eq!(h.phase(w, keys[w]), Phase::Closed, "{m:?} worker {w}");
@@ -579,7 +588,11 @@ fn async_trip(h: &mut Host, keys: &[KeyId]) {
 fn async_a_trip_reaches_every_worker_within_one_sync_interval_and_n_probes_run() {
     let json = r#"{"breaker": {"half_open": {"permitted_probes": 2, "success_threshold": 2}}}"#;
     let mut h = Host::new(ASYNC, json);
-    let sync_ms = SharedConfig::default().sync_ms;
+    let sync_ms = SharedConfig {
+        mode: config::SyncMode::Async,
+        ..SharedConfig::default()
+    }
+    .sync_ms();
     let keys = h.keys("k");
     h.advance(1_000);
     async_trip(&mut h, &keys);
@@ -1068,5 +1081,73 @@ fn flush_writes_pending_outcomes_at_once() {
             before + 1,
             "{m:?}: nothing pending, nothing written"
         );
+    }
+}
+
+#[test]
+fn sync_views_are_read_once_per_sync_ms_and_changes_arrive_within_it() {
+    for m in SYNC {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("k");
+        for w in 0..4 {
+            assert!(h.call(w, keys[w], Outcome::Success));
+        }
+        h.advance(SYNC_MS);
+        // 400 healthy calls inside one interval: at most one read per worker, no write.
+        let (reads, writes) = (h.store.reads, h.store.writes);
+        for i in 0..400 {
+            let w = i % 4;
+            assert!(h.call(w, keys[w], Outcome::Success));
+        }
+        let read = h.store.reads - reads;
+        assert!(read <= 4, "{m:?}: {read} reads for 400 calls");
+        assert_eq!(
+            h.store.writes, writes,
+            "{m:?}: healthy outcomes wait for the flush"
+        );
+        // A change by worker 0 is seen by the others at their first call after SYNC_MS.
+        let now = h.now;
+        h.engines[0].force(keys[0], Phase::Open, now, 0);
+        h.drive(0);
+        assert_eq!(
+            refused(h.start(0, keys[0])).event,
+            EventKind::ShortCircuited
+        );
+        h.advance(SYNC_MS);
+        for w in 0..4 {
+            assert_eq!(
+                refused(h.start(w, keys[w])).event,
+                EventKind::ShortCircuited,
+                "{m:?} worker {w} after one interval"
+            );
+        }
+    }
+}
+
+#[test]
+fn sync_ms_zero_reads_before_every_admission() {
+    let shared = SharedConfig {
+        sync_ms: Some(0),
+        ..SharedConfig::default()
+    };
+    for m in SYNC {
+        let mut h = Host::with_shared(m, "{}", shared.clone());
+        let keys = h.keys("k");
+        let reads = h.store.reads;
+        for i in 0..40 {
+            let w = i % 4;
+            assert!(h.call(w, keys[w], Outcome::Success));
+        }
+        assert!(h.store.reads - reads >= 40, "{m:?}: a read per admission");
+        let now = h.now;
+        h.engines[0].force(keys[0], Phase::Open, now, 0);
+        h.drive(0);
+        for w in 0..4 {
+            assert_eq!(
+                refused(h.start(w, keys[w])).event,
+                EventKind::ShortCircuited,
+                "{m:?} worker {w}: seen on its next call"
+            );
+        }
     }
 }

@@ -291,17 +291,26 @@ impl Replica {
         self.slots_held
     }
 
-    /// Asks for a read before the next admission (sync hosts call this per call).
+    /// Before an admission: asks for a read when the view is older than `sync_ms`;
+    /// a sync host with a recent view asks only for the lease or slot the admission
+    /// is about to need.
     pub(crate) fn prepare(&mut self, ctx: &Ctx) {
         match ctx.shared.mode {
             SyncMode::Sync => {
-                self.read_wanted = true;
-                self.anticipate = true;
+                let due = self
+                    .read_at
+                    .is_none_or(|t| ctx.now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms()));
+                if due || self.view.is_none() {
+                    self.read_wanted = true;
+                    self.anticipate = true;
+                } else {
+                    self.anticipate(ctx);
+                }
             }
             SyncMode::Async => {
                 let due = self
                     .read_at
-                    .is_none_or(|t| ctx.now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms));
+                    .is_none_or(|t| ctx.now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms()));
                 if due && ctx.now >= self.backoff_until {
                     self.read_wanted = true;
                 }
@@ -530,7 +539,7 @@ impl Replica {
             && now >= self.backoff_until
             && self
                 .read_at
-                .is_none_or(|t| now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms))
+                .is_none_or(|t| now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms()))
         {
             self.read_wanted = true;
         }
@@ -573,7 +582,7 @@ impl Replica {
             }
         }
         if ctx.shared.mode == SyncMode::Async && !self.read_wanted {
-            let sync = ms_to_ns(ctx.shared.sync_ms);
+            let sync = ms_to_ns(ctx.shared.sync_ms());
             at(self.read_at.map_or(ctx.now, |t| t.saturating_add(sync)));
         }
         next.map(|n| n.max(self.backoff_until))
@@ -663,9 +672,9 @@ impl Replica {
 
     fn fail(&mut self, ctx: &Ctx, code: u32, fx: &mut Effects) {
         self.failures = self.failures.saturating_add(1);
-        let base = ms_to_ns(ctx.shared.flush_ms.min(ctx.shared.sync_ms));
+        let base = ms_to_ns(ctx.shared.flush_ms.min(ctx.shared.sync_ms()).max(1));
         let shift = self.failures.min(6);
-        let cap = ms_to_ns(ctx.shared.sync_ms).saturating_mul(8).max(base);
+        let cap = ms_to_ns(ctx.shared.sync_ms()).saturating_mul(8).max(base);
         self.backoff_until = ctx.now.saturating_add((base << shift).min(cap));
         // The failure after which the confirmed view goes stale before the next try
         // says so (once per view): the key runs on its local breaker until an answer.
@@ -838,7 +847,8 @@ impl Replica {
                             // Degrade as on a store failure and read it again later.
                             fx.issue = Some(Issue::Invalid(e));
                             self.failures = self.failures.saturating_add(1);
-                            let cap = ms_to_ns(ctx.shared.sync_ms).saturating_mul(8);
+                            let cap = ms_to_ns(ctx.shared.sync_ms().max(ctx.shared.flush_ms))
+                                .saturating_mul(8);
                             self.backoff_until = ctx.now.saturating_add(cap);
                             self.give_up_round();
                             self.read_wanted = false;

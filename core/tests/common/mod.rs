@@ -58,6 +58,10 @@ pub fn config(json: &str) -> Config {
     Config::from_json(json).unwrap_or_else(|e| panic!("test config: {e}"))
 }
 
+/// The sync-mode view refresh interval (`SharedConfig::sync_ms()` by default): the
+/// longest another worker's change goes unseen.
+pub const SYNC_MS: u64 = 100;
+
 impl Host {
     pub fn new(mode: Mode, json: &str) -> Host {
         Self::with_shared(mode, json, SharedConfig::default())
