@@ -10,13 +10,13 @@
 use std::cell::UnsafeCell;
 
 use crate::filter::{Action, Root, Stream};
-use crate::vecmap::VecMap;
+use crate::idmap::IdMap;
 
 #[derive(Default)]
 struct Dispatcher {
     roots: Vec<(u32, Root)>,
     /// Live streams by context id (boxed: moving an entry moves a pointer).
-    streams: VecMap<u32, Box<Stream>>,
+    streams: IdMap<Box<Stream>>,
 }
 
 /// The VM's single dispatcher. Wasm VMs are single-threaded and host callbacks never
@@ -47,7 +47,7 @@ fn action(a: Action) -> u32 {
 }
 
 fn stream<R: Default>(id: u32, f: impl FnOnce(&mut Stream) -> R) -> R {
-    with(|d| d.streams.get_mut(&id).map(|s| f(s)).unwrap_or_default())
+    with(|d| d.streams.get_mut(id).map(|s| f(s)).unwrap_or_default())
 }
 
 /// The ABI marker export.
@@ -153,7 +153,7 @@ pub extern "C" fn proxy_on_done(id: u32) -> u32 {
 pub extern "C" fn proxy_on_delete(id: u32) {
     let stream = with(|d| {
         d.roots.retain(|(i, _)| *i != id);
-        d.streams.remove(&id)
+        d.streams.remove(id)
     });
     drop(stream);
 }

@@ -15,10 +15,11 @@ use fusewire_core::{
 use crate::classify::{FlagSet, Observed};
 use crate::config::{Plugin, Policy, Reason, Reply};
 use crate::host::{self, Level};
+use crate::idmap::IdMap;
 use crate::matcher::RequestView;
 use crate::metrics::{Extra, KeyMetrics};
 use crate::replay::{replayable, Capture, Replay, Response};
-use crate::vecmap::VecMap;
+use crate::vecmap::{SlotTable, VecMap};
 
 /// What a stream callback tells the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,8 +79,8 @@ pub struct Worker {
     engine: Option<Engine>,
     plugin: Option<Rc<Plugin>>,
     policies: Vec<PolicyId>,
-    calls: VecMap<u32, Call>,
-    by_call: VecMap<u64, u32>,
+    calls: IdMap<Call>,
+    by_call: SlotTable<u32>,
     by_wait: VecMap<(usize, u64), u32>,
     replays: Vec<Replay>,
     metrics: Vec<KeyMetrics>,
@@ -283,12 +284,12 @@ impl Worker {
     fn event(&mut self, ev: Event, now: Nanos) {
         match ev {
             Event::TimedOut { key, call } => {
-                let Some(&ctx) = self.by_call.get(&call.to_raw()) else {
+                let Some(ctx) = self.by_call.get(call) else {
                     return;
                 };
                 let Some(Call::Running {
                     permit, req, lead, ..
-                }) = self.calls.remove(&ctx)
+                }) = self.calls.remove(ctx)
                 else {
                     return;
                 };
@@ -305,11 +306,11 @@ impl Worker {
                 self.fall_back(ctx, key, Reason::Timeout, &req, lead, now);
             }
             Event::Dequeued { key, permit } => {
-                let Some(&ctx) = self.by_call.get(&permit.id().to_raw()) else {
+                let Some(ctx) = self.by_call.get(permit.id()) else {
                     let _ = self.engine.as_mut().map(|e| e.cancel(permit, now, 0));
                     return;
                 };
-                let Some(Call::Queued { req, lead, .. }) = self.calls.remove(&ctx) else {
+                let Some(Call::Queued { req, lead, .. }) = self.calls.remove(ctx) else {
                     return;
                 };
                 self.run(ctx, key, permit, req, lead, now);
@@ -319,10 +320,10 @@ impl Worker {
                 resume_stream(ctx);
             }
             Event::Refused { key, call, refusal } => {
-                let Some(&ctx) = self.by_call.get(&call.to_raw()) else {
+                let Some(ctx) = self.by_call.get(call) else {
                     return;
                 };
-                let Some(Call::Queued { req, lead, .. }) = self.calls.remove(&ctx) else {
+                let Some(Call::Queued { req, lead, .. }) = self.calls.remove(ctx) else {
                     return;
                 };
                 self.calls.insert(ctx, Call::Answered { permit: None });
@@ -384,7 +385,7 @@ impl Worker {
             }
             return;
         };
-        let Some(Call::Following { key, req, .. }) = self.calls.remove(&ctx) else {
+        let Some(Call::Following { key, req, .. }) = self.calls.remove(ctx) else {
             return;
         };
         match ev {
@@ -573,7 +574,7 @@ impl Worker {
             }
         }
         self.admit(ctx, key, req, lead, now, false);
-        match self.calls.get(&ctx) {
+        match self.calls.get(ctx) {
             Some(Call::Running { .. }) => Action::Continue,
             _ => Action::Pause,
         }
@@ -610,7 +611,7 @@ impl Worker {
                 }
             }
             Start::Queued(ticket) => {
-                self.by_call.insert(ticket.id().to_raw(), ctx);
+                self.by_call.insert(ticket.id(), ctx);
                 self.calls.insert(ctx, Call::Queued { ticket, req, lead });
             }
             Start::Refused(r) => {
@@ -638,7 +639,7 @@ impl Worker {
         lead: Option<Lead>,
         now: Nanos,
     ) {
-        self.by_call.insert(permit.id().to_raw(), ctx);
+        self.by_call.insert(permit.id(), ctx);
         let limit = self
             .plugin
             .as_ref()
@@ -683,7 +684,7 @@ impl Worker {
             capture,
             req,
             ..
-        }) = self.calls.get_mut(&ctx)
+        }) = self.calls.get_mut(ctx)
         else {
             return; // our own reply, or not ours
         };
@@ -714,7 +715,7 @@ impl Worker {
     fn body(&mut self, ctx: u32, size: usize, end: bool) {
         if let Some(Call::Running {
             capture: Some(c), ..
-        }) = self.calls.get_mut(&ctx)
+        }) = self.calls.get_mut(ctx)
         {
             c.body(&host::response_body(size));
         }
@@ -725,19 +726,24 @@ impl Worker {
 
     /// The whole response arrived: hand it to the waiters and keep the stale copy.
     fn publish(&mut self, ctx: u32) {
-        let now = self.now();
         let Some(Call::Running {
             obs,
             req,
             lead,
             capture,
             ..
-        }) = self.calls.get_mut(&ctx)
+        }) = self.calls.get_mut(ctx)
         else {
             return;
         };
-        let (obs, lead, capture, pi) = (*obs, lead.take(), capture.take(), req.pi);
+        // Nothing captured: no stale copy to keep and no waiter to hand it to (a
+        // leader still in `lead` is settled by `finish`).
+        let Some(mut cap) = capture.take() else {
+            return;
+        };
+        let (obs, lead, pi) = (*obs, lead.take(), req.pi);
         let (req_key, get) = (req.key.clone(), req.get);
+        let now = self.now();
         let Some(plugin) = self.plugin.clone() else {
             return;
         };
@@ -748,7 +754,6 @@ impl Worker {
             policy.classifier.classify(&obs),
             Outcome::Success | Outcome::BadRequest
         );
-        let Some(mut cap) = capture else { return };
         cap.response.at = now;
         let Some(replay) = self.replays.get_mut(pi) else {
             return;
@@ -767,7 +772,7 @@ impl Worker {
 
     /// `on_log` (or, as a last resort, `on_done` / drop): classify, complete, release.
     fn finish(&mut self, ctx: u32) {
-        let Some(call) = self.calls.remove(&ctx) else {
+        let Some(call) = self.calls.remove(ctx) else {
             return;
         };
         let now = self.now();
@@ -782,7 +787,7 @@ impl Worker {
                 lead,
                 ..
             } => {
-                self.by_call.remove(&permit.id().to_raw());
+                self.by_call.remove(permit.id());
                 if obs.needs_flags() {
                     if let Some(f) = host::property(b"response\0flags") {
                         obs.flags = FlagSet::from_property(&f);
@@ -810,7 +815,7 @@ impl Worker {
                 }
             }
             Call::Queued { ticket, req, lead } => {
-                self.by_call.remove(&ticket.id().to_raw());
+                self.by_call.remove(ticket.id());
                 if let Some(e) = self.engine.as_mut() {
                     e.cancel_ticket(ticket, now);
                 }
@@ -830,7 +835,7 @@ impl Worker {
             }
             Call::Answered { permit } => {
                 if let Some(p) = permit {
-                    self.by_call.remove(&p.id().to_raw());
+                    self.by_call.remove(p.id());
                     if let Some(e) = self.engine.as_mut() {
                         e.cancel(p, now, rand); // the late result of a timed-out call
                     }

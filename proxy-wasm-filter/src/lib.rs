@@ -26,6 +26,7 @@ pub mod classify;
 pub mod config;
 pub mod filter;
 pub mod host;
+pub mod idmap;
 pub mod matcher;
 pub mod metrics;
 pub mod replay;

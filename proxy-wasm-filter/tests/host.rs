@@ -97,6 +97,12 @@ fn settle(h: &mut Harness) {
     h.run_for(Duration::from_millis(150));
 }
 
+/// Waits out the shared-state refresh interval (`shared.sync_ms`, 100 ms): a change
+/// by one worker reaches every other worker's next admission after it.
+fn refresh(h: &mut Harness) {
+    h.run_for(Duration::from_millis(100));
+}
+
 /// A counter or gauge; a missing metric is a test failure (a misspelt name must not
 /// pass an `== 0` check).
 fn counter(h: &Harness, name: &str) -> u64 {
@@ -158,7 +164,7 @@ fn both_modes(f: impl Fn(CasMode)) {
 }
 
 #[test]
-fn trips_at_threshold_across_workers_and_every_worker_rejects_next() {
+fn trips_at_threshold_and_every_worker_rejects_within_one_refresh() {
     both_modes(|cas| {
         let mut h = harness(cas, &config(None));
         for i in 0..19 {
@@ -182,6 +188,9 @@ fn trips_at_threshold_across_workers_and_every_worker_rejects_next() {
         );
         h.request(3, Request::get("/api/x"), UpstreamReply::status(503));
         assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open, "{cas:?}");
+        let r = h.request(3, Request::get("/api/x"), UpstreamReply::status(200));
+        assert!(short_circuited(&r), "{cas:?}: the tripping worker at once");
+        refresh(&mut h);
         for w in 0..4 {
             let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
             assert!(
@@ -196,7 +205,7 @@ fn trips_at_threshold_across_workers_and_every_worker_rejects_next() {
         }
         settle(&mut h);
         assert_eq!(counter(&h, "fusewire.svc.failure"), 20);
-        assert_eq!(counter(&h, "fusewire.svc.short_circuited"), 4);
+        assert_eq!(counter(&h, "fusewire.svc.short_circuited"), 5);
         assert_eq!(counter(&h, "fusewire.svc.opened"), 1);
         assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 1);
     });
@@ -608,6 +617,7 @@ fn reload_keeps_state_of_unchanged_keys_and_new_key_schema_starts_clean() {
     );
     drop(h2);
     drop(h3);
+    refresh(&mut h);
     assert!(short_circuited(&h.request(
         1,
         Request::get("/api/x"),
@@ -626,6 +636,7 @@ fn reload_on_reused_vms_keeps_shared_state_and_finishes_old_streams() {
     for i in 0..20 {
         h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
     }
+    refresh(&mut h);
     assert!(short_circuited(&h.request(
         0,
         Request::get("/api/x"),
@@ -689,6 +700,7 @@ fn unknown_unknown_build_works_too() {
     for i in 0..20 {
         h.request(i % 2, Request::get("/api/x"), UpstreamReply::status(500));
     }
+    refresh(&mut h);
     assert!(short_circuited(&h.request(
         0,
         Request::get("/api/x"),
@@ -702,6 +714,7 @@ fn grpc_requests_get_a_grpc_fallback() {
     for i in 0..20 {
         h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(503));
     }
+    refresh(&mut h);
     let r = h.request(
         0,
         Request::get("/api/pkg.Svc/Call")
@@ -922,6 +935,7 @@ fn grpc_fallbacks_carry_the_policy_status() {
             UpstreamReply::grpc(14),
         );
     }
+    refresh(&mut h);
     let r = h.request(1, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(0));
     assert!(!r.sent_upstream);
     assert_eq!(

@@ -30,6 +30,12 @@ impl CallId {
         u64::from(self.generation) << SLOT_BITS | u64::from(self.slot)
     }
 
+    /// The slot: dense and reused once a call ends, so a host can keep its per-call
+    /// data in a vector indexed by it (checking the whole id on use).
+    pub fn slot(self) -> usize {
+        self.slot as usize
+    }
+
     /// From [`CallId::to_raw`]; any number is accepted and checked on use.
     pub fn from_raw(raw: u64) -> Self {
         CallId {
