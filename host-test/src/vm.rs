@@ -22,6 +22,10 @@ fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| {
         let mut cfg = wasmtime::Config::new();
         cfg.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        if std::env::var_os("FUSEWIRE_HOST_PERFMAP").is_some() {
+            // /tmp/perf-<pid>.map names the JIT code for perf and callgrind.
+            cfg.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         Engine::new(&cfg).unwrap_or_else(|e| panic!("wasmtime engine: {e:?}"))
     })
 }
