@@ -279,11 +279,11 @@ fn shared_breakers_drive_the_store_protocol() {
     drive(h0, &mut store, 31.0);
     while fw_poll(h0, 31.0) != EV_NONE {}
     drive(h0, &mut store, 31.0);
-    // Worker 1 sees it on its next call.
+    // Worker 1 sees it on its first call after one refresh interval (sync_ms 100).
     let h1 = hs[1];
-    fw_prepare(h1, 32.0);
-    drive(h1, &mut store, 32.0);
-    let r = fw_start(h1, 32.0);
+    fw_prepare(h1, 121.0);
+    drive(h1, &mut store, 121.0);
+    let r = fw_start(h1, 121.0);
     assert_eq!(r & 0xf, REFUSED, "worker 1 rejects after worker 0's trip");
     for h in hs {
         fw_free(h);

@@ -38,7 +38,7 @@ describe('fusewire/redis: RedisStore', () => {
     const store = new RedisStore({ client });
     // The shared config is still the core's to check (async mode: stale_ms ≥ 2 × sync_ms).
     assert.throws(() => new CircuitBreaker(async () => 1, { name: 'x', shared: { store, sync_ms: 1000, stale_ms: 1500 } }),
-      /^TypeError: options\.shared\.stale_ms: must be at least twice sync_ms \(1000\) in async mode, got 1500/);
+      /^TypeError: options\.shared\.stale_ms: must be at least twice sync_ms \(1000\), got 1500/);
     store.close();
   });
 

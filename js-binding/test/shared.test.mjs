@@ -1,6 +1,6 @@
 // worker_threads: 4 workers share one breaker through a SharedStore (the core's
 // shared layer in sync mode over a SharedArrayBuffer): the volume threshold is reached
-// by their combined traffic, a trip is seen by every worker on its next call, and
+// by their combined traffic, a trip is seen by every worker within `sync_ms`, and
 // half-open admits exactly N probes across all of them.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -27,7 +27,7 @@ const b = new CircuitBreaker(async (x) => {
   volumeThreshold: 8,
   errorThresholdPercentage: 50,
   fusewire: { breaker: { half_open: { permitted_probes: ${PROBES}, success_threshold: ${PROBES} } } },
-  shared: { store, flush_ms: 20, heartbeat_ms: 100, lease_ttl_ms: 1000 },
+  shared: { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 100, lease_ttl_ms: 1000 },
 });
 const seen = [];
 for (const e of ['open', 'halfOpen', 'close']) b.on(e, () => seen.push(e));
@@ -82,6 +82,8 @@ describe('worker_threads share one breaker', () => {
       for (const w of workers) assert.equal((await w.ask({ op: 'state' })).closed, true);
       // The 8th (from any worker) trips it for all.
       await workers[3].ask({ op: 'fire', arg: 'fail' });
+      assert.equal((await workers[3].ask({ op: 'fire', arg: 1 })).code, 'EOPENBREAKER', 'the tripping worker at once');
+      await sleep(40); // every other worker re-reads within sync_ms (20 ms)
       for (const [i, w] of workers.entries()) {
         const r = await w.ask({ op: 'fire', arg: 1 });
         assert.equal(r.code, 'EOPENBREAKER', `worker ${i} rejects after the trip`);
