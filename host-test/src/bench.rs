@@ -29,6 +29,9 @@ pub struct BenchConfig {
     pub workers: usize,
     /// Requests per measurement and worker.
     pub requests: usize,
+    /// Streams in flight per worker (1: back to back); 0: every request starts at
+    /// once, so `requests` streams are in flight.
+    pub concurrency: usize,
     /// Rounds (targets interleaved per round; the median is reported).
     pub rounds: usize,
     /// Request path.
@@ -44,6 +47,7 @@ impl Default for BenchConfig {
         BenchConfig {
             workers: 2,
             requests: 20_000,
+            concurrency: 0,
             rounds: 3,
             path: "/".into(),
             status: 200,
@@ -57,7 +61,7 @@ impl Default for BenchConfig {
 pub struct BenchResult {
     /// Target label.
     pub name: String,
-    /// One worker, back to back: µs per request (median over rounds).
+    /// One worker: µs per request (median over rounds).
     pub us_per_request: f64,
     /// One worker: requests per second.
     pub rps_single: f64,
@@ -102,9 +106,14 @@ fn measure(t: &BenchTarget, cfg: &BenchConfig, workers: usize) -> anyhow::Result
             })
             .collect()
     };
-    h.run_parallel((0..workers).map(|_| list(cfg.requests / 10 + 1)).collect())?; // warm-up
+    let cap = match cfg.concurrency {
+        0 => usize::MAX,
+        n => n,
+    };
+    let lists = |n: usize| (0..workers).map(|_| list(n)).collect();
+    h.run_parallel_capped(lists(cfg.requests / 10 + 1), cap)?; // warm-up
     let start = Instant::now();
-    let recs = h.run_parallel((0..workers).map(|_| list(cfg.requests)).collect())?;
+    let recs = h.run_parallel_capped(lists(cfg.requests), cap)?;
     let secs = start.elapsed().as_secs_f64();
     Ok(recs.len() as f64 / secs)
 }

@@ -523,6 +523,17 @@ impl Harness {
         &mut self,
         per_worker: Vec<Vec<(u64, Request, UpstreamReply)>>,
     ) -> anyhow::Result<Vec<StreamRecord>> {
+        self.run_parallel_capped(per_worker, usize::MAX)
+    }
+
+    /// [`Harness::run_parallel`] with at most `cap` streams in flight per worker: a
+    /// request whose offset has passed waits for a stream to end (`cap` 1: back to
+    /// back).
+    pub fn run_parallel_capped(
+        &mut self,
+        per_worker: Vec<Vec<(u64, Request, UpstreamReply)>>,
+        cap: usize,
+    ) -> anyhow::Result<Vec<StreamRecord>> {
         if self.env.clock.mode() != ClockMode::Real {
             bail!("run_parallel needs the real clock (clock = \"real\")");
         }
@@ -553,7 +564,8 @@ impl Harness {
             let flag = stop.clone();
             idle.push((
                 w,
-                self.workers[w].submit(move |vm| vm.run_local(VecDeque::new(), queue, Some(flag))),
+                self.workers[w]
+                    .submit(move |vm| vm.run_local(VecDeque::new(), queue, Some(flag), usize::MAX)),
             ));
         }
         for (w, list) in per_worker.into_iter().enumerate() {
@@ -567,7 +579,7 @@ impl Harness {
             let plan: VecDeque<_> = plan.into();
             rxs.push((
                 w,
-                self.workers[w].submit(move |vm| vm.run_local(plan, queue, None)),
+                self.workers[w].submit(move |vm| vm.run_local(plan, queue, None, cap.max(1))),
             ));
         }
         for (w, rx) in rxs {

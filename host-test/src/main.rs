@@ -16,7 +16,7 @@ USAGE:
       Plays a scenario; prints a summary (and /stats or Prometheus text if asked);
       --verbose echoes guest logs (info and above) to stderr.
   fusewire-host bench --module A.wasm [--config A.json] [--name A] [--module B.wasm ...]
-                    [--workers N] [--requests N] [--rounds N] [--path /p] [--cluster NAME]
+                    [--workers N] [--requests N] [--concurrency N] [--rounds N] [--path /p] [--cluster NAME]
                     [--status CODE] [--json OUT.json]
       Requests/s and µs/request through the harness (real clock, zero-latency upstream)
       for each module in the same run; the first module is the baseline.
@@ -188,6 +188,11 @@ fn bench_cmd(args: &[String]) -> anyhow::Result<()> {
                     .parse()
                     .context("--requests: not an integer")?
             }
+            "--concurrency" => {
+                cfg.concurrency = value(args, &mut i, "--concurrency")?
+                    .parse()
+                    .context("--concurrency: not an integer")?
+            }
             "--rounds" => {
                 cfg.rounds = value(args, &mut i, "--rounds")?
                     .parse()
@@ -213,8 +218,15 @@ fn bench_cmd(args: &[String]) -> anyhow::Result<()> {
     }
     let results = bench::run(&targets, &cfg)?;
     println!(
-        "{} requests/measurement/worker, {} rounds (median), parallel = {} workers; path {}",
-        cfg.requests, cfg.rounds, cfg.workers, cfg.path
+        "{} requests/measurement/worker, {} in flight per worker, {} rounds (median), parallel = {} workers; path {}",
+        cfg.requests,
+        match cfg.concurrency {
+            0 => "all".to_string(),
+            n => n.to_string(),
+        },
+        cfg.rounds,
+        cfg.workers,
+        cfg.path
     );
     println!(
         "{:<24} {:>12} {:>14} {:>16} {:>14}",

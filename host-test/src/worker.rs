@@ -1489,12 +1489,14 @@ pub(crate) type EventQueue = BinaryHeap<Scheduled>;
 
 impl WorkerVm {
     /// Real-time local loop (parallel mode): runs this worker's own events until every
-    /// planned request has finished (or, with `stop`, until the flag is set). Returns events left over (e.g. future ticks).
+    /// planned request has finished (or, with `stop`, until the flag is set), with at
+    /// most `cap` streams in flight. Returns events left over (e.g. future ticks).
     pub fn run_local(
         &mut self,
         mut plan: std::collections::VecDeque<(u64, u64, Request, UpstreamReply)>,
         mut queue: Vec<(u64, Event)>,
         stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+        cap: usize,
     ) -> Vec<(u64, Event)> {
         let mut heap = EventQueue::new();
         let mut seq = 0u64;
@@ -1519,7 +1521,7 @@ impl WorkerVm {
             }
             let now = self.now();
             if let Some((at, _, _, _)) = plan.front() {
-                if *at <= now {
+                if *at <= now && self.ctls.len() < cap {
                     let (_, id, req, reply) = plan.pop_front().expect("checked");
                     self.handle(Event::Start {
                         id,

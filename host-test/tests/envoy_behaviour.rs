@@ -872,3 +872,28 @@ fn main_thread_vm_keeps_running_during_parallel_runs() {
         "main VM handled the queue during the run"
     );
 }
+
+#[test]
+fn parallel_runs_can_cap_the_streams_in_flight() {
+    for (cap, overlapping) in [(1usize, false), (usize::MAX, true)] {
+        let mut h = harness_with(HarnessConfig {
+            workers: 1,
+            clock: ClockMode::Real,
+            ..Default::default()
+        });
+        let list = (0..6)
+            .map(|_| {
+                (
+                    0,
+                    Request::get("/x"),
+                    UpstreamReply::status(200).after_ms(2),
+                )
+            })
+            .collect();
+        let mut records = h.run_parallel_capped(vec![list], cap).unwrap();
+        assert_eq!(records.len(), 6);
+        records.sort_by_key(|r| r.start_ns);
+        let overlap = records.windows(2).any(|w| w[1].start_ns < w[0].end_ns);
+        assert_eq!(overlap, overlapping, "cap {cap}: {records:?}");
+    }
+}
