@@ -1151,3 +1151,40 @@ fn sync_ms_zero_reads_before_every_admission() {
         }
     }
 }
+
+#[test]
+fn new_wakes_are_reported_once_for_hosts_that_skip_the_deadline_scan() {
+    let mut h = Host::new(SYNC[0], "{}");
+    let keys = h.keys("k");
+    let _ = h.engines[0].take_new_wake();
+    assert!(h.call(0, keys[0], Outcome::Success));
+    // The healthy outcome waits for the flush: a wake at flush_ms, reported once.
+    let w = h.engines[0].take_new_wake().expect("a flush wake");
+    assert_eq!(w, h.now + SharedConfig::default().flush_ms * MS);
+    assert!(h.engines[0].next_deadline().is_some_and(|d| d <= w));
+    assert_eq!(h.engines[0].take_new_wake(), None, "taken");
+    // Another outcome before the flush: the wake already scheduled covers it.
+    assert!(h.call(0, keys[0], Outcome::Success));
+    assert_eq!(h.engines[0].take_new_wake(), None);
+}
+
+#[test]
+fn async_start_asks_for_the_due_refresh_without_prepare() {
+    let mut h = Host::new(ASYNC, "{}");
+    let keys = h.keys("k");
+    assert!(h.call(0, keys[0], Outcome::Success));
+    while !h.pending.is_empty() {
+        h.deliver();
+    }
+    h.now += 2 * 1_000 * MS; // past sync_ms, with no tick in between
+    let reads = h.store.reads;
+    let now = h.now;
+    assert!(!h.engines[0].has_io());
+    let Start::Running(p) = h.engines[0].start(keys[0], now, 0) else {
+        panic!("admitted")
+    };
+    assert!(h.engines[0].has_io(), "start asked for the refresh");
+    h.drive(0);
+    assert!(h.store.reads > reads);
+    let _ = h.complete(0, p, Outcome::Success);
+}

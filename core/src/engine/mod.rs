@@ -101,6 +101,8 @@ pub struct Engine {
     calls: Calls,
     events: VecDeque<Event>,
     wakes: BinaryHeap<Reverse<(Nanos, u32, u32)>>,
+    /// The earliest wake scheduled since the host last took it ([`Engine::take_new_wake`]).
+    new_wake: Nanos,
     stamp: u32,
     io_queue: VecDeque<u32>,
     io_seq: u32,
@@ -146,6 +148,7 @@ impl Engine {
             calls: Calls::default(),
             events: VecDeque::new(),
             wakes: BinaryHeap::new(),
+            new_wake: Nanos::MAX,
             stamp: 0,
             io_queue: VecDeque::new(),
             io_seq: 0,
@@ -453,9 +456,10 @@ impl Engine {
     // ---- the call flow ------------------------------------------------------
 
     /// Before [`Engine::start`] on a shared key: asks for the store reads the decision
-    /// wants (a sync host: one read per call, so a trip by any worker is seen at
-    /// once; an async host: a read only when the view is older than `sync_ms`).
-    /// Then drive [`Engine::poll_io`]. A no-op on local keys.
+    /// wants (a read when the view is older than `sync_ms`, plus the lease or slot
+    /// the call is about to need). A sync host then drives [`Engine::poll_io`] so the
+    /// answers land before `start`; an async host may skip it (`start` asks for the
+    /// due refresh itself: admission never waits). A no-op on local keys.
     pub fn prepare(&mut self, key: KeyId, now: Nanos) {
         let now = self.clock.advance(now);
         let Some(k) = live_mut(&mut self.keys, key) else {
@@ -516,7 +520,14 @@ impl Engine {
             rand,
         };
         let (r, t) = match k.replica.as_deref_mut() {
-            Some(rep) => rep.admit(&ctx, &mut k.circuit),
+            Some(rep) => {
+                if shared.mode == SyncMode::Async {
+                    // Admission never waits on an async store: asking for the due
+                    // refresh here saves the host its `prepare` call.
+                    rep.prepare(&ctx);
+                }
+                rep.admit(&ctx, &mut k.circuit)
+            }
             None => k
                 .circuit
                 .state
@@ -1131,6 +1142,7 @@ impl Engine {
                 k.stamp = self.stamp;
                 k.wake = w;
                 self.wakes.push(Reverse((w, i, self.stamp)));
+                self.new_wake = self.new_wake.min(w);
             }
         }
         if k.replica.is_some() {
@@ -1178,6 +1190,15 @@ impl Engine {
                 self.io_queue.push_back(i);
             }
         }
+    }
+
+    /// The earliest key wake (shared-state flush, heartbeat, breaker timer, ...)
+    /// scheduled since the last call, then forgets it: a host whose timer is armed at
+    /// or before it, with no new call deadline or event, need not scan
+    /// [`Engine::next_deadline`]. O(1).
+    pub fn take_new_wake(&mut self) -> Option<Nanos> {
+        let w = core::mem::replace(&mut self.new_wake, Nanos::MAX);
+        (w != Nanos::MAX).then_some(w)
     }
 
     /// Whether [`Engine::poll`] has events queued already (a host that polls only
