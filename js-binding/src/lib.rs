@@ -354,14 +354,15 @@ const fn cause_code(c: Cause) -> i32 {
 
 impl Breaker {
     /// The flags every mutating call returns.
-    pub(crate) fn flags(&self) -> i32 {
+    pub(crate) fn flags(&mut self) -> i32 {
         self.flags_after(None)
     }
 
-    /// The flags, where `floor` (if given) is a time no deadline the last call added
-    /// can be before: with the timer armed at or before it, no deadline can be
-    /// earlier than the timer, and the deadline scan is skipped (the hot path).
-    fn flags_after(&self, floor: Option<u64>) -> i32 {
+    /// The flags, where `floor` (if given) is a time no call deadline the last call
+    /// added can be before: with the timer armed at or before it and before every key
+    /// wake scheduled since, no deadline can be earlier than the timer, and the
+    /// deadline scan is skipped (the hot path, shared keys included).
+    fn flags_after(&mut self, floor: Option<u64>) -> i32 {
         let mut f = 0;
         let events = self.engine.has_events();
         if events {
@@ -370,7 +371,10 @@ impl Breaker {
         if self.shared && self.engine.has_io() {
             f |= F_IO;
         }
-        let quiet = !events && !self.shared && floor.is_some_and(|fl| self.armed <= fl);
+        let wake = self.engine.take_new_wake();
+        let quiet = !events
+            && floor.is_some_and(|fl| self.armed <= fl)
+            && wake.is_none_or(|w| self.armed <= w);
         if !quiet && self.next_deadline().is_some_and(|d| d < self.armed) {
             f |= F_REARM;
         }

@@ -617,7 +617,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     store?: (v: unknown) => void): Promise<unknown> {
     const t = now();
     const h = this._h;
-    if (this._store !== undefined) this._io(w.fw_prepare(h, t), t);
+    // A sync store answers the refresh before the decision; an async one is asked by
+    // `start` itself (admission never waits on it).
+    if (this._store instanceof SharedStore) this._io(w.fw_prepare(h, t), t);
     const r = w.fw_start(h, t);
     const kind = r & KIND_MASK;
     if (kind === RUNNING) {
