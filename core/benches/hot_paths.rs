@@ -108,7 +108,7 @@ fn engine_path(c: &mut Criterion) {
         })
     });
     g.bench_function("shared_sync_memory_store", |b| {
-        // A sync host: prepare (one read), start, complete, with the in-memory store
+        // A sync host: prepare (a read every sync_ms), start, complete, with the in-memory store
         // standing in for Envoy shared data (its copy costs are the host's).
         let mut e = Engine::shared(SharedConfig::default(), 1).expect("valid");
         let p = e.add_policy("p", cfg.clone()).expect("valid");

@@ -108,7 +108,7 @@ impl<V> IdMap<V> {
 
     fn grow(&mut self) {
         let cap = (self.slots.len() * 2).max(16);
-        let old = core::mem::replace(&mut self.slots, Vec::new());
+        let old = core::mem::take(&mut self.slots);
         self.slots.resize_with(cap, || None);
         self.len = 0;
         for (k, v) in old.into_iter().flatten() {
