@@ -918,6 +918,9 @@ impl Replica {
     /// admission is about to need, so the same host call can grant it.
     fn anticipate(&mut self, ctx: &Ctx) {
         let Some(v) = &self.view else { return };
+        if v.breaker.phase() == Phase::Closed && ctx.bulkhead_shared().is_none() {
+            return; // runs, and needs neither a lease nor a slot (a closed breaker has no timer)
+        }
         let cfg = &ctx.config.breaker;
         let mut trial = v.breaker.clone();
         let _ = trial.poll(cfg, ctx.now, ctx.rand);
