@@ -276,7 +276,7 @@ fn a_kept_window_trips_again_on_a_failure_not_on_successes_in_every_mode() {
     // With the window kept over a close, the old failures are still in it and may be
     // above the threshold: the rules run on the next failure (opossum), never on a
     // success — locally and on the shared window alike. (A worker sees the shared
-    // state on its next call.)
+    // state within sync_ms.)
     let json = r#"{"breaker": {
         "error_percentage": {"request_volume_threshold": 8, "threshold_percentage": 50,
                              "denominator": "all_calls", "comparison": "above"},
