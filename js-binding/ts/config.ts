@@ -84,7 +84,10 @@ export interface CoreSharedConfig {
   cas_attempts?: number;
   lease_ttl_ms?: number;
   heartbeat_ms?: number;
+  /** Healthy outcomes are merged into the shared state at most this often (ms). */
   flush_ms?: number;
-  sync_ms?: number;
+  /** A worker re-reads a key's shared state when its view is older (ms): 100 with a `SharedStore`, 1000 with an async store such as `RedisStore`; 0 (`SharedStore` only): before every call. */
+  sync_ms?: number | null;
+  /** A view the store has not confirmed for this long is stale: the breaker then decides locally (ms, ≥ 2 × `sync_ms`). */
   stale_ms?: number;
 }
