@@ -19,7 +19,8 @@ use crate::idmap::IdMap;
 use crate::matcher::RequestView;
 use crate::metrics::{Extra, KeyMetrics};
 use crate::replay::{replayable, Capture, Replay, Response};
-use crate::vecmap::{SlotTable, VecMap};
+use crate::slottable::SlotTable;
+use crate::vecmap::VecMap;
 
 /// What a stream callback tells the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

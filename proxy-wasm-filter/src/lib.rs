@@ -30,4 +30,5 @@ pub mod idmap;
 pub mod matcher;
 pub mod metrics;
 pub mod replay;
+pub mod slottable;
 pub mod vecmap;
