@@ -113,8 +113,11 @@ const statsTimer = setInterval(() => {
     `rejects ${s.rejects}, timeouts ${s.timeouts}, p99 ${s.percentiles[0.99].toFixed(1)} ms`);
 }, 1_000);
 const stop = Date.now() + RUN_MS;
+// A probe round can still meet the recovered upstream's 2 % errors (3 probes must all
+// succeed) and reopen for 8 s: keep the load on until the breaker has closed, up to 12 s more.
+const hardStop = stop + 12_000;
 const clients = Array.from({ length: 8 }, async (_, i) => {
-  while (Date.now() < stop) {
+  while (Date.now() < stop || (!breaker.closed && Date.now() < hardStop)) {
     await getJSON(servicePort, `/stock/sku-${i}`).catch(() => {});
     await new Promise((r) => setTimeout(r, 5));
   }
