@@ -697,7 +697,7 @@ pub const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;
 
 /// Shows an `f64` in an error message without pulling float formatting into `.wasm`
 /// builds (integers as integers, else three decimals).
-struct Num(f64);
+pub(crate) struct Num(pub(crate) f64);
 
 impl fmt::Display for Num {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -986,116 +986,16 @@ impl SharedConfig {
 
 /// Parses any part of the one schema (or a host's document embedding it) from JSON;
 /// errors name the field path (`policies[0].breaker.mode`) and the reason.
-///
-/// The path is recovered from the error's position by a small scan of the document
-/// (a path-tracking deserializer would double the size of a `.wasm` host).
 pub fn parse_json<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, ConfigError> {
-    serde_json::from_slice(json).map_err(|e| {
-        let msg = e.to_string();
-        let reason = match msg.rfind(" at line ") {
-            Some(i) => msg[..i].to_string(),
-            None => msg,
-        };
-        let path = if e.line() == 0 {
-            String::new()
-        } else {
-            path_at(json, e.line(), e.column())
-        };
-        ConfigError { path, reason }
+    crate::json::from_slice(json).map_err(|e| ConfigError {
+        path: e.path.unwrap_or_default(),
+        reason: e.reason,
     })
-}
-
-enum Frame {
-    Object(Option<String>),
-    Array(usize),
-}
-
-/// The field path of the JSON value being read at `line`:`column` (1-based, as
-/// `serde_json` reports them).
-fn path_at(json: &[u8], line: usize, column: usize) -> String {
-    let mut at = 0usize;
-    let mut l = 1;
-    while l < line && at < json.len() {
-        if json[at] == b'\n' {
-            l += 1;
-        }
-        at += 1;
-    }
-    let end = (at + column).min(json.len());
-    let mut stack: Vec<Frame> = Vec::new();
-    let mut want_key = false;
-    let mut i = 0;
-    while i < end {
-        match json[i] {
-            b'{' => {
-                stack.push(Frame::Object(None));
-                want_key = true;
-            }
-            b'[' => stack.push(Frame::Array(0)),
-            b'}' | b']' => {
-                stack.pop();
-                want_key = false;
-            }
-            b',' => match stack.last_mut() {
-                Some(Frame::Array(n)) => *n += 1,
-                Some(Frame::Object(k)) => {
-                    *k = None;
-                    want_key = true;
-                }
-                None => {}
-            },
-            b'"' => {
-                let start = i + 1;
-                i += 1;
-                while i < json.len() && json[i] != b'"' {
-                    i += if json[i] == b'\\' { 2 } else { 1 };
-                }
-                if want_key {
-                    if let Some(Frame::Object(k)) = stack.last_mut() {
-                        let raw = json.get(start..i.min(json.len())).unwrap_or_default();
-                        *k = Some(String::from_utf8_lossy(raw).into_owned());
-                    }
-                    want_key = false;
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    let mut path = String::new();
-    for f in &stack {
-        match f {
-            Frame::Object(Some(k)) => {
-                if !path.is_empty() {
-                    path.push('.');
-                }
-                path.push_str(k);
-            }
-            Frame::Object(None) => {}
-            Frame::Array(n) => {
-                path.push('[');
-                path.push_str(&n.to_string());
-                path.push(']');
-            }
-        }
-    }
-    path
 }
 
 #[cfg(test)]
 mod tests {
     use super::Num;
-
-    #[test]
-    fn paths_from_positions() {
-        let at = |json: &str| super::path_at(json.as_bytes(), 1, json.len());
-        assert_eq!(at(r#"{"a": {"b": [1, {"c": "#), "a.b[1].c");
-        assert_eq!(at(r#"{"a": {"b": 1}, "d": "x\"y", "e"#), "e");
-        assert_eq!(at(r#"{"a": [{"k": 1}, {"k": 2}], "z"#), "z");
-        assert_eq!(at("{}"), "");
-        let multi = "{\n  \"a\": {\n    \"bb\": tru";
-        assert_eq!(super::path_at(multi.as_bytes(), 3, 13), "a.bb");
-    }
 
     #[test]
     fn numbers_in_messages() {

@@ -21,6 +21,7 @@ mod counter;
 pub mod engine;
 pub mod event;
 pub mod histogram;
+mod json;
 mod keyindex;
 pub mod ring;
 pub mod shared;

@@ -1,0 +1,86 @@
+//! The core's JSON reader (behind `config::parse_json`) against serde_json as the
+//! reference: the same documents are accepted with the same values, the same are
+//! refused, and nothing panics.
+
+use fusewire_core::config::parse_json;
+use proptest::prelude::*;
+use serde_json::Value;
+
+fn value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<u64>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        "\\PC{0,12}".prop_map(Value::String),
+        any::<String>().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec(("[a-z_]{0,6}", inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn reads_what_serde_json_writes(v in value(), pretty in any::<bool>()) {
+        let text = if pretty {
+            serde_json::to_string_pretty(&v).unwrap()
+        } else {
+            serde_json::to_string(&v).unwrap()
+        };
+        let ours: Value = parse_json(text.as_bytes()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(ours, v);
+    }
+
+    /// Damaged documents: both readers agree on accept/refuse and on the value.
+    #[test]
+    fn agrees_with_serde_json_on_damaged_documents(
+        v in value(),
+        cuts in prop::collection::vec((any::<prop::sample::Index>(), 0u8..4, any::<u8>()), 1..4),
+    ) {
+        let mut bytes = serde_json::to_vec(&v).unwrap();
+        for (at, op, b) in cuts {
+            if bytes.is_empty() {
+                break;
+            }
+            let i = at.index(bytes.len());
+            const PICKS: &[u8] = b"{}[],:\"\\-.0123456789eEtrufalsn \x01\xff";
+            let pick = PICKS[b as usize % PICKS.len()];
+            match op {
+                0 => { bytes.remove(i); }
+                1 => bytes.insert(i, pick),
+                2 => bytes[i] = pick,
+                _ => bytes.truncate(i),
+            }
+        }
+        let reference = serde_json::from_slice::<Value>(&bytes);
+        let ours = parse_json::<Value>(&bytes);
+        match (&reference, &ours) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(_), Err(e)) => prop_assert!(!e.reason.is_empty()),
+            _ => prop_assert!(
+                false,
+                "{:?}: serde_json {:?}, ours {:?}",
+                String::from_utf8_lossy(&bytes),
+                reference.map_err(|e| e.to_string()),
+                ours.map_err(|e| e.to_string())
+            ),
+        }
+    }
+}
+
+#[test]
+fn deep_nesting_is_refused_not_a_stack_overflow() {
+    let deep = "[".repeat(100_000);
+    let e = parse_json::<Value>(deep.as_bytes()).unwrap_err();
+    assert!(e.reason.contains("recursion limit"), "{e}");
+}
