@@ -1188,3 +1188,34 @@ fn async_start_asks_for_the_due_refresh_without_prepare() {
     assert!(h.store.reads > reads);
     let _ = h.complete(0, p, Outcome::Success);
 }
+
+/// The quiet path (a success on a warm, closed key schedules nothing new) still
+/// leaves every outcome to the flush scheduled by the first one.
+#[test]
+fn async_healthy_traffic_is_flushed_on_its_timer_and_nothing_is_lost() {
+    let mut h = Host::new(ASYNC, "{}");
+    let keys = h.keys("k");
+    h.advance(2_000);
+    let flush = SharedConfig::default().flush_ms;
+    for round in 0..3 {
+        let before = h.store.writes;
+        for i in 0..300 {
+            let w = i % 3;
+            assert!(h.call(w, keys[w], Outcome::Success));
+        }
+        assert_eq!(h.store.writes, before, "round {round}: no write per call");
+        // Three flushes due at once conflict; this harness answers every 100 ms.
+        h.advance(3 * flush);
+        assert!(
+            h.store.writes >= before + 3,
+            "round {round}: every worker wrote"
+        );
+        let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+        let st = decode(h.store.raw_get(&sk).unwrap());
+        assert_eq!(
+            st.window.counts_at(h.now).success,
+            300 * (round + 1),
+            "round {round}: every call counted"
+        );
+    }
+}

@@ -652,10 +652,12 @@ impl Engine {
         if deadline != Nanos::MAX {
             p.timeouts.push(exec.timeout_ms, deadline, id);
         }
-        if k.replica.is_some()
-            || t.is_some()
+        // A plain pass on a closed key leaves its wake and I/O as they were (a shared
+        // key's replica says whether it asked for anything): the hot path skips them.
+        if t.is_some()
             || raw.1 != NO_PROBE
             || k.circuit.state.phase() != Phase::Closed
+            || k.replica.as_deref().is_some_and(|r| !r.settled(&ctx))
         {
             self.after(i, now);
         }
@@ -747,10 +749,15 @@ impl Engine {
         let concurrency = k.in_flight;
         k.in_flight = k.in_flight.saturating_sub(1);
         let ctx = ctx!(self, k, cfg, now, rand);
+        let mut quiet = false;
         let t = match k.replica.as_deref_mut() {
             Some(rep) if rep.fresh(&ctx) => {
                 // The shared state decides; the local window keeps the metrics.
-                rep.record(&ctx, pass, outcome);
+                let was_dirty = rep.is_dirty();
+                let urgent = rep.record(&ctx, pass, outcome);
+                // Counted into a delta whose flush is already scheduled, nothing
+                // else asked for: the wake and I/O stay as they are.
+                quiet = was_dirty && !urgent && ctx.waiters == 0 && rep.settled(&ctx);
                 k.circuit
                     .record_metrics(cfg, pass.2, outcome, concurrency, now);
                 None
@@ -773,7 +780,12 @@ impl Engine {
                 transition,
             });
         }
-        self.after(key, now);
+        // A local key left closed has no wake (its breaker's timers are open-phase
+        // ones) and no I/O: nothing to schedule.
+        let quiet = quiet || (k.replica.is_none() && k.circuit.state.phase() == Phase::Closed);
+        if !quiet {
+            self.after(key, now);
+        }
     }
 
     /// Hands free slots to queued calls, first come first served.

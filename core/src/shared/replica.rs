@@ -588,6 +588,20 @@ impl Replica {
         next.map(|n| n.max(self.backoff_until))
     }
 
+    /// Whether an admission or a quiet outcome can leave the key's scheduled wake
+    /// and I/O as they are: a fresh view, nothing wanted from the store, and no
+    /// slots held (the reserve's release wake depends on the calls in flight).
+    /// Everything [`Replica::next_wake`] reads is then unchanged, or changed only
+    /// towards a later wake.
+    pub(crate) fn settled(&self, ctx: &Ctx) -> bool {
+        self.slots_held == 0 && !self.wants_io() && self.fresh(ctx)
+    }
+
+    /// Whether outcomes are waiting for the next flush (its wake is scheduled).
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.dirty_at.is_some()
+    }
+
     fn write_wanted(&self) -> bool {
         self.leases_wanted > 0
             || self.slots_wanted > 0
