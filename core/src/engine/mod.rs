@@ -757,7 +757,7 @@ impl Engine {
                 let urgent = rep.record(&ctx, pass, outcome);
                 // Counted into a delta whose flush is already scheduled, nothing
                 // else asked for: the wake and I/O stay as they are.
-                quiet = was_dirty && !urgent && ctx.waiters == 0 && rep.settled(&ctx);
+                quiet = was_dirty && !urgent && ctx.waiters == 0 && rep.idle();
                 k.circuit
                     .record_metrics(cfg, pass.2, outcome, concurrency, now);
                 None

@@ -594,7 +594,13 @@ impl Replica {
     /// Everything [`Replica::next_wake`] reads is then unchanged, or changed only
     /// towards a later wake.
     pub(crate) fn settled(&self, ctx: &Ctx) -> bool {
-        self.slots_held == 0 && !self.wants_io() && self.fresh(ctx)
+        self.idle() && self.fresh(ctx)
+    }
+
+    /// [`Replica::settled`] without the freshness test, for a caller that has just
+    /// made it: nothing wanted from the store and no slots held.
+    pub(crate) fn idle(&self) -> bool {
+        self.slots_held == 0 && !self.wants_io()
     }
 
     /// Whether outcomes are waiting for the next flush (its wake is scheduled).
