@@ -519,14 +519,17 @@ impl Engine {
             now,
             rand,
         };
+        // Whether the replica's view decides (tested once: nothing below moves it).
+        let mut fresh = false;
         let (r, t) = match k.replica.as_deref_mut() {
             Some(rep) => {
                 if shared.mode == SyncMode::Async {
                     // Admission never waits on an async store: asking for the due
                     // refresh here saves the host its `prepare` call.
-                    rep.prepare(&ctx);
+                    rep.prepare_async(&ctx);
                 }
-                rep.admit(&ctx, &mut k.circuit)
+                fresh = rep.fresh(&ctx);
+                rep.admit(&ctx, fresh, &mut k.circuit)
             }
             None => k
                 .circuit
@@ -657,7 +660,7 @@ impl Engine {
         if t.is_some()
             || raw.1 != NO_PROBE
             || k.circuit.state.phase() != Phase::Closed
-            || k.replica.as_deref().is_some_and(|r| !r.settled(&ctx))
+            || k.replica.as_deref().is_some_and(|r| !(fresh && r.idle()))
         {
             self.after(i, now);
         }
@@ -1208,6 +1211,7 @@ impl Engine {
     /// scheduled since the last call, then forgets it: a host whose timer is armed at
     /// or before it, with no new call deadline or event, need not scan
     /// [`Engine::next_deadline`]. O(1).
+    #[inline]
     pub fn take_new_wake(&mut self) -> Option<Nanos> {
         let w = core::mem::replace(&mut self.new_wake, Nanos::MAX);
         (w != Nanos::MAX).then_some(w)
@@ -1215,11 +1219,13 @@ impl Engine {
 
     /// Whether [`Engine::poll`] has events queued already (a host that polls only
     /// when something happened checks this after `start` / `complete`). O(1).
+    #[inline]
     pub fn has_events(&self) -> bool {
         !self.events.is_empty()
     }
 
     /// Whether a store request is waiting for [`Engine::poll_io`].
+    #[inline]
     pub fn has_io(&self) -> bool {
         !self.io_queue.is_empty()
     }

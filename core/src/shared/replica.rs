@@ -274,11 +274,13 @@ impl Replica {
 
     /// Whether decisions come from the shared view (bound, and confirmed by the store
     /// within `stale_ms`); otherwise the key runs on its local breaker.
+    #[inline]
     pub(crate) fn fresh(&self, ctx: &Ctx) -> bool {
         self.fresh_at(ctx.shared, ctx.now)
     }
 
     /// [`Replica::fresh`] for status queries (no config at hand).
+    #[inline]
     pub(crate) fn fresh_at(&self, shared: &SharedConfig, now: Nanos) -> bool {
         let stale = ms_to_ns(shared.stale_ms);
         self.view.is_some()
@@ -307,29 +309,35 @@ impl Replica {
                     self.anticipate(ctx);
                 }
             }
-            SyncMode::Async => {
-                let due = self
-                    .read_at
-                    .is_none_or(|t| ctx.now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms()));
-                if due && ctx.now >= self.backoff_until {
-                    self.read_wanted = true;
-                }
-            }
+            SyncMode::Async => self.prepare_async(ctx),
+        }
+    }
+
+    /// [`Replica::prepare`] for an asynchronous store: asks for the due refresh.
+    #[inline]
+    pub(crate) fn prepare_async(&mut self, ctx: &Ctx) {
+        let due = self
+            .read_at
+            .is_none_or(|t| ctx.now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms()));
+        if due && ctx.now >= self.backoff_until {
+            self.read_wanted = true;
         }
     }
 
     /// Breaker admission from the shared view (or the local breaker when there is no
     /// fresh view). A probe needs a lease granted through the store: without one the
     /// call is refused and a lease is requested for the next call.
+    /// `fresh`: [`Replica::fresh`] at `ctx`, as the caller has just tested it.
     pub(crate) fn admit(
         &mut self,
         ctx: &Ctx,
+        fresh: bool,
         local: &mut Circuit,
     ) -> (Result<Pass, ShortCircuit>, Option<Transition>) {
         self.anticipate = false;
         let cfg = &ctx.config.breaker;
         let now = ctx.now;
-        if !self.fresh(ctx) {
+        if !fresh {
             return local.state.admit(cfg, &mut local.window, now, ctx.rand);
         }
         let Some(view) = self.view.as_mut() else {
@@ -474,6 +482,7 @@ impl Replica {
         self.mark(now, true);
     }
 
+    #[inline]
     fn mark(&mut self, now: Nanos, urgent: bool) -> bool {
         if self.dirty_at.is_none() {
             self.dirty_at = Some(now);
@@ -588,26 +597,23 @@ impl Replica {
         next.map(|n| n.max(self.backoff_until))
     }
 
-    /// Whether an admission or a quiet outcome can leave the key's scheduled wake
-    /// and I/O as they are: a fresh view, nothing wanted from the store, and no
-    /// slots held (the reserve's release wake depends on the calls in flight).
+    /// With a fresh view: whether an admission or a quiet outcome can leave the
+    /// key's scheduled wake and I/O as they are — nothing wanted from the store and
+    /// no slots held (the reserve's release wake depends on the calls in flight).
     /// Everything [`Replica::next_wake`] reads is then unchanged, or changed only
     /// towards a later wake.
-    pub(crate) fn settled(&self, ctx: &Ctx) -> bool {
-        self.idle() && self.fresh(ctx)
-    }
-
-    /// [`Replica::settled`] without the freshness test, for a caller that has just
-    /// made it: nothing wanted from the store and no slots held.
+    #[inline]
     pub(crate) fn idle(&self) -> bool {
         self.slots_held == 0 && !self.wants_io()
     }
 
     /// Whether outcomes are waiting for the next flush (its wake is scheduled).
+    #[inline]
     pub(crate) fn is_dirty(&self) -> bool {
         self.dirty_at.is_some()
     }
 
+    #[inline]
     fn write_wanted(&self) -> bool {
         self.leases_wanted > 0
             || self.slots_wanted > 0
@@ -621,6 +627,7 @@ impl Replica {
     }
 
     /// Whether the replica has a request for the host (and none in flight).
+    #[inline]
     pub(crate) fn wants_io(&self) -> bool {
         self.io == IoState::Idle
             && (self.read_wanted
