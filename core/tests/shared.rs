@@ -1219,3 +1219,54 @@ fn async_healthy_traffic_is_flushed_on_its_timer_and_nothing_is_lost() {
         );
     }
 }
+
+/// A fleet whose outcomes became due together (one burst of traffic) does not flush
+/// together, which would make every write but one lose its CAS race, round after
+/// round: an async store's flush comes 75–100 % of `flush_ms` after the first unsent
+/// outcome, spread by owner and round. A sync store (Envoy's shared data answers at
+/// once) keeps `flush_ms` exactly.
+#[test]
+fn async_flushes_due_together_are_spread_over_a_quarter_of_flush_ms() {
+    let shared = SharedConfig {
+        sync_ms: Some(60_000),
+        stale_ms: 120_000,
+        ..SharedConfig::default()
+    };
+    let flush = shared.flush_ms * MS;
+    let json = format!("{{{NO_TIMEOUT}}}");
+    for mode in [Mode::Async(16), Mode::Shared(Rules::Envoy, 16)] {
+        let mut h = Host::with_shared(mode, &json, shared.clone());
+        let keys = h.keys("k");
+        h.advance(2_000);
+        for round in 0..2 {
+            let t = h.now;
+            let mut wakes = Vec::new();
+            for w in 0..16 {
+                assert!(h.call(w, keys[w], Outcome::Success));
+                let d = h.engines[w].next_deadline().expect("a flush is scheduled");
+                assert!(
+                    (t + flush - flush / 4..=t + flush).contains(&d),
+                    "{mode:?} round {round} worker {w}: flush {} ms after the outcome",
+                    (d - t) / MS
+                );
+                wakes.push(d);
+            }
+            wakes.sort_unstable();
+            wakes.dedup();
+            match mode {
+                Mode::Async(_) => assert!(wakes.len() >= 12, "{mode:?}: spread, got {wakes:?}"),
+                _ => assert_eq!(wakes, [t + flush], "{mode:?}: flush_ms exactly"),
+            }
+            // Every count lands (this harness answers every 100 ms: writers that still
+            // collide retry a tick later, or back off after `cas_attempts`).
+            h.advance(4_000);
+            let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+            let st = decode(h.store.raw_get(&sk).unwrap());
+            assert_eq!(
+                st.window.counts_at(h.now).success,
+                16 * (round + 1),
+                "{mode:?} round {round}: every count landed"
+            );
+        }
+    }
+}

@@ -510,10 +510,7 @@ impl Replica {
             return;
         }
         let flush = ms_to_ns(ctx.shared.flush_ms);
-        if self
-            .dirty_at
-            .is_some_and(|d| now >= d.saturating_add(flush))
-        {
+        if self.dirty_at.is_some_and(|d| now >= flush_at(ctx, d)) {
             self.flush_now = true;
         }
         if self.slots_held > 0 {
@@ -561,7 +558,7 @@ impl Replica {
         let mut next: Option<Nanos> = None;
         let mut at = |t: Nanos| next = Some(next.map_or(t, |n: Nanos| n.min(t)));
         if let (Some(d), false) = (self.dirty_at, self.flush_now) {
-            at(d.saturating_add(flush));
+            at(flush_at(ctx, d));
         }
         if self.slots_held > 0 && !self.release_due {
             // `tick` releases a reserve (slots beyond those in flight) after
@@ -1045,7 +1042,14 @@ impl Replica {
                     fx.issue = Some(Issue::Contended);
                     self.give_up_round();
                     self.token_known = false;
-                    self.backoff_until = ctx.now.saturating_add(ms_to_ns(ctx.shared.flush_ms));
+                    let flush = ms_to_ns(ctx.shared.flush_ms);
+                    // Writers that lost together must not come back together: an
+                    // async store's contended round backs off 0.5–1.5 × `flush_ms`.
+                    let wait = match ctx.shared.mode {
+                        SyncMode::Sync => flush,
+                        SyncMode::Async => flush / 2 + ctx.rand % flush.max(1),
+                    };
+                    self.backoff_until = ctx.now.saturating_add(wait);
                     return;
                 }
                 match current {
@@ -1181,4 +1185,25 @@ impl Replica {
             && self.delta.is_empty()
             && self.slots_held == 0
     }
+}
+
+/// When outcomes pending since `dirty` are flushed: `flush_ms` later; for an
+/// asynchronous store up to a quarter earlier, spread by owner and round, so a fleet
+/// whose writes became due together (one burst of traffic, timers started at once)
+/// does not send them together and lose CAS races to each other in a row.
+fn flush_at(ctx: &Ctx, dirty: Nanos) -> Nanos {
+    let flush = ms_to_ns(ctx.shared.flush_ms);
+    let early = match ctx.shared.mode {
+        SyncMode::Sync => 0,
+        SyncMode::Async => spread(ctx.owner ^ dirty) % (flush / 4 + 1),
+    };
+    dirty.saturating_add(flush - early)
+}
+
+/// A well-mixed 64-bit value of `x` (splitmix64's finaliser).
+fn spread(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
