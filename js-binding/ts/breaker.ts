@@ -241,6 +241,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private readonly _parsed: Parsed;
   private readonly _errorFilter: (err: unknown, ...args: TI) => boolean;
   private readonly _store: SharedStore | AsyncStore | undefined;
+  /** Whether `_store` is a synchronous store (asked before every admission). */
+  private readonly _syncStore: boolean = false;
   private readonly _status: Status;
   private readonly _createdAtWall: number;
   private _enabled: boolean;
@@ -309,6 +311,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         throw optionError('options.name', 'a shared breaker needs a name (the same in every worker)');
       }
       this._store = shared['store'];
+      this._syncStore = this._store instanceof SharedStore;
     }
     const cfg = this._parsed.config;
     const buckets = cfg.metrics?.rolling_buckets ?? 10;
@@ -619,7 +622,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const h = this._h;
     // A sync store answers the refresh before the decision; an async one is asked by
     // `start` itself (admission never waits on it).
-    if (this._store instanceof SharedStore) this._io(w.fw_prepare(h, t), t);
+    if (this._syncStore) this._io(w.fw_prepare(h, t), t);
     const r = w.fw_start(h, t);
     const kind = r & KIND_MASK;
     if (kind === RUNNING) {
