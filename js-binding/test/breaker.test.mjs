@@ -87,6 +87,40 @@ describe('construction', () => {
 });
 
 describe('fire and call', () => {
+  test('fire and success listeners added late, removed and added again see exactly their calls', async () => {
+    const b = new CircuitBreaker(ok);
+    await b.fire(0); // nobody listens: nothing to see
+    const seen = [];
+    const onFire = (args) => seen.push(['fire', ...args]);
+    const onSuccess = (v) => seen.push(['success', v]);
+    b.on('fire', onFire);
+    b.once('success', onSuccess);
+    await b.fire(1);
+    await b.fire(2);
+    b.removeListener('fire', onFire);
+    await b.fire(3);
+    b.prependListener('success', onSuccess);
+    b.on('fire', onFire);
+    await b.fire(4);
+    b.removeAllListeners('success');
+    await b.fire(5);
+    b.removeAllListeners();
+    await b.fire(6);
+    assert.deepEqual(seen, [['fire', 1], ['success', 1], ['fire', 2], ['fire', 4], ['success', 4], ['fire', 5]]);
+    b.shutdown();
+  });
+
+  test('a listener that throws while a call settles at once rejects that call', async () => {
+    const b = new CircuitBreaker((x) => x);
+    b.on('success', () => {
+      throw new Error('listener');
+    });
+    await assert.rejects(b.fire(1), /listener/);
+    b.removeAllListeners('success');
+    assert.equal(await b.fire(2), 2, 'the breaker still works');
+    b.shutdown();
+  });
+
   test('resolves with the result; call() sets this; sync results and throws', async () => {
     const b = new CircuitBreaker(async (a, b2) => a + b2);
     assert.equal(await b.fire(2, 3), 5);

@@ -22,7 +22,7 @@ import {
 } from './engine.js';
 import { describe, isOurError, optionError, ourError, type CircuitBreakerError } from './errors.js';
 import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
-import { EventEmitter, ready } from './platform.js';
+import { EventEmitter, listening, ready } from './platform.js';
 import {
   Status, readStats, readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
 } from './status.js';
@@ -166,6 +166,19 @@ function nextName(): string {
     const r = (Math.random() * 16) | 0;
     return (c === 'x' ? r : (r & 0x3) | 0x8).toString(16);
   });
+}
+
+/**
+ * The resolving functions of the promise `new Promise(capture)` has just made: one
+ * module-level executor instead of a closure per call.
+ */
+const captured: { resolve: (v: unknown) => void; reject: (e: unknown) => void } = {
+  resolve: () => {},
+  reject: () => {},
+};
+function capture(resolve: (v: unknown) => void, reject: (e: unknown) => void): void {
+  captured.resolve = resolve;
+  captured.reject = reject;
 }
 
 function thenable(v: unknown): v is PromiseLike<unknown> {
@@ -566,7 +579,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** Removes listeners (fusewire keeps its own snapshot hooks). */
   override removeAllListeners(event?: string | symbol): this {
-    super.removeAllListeners(event);
+    // Node's emitter tells "no argument" (every event) from an explicit `undefined`
+    // (the event named undefined) by `arguments.length`.
+    if (event === undefined) super.removeAllListeners();
+    else super.removeAllListeners(event);
     if (!this._shutdown && (event === undefined || event === 'newListener' || event === 'removeListener')) {
       this._hook();
     }
@@ -602,7 +618,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown) {
       return Promise.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN'));
     }
-    this.emit('fire', args);
+    // Skipped without a listener: `emit` copies its arguments into an array.
+    if (listening(this, 'fire')) this.emit('fire', args);
     if (!this._enabled) {
       try {
         return Promise.resolve(this._action.apply(context, args as TI));
@@ -663,14 +680,20 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   private _run(id: number, t0: number, context: unknown, args: unknown[], signal: AbortSignal | undefined,
     lead: number, store?: (v: unknown) => void): Promise<unknown> {
-    return new Promise((resolve, reject) => {
-      const c = new Call(this, id, t0, context, args, resolve, reject);
-      c.lead = lead;
-      c.store = store;
-      this._enter();
+    const p = new Promise(capture);
+    const c = new Call(this, id, t0, context, args, captured.resolve, captured.reject);
+    c.lead = lead;
+    c.store = store;
+    this._enter();
+    try {
       if (signal !== undefined) this._bind(c, signal, false);
       this._exec(c);
-    });
+    } catch (e) {
+      // A listener threw while the call settled at once: the call's promise rejects,
+      // as a throw inside a Promise executor would make it.
+      c.reject(e);
+    }
+    return p;
   }
 
   /** Runs the action of an admitted call. */
@@ -710,7 +733,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       c.resolve(v);
       return;
     }
-    this.emit('success', v, t - c.t0);
+    if (listening(this, 'success')) this.emit('success', v, t - c.t0);
     if ((r & F_ANY) !== 0) this._after(r, t);
     if (c.lead >= 0) this._settleLead(0, c.lead, true, Promise.resolve(v));
     c.lead = -1;

@@ -111,6 +111,11 @@ export const EventEmitter = BrowserEmitter as unknown as new () => Emitter;
 
 export const platform = 'browser';
 
+/** Whether `emit(name)` would call a listener (the map drops an event with its last one). */
+export function listening(e: Emitter, name: string): boolean {
+  return (e as unknown as { _ev: Map<string | symbol, Listener[]> })._ev.has(name);
+}
+
 async function load(): Promise<void> {
   const url = new URL('./fusewire.wasm', import.meta.url);
   const res = await fetch(url);

@@ -16,6 +16,19 @@ export const EventEmitter = NodeEmitter as unknown as new () => Emitter;
 
 export const platform = 'node';
 
+/**
+ * Whether `emit(name)` would call a listener: Node's emitter counts its events in
+ * `_eventsCount` and keeps them in `_events`, deleting an event's entry with its
+ * last listener. Without that table (another emitter) the answer is yes, so nothing
+ * is ever skipped wrongly.
+ */
+export function listening(e: Emitter, name: string): boolean {
+  const n = e as unknown as { _events?: Record<string, unknown>; _eventsCount?: number };
+  if (n._eventsCount === 0) return false;
+  const table = n._events;
+  return table === undefined || table[name] !== undefined;
+}
+
 instantiate(new WebAssembly.Module(readFileSync(join(__dirname, '..', 'fusewire.wasm'))));
 
 /** Resolved: Node compiles the module synchronously at load. */
