@@ -6,9 +6,10 @@
  * contents and sharing; this class keeps the callers and the payloads.
  */
 import { CircuitBreaker, type Options } from './breaker.js';
+import { ById } from './byid.js';
 import { now } from './clock.js';
 import type { CoreConfig } from './config.js';
-import { F_REARM, K, KIND_MASK, out, putKey, w } from './engine.js';
+import { F_REARM, K, KIND_MASK, f64s, out, putKey, w } from './engine.js';
 import { describe, optionError } from './errors.js';
 import { MAX_MS, bool, fn, num } from './options.js';
 
@@ -41,6 +42,8 @@ interface Item<K, V> {
 /** JSON of the key (DataLoader compares keys by identity; a cache index needs bytes). */
 const defaultKey = (k: unknown): string => {
   if (typeof k === 'string') return k;
+  // What JSON.stringify gives a finite number, without its setup.
+  if (typeof k === 'number' && Number.isFinite(k)) return String(k);
   if (typeof k === 'bigint') return `${k}n`;
   return JSON.stringify(k);
 };
@@ -63,10 +66,10 @@ export class Collapser<K = unknown, V = unknown> {
   private readonly _cache: boolean;
   private readonly _window: number;
   private readonly _keyFn: (key: K) => string;
-  private readonly _items = new Map<number, Item<K, V>>();
-  private readonly _waits = new Map<number, { key: K; ck: string; resolve: (v: V) => void; reject: (e: unknown) => void }>();
+  private readonly _items = new ById<Item<K, V>>();
+  private readonly _waits = new ById<{ key: K; ck: string; resolve: (v: V) => void; reject: (e: unknown) => void }>();
   /** Cached results by entry id: the value, or the Error of a failed load. */
-  private readonly _payloads = new Map<number, { ok: boolean; value: unknown }>();
+  private readonly _payloads = new ById<{ ok: boolean; value: unknown }>();
   private _flushQueued = false;
 
   constructor(batchFn: BatchFn<K, V>, options: CollapserOptions<K, V> = {}) {
@@ -249,20 +252,14 @@ export class Collapser<K = unknown, V = unknown> {
       if (batch < 0) break;
       const n = w.fw_col_items(this._h, batch);
       const items: Item<K, V>[] = [];
-      if (n === 1 && this._items.size === 1) {
-        // One load: no need to read the listing.
-        for (const [id, it] of this._items) {
+      const base = w.fw_table() >>> 3;
+      const table = f64s();
+      for (let i = 0; i < n; i++) {
+        const id = table[base + i]!;
+        const it = this._items.get(id);
+        if (it !== undefined) {
           this._items.delete(id);
           items.push(it);
-        }
-      } else {
-        const table = new Float64Array(w.memory.buffer, w.fw_table(), n);
-        for (let i = 0; i < n; i++) {
-          const it = this._items.get(table[i]!);
-          if (it !== undefined) {
-            this._items.delete(table[i]!);
-            items.push(it);
-          }
         }
       }
       w.fw_record(this._h, K.COLLAPSED, items.length, t);
@@ -285,7 +282,8 @@ export class Collapser<K = unknown, V = unknown> {
 
   private _failed(items: Item<K, V>[], batch: number | undefined, e: unknown): void {
     if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_fail(this._h, batch);
-    const t = now();
+    // Only the cache needs the time (leads, events): a clock read is not free.
+    const t = this._cache ? now() : 0;
     for (const it of items) {
       it.reject(e);
       // A failed batch is not cached (DataLoader): the followers get it, then it is forgotten.
@@ -299,7 +297,8 @@ export class Collapser<K = unknown, V = unknown> {
   }
 
   private _done(items: Item<K, V>[], batch: number | undefined, values: ArrayLike<V | Error>): void {
-    const t = now();
+    // Only the cache needs the time (leads, events): a clock read is not free.
+    const t = this._cache ? now() : 0;
     for (let i = 0; i < items.length; i++) {
       const it = items[i]!;
       const v = values[i] as V | Error;

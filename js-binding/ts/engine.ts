@@ -122,6 +122,7 @@ export let w: Exports = undefined as unknown as Exports;
 let memBuf: ArrayBuffer | undefined;
 let outView: Float64Array = new Float64Array(0);
 let u8: Uint8Array = new Uint8Array(0);
+let f64: Float64Array = new Float64Array(0);
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -176,6 +177,16 @@ function views(): void {
   memBuf = b;
   outView = new Float64Array(b, w.fw_out(), 64);
   u8 = new Uint8Array(b);
+  f64 = new Float64Array(b);
+}
+
+/**
+ * The whole linear memory as `f64`s (the table area is `f64s()[(fw_table() >>> 3) + i]`;
+ * valid until the next wasm call that grows memory).
+ */
+export function f64s(): Float64Array {
+  if (f64.length === 0 || w.memory.buffer !== memBuf) views();
+  return f64;
 }
 
 /** The `f64` result area (valid until the next wasm call that grows memory). */
