@@ -28,6 +28,7 @@ import {
 } from './status.js';
 import { SharedStore } from './store.js';
 import { AsyncStore } from './async-store.js';
+import { ById } from './byid.js';
 
 /** opossum's cache transport: what `options.cacheTransport` must implement. */
 export interface CacheTransport<R = unknown> {
@@ -1128,9 +1129,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** 0: neither; 1: the cache; 2: coalescing; 3: both. */
   private _cached = 0;
   /** Payloads (the host keeps them; the core indexes them): cache 0 and 1, by entry id. */
-  private readonly _payloads: [Map<number, Promise<unknown>>, Map<number, Promise<unknown>>] = [new Map(), new Map()];
+  private readonly _payloads: [ById<Promise<unknown>>, ById<Promise<unknown>>] = [new ById(), new ById()];
   /** Followers of the coalescing cache waiting for a leader, by caller id. */
-  private readonly _waits = new Map<number, {
+  private readonly _waits = new ById<{
     context: unknown; args: unknown[]; signal: AbortSignal | undefined; key: string;
     resolve: (v: unknown) => void; reject: (e: unknown) => void;
   }>();

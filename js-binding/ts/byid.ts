@@ -23,6 +23,10 @@ export class ById<T> {
     return this._ids[s] === id ? this._vals[s] : undefined;
   }
 
+  has(id: number): boolean {
+    return this.get(id) !== undefined;
+  }
+
   /** Stores `v` for `id` (a value of an earlier id of the same slot is replaced). */
   set(id: number, v: T): void {
     const s = id % SLOTS;
