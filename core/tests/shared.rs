@@ -1270,3 +1270,48 @@ fn async_flushes_due_together_are_spread_over_a_quarter_of_flush_ms() {
         }
     }
 }
+
+/// Found by review: a store that fails at once (a closed Redis client) was asked again
+/// at once after every failure while a write was pending (here a forced phase), a busy
+/// loop that starved the host; now nothing goes out before the round's backoff ends,
+/// and what was pending lands once the store is back.
+#[test]
+fn a_store_failing_at_once_is_not_asked_again_before_the_backoff_ends() {
+    for mode in [ASYNC, SYNC[0]] {
+        let mut h = Host::new(mode, "{}");
+        let keys = h.keys("k");
+        h.advance(1_000);
+        h.store.down = Some(503);
+        let (now, rand) = (h.now, h.rand());
+        h.engines[0].force(keys[0], Phase::Open, now, rand);
+        for _ in 0..50 {
+            h.drive(0);
+            h.deliver();
+        }
+        let asked = h.store.failed;
+        assert!(asked <= 2, "{mode:?}: {asked} requests at one instant");
+        // Time passes: retried with a growing backoff, not on every tick.
+        h.advance(3_000);
+        let retried = h.store.failed - asked;
+        assert!(
+            (1..=15).contains(&retried),
+            "{mode:?}: {retried} retries in 3 s"
+        );
+        // The store is back: the forced phase lands within the longest backoff.
+        h.store.down = None;
+        let mut landed = false;
+        for _ in 0..120 {
+            h.advance(100);
+            let at = h.engines[0].store_key(keys[0]).expect("a slot").to_string();
+            let st = decode(h.store.raw_get(&at).expect("stored"));
+            if st.breaker.phase() == Phase::Open {
+                landed = true;
+                break;
+            }
+        }
+        assert!(
+            landed,
+            "{mode:?}: the forced phase reached the shared state"
+        );
+    }
+}

@@ -33,6 +33,8 @@ pub struct MemoryStore {
     pub reads: u64,
     /// When set, every operation fails with this status (a store outage).
     pub down: Option<u32>,
+    /// Operations refused while `down`.
+    pub failed: u64,
 }
 
 impl MemoryStore {
@@ -85,6 +87,7 @@ impl MemoryStore {
     /// Performs one request and returns the answer.
     pub fn exec(&mut self, io: &Io<'_>) -> OwnedAnswer {
         if let Some(code) = self.down {
+            self.failed += 1;
             return OwnedAnswer::Failed(code);
         }
         match io.op {

@@ -591,6 +591,10 @@ impl Replica {
             let sync = ms_to_ns(ctx.shared.sync_ms());
             at(self.read_at.map_or(ctx.now, |t| t.saturating_add(sync)));
         }
+        if ctx.now < self.backoff_until && self.io == IoState::Idle && self.io_pending() {
+            // A request held back by the backoff goes out when it ends.
+            at(self.backoff_until);
+        }
         next.map(|n| n.max(self.backoff_until))
     }
 
@@ -626,17 +630,23 @@ impl Replica {
     /// Whether the replica has a request for the host (and none in flight).
     #[inline]
     pub(crate) fn wants_io(&self) -> bool {
-        self.io == IoState::Idle
-            && (self.read_wanted
-                || matches!(self.bind, Bind::Probing { .. })
-                || self.write_wanted())
+        self.io == IoState::Idle && self.io_pending()
+    }
+
+    /// Whether a read, a write or a slot search is waiting to be sent.
+    #[inline]
+    fn io_pending(&self) -> bool {
+        self.read_wanted || matches!(self.bind, Bind::Probing { .. }) || self.write_wanted()
     }
 
     /// Builds the next request (`seq` identifies it): `Some(None)` a read of
     /// [`Replica::store_key`], `Some(Some(expect))` a write of [`Replica::written`];
     /// `None` when nothing is wanted.
     pub(crate) fn next_op(&mut self, ctx: &Ctx, seq: u32) -> Option<Option<Expect>> {
-        if self.io != IoState::Idle {
+        // Nothing goes out before the backoff of a failed or contended round ends
+        // (a store that fails at once would otherwise be asked again at once, forever);
+        // `next_wake` wakes the key when it ends.
+        if self.io != IoState::Idle || ctx.now < self.backoff_until {
             return None;
         }
         if let Bind::Probing { step, .. } = self.bind {
