@@ -722,13 +722,14 @@ fn async_a_store_restarted_empty_converges() {
         })
         .collect();
     assert!(views.iter().all(|v| *v == views[0]), "converged: {views:?}");
+    // The trip survives the restart (found by review: a fresh closed state sent the
+    // fleet's traffic back to the upstream it had tripped on).
     for w in 0..3 {
         let v = h.engines[w].shared_view(keys[w]).unwrap();
+        // Its open period has ended by now: half-open (probing), not closed.
+        assert_eq!(v.breaker.phase(), Phase::HalfOpen, "worker {w}");
+        assert!(v.breaker.generation() >= 1, "the trip's generation");
         assert_eq!(h.phase(w, keys[w]), v.breaker.phase());
-        assert!(
-            h.call(w, keys[w], Outcome::Success),
-            "worker {w} serves again"
-        );
     }
 }
 
@@ -1314,4 +1315,81 @@ fn a_store_failing_at_once_is_not_asked_again_before_the_backoff_ends() {
             "{mode:?}: the forced phase reached the shared state"
         );
     }
+}
+
+/// opossum's rules (the npm package's defaults): short-circuited calls are in the
+/// denominator, so a fleet's merged window can disagree with a local trip.
+const OPOSSUM: &str = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5, "denominator": "all_calls", "comparison": "above"}, "open": {"sleep_window_ms": 60000}}, "keys": {"max_keys": 1}}"#;
+
+fn transitions(h: &mut Host, w: usize) -> Vec<(Phase, Phase)> {
+    h.take_events(w)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Transition { transition: t, .. } => Some((t.from, t.to)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Found by review: a process that tripped on its own failures before its first
+/// view (the key was still being looked up) wrote a fresh closed state when it
+/// claimed the key (its short-circuited calls diluted the merged error rate), and its
+/// breaker closed again without a `close` event. The claim now keeps the open local
+/// breaker, and the outcomes are still counted.
+#[test]
+fn a_trip_decided_before_the_first_view_is_kept_when_the_key_is_claimed() {
+    let mut h = Host::new(ASYNC, OPOSSUM);
+    let keys = h.keys("k");
+    for _ in 0..10 {
+        let _ = h.call(0, keys[0], Outcome::Failure);
+    }
+    assert_eq!(h.phase(0, keys[0]), Phase::Open);
+    h.advance(1_000);
+    assert_eq!(h.phase(0, keys[0]), Phase::Open, "the trip stands");
+    let v = h.engines[0].shared_view(keys[0]).expect("a view");
+    assert_eq!(v.breaker.phase(), Phase::Open);
+    assert_eq!(
+        v.window.counts_at(h.now).failure,
+        5,
+        "the outcomes are counted"
+    );
+    assert_eq!(
+        transitions(&mut h, 0),
+        [(Phase::Closed, Phase::Open)],
+        "one open"
+    );
+    for w in 1..3 {
+        assert_eq!(h.phase(w, keys[w]), Phase::Open, "worker {w} sees the trip");
+    }
+}
+
+/// When the merged state undoes what a worker reported (its local trip, made before
+/// it had a view, is outvoted by the fleet's successes), the worker reports the
+/// change: every transition starts where the last one it reported ended.
+#[test]
+fn a_local_trip_outvoted_by_the_merged_state_is_reported_closed() {
+    let mut h = Host::new(ASYNC, OPOSSUM);
+    let k1 = h.key(1, "k");
+    for _ in 0..20 {
+        assert!(h.call(1, k1, Outcome::Success));
+    }
+    h.advance(2_000);
+    let v = h.engines[1].shared_view(k1).expect("a view");
+    assert_eq!(v.window.counts_at(h.now).success, 20, "worker 1's claim");
+    // Worker 0's key is new, with no view yet: its own breaker decides, and trips.
+    let k0 = h.key(0, "k");
+    for _ in 0..6 {
+        let _ = h.call(0, k0, Outcome::Failure);
+    }
+    assert_eq!(h.phase(0, k0), Phase::Open, "worker 0 tripped on its own");
+    h.advance(1_000);
+    let v = h.engines[0].shared_view(k0).expect("a view");
+    let c = v.window.counts_at(h.now);
+    assert_eq!((c.success, c.failure), (20, 5), "both deltas merged");
+    assert_eq!(h.phase(0, k0), Phase::Closed, "the merged state decides");
+    assert_eq!(
+        transitions(&mut h, 0),
+        [(Phase::Closed, Phase::Open), (Phase::Open, Phase::Closed)],
+        "worker 0 reports both"
+    );
 }

@@ -29,7 +29,7 @@ pub use calls::{CallId, FallbackPermit, Permit, Ticket};
 pub use events::{Cause, Completion, Event, Refusal, Start};
 pub use keys::KeyId;
 
-use crate::breaker::{Pass, Phase, RawPass, NO_PROBE};
+use crate::breaker::{Pass, Phase, RawPass, Transition, TransitionReason, NO_PROBE};
 use crate::circuit::{Circuit, Snapshot};
 use crate::config::{Config, ConfigError, Isolation, SharedConfig, SyncMode, MAX_KEY_LEN};
 use crate::event::{EventKind, Outcome};
@@ -1253,7 +1253,7 @@ impl Engine {
             };
             self.io_seq = self.io_seq.wrapping_add(1);
             let seq = self.io_seq;
-            if let Some(kind) = rep.next_op(&ctx, seq) {
+            if let Some(kind) = rep.next_op(&ctx, seq, &k.circuit.state) {
                 break (i, seq, kind);
             }
         };
@@ -1294,23 +1294,57 @@ impl Engine {
         if !rep.awaits(id.seq()) {
             return;
         }
+        // The phase this worker reported so far: its fresh view's, else its local
+        // breaker's.
+        let before = match rep.view() {
+            Some(v) if rep.fresh_at(&self.shared, now) => v.breaker.phase(),
+            _ => k.circuit.state.phase(),
+        };
         let fx = rep.on_answer(&ctx, answer);
         // The local breaker mirrors the last view, the state a stale key falls back to
         // (also after this worker's own writes, or it would fall back to an older one).
+        let mut after = None;
         if fx.adopted || fx.written {
             if let Some(v) = rep.view() {
                 k.circuit.state = v.breaker.clone();
+                after = Some((v.breaker.phase(), v.breaker.generation()));
             }
         }
         let kid = KeyId {
             index: i,
             generation: k.generation,
         };
+        // Transitions as this worker saw them: each starts where the last one it
+        // reported ended (a restatement of the phase it already reported is dropped),
+        // and a view that differs from what it reported ends with one more (its own
+        // trip undone by the merged state, a phase met on adopting a view).
+        let mut seen = before;
         for transition in fx.transitions {
+            if transition.to == seen {
+                continue;
+            }
             self.events.push_back(Event::Transition {
                 key: kid,
-                transition,
+                transition: Transition {
+                    from: seen,
+                    ..transition
+                },
             });
+            seen = transition.to;
+        }
+        if let Some((phase, generation)) = after {
+            if phase != seen {
+                self.events.push_back(Event::Transition {
+                    key: kid,
+                    transition: Transition {
+                        from: seen,
+                        to: phase,
+                        at: now,
+                        generation,
+                        reason: TransitionReason::Observed,
+                    },
+                });
+            }
         }
         if let Some(issue) = fx.issue {
             self.events.push_back(Event::Store { key: kid, issue });

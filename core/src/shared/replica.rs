@@ -19,7 +19,9 @@
 use super::codec::{self, DecodeError, Kind};
 use super::io::{Answer, Expect, Issue};
 use super::state::{Delta, KeyState};
-use crate::breaker::{Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE};
+use crate::breaker::{
+    BreakerState, Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE,
+};
 use crate::circuit::Circuit;
 use crate::config::{BreakerMode, Config, SharedConfig, SyncMode};
 use crate::engine::keys::fnv1a;
@@ -642,7 +644,13 @@ impl Replica {
     /// Builds the next request (`seq` identifies it): `Some(None)` a read of
     /// [`Replica::store_key`], `Some(Some(expect))` a write of [`Replica::written`];
     /// `None` when nothing is wanted.
-    pub(crate) fn next_op(&mut self, ctx: &Ctx, seq: u32) -> Option<Option<Expect>> {
+    /// `local`: the key's local breaker (a claim starts from it when it is open).
+    pub(crate) fn next_op(
+        &mut self,
+        ctx: &Ctx,
+        seq: u32,
+        local: &BreakerState,
+    ) -> Option<Option<Expect>> {
         // Nothing goes out before the backoff of a failed or contended round ends
         // (a store that fails at once would otherwise be asked again at once, forever);
         // `next_wake` wakes the key when it ends.
@@ -655,7 +663,7 @@ impl Replica {
             return Some(None);
         }
         if self.write_wanted() && self.token_known {
-            let attempt = self.apply(ctx);
+            let attempt = self.apply(ctx, local);
             let buf = core::mem::take(&mut self.written);
             match codec::encode_into(Kind::KeyState, &attempt.state, buf) {
                 Ok(bytes) => self.written = bytes,
@@ -907,8 +915,17 @@ impl Replica {
                 self.read_wanted = false;
                 self.failures = 0;
                 self.limit_changed = false;
-                // The store lost the key (restarted empty) or never had it.
-                let fresh = KeyState::new(self.slot_name(), ctx.config, ctx.now);
+                // The store lost the key (restarted empty) or never had it. An open
+                // breaker stays open (the upstream it tripped on has not recovered
+                // because the store restarted); its counts start again.
+                let mut fresh = KeyState::new(self.slot_name(), ctx.config, ctx.now);
+                if let Some(v) = self
+                    .view
+                    .as_ref()
+                    .filter(|v| v.breaker.phase() == Phase::Open)
+                {
+                    fresh.breaker = v.breaker.clone();
+                }
                 if self
                     .view
                     .as_ref()
@@ -1102,13 +1119,23 @@ impl Replica {
     }
 
     /// The state a write would store now, and what it would grant.
-    fn apply(&self, ctx: &Ctx) -> Attempt {
+    fn apply(&self, ctx: &Ctx, local: &BreakerState) -> Attempt {
         let cfg = ctx.config;
         let now = ctx.now;
         let rand = ctx.rand;
         let mut s = match (&self.view, self.claim) {
             (Some(v), false) => v.clone(),
-            _ => KeyState::new(self.slot_name(), cfg, now),
+            _ => {
+                let mut fresh = KeyState::new(self.slot_name(), cfg, now);
+                // A claim (a new key, or one the store lost) keeps an open local
+                // breaker: a trip this process decided before it had a view, or the
+                // last view of a fleet that had tripped (the store restarted empty),
+                // is not undone by a fresh closed state.
+                if local.phase() == Phase::Open {
+                    fresh.breaker = local.clone();
+                }
+                fresh
+            }
         };
         s.conform(cfg);
         let mut ts = Vec::new();
@@ -1119,8 +1146,14 @@ impl Replica {
         };
         let b = &cfg.breaker;
         let delta = !self.delta.is_empty();
-        if delta && self.delta.generation == s.breaker.generation() {
+        let same = self.delta.generation == s.breaker.generation();
+        if delta && (same || newer(s.breaker.generation(), self.delta.generation)) {
+            // Outcomes of an earlier generation (one another worker's trip, or an
+            // open local breaker a claim kept, ended) are counted; they never move
+            // the breaker.
             s.window.0.merge(&self.delta.window.0);
+        }
+        if delta && same {
             let run = self.delta.streak.apply(s.breaker.consecutive_failures());
             s.breaker.set_consecutive_failures(run);
             if self.delta.may_trip() {
