@@ -1332,10 +1332,10 @@ fn transitions(h: &mut Host, w: usize) -> Vec<(Phase, Phase)> {
 }
 
 /// Found by review: a process that tripped on its own failures before its first
-/// view (the key was still being looked up) wrote a fresh closed state when it
-/// claimed the key (its short-circuited calls diluted the merged error rate), and its
-/// breaker closed again without a `close` event. The claim now keeps the open local
-/// breaker, and the outcomes are still counted.
+/// view (the key was still being looked up) wrote a closed state when it claimed the
+/// key: the calls its local breaker then refused were merged too and diluted the
+/// error rate (opossum's denominator counts refusals), and its breaker closed again
+/// without a `close` event. Refusals the local breaker decides now stay local.
 #[test]
 fn a_trip_decided_before_the_first_view_is_kept_when_the_key_is_claimed() {
     let mut h = Host::new(ASYNC, OPOSSUM);

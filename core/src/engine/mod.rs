@@ -543,7 +543,11 @@ impl Engine {
             Ok(pass) => pass,
             Err(reason) => {
                 k.circuit.record_event(EventKind::ShortCircuited, now);
-                if let Some(rep) = k.replica.as_deref_mut() {
+                // A refusal the shared view decided is the fleet's; one the local
+                // breaker decided (no fresh view) stays local: carried into the
+                // shared window it would dilute the error rate the merged state
+                // trips on (opossum's denominator counts refusals).
+                if let Some(rep) = k.replica.as_deref_mut().filter(|_| fresh) {
                     rep.record_refusal(EventKind::ShortCircuited, now);
                 }
                 self.after(i, now);
@@ -1253,7 +1257,7 @@ impl Engine {
             };
             self.io_seq = self.io_seq.wrapping_add(1);
             let seq = self.io_seq;
-            if let Some(kind) = rep.next_op(&ctx, seq, &k.circuit.state) {
+            if let Some(kind) = rep.next_op(&ctx, seq) {
                 break (i, seq, kind);
             }
         };

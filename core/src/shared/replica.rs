@@ -19,9 +19,7 @@
 use super::codec::{self, DecodeError, Kind};
 use super::io::{Answer, Expect, Issue};
 use super::state::{Delta, KeyState};
-use crate::breaker::{
-    BreakerState, Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE,
-};
+use crate::breaker::{Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE};
 use crate::circuit::Circuit;
 use crate::config::{BreakerMode, Config, SharedConfig, SyncMode};
 use crate::engine::keys::fnv1a;
@@ -644,13 +642,7 @@ impl Replica {
     /// Builds the next request (`seq` identifies it): `Some(None)` a read of
     /// [`Replica::store_key`], `Some(Some(expect))` a write of [`Replica::written`];
     /// `None` when nothing is wanted.
-    /// `local`: the key's local breaker (a claim starts from it when it is open).
-    pub(crate) fn next_op(
-        &mut self,
-        ctx: &Ctx,
-        seq: u32,
-        local: &BreakerState,
-    ) -> Option<Option<Expect>> {
+    pub(crate) fn next_op(&mut self, ctx: &Ctx, seq: u32) -> Option<Option<Expect>> {
         // Nothing goes out before the backoff of a failed or contended round ends
         // (a store that fails at once would otherwise be asked again at once, forever);
         // `next_wake` wakes the key when it ends.
@@ -663,7 +655,7 @@ impl Replica {
             return Some(None);
         }
         if self.write_wanted() && self.token_known {
-            let attempt = self.apply(ctx, local);
+            let attempt = self.apply(ctx);
             let buf = core::mem::take(&mut self.written);
             match codec::encode_into(Kind::KeyState, &attempt.state, buf) {
                 Ok(bytes) => self.written = bytes,
@@ -1119,20 +1111,18 @@ impl Replica {
     }
 
     /// The state a write would store now, and what it would grant.
-    fn apply(&self, ctx: &Ctx, local: &BreakerState) -> Attempt {
+    fn apply(&self, ctx: &Ctx) -> Attempt {
         let cfg = ctx.config;
         let now = ctx.now;
         let rand = ctx.rand;
         let mut s = match (&self.view, self.claim) {
             (Some(v), false) => v.clone(),
-            _ => {
+            (view, _) => {
+                // A claim starts afresh; an open breaker (the store lost the key of a
+                // tripped breaker) stays open.
                 let mut fresh = KeyState::new(self.slot_name(), cfg, now);
-                // A claim (a new key, or one the store lost) keeps an open local
-                // breaker: a trip this process decided before it had a view, or the
-                // last view of a fleet that had tripped (the store restarted empty),
-                // is not undone by a fresh closed state.
-                if local.phase() == Phase::Open {
-                    fresh.breaker = local.clone();
+                if let Some(v) = view.as_ref().filter(|v| v.breaker.phase() == Phase::Open) {
+                    fresh.breaker = v.breaker.clone();
                 }
                 fresh
             }
@@ -1148,9 +1138,8 @@ impl Replica {
         let delta = !self.delta.is_empty();
         let same = self.delta.generation == s.breaker.generation();
         if delta && (same || newer(s.breaker.generation(), self.delta.generation)) {
-            // Outcomes of an earlier generation (one another worker's trip, or an
-            // open local breaker a claim kept, ended) are counted; they never move
-            // the breaker.
+            // Outcomes of an earlier generation (one another worker's trip ended) are
+            // counted; they never move the breaker.
             s.window.0.merge(&self.delta.window.0);
         }
         if delta && same {
