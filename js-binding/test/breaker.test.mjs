@@ -121,6 +121,44 @@ describe('fire and call', () => {
     b.shutdown();
   });
 
+  test('a listener that throws while an async call settles rejects that call (found by review: it never settled)', async () => {
+    const b = new CircuitBreaker(async (x) => x);
+    b.on('success', () => {
+      throw new Error('listener');
+    });
+    await assert.rejects(b.fire(1), /listener/);
+    b.removeAllListeners('success');
+    b.on('failure', () => {
+      throw new Error('failure listener');
+    });
+    const failing = new CircuitBreaker(boom);
+    failing.on('failure', () => {
+      throw new Error('failure listener');
+    });
+    await assert.rejects(failing.fire(), /failure listener/);
+    assert.equal(await b.fire(2), 2, 'the breaker still works');
+    b.shutdown();
+    failing.shutdown();
+  });
+
+  test('removeAllListeners() keeps one set of the breaker\'s own hooks however often it runs (found by review)', async () => {
+    clock = fakeTime();
+    const b = new CircuitBreaker(ok, { rollingCountTimeout: 1000, rollingCountBuckets: 10 });
+    const before = [b.listenerCount('newListener'), b.status.listenerCount('newListener')];
+    for (let i = 0; i < 12; i++) b.removeAllListeners();
+    for (let i = 0; i < 3; i++) b.removeAllListeners('newListener');
+    b.status.removeAllListeners();
+    assert.deepEqual([b.listenerCount('newListener'), b.status.listenerCount('newListener')], before);
+    assert.equal(b.listenerCount('removeListener'), 1);
+    // Snapshots still start once someone listens on the status.
+    const got = [];
+    b.status.on('snapshot', (s) => got.push(s));
+    await flush();
+    clock.tick(250);
+    assert.ok(got.length >= 2, `snapshots after status.removeAllListeners(): ${got.length}`);
+    b.shutdown();
+  });
+
   test('resolves with the result; call() sets this; sync results and throws', async () => {
     const b = new CircuitBreaker(async (a, b2) => a + b2);
     assert.equal(await b.fire(2, 3), 5);
@@ -255,6 +293,17 @@ describe('half-open (timer-driven)', () => {
     assert.equal(await probe, 'up');
     assert.equal(b.closed, true);
     assert.deepEqual(log.map((e) => e[0]), ['open', 'halfOpen', 'close']);
+    b.shutdown();
+  });
+
+  test('a probe\'s success: close comes before success, as in opossum (found by review)', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ resetTimeout: 1000, errorFilter: (e) => e.message === 'filtered' });
+    const log = record(b, ['fire', 'success', 'close', 'open', 'halfOpen']);
+    await settle(b.fire('fail'));
+    clock.tick(1001);
+    await b.fire(1);
+    assert.deepEqual(log.map((e) => e[0]), ['fire', 'open', 'halfOpen', 'fire', 'close', 'success']);
     b.shutdown();
   });
 

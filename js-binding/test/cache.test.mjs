@@ -94,6 +94,19 @@ describe('cache', () => {
 });
 
 describe('coalesce', () => {
+  test('followers waiting when the breaker shuts down get the leader\'s result (found by review: they never settled)', async () => {
+    let release;
+    const b = new CircuitBreaker((x) => new Promise((r) => {
+      release = () => r(`v${x}`);
+    }), { coalesce: true });
+    const leader = b.fire(1);
+    const follower = b.fire(1);
+    b.shutdown();
+    release();
+    assert.equal(await leader, 'v1');
+    assert.equal(await follower, 'v1');
+  });
+
   test('concurrent calls with one key share one call', async () => {
     const gates = [];
     const b = new CircuitBreaker((x) => {

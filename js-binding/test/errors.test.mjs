@@ -34,6 +34,8 @@ describe('TypeErrors name the option and the reason', () => {
     typeError({ rollingCountBuckets: 0 }, /^options\.rollingCountTimeout: must be in 1\.\.=/);
     typeError({ rollingCountBuckets: 5000, rollingCountTimeout: 10_000 }, 'options.rollingCountBuckets: must be in 1..=1000, got 5000');
     typeError({ rollingCountTimeout: 0 }, /^options\.rollingCountTimeout: must be in 1\.\.=/);
+    typeError({ rollingCountTimeout: 5, rollingCountBuckets: 10 },
+      'options.rollingCountTimeout: must be at least rollingCountBuckets (10) ms: each bucket is floor(rollingCountTimeout / rollingCountBuckets) whole ms, got 5');
     typeError({ capacity: 0 }, 'options.capacity: must be at least 1');
     typeError({ capacity: -3 }, /^options\.capacity: invalid value: integer `-3`, expected u32/);
     typeError({ volumeThreshold: -1 }, /^options\.volumeThreshold: invalid value: integer `-1`, expected u32/);
@@ -50,7 +52,6 @@ describe('TypeErrors name the option and the reason', () => {
     typeError({ volumeThreshold: 10n }, 'options.volumeThreshold: must be a number, got 10n (a BigInt)');
     typeError({ allowWarmUp: 'yes' }, 'options.allowWarmUp: must be a boolean, got "yes"');
     typeError({ enabled: 1 }, 'options.enabled: must be a boolean, got 1');
-    typeError({ rollingPercentilesEnabled: null }, 'options.rollingPercentilesEnabled: must be a boolean, got null');
     typeError({ enableSnapshots: 'no' }, 'options.enableSnapshots: must be a boolean, got "no"');
     typeError({ autoRenewAbortController: 0 }, 'options.autoRenewAbortController: must be a boolean, got 0');
     typeError({ cache: 'true' }, 'options.cache: must be a boolean, got "true"');
@@ -66,6 +67,44 @@ describe('TypeErrors name the option and the reason', () => {
     typeError({ status: 7 }, 'options.status: must be a Status or a stats object, got 7');
     typeError({ abortController: { abort: 1 } }, 'AbortController does not contain `abort()` method');
     assert.throws(() => new CircuitBreaker(ok, 'options'), { name: 'TypeError', message: 'options: must be an object, got "options"' });
+  });
+
+  test('null means "not given", as opossum\'s ?? reads it; opossum\'s defaults are written into options', () => {
+    const options = { timeout: null, resetTimeout: null, errorThresholdPercentage: null, errorFilter: null,
+      rollingPercentilesEnabled: null, state: null, status: null, capacity: null, name: null };
+    const b = new CircuitBreaker(ok, options);
+    assert.equal(b.options, options, 'the object given');
+    assert.equal(options.timeout, 10_000);
+    assert.equal(options.resetTimeout, 30_000);
+    assert.equal(options.errorThresholdPercentage, 50);
+    assert.equal(options.rollingCountTimeout, 10_000);
+    assert.equal(options.rollingCountBuckets, 10);
+    assert.equal(options.rollingPercentilesEnabled, true);
+    assert.equal(options.capacity, Number.MAX_SAFE_INTEGER);
+    assert.equal(typeof options.errorFilter, 'function');
+    assert.equal(typeof options.cacheGetKey, 'function');
+    assert.equal(options.cacheTTL, 0);
+    assert.equal(options.enableSnapshots, true);
+    assert.equal(options.coalesce, false);
+    assert.equal(options.coalesceTTL, 10_000);
+    assert.deepEqual(options.coalesceResetOn, []);
+    b.shutdown();
+    // Values given stay; timeout: false stays false; the filled object builds the same breaker.
+    const given = { timeout: false, resetTimeout: 500 };
+    const c = new CircuitBreaker(ok, given);
+    assert.equal(given.timeout, false);
+    assert.equal(given.resetTimeout, 500);
+    assert.equal(given.coalesceTTL, false);
+    const again = new CircuitBreaker(ok, given);
+    const state = (x) => ({ ...x.toJSON().state, lastTimerAt: 0 });
+    assert.deepEqual(state(again), state(c));
+    c.shutdown();
+    again.shutdown();
+    // A frozen options object is read, not written.
+    const frozen = Object.freeze({ resetTimeout: 100 });
+    new CircuitBreaker(ok, frozen).shutdown();
+    assert.equal(frozen.timeout, undefined);
+    typeError({ cache: true, cacheTransport: null }, /^options\.cacheTransport/);
   });
 
   test('the core schema under options.fusewire', () => {

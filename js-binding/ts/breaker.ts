@@ -211,8 +211,20 @@ class Call {
     this.t0 = t0;
   }
 
-  ok = (v: unknown): void => this.cb._ok(this, v);
-  err = (e: unknown): void => this.cb._err(this, e);
+  ok = (v: unknown): void => {
+    try {
+      this.cb._ok(this, v);
+    } catch (e) {
+      this.cb._threw(this, e);
+    }
+  };
+  err = (e: unknown): void => {
+    try {
+      this.cb._err(this, e);
+    } catch (x) {
+      this.cb._threw(this, x);
+    }
+  };
 }
 
 /** opossum-compatible circuit breaker on the fusewire core. */
@@ -294,7 +306,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     this.options = options;
     this._action = action;
-    const o = options as Record<string, unknown>;
+    const o = opossumView(options as Record<string, unknown>);
     this._parsed = parse(o);
     const name = str('name', o['name']) || action.name || nextName();
     this._name = name;
@@ -365,6 +377,23 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (o['maxFailures'] !== undefined) {
       console.error('options.maxFailures is deprecated. Please use options.errorThresholdPercentage');
     }
+    // opossum writes its defaults into the options object it was given.
+    const p = this._parsed;
+    const given = options as Record<string, unknown>;
+    fill(given, 'timeout', p.timeout);
+    fill(given, 'resetTimeout', p.resetTimeout);
+    fill(given, 'errorThresholdPercentage', 50);
+    fill(given, 'rollingCountTimeout', p.rollingCountTimeout);
+    fill(given, 'rollingCountBuckets', p.rollingCountBuckets);
+    fill(given, 'rollingPercentilesEnabled', this._percentilesEnabled);
+    fill(given, 'capacity', Number.MAX_SAFE_INTEGER);
+    fill(given, 'errorFilter', this._errorFilter);
+    fill(given, 'cacheTTL', 0);
+    fill(given, 'cacheGetKey', defaultKey);
+    fill(given, 'enableSnapshots', enableSnapshots);
+    fill(given, 'coalesce', false);
+    fill(given, 'coalesceTTL', p.timeout);
+    fill(given, 'coalesceResetOn', p.coalesceResetOn);
   }
 
   // ---- getters -----------------------------------------------------------------------
@@ -571,6 +600,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     for (const t of this._health) globalThis.clearInterval(t as unknown as ReturnType<typeof setInterval>);
     this._health = [];
     this.clearCache();
+    // Coalescing followers share their leader's result (the leader's call still
+    // settles after shutdown, as in opossum); without a leader they reject.
+    for (const waiter of this._waits.values()) {
+      waiter.resolve(this._leading.get(waiter.key) ??
+        Promise.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN')));
+    }
+    this._waits.clear();
+    this._leading.clear();
     this._final = { stats, window };
     registry.delete(this);
     for (const f of watchers) f(this, false);
@@ -690,9 +727,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (signal !== undefined) this._bind(c, signal, false);
       this._exec(c);
     } catch (e) {
-      // A listener threw while the call settled at once: the call's promise rejects,
-      // as a throw inside a Promise executor would make it.
-      c.reject(e);
+      this._threw(c, e);
     }
     return p;
   }
@@ -734,8 +769,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       c.resolve(v);
       return;
     }
-    if (listening(this, 'success')) this.emit('success', v, t - c.t0);
+    // opossum closes a half-open breaker from its own `success` listener, which runs
+    // before the user's: `close` comes before `success`.
     if ((r & F_ANY) !== 0) this._after(r, t);
+    if (listening(this, 'success')) this.emit('success', v, t - c.t0);
     if (c.lead >= 0) this._settleLead(0, c.lead, true, Promise.resolve(v));
     c.lead = -1;
     if (c.store !== undefined) {
@@ -771,8 +808,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     const latency = t - c.t0;
     if (filtered) {
-      this.emit('success', e, latency);
       if ((r & F_ANY) !== 0) this._after(r, t);
+      this.emit('success', e, latency);
       c.reject(e);
       return;
     }
@@ -781,6 +818,24 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const fb = this._fallback(e, c.args);
     if (fb !== undefined) c.resolve(fb);
     else c.reject(e);
+  }
+
+  /**
+   * @internal A listener threw while call `c` settled: the call's promise rejects with
+   * that error (as a throw inside opossum's promise chain makes it); a cache lead the
+   * call held is settled as failed, so its followers do not wait forever.
+   */
+  _threw(c: Call, e: unknown): void {
+    if (c.lead >= 0) {
+      const lead = c.lead;
+      c.lead = -1;
+      try {
+        this._settleLead(0, lead, false, undefined);
+      } catch {
+        // A cache listener threw too; the call still rejects with the first error.
+      }
+    }
+    c.reject(e);
   }
 
   private _forget(c: Call): void {
@@ -1091,11 +1146,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._extra.coalesceCacheMisses += n(s.coalesceCacheMisses);
   }
 
-  private _hook(): void {
-    super.on('newListener', this._hooks);
-    super.on('removeListener', this._unhooks);
-    this._status.on('newListener', this._hooks);
-    this._status.on('removeListener', this._unhooks);
+  /** @internal Adds the snapshot hooks to the breaker and its status, once each. */
+  _hook(): void {
+    if (this._shutdown) return;
+    for (const em of [this, this._status] as Emitter[]) {
+      if (!em.listeners('newListener').includes(this._hooks)) em.on('newListener', this._hooks);
+      if (!em.listeners('removeListener').includes(this._unhooks)) em.on('removeListener', this._unhooks);
+    }
   }
 
   /** Runs the snapshot timer while anyone listens for `snapshot`. */
@@ -1130,6 +1187,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _cached = 0;
   /** Payloads (the host keeps them; the core indexes them): cache 0 and 1, by entry id. */
   private readonly _payloads: [ById<Promise<unknown>>, ById<Promise<unknown>>] = [new ById(), new ById()];
+  /** The promise of each coalescing leader in flight, by key (for `shutdown`). */
+  private readonly _leading = new Map<string, Promise<unknown>>();
   /** Followers of the coalescing cache waiting for a leader, by caller id. */
   private readonly _waits = new ById<{
     context: unknown; args: unknown[]; signal: AbortSignal | undefined; key: string;
@@ -1231,9 +1290,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** A coalescing lead: settles when the leader's promise does (followers share it). */
   private _lead1(lead: number, p: Promise<unknown>, key: string): void {
     const reset = this._parsed.coalesceResetOn;
+    this._leading.set(key, p);
     p.then(
-      () => this._settleLead(1, lead, true, p, reset.includes('success') ? key : undefined),
+      () => {
+        if (this._leading.get(key) === p) this._leading.delete(key);
+        this._settleLead(1, lead, true, p, reset.includes('success') ? key : undefined);
+      },
       (e: unknown) => {
+        if (this._leading.get(key) === p) this._leading.delete(key);
         const timeout = isOurError(e) && (e as CircuitBreakerError).code === 'ETIMEDOUT';
         this._settleLead(1, lead, false, p, timeout && reset.includes('timeout') ? key : undefined);
       },
@@ -1302,6 +1366,31 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this._payloads[which]!.delete(o[0]!);
       }
     }
+  }
+}
+
+/**
+ * The options as opossum reads them: `null` means "not given" (opossum uses `??`),
+ * except for `cacheTransport`, which opossum checks for `undefined` only.
+ */
+function opossumView(options: Record<string, unknown>): Record<string, unknown> {
+  let o = options;
+  for (const k in options) {
+    if (options[k] === null && k !== 'cacheTransport') {
+      if (o === options) o = { ...options };
+      delete o[k];
+    }
+  }
+  return o;
+}
+
+/** Sets `o[k]` to `v` unless the caller set it (a frozen options object is left alone). */
+function fill(o: Record<string, unknown>, k: string, v: unknown): void {
+  if (o[k] !== undefined && o[k] !== null) return;
+  try {
+    o[k] = v;
+  } catch {
+    // Frozen or sealed options: nothing to write back.
   }
 }
 

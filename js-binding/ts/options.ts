@@ -196,6 +196,11 @@ export function parse(options: Obj): Parsed {
 
   // Whole milliseconds (the core's unit); opossum buckets are floor(T / B) long.
   const width = rollingCountBuckets > 0 ? Math.floor(rollingCountTimeout / rollingCountBuckets) : 0;
+  if (rollingCountBuckets >= 1 && rollingCountTimeout > 0 && width === 0) {
+    throw optionError('options.rollingCountTimeout',
+      `must be at least rollingCountBuckets (${rollingCountBuckets}) ms: each bucket is ` +
+      `floor(rollingCountTimeout / rollingCountBuckets) whole ms, got ${rollingCountTimeout}`);
+  }
   const window = width * rollingCountBuckets;
   // Latency percentiles over the same window, in at most 5 histogram buckets (each
   // bucket is a 0.7 KB histogram; the counters keep opossum's bucket count).
@@ -260,7 +265,9 @@ export function parse(options: Obj): Parsed {
     };
   }
   const coalesce = bool('coalesce', options['coalesce']) ?? false;
-  const coalesceTTL = num('coalesceTTL', options['coalesceTTL']);
+  // false: no expiry (what opossum writes back when `timeout` is false).
+  const cttl = options['coalesceTTL'];
+  const coalesceTTL = cttl === false ? 0 : num('coalesceTTL', cttl);
   const coalesceSize = num('coalesceSize', options['coalesceSize']);
   const ro = options['coalesceResetOn'];
   if (ro !== undefined && (!Array.isArray(ro) || ro.some((x) => x !== 'error' && x !== 'success' && x !== 'timeout'))) {

@@ -117,7 +117,8 @@ if ty == 'hash' then
   local r = redis.call('HMGET', k, 't', 'v')
   tok = r[1]
   cur = r[2] or ''
-  if (not tok) or string.len(tok) > 16 or not string.match(tok, '^[1-9][0-9]*$') then
+  if (not tok) or string.len(tok) > 16 or not string.match(tok, '^[1-9][0-9]*$')
+      or tonumber(tok) > 9007199254740991 then
     tok = '0'
     cur = ''
   end
@@ -276,8 +277,14 @@ export class RedisStore extends AsyncStore {
     }
     this._pending.add(o);
     o.timer = setTimeout(() => {
-      this._stats.timeouts++;
-      this._settle(o, 4, -1, undefined, FAIL_TIMEOUT);
+      // Node runs due timers before it reads sockets: after an event-loop stall the
+      // reply may be waiting already. Give it one turn (setImmediate runs after the
+      // poll phase) before the op counts as timed out.
+      setImmediate(() => {
+        if (o.settled) return;
+        this._stats.timeouts++;
+        this._settle(o, 4, -1, undefined, FAIL_TIMEOUT);
+      });
     }, this._timeoutMs);
     o.timer.unref?.();
     const k = this._prefix + key;

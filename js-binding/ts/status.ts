@@ -79,6 +79,8 @@ export interface StatusSource {
   readonly _final?: { stats: Stats; window: Bucket[] } | undefined;
   /** Misses of the core caches (cache, coalescing), since creation. */
   _misses?(): [number, number];
+  /** Puts back the breaker's own listeners after a `removeAllListeners`. */
+  _hook?(): void;
 }
 
 /** @internal Stats of breaker `src` at `now`. */
@@ -156,5 +158,14 @@ export class Status extends (EventEmitter as new () => Emitter) {
   /** The window's buckets, newest first. */
   get window(): Bucket[] {
     return readWindow(this._src);
+  }
+
+  /** Removes listeners (the breaker keeps its own snapshot hooks). */
+  override removeAllListeners(event?: string | symbol): this {
+    // Node's emitter tells "no argument" (every event) from an explicit `undefined`.
+    if (event === undefined) super.removeAllListeners();
+    else super.removeAllListeners(event);
+    if (event === undefined || event === 'newListener' || event === 'removeListener') this._src._hook?.();
+    return this;
   }
 }
