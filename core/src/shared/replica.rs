@@ -907,17 +907,8 @@ impl Replica {
                 self.read_wanted = false;
                 self.failures = 0;
                 self.limit_changed = false;
-                // The store lost the key (restarted empty) or never had it. An open
-                // breaker stays open (the upstream it tripped on has not recovered
-                // because the store restarted); its counts start again.
-                let mut fresh = KeyState::new(self.slot_name(), ctx.config, ctx.now);
-                if let Some(v) = self
-                    .view
-                    .as_ref()
-                    .filter(|v| v.breaker.phase() == Phase::Open)
-                {
-                    fresh.breaker = v.breaker.clone();
-                }
+                // The store lost the key (restarted empty) or never had it.
+                let fresh = self.fresh_state(ctx.config, ctx.now);
                 if self
                     .view
                     .as_ref()
@@ -1110,6 +1101,21 @@ impl Replica {
         self.flush_now = true;
     }
 
+    /// A new state for the key (claimed: new, or lost by the store): an empty window
+    /// and a closed breaker, except that an open breaker stays open (the upstream it
+    /// tripped on has not recovered because the store restarted empty).
+    fn fresh_state(&self, cfg: &Config, now: Nanos) -> KeyState {
+        let mut s = KeyState::new(self.slot_name(), cfg, now);
+        if let Some(v) = self
+            .view
+            .as_ref()
+            .filter(|v| v.breaker.phase() == Phase::Open)
+        {
+            s.breaker = v.breaker.clone();
+        }
+        s
+    }
+
     /// The state a write would store now, and what it would grant.
     fn apply(&self, ctx: &Ctx) -> Attempt {
         let cfg = ctx.config;
@@ -1117,15 +1123,7 @@ impl Replica {
         let rand = ctx.rand;
         let mut s = match (&self.view, self.claim) {
             (Some(v), false) => v.clone(),
-            (view, _) => {
-                // A claim starts afresh; an open breaker (the store lost the key of a
-                // tripped breaker) stays open.
-                let mut fresh = KeyState::new(self.slot_name(), cfg, now);
-                if let Some(v) = view.as_ref().filter(|v| v.breaker.phase() == Phase::Open) {
-                    fresh.breaker = v.breaker.clone();
-                }
-                fresh
-            }
+            _ => self.fresh_state(cfg, now),
         };
         s.conform(cfg);
         let mut ts = Vec::new();
