@@ -159,6 +159,23 @@ describe('fire and call', () => {
     b.shutdown();
   });
 
+  test('a listener that throws on a timer-driven event does not stop the breaker\'s timer', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ timeout: 100 });
+    let throws = 1;
+    b.on('timeout', () => {
+      if (throws-- > 0) throw new Error('listener');
+    });
+    const first = settle(b.fire('hang'));
+    clock.tick(50);
+    const second = settle(b.fire('hang'));
+    assert.throws(() => clock.tick(60), /listener/, 'the listener\'s error surfaces from the timer');
+    clock.tick(60);
+    assert.equal((await second).error?.code, 'ETIMEDOUT', 'the next deadline still fires');
+    void first;
+    b.shutdown();
+  });
+
   test('resolves with the result; call() sets this; sync results and throws', async () => {
     const b = new CircuitBreaker(async (a, b2) => a + b2);
     assert.equal(await b.fire(2, 3), 5);

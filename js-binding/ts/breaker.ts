@@ -924,8 +924,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** @internal Handles the flags of a core call: store I/O, events, the timer. */
   _after(flags: number, t: number): void {
     if ((flags & F_IO) !== 0) flags |= this._io(flags, t);
-    if ((flags & F_EVENTS) !== 0) this._drain(t);
-    if ((flags & F_REARM) !== 0) this._arm(t);
+    try {
+      if ((flags & F_EVENTS) !== 0) this._drain(t);
+    } finally {
+      // A listener that threw does not leave the breaker without its timer.
+      if ((flags & F_REARM) !== 0) this._arm(t);
+    }
   }
 
   /** Drives the store requests of a shared breaker; returns the flags they left. */
@@ -1073,19 +1077,24 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._timer = undefined;
     if (this._shutdown) return;
     const t = now();
-    if ((this._cached & 1) !== 0 && this._cache === undefined) this._cacheEvents(0, t);
-    if ((this._cached & 2) !== 0) this._cacheEvents(1, t);
-    this._onTick?.(t);
-    if (this._store !== undefined) this._io(w.fw_has_io(this._h) === 1 ? F_IO : 0, t);
-    this._drain(t);
-    if (this._store !== undefined) {
-      const more = w.fw_has_io(this._h) === 1 ? F_IO : 0;
-      if (more !== 0) {
-        this._io(more, t);
-        this._drain(t);
+    try {
+      if ((this._cached & 1) !== 0 && this._cache === undefined) this._cacheEvents(0, t);
+      if ((this._cached & 2) !== 0) this._cacheEvents(1, t);
+      this._onTick?.(t);
+      if (this._store !== undefined) this._io(w.fw_has_io(this._h) === 1 ? F_IO : 0, t);
+      this._drain(t);
+      if (this._store !== undefined) {
+        const more = w.fw_has_io(this._h) === 1 ? F_IO : 0;
+        if (more !== 0) {
+          this._io(more, t);
+          this._drain(t);
+        }
       }
+    } finally {
+      // A listener that threw (its error goes on) does not leave the breaker without
+      // its timer: later deadlines still fire.
+      this._arm(t);
     }
-    this._arm(t);
   }
 
   private _force(phase: Phase): void {
