@@ -1393,3 +1393,58 @@ fn a_local_trip_outvoted_by_the_merged_state_is_reported_closed() {
         "worker 0 reports both"
     );
 }
+
+/// Found by review: a store that answers reads but refuses every write (a full
+/// `SharedStore`, a state larger than its entries) kept the view fresh — each read
+/// said "not found", so the key looked new and closed — while no outcome ever reached
+/// the store: failures were counted nowhere and the breaker never opened. Now a key
+/// whose writes fail runs on its local breaker (a synchronous store at once, an
+/// asynchronous one after `stale_ms`), and is shared again once a write lands.
+#[test]
+fn a_store_that_refuses_writes_leaves_the_key_to_its_local_breaker() {
+    for mode in [SYNC[0], SYNC[1], ASYNC] {
+        let mut h = Host::new(mode, OPOSSUM);
+        h.store.writes_down = Some(2);
+        let keys = h.keys("k");
+        if mode == ASYNC {
+            // Within `stale_ms` of the first failed write the view still decides.
+            for _ in 0..3 {
+                let _ = h.call(0, keys[0], Outcome::Failure);
+            }
+            h.advance(11_000);
+        }
+        let mut ran = 0;
+        for _ in 0..20 {
+            // Time passes between calls: the key is read again (and answered "not
+            // found") after each failed round's backoff.
+            h.advance(300);
+            if h.call(0, keys[0], Outcome::Failure) {
+                ran += 1;
+            }
+            h.deliver();
+        }
+        assert_eq!(h.phase(0, keys[0]), Phase::Open, "{mode:?}: the local breaker trips");
+        assert!(ran <= 6, "{mode:?}: {ran} calls ran");
+        let issues = store_events(&mut h, 0);
+        assert!(
+            issues
+                .iter()
+                .any(|i| matches!(i, Issue::Failed(2) | Issue::Stale)),
+            "{mode:?}: the host is told: {issues:?}"
+        );
+        // Writes land again: the key is shared again and its trip reaches the store.
+        h.store.writes_down = None;
+        h.advance(2_000);
+        let v = h.engines[0].shared_view(keys[0]).expect("a view again");
+        assert_eq!(
+            v.breaker.phase(),
+            Phase::Open,
+            "{mode:?}: the failures reached the store and tripped it"
+        );
+        let w = keys.len() - 1;
+        assert!(
+            !h.call(w, keys[w], Outcome::Success),
+            "{mode:?}: worker {w} is refused"
+        );
+    }
+}

@@ -1306,9 +1306,11 @@ impl Engine {
         };
         let fx = rep.on_answer(&ctx, answer);
         // The local breaker mirrors the last view, the state a stale key falls back to
-        // (also after this worker's own writes, or it would fall back to an older one).
+        // (also after this worker's own writes, or it would fall back to an older one);
+        // not a view that does not decide (read while writes fail: it lacks the
+        // outcomes the local breaker counted).
         let mut after = None;
-        if fx.adopted || fx.written {
+        if (fx.adopted || fx.written) && rep.fresh_at(&self.shared, now) {
             if let Some(v) = rep.view() {
                 k.circuit.state = v.breaker.clone();
                 after = Some((v.breaker.phase(), v.breaker.generation()));

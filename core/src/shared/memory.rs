@@ -33,7 +33,10 @@ pub struct MemoryStore {
     pub reads: u64,
     /// When set, every operation fails with this status (a store outage).
     pub down: Option<u32>,
-    /// Operations refused while `down`.
+    /// When set, every write fails with this status while reads still answer (a
+    /// full store, or a value larger than it holds).
+    pub writes_down: Option<u32>,
+    /// Operations refused while `down` or `writes_down`.
     pub failed: u64,
 }
 
@@ -98,7 +101,13 @@ impl MemoryStore {
                     None => OwnedAnswer::NotFound,
                 }
             }
-            Op::Write { value, expect } => self.write(io.key, value, expect),
+            Op::Write { value, expect } => match self.writes_down {
+                Some(code) => {
+                    self.failed += 1;
+                    OwnedAnswer::Failed(code)
+                }
+                None => self.write(io.key, value, expect),
+            },
         }
     }
 

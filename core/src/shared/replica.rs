@@ -124,6 +124,13 @@ pub(crate) struct Replica {
     read_at: Option<Nanos>,
     /// The `read_at` whose staleness was reported (`Issue::Stale`, once per episode).
     stale_told: Option<Nanos>,
+    /// When writes started failing (a full store, a value too large for it, writes
+    /// refused while reads still answer), until one lands or a read finds the key with
+    /// nothing of ours pending. Reads alone do not keep such a view fresh: outcomes
+    /// that cannot reach the store are decided by the local breaker — at once on a
+    /// synchronous store (its failures are not transient), after `stale_ms` on an
+    /// asynchronous one.
+    write_failed_at: Option<Nanos>,
     /// Bytes of this worker's last write: a read returning them needs no decode.
     written: Vec<u8>,
     written_is_view: bool,
@@ -193,6 +200,7 @@ impl Replica {
             token_known: false,
             read_at: None,
             stale_told: None,
+            write_failed_at: None,
             written: Vec::new(),
             written_is_view: false,
             hot: false,
@@ -286,6 +294,9 @@ impl Replica {
         self.view.is_some()
             && !matches!(self.bind, Bind::Probing { .. })
             && self.read_at.is_some_and(|t| now.saturating_sub(t) <= stale)
+            && self.write_failed_at.is_none_or(|t| {
+                shared.mode == SyncMode::Async && now.saturating_sub(t) <= stale
+            })
     }
 
     /// Slots this worker holds in the ledger.
@@ -864,6 +875,10 @@ impl Replica {
                 self.read_wanted = false;
                 self.failures = 0;
                 self.limit_changed = false;
+                if self.delta.is_empty() && self.attempt.is_none() {
+                    // Nothing of ours is missing from the stored state: it decides.
+                    self.write_failed_at = None;
+                }
                 if self.token_known && self.expect == Expect::Token(token) && self.view.is_some() {
                     self.read_at = Some(ctx.now);
                 } else if self.written_is_view && value == self.written.as_slice() {
@@ -987,6 +1002,7 @@ impl Replica {
         match answer {
             Answer::Written { token } => {
                 let Some(a) = self.attempt.take() else { return };
+                self.write_failed_at = None;
                 if a.delta {
                     let g = a.state.breaker.generation();
                     self.sent.reset(g);
@@ -1074,6 +1090,7 @@ impl Replica {
                 self.attempt = None;
                 self.unsend();
                 self.token_known = false;
+                self.write_failed_at.get_or_insert(ctx.now);
                 self.fail(ctx, code, fx);
             }
             Answer::Found { .. } | Answer::NotFound => {}
