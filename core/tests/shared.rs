@@ -1423,7 +1423,11 @@ fn a_store_that_refuses_writes_leaves_the_key_to_its_local_breaker() {
             }
             h.deliver();
         }
-        assert_eq!(h.phase(0, keys[0]), Phase::Open, "{mode:?}: the local breaker trips");
+        assert_eq!(
+            h.phase(0, keys[0]),
+            Phase::Open,
+            "{mode:?}: the local breaker trips"
+        );
         assert!(ran <= 6, "{mode:?}: {ran} calls ran");
         let issues = store_events(&mut h, 0);
         assert!(

@@ -46,7 +46,8 @@ pub const MAX_SCRATCH: u32 = 16 << 20;
 const INDEX_BITS: u32 = 20;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
 const GEN_MASK: u32 = (1 << 11) - 1;
-/// Breaker names (the policy and key of the engine) are cut to this many bytes.
+/// Longest breaker name (the policy and key of the engine) in bytes; longer names
+/// keep their head and a hash of the whole name (see `cut`).
 pub const MAX_NAME: usize = 200;
 
 // ---- flags returned by start / complete / force / io_done -----------------------
@@ -304,15 +305,21 @@ fn splitmix(rng: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn cut(name: &str) -> &str {
+/// `name`, or for a name longer than [`MAX_NAME`] its head and `~` + 16 hex digits
+/// of a 64-bit FNV-1a hash of the whole name: long names that share their first
+/// [`MAX_NAME`] bytes (URL-style names) still get their own shared state.
+fn cut(name: &str) -> String {
     if name.len() <= MAX_NAME {
-        return name;
+        return name.to_string();
     }
-    let mut end = MAX_NAME;
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut end = MAX_NAME - 17;
     while !name.is_char_boundary(end) {
         end -= 1;
     }
-    name.get(..end).unwrap_or("")
+    format!("{}~{hash:016x}", name.get(..end).unwrap_or(""))
 }
 
 const fn phase_code(p: Phase) -> f64 {
@@ -489,7 +496,7 @@ pub fn fw_check(len: u32) -> i32 {
 
 /// Creates a breaker. Scratch holds `config` JSON (`config_len` bytes), then the
 /// shared-state JSON (`shared_len` bytes; 0 = local state), then the name
-/// (`name_len` bytes, UTF-8; cut to [`MAX_NAME`]), then a second cache section for
+/// (`name_len` bytes, UTF-8; longer than [`MAX_NAME`]: its head and a hash of the whole name), then a second cache section for
 /// in-flight de-duplication (`coalesce_len` bytes of the core's `CacheConfig` JSON;
 /// 0 = none). The config's `cache` and `collapser` sections get a request cache and
 /// a collapser. `owner_lo/hi`: this worker's id in shared ledgers. Returns the
@@ -555,7 +562,7 @@ pub fn fw_create(
                 Err(e) => return fail(s, format!("coalesce.{}", e.path), &e.reason),
             }
         };
-        let name = cut(&String::from_utf8_lossy(name_bytes)).to_string();
+        let name = cut(&String::from_utf8_lossy(name_bytes));
         let name = if name.is_empty() {
             "breaker".to_string()
         } else {

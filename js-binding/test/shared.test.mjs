@@ -119,3 +119,83 @@ describe('worker_threads share one breaker', () => {
     }
   });
 });
+
+describe('a SharedStore that cannot serve degrades, never hangs or throws (found by review)', () => {
+  const failing = (b) => async () => {
+    for (let i = 0; i < 20; i++) {
+      await b.fire().catch(() => {});
+      await sleep(2);
+    }
+  };
+
+  test('a full store, or one whose entries are too small: the local breaker trips', async () => {
+    for (const [label, opts] of [['full', { entries: 1 }], ['small', { valueBytes: 32 }]]) {
+      const store = new SharedStore(opts);
+      if (label === 'full') await new CircuitBreaker(async () => 1, { name: 'filler', shared: { store } }).fire();
+      const b = new CircuitBreaker(async () => { throw new Error('down'); }, { name: 'x', volumeThreshold: 5, shared: { store } });
+      const issues = [];
+      b.on('store', (e) => issues.push(e));
+      await failing(b)();
+      assert.equal(b.opened, true, `${label}: opened`);
+      assert.equal(b.stats.failures, 5, `${label}: failures counted`);
+      const reason = label === 'full' ? /the store is full/ : /larger than the store's valueBytes/;
+      assert.ok(issues.some((e) => reason.test(e.message)), `${label}: ${JSON.stringify(issues)}`);
+      b.shutdown();
+    }
+  });
+
+  test('a lock left held (a worker terminated inside it) is answered as busy, then taken over', { timeout: 10_000 }, async () => {
+    const store = new SharedStore({ entries: 8 });
+    const header = new Int32Array(store.buffer, 0, 16);
+    Atomics.store(header, 2, 987_654); // the lock word, held by an id nobody has
+    const b = new CircuitBreaker(async () => 'ok', { name: 'locked', shared: { store } });
+    const issues = [];
+    b.on('store', (e) => issues.push(e.message));
+    const t0 = performance.now();
+    assert.equal(await b.fire(), 'ok', 'the call runs on the local breaker');
+    assert.ok(performance.now() - t0 < 500, 'no long wait');
+    assert.ok(issues.some((m) => /lock stayed held/.test(m)), JSON.stringify(issues));
+    await sleep(1_300);
+    for (let i = 0; i < 50 && store.size === 0; i++) {
+      await b.fire();
+      await sleep(20);
+    }
+    assert.equal(store.size, 1, 'the store serves again after the takeover');
+    assert.equal(Atomics.load(header, 2), 0, 'the lock is free');
+    b.shutdown();
+  });
+
+  test('a damaged value length neither throws out of fire() nor stops the key syncing', async () => {
+    const store = new SharedStore({ entries: 4 });
+    const a = new CircuitBreaker(async () => 1, { name: 'dmg', shared: { store } });
+    await a.fire();
+    a.shutdown();
+    const dv = new DataView(store.buffer);
+    const [entries, stride] = [dv.getInt32(3 * 4, true), dv.getInt32(9 * 4, true)];
+    for (let i = 0; i < entries; i++) dv.setUint32(64 + i * stride + 8, 0xffff_fff0, true);
+    const b = new CircuitBreaker(async () => 2, { name: 'dmg', shared: { store } });
+    const issues = [];
+    b.on('store', (e) => issues.push(e.issue));
+    let p;
+    assert.doesNotThrow(() => { p = b.fire(); });
+    assert.equal(await p, 2);
+    b.open();
+    const c = new CircuitBreaker(async () => 3, { name: 'dmg', shared: { store } });
+    await assert.rejects(c.fire(), { code: 'EOPENBREAKER' }, 'the reset state is shared again');
+    assert.ok(issues.includes('invalid'), JSON.stringify(issues));
+    b.shutdown();
+    c.shutdown();
+  });
+
+  test('names longer than 200 bytes that share their head keep apart', async () => {
+    const store = new SharedStore({ entries: 8 });
+    const head = 'https://api.example.com/' + 'v'.repeat(200);
+    const a = new CircuitBreaker(async () => 'a', { name: `${head}/orders`, shared: { store } });
+    const b = new CircuitBreaker(async () => 'b', { name: `${head}/payments`, shared: { store } });
+    a.open();
+    assert.equal(await b.fire(), 'b');
+    assert.equal(store.size, 2);
+    a.shutdown();
+    b.shutdown();
+  });
+});

@@ -26,7 +26,7 @@ import { EventEmitter, listening, ready } from './platform.js';
 import {
   Status, readStats, readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
 } from './status.js';
-import { SharedStore } from './store.js';
+import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
 import { AsyncStore } from './async-store.js';
 import { ById } from './byid.js';
 
@@ -943,9 +943,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     for (let i = 0; i < 256; i++) {
       const op = nextIo(h, t);
       if (op === 0) break;
-      const a = store.exec(op, bytes(), io.keyAt, io.keyLen, io.expect, io.valueAt, io.valueLen);
-      if (a.len > 0) putScratchBytes(store.value.subarray(0, a.len));
-      const f = w.fw_io_done(h, io.id, a.kind, a.token, a.len, a.flag, t);
+      let f: number;
+      try {
+        const a = store.exec(op, bytes(), io.keyAt, io.keyLen, io.expect, io.valueAt, io.valueLen);
+        if (a.len > 0) putScratchBytes(store.value.subarray(0, a.len));
+        f = w.fw_io_done(h, io.id, a.kind, a.token, a.len, a.flag, t);
+      } catch {
+        // Never out of a fire(): the request fails, the core degrades and backs off.
+        f = w.fw_io_done(h, io.id, 4, -1, 0, FAIL_INTERNAL, t);
+      }
       if (f < 0) break;
       acc |= f;
     }
@@ -966,7 +972,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       (evs ??= []).push(ev, o[0]!, o[1]!, o[2]!);
       if (ev === EV_STORE) {
         const issue = STORE_ISSUES[o[0]!] ?? 'failed';
-        this.emit('store', { issue, status: o[1]!, message: message() });
+        const status = o[1]!;
+        let text = message();
+        if (issue === 'failed' && this._store instanceof SharedStore) text += ` (${sharedStoreStatus(status)})`;
+        this.emit('store', { issue, status, message: text });
       }
     }
     if (evs === undefined) return;

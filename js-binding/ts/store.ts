@@ -9,14 +9,21 @@
  *
  * Layout: a 64-byte header of `Int32` words, then `entries` fixed-size entries found
  * by open addressing on an FNV-1a hash of the key. Entries are never deleted (the
- * core bounds the keys of a policy to `keys.max_keys + 1`). One spin lock (with
- * `Atomics.wait` back-off off the browser main thread) serialises operations; each
- * holds it for a copy of at most `valueBytes`.
+ * core bounds the keys of a policy to `keys.max_keys + 1`). One lock serialises
+ * operations; each holds it for a copy of at most `valueBytes`. The lock word holds
+ * its holder's id and a sequence counts acquisitions, so a waiter can tell a dead
+ * holder (a worker terminated inside the lock) from a busy one: an operation waits
+ * at most `LOCK_WAIT_MS` (spinning, with `Atomics.wait` back-off off the browser
+ * main thread) and then answers "failed" (`FAIL_BUSY`: the core runs the key on its
+ * local breaker and backs off); a holder that made no progress for
+ * `LOCK_TAKEOVER_MS` is taken over (a value it left half-written fails the state's
+ * checksum and is reset by the core).
  */
 import { optionError, describe } from './errors.js';
 
 const MAGIC = 0x46575331; // "FWS1"
-const VERSION = 1;
+/** 2: the lock word holds its holder's id (1: a plain flag). */
+const VERSION = 2;
 const H_MAGIC = 0;
 const H_VERSION = 1;
 const H_LOCK = 2;
@@ -28,6 +35,7 @@ const H_TOKEN = 7;
 const H_USED = 8;
 const H_STRIDE = 9;
 const H_WAITERS = 10;
+const H_LOCK_SEQ = 11;
 const HEADER = 64;
 const E_TOKEN = 0;
 const E_KEY_LEN = 4;
@@ -39,6 +47,28 @@ const E_DATA = 16;
 export const FAIL_VALUE_TOO_LARGE = 1;
 export const FAIL_FULL = 2;
 export const FAIL_KEY_TOO_LARGE = 3;
+export const FAIL_BUSY = 4;
+/** The store threw (a bug or a damaged buffer); the request is answered as failed. */
+export const FAIL_INTERNAL = 5;
+
+/** What a `SharedStore` status code in a `store` event means. */
+export function sharedStoreStatus(code: number): string {
+  switch (code) {
+    case FAIL_VALUE_TOO_LARGE: return 'the state is larger than the store\'s valueBytes';
+    case FAIL_FULL: return 'the store is full (every entry holds a key)';
+    case FAIL_KEY_TOO_LARGE: return 'the key is longer than the store\'s keyBytes';
+    case FAIL_BUSY: return `the store's lock stayed held for ${LOCK_WAIT_MS} ms`;
+    case FAIL_INTERNAL: return 'the store failed';
+    default: return `store status ${code}`;
+  }
+}
+
+/** Longest wait for the lock by one operation (ms). */
+const LOCK_WAIT_MS = 20;
+/** A lock holder with no progress for this long (ms) died inside the lock. */
+const LOCK_TAKEOVER_MS = 1000;
+
+const clock: { now(): number } = globalThis.performance ?? Date;
 
 /** Options of a new store. */
 export interface SharedStoreOptions {
@@ -92,6 +122,12 @@ export class SharedStore {
   private readonly valueBytes: number;
   private readonly stride: number;
   private canWait = true;
+  /** This view's id in the lock word (never 0). */
+  private readonly id: number;
+  /** The lock holder last seen while waiting, its sequence, and since when (ms). */
+  private heldBy = 0;
+  private heldSeq = 0;
+  private heldSince = 0;
   private readonly answer: StoreAnswer = { kind: 0, token: -1, len: 0, flag: 0 };
 
   /** A new store, or (given a buffer) a view of an existing one. */
@@ -101,8 +137,9 @@ export class SharedStore {
     }
     if (options instanceof SharedArrayBuffer) {
       this.buffer = options;
+      if (options.byteLength < HEADER) throw new TypeError('fusewire: the buffer is not a SharedStore');
       this.i32 = new Int32Array(options, 0, HEADER / 4);
-      if (options.byteLength < HEADER || Atomics.load(this.i32, H_MAGIC) !== MAGIC) {
+      if (Atomics.load(this.i32, H_MAGIC) !== MAGIC) {
         throw new TypeError('fusewire: the buffer is not a SharedStore');
       }
       if (Atomics.load(this.i32, H_VERSION) !== VERSION) {
@@ -112,6 +149,10 @@ export class SharedStore {
       this.keyBytes = Atomics.load(this.i32, H_KEY_BYTES);
       this.valueBytes = Atomics.load(this.i32, H_VALUE_BYTES);
       this.stride = Atomics.load(this.i32, H_STRIDE);
+      if (!(this.entries >= 1 && this.keyBytes >= 1 && this.valueBytes >= 1 &&
+          this.stride >= E_DATA + this.keyBytes + this.valueBytes)) {
+        throw new TypeError('fusewire: the SharedStore header is damaged');
+      }
       if (options.byteLength < HEADER + this.entries * this.stride) {
         throw new TypeError('fusewire: the SharedStore buffer is truncated');
       }
@@ -136,6 +177,7 @@ export class SharedStore {
     this.u8 = new Uint8Array(this.buffer);
     this.dv = new DataView(this.buffer);
     this.value = new Uint8Array(this.valueBytes);
+    this.id = (Atomics.add(this.i32, H_OWNERS, 1) + 1) | 0 || 1;
   }
 
   /** A view of the store in `buffer` (made by `new SharedStore()` in any worker). */
@@ -158,25 +200,46 @@ export class SharedStore {
     return Atomics.add(this.i32, H_OWNERS, 1) + 1;
   }
 
-  private lock(): void {
+  /** Takes the lock; false when it stayed held for `LOCK_WAIT_MS` (see the module doc). */
+  private lock(): boolean {
     const i32 = this.i32;
-    if (Atomics.compareExchange(i32, H_LOCK, 0, 1) === 0) return;
+    const me = this.id;
     let spins = 0;
-    while (Atomics.compareExchange(i32, H_LOCK, 0, 1) !== 0) {
-      if (++spins < 64 || !this.canWait) continue;
+    let start = -1;
+    for (;;) {
+      const cur = Atomics.compareExchange(i32, H_LOCK, 0, me);
+      if (cur === 0) break;
+      if (++spins < 64) continue;
+      const t = clock.now();
+      const seq = Atomics.load(i32, H_LOCK_SEQ);
+      if (cur !== this.heldBy || seq !== this.heldSeq) {
+        this.heldBy = cur;
+        this.heldSeq = seq;
+        this.heldSince = t;
+      } else if (t - this.heldSince > LOCK_TAKEOVER_MS) {
+        // No progress for a second: the holder died inside the lock.
+        if (Atomics.compareExchange(i32, H_LOCK, cur, me) === cur) break;
+        continue;
+      }
+      if (start < 0) start = t;
+      else if (t - start > LOCK_WAIT_MS) return false;
+      if (!this.canWait) continue;
       Atomics.add(i32, H_WAITERS, 1);
       try {
-        Atomics.wait(i32, H_LOCK, 1, 1);
+        Atomics.wait(i32, H_LOCK, cur, 1);
       } catch {
         this.canWait = false; // a browser main thread may not wait: spin
       } finally {
         Atomics.sub(i32, H_WAITERS, 1);
       }
     }
+    Atomics.add(i32, H_LOCK_SEQ, 1);
+    return true;
   }
 
   private unlock(): void {
-    Atomics.store(this.i32, H_LOCK, 0);
+    // Not ours any more if it was taken over (we were presumed dead): leave it.
+    Atomics.compareExchange(this.i32, H_LOCK, this.id, 0);
     if (Atomics.load(this.i32, H_WAITERS) > 0) Atomics.notify(this.i32, H_LOCK, 1);
   }
 
@@ -205,8 +268,10 @@ export class SharedStore {
     return -Infinity;
   }
 
+  /** Copies an entry's value into `value`; a damaged length gives no bytes (the core resets undecodable state). */
   private copyOut(at: number): number {
     const len = this.dv.getUint32(at + E_VALUE_LEN, true);
+    if (len > this.valueBytes) return 0;
     const from = at + E_DATA + this.keyBytes;
     this.value.set(this.u8.subarray(from, from + len));
     return len;
@@ -239,7 +304,11 @@ export class SharedStore {
       return a;
     }
     const hash = fnv1a(mem, kFrom, kLen);
-    this.lock();
+    if (!this.lock()) {
+      a.kind = 4;
+      a.flag = FAIL_BUSY;
+      return a;
+    }
     try {
       const at = this.find(mem, kFrom, kLen, hash);
       if (op === 1) {

@@ -294,9 +294,9 @@ impl Replica {
         self.view.is_some()
             && !matches!(self.bind, Bind::Probing { .. })
             && self.read_at.is_some_and(|t| now.saturating_sub(t) <= stale)
-            && self.write_failed_at.is_none_or(|t| {
-                shared.mode == SyncMode::Async && now.saturating_sub(t) <= stale
-            })
+            && self
+                .write_failed_at
+                .is_none_or(|t| shared.mode == SyncMode::Async && now.saturating_sub(t) <= stale)
     }
 
     /// Slots this worker holds in the ledger.
