@@ -89,6 +89,29 @@ describe('fusewire/redis: RedisStore', () => {
     store.close();
   });
 
+  test('writes refused while reads answer (maxmemory, noeviction): the local breaker trips after stale_ms', async () => {
+    const client = fakeClient((cmd) => {
+      if (cmd === 'HMGET') return Promise.resolve([null, null]);
+      if (cmd === 'EVALSHA' || cmd === 'EVAL') {
+        return Promise.reject(new Error("OOM command not allowed when used memory > 'maxmemory'."));
+      }
+      return Promise.reject(new Error(`unexpected ${cmd}`));
+    });
+    const store = new RedisStore({ client });
+    const b = new CircuitBreaker(async () => { throw new Error('down'); },
+      { name: 'oom', volumeThreshold: 5, shared: { store, sync_ms: 20, stale_ms: 60 } });
+    const issues = [];
+    b.on('store', (s) => issues.push(s.issue));
+    for (let i = 0; i < 40 && !b.opened; i++) {
+      await b.fire().catch(() => {});
+      await sleep(10);
+    }
+    assert.equal(b.opened, true, `the failures count somewhere: ${JSON.stringify(b.stats)}`);
+    assert.ok(issues.includes('failed'), JSON.stringify(issues));
+    b.shutdown();
+    store.close();
+  });
+
   test('EVALSHA, then EVAL when Redis answers NOSCRIPT; every command names one key', async () => {
     const now = Date.now();
     let token = 0;
