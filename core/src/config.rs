@@ -690,7 +690,7 @@ pub const MAX_PROBES: u32 = 16;
 pub const MAX_BUCKETS: u32 = crate::ring::MAX_BUCKETS;
 /// Largest `keys.max_keys`.
 pub const MAX_KEYS: u32 = 10_000;
-/// Longest key name (bytes); longer names are cut by hosts before lookup.
+/// Longest key name (bytes); the engine shortens longer names (`engine::bounded_name`).
 pub const MAX_KEY_LEN: usize = 200;
 /// Longest duration accepted anywhere (one year), so `ms * 1e6` never overflows.
 pub const MAX_DURATION_MS: u64 = 365 * 24 * 3600 * 1000;

@@ -584,3 +584,29 @@ fn metrics_only_mode_admits_everything_but_counts_shadow_rejections() {
         BreakerMode::MetricsOnly
     );
 }
+
+/// Found by review: names longer than `MAX_KEY_LEN` were cut, so long names that share
+/// their first 200 bytes (URL-style keys) shared one breaker. They keep their head and
+/// a hash of the whole name.
+#[test]
+fn long_key_names_that_share_a_prefix_stay_apart() {
+    use fusewire_core::config::MAX_KEY_LEN;
+    use fusewire_core::engine::bounded_name;
+    assert_eq!(bounded_name("orders"), "orders");
+    let head = "é".repeat(MAX_KEY_LEN / 2);
+    assert_eq!(
+        bounded_name(&head),
+        head.as_str(),
+        "exactly the limit is kept"
+    );
+    let (a, b) = (format!("{head}/orders"), format!("{head}/payments"));
+    let (na, nb) = (bounded_name(&a), bounded_name(&b));
+    assert_ne!(na, nb);
+    assert!(na.len() <= MAX_KEY_LEN && na.starts_with("éé"), "{na}");
+    let mut e = Engine::local();
+    let p = e.add_policy("p", Config::default()).expect("policy");
+    let (ka, kb) = (e.key(p, &a, 0).expect("key"), e.key(p, &b, 0).expect("key"));
+    assert_ne!(ka, kb, "two breakers");
+    assert_eq!(e.key(p, &a, 0), Some(ka), "found again");
+    assert_eq!(e.key_name(ka), Some(na.as_ref()));
+}

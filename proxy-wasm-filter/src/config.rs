@@ -638,6 +638,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         }
         Ok(())
     };
+    let collapse_key = p.collapse.as_ref().map(|c| c.key.clone());
     let collapse = match p.collapse {
         None => None,
         Some(c) => {
@@ -679,6 +680,17 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     let stale = match p.stale {
         None => None,
         Some(st) => {
+            if collapse_key.as_ref().is_some_and(|k| *k != st.key) {
+                // One request key per request: both stores are looked up by it.
+                return Err(err(
+                    at("stale.key"),
+                    format!(
+                        "must equal collapse.key when both are set, got {:?} and {:?}",
+                        st.key,
+                        collapse_key.unwrap_or_default()
+                    ),
+                ));
+            }
             bounded("stale.max_stale_ms", st.max_stale_ms, 24 * 3600 * 1000)?;
             bounded("stale.max_body_bytes", st.max_body_bytes, 16 << 20)?;
             bounded("stale.max_bytes", st.max_bytes, 1 << 30)?;
@@ -821,6 +833,11 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         fails(r#"{}"#, "", "missing field `policies`");
+        fails(
+            r#"{"policies":[{"name":"a","collapse":{"key":"{path}"},"stale":{}}]}"#,
+            "policies[0].stale.key",
+            "must equal collapse.key when both are set",
+        );
         fails(
             r#"{"policies":[{"name":"a","bogus":1}]}"#,
             "policies[0].bogus",

@@ -18,7 +18,7 @@ use crate::host::{self, Level};
 use crate::idmap::IdMap;
 use crate::matcher::RequestView;
 use crate::metrics::{Extra, KeyMetrics};
-use crate::replay::{replayable, Capture, Replay, Response};
+use crate::replay::{private, replayable, Capture, Replay, Response};
 use crate::slottable::SlotTable;
 use crate::vecmap::VecMap;
 
@@ -43,6 +43,9 @@ enum Call {
         req: Request,
         lead: Option<Lead>,
         capture: Option<Capture>,
+        /// A failed response for `lead`'s waiters, handed over in `finish`: after the
+        /// permit is completed, so a promoted waiter finds the slot free.
+        failed: Option<Response>,
     },
     /// Paused in its request headers, waiting for a slot.
     Queued {
@@ -71,7 +74,11 @@ struct Request {
     rpc: bool,
     /// It gets gRPC-shaped fallbacks (a gRPC request and `fallback.grpc`).
     grpc: bool,
+    /// A GET of a policy with stale-if-error.
     get: bool,
+    /// It carries `authorization` or `cookie`: its response is never kept as a stale
+    /// copy (another client would get it).
+    creds: bool,
 }
 
 /// Per-VM state shared by the root and every stream context.
@@ -91,6 +98,10 @@ pub struct Worker {
     rng: u64,
     owner: Option<u64>,
     key_buf: String,
+    /// Collapse events are being handled: a nested `settle` leaves new ones to that
+    /// loop (a refused, promoted waiter promotes the next one: handled in turn, not
+    /// by recursion, which would exhaust the stack with many waiters).
+    collapsing: bool,
 }
 
 /// A process-unique id for this VM's ledger entries: the next value of a counter in
@@ -272,14 +283,20 @@ impl Worker {
                 }
             }
         }
-        for pi in 0..self.replays.len() {
-            if self.replays.get(pi).is_none_or(|r| r.collapse.is_none()) {
-                continue;
-            }
-            while let Some(ev) = self.replays.get_mut(pi).and_then(|r| r.poll(now)) {
-                self.collapse_event(pi, ev, now);
+        if std::mem::replace(&mut self.collapsing, true) {
+            return;
+        }
+        let mut more = true;
+        while more {
+            more = false;
+            for pi in 0..self.replays.len() {
+                while let Some(ev) = self.replays.get_mut(pi).and_then(|r| r.poll(now)) {
+                    more = true;
+                    self.collapse_event(pi, ev, now);
+                }
             }
         }
+        self.collapsing = false;
     }
 
     fn event(&mut self, ev: Event, now: Nanos) {
@@ -435,7 +452,7 @@ impl Worker {
         let Some(policy) = plugin.policies.get(req.pi) else {
             return;
         };
-        let stale = policy.stale.as_ref().and_then(|st| {
+        let stale = policy.stale.as_ref().filter(|_| req.get).and_then(|st| {
             let r = self.replays.get_mut(req.pi)?.stale(&req.key, now)?;
             (now.saturating_sub(r.at) <= st.max_stale_ms.saturating_mul(1_000_000))
                 .then(|| r.clone())
@@ -525,8 +542,12 @@ impl Worker {
             rpc,
             grpc: policy.fallback.grpc && rpc,
             get: policy.stale.is_some() && view.header(":method").as_deref() == Some("GET"),
+            creds: false,
             key: Vec::new(),
         };
+        if policy.collapse.is_some() || req.get {
+            req.creds = view.header("authorization").is_some() || view.header("cookie").is_some();
+        }
         let mut request_key = String::new();
         if let Some(spec) = policy
             .collapse
@@ -540,8 +561,7 @@ impl Worker {
         let collapsible = policy.collapse.as_ref().is_some_and(|c| {
             view.header(":method")
                 .is_some_and(|m| c.methods.contains(&m))
-                && (c.allow_credentials
-                    || (view.header("authorization").is_none() && view.header("cookie").is_none()))
+                && (c.allow_credentials || !req.creds)
         });
         let Some(engine) = self.engine.as_mut() else {
             return Action::Continue;
@@ -673,6 +693,7 @@ impl Worker {
                 req,
                 lead,
                 capture,
+                failed: None,
             },
         );
     }
@@ -696,10 +717,9 @@ impl Worker {
             }
             if let Some(c) = capture.as_mut() {
                 c.response.status = obs.status.unwrap_or(0);
-                c.response.headers = host::header_pairs(map)
-                    .into_iter()
-                    .filter(|(k, _)| replayable(k))
-                    .collect();
+                let headers = host::header_pairs(map);
+                c.private = private(&headers);
+                c.response.headers = headers.into_iter().filter(|(k, _)| replayable(k)).collect();
             }
         }
         if req.rpc {
@@ -718,7 +738,9 @@ impl Worker {
             capture: Some(c), ..
         }) = self.calls.get_mut(ctx)
         {
-            c.body(&host::response_body(size));
+            if !c.too_large {
+                c.body(&host::response_body(size));
+            }
         }
         if end {
             self.publish(ctx);
@@ -732,6 +754,7 @@ impl Worker {
             req,
             lead,
             capture,
+            failed,
             ..
         }) = self.calls.get_mut(ctx)
         else {
@@ -742,19 +765,26 @@ impl Worker {
         let Some(mut cap) = capture.take() else {
             return;
         };
-        let (obs, lead, pi) = (*obs, lead.take(), req.pi);
-        let (req_key, get) = (req.key.clone(), req.get);
-        let now = self.now();
+        let obs = *obs;
         let Some(plugin) = self.plugin.clone() else {
             return;
         };
-        let Some(policy) = plugin.policies.get(pi) else {
+        let Some(policy) = plugin.policies.get(req.pi) else {
             return;
         };
         let ok = matches!(
             policy.classifier.classify(&obs),
             Outcome::Success | Outcome::BadRequest
         );
+        if !ok {
+            // Waiters get the failure (or the next one leads) once the call is
+            // complete; a failure is never kept as a stale copy.
+            *failed = (!cap.too_large).then_some(cap.response);
+            return;
+        }
+        let (lead, pi) = (lead.take(), req.pi);
+        let (req_key, get) = (req.key.clone(), req.get && !req.creds && !cap.private);
+        let now = self.now();
         cap.response.at = now;
         let Some(replay) = self.replays.get_mut(pi) else {
             return;
@@ -766,7 +796,7 @@ impl Worker {
             }
         }
         if let Some(lead) = lead {
-            replay.settle(lead, &req_key, response, ok, now);
+            replay.settle(lead, &req_key, response, true, now);
         }
         self.settle(now);
     }
@@ -786,6 +816,7 @@ impl Worker {
                 mut obs,
                 req,
                 lead,
+                failed,
                 ..
             } => {
                 self.by_call.remove(permit.id());
@@ -811,8 +842,9 @@ impl Worker {
                     m.in_flight(-1);
                 }
                 if let (Some(lead), Some(r)) = (lead, self.replays.get_mut(req.pi)) {
-                    // Ended without a complete response: the next waiter leads.
-                    r.settle(lead, &req.key, None, false, now);
+                    // A failed response goes to the waiters (or the next one leads, a
+                    // slot now free); without a complete response the next one leads.
+                    r.settle(lead, &req.key, failed, false, now);
                 }
             }
             Call::Queued { ticket, req, lead } => {

@@ -102,9 +102,6 @@ pub enum Part {
     Header(String),
 }
 
-/// Longest key a template may produce; longer keys are cut (at a char boundary).
-pub const MAX_KEY_LEN: usize = 200;
-
 /// How a policy's key is built: `"policy"` (one breaker for the policy),
 /// `"cluster"` (`{policy}/{cluster}`), `"route"` (`{policy}/{route}`) or a template.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,7 +171,10 @@ impl KeySpec {
             .all(|p| matches!(p, Part::Lit(_) | Part::Policy))
     }
 
-    /// Builds the key into `out` (cleared first). Missing values render as `-`.
+    /// Builds the key into `out` (cleared first). Missing values render as `-`. Never
+    /// cut: a request key past the cache's `max_key_bytes` bypasses it, and the engine
+    /// bounds breaker key names itself (`bounded_name`), so two requests never share a
+    /// key because their first bytes agree.
     pub fn render(&self, policy: &str, r: &mut impl RequestView, out: &mut String) {
         out.clear();
         for p in &self.parts {
@@ -198,13 +198,6 @@ impl KeySpec {
                 Some(v) if !v.is_empty() => out.push_str(&v),
                 _ => out.push('-'),
             }
-        }
-        if out.len() > MAX_KEY_LEN {
-            let mut cut = MAX_KEY_LEN;
-            while !out.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            out.truncate(cut);
         }
     }
 }
@@ -311,6 +304,6 @@ pub(crate) mod tests {
             .contains("unmatched"));
         v.headers.insert("x-tenant".into(), "é".repeat(150));
         t.render("p", &mut v, &mut out);
-        assert!(out.len() <= MAX_KEY_LEN);
+        assert!(out.contains(&"é".repeat(150)), "whole: {out}");
     }
 }

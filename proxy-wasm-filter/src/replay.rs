@@ -40,9 +40,28 @@ const HOP_BY_HOP: [&str; 10] = [
     "content-length",
 ];
 
-/// Whether a response header is kept for a replay.
+/// Whether a response header is kept for a replay. `set-cookie` never is: a replay
+/// goes to other clients.
 pub fn replayable(name: &str) -> bool {
-    !name.starts_with(':') && !HOP_BY_HOP.contains(&name) && name != "x-fusewire"
+    !name.starts_with(':')
+        && !HOP_BY_HOP.contains(&name)
+        && name != "x-fusewire"
+        && name != "set-cookie"
+}
+
+/// Whether a response is meant for one client only (`set-cookie`, or
+/// `cache-control: private` / `no-store`): it is never kept as a stale copy.
+pub fn private(headers: &[(String, String)]) -> bool {
+    headers.iter().any(|(k, v)| {
+        k == "set-cookie"
+            || (k == "cache-control" && {
+                let v = v.to_ascii_lowercase();
+                v.split(',').any(|d| {
+                    let d = d.trim();
+                    d == "no-store" || d == "private" || d.starts_with("private=")
+                })
+            })
+    })
 }
 
 /// A response being received, kept only while it fits.
@@ -52,6 +71,8 @@ pub struct Capture {
     pub response: Response,
     /// The body went past the limit: nothing to replay.
     pub too_large: bool,
+    /// The response is for one client only ([`private`]): no stale copy.
+    pub private: bool,
     /// Largest body kept.
     pub limit: u64,
 }
@@ -105,7 +126,12 @@ impl Replay {
         let Some(c) = self.stale.as_mut() else { return };
         let _ = c.invalidate(ScopeId::GLOBAL, key, now);
         if let Lookup::Lead(lead) = c.lookup(ScopeId::GLOBAL, key, now) {
-            let bytes = (response.body.len() + response.headers.len() * 32) as u64;
+            let headers: usize = response
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum();
+            let bytes = (response.body.len() + headers + key.len()) as u64;
             if let Some(entry) = c.fill(lead, bytes, now).and_then(|s| s.entry) {
                 self.kept.insert(entry.to_raw(), response);
             }
@@ -201,6 +227,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn responses_for_one_client_are_private() {
+        let h = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+        assert!(private(&h("set-cookie", "s=1")));
+        assert!(private(&h("cache-control", "max-age=60, Private")));
+        assert!(private(&h("cache-control", "private=\"x-user\"")));
+        assert!(private(&h("cache-control", "no-store")));
+        assert!(!private(&h("cache-control", "public, max-age=60")));
+        assert!(!private(&h("cache-control", "no-cache")));
+        assert!(!private(&h("etag", "\"private\"")));
+    }
+
+    #[test]
     fn hop_by_hop_headers_are_never_replayed() {
         for h in [
             "connection",
@@ -208,6 +246,7 @@ mod tests {
             ":status",
             "x-fusewire",
             "content-length",
+            "set-cookie",
         ] {
             assert!(!replayable(h), "{h}");
         }

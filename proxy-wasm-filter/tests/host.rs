@@ -1124,3 +1124,174 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
     settle(&mut h);
     assert!(counter(&h, "fusewire.svc.stale_served") >= 1);
 }
+
+/// A collapse policy on its own (no stale copies), one worker's view.
+fn collapse_only(extra: &str) -> String {
+    config(None).replace(
+        "\"fallback\": {",
+        &format!("\"collapse\": {{{extra}}}, \"fallback\": {{"),
+    )
+}
+
+/// Found by review: with `"retry"`, a failed leader promoted a waiter, which was
+/// refused (the breaker had just opened) and failed its lead, which promoted the next
+/// one… by recursion, one level per waiter, until the VM's stack ran out (a trap) at
+/// a few hundred waiters. Promotions are now handled in turn: 1 500 waiters all get
+/// the fallback and the VM lives.
+#[test]
+fn a_long_chain_of_refused_promoted_waiters_does_not_trap() {
+    let json = collapse_only(
+        r#""on_leader_failure": "retry", "max_waiters": 100000, "max_wait_ms": 60000"#,
+    )
+    .replace(
+        r#""request_volume_threshold": 20"#,
+        r#""request_volume_threshold": 1"#,
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..1_500)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/same"),
+                UpstreamReply::status(503).after_ms(200),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(2_000));
+    assert!(h.worker_alive(0), "no trap");
+    let recs: Vec<StreamRecord> = ids
+        .iter()
+        .map(|id| h.record(*id).expect("done").clone())
+        .collect();
+    assert_eq!(
+        recs.iter().filter(|r| r.sent_upstream).count(),
+        1,
+        "only the leader went upstream"
+    );
+    for r in &recs[1..] {
+        assert_eq!(r.response_status, Some(503), "{r:?}");
+        assert!(short_circuited(r), "refused by the open breaker: {r:?}");
+    }
+}
+
+/// Found by review: a promoted waiter was admitted while its failed leader still held
+/// the bulkhead slot (the lead was settled before the call completed), so `"retry"`
+/// never sent anyone upstream, and each refusal counted as an error. The lead is now
+/// settled after the call completes: the next waiter goes upstream.
+#[test]
+fn retry_sends_the_next_waiter_upstream_through_a_full_bulkhead() {
+    let json = collapse_only(r#""on_leader_failure": "retry""#).replace(
+        "\"fallback\": {",
+        "\"bulkhead\": {\"max_concurrent\": 1}, \"fallback\": {",
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let a = h.submit_at(
+        t0,
+        0,
+        Request::get("/api/x"),
+        UpstreamReply::status(503).after_ms(100),
+    );
+    let b = h.submit_at(
+        t0 + 1,
+        0,
+        Request::get("/api/x"),
+        UpstreamReply::status(200).after_ms(100).with_body("up"),
+    );
+    h.run_for(Duration::from_millis(500));
+    let rb = h.record(b).expect("done").clone();
+    assert!(h.record(a).expect("done").sent_upstream);
+    assert!(
+        rb.sent_upstream,
+        "the promoted waiter went upstream: {rb:?}"
+    );
+    assert_eq!(
+        (rb.response_status, rb.response_body.as_slice()),
+        (Some(200), b"up".as_slice())
+    );
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.semaphore_rejected"), 0);
+}
+
+/// Found by review: stale copies were kept for requests carrying credentials and for
+/// responses that set cookies or say `private` / `no-store`, and replays carried
+/// `set-cookie` to other clients; request keys were cut at 200 bytes, so requests
+/// whose first 200 bytes agree shared a response.
+#[test]
+fn private_responses_are_never_replayed_to_other_clients() {
+    let mut h = harness(CasMode::Envoy, &collapse_config(""));
+    let ok = |body: &str| UpstreamReply::status(200).with_body(body);
+    h.request(
+        0,
+        Request::get("/api/me").header("authorization", "Bearer a"),
+        ok("alice"),
+    );
+    h.request(
+        0,
+        Request::get("/api/cookie"),
+        ok("c").with_header("set-cookie", "s=alice"),
+    );
+    h.request(
+        0,
+        Request::get("/api/priv"),
+        ok("p").with_header("cache-control", "private, max-age=9"),
+    );
+    h.request(
+        0,
+        Request::get("/api/pub"),
+        ok("public").with_header("cache-control", "max-age=9"),
+    );
+    let long = format!("/api/search?q={}", "x".repeat(300));
+    h.request(
+        0,
+        Request::get(&format!("{long}&account=A")),
+        ok("account A"),
+    );
+    for i in 0..20 {
+        h.request(
+            0,
+            Request::get(&format!("/api/fail/{i}")),
+            UpstreamReply::status(503),
+        );
+    }
+    let r = h.request(0, Request::get("/api/pub"), ok("-"));
+    assert!(!r.sent_upstream, "breaker open");
+    assert_eq!(
+        r.response_header("x-fusewire").as_deref(),
+        Some("stale"),
+        "a public copy is kept"
+    );
+    for path in ["/api/me", "/api/cookie", "/api/priv"] {
+        let r = h.request(0, Request::get(path), ok("-"));
+        assert!(
+            short_circuited(&r),
+            "{path}: the static fallback, no copy: {r:?}"
+        );
+    }
+    let r = h.request(0, Request::get(&format!("{long}&account=B")), ok("-"));
+    assert_ne!(r.response_body, b"account A", "another request key");
+    // Collapsed waiters never get the leader's cookie.
+    let mut h = harness(CasMode::Envoy, &collapse_config(""));
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..3)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/c"),
+                ok("v").after_ms(100).with_header("set-cookie", "s=leader"),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(500));
+    for id in &ids[1..] {
+        let r = h.record(*id).expect("done");
+        assert_eq!(
+            r.response_header("x-fusewire").as_deref(),
+            Some("collapsed")
+        );
+        assert_eq!(r.response_header("set-cookie"), None);
+    }
+}

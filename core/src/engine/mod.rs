@@ -109,15 +109,21 @@ pub struct Engine {
     due: Vec<(u32, u32)>,
 }
 
-fn cut(name: &str) -> &str {
+/// `name` if it has at most [`MAX_KEY_LEN`] bytes, else its head and `~` + 16 hex
+/// digits of a 64-bit FNV-1a hash of the whole name (at most [`MAX_KEY_LEN`] bytes):
+/// long names that share a prefix (URL-style keys) stay apart.
+pub fn bounded_name(name: &str) -> std::borrow::Cow<'_, str> {
     if name.len() <= MAX_KEY_LEN {
-        return name;
+        return std::borrow::Cow::Borrowed(name);
     }
-    let mut end = MAX_KEY_LEN;
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut end = MAX_KEY_LEN - 17;
     while !name.is_char_boundary(end) {
         end -= 1;
     }
-    &name[..end]
+    std::borrow::Cow::Owned(format!("{}~{hash:016x}", name.get(..end).unwrap_or("")))
 }
 
 macro_rules! ctx {
@@ -258,12 +264,13 @@ impl Engine {
     }
 
     /// The key `name` of `policy`, created if new. Names longer than
-    /// [`MAX_KEY_LEN`] bytes are cut. Past `keys.max_keys` live keys a new name gets
+    /// [`MAX_KEY_LEN`] bytes are shortened ([`bounded_name`]). Past `keys.max_keys` live keys a new name gets
     /// the policy's overflow key (unless the least recently used key is idle, which
     /// then expires). `None` for an unknown policy.
     pub fn key(&mut self, policy: PolicyId, name: &str, now: Nanos) -> Option<KeyId> {
         let now = self.clock.advance(now);
-        let name = cut(name);
+        let name = bounded_name(name);
+        let name = name.as_ref();
         let keys = &self.keys;
         let p = self.policies.get(policy.0 as usize)?;
         if let Some(i) = p
