@@ -27,6 +27,7 @@ use fusewire_core::breaker::ShortCircuit;
 use fusewire_core::cache::RequestCache;
 use fusewire_core::collapser::Collapser;
 use fusewire_core::config::MAX_BUCKETS;
+use fusewire_core::engine::bounded_name;
 use fusewire_core::shared::{Answer, Expect, IoId, Issue, Op};
 use fusewire_core::CacheConfig;
 use fusewire_core::{
@@ -46,9 +47,6 @@ pub const MAX_SCRATCH: u32 = 16 << 20;
 const INDEX_BITS: u32 = 20;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
 const GEN_MASK: u32 = (1 << 11) - 1;
-/// Longest breaker name (the policy and key of the engine) in bytes; longer names
-/// keep their head and a hash of the whole name (see `cut`).
-pub const MAX_NAME: usize = 200;
 
 // ---- flags returned by start / complete / force / io_done -----------------------
 
@@ -305,23 +303,6 @@ fn splitmix(rng: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// `name`, or for a name longer than [`MAX_NAME`] its head and `~` + 16 hex digits
-/// of a 64-bit FNV-1a hash of the whole name: long names that share their first
-/// [`MAX_NAME`] bytes (URL-style names) still get their own shared state.
-fn cut(name: &str) -> String {
-    if name.len() <= MAX_NAME {
-        return name.to_string();
-    }
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let mut end = MAX_NAME - 17;
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}~{hash:016x}", name.get(..end).unwrap_or(""))
-}
-
 const fn phase_code(p: Phase) -> f64 {
     match p {
         Phase::Closed => 0.0,
@@ -496,7 +477,7 @@ pub fn fw_check(len: u32) -> i32 {
 
 /// Creates a breaker. Scratch holds `config` JSON (`config_len` bytes), then the
 /// shared-state JSON (`shared_len` bytes; 0 = local state), then the name
-/// (`name_len` bytes, UTF-8; longer than [`MAX_NAME`]: its head and a hash of the whole name), then a second cache section for
+/// (`name_len` bytes, UTF-8; longer than 200 bytes: its head and a hash of the whole name, [`bounded_name`]), then a second cache section for
 /// in-flight de-duplication (`coalesce_len` bytes of the core's `CacheConfig` JSON;
 /// 0 = none). The config's `cache` and `collapser` sections get a request cache and
 /// a collapser. `owner_lo/hi`: this worker's id in shared ledgers. Returns the
@@ -562,7 +543,7 @@ pub fn fw_create(
                 Err(e) => return fail(s, format!("coalesce.{}", e.path), &e.reason),
             }
         };
-        let name = cut(&String::from_utf8_lossy(name_bytes));
+        let name = bounded_name(&String::from_utf8_lossy(name_bytes)).into_owned();
         let name = if name.is_empty() {
             "breaker".to_string()
         } else {
