@@ -116,5 +116,79 @@ describe('Collapser', () => {
     assert.throws(() => new Collapser(async () => [], { maxBatchSize: 0 }), { message: 'options.maxBatchSize: must be in 1..=100000, got 0' });
     assert.throws(() => new Collapser(async () => [], { breaker: { timeout: 'x' } }), { message: 'options.breaker.timeout: must be a number, got "x"' });
     await assert.rejects(new Collapser(async () => []).loadMany('x'), TypeError);
+    assert.throws(() => new Collapser(async () => [], { batch: false }),
+      { name: 'TypeError', message: /^options\.batch: not a Collapser option \(known: windowMs/ });
+  });
+
+  // Found by review (DataLoader parity).
+  test('keys of different types never share a result; cacheKeyFn may return a number', async () => {
+    const { c, batches } = loader({ windowMs: 0 });
+    const keys = [1, '1', NaN, 'null', Infinity, 1n, '1n', true, 'true'];
+    const got = await Promise.all(keys.map((k) => c.load(k)));
+    assert.deepEqual(got, keys.map((k) => `v:${String(k)}`));
+    assert.equal(batches[0].length, keys.length, 'every key sent');
+    assert.equal(await c.load(-0), 'v:0', '-0 is 0, as in a Map');
+    const byId = loader({ windowMs: 0, cacheKeyFn: (k) => k.id });
+    assert.deepEqual(await Promise.all([byId.c.load({ id: 1 }), byId.c.load({ id: 1, x: 2 })]), ['v:[object Object]', 'v:[object Object]']);
+    assert.equal(byId.batches[0].length, 1, 'one id, one key');
+    await assert.rejects(c.load(Symbol('s')), { name: 'TypeError', message: /has no cache key/ });
+    c.shutdown();
+    byId.c.shutdown();
+  });
+
+  test('one failed batch does not open the breaker; fallback values are never cached', async () => {
+    let up = false;
+    const { c, batches } = loader({ windowMs: 0 }, (keys) => {
+      if (!up) throw new Error('down');
+      return keys.map((k) => `v:${k}`);
+    });
+    await assert.rejects(c.load(1), /down/);
+    assert.equal(c.breaker.opened, false, 'Hystrix volume threshold (20 batches)');
+    c.breaker.fallback((keys) => keys.map(() => null));
+    c.breaker.open();
+    assert.deepEqual(await Promise.all([c.load(1), c.load(1), c.load(2)]), [null, null, null]);
+    up = true;
+    c.breaker.close();
+    assert.deepEqual(await Promise.all([c.load(1), c.load(2)]), ['v:1', 'v:2'], 'loaded again, not the cached fallback');
+    assert.deepEqual(batches.at(-1), [1, 2]);
+    c.shutdown();
+  });
+
+  test('windowMs 0 batches as DataLoader: after the promise jobs, then a tick', async () => {
+    const { c, batches } = loader({ windowMs: 0 });
+    const later = async (n, k) => {
+      for (let i = 0; i < n; i++) await null;
+      return c.load(k);
+    };
+    const ps = [c.load('a'), later(1, 'b'), later(3, 'c'), later(20, 'd'),
+      new Promise((r) => process.nextTick(() => r(c.load('e'))))];
+    await Promise.all(ps);
+    assert.deepEqual(batches, [['a', 'b', 'c', 'd', 'e']]);
+    c.shutdown();
+  });
+
+  test('clear() or clearAll() while a load is in flight: its callers get it, then it is forgotten', async () => {
+    for (const how of ['clear', 'clearAll']) {
+      let value = 'old';
+      let release;
+      const { c, batches } = loader({ windowMs: 0 }, async (keys) => {
+        const read = value; // what the source held when the batch read it
+        await new Promise((r) => { release = r; });
+        return keys.map(() => read);
+      });
+      const first = c.load('u');
+      await new Promise((r) => setTimeout(r, 5));
+      value = 'new';
+      if (how === 'clear') c.clear('u');
+      else c.clearAll();
+      release();
+      assert.equal(await first, 'old');
+      const again = c.load('u');
+      await new Promise((r) => setTimeout(r, 5));
+      release();
+      assert.equal(await again, 'new', `${how}: loaded again`);
+      assert.equal(batches.length, 2);
+      c.shutdown();
+    }
   });
 });

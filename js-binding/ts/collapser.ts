@@ -25,8 +25,8 @@ export interface CollapserOptions<K, V> {
   cache?: boolean;
   /** Cached keys at most (default 10000; the core evicts with SIEVE). */
   cacheSize?: number;
-  /** The cache key of a key (default: a string as it is, anything else JSON.stringify). */
-  cacheKeyFn?: (key: K) => string;
+  /** The cache key of a key (default: the key itself). Keys of different types never share one (`1` and `'1'` are two keys); objects are compared by their JSON. */
+  cacheKeyFn?: (key: K) => unknown;
   /** Options of the breaker the batch function runs through (opossum's, plus `fusewire`). */
   breaker?: Options<[K[]], ArrayLike<V | Error>>;
 }
@@ -39,14 +39,37 @@ interface Item<K, V> {
   reject: (e: unknown) => void;
 }
 
-/** JSON of the key (DataLoader compares keys by identity; a cache index needs bytes). */
-const defaultKey = (k: unknown): string => {
-  if (typeof k === 'string') return k;
-  // What JSON.stringify gives a finite number, without its setup.
-  if (typeof k === 'number' && Number.isFinite(k)) return String(k);
-  if (typeof k === 'bigint') return `${k}n`;
-  return JSON.stringify(k);
+/**
+ * The cache index's bytes for a key, tagged by type so keys of different types never
+ * meet (`1` / `'1'`, `NaN` / `'null'`, `1n` / `'1n'`): DataLoader compares keys with a
+ * `Map`. Objects go by their JSON (an index needs bytes, not identity); `undefined` for
+ * what has none (a symbol, a function).
+ */
+const tagged = (k: unknown): string | undefined => {
+  switch (typeof k) {
+    case 'string': return `s${k}`;
+    case 'number': return `n${String(k)}`; // -0 is 0, as in a Map
+    case 'bigint': return `b${k}`;
+    case 'boolean': return k ? 't' : 'f';
+    case 'undefined': return 'u';
+    case 'object': {
+      if (k === null) return 'z';
+      const j = JSON.stringify(k) as string | undefined;
+      return j === undefined ? undefined : `j${j}`;
+    }
+    default: return undefined;
+  }
 };
+
+/** DataLoader's batch moment: after the promise jobs queued so far, then `process.nextTick` (`setImmediate` / `setTimeout` elsewhere). */
+const postPromiseJobs: (f: () => void) => void =
+  typeof process === 'object' && typeof process?.nextTick === 'function'
+    ? (f) => { void Promise.resolve().then(() => process.nextTick(f)); }
+    : typeof setImmediate === 'function'
+      ? (f) => { setImmediate(f); }
+      : (f) => { setTimeout(f); };
+
+const KNOWN = new Set(['windowMs', 'maxBatchSize', 'cache', 'cacheSize', 'cacheKeyFn', 'breaker']);
 
 function isPlain(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -65,23 +88,33 @@ export class Collapser<K = unknown, V = unknown> {
   private readonly _h: number;
   private readonly _cache: boolean;
   private readonly _window: number;
-  private readonly _keyFn: (key: K) => string;
+  private readonly _keyFn: ((key: K) => unknown) | undefined;
+  /** Arrays the batch function returned (anything else a batch resolves with came from the fallback). */
+  private readonly _real = new WeakSet<object>();
   private readonly _items = new ById<Item<K, V>>();
   private readonly _waits = new ById<{ key: K; ck: string; resolve: (v: V) => void; reject: (e: unknown) => void }>();
   /** Cached results by entry id: the value, or the Error of a failed load. */
   private readonly _payloads = new ById<{ ok: boolean; value: unknown }>();
   private _flushQueued = false;
+  /** Cache leads in flight by cache key, and those cleared meanwhile (their result is given, then forgotten). */
+  private readonly _inflight = new Map<string, number>();
+  private readonly _cleared = new Set<number>();
 
   constructor(batchFn: BatchFn<K, V>, options: CollapserOptions<K, V> = {}) {
     if (typeof batchFn !== 'function') {
       throw new TypeError(`batchFn: must be a function of an array of keys, got ${describe(batchFn)}`);
     }
     if (!isPlain(options)) throw optionError('options', `must be an object, got ${describe(options)}`);
+    for (const k of Object.keys(options)) {
+      if (!KNOWN.has(k)) {
+        throw optionError(`options.${k}`, `not a Collapser option (known: ${[...KNOWN].join(', ')})`);
+      }
+    }
     const windowMs = num('windowMs', options.windowMs) ?? 10;
     const maxBatchSize = num('maxBatchSize', options.maxBatchSize) ?? 1000;
     this._cache = bool('cache', options.cache) ?? true;
     const cacheSize = num('cacheSize', options.cacheSize) ?? 10_000;
-    this._keyFn = fn<(key: K) => string>('cacheKeyFn', options.cacheKeyFn) ?? defaultKey;
+    this._keyFn = fn<(key: K) => unknown>('cacheKeyFn', options.cacheKeyFn);
     const bo = options.breaker ?? {};
     if (!isPlain(bo)) throw optionError('options.breaker', `must be an object (breaker options), got ${describe(bo)}`);
     const ours: CoreConfig = {
@@ -98,9 +131,21 @@ export class Collapser<K = unknown, V = unknown> {
     };
     const fw = isPlain(bo.fusewire) ? merge(ours as Record<string, unknown>, bo.fusewire) : ours;
     try {
+      const real = this._real;
+      const mark = (v: unknown): unknown => {
+        if (typeof v === 'object' && v !== null) real.add(v);
+        return v;
+      };
       this.breaker = new CircuitBreaker<[K[]], ArrayLike<V | Error>>(
-        (keys: K[]) => batchFn(keys) as PromiseLike<ArrayLike<V | Error>>,
-        { name: 'collapser', ...bo, fusewire: fw as CoreConfig },
+        (keys: K[]) => {
+          const r = batchFn(keys);
+          return (r !== null && typeof (r as PromiseLike<unknown>).then === 'function'
+            ? (r as PromiseLike<ArrayLike<V | Error>>).then(mark)
+            : mark(r)) as PromiseLike<ArrayLike<V | Error>>;
+        },
+        // A batch is one call: Hystrix's volume threshold (20) keeps one failed batch
+        // from opening the breaker (opossum's default of 0 would).
+        { name: 'collapser', volumeThreshold: 20, ...bo, fusewire: fw as CoreConfig },
       );
     } catch (e) {
       if (e instanceof TypeError) {
@@ -157,19 +202,23 @@ export class Collapser<K = unknown, V = unknown> {
     return Promise.all(keys.map((k) => this.load(k).catch((e: unknown) => (e instanceof Error ? e : new Error(String(e))))));
   }
 
-  /** Forgets the cached result of `key`. */
+  /** Forgets the cached result of `key` (a load in flight still answers its callers, and is then forgotten). */
   clear(key: K): this {
     if (this._cache && !this.breaker.isShutdown) {
       const t = now();
-      w.fw_cache_invalidate(this._h, 0, putKey(this._cacheKey(key)), t);
+      const ck = this._cacheKey(key);
+      const lead = this._inflight.get(ck);
+      if (lead !== undefined) this._cleared.add(lead);
+      w.fw_cache_invalidate(this._h, 0, putKey(ck), t);
       this._events(t);
     }
     return this;
   }
 
-  /** Forgets every cached result. */
+  /** Forgets every cached result (loads in flight still answer their callers, and are then forgotten). */
   clearAll(): this {
     if (this._cache && !this.breaker.isShutdown) {
+      for (const lead of this._inflight.values()) this._cleared.add(lead);
       const t = now();
       w.fw_cache_clear(this._h, 0, t);
       this._events(t);
@@ -194,14 +243,18 @@ export class Collapser<K = unknown, V = unknown> {
 
   /** The cache key of `key`; a TypeError when it has none (a symbol, a function, a throwing toJSON). */
   private _cacheKey(key: K): string {
-    let ck: unknown;
+    const f = this._keyFn;
+    let ck: string | undefined;
     try {
-      ck = this._keyFn(key);
+      ck = tagged(f === undefined ? key : f(key));
     } catch (e) {
-      throw new TypeError(`cacheKeyFn: threw for the key ${describe(key)}: ${e instanceof Error ? e.message : String(e)}`);
+      const what = f === undefined ? 'the key has no JSON' : 'cacheKeyFn: threw';
+      throw new TypeError(`${what} for the key ${describe(key)}: ${e instanceof Error ? e.message : String(e)}`);
     }
-    if (typeof ck !== 'string') {
-      throw new TypeError(`cacheKeyFn: must return a string, got ${describe(ck)} for the key ${describe(key)}`);
+    if (ck === undefined) {
+      throw new TypeError(f === undefined
+        ? `the key ${describe(key)} has no cache key (a symbol or a function); pass cacheKeyFn`
+        : `cacheKeyFn: must return a string, number or JSON value for the key ${describe(key)}`);
     }
     return ck;
   }
@@ -214,10 +267,13 @@ export class Collapser<K = unknown, V = unknown> {
     this._items.clear();
     this._waits.clear();
     this._payloads.clear();
+    this._inflight.clear();
+    this._cleared.clear();
     this.breaker.shutdown();
   }
 
   private _add(item: Item<K, V>, t: number): void {
+    if (item.lead >= 0) this._inflight.set(item.ck, item.lead);
     const r = w.fw_col_add(this._h, 0, t);
     const kind = r & KIND_MASK;
     if (kind === 1 || kind === 2) {
@@ -226,8 +282,8 @@ export class Collapser<K = unknown, V = unknown> {
       else if (this._window === 0) {
         if (!this._flushQueued) {
           this._flushQueued = true;
-          // DataLoader's moment: after the promise jobs queued so far.
-          Promise.resolve().then(() => Promise.resolve()).then(() => {
+          // DataLoader's moment: after the promise jobs queued so far, then a tick.
+          postPromiseJobs(() => {
             this._flushQueued = false;
             this._flush(now());
           });
@@ -275,7 +331,7 @@ export class Collapser<K = unknown, V = unknown> {
         this._failed(items, batch, new TypeError('Collapser must be constructed with a function which accepts Array<key> and returns ' +
           `Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (${keys.length}).`));
       } else {
-        this._done(items, batch, values);
+        this._done(items, batch, values, !this._real.has(values));
       }
     }, (e: unknown) => this._failed(items, batch, e));
   }
@@ -288,6 +344,7 @@ export class Collapser<K = unknown, V = unknown> {
       it.reject(e);
       // A failed batch is not cached (DataLoader): the followers get it, then it is forgotten.
       if (it.lead >= 0) {
+        this._landed(it);
         this._settle(it.lead, false, e, t);
         this._events(t);
         if (!this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, putKey(it.ck), t);
@@ -296,7 +353,8 @@ export class Collapser<K = unknown, V = unknown> {
     this._events(t);
   }
 
-  private _done(items: Item<K, V>[], batch: number | undefined, values: ArrayLike<V | Error>): void {
+  /** `fallback`: the values came from the breaker's fallback: given to this batch's loads and their followers, never cached. */
+  private _done(items: Item<K, V>[], batch: number | undefined, values: ArrayLike<V | Error>, fallback: boolean): void {
     // Only the cache needs the time (leads, events): a clock read is not free.
     const t = this._cache ? now() : 0;
     for (let i = 0; i < items.length; i++) {
@@ -306,10 +364,23 @@ export class Collapser<K = unknown, V = unknown> {
       if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_complete(this._h, batch, i, ok ? 1 : 0);
       if (ok) it.resolve(v as V);
       else it.reject(v);
-      if (it.lead >= 0) this._settle(it.lead, ok, v, t);
+      if (it.lead >= 0) {
+        const cleared = this._landed(it);
+        this._settle(it.lead, ok, v, t);
+        if (fallback || cleared) {
+          this._events(t);
+          if (!this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, putKey(it.ck), t);
+        }
+      }
     }
     if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_fail(this._h, batch);
     this._events(t);
+  }
+
+  /** A lead's result arrived: no longer in flight. Whether it was cleared meanwhile. */
+  private _landed(it: Item<K, V>): boolean {
+    if (this._inflight.get(it.ck) === it.lead) this._inflight.delete(it.ck);
+    return this._cleared.delete(it.lead);
   }
 
   /** Fills (or fails) a cache lead with `value`, keeping its payload (events: `_events`). */
