@@ -274,6 +274,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   _onTick: ((t: number) => void) | undefined = undefined;
   /** @internal Whether the timer must keep the process alive (loads waiting for a batch window). */
   _hold = false;
+  /** @internal The Collapser's hook: told each value a fallback resolved with. */
+  _onFallbackValue: ((v: unknown) => void) | undefined = undefined;
   private readonly _hooks: Listener;
   private readonly _unhooks: Listener;
 
@@ -902,6 +904,17 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       return Promise.reject(e);
     }
     this.emit('fallback', result, err);
+    const seen = this._onFallbackValue;
+    if (seen !== undefined) {
+      if (thenable(result)) {
+        result = Promise.resolve(result).then((v) => {
+          seen(v);
+          return v;
+        });
+      } else {
+        seen(result);
+      }
+    }
     if (thenable(result)) {
       const p = Promise.resolve(result);
       p.then(() => w.fw_fallback_done(h, fid, 1, now()), () => w.fw_fallback_done(h, fid, 0, now()));

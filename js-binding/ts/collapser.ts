@@ -48,7 +48,8 @@ interface Item<K, V> {
 const tagged = (k: unknown): string | undefined => {
   switch (typeof k) {
     case 'string': return `s${k}`;
-    case 'number': return `n${String(k)}`; // -0 is 0, as in a Map
+    // Untagged: a number's text starts with a digit, '-', 'N' or 'I', no other tag. -0 is 0, as in a Map.
+    case 'number': return String(k);
     case 'bigint': return `b${k}`;
     case 'boolean': return k ? 't' : 'f';
     case 'undefined': return 'u';
@@ -89,8 +90,8 @@ export class Collapser<K = unknown, V = unknown> {
   private readonly _cache: boolean;
   private readonly _window: number;
   private readonly _keyFn: ((key: K) => unknown) | undefined;
-  /** Arrays the batch function returned (anything else a batch resolves with came from the fallback). */
-  private readonly _real = new WeakSet<object>();
+  /** Values the breaker's fallback gave (never cached). */
+  private readonly _fallen = new WeakSet<object>();
   private readonly _items = new ById<Item<K, V>>();
   private readonly _waits = new ById<{ key: K; ck: string; resolve: (v: V) => void; reject: (e: unknown) => void }>();
   /** Cached results by entry id: the value, or the Error of a failed load. */
@@ -131,18 +132,8 @@ export class Collapser<K = unknown, V = unknown> {
     };
     const fw = isPlain(bo.fusewire) ? merge(ours as Record<string, unknown>, bo.fusewire) : ours;
     try {
-      const real = this._real;
-      const mark = (v: unknown): unknown => {
-        if (typeof v === 'object' && v !== null) real.add(v);
-        return v;
-      };
       this.breaker = new CircuitBreaker<[K[]], ArrayLike<V | Error>>(
-        (keys: K[]) => {
-          const r = batchFn(keys);
-          return (r !== null && typeof (r as PromiseLike<unknown>).then === 'function'
-            ? (r as PromiseLike<ArrayLike<V | Error>>).then(mark)
-            : mark(r)) as PromiseLike<ArrayLike<V | Error>>;
-        },
+        (keys: K[]) => batchFn(keys) as PromiseLike<ArrayLike<V | Error>>,
         // A batch is one call: Hystrix's volume threshold (20) keeps one failed batch
         // from opening the breaker (opossum's default of 0 would).
         { name: 'collapser', volumeThreshold: 20, ...bo, fusewire: fw as CoreConfig },
@@ -161,6 +152,10 @@ export class Collapser<K = unknown, V = unknown> {
       throw e;
     }
     this._h = this.breaker._h;
+    const fallen = this._fallen;
+    this.breaker._onFallbackValue = (v) => {
+      if (typeof v === 'object' && v !== null) fallen.add(v);
+    };
     this._window = windowMs;
     this.breaker._onTick = (t) => this._flush(t);
   }
@@ -331,7 +326,7 @@ export class Collapser<K = unknown, V = unknown> {
         this._failed(items, batch, new TypeError('Collapser must be constructed with a function which accepts Array<key> and returns ' +
           `Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (${keys.length}).`));
       } else {
-        this._done(items, batch, values, !this._real.has(values));
+        this._done(items, batch, values, this._fallen.has(values));
       }
     }, (e: unknown) => this._failed(items, batch, e));
   }
