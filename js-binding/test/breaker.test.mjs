@@ -172,7 +172,43 @@ describe('fire and call', () => {
     assert.throws(() => clock.tick(60), /listener/, 'the listener\'s error surfaces from the timer');
     clock.tick(60);
     assert.equal((await second).error?.code, 'ETIMEDOUT', 'the next deadline still fires');
-    void first;
+    assert.equal((await first).error?.code, 'ETIMEDOUT', 'the call whose listener threw settled too');
+    b.shutdown();
+  });
+
+  test('listeners that throw while a batch of calls times out: every call still settles, every event is told (found by review: the rest hung)', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ timeout: 100, volumeThreshold: 2, errorThresholdPercentage: 50 });
+    const seen = [];
+    for (const ev of ['timeout', 'failure', 'open']) {
+      b.on(ev, () => {
+        seen.push(ev);
+        throw new Error(`${ev} listener`);
+      });
+    }
+    const calls = [settle(b.fire('hang')), settle(b.fire('hang')), settle(b.fire('hang'))];
+    assert.throws(() => clock.tick(110), /timeout listener/, 'the first listener error surfaces from the timer');
+    const got = await Promise.all(calls);
+    assert.deepEqual(got.map((r) => r.error?.code), ['ETIMEDOUT', 'ETIMEDOUT', 'ETIMEDOUT']);
+    assert.deepEqual(seen.filter((e) => e === 'timeout').length, 3, 'each call told its timeout');
+    assert.ok(seen.includes('open'), `the trip was told: ${seen}`);
+    assert.equal(b.opened, true);
+    b.shutdown();
+  });
+
+  test('a listener that throws while queued calls are refused: every waiter still settles', async () => {
+    clock = fakeTime();
+    const { b, hangs } = flaky({ timeout: false, fusewire: { bulkhead: { isolation: "pool", max_concurrent: 1, max_queue: 3, max_wait_ms: 50 } } });
+    b.on('semaphoreLocked', () => {
+      throw new Error('locked listener');
+    });
+    const running = settle(b.fire('hang'));
+    const waiters = [settle(b.fire(1)), settle(b.fire(2))];
+    assert.throws(() => clock.tick(60), /locked listener/);
+    const got = await Promise.all(waiters);
+    assert.deepEqual(got.map((r) => r.error?.code), ['ESEMLOCKED', 'ESEMLOCKED']);
+    hangs[0].resolve('done');
+    assert.equal((await running).value, 'done');
     b.shutdown();
   });
 

@@ -112,6 +112,46 @@ describe('fusewire/redis: RedisStore', () => {
     store.close();
   });
 
+  test('a store listener that throws: its error surfaces as from a timer, never as an unhandled rejection, and the breaker goes on', async () => {
+    const client = fakeClient((cmd) => {
+      if (cmd === 'HMGET') return Promise.resolve([null, null]);
+      return Promise.reject(new Error("OOM command not allowed when used memory > 'maxmemory'."));
+    });
+    const store = new RedisStore({ client });
+    const b = new CircuitBreaker(async () => { throw new Error('down'); },
+      { name: 'throwing-listener', volumeThreshold: 5, shared: { store, sync_ms: 20, stale_ms: 60 } });
+    b.on('store', () => {
+      throw new Error('store listener');
+    });
+    const thrown = [];
+    const rejections = [];
+    const onRejection = (e) => rejections.push(e);
+    process.on('unhandledRejection', onRejection);
+    // Errors thrown out of band go through queueMicrotask: catch them here.
+    const realQueue = globalThis.queueMicrotask;
+    globalThis.queueMicrotask = (f) => realQueue(() => {
+      try {
+        f();
+      } catch (e) {
+        thrown.push(e);
+      }
+    });
+    try {
+      for (let i = 0; i < 40 && !b.opened; i++) {
+        await b.fire().catch(() => {});
+        await sleep(10);
+      }
+    } finally {
+      globalThis.queueMicrotask = realQueue;
+      process.off('unhandledRejection', onRejection);
+    }
+    assert.ok(thrown.some((e) => /store listener/.test(e.message)), `thrown: ${thrown}`);
+    assert.deepEqual(rejections, []);
+    assert.equal(b.opened, true, 'the breaker still trips on its local view');
+    b.shutdown();
+    store.close();
+  });
+
   test('EVALSHA, then EVAL when Redis answers NOSCRIPT; every command names one key', async () => {
     const now = Date.now();
     let token = 0;

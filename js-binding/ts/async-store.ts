@@ -70,5 +70,14 @@ function answer(b: AsyncHost, id: number, kind: number, token: number, value: Ui
   const len = value === undefined ? 0 : value.length;
   if (len > 0) putScratchBytes(value!);
   const f = w.fw_io_done(b._h, id, kind, token, len, flag, t);
-  if (f >= 0) b._after(f, t);
+  if (f < 0) return;
+  try {
+    b._after(f, t);
+  } catch (e) {
+    // A listener threw (every event was still handled). Its error surfaces as it
+    // would from a timer, not as a rejection of the store client's promise.
+    queueMicrotask(() => {
+      throw e;
+    });
+  }
 }

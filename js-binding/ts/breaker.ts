@@ -182,6 +182,27 @@ function capture(resolve: (v: unknown) => void, reject: (e: unknown) => void): v
   captured.reject = reject;
 }
 
+/**
+ * The first error a listener threw while the breaker settled a batch of core events.
+ * The batch still runs to its end (every call settles, every transition is told), and
+ * the error is thrown after it, where a single `emit` would have thrown it.
+ */
+interface Sink {
+  threw: boolean;
+  error: unknown;
+}
+
+function guarded(sink: Sink, f: () => void): void {
+  try {
+    f();
+  } catch (e) {
+    if (!sink.threw) {
+      sink.threw = true;
+      sink.error = e;
+    }
+  }
+}
+
 function thenable(v: unknown): v is PromiseLike<unknown> {
   return v !== null && (typeof v === 'object' || typeof v === 'function') &&
     typeof (v as { then?: unknown }).then === 'function';
@@ -978,6 +999,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _drain(t: number): void {
     const h = this._h;
     let evs: number[] | undefined;
+    const sink: Sink = { threw: false, error: undefined };
     for (let guard = 0; guard < 100_000; guard++) {
       const ev = w.fw_poll(h, t);
       if (ev === EV_NONE || ev < 0) break;
@@ -988,35 +1010,42 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         const status = o[1]!;
         let text = message();
         if (issue === 'failed' && this._store instanceof SharedStore) text += ` (${sharedStoreStatus(status)})`;
-        this.emit('store', { issue, status, message: text });
+        guarded(sink, () => this.emit('store', { issue, status, message: text }));
       }
     }
-    if (evs === undefined) return;
-    const settle: (() => void)[] = [];
-    // Call-level events first, then the transitions they caused, then the settling
-    // (fallbacks, rejections, dequeued calls): opossum's timeout, failure, open, fallback.
-    for (let i = 0; i < evs.length; i += 4) {
-      const ev = evs[i]!;
-      if (ev === EV_TIMED_OUT) {
-        const s = this._timedOut(evs[i + 1]!, t);
-        if (s !== undefined) settle.push(s);
-      } else if (ev === EV_REFUSED) {
-        const s = this._queueRefused(evs[i + 1]!, evs[i + 3]!, t);
-        if (s !== undefined) settle.push(s);
-      } else if (ev === EV_DEQUEUED) {
-        const id = evs[i + 1]!;
-        const c = this._calls[id % SLOTS];
-        if (c !== undefined && c.id === id && !c.done) {
-          c.t0 = t;
-          c.queued = false;
-          settle.push(() => this._exec(c));
+    if (evs !== undefined) {
+      const settle: (() => void)[] = [];
+      // Call-level events first, then the transitions they caused, then the settling
+      // (fallbacks, rejections, dequeued calls): opossum's timeout, failure, open, fallback.
+      for (let i = 0; i < evs.length; i += 4) {
+        const ev = evs[i]!;
+        if (ev === EV_TIMED_OUT) {
+          const s = this._timedOut(evs[i + 1]!, t, sink);
+          if (s !== undefined) settle.push(s);
+        } else if (ev === EV_REFUSED) {
+          const s = this._queueRefused(evs[i + 1]!, evs[i + 3]!, t, sink);
+          if (s !== undefined) settle.push(s);
+        } else if (ev === EV_DEQUEUED) {
+          const id = evs[i + 1]!;
+          const c = this._calls[id % SLOTS];
+          if (c !== undefined && c.id === id && !c.done) {
+            c.t0 = t;
+            c.queued = false;
+            settle.push(() => this._exec(c));
+          }
         }
       }
+      for (let i = 0; i < evs.length; i += 4) {
+        if (evs[i] === EV_TRANSITION) {
+          const from = evs[i + 1]! as Phase;
+          const to = evs[i + 2]! as Phase;
+          guarded(sink, () => this._transition(from, to));
+        }
+      }
+      for (const s of settle) guarded(sink, s);
     }
-    for (let i = 0; i < evs.length; i += 4) {
-      if (evs[i] === EV_TRANSITION) this._transition(evs[i + 1]! as Phase, evs[i + 2]! as Phase);
-    }
-    for (const s of settle) s();
+    // A listener threw: every event above was still handled; its error goes on.
+    if (sink.threw) throw sink.error;
   }
 
   private _transition(from: Phase, to: Phase): void {
@@ -1040,22 +1069,24 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
   }
 
-  private _timedOut(id: number, t: number): (() => void) | undefined {
+  private _timedOut(id: number, t: number, sink: Sink): (() => void) | undefined {
     const c = this._calls[id % SLOTS];
     if (c === undefined || c.id !== id || c.done) return undefined;
     c.done = true;
     this._forget(c);
     const latency = t - c.t0;
     const err = ourError(`Timed out after ${this._parsed.timeout === false ? 0 : this._parsed.timeout}ms`, 'ETIMEDOUT');
-    this.emit('timeout', err, latency, c.args);
+    guarded(sink, () => this.emit('timeout', err, latency, c.args));
     let filtered = false;
     try {
       filtered = this._errorFilter(err, ...(c.args as TI)) === true;
     } catch {
       filtered = false;
     }
-    if (filtered) this.emit('success', err, latency);
-    else this.emit('failure', err, latency, c.args);
+    guarded(sink, () => {
+      if (filtered) this.emit('success', err, latency);
+      else this.emit('failure', err, latency, c.args);
+    });
     return () => {
       const fb = filtered ? undefined : this._fallback(err, c.args);
       if (fb !== undefined) c.resolve(fb);
@@ -1065,7 +1096,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     };
   }
 
-  private _queueRefused(id: number, cause: number, t: number): (() => void) | undefined {
+  private _queueRefused(id: number, cause: number, t: number, sink: Sink): (() => void) | undefined {
     const c = this._calls[id % SLOTS];
     if (c === undefined || c.id !== id || c.done) return undefined;
     c.done = true;
@@ -1073,8 +1104,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const latency = t - c.t0;
     const waited = cause === 7 ? `: waited ${Math.round(latency)}ms in the queue` : '';
     const err = ourError(`Semaphore locked${waited}`, 'ESEMLOCKED');
-    this.emit('semaphoreLocked', err, latency);
-    this.emit('failure', err, latency, c.args);
+    guarded(sink, () => this.emit('semaphoreLocked', err, latency));
+    guarded(sink, () => this.emit('failure', err, latency, c.args));
     return () => {
       const fb = this._fallback(err, c.args);
       if (fb !== undefined) c.resolve(fb);
