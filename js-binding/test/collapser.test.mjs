@@ -36,8 +36,9 @@ describe('Collapser', () => {
     clock = fakeTime();
     const { c, batches } = loader({ windowMs: 20, maxBatchSize: 3 });
     const ps = [1, 2, 3, 4].map((k) => c.load(k));
+    assert.deepEqual(batches, [], 'never inside load() (found by review: the batch function ran in the third load)');
     await flush();
-    assert.deepEqual(batches, [[1, 2, 3]], 'a full batch runs at once');
+    assert.deepEqual(batches, [[1, 2, 3]], 'a full batch runs once the loading code returns');
     clock.tick(19);
     await flush();
     assert.equal(batches.length, 1);
@@ -113,11 +114,38 @@ describe('Collapser', () => {
     c.shutdown();
     assert.throws(() => new Collapser(42), TypeError);
     assert.throws(() => new Collapser(async () => [], { windowMs: 'x' }), { message: 'options.windowMs: must be a number, got "x"' });
-    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 0 }), { message: 'options.maxBatchSize: must be in 1..=100000, got 0' });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 0 }), { message: 'options.maxBatchSize: must be a whole number >= 1, got 0' });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 100_001 }), { message: 'options.maxBatchSize: must be in 1..=100000, got 100001' });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 2.5 }), { message: 'options.maxBatchSize: must be a whole number >= 1, got 2.5' });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: -Infinity }), { message: 'options.maxBatchSize: must be a finite number, got -Infinity' });
+    assert.throws(() => new Collapser(async () => [], { windowMs: -1 }), { message: 'options.windowMs: must be a whole number >= 0, got -1' });
+    assert.throws(() => new Collapser(async () => [], { cacheSize: 0 }), { message: 'options.cacheSize: must be a whole number >= 1, got 0' });
     assert.throws(() => new Collapser(async () => [], { breaker: { timeout: 'x' } }), { message: 'options.breaker.timeout: must be a number, got "x"' });
     await assert.rejects(new Collapser(async () => []).loadMany('x'), TypeError);
     assert.throws(() => new Collapser(async () => [], { batch: false }),
       { name: 'TypeError', message: /^options\.batch: not a Collapser option \(known: windowMs/ });
+  });
+
+  test('maxBatchSize: Infinity (DataLoader\'s default) is accepted: one batch of every load in the window', async () => {
+    const { c, batches } = loader({ windowMs: 0, maxBatchSize: Infinity });
+    const keys = Array.from({ length: 2500 }, (_, i) => i);
+    const got = await Promise.all(keys.map((k) => c.load(k)));
+    assert.equal(got.length, 2500);
+    assert.deepEqual(batches.map((b) => b.length), [2500], 'beyond the default 1000');
+    c.shutdown();
+  });
+
+  test('a batch function that loads while a full batch runs: the load joins the batch still collecting (as in DataLoader)', async () => {
+    const seen = [];
+    const c = new Collapser(async (keys) => {
+      seen.push([...keys]);
+      if (keys.includes(1)) void c.load(99);
+      return keys.map((k) => k * 10);
+    }, { windowMs: 0, maxBatchSize: 2 });
+    assert.deepEqual(await Promise.all([c.load(1), c.load(2), c.load(3)]), [10, 20, 30]);
+    await flush();
+    assert.deepEqual(seen, [[1, 2], [3, 99]], 'DataLoader gives the same batches');
+    c.shutdown();
   });
 
   // Found by review (DataLoader parity).

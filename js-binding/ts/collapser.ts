@@ -19,7 +19,7 @@ export type BatchFn<K, V> = (keys: K[]) => PromiseLike<ArrayLike<V | Error>> | A
 export interface CollapserOptions<K, V> {
   /** How long a batch collects loads after its first one, in ms (default 10, Hystrix's; 0: until the current job's promise jobs ran, as DataLoader). */
   windowMs?: number;
-  /** Keys per batch at most (default 1000); a full batch runs at once. */
+  /** Keys per batch at most (default 1000; `Infinity`, DataLoader's default, is the core's largest batch: 100 000); a full batch runs once the code that loaded it returns. */
   maxBatchSize?: number;
   /** Memoise results per key, failures included, until `clear` (DataLoader's `cache`, default true). */
   cache?: boolean;
@@ -70,6 +70,19 @@ const postPromiseJobs: (f: () => void) => void =
       ? (f) => { setImmediate(f); }
       : (f) => { setTimeout(f); };
 
+/** The core's largest batch (`collapser.max_batch_size`): what `maxBatchSize: Infinity` means. */
+const MAX_BATCH = 100_000;
+
+/** A whole-number option ≥ `min` (or undefined); the core checks the upper bound. */
+function whole(name: string, v: unknown, min: number): number | undefined {
+  const n = num(name, v);
+  if (n === undefined) return undefined;
+  if (!Number.isInteger(n) || n < min) {
+    throw optionError(`options.${name}`, `must be a whole number >= ${min}, got ${n}`);
+  }
+  return n;
+}
+
 const KNOWN = new Set(['windowMs', 'maxBatchSize', 'cache', 'cacheSize', 'cacheKeyFn', 'breaker']);
 
 function isPlain(v: unknown): v is Record<string, unknown> {
@@ -97,6 +110,7 @@ export class Collapser<K = unknown, V = unknown> {
   /** Cached results by entry id: the value, or the Error of a failed load. */
   private readonly _payloads = new ById<{ ok: boolean; value: unknown }>();
   private _flushQueued = false;
+  private _fullQueued = false;
   /** Cache leads in flight by cache key, and those cleared meanwhile (their result is given, then forgotten). */
   private readonly _inflight = new Map<string, number>();
   private readonly _cleared = new Set<number>();
@@ -111,10 +125,13 @@ export class Collapser<K = unknown, V = unknown> {
         throw optionError(`options.${k}`, `not a Collapser option (known: ${[...KNOWN].join(', ')})`);
       }
     }
-    const windowMs = num('windowMs', options.windowMs) ?? 10;
-    const maxBatchSize = num('maxBatchSize', options.maxBatchSize) ?? 1000;
+    const windowMs = whole('windowMs', options.windowMs, 0) ?? 10;
+    // DataLoader's default, Infinity, is accepted: the core's largest batch.
+    const maxBatchSize = options.maxBatchSize === Infinity
+      ? MAX_BATCH
+      : whole('maxBatchSize', options.maxBatchSize, 1) ?? 1000;
     this._cache = bool('cache', options.cache) ?? true;
-    const cacheSize = num('cacheSize', options.cacheSize) ?? 10_000;
+    const cacheSize = whole('cacheSize', options.cacheSize, 1) ?? 10_000;
     this._keyFn = fn<(key: K) => unknown>('cacheKeyFn', options.cacheKeyFn);
     const bo = options.breaker ?? {};
     if (!isPlain(bo)) throw optionError('options.breaker', `must be an object (breaker options), got ${describe(bo)}`);
@@ -273,8 +290,17 @@ export class Collapser<K = unknown, V = unknown> {
     const kind = r & KIND_MASK;
     if (kind === 1 || kind === 2) {
       this._items.set(out()[0]!, item);
-      if (kind === 2) this._flush(t);
-      else if (this._window === 0) {
+      if (kind === 2) {
+        // Full: it runs right after the code that loaded (never inside `load()`,
+        // which DataLoader never does either), with the batches due by then.
+        if (!this._fullQueued) {
+          this._fullQueued = true;
+          queueMicrotask(() => {
+            this._fullQueued = false;
+            this._flush(now());
+          });
+        }
+      } else if (this._window === 0) {
         if (!this._flushQueued) {
           this._flushQueued = true;
           // DataLoader's moment: after the promise jobs queued so far, then a tick.
