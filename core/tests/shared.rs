@@ -1062,10 +1062,18 @@ fn flush_writes_pending_outcomes_at_once() {
             assert!(h.call(0, keys[0], Outcome::Success));
         }
         h.deliver();
+        assert!(!h.engines[0].flushed(keys[0]), "{m:?}: 7 outcomes pending");
         let before = h.store.writes;
         h.engines[0].flush(keys[0], h.now);
         h.drive(0);
+        if let Mode::Async(_) = m {
+            assert!(
+                !h.engines[0].flushed(keys[0]),
+                "{m:?}: the write is in flight"
+            );
+        }
         h.deliver();
+        assert!(h.engines[0].flushed(keys[0]), "{m:?}: written");
         assert_eq!(h.store.writes, before + 1, "{m:?}: one write, now");
         let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
         let st = decode(h.store.raw_get(&sk).unwrap());

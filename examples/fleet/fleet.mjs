@@ -134,7 +134,7 @@ async function member() {
     clearInterval(loop);
     clearInterval(report);
     breaker.shutdown();
-    store.close();
+    await store.close(); // the last flush landed
     await client.quit();
     process.send({ ...n, store: store.stats });
     process.disconnect();

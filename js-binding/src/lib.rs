@@ -1111,6 +1111,17 @@ pub fn fw_has_io(h: u32) -> i32 {
     })
 }
 
+/// Whether a shared breaker's outcomes are all written and no request is in flight
+/// (1; also for local breakers), or not (0). Drive the store until it is, before
+/// [`fw_free`] at shutdown.
+#[wasm_bindgen]
+pub fn fw_flushed(h: u32) -> i32 {
+    with(E_BUSY, |s| match s.parts(h) {
+        Some((b, _, _)) => i32::from(b.engine.flushed(b.key)),
+        None => E_HANDLE,
+    })
+}
+
 /// Whether the breaker keeps its state in a shared store.
 #[wasm_bindgen]
 pub fn fw_is_shared(h: u32) -> i32 {

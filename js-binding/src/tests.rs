@@ -149,6 +149,7 @@ fn hostile_numbers_never_panic() {
             let _ = fw_io(h, n);
             let _ = fw_io_done(h, n, i, n, i, i, n);
             let _ = fw_has_io(i);
+            let _ = fw_flushed(i);
             let _ = fw_is_shared(i);
             let _ = fw_create(i, i, i, i, i, i, n);
             let _ = fw_check(i);

@@ -89,6 +89,59 @@ describe('fusewire/redis: RedisStore', () => {
     store.close();
   });
 
+  test('shutdown(): a last write that meets another process\'s write is merged and sent again; close() waits for it (found by review: it was dropped)', async () => {
+    // One fake Redis with the CAS script's semantics, two processes' stores on it.
+    const db = new Map();
+    const backend = (cmd, args) => {
+      if (cmd === 'HMGET') {
+        const e = db.get(args[0]);
+        return Promise.resolve(e === undefined ? [null, null] : [Buffer.from(String(e.t)), e.v]);
+      }
+      if (cmd === 'EVALSHA') {
+        const [, , key, expect, value, , , first] = args;
+        const e = db.get(key);
+        const now = Date.now();
+        if (e === undefined) {
+          if (expect !== '') return Promise.resolve([2, now]);
+          db.set(key, { t: Number(first), v: Buffer.from(value) });
+          return Promise.resolve([0, now, Number(first)]);
+        }
+        if (expect !== String(e.t)) return Promise.resolve([1, now, e.t, e.v]);
+        e.t += 1;
+        e.v = Buffer.from(value);
+        return Promise.resolve([0, now, e.t]);
+      }
+      return Promise.reject(new Error(`unexpected ${cmd}`));
+    };
+    const c1 = fakeClient(backend);
+    const c2 = fakeClient(backend);
+    const s1 = new RedisStore({ client: c1 });
+    const s2 = new RedisStore({ client: c2 });
+    const opts = (store) => ({ name: 'bye2', shared: { store, flush_ms: 10_000, sync_ms: 10_000, stale_ms: 20_000 } });
+    const b1 = new CircuitBreaker(async () => 'ok', opts(s1));
+    const b2 = new CircuitBreaker(async () => 'ok', opts(s2));
+    // Both read the key (absent) and create it once.
+    await b1.fire();
+    await b2.fire();
+    for (let i = 0; i < 50 && db.size === 0; i++) await sleep(10);
+    await sleep(50);
+    for (let i = 0; i < 5; i++) {
+      await b1.fire();
+      await b2.fire();
+    }
+    // Process 2 leaves first: its write lands and moves the token under process 1.
+    b2.shutdown();
+    await s2.close();
+    const before = { ...s1.stats };
+    b1.shutdown();
+    const closed = s1.close();
+    await closed;
+    const after = s1.stats;
+    assert.ok(after.conflicts > before.conflicts, `the first write met process 2's: ${JSON.stringify([before, after])}`);
+    assert.ok(after.written > before.written, `then it was merged and landed: ${JSON.stringify([before, after])}`);
+    assert.equal(after.pending, 0);
+  });
+
   test('writes refused while reads answer (maxmemory, noeviction): the local breaker trips after stale_ms', async () => {
     const client = fakeClient((cmd) => {
       if (cmd === 'HMGET') return Promise.resolve([null, null]);

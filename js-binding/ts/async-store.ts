@@ -17,6 +17,8 @@ export interface AsyncHost {
   readonly _h: number;
   readonly isShutdown: boolean;
   _after(flags: number, t: number): void;
+  /** An answer that came after `shutdown()`, while the breaker drives its last flush. */
+  _closingAnswer(id: number, kind: number, token: number, value: Uint8Array | undefined, flag: number): void;
 }
 
 /**
@@ -31,6 +33,31 @@ const decoder = new TextDecoder();
 
 /** A store the core's shared layer drives asynchronously (see `RedisStore`). */
 export abstract class AsyncStore {
+  /** Breakers shut down and still driving their last flush. */
+  private _holds = 0;
+  private _idle: (() => void)[] = [];
+
+  /** @internal A shut-down breaker drives its last flush: call the result when it is done. */
+  _hold(): () => void {
+    this._holds++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      if (--this._holds === 0) for (const f of this._idle.splice(0)) f();
+    };
+  }
+
+  /** @internal Resolves once no shut-down breaker drives a flush any more. */
+  _whenIdle(): Promise<void> {
+    return this._holds === 0 ? Promise.resolve() : new Promise((r) => this._idle.push(r));
+  }
+
+  /** @internal Whether a shut-down breaker still drives its last flush. */
+  get _busy(): boolean {
+    return this._holds > 0;
+  }
+
   /** @internal Shared-config defaults for breakers on this store (the user's options win). */
   _defaults(): CoreSharedConfig {
     return {};
@@ -65,11 +92,12 @@ export abstract class AsyncStore {
 /** Feeds an answer back to the core, then handles what it caused (events, more I/O, the timer). */
 function answer(b: AsyncHost, id: number, kind: number, token: number, value: Uint8Array | undefined,
   flag: number): void {
-  if (b.isShutdown) return;
+  if (b.isShutdown) {
+    b._closingAnswer(id, kind, token, value, flag);
+    return;
+  }
   const t = now();
-  const len = value === undefined ? 0 : value.length;
-  if (len > 0) putScratchBytes(value!);
-  const f = w.fw_io_done(b._h, id, kind, token, len, flag, t);
+  const f = deliver(b._h, id, kind, token, value, flag, t);
   if (f < 0) return;
   try {
     b._after(f, t);
@@ -80,4 +108,12 @@ function answer(b: AsyncHost, id: number, kind: number, token: number, value: Ui
       throw e;
     });
   }
+}
+
+/** @internal Hands the store's answer to request `id` to the core (`fw_io_done`); returns its flags. */
+export function deliver(h: number, id: number, kind: number, token: number, value: Uint8Array | undefined,
+  flag: number, t: number): number {
+  const len = value === undefined ? 0 : value.length;
+  if (len > 0) putScratchBytes(value!);
+  return w.fw_io_done(h, id, kind, token, len, flag, t);
 }

@@ -27,7 +27,7 @@ import {
   Status, readStats, readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
 } from './status.js';
 import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
-import { AsyncStore } from './async-store.js';
+import { AsyncStore, deliver } from './async-store.js';
 import { ById } from './byid.js';
 
 /** opossum's cache transport: what `options.cacheTransport` must implement. */
@@ -208,6 +208,9 @@ function thenable(v: unknown): v is PromiseLike<unknown> {
     typeof (v as { then?: unknown }).then === 'function';
 }
 
+/** Longest a shut-down breaker on an async store drives its last flush (ms). */
+const CLOSE_MS = 5000;
+
 /** One admitted (or queued) call. @internal */
 class Call {
   done = false;
@@ -284,6 +287,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _shutdown = false;
   private _fallbackFn: ((...args: unknown[]) => unknown) | undefined = undefined;
   private _timer: Timer | undefined = undefined;
+  /** After `shutdown()` on an async store: the last flush being driven. */
+  private _closing: { until: number; timer: Timer | undefined; release: () => void } | undefined = undefined;
   private _busy = 0;
 
   private _calls: (Call | undefined)[] = [];
@@ -595,10 +600,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this.disable();
     const stats = this.stats;
     const window = this.status.window;
+    const t = now();
     if (this._store !== undefined) {
-      // A shared breaker writes its pending outcomes now (an async store's answer
-      // comes after shutdown and is ignored).
-      const t = now();
+      // A shared breaker writes its pending outcomes now (an async store's answers
+      // come after shutdown: see `_closeStep`).
       this._io(w.fw_flush(this._h, t), t);
     }
     this._shutdown = true;
@@ -623,7 +628,51 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     registry.delete(this);
     for (const f of watchers) f(this, false);
     finalizer?.unregister(this);
-    w.fw_free(this._h);
+    const store = this._store;
+    if (store instanceof AsyncStore && w.fw_flushed(this._h) === 0) {
+      this._closing = { until: t + CLOSE_MS, timer: undefined, release: store._hold() };
+      this._closeStep();
+    } else {
+      w.fw_free(this._h);
+    }
+  }
+
+  /**
+   * @internal After `shutdown()`, a breaker on an async store drives its last flush —
+   * a write that met another process's write is merged and sent again, when the core
+   * says — until every outcome landed, the store failed, or `CLOSE_MS` passed; then
+   * it is freed. No event is emitted meanwhile.
+   */
+  _closeStep(): void {
+    const c = this._closing;
+    if (c === undefined) return;
+    disarm(c.timer);
+    c.timer = undefined;
+    const h = this._h;
+    const t = now();
+    if (t < c.until && w.fw_flushed(h) === 0) {
+      if (w.fw_has_io(h) === 1) this._io(F_IO, t);
+      if (w.fw_flushed(h) === 0) {
+        // Wait for the answer, or the core's next retry time, within the bound.
+        const d = w.fw_next(h);
+        const left = c.until - t;
+        c.timer = arm(() => this._closeStep(), d < 0 ? left : Math.min(Math.max(d - t, 1), left), false);
+        return;
+      }
+    }
+    this._closing = undefined;
+    c.release();
+    w.fw_free(h);
+  }
+
+  /** @internal A store answer after `shutdown()` (see `_closeStep`). */
+  _closingAnswer(id: number, kind: number, token: number, value: Uint8Array | undefined, flag: number): void {
+    const c = this._closing;
+    if (c === undefined) return;
+    deliver(this._h, id, kind, token, value, flag, now());
+    // A failed request may have landed: sending the outcomes again could count them twice.
+    if (kind === 4) c.until = 0;
+    this._closeStep();
   }
 
   /** Removes listeners (fusewire keeps its own snapshot hooks). */

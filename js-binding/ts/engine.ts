@@ -40,6 +40,7 @@ export interface Exports {
   fw_io(h: number, now: number): number;
   fw_io_done(h: number, id: number, kind: number, token: number, len: number, flag: number, now: number): number;
   fw_has_io(h: number): number;
+  fw_flushed(h: number): number;
   fw_is_shared(h: number): number;
   fw_memory_bytes(): number;
   fw_cache_lookup(h: number, which: number, keyLen: number, now: number): number;

@@ -190,6 +190,7 @@ export class RedisStore extends AsyncStore {
   private readonly _timeoutMs: number;
   private _owner = 0;
   private _closed = false;
+  private _closing: Promise<void> | undefined;
   private readonly _pending = new Set<Op>();
   private readonly _stats: Omit<RedisStoreStats, 'pending'> = {
     reads: 0, writes: 0, written: 0, conflicts: 0, failures: 0, timeouts: 0, late: 0,
@@ -245,11 +246,25 @@ export class RedisStore extends AsyncStore {
     return { ...this._stats, pending: this._pending.size };
   }
 
-  /** Stops the store: ops in flight fail at once, later ones at once too. The client stays open (it is yours). */
-  close(): void {
-    if (this._closed) return;
-    this._closed = true;
-    for (const op of [...this._pending]) this._settle(op, 4, -1, undefined, FAIL_CLOSED);
+  /**
+   * Stops the store: ops in flight fail, later ones at once. Breakers shut down
+   * before keep it open until their last flush landed (a write that met another
+   * process's write is merged and retried; at most 5 s): await the result before
+   * quitting the client. The client stays open (it is yours).
+   */
+  close(): Promise<void> {
+    if (this._closing !== undefined) return this._closing;
+    const stop = (): void => {
+      this._closed = true;
+      for (const op of [...this._pending]) this._settle(op, 4, -1, undefined, FAIL_CLOSED);
+    };
+    if (this._busy) {
+      this._closing = this._whenIdle().then(stop);
+    } else {
+      stop();
+      this._closing = Promise.resolve();
+    }
+    return this._closing;
   }
 
   /**

@@ -497,6 +497,14 @@ impl Engine {
         self.queue_io(key.index);
     }
 
+    /// Whether `key` has no outcome left to write and no store request in flight:
+    /// after [`Engine::flush`], a host that lets the key go drives the store until
+    /// this holds (or it gives up). True for local and unknown keys.
+    pub fn flushed(&self, key: KeyId) -> bool {
+        self.live(key)
+            .is_none_or(|k| k.replica.as_deref().is_none_or(Replica::is_flushed))
+    }
+
     /// Starts a call on `key`: the breaker (circuit check), then the bulkhead
     /// (capacity check, queue), then the deadline. A refusal is already recorded.
     /// O(1), no allocation on the closed path.

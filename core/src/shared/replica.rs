@@ -1225,6 +1225,12 @@ impl Replica {
         }
     }
 
+    /// Whether no outcome waits to be written and no request is in flight (slots it
+    /// holds may remain).
+    pub(crate) fn is_flushed(&self) -> bool {
+        self.io == IoState::Idle && !self.write_wanted() && self.delta.is_empty()
+    }
+
     /// Whether the replica has nothing in flight or pending (it may be dropped).
     pub(crate) fn is_quiet(&self) -> bool {
         self.io == IoState::Idle

@@ -100,7 +100,7 @@ process.on('message', async (msg) => {
       };
     } else if (msg.op === 'stop') {
       for (const m of members) m.b.shutdown();
-      for (const s of stores) s.close();
+      await Promise.all(stores.map((s) => s.close()));
       await client.quit().catch(() => client.disconnect());
       r = { stats: stores.map((s) => s.stats) };
       process.send({ id: msg.id, r });
