@@ -27,7 +27,7 @@ pub struct Snapshot {
     pub health: HealthSnapshot,
     /// Execution-latency percentiles over the percentile window, in nanoseconds.
     pub latency_ns: Percentiles,
-    /// Highest concurrency in the health window.
+    /// Highest concurrency in the health window (at least `in_flight`).
     pub rolling_max_concurrency: u32,
     /// Calls holding a slot (executing).
     pub in_flight: u32,
@@ -178,7 +178,9 @@ impl Circuit {
             generation: self.state.generation(),
             health: self.window.health_at(now),
             latency_ns: self.window.percentiles_at(now),
-            rolling_max_concurrency: self.window.rolling_max_concurrency_at(now),
+            // Sampled when calls end, so calls still running count here too (Hystrix
+            // samples when a call starts: never below the calls executing now).
+            rolling_max_concurrency: self.window.rolling_max_concurrency_at(now).max(in_flight),
             in_flight,
             queued,
             cumulative: self.window.cumulative(),

@@ -190,9 +190,6 @@ enum St {
     Running { deadline: u64 },
     /// Timed out; its late result is still expected.
     TimedOut,
-    /// Timed out and its call-table slot reused (documented: an expired slot is
-    /// reclaimed when the table needs room); its result is `Unknown`.
-    Reclaimed,
     /// Ended (completed, or its late result came).
     Done,
     /// Left the queue without running (wait expired, ticket cancelled).
@@ -284,19 +281,13 @@ impl Sim {
         self.calls.iter().rposition(|c| c.w == w && c.raw == raw)
     }
 
-    /// The model's call table: a new call takes a free slot, else reclaims the oldest
-    /// timed-out call still waiting for its late result, else grows the table.
+    /// The model's call table: a new call takes a free slot, else grows the table; a
+    /// timed-out call keeps its slot for its late result (it is forgotten only past
+    /// 16 384 waiting, which these runs never reach).
     fn insert(&mut self, w: usize) {
         let wm = &mut self.workers[w];
         if wm.free > 0 {
             wm.free -= 1;
-            return;
-        }
-        while let Some(i) = wm.expired.pop_front() {
-            if self.calls[i].st == St::TimedOut {
-                self.calls[i].st = St::Reclaimed;
-                return;
-            }
         }
     }
 
@@ -578,10 +569,7 @@ impl Sim {
         let held: Vec<usize> = (0..self.calls.len())
             .filter(|&i| {
                 self.calls[i].w == w
-                    && matches!(
-                        self.calls[i].st,
-                        St::Running { .. } | St::TimedOut | St::Reclaimed
-                    )
+                    && matches!(self.calls[i].st, St::Running { .. } | St::TimedOut)
             })
             .collect();
         if held.is_empty() {
@@ -642,10 +630,6 @@ impl Sim {
                 );
                 self.calls[i].st = St::Done;
                 self.remove(w);
-            }
-            St::Reclaimed => {
-                assert_eq!(c, Completion::Unknown, "a reclaimed call is forgotten");
-                self.calls[i].st = St::Done;
             }
             _ => unreachable!(),
         }

@@ -36,8 +36,15 @@ impl CallId {
         self.slot as usize
     }
 
-    /// From [`CallId::to_raw`]; any number is accepted and checked on use.
+    /// From [`CallId::to_raw`]; any number is accepted and checked on use (one at
+    /// or above 2^53, which `to_raw` never gives, matches no call).
     pub fn from_raw(raw: u64) -> Self {
+        if raw >> (SLOT_BITS + 31) != 0 {
+            return CallId {
+                slot: u32::MAX,
+                generation: u32::MAX,
+            };
+        }
         CallId {
             slot: (raw & SLOT_MASK) as u32,
             generation: ((raw >> SLOT_BITS) as u32) & GEN_MASK,
@@ -105,9 +112,11 @@ pub(crate) enum Call {
         pass: RawPass,
         deadline: Nanos,
     },
-    /// Timed out (recorded as TIMEOUT); waiting for its late result.
+    /// Timed out (recorded as TIMEOUT); waiting for its late result, which is
+    /// credited to the key if it is still the same one (`key_generation`).
     Expired {
         key: u32,
+        key_generation: u32,
     },
     /// A fallback holding a fallback slot.
     Fallback {
@@ -121,14 +130,21 @@ struct Slot {
     call: Call,
 }
 
+/// Timed-out calls kept for their late result at most: past it, the oldest is
+/// forgotten (its result, if it ever comes, is `Unknown`), so results that never
+/// come cannot hold memory.
+pub(crate) const MAX_EXPIRED: usize = 16_384;
+
 /// The table.
 #[derive(Debug, Default)]
 pub(crate) struct Calls {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    /// Timed-out calls whose late result may never come, oldest first: reclaimed when
-    /// no free slot is left, so a lost result cannot leak a slot.
+    /// Timed-out calls waiting for their late result, oldest first (entries whose
+    /// result came are dropped lazily: see [`Calls::compact`]).
     expired: VecDeque<CallId>,
+    /// Calls in the `Expired` state.
+    expired_live: usize,
 }
 
 impl Calls {
@@ -145,23 +161,19 @@ impl Calls {
         }
     }
 
-    /// Stores a new call; `None` only when the table is at its size limit.
+    /// Stores a new call; `None` only when the table is at its size limit with no
+    /// timed-out call left to forget.
     pub(crate) fn insert(&mut self, call: Call) -> Option<CallId> {
         let slot = match self.free.pop() {
             Some(i) => i,
-            None => match self.reclaim() {
-                Some(i) => i,
-                None => {
-                    if self.slots.len() as u64 > SLOT_MASK {
-                        return None;
-                    }
-                    self.slots.push(Slot {
-                        generation: 0,
-                        call: Call::Free,
-                    });
-                    (self.slots.len() - 1) as u32
-                }
-            },
+            None if (self.slots.len() as u64) <= SLOT_MASK => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    call: Call::Free,
+                });
+                (self.slots.len() - 1) as u32
+            }
+            None => self.reclaim()?,
         };
         let s = self.slots.get_mut(slot as usize)?;
         s.call = call;
@@ -171,14 +183,29 @@ impl Calls {
         })
     }
 
+    /// Forgets the oldest timed-out call; returns its slot (not on the free list).
     fn reclaim(&mut self) -> Option<u32> {
         while let Some(id) = self.expired.pop_front() {
             if matches!(self.get(id), Some(Call::Expired { .. })) {
                 self.bump(id.slot);
+                self.expired_live = self.expired_live.saturating_sub(1);
                 return Some(id.slot);
             }
         }
         None
+    }
+
+    /// Drops the ids of timed-out calls whose result came, once they outnumber the
+    /// calls still waiting: amortised O(1) per call.
+    fn compact(&mut self) {
+        if self.expired.len() > 2 * self.expired_live + 64 {
+            let slots = &self.slots;
+            self.expired.retain(|id| {
+                slots.get(id.slot as usize).is_some_and(|s| {
+                    s.generation == id.generation && matches!(s.call, Call::Expired { .. })
+                })
+            });
+        }
     }
 
     fn bump(&mut self, slot: u32) {
@@ -190,16 +217,42 @@ impl Calls {
 
     /// Frees a call's slot (its id becomes stale).
     pub(crate) fn remove(&mut self, id: CallId) {
-        if self.get(id).is_some() {
-            self.bump(id.slot);
-            self.free.push(id.slot);
+        let Some(call) = self.get(id) else { return };
+        self.bump(id.slot);
+        self.free.push(id.slot);
+        if matches!(call, Call::Expired { .. }) {
+            self.expired_live = self.expired_live.saturating_sub(1);
+            self.compact();
         }
     }
 
-    /// Marks a running call timed out.
-    pub(crate) fn expire(&mut self, id: CallId, key: u32) {
-        self.set(id, Call::Expired { key });
+    /// Marks a running call timed out; past [`MAX_EXPIRED`] waiting, the oldest is
+    /// forgotten.
+    pub(crate) fn expire(&mut self, id: CallId, key: u32, key_generation: u32) {
+        if !matches!(self.get(id), Some(Call::Running { .. })) {
+            return;
+        }
+        self.set(
+            id,
+            Call::Expired {
+                key,
+                key_generation,
+            },
+        );
         self.expired.push_back(id);
+        self.expired_live += 1;
+        if self.expired_live > MAX_EXPIRED {
+            if let Some(slot) = self.reclaim() {
+                self.free.push(slot);
+            }
+        }
+        self.compact();
+    }
+
+    /// Timed-out calls waiting for their late result, and ids held for them.
+    #[cfg(test)]
+    pub(crate) fn expired_len(&self) -> (usize, usize) {
+        (self.expired_live, self.expired.len())
     }
 }
 
@@ -275,29 +328,92 @@ mod tests {
     #[test]
     fn ids_are_generation_checked_and_below_2_pow_53() {
         let mut t = Calls::default();
-        let a = t.insert(Call::Expired { key: 1 }).unwrap();
+        let a = t
+            .insert(Call::Expired {
+                key: 1,
+                key_generation: 0,
+            })
+            .unwrap();
         assert!(a.to_raw() < 1 << 53);
         t.remove(a);
         assert_eq!(t.get(a), None, "stale after removal");
-        let b = t.insert(Call::Expired { key: 2 }).unwrap();
+        let b = t
+            .insert(Call::Expired {
+                key: 2,
+                key_generation: 0,
+            })
+            .unwrap();
         assert_eq!(b.slot, a.slot);
         assert_ne!(b, a);
         assert_eq!(t.get(CallId::from_raw(a.to_raw())), None);
         assert_eq!(
             t.get(CallId::from_raw(b.to_raw())),
-            Some(Call::Expired { key: 2 })
+            Some(Call::Expired {
+                key: 2,
+                key_generation: 0
+            })
         );
         assert_eq!(t.get(CallId::from_raw(u64::MAX)), None, "forged");
     }
 
+    fn running() -> Call {
+        Call::Running {
+            key: 0,
+            pass: (0, 0, 0),
+            deadline: 0,
+        }
+    }
+
     #[test]
-    fn expired_slots_are_reclaimed_when_the_table_needs_room() {
+    fn a_timed_out_call_keeps_its_slot_for_its_late_result() {
         let mut t = Calls::default();
-        let a = t.insert(Call::Fallback { key: 0 }).unwrap();
-        t.expire(a, 0);
-        let b = t.insert(Call::Fallback { key: 0 }).unwrap();
-        assert_eq!(b.slot, a.slot, "the expired slot was reused");
-        assert_eq!(t.get(a), None);
+        let a = t.insert(running()).unwrap();
+        t.expire(a, 0, 0);
+        let b = t.insert(running()).unwrap();
+        assert_ne!(b.slot, a.slot, "a new call takes a new slot");
+        assert!(matches!(t.get(a), Some(Call::Expired { .. })));
+        t.remove(a);
+        assert_eq!(t.expired_len().0, 0);
+    }
+
+    #[test]
+    fn timed_out_calls_are_bounded_and_their_ids_do_not_pile_up() {
+        let mut t = Calls::default();
+        // Results that come back: no id is kept for long.
+        for _ in 0..10_000 {
+            let a = t.insert(running()).unwrap();
+            t.expire(a, 0, 0);
+            t.remove(a);
+        }
+        assert_eq!(t.expired_len().0, 0);
+        assert!(
+            t.expired_len().1 <= 64 + 1,
+            "ids held: {:?}",
+            t.expired_len()
+        );
+        // Results that never come: at most MAX_EXPIRED waited for, the oldest forgotten.
+        let first = t.insert(running()).unwrap();
+        t.expire(first, 0, 0);
+        for _ in 0..MAX_EXPIRED + 10 {
+            let a = t.insert(running()).unwrap();
+            t.expire(a, 0, 0);
+        }
+        assert_eq!(t.expired_len().0, MAX_EXPIRED);
+        assert_eq!(t.get(first), None, "the oldest was forgotten");
+        assert!(
+            t.slots.len() <= MAX_EXPIRED + 64,
+            "slots: {}",
+            t.slots.len()
+        );
+    }
+
+    #[test]
+    fn raw_ids_at_or_above_2_pow_53_match_nothing() {
+        let mut t = Calls::default();
+        let a = t.insert(running()).unwrap();
+        assert_eq!(t.get(CallId::from_raw(a.to_raw() | 1 << 53)), None);
+        assert_eq!(t.get(CallId::from_raw(a.to_raw() | 1 << 60)), None);
+        assert!(t.get(CallId::from_raw(a.to_raw())).is_some());
     }
 
     #[test]

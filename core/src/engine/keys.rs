@@ -22,8 +22,15 @@ impl KeyId {
         u64::from(self.generation) << INDEX_BITS | u64::from(self.index)
     }
 
-    /// From [`KeyId::to_raw`]; checked on use.
+    /// From [`KeyId::to_raw`]; checked on use (one at or above 2^53, which `to_raw`
+    /// never gives, matches no key).
     pub fn from_raw(raw: u64) -> Self {
+        if raw >> (INDEX_BITS + 32) != 0 {
+            return KeyId {
+                index: u32::MAX,
+                generation: u32::MAX,
+            };
+        }
         KeyId {
             index: (raw & INDEX_MASK) as u32,
             generation: (raw >> INDEX_BITS) as u32,

@@ -256,7 +256,7 @@ impl Engine {
         }
         let now = self.clock.now();
         for i in waiting {
-            self.dequeue(i, now);
+            self.dequeue(i, now, now, 0);
             // Shared keys read the store again (the ledger under the new limit).
             self.queue_io(i);
         }
@@ -705,13 +705,19 @@ impl Engine {
                 self.calls.remove(id);
                 self.clean_timeouts(key);
                 self.record_end(key, pass, outcome, now, rand);
-                self.dequeue(key, now);
+                self.dequeue(key, now, now, rand);
                 Completion::OnTime
             }
-            Some(Call::Expired { key }) => {
+            Some(Call::Expired {
+                key,
+                key_generation,
+            }) => {
                 self.calls.remove(id);
+                // Not if the key expired meanwhile (another key may hold its entry).
                 if let Some(k) = self.keys.get_mut(key as usize) {
-                    k.late = k.late.saturating_add(1);
+                    if k.live && k.generation == key_generation {
+                        k.late = k.late.saturating_add(1);
+                    }
                 }
                 Completion::Late
             }
@@ -738,6 +744,7 @@ impl Engine {
         if let Some(k) = self.keys.get_mut(key as usize) {
             k.queued = k.queued.saturating_sub(1);
         }
+        self.compact_queue(key);
         self.clean_waits(key);
         self.after(key, now);
         true
@@ -811,7 +818,10 @@ impl Engine {
     }
 
     /// Hands free slots to queued calls, first come first served.
-    fn dequeue(&mut self, key: u32, now: Nanos) {
+    /// Hands free slots of `key` to its waiters, oldest first. A waiter whose wait
+    /// ended by `at` (the time the slot fell free) is refused instead; without a
+    /// bulkhead (removed by `set_policy`) every waiter runs.
+    fn dequeue(&mut self, key: u32, now: Nanos, at: Nanos, rand: u64) {
         loop {
             let Some(k) = self.keys.get_mut(key as usize) else {
                 return;
@@ -822,13 +832,13 @@ impl Engine {
             let Some(p) = self.policies.get_mut(k.policy as usize) else {
                 return;
             };
-            let Some(b) = &p.config.bulkhead else { return };
-            let has_slot = match (&k.replica, self.shared.mode) {
-                (Some(rep), SyncMode::Sync) => {
+            let has_slot = match (&p.config.bulkhead, &k.replica, self.shared.mode) {
+                (None, _, _) => true,
+                (Some(b), Some(rep), SyncMode::Sync) => {
                     let ctx = ctx!(self, k, &p.config, now, 0);
                     rep.has_free_slot(&ctx, b.max_concurrent)
                 }
-                _ => k.in_flight < b.max_concurrent,
+                (Some(b), _, _) => k.in_flight < b.max_concurrent,
             };
             if !has_slot {
                 return;
@@ -837,9 +847,13 @@ impl Engine {
                 k.queued = 0;
                 return;
             };
-            let Some(Call::Queued { pass, .. }) = self.calls.get(id) else {
+            let Some(Call::Queued { pass, deadline, .. }) = self.calls.get(id) else {
                 continue; // cancelled or expired: skip
             };
+            if deadline <= at {
+                self.refuse_waiter(id, key, now, rand);
+                continue;
+            }
             let exec = &p.config.execution;
             let deadline = if exec.timeout_enabled {
                 now.saturating_add(ms_to_ns(exec.timeout_ms))
@@ -990,8 +1004,7 @@ impl Engine {
             return None;
         }
         let now = self.clock.advance(now);
-        self.expire_calls(now, rand);
-        self.expire_waits(now, rand);
+        self.expire_due(now, rand);
         self.run_wakes(now, rand);
         for p in 0..self.policies.len() as u32 {
             self.sweep(p, now, SWEEP_PER_POLL);
@@ -999,25 +1012,53 @@ impl Engine {
         self.events.pop_front()
     }
 
-    fn expire_calls(&mut self, now: Nanos, rand: u64) {
-        for pi in 0..self.policies.len() {
-            while let Some((d, id)) = self
-                .policies
-                .get_mut(pi)
-                .and_then(|p| p.timeouts.pop_due(now))
-            {
-                let Some(Call::Running {
-                    key,
-                    pass,
-                    deadline,
-                }) = self.calls.get(id)
-                else {
-                    continue;
-                };
-                if deadline != d {
-                    continue;
+    /// Call timeouts and queue-wait ends due at `now`, in the order they fell due (a
+    /// late poll decides as a timely one would: a slot freed at 1050 ms does not go to
+    /// a waiter whose wait ended at 1000 ms).
+    fn expire_due(&mut self, now: Nanos, rand: u64) {
+        loop {
+            let timeout = self
+                .earliest(|p| p.timeouts.next())
+                .filter(|&(d, _)| d <= now);
+            let wait = self.earliest(|p| p.waits.next()).filter(|&(d, _)| d <= now);
+            match (timeout, wait) {
+                (Some(_), Some((w, pi))) if timeout.is_some_and(|(t, _)| w < t) => {
+                    self.expire_wait(pi, now, rand);
                 }
-                self.calls.expire(id, key);
+                (Some((t, pi)), _) => self.expire_call(pi, t, now, rand),
+                (None, Some((_, pi))) => self.expire_wait(pi, now, rand),
+                (None, None) => return,
+            }
+        }
+    }
+
+    /// The earliest of `deadline` over the policies, with its policy.
+    fn earliest(&self, deadline: impl Fn(&Policy) -> Option<Nanos>) -> Option<(Nanos, usize)> {
+        self.policies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| deadline(p).map(|d| (d, i)))
+            .min()
+    }
+
+    /// Times out the call at the head of policy `pi`'s timeouts (due at `at`).
+    fn expire_call(&mut self, pi: usize, at: Nanos, now: Nanos, rand: u64) {
+        let Some((d, id)) = self
+            .policies
+            .get_mut(pi)
+            .and_then(|p| p.timeouts.pop_due(now))
+        else {
+            return;
+        };
+        if let Some(Call::Running {
+            key,
+            pass,
+            deadline,
+        }) = self.calls.get(id)
+        {
+            if deadline == d {
+                let key_generation = self.keys.get(key as usize).map_or(0, |k| k.generation);
+                self.calls.expire(id, key, key_generation);
                 self.record_end(key, pass, Outcome::Timeout, now, rand);
                 if let Some(k) = self.keys.get(key as usize) {
                     let kid = KeyId {
@@ -1027,10 +1068,10 @@ impl Engine {
                     self.events
                         .push_back(Event::TimedOut { key: kid, call: id });
                 }
-                self.dequeue(key, now);
+                self.dequeue(key, now, at, rand);
             }
-            self.clean_timeouts_of(pi);
         }
+        self.clean_timeouts_of(pi);
     }
 
     fn clean_timeouts_of(&mut self, pi: usize) {
@@ -1042,60 +1083,82 @@ impl Engine {
         }
     }
 
-    fn expire_waits(&mut self, now: Nanos, rand: u64) {
-        for pi in 0..self.policies.len() {
-            while let Some((d, id)) = self.policies.get_mut(pi).and_then(|p| p.waits.pop_due(now)) {
-                let Some(Call::Queued { key, deadline, .. }) = self.calls.get(id) else {
-                    continue;
-                };
-                if deadline != d {
-                    continue;
-                }
-                self.calls.remove(id);
-                let Some(k) = self.keys.get_mut(key as usize) else {
-                    continue;
-                };
-                k.queued = k.queued.saturating_sub(1);
-                let Some(p) = self.policies.get(pi) else {
-                    continue;
-                };
-                let event = EventKind::ThreadPoolRejected;
-                let t = match k.replica.as_deref_mut() {
-                    Some(rep) => {
-                        rep.record_refusal(event, now);
-                        k.circuit.record_event(event, now);
-                        None
-                    }
-                    None => k
-                        .circuit
-                        .record_rejection(&p.config, event, k.in_flight, now, rand),
-                };
-                let kid = KeyId {
-                    index: key,
-                    generation: k.generation,
-                };
-                if let Some(transition) = t {
-                    self.events.push_back(Event::Transition {
-                        key: kid,
-                        transition,
-                    });
-                }
-                self.events.push_back(Event::Refused {
-                    key: kid,
-                    call: id,
-                    refusal: Refusal {
-                        event,
-                        cause: Cause::WaitExpired,
-                    },
-                });
-                self.after(key, now);
+    /// Ends the wait at the head of policy `pi`'s waits (`THREAD_POOL_REJECTED`).
+    fn expire_wait(&mut self, pi: usize, now: Nanos, rand: u64) {
+        let Some((d, id)) = self.policies.get_mut(pi).and_then(|p| p.waits.pop_due(now)) else {
+            return;
+        };
+        if let Some(Call::Queued { key, deadline, .. }) = self.calls.get(id) {
+            if deadline == d {
+                self.refuse_waiter(id, key, now, rand);
             }
+        }
+        self.clean_waits_of(pi);
+    }
+
+    /// Refuses queued call `id` of `key` whose wait ended (`THREAD_POOL_REJECTED`,
+    /// `WaitExpired`): it counts as an error.
+    fn refuse_waiter(&mut self, id: CallId, key: u32, now: Nanos, rand: u64) {
+        self.calls.remove(id);
+        let Some(k) = self.keys.get_mut(key as usize) else {
+            return;
+        };
+        k.queued = k.queued.saturating_sub(1);
+        let Some(p) = self.policies.get(k.policy as usize) else {
+            return;
+        };
+        let event = EventKind::ThreadPoolRejected;
+        let t = match k.replica.as_deref_mut() {
+            Some(rep) => {
+                rep.record_refusal(event, now);
+                k.circuit.record_event(event, now);
+                None
+            }
+            None => k
+                .circuit
+                .record_rejection(&p.config, event, k.in_flight, now, rand),
+        };
+        let kid = KeyId {
+            index: key,
+            generation: k.generation,
+        };
+        if let Some(transition) = t {
+            self.events.push_back(Event::Transition {
+                key: kid,
+                transition,
+            });
+        }
+        self.events.push_back(Event::Refused {
+            key: kid,
+            call: id,
+            refusal: Refusal {
+                event,
+                cause: Cause::WaitExpired,
+            },
+        });
+        self.compact_queue(key);
+        self.after(key, now);
+    }
+
+    fn clean_waits_of(&mut self, pi: usize) {
+        let calls = &self.calls;
+        if let Some(p) = self.policies.get_mut(pi) {
+            p.waits.clean(
+                |c, d| matches!(calls.get(c), Some(Call::Queued { deadline, .. }) if deadline == d),
+            );
+        }
+    }
+
+    /// Drops the ids of calls that left `key`'s queue (cancelled, refused) once they
+    /// outnumber the waiting ones: the queue stays O(waiting), amortised O(1).
+    fn compact_queue(&mut self, key: u32) {
+        let Some(k) = self.keys.get_mut(key as usize) else {
+            return;
+        };
+        if k.queue.len() > 2 * k.queued as usize + 16 {
             let calls = &self.calls;
-            if let Some(p) = self.policies.get_mut(pi) {
-                p.waits.clean(|c, d| {
-                    matches!(calls.get(c), Some(Call::Queued { deadline, .. }) if deadline == d)
-                });
-            }
+            k.queue
+                .retain(|&id| matches!(calls.get(id), Some(Call::Queued { .. })));
         }
     }
 
@@ -1373,7 +1436,7 @@ impl Engine {
         // Serve waiters after every answer, not only when slots were granted: a new
         // ledger view may show room freed by other workers after the limit was
         // lowered (see `Replica::has_free_slot`). A no-op without waiters.
-        self.dequeue(i, now);
+        self.dequeue(i, now, now, rand);
         self.after(i, now);
     }
 
