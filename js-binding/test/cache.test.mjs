@@ -159,4 +159,19 @@ describe('coalesce', () => {
     assert.ok(b.stats.cacheHits + b.stats.coalesceCacheHits >= 2);
     b.shutdown();
   });
+
+  test('a cacheMiss listener that reads stats does not make the cache serve another key (found by review)', async () => {
+    const delay = (ms) => new Promise((r) => setTimeout(r, ms));
+    const b = new CircuitBreaker((k) => delay(k === 'a' ? 30 : 10).then(() => `value-of-${k}`), { cache: true });
+    const other = new CircuitBreaker(async () => 1);
+    b.on('cacheMiss', () => {
+      void b.stats;
+      void other.stats;
+    });
+    assert.deepEqual(await Promise.all([b.fire('a'), b.fire('b')]), ['value-of-a', 'value-of-b']);
+    assert.deepEqual([await b.fire('a'), await b.fire('b')], ['value-of-a', 'value-of-b']);
+    assert.equal(b.stats.cacheHits, 2);
+    b.shutdown();
+    other.shutdown();
+  });
 });

@@ -1370,8 +1370,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
             return p;
           }
         }
-        this.emit('cacheMiss');
+        // Read before the event: a listener calling into any breaker reuses `out`.
         if (kind === 2) lead0 = out()[0]!;
+        this.emit('cacheMiss');
       }
     }
     let p: Promise<unknown>;
