@@ -1,7 +1,7 @@
 //! The circuit breaker state machine, as plain data plus pure transition logic.
 //!
 //! [`BreakerState`] holds everything a breaker must persist (phase, generation,
-//! open schedule step, probe leases, slow-start start) and derives serde, so the
+//! open schedule step, probe leases, slow-start start) and has a wire encoding, so the
 //! shared-state layer can keep it in a host's store and run the same logic under
 //! compare-and-swap. Transitions are returned by value, never stored.
 //! Every method takes the config, the rolling window it reads (any [`Health`]:
@@ -12,13 +12,12 @@ use crate::config::{
     BreakerConfig, BreakerMode, Comparison, Denominator, OpenConfig, OpenSchedule, MAX_PROBES,
 };
 use crate::event::{EventKind, Outcome};
+use crate::shared::codec::{put_varint, Reader, Wire};
 use crate::time::{elapsed, ms_to_ns, unit_f64, Nanos};
 use crate::window::{Health, HealthSnapshot};
-use serde::{Deserialize, Serialize};
 
 /// Where the breaker is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Phase {
     /// Calls flow; the trip rules watch the window.
     #[default]
@@ -41,8 +40,7 @@ impl Phase {
 }
 
 /// Why a transition happened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TransitionReason {
     /// Error percentage reached its threshold.
     ErrorPercentage,
@@ -82,7 +80,7 @@ impl TransitionReason {
 }
 
 /// One state change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transition {
     /// Phase before.
     pub from: Phase,
@@ -97,8 +95,7 @@ pub struct Transition {
 }
 
 /// Why the breaker short-circuited a call (recorded as `SHORT_CIRCUITED`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShortCircuit {
     /// Mode is `forced_open`.
     ForcedOpen,
@@ -181,8 +178,8 @@ impl Pass {
     }
 }
 
-/// A breaker's persistent state. Plain data: serde, `Clone`, `PartialEq`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A breaker's persistent state. Plain data: `Clone`, `PartialEq`, [`Wire`].
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BreakerState {
     phase: Phase,
     generation: u32,
@@ -191,7 +188,6 @@ pub struct BreakerState {
     open_step: u32,
     consecutive_failures: u32,
     /// Probe lease deadlines, 0 = slot free.
-    #[serde(with = "leases_serde")]
     probe_leases: [Nanos; MAX_PROBES as usize],
     probes_issued: u32,
     probe_successes: u32,
@@ -204,44 +200,74 @@ pub struct BreakerState {
     warm_until: Option<Nanos>,
 }
 
-/// Probe leases on the wire: only the prefix up to the last held lease, as a
-/// length-prefixed sequence (one byte when no probe is out, and a loop rather than
-/// sixteen unrolled fields in the decoder).
-mod leases_serde {
-    use super::{Nanos, MAX_PROBES};
-    use serde::de::{Error, SeqAccess, Visitor};
-    use serde::{Deserializer, Serializer};
-
-    const N: usize = MAX_PROBES as usize;
-
-    pub fn serialize<S: Serializer>(leases: &[Nanos; N], s: S) -> Result<S::Ok, S::Error> {
-        let used = leases.iter().rposition(|&d| d != 0).map_or(0, |i| i + 1);
-        s.collect_seq(leases.iter().take(used))
+/// On the wire (postcard's layout, field by field): the probe leases as a
+/// length-prefixed sequence up to the last held lease (one byte when no probe is out).
+impl Wire for BreakerState {
+    fn put(&self, out: &mut Vec<u8>) {
+        self.phase.put(out);
+        self.generation.put(out);
+        self.opened_at.put(out);
+        self.open_until.put(out);
+        self.open_step.put(out);
+        self.consecutive_failures.put(out);
+        let used = self
+            .probe_leases
+            .iter()
+            .rposition(|&d| d != 0)
+            .map_or(0, |i| i + 1);
+        put_varint(out, used as u64);
+        for d in &self.probe_leases[..used] {
+            d.put(out);
+        }
+        self.probes_issued.put(out);
+        self.probe_successes.put(out);
+        self.ramp_started_at.put(out);
+        self.shadow_rejections.put(out);
+        self.warm_until.put(out);
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[Nanos; N], D::Error> {
-        struct Leases;
-        impl<'de> Visitor<'de> for Leases {
-            type Value = [Nanos; N];
-
-            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                write!(f, "at most {N} probe lease deadlines")
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut out = [0; N];
-                let mut i = 0;
-                while let Some(deadline) = seq.next_element::<Nanos>()? {
-                    let Some(slot) = out.get_mut(i) else {
-                        return Err(A::Error::invalid_length(i + 1, &self));
-                    };
-                    *slot = deadline;
-                    i += 1;
-                }
-                Ok(out)
-            }
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        let phase = Phase::take(r)?;
+        let generation = u32::take(r)?;
+        let opened_at = u64::take(r)?;
+        let open_until = u64::take(r)?;
+        let open_step = u32::take(r)?;
+        let consecutive_failures = u32::take(r)?;
+        let mut probe_leases = [0; MAX_PROBES as usize];
+        let used = r.len()?;
+        for slot in probe_leases.get_mut(..used)? {
+            *slot = u64::take(r)?;
         }
-        d.deserialize_seq(Leases)
+        Some(BreakerState {
+            phase,
+            generation,
+            opened_at,
+            open_until,
+            open_step,
+            consecutive_failures,
+            probe_leases,
+            probes_issued: u32::take(r)?,
+            probe_successes: u32::take(r)?,
+            ramp_started_at: Wire::take(r)?,
+            shadow_rejections: u64::take(r)?,
+            warm_until: Wire::take(r)?,
+        })
+    }
+}
+
+/// On the wire: the variant index.
+impl Wire for Phase {
+    fn put(&self, out: &mut Vec<u8>) {
+        out.push(*self as u8);
+    }
+
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        match r.byte()? {
+            0 => Some(Phase::Closed),
+            1 => Some(Phase::Open),
+            2 => Some(Phase::HalfOpen),
+            _ => None,
+        }
     }
 }
 

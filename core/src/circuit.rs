@@ -2,8 +2,6 @@
 //! policy's config, as the engine keeps it per key) and [`CircuitBreaker`] (a circuit
 //! with its own config and in-flight count: the standalone single-key form).
 
-use serde::{Deserialize, Serialize};
-
 use crate::breaker::{BreakerState, Pass, Phase, ShortCircuit, Transition, NO_PROBE};
 use crate::config::Config;
 use crate::event::{EventKind, Outcome, EVENT_KINDS};
@@ -12,7 +10,7 @@ use crate::time::{ms_to_ns, Nanos};
 use crate::window::{Health, HealthSnapshot, Window};
 
 /// Everything a dashboard shows for one key, at one instant (times in ns).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Snapshot {
     /// Breaker phase as reported (`forced_open` reports Open).
     pub phase: Phase,
@@ -40,7 +38,7 @@ pub struct Snapshot {
 }
 
 /// A key's breaker state and rolling window. Every method takes the policy's config.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Circuit {
     /// The breaker state machine.
     pub state: BreakerState,

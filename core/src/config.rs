@@ -1,4 +1,5 @@
-//! The one configuration schema (serde, snake_case JSON) shared by every host.
+//! The one configuration schema (snake_case JSON, read by [`crate::json`]) shared by
+//! every host.
 //!
 //! Every struct denies unknown fields and fills omitted fields with Hystrix's
 //! defaults, so `{}` is a complete, valid config. [`Config::validate`] and
@@ -10,13 +11,12 @@
 //! milliseconds in fields ending `_ms`; every API time (`now`, latencies, deadlines,
 //! percentiles) is `u64` nanoseconds; percentages are numbers in `0..=100`.
 
+use crate::{json_enum, json_struct};
 use core::fmt;
-use serde::{Deserialize, Serialize};
 
 /// Configuration of one policy (every key of a policy shares it): breaker, metrics,
 /// timeout, bulkhead and key table.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Config {
     /// Circuit breaker rules.
     pub breaker: BreakerConfig,
@@ -35,8 +35,7 @@ pub struct Config {
 }
 
 /// How the breaker behaves overall.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BreakerMode {
     /// Normal operation: the rules decide.
     #[default]
@@ -55,8 +54,7 @@ pub enum BreakerMode {
 }
 
 /// Circuit breaker rules. Any enabled trip rule can open the breaker.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct BreakerConfig {
     /// Overall mode.
     pub mode: BreakerMode,
@@ -83,8 +81,7 @@ pub struct BreakerConfig {
 /// Trip when `calls >= request_volume_threshold` and `errors / calls * 100` reaches
 /// `threshold_percentage` (`comparison`), where `calls` is the `denominator`.
 /// errors = failure + timeout + rejections; short-circuits are never errors.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ErrorPercentageConfig {
     /// Whether the rule is active.
     pub enabled: bool,
@@ -112,8 +109,7 @@ impl Default for ErrorPercentageConfig {
 }
 
 /// The calls an error percentage (and its volume threshold) is taken over.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Denominator {
     /// Hystrix's total: success + failure + timeout + bulkhead rejections.
     #[default]
@@ -124,8 +120,7 @@ pub enum Denominator {
 }
 
 /// How the error percentage is compared with `threshold_percentage`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Comparison {
     /// Trip at or above the threshold (Hystrix).
     #[default]
@@ -135,8 +130,7 @@ pub enum Comparison {
 }
 
 /// Trip after `threshold` consecutive failures (failure or timeout).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ConsecutiveFailuresConfig {
     /// Whether the rule is active.
     pub enabled: bool,
@@ -155,8 +149,7 @@ impl Default for ConsecutiveFailuresConfig {
 
 /// Trip when the share of calls slower than `duration_threshold_ms` reaches
 /// `rate_threshold_percentage` (with at least `request_volume_threshold` calls).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SlowCallConfig {
     /// Whether the rule is active.
     pub enabled: bool,
@@ -181,8 +174,7 @@ impl Default for SlowCallConfig {
 
 /// Reject locally with probability `max(0, (requests - k * accepts) / (requests + 1))`
 /// over the rolling window. The throttle's own rejections are not fed back.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AdaptiveThrottleConfig {
     /// Whether the throttle is active.
     pub enabled: bool,
@@ -200,8 +192,7 @@ impl Default for AdaptiveThrottleConfig {
 }
 
 /// Shape of the open-duration schedule.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OpenSchedule {
     /// Always `sleep_window_ms` (Hystrix).
     #[default]
@@ -213,8 +204,7 @@ pub enum OpenSchedule {
 }
 
 /// How long the breaker stays open before it lets probes through.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct OpenConfig {
     /// Schedule shape.
     pub schedule: OpenSchedule,
@@ -244,8 +234,7 @@ impl Default for OpenConfig {
 }
 
 /// Half-open probing.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HalfOpenConfig {
     /// Calls let through concurrently while half-open (at most 16).
     pub permitted_probes: u32,
@@ -270,8 +259,7 @@ impl Default for HalfOpenConfig {
 }
 
 /// Admission ramp after the breaker closes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SlowStartConfig {
     /// Ramp length; 0 disables the ramp.
     pub ramp_ms: u64,
@@ -289,8 +277,7 @@ impl Default for SlowStartConfig {
 }
 
 /// Rolling windows.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MetricsConfig {
     /// Length of the health/counter window (Hystrix `metrics.rollingStats.timeInMilliseconds`).
     pub rolling_window_ms: u64,
@@ -314,8 +301,7 @@ impl Default for MetricsConfig {
 }
 
 /// Per-call timeout.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ExecutionConfig {
     /// Whether calls get a deadline.
     pub timeout_enabled: bool,
@@ -333,8 +319,7 @@ impl Default for ExecutionConfig {
 }
 
 /// How a bulkhead isolates (Hystrix's `execution.isolation.strategy`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Isolation {
     /// A counting semaphore: excess calls are `SEMAPHORE_REJECTED` at once; no queue.
     #[default]
@@ -346,8 +331,7 @@ pub enum Isolation {
 
 /// Concurrency limits of one key: slots, an optional wait queue (pool isolation) and
 /// the fallback limit.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct BulkheadConfig {
     /// Semaphore or pool (decides the rejection event and whether a queue is allowed).
     pub isolation: Isolation,
@@ -384,8 +368,7 @@ impl BulkheadConfig {
 }
 
 /// The key table of a policy.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct KeysConfig {
     /// Distinct keys tracked at once; further keys share the policy's overflow key
     /// until idle ones expire.
@@ -405,8 +388,7 @@ impl Default for KeysConfig {
 }
 
 /// What the followers of a failed leader get (request cache).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LeaderFailure {
     /// Every follower gets the leader's failure (Hystrix: concurrent callers share
     /// the in-flight result, whatever it is).
@@ -418,8 +400,7 @@ pub enum LeaderFailure {
 }
 
 /// The request cache of a policy (see `crate::cache` for the semantics).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CacheConfig {
     /// Entries at most, in-flight keys included (default 10 000).
     pub max_entries: u32,
@@ -465,8 +446,7 @@ impl Default for CacheConfig {
 }
 
 /// The request collapser of a policy (see `crate::collapser` for the semantics).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CollapserConfig {
     /// How long a batch collects items after its first one (Hystrix
     /// `timerDelayInMilliseconds`, default 10 ms); 0 = flush at the next poll.
@@ -494,6 +474,116 @@ impl Default for CollapserConfig {
         }
     }
 }
+
+// The JSON shape of every type above: field names as written, enums in snake_case.
+json_struct!(Config {
+    breaker,
+    metrics,
+    execution,
+    bulkhead,
+    keys,
+    cache,
+    collapser
+});
+json_enum!(BreakerMode { Normal = "normal", ForcedOpen = "forced_open", ForcedClosed = "forced_closed", Disabled = "disabled", MetricsOnly = "metrics_only" });
+json_struct!(BreakerConfig {
+    mode,
+    error_percentage,
+    consecutive_failures,
+    slow_call,
+    adaptive_throttle,
+    open,
+    half_open,
+    slow_start,
+    warm_up_ms
+});
+json_struct!(ErrorPercentageConfig {
+    enabled,
+    request_volume_threshold,
+    threshold_percentage,
+    denominator,
+    comparison
+});
+json_enum!(Denominator { Total = "total", AllCalls = "all_calls" });
+json_enum!(Comparison { AtOrAbove = "at_or_above", Above = "above" });
+json_struct!(ConsecutiveFailuresConfig { enabled, threshold });
+json_struct!(SlowCallConfig {
+    enabled,
+    duration_threshold_ms,
+    rate_threshold_percentage,
+    request_volume_threshold
+});
+json_struct!(AdaptiveThrottleConfig { enabled, k });
+json_enum!(OpenSchedule { Fixed = "fixed", Exponential = "exponential", Ladder = "ladder" });
+json_struct!(OpenConfig {
+    schedule,
+    sleep_window_ms,
+    multiplier,
+    max_ms,
+    ladder_ms,
+    jitter_percentage
+});
+json_struct!(HalfOpenConfig {
+    permitted_probes,
+    success_threshold,
+    probe_timeout_ms,
+    reset_window_on_close
+});
+json_struct!(SlowStartConfig {
+    ramp_ms,
+    initial_percentage
+});
+json_struct!(MetricsConfig {
+    rolling_window_ms,
+    rolling_buckets,
+    percentile_window_ms,
+    percentile_buckets
+});
+json_struct!(ExecutionConfig {
+    timeout_enabled,
+    timeout_ms
+});
+json_enum!(Isolation { Semaphore = "semaphore", Pool = "pool" });
+json_struct!(BulkheadConfig {
+    isolation,
+    max_concurrent,
+    max_queue,
+    queue_rejection_threshold,
+    max_wait_ms,
+    fallback_max_concurrent
+});
+json_struct!(KeysConfig { max_keys, idle_ms });
+json_enum!(LeaderFailure { FailFollowers = "fail_followers", Promote = "promote" });
+json_struct!(CacheConfig {
+    max_entries,
+    max_bytes,
+    ttl_ms,
+    cache_failures,
+    failure_ttl_ms,
+    on_leader_failure,
+    max_waiters,
+    max_wait_ms,
+    max_key_bytes,
+    max_scopes
+});
+json_struct!(CollapserConfig {
+    window_ms,
+    max_batch_size,
+    max_items,
+    max_key_bytes,
+    max_scopes
+});
+json_enum!(SyncMode { Sync = "sync", Async = "async" });
+json_struct!(SharedConfig {
+    mode,
+    namespace,
+    cas_attempts,
+    lease_ttl_ms,
+    heartbeat_ms,
+    flush_ms,
+    sync_ms,
+    stale_ms
+});
 
 fn in_range(path: &str, v: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
     if v < lo || v > hi {
@@ -575,8 +665,7 @@ impl CollapserConfig {
 }
 
 /// How an engine keeps its keys' state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SyncMode {
     /// The host answers every store request within the same call (Envoy shared data,
     /// a `SharedArrayBuffer`): the state is re-read every `sync_ms` (100 ms; 0: before
@@ -590,8 +679,7 @@ pub enum SyncMode {
 }
 
 /// Process-wide (shared) state: how the engine talks to the host's CAS store.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SharedConfig {
     /// Synchronous or asynchronous store.
     pub mode: SyncMode,
@@ -771,9 +859,9 @@ impl Config {
         Ok(config)
     }
 
-    /// Serialises to compact JSON.
+    /// Writes compact JSON (every field, defaults included).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
+        crate::json::ToJson::to_json(self)
     }
 
     /// Checks every field; the first problem found is returned.
@@ -986,11 +1074,8 @@ impl SharedConfig {
 
 /// Parses any part of the one schema (or a host's document embedding it) from JSON;
 /// errors name the field path (`policies[0].breaker.mode`) and the reason.
-pub fn parse_json<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, ConfigError> {
-    crate::json::from_slice(json).map_err(|e| ConfigError {
-        path: e.path.unwrap_or_default(),
-        reason: e.reason,
-    })
+pub fn parse_json<T: crate::json::FromJson>(json: &[u8]) -> Result<T, ConfigError> {
+    crate::json::from_slice(json)
 }
 
 #[cfg(test)]

@@ -1,11 +1,8 @@
 //! The vocabulary every layer shares: [`EventKind`] (what the rolling metrics count,
 //! Hystrix's `HystrixEventType`) and [`Outcome`] (how a call that ran ended).
 
-use serde::{Deserialize, Serialize};
-
 /// One countable event. The discriminant is the counter index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum EventKind {
     /// The call ran and succeeded.
@@ -85,8 +82,7 @@ impl EventKind {
 
 /// How a call the flow let run ended, as the host judged it. The one outcome type of
 /// the crate: the flow, the shared layer and every host's classification use it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Outcome {
     /// It succeeded.

@@ -19,8 +19,6 @@
 //! [`Histogram::merge`] is exact, associative and commutative: merging histograms
 //! equals recording all their values into one.
 
-use serde::{Deserialize, Serialize};
-
 /// Bins per octave.
 pub const BINS_PER_OCTAVE: u32 = 18;
 /// Number of counters per histogram.
@@ -81,7 +79,7 @@ pub fn bin_value(index: u32) -> f64 {
 }
 
 /// A latency histogram with exact count, sum, min and max.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Histogram {
     sum: u64,
     min: u64,
@@ -89,7 +87,6 @@ pub struct Histogram {
     /// Bin index of `bins[0]`: `max(0, highest occupied index - (BINS - 1))`,
     /// or `u16::MAX` when empty.
     offset: u16,
-    #[serde(with = "crate::arrays")]
     bins: [u32; BINS],
 }
 
@@ -103,7 +100,7 @@ impl Default for Histogram {
 pub const QUANTILES: [f64; 9] = [0.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 100.0];
 
 /// Latency percentiles in nanoseconds (all zero when empty).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Percentiles {
     /// Values recorded.
     pub count: u64,

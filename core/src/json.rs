@@ -1,118 +1,53 @@
-//! The JSON reader behind [`crate::config::parse_json`]: a small parser into a tree
-//! and a serde deserializer over that tree whose errors carry the field path
-//! (`policies[0].breaker.mode`).
+//! The config reader and writer of the one schema: a small JSON parser into a tree
+//! ([`Value`]), [`FromJson`] to read the schema's types from it with errors that name
+//! the field path (`policies[0].breaker.mode`) and the reason, and [`ToJson`] to write
+//! them back.
 //!
-//! It replaces `serde_json`'s streaming deserializer in `.wasm` hosts, where that
-//! deserializer's code, instantiated once per config type, was a third of the
-//! module. Config documents are small and read on (re)configure only.
+//! Structs and enums of the schema declare their JSON shape once, with
+//! [`json_struct!`](crate::json_struct) and [`json_enum!`](crate::json_enum): every
+//! field optional (omitted fields keep the type's `Default`), unknown and duplicate
+//! fields refused, enums as snake_case strings. The per-type code this generates is a
+//! few calls per field, so a `.wasm` host carries the whole schema in a few KB (serde's
+//! derives were about a third of each module). Config documents are small and read on
+//! (re)configure only.
 
-use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
-use std::fmt;
+use crate::config::{ConfigError, Num};
+use std::fmt::Write as _;
 
 /// Nesting deeper than this is refused (hostile input must not exhaust the stack).
 const MAX_DEPTH: usize = 128;
 
 /// A parsed JSON value. Object members keep document order.
-#[derive(Debug, PartialEq)]
-enum Value {
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// `null`.
     Null,
+    /// `true` / `false`.
     Bool(bool),
     /// A non-negative integer.
     U64(u64),
     /// A negative integer.
     I64(i64),
-    /// Any other number, with how serde names it in type errors (``floating point
-    /// `1.5` ``, from the document's text: no float formatting in `.wasm` hosts).
+    /// Any other number, with its text as the document wrote it (errors quote it: no
+    /// float formatting in `.wasm` hosts).
     F64(f64, String),
+    /// A string.
     Str(String),
+    /// An array.
     Array(Vec<Value>),
+    /// An object: its members in document order (duplicates kept; [`Fields`] refuses
+    /// them).
     Object(Vec<(String, Value)>),
 }
 
-/// A reading error: the reason, and the field path once it is known.
-#[derive(Debug)]
-pub(crate) struct Error {
-    pub(crate) path: Option<String>,
-    pub(crate) reason: String,
-}
-
-impl Error {
-    fn at(mut self, path: &Path<'_>) -> Self {
-        if self.path.is_none() {
-            let mut s = String::new();
-            path.write(&mut s);
-            self.path = Some(s);
-        }
-        self
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.reason)
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl de::Error for Error {
-    fn custom<T: fmt::Display>(msg: T) -> Self {
-        Error {
-            path: None,
-            reason: msg.to_string(),
-        }
-    }
-
-    fn invalid_type(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
-        Self::custom(format_args!(
-            "invalid type: {}, expected {exp}",
-            Shown(unexp)
-        ))
-    }
-
-    fn invalid_value(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
-        Self::custom(format_args!(
-            "invalid value: {}, expected {exp}",
-            Shown(unexp)
-        ))
-    }
-}
-
-/// serde's wording for an unexpected value, with `null` for JSON's null (as
-/// `serde_json` says it) and without serde's float formatting, which would put
-/// `core`'s float printer into every `.wasm` host.
-struct Shown<'a>(de::Unexpected<'a>);
-
-impl fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use de::Unexpected as U;
-        match self.0 {
-            U::Bool(b) => write!(f, "boolean `{b}`"),
-            U::Unsigned(i) => write!(f, "integer `{i}`"),
-            U::Signed(i) => write!(f, "integer `{i}`"),
-            U::Float(v) => write!(f, "floating point `{}`", crate::config::Num(v)),
-            U::Char(c) => write!(f, "character `{c}`"),
-            U::Str(s) => write!(f, "string {s:?}"),
-            U::Bytes(_) => f.write_str("byte array"),
-            U::Unit => f.write_str("null"),
-            U::Option => f.write_str("Option value"),
-            U::NewtypeStruct => f.write_str("newtype struct"),
-            U::Seq => f.write_str("sequence"),
-            U::Map => f.write_str("map"),
-            U::Enum => f.write_str("enum"),
-            U::UnitVariant => f.write_str("unit variant"),
-            U::NewtypeVariant => f.write_str("newtype variant"),
-            U::TupleVariant => f.write_str("tuple variant"),
-            U::StructVariant => f.write_str("struct variant"),
-            U::Other(other) => f.write_str(other),
-        }
-    }
-}
-
 /// Where a value sits in the document, as a chain of borrowed segments.
-enum Path<'a> {
+#[derive(Clone, Copy, Debug)]
+pub enum Path<'a> {
+    /// The document itself.
     Root,
+    /// A member of an object.
     Key(&'a Path<'a>, &'a str),
+    /// An element of an array.
     Index(&'a Path<'a>, usize),
 }
 
@@ -129,22 +64,440 @@ impl Path<'_> {
             }
             Path::Index(parent, i) => {
                 parent.write(out);
-                out.push('[');
-                out.push_str(&i.to_string());
-                out.push(']');
+                let _ = write!(out, "[{i}]");
             }
+        }
+    }
+
+    /// The dotted path, e.g. `policies[0].breaker.mode`.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        self.write(&mut s);
+        s
+    }
+
+    /// An error at this path.
+    #[inline(never)]
+    pub fn error(&self, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: self.render(),
+            reason: reason.into(),
         }
     }
 }
 
-/// Parses `json` and deserializes a `T` from it.
-pub(crate) fn from_slice<T: de::DeserializeOwned>(json: &[u8]) -> Result<T, Error> {
-    let value = Parser { s: json, at: 0 }.document()?;
-    T::deserialize(ValueDe {
-        value: &value,
-        path: &Path::Root,
+/// Parses a JSON document into a [`Value`] tree.
+pub fn parse(json: &[u8]) -> Result<Value, ConfigError> {
+    Parser { s: json, at: 0 }.document()
+}
+
+/// Parses `json` and reads a `T` from it.
+pub fn from_slice<T: FromJson>(json: &[u8]) -> Result<T, ConfigError> {
+    T::from_json(&parse(json)?, &Path::Root)
+}
+
+/// A type of the schema that can be read from a JSON value.
+pub trait FromJson: Sized {
+    /// Reads `v`, found at `at`; errors name `at` (or a path below it).
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError>;
+}
+
+/// A type of the schema that can be written as JSON.
+pub trait ToJson {
+    /// Appends the compact JSON of `self` to `out`.
+    fn write_json(&self, out: &mut String);
+
+    /// The compact JSON of `self`.
+    fn to_json(&self) -> String {
+        let mut s = String::new();
+        self.write_json(&mut s);
+        s
+    }
+}
+
+/// How an unexpected value is named in a type error (serde_json's words).
+fn shown(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("boolean `{b}`"),
+        Value::U64(i) => format!("integer `{i}`"),
+        Value::I64(i) => format!("integer `{i}`"),
+        Value::F64(_, text) => format!("floating point `{text}`"),
+        Value::Str(s) => format!("string {s:?}"),
+        Value::Array(_) => "sequence".into(),
+        Value::Object(_) => "map".into(),
+    }
+}
+
+/// "invalid type: …, expected `expected`" at `at`.
+#[inline(never)]
+pub fn wrong_type(v: &Value, at: &Path<'_>, expected: &str) -> ConfigError {
+    at.error(format!("invalid type: {}, expected {expected}", shown(v)))
+}
+
+/// "invalid value: …, expected `expected`" at `at`.
+#[inline(never)]
+fn wrong_value(v: &Value, at: &Path<'_>, expected: &str) -> ConfigError {
+    at.error(format!("invalid value: {}, expected {expected}", shown(v)))
+}
+
+/// `` `a`, `b`, `c` `` for error messages.
+fn one_of(names: &[&str]) -> String {
+    let mut s = String::new();
+    for (i, n) in names.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "`{n}`");
+    }
+    s
+}
+
+/// The members of an object whose field names were checked: every member is one of
+/// the type's fields, and none is given twice.
+pub struct Fields<'v, 'p> {
+    members: &'v [(String, Value)],
+    at: &'p Path<'p>,
+}
+
+impl<'v, 'p> Fields<'v, 'p> {
+    /// `v` as an object of the fields `names` (`what` names the type in a type
+    /// error, e.g. `struct Config`).
+    #[inline(never)]
+    pub fn of(
+        v: &'v Value,
+        at: &'p Path<'p>,
+        names: &[&str],
+        what: &str,
+    ) -> Result<Self, ConfigError> {
+        let Value::Object(members) = v else {
+            return Err(wrong_type(v, at, what));
+        };
+        for (i, (key, _)) in members.iter().enumerate() {
+            let here = Path::Key(at, key);
+            if !names.contains(&key.as_str()) {
+                return Err(here.error(match names {
+                    [] => format!("unknown field `{key}`, there are no fields"),
+                    _ => format!("unknown field `{key}`, expected one of {}", one_of(names)),
+                }));
+            }
+            // Members are all distinct known names up to here: at most `names.len()`.
+            if members[..i].iter().any(|(k, _)| k == key) {
+                return Err(here.error(format!("duplicate field `{key}`")));
+            }
+        }
+        Ok(Fields { members, at })
+    }
+
+    /// The value of field `name`, if given.
+    #[inline(never)]
+    pub fn get(&self, name: &str) -> Option<&'v Value> {
+        self.members.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    /// Reads field `name` into `into` if it is given (else `into` keeps its value).
+    pub fn read<T: FromJson>(&self, name: &str, into: &mut T) -> Result<(), ConfigError> {
+        if let Some(v) = self.get(name) {
+            *into = T::from_json(v, &Path::Key(self.at, name))?;
+        }
+        Ok(())
+    }
+
+    /// Reads field `name`, which must be given.
+    pub fn required<T: FromJson>(&self, name: &str) -> Result<T, ConfigError> {
+        match self.get(name) {
+            Some(v) => T::from_json(v, &Path::Key(self.at, name)),
+            None => Err(self.at.error(format!("missing field `{name}`"))),
+        }
+    }
+
+    /// Where the object sits.
+    pub fn path(&self) -> &'p Path<'p> {
+        self.at
+    }
+}
+
+/// The index of `v`'s string among `names` (an enum of unit variants).
+#[inline(never)]
+pub fn variant(v: &Value, at: &Path<'_>, names: &[&str], what: &str) -> Result<usize, ConfigError> {
+    let Value::Str(s) = v else {
+        return Err(wrong_type(v, at, what));
+    };
+    names.iter().position(|n| n == s).ok_or_else(|| {
+        at.error(format!(
+            "unknown variant `{s}`, expected one of {}",
+            one_of(names)
+        ))
     })
-    .map_err(|e| e.at(&Path::Root))
+}
+
+fn unsigned(v: &Value, at: &Path<'_>, max: u64, what: &str) -> Result<u64, ConfigError> {
+    match v {
+        Value::U64(n) if *n <= max => Ok(*n),
+        Value::U64(_) | Value::I64(_) => Err(wrong_value(v, at, what)),
+        _ => Err(wrong_type(v, at, what)),
+    }
+}
+
+impl FromJson for u64 {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        unsigned(v, at, u64::MAX, "u64")
+    }
+}
+
+impl FromJson for u32 {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        unsigned(v, at, u32::MAX.into(), "u32").map(|n| n as u32)
+    }
+}
+
+impl FromJson for f64 {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        match v {
+            Value::U64(n) => Ok(*n as f64),
+            Value::I64(n) => Ok(*n as f64),
+            Value::F64(n, _) => Ok(*n),
+            _ => Err(wrong_type(v, at, "f64")),
+        }
+    }
+}
+
+impl FromJson for bool {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        match v {
+            Value::Bool(b) => Ok(*b),
+            _ => Err(wrong_type(v, at, "a boolean")),
+        }
+    }
+}
+
+impl FromJson for String {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        match v {
+            Value::Str(s) => Ok(s.clone()),
+            _ => Err(wrong_type(v, at, "a string")),
+        }
+    }
+}
+
+impl<T: FromJson> FromJson for Option<T> {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        match v {
+            Value::Null => Ok(None),
+            _ => T::from_json(v, at).map(Some),
+        }
+    }
+}
+
+impl<T: FromJson> FromJson for Vec<T> {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        let Value::Array(items) = v else {
+            return Err(wrong_type(v, at, "a sequence"));
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            out.push(T::from_json(item, &Path::Index(at, i))?);
+        }
+        Ok(out)
+    }
+}
+
+impl FromJson for Value {
+    fn from_json(v: &Value, _: &Path<'_>) -> Result<Self, ConfigError> {
+        Ok(v.clone())
+    }
+}
+
+impl ToJson for u64 {
+    fn write_json(&self, out: &mut String) {
+        let _ = write!(out, "{self}");
+    }
+}
+
+impl ToJson for u32 {
+    fn write_json(&self, out: &mut String) {
+        let _ = write!(out, "{self}");
+    }
+}
+
+impl ToJson for f64 {
+    fn write_json(&self, out: &mut String) {
+        if self.is_finite() {
+            let _ = write!(out, "{self:?}");
+        } else {
+            out.push_str("null");
+        }
+    }
+}
+
+impl ToJson for bool {
+    fn write_json(&self, out: &mut String) {
+        out.push_str(if *self { "true" } else { "false" });
+    }
+}
+
+impl ToJson for str {
+    fn write_json(&self, out: &mut String) {
+        out.push('"');
+        for c in self.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+}
+
+impl ToJson for String {
+    fn write_json(&self, out: &mut String) {
+        self.as_str().write_json(out);
+    }
+}
+
+impl<T: ToJson> ToJson for Option<T> {
+    fn write_json(&self, out: &mut String) {
+        match self {
+            Some(v) => v.write_json(out),
+            None => out.push_str("null"),
+        }
+    }
+}
+
+impl<T: ToJson> ToJson for Vec<T> {
+    fn write_json(&self, out: &mut String) {
+        out.push('[');
+        for (i, v) in self.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            v.write_json(out);
+        }
+        out.push(']');
+    }
+}
+
+/// Writes `"name":` (after a comma unless `first`).
+#[doc(hidden)]
+pub fn write_key(out: &mut String, name: &str, first: bool) {
+    if !first {
+        out.push(',');
+    }
+    name.write_json(out);
+    out.push(':');
+}
+
+/// The JSON name of a field: its identifier, or the literal given with `as`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! json_name {
+    ($field:ident) => {
+        stringify!($field)
+    };
+    ($field:ident $name:literal) => {
+        $name
+    };
+}
+
+/// Declares the JSON shape of a struct with named fields that implements `Default`:
+/// an object of its fields (`field as "name"` renames one), each optional. `read`
+/// before the type name declares reading only.
+///
+/// ```
+/// # use fusewire_core::{json_struct, json::{from_slice, ToJson}};
+/// #[derive(Default, Debug, PartialEq)]
+/// struct Limits { max: u32, names: Vec<String>, kind: Option<String> }
+/// json_struct!(Limits { max, names, kind as "type" });
+/// let l: Limits = from_slice(br#"{"max": 3, "type": "x"}"#).unwrap();
+/// assert_eq!(l.max, 3);
+/// assert_eq!(l.to_json(), r#"{"max":3,"names":[],"type":"x"}"#);
+/// let e = from_slice::<Limits>(br#"{"mx": 3}"#).unwrap_err();
+/// assert_eq!(e.to_string(), "mx: unknown field `mx`, expected one of `max`, `names`, `type`");
+/// ```
+#[macro_export]
+macro_rules! json_struct {
+    ($ty:ident { $($field:ident $(as $name:literal)?),* $(,)? }) => {
+        $crate::json_struct!(read $ty { $($field $(as $name)?),* });
+
+        impl $crate::json::ToJson for $ty {
+            #[allow(unused_assignments)]
+            fn write_json(&self, out: &mut String) {
+                out.push('{');
+                let mut first = true;
+                $(
+                    $crate::json::write_key(out, $crate::json_name!($field $($name)?), first);
+                    $crate::json::ToJson::write_json(&self.$field, out);
+                    first = false;
+                )*
+                out.push('}');
+            }
+        }
+    };
+    // Reading only (a host's own document types).
+    (read $ty:ident { $($field:ident $(as $name:literal)?),* $(,)? }) => {
+        impl $crate::json::FromJson for $ty {
+            fn from_json(
+                v: &$crate::json::Value,
+                at: &$crate::json::Path<'_>,
+            ) -> Result<Self, $crate::ConfigError> {
+                let f = $crate::json::Fields::of(
+                    v,
+                    at,
+                    &[$($crate::json_name!($field $($name)?)),*],
+                    concat!("struct ", stringify!($ty)),
+                )?;
+                let mut out = <$ty as Default>::default();
+                $( f.read($crate::json_name!($field $($name)?), &mut out.$field)?; )*
+                Ok(out)
+            }
+        }
+    };
+}
+
+/// Declares the JSON shape of a fieldless enum: one string per variant.
+///
+/// ```
+/// # use fusewire_core::{json_enum, json::{from_slice, ToJson}};
+/// #[derive(Clone, Copy, Debug, PartialEq)]
+/// enum Mode { Fast, Slow }
+/// json_enum!(Mode { Fast = "fast", Slow = "slow" });
+/// assert_eq!(from_slice::<Mode>(br#""slow""#).unwrap(), Mode::Slow);
+/// assert_eq!(Mode::Fast.to_json(), r#""fast""#);
+/// ```
+#[macro_export]
+macro_rules! json_enum {
+    ($ty:ident { $($variant:ident = $name:literal),* $(,)? }) => {
+        impl $crate::json::FromJson for $ty {
+            fn from_json(
+                v: &$crate::json::Value,
+                at: &$crate::json::Path<'_>,
+            ) -> Result<Self, $crate::ConfigError> {
+                let i = $crate::json::variant(v, at, &[$($name),*], concat!("enum ", stringify!($ty)))?;
+                let all = [$($ty::$variant),*];
+                // `variant` returns an index into the names, one per variant.
+                Ok(all.get(i).copied().unwrap_or(all[0]))
+            }
+        }
+
+        impl $crate::json::ToJson for $ty {
+            fn write_json(&self, out: &mut String) {
+                let name = match self { $($ty::$variant => $name),* };
+                $crate::json::ToJson::write_json(name, out);
+            }
+        }
+    };
+}
+
+/// A number in an error message (see [`Num`]): for hosts' own checks.
+pub fn show_number(v: f64) -> String {
+    Num(v).to_string()
 }
 
 // ---------------------------------------------------------------------------------
@@ -156,7 +509,7 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn document(mut self) -> Result<Value, Error> {
+    fn document(mut self) -> Result<Value, ConfigError> {
         let v = self.value(0)?;
         self.skip_ws();
         if self.at < self.s.len() {
@@ -166,20 +519,20 @@ impl Parser<'_> {
     }
 
     /// A syntax error, located by line and column (the field path is left empty).
-    fn syntax(&self, what: &str) -> Error {
+    fn syntax(&self, what: &str) -> ConfigError {
         let end = self.at.min(self.s.len());
         let line = 1 + self.s[..end].iter().filter(|&&b| b == b'\n').count();
         let start = self.s[..end]
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(0, |i| i + 1);
-        Error {
-            path: Some(String::new()),
+        ConfigError {
+            path: String::new(),
             reason: format!("{what} at line {line} column {}", end - start + 1),
         }
     }
 
-    fn eof(&self, what: &str) -> Error {
+    fn eof(&self, what: &str) -> ConfigError {
         self.syntax(&format!("EOF while parsing {what}"))
     }
 
@@ -194,7 +547,7 @@ impl Parser<'_> {
         self.s.get(self.at).copied()
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value, Error> {
+    fn value(&mut self, depth: usize) -> Result<Value, ConfigError> {
         if depth > MAX_DEPTH {
             return Err(self.syntax("recursion limit exceeded"));
         }
@@ -220,7 +573,7 @@ impl Parser<'_> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Value, Error> {
+    fn object(&mut self, depth: usize) -> Result<Value, ConfigError> {
         self.at += 1;
         let mut members = Vec::new();
         if self.peek() == Some(b'}') {
@@ -252,7 +605,7 @@ impl Parser<'_> {
         }
     }
 
-    fn array(&mut self, depth: usize) -> Result<Value, Error> {
+    fn array(&mut self, depth: usize) -> Result<Value, ConfigError> {
         self.at += 1;
         let mut items = Vec::new();
         if self.peek() == Some(b']') {
@@ -274,7 +627,7 @@ impl Parser<'_> {
     }
 
     /// A string starting at the opening quote.
-    fn string(&mut self) -> Result<String, Error> {
+    fn string(&mut self) -> Result<String, ConfigError> {
         self.at += 1;
         let mut out: Vec<u8> = Vec::new();
         loop {
@@ -318,7 +671,7 @@ impl Parser<'_> {
     }
 
     /// The code point of a `\u` escape (the `\u` already read), pairing surrogates.
-    fn unicode_escape(&mut self) -> Result<char, Error> {
+    fn unicode_escape(&mut self) -> Result<char, ConfigError> {
         let hi = self.hex4()?;
         let code = if (0xD800..0xDC00).contains(&hi) {
             if !self.s[self.at..].starts_with(b"\\u") {
@@ -336,7 +689,7 @@ impl Parser<'_> {
         char::from_u32(code).ok_or_else(|| self.syntax("unpaired surrogate in a string"))
     }
 
-    fn hex4(&mut self) -> Result<u32, Error> {
+    fn hex4(&mut self) -> Result<u32, ConfigError> {
         let mut v = 0;
         for _ in 0..4 {
             let Some(&b) = self.s.get(self.at) else {
@@ -354,7 +707,7 @@ impl Parser<'_> {
         Ok(v)
     }
 
-    fn number(&mut self) -> Result<Value, Error> {
+    fn number(&mut self) -> Result<Value, ConfigError> {
         let start = self.at;
         let negative = self.s[self.at] == b'-';
         if negative {
@@ -406,344 +759,118 @@ impl Parser<'_> {
                 return Ok(Value::U64(v));
             }
         }
-        match text.parse::<f64>() {
-            Ok(v) if v.is_finite() => Ok(Value::F64(v, format!("floating point `{text}`"))),
+        match decimal(text.as_bytes()) {
+            v if v.is_finite() => Ok(Value::F64(v, text.to_string())),
             _ => Err(self.syntax("number out of range")),
         }
     }
 }
 
-// ---------------------------------------------------------------------------------
-// Deserializer
+/// Exact powers of ten as `f64` (10^22 is the last one a double holds exactly).
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
 
-/// Deserializes from one value of the tree; `path` names it in errors.
-struct ValueDe<'de, 'p> {
-    value: &'de Value,
-    path: &'p Path<'p>,
-}
-
-impl<'de> ValueDe<'de, '_> {
-    /// A type error for this value; `exp` says what was wanted.
-    fn wrong(&self, exp: &dyn de::Expected) -> Error {
-        de::Error::invalid_type(unexpected(self.value), exp)
+/// The value of a JSON number's text (already checked against the grammar).
+///
+/// Correctly rounded when the significant digits fit 2^53 and the decimal exponent is
+/// within ±22 (every number a config writes: `50`, `12.5`, `0.1`, `1e-3`); otherwise
+/// within a few units in the last place. Short and table-free: core's exact parser
+/// brings about 16 KB of code and tables into every `.wasm` host.
+fn decimal(text: &[u8]) -> f64 {
+    let (negative, text) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let (mut mantissa, mut exp, mut kept) = (0u64, 0i64, 0u32);
+    let mut fraction = false;
+    let mut rest = text;
+    while let Some((&b, tail)) = rest.split_first() {
+        match b {
+            b'0'..=b'9' => {
+                if kept < 19 {
+                    if mantissa > 0 || b != b'0' {
+                        kept += 1;
+                    }
+                    mantissa = mantissa * 10 + u64::from(b - b'0');
+                    exp -= i64::from(fraction);
+                } else {
+                    // Digits past the 19th: dropped (a relative error below 1e-18).
+                    exp += i64::from(!fraction);
+                }
+            }
+            b'.' => fraction = true,
+            _ => break,
+        }
+        rest = tail;
     }
-
-    fn seq<V: Visitor<'de>>(&self, items: &'de [Value], visitor: V) -> Result<V::Value, Error> {
-        let mut seq = SeqDe {
-            items: items.iter(),
-            index: 0,
-            path: self.path,
+    if let Some((b'e' | b'E', tail)) = rest.split_first() {
+        let (sign, digits) = match tail.split_first() {
+            Some((b'-', d)) => (-1, d),
+            Some((b'+', d)) => (1, d),
+            _ => (1, tail),
         };
-        let v = visitor.visit_seq(&mut seq)?;
-        match seq.items.len() {
-            0 => Ok(v),
-            _ => Err(too_long(items.len())),
+        let mut e = 0i64;
+        for &d in digits {
+            e = (e * 10 + i64::from(d - b'0')).min(100_000);
+        }
+        exp += sign * e;
+    }
+    let mut v = mantissa as f64;
+    if mantissa != 0 {
+        if exp < 0 {
+            while exp < -22 && v != 0.0 {
+                v /= 1e22;
+                exp += 22;
+            }
+            v /= POW10[(-exp).min(22) as usize];
+        } else {
+            while exp > 22 && v.is_finite() {
+                v *= 1e22;
+                exp -= 22;
+            }
+            v *= POW10[exp.min(22) as usize];
         }
     }
-
-    fn map<V: Visitor<'de>>(
-        &self,
-        members: &'de [(String, Value)],
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        let mut map = MapDe {
-            members: members.iter(),
-            value: None,
-            path: self.path,
-        };
-        // An error between a key and its value (a duplicate field) is the key's.
-        visitor.visit_map(&mut map).map_err(|e| match map.value {
-            Some((key, _)) => e.at(&Path::Key(self.path, key)),
-            None => e,
-        })
-    }
-
-    fn number<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::U64(v) => visitor.visit_u64(*v),
-            Value::I64(v) => visitor.visit_i64(*v),
-            Value::F64(v, _) => visitor.visit_f64(*v),
-            _ => Err(self.wrong(&visitor)),
-        }
-    }
-
-    /// Like `number`, but a fraction is refused here, so serde's own message for it
-    /// (which formats the float) is never reached.
-    fn integer<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::U64(v) => visitor.visit_u64(*v),
-            Value::I64(v) => visitor.visit_i64(*v),
-            _ => Err(self.wrong(&visitor)),
-        }
-    }
-
-    fn text<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Str(s) => visitor.visit_borrowed_str(s),
-            _ => Err(self.wrong(&visitor)),
-        }
-    }
-}
-
-/// How serde names a value in type errors (kept out of the per-type code).
-#[inline(never)]
-fn unexpected(v: &Value) -> de::Unexpected<'_> {
-    use de::Unexpected as U;
-    match v {
-        Value::Null => U::Unit,
-        Value::Bool(b) => U::Bool(*b),
-        Value::U64(v) => U::Unsigned(*v),
-        Value::I64(v) => U::Signed(*v),
-        Value::F64(_, text) => U::Other(text),
-        Value::Str(s) => U::Str(s),
-        Value::Array(_) => U::Seq,
-        Value::Object(_) => U::Map,
-    }
-}
-
-#[inline(never)]
-fn too_long(len: usize) -> Error {
-    de::Error::invalid_length(len, &"fewer elements")
-}
-
-macro_rules! forward {
-    ($to:ident: $($method:ident)*) => {$(
-        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-            self.$to(visitor)
-        }
-    )*};
-}
-
-/// Each method reads only the value kinds its type can take, so the code serde
-/// derives per config type stays small (`deserialize_any` is for the few types that
-/// accept several kinds).
-impl<'de> de::Deserializer<'de> for ValueDe<'de, '_> {
-    type Error = Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Null => visitor.visit_unit(),
-            Value::Bool(b) => visitor.visit_bool(*b),
-            Value::U64(_) | Value::I64(_) | Value::F64(..) => self.number(visitor),
-            Value::Str(s) => visitor.visit_borrowed_str(s),
-            Value::Array(items) => self.seq(items, visitor),
-            Value::Object(members) => self.map(members, visitor),
-        }
-    }
-
-    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Bool(b) => visitor.visit_bool(*b),
-            _ => Err(self.wrong(&visitor)),
-        }
-    }
-
-    forward! { integer:
-        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
-        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64
-    }
-    forward! { number: deserialize_f32 deserialize_f64 }
-    forward! { text: deserialize_char deserialize_str deserialize_string deserialize_identifier }
-
-    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_seq(visitor)
-    }
-
-    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_seq(visitor)
-    }
-
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Null => visitor.visit_none(),
-            _ => visitor.visit_some(self),
-        }
-    }
-
-    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Null => visitor.visit_unit(),
-            _ => Err(self.wrong(&visitor)),
-        }
-    }
-
-    fn deserialize_unit_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        self.deserialize_unit(visitor)
-    }
-
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        visitor.visit_newtype_struct(self)
-    }
-
-    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Array(items) => self.seq(items, visitor),
-            _ => Err(self.wrong(&visitor)),
-        }
-    }
-
-    fn deserialize_tuple<V: Visitor<'de>>(
-        self,
-        _len: usize,
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        self.deserialize_seq(visitor)
-    }
-
-    fn deserialize_tuple_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _len: usize,
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        self.deserialize_seq(visitor)
-    }
-
-    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Object(members) => self.map(members, visitor),
-            _ => Err(self.wrong(&visitor)),
-        }
-    }
-
-    /// Structs are objects only (not serde_json's positional array form).
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        self.deserialize_map(visitor)
-    }
-
-    /// Unit variants only: every enum of the schema is a string.
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _variants: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        match self.value {
-            Value::Str(s) => visitor.visit_enum(s.as_str().into_deserializer()),
-            _ => Err(self.wrong(&visitor)),
-        }
-    }
-
-    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_unit()
-    }
-}
-
-struct SeqDe<'de, 'p> {
-    items: std::slice::Iter<'de, Value>,
-    index: usize,
-    path: &'p Path<'p>,
-}
-
-impl<'de> de::SeqAccess<'de> for SeqDe<'de, '_> {
-    type Error = Error;
-
-    fn next_element_seed<T: DeserializeSeed<'de>>(
-        &mut self,
-        seed: T,
-    ) -> Result<Option<T::Value>, Error> {
-        let Some(value) = self.items.next() else {
-            return Ok(None);
-        };
-        let path = Path::Index(self.path, self.index);
-        self.index += 1;
-        seed.deserialize(ValueDe { value, path: &path })
-            .map(Some)
-            .map_err(|e| e.at(&path))
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(self.items.len())
-    }
-}
-
-struct MapDe<'de, 'p> {
-    members: std::slice::Iter<'de, (String, Value)>,
-    /// The member whose key was just read.
-    value: Option<&'de (String, Value)>,
-    path: &'p Path<'p>,
-}
-
-impl<'de> de::MapAccess<'de> for MapDe<'de, '_> {
-    type Error = Error;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, Error> {
-        let Some(member) = self.members.next() else {
-            return Ok(None);
-        };
-        self.value = Some(member);
-        let path = Path::Key(self.path, &member.0);
-        let key: de::value::BorrowedStrDeserializer<'de, Error> =
-            de::value::BorrowedStrDeserializer::new(&member.0);
-        seed.deserialize(key).map(Some).map_err(|e| e.at(&path))
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
-        let Some((key, value)) = self.value.take() else {
-            return Err(de::Error::custom("a value was asked for before its key"));
-        };
-        let path = Path::Key(self.path, key);
-        seed.deserialize(ValueDe { value, path: &path })
-            .map_err(|e| e.at(&path))
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(self.members.len())
+    if negative {
+        -v
+    } else {
+        v
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Parser, Value};
+    use super::{from_slice, parse, ToJson, Value};
 
-    fn parse(s: &str) -> Result<Value, String> {
-        Parser {
-            s: s.as_bytes(),
-            at: 0,
-        }
-        .document()
-        .map_err(|e| e.reason)
+    fn syntax(s: &str) -> Result<Value, String> {
+        parse(s.as_bytes()).map_err(|e| e.reason)
     }
 
     #[test]
     fn values() {
         use Value::*;
-        assert_eq!(parse(" null "), Ok(Null));
+        assert_eq!(syntax(" null "), Ok(Null));
         assert_eq!(
-            parse("[true,false]"),
+            syntax("[true,false]"),
             Ok(Array(vec![Bool(true), Bool(false)]))
         );
-        assert_eq!(parse("0"), Ok(U64(0)));
-        assert_eq!(parse("-0"), Ok(F64(-0.0, "floating point `-0`".into())));
-        assert_eq!(parse("18446744073709551615"), Ok(U64(u64::MAX)));
-        let f = |v: f64, text: &str| F64(v, format!("floating point `{text}`"));
+        assert_eq!(syntax("0"), Ok(U64(0)));
+        assert_eq!(syntax("-0"), Ok(F64(-0.0, "-0".into())));
+        assert_eq!(syntax("18446744073709551615"), Ok(U64(u64::MAX)));
+        let f = |v: f64, text: &str| F64(v, text.into());
         assert_eq!(
-            parse("18446744073709551616"),
+            syntax("18446744073709551616"),
             Ok(f(18446744073709551616.0, "18446744073709551616"))
         );
-        assert_eq!(parse("-9223372036854775808"), Ok(I64(i64::MIN)));
-        assert_eq!(parse("-3"), Ok(I64(-3)));
-        assert_eq!(parse("0.1"), Ok(f(0.1, "0.1")));
-        assert_eq!(parse("-2.5e-3"), Ok(f(-0.0025, "-2.5e-3")));
-        assert_eq!(parse("1E2"), Ok(f(100.0, "1E2")));
+        assert_eq!(syntax("-9223372036854775808"), Ok(I64(i64::MIN)));
+        assert_eq!(syntax("-3"), Ok(I64(-3)));
+        assert_eq!(syntax("0.1"), Ok(f(0.1, "0.1")));
+        assert_eq!(syntax("-2.5e-3"), Ok(f(-0.0025, "-2.5e-3")));
+        assert_eq!(syntax("1E2"), Ok(f(100.0, "1E2")));
         assert_eq!(
-            parse(r#"{"a":"x\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00","b":{}}"#),
+            syntax(r#"{"a":"x\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00","b":{}}"#),
             Ok(Object(vec![
                 (
                     "a".into(),
@@ -752,13 +879,13 @@ mod tests {
                 ("b".into(), Object(vec![])),
             ]))
         );
-        assert_eq!(parse("\"héllo\""), Ok(Str("héllo".into())));
+        assert_eq!(syntax("\"héllo\""), Ok(Str("héllo".into())));
     }
 
     #[test]
     fn syntax_errors_say_where() {
         let bad = |s: &str, what: &str| {
-            let e = parse(s).unwrap_err();
+            let e = syntax(s).unwrap_err();
             assert!(e.contains(what), "{s:?}: {e}");
         };
         bad("", "EOF while parsing a value at line 1 column 1");
@@ -782,58 +909,63 @@ mod tests {
         bad("\"\\ud800\\u0041\"", "unpaired surrogate");
         bad("\"a\nb\"", "control character");
         bad("\"abc", "EOF while parsing a string");
-        assert!(parse(&"[".repeat(200))
+        assert!(syntax(&"[".repeat(200))
             .unwrap_err()
             .contains("recursion limit"));
-        assert!(parse(&format!("{}{}", "[".repeat(100), "]".repeat(100))).is_ok());
+        assert!(syntax(&format!("{}{}", "[".repeat(100), "]".repeat(100))).is_ok());
     }
 
-    #[derive(Debug, PartialEq, serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
+    #[derive(Debug, Default, PartialEq)]
     struct Doc {
-        #[serde(default)]
         items: Vec<Item>,
         name: Option<String>,
     }
+    json_struct!(Doc { items, name });
 
-    #[derive(Debug, PartialEq, serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
+    #[derive(Debug, Default, PartialEq)]
     struct Item {
         n: u32,
-        #[serde(default)]
         mode: Mode,
-        #[serde(default)]
-        pair: Option<(u8, f64)>,
+        ratio: f64,
+        on: bool,
+        kind: Option<Mode>,
     }
+    json_struct!(Item { n, mode, ratio, on, kind as "type" });
 
-    #[derive(Debug, Default, PartialEq, serde::Deserialize)]
-    #[serde(rename_all = "snake_case")]
+    #[derive(Clone, Copy, Debug, Default, PartialEq)]
     enum Mode {
         #[default]
         Fast,
         Slow,
     }
+    json_enum!(Mode {
+        Fast = "fast",
+        Slow = "slow"
+    });
 
     fn read(s: &str) -> Result<Doc, (String, String)> {
-        super::from_slice(s.as_bytes()).map_err(|e| (e.path.unwrap_or_default(), e.reason))
+        from_slice(s.as_bytes()).map_err(|e| (e.path, e.reason))
     }
 
     #[test]
-    fn deserializes_with_defaults_options_enums_and_tuples() {
-        let d = read(r#"{"items":[{"n":1},{"n":2,"mode":"slow","pair":[3,0.5]}],"name":null}"#);
+    fn reads_with_defaults_options_enums_and_renames() {
+        let d = read(
+            r#"{"items":[{"n":1},{"n":2,"mode":"slow","ratio":3,"on":true,"type":"fast"}],"name":null}"#,
+        );
         assert_eq!(
             d,
             Ok(Doc {
                 items: vec![
                     Item {
                         n: 1,
-                        mode: Mode::Fast,
-                        pair: None
+                        ..Item::default()
                     },
                     Item {
                         n: 2,
                         mode: Mode::Slow,
-                        pair: Some((3, 0.5))
+                        ratio: 3.0,
+                        on: true,
+                        kind: Some(Mode::Fast),
                     },
                 ],
                 name: None,
@@ -843,16 +975,29 @@ mod tests {
     }
 
     #[test]
+    fn writes_what_it_reads() {
+        let d = read(r#"{"items":[{"n":7,"ratio":0.1,"type":"slow"}],"name":"a\"b\n"}"#).unwrap();
+        let text = d.to_json();
+        assert_eq!(
+            text,
+            r#"{"items":[{"n":7,"mode":"fast","ratio":0.1,"on":false,"type":"slow"}],"name":"a\"b\n"}"#
+        );
+        assert_eq!(read(&text).unwrap(), d);
+        assert_eq!(f64::NAN.to_json(), "null");
+        assert_eq!("\u{1}".to_json(), "\"\\u0001\"");
+    }
+
+    #[test]
     fn errors_name_the_path() {
         let bad = |s: &str, path: &str, why: &str| {
             let (p, r) = read(s).unwrap_err();
             assert_eq!(p, path, "{s}: {r}");
-            assert!(r.contains(why), "{s}: {r}");
+            assert_eq!(r, why, "{s}");
         };
         bad(
             r#"{"items":[{"n":1},{"n":1,"m":2}]}"#,
             "items[1].m",
-            "unknown field `m`, expected one of `n`, `mode`, `pair`",
+            "unknown field `m`, expected one of `n`, `mode`, `ratio`, `on`, `type`",
         );
         bad(
             r#"{"items":[{"n":"x"}]}"#,
@@ -867,37 +1012,32 @@ mod tests {
         bad(
             r#"{"items":[{"n":4294967296}]}"#,
             "items[0].n",
-            "expected u32",
+            "invalid value: integer `4294967296`, expected u32",
         );
         bad(
             r#"{"items":[{"n":1.5}]}"#,
             "items[0].n",
-            "invalid type: floating point `1.5`",
-        );
-        bad(
-            r#"{"items":[{"mode":"slow"}]}"#,
-            "items[0]",
-            "missing field `n`",
+            "invalid type: floating point `1.5`, expected u32",
         );
         bad(
             r#"{"items":[{"n":1,"mode":"warp"}]}"#,
             "items[0].mode",
-            "unknown variant `warp`",
+            "unknown variant `warp`, expected one of `fast`, `slow`",
         );
         bad(
             r#"{"items":[{"n":1,"mode":3}]}"#,
             "items[0].mode",
-            "invalid type: integer `3`",
+            "invalid type: integer `3`, expected enum Mode",
         );
         bad(
-            r#"{"items":[{"n":1,"pair":[1,2,3]}]}"#,
-            "items[0].pair",
-            "invalid length 3",
+            r#"{"items":[{"ratio":"1"}]}"#,
+            "items[0].ratio",
+            "invalid type: string \"1\", expected f64",
         );
         bad(
-            r#"{"items":[{"n":1,"pair":[300,2]}]}"#,
-            "items[0].pair[0]",
-            "expected u8",
+            r#"{"items":[{"on":1e-7}]}"#,
+            "items[0].on",
+            "invalid type: floating point `1e-7`, expected a boolean",
         );
         bad(
             r#"{"items":[{"n":1,"n":2}]}"#,
@@ -908,6 +1048,16 @@ mod tests {
             r#"{"items":{}}"#,
             "items",
             "invalid type: map, expected a sequence",
+        );
+        bad(
+            r#"{"items":[null]}"#,
+            "items[0]",
+            "invalid type: null, expected struct Item",
+        );
+        bad(
+            r#"{"name":[1]}"#,
+            "name",
+            "invalid type: sequence, expected a string",
         );
         bad(
             r#""doc""#,
@@ -921,73 +1071,67 @@ mod tests {
         );
     }
 
-    /// A type that reads any kind of value but accepts only strings.
-    struct OnlyStr;
-
-    impl<'de> serde::Deserialize<'de> for OnlyStr {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl serde::de::Visitor<'_> for V {
-                type Value = OnlyStr;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("a string")
-                }
-                fn visit_str<E>(self, _: &str) -> Result<OnlyStr, E> {
-                    Ok(OnlyStr)
-                }
-            }
-            d.deserialize_any(V)
+    #[test]
+    fn required_fields() {
+        struct Top {
+            n: u64,
         }
+        impl super::FromJson for Top {
+            fn from_json(v: &Value, at: &super::Path<'_>) -> Result<Self, crate::ConfigError> {
+                let f = super::Fields::of(v, at, &["n"], "struct Top")?;
+                Ok(Top {
+                    n: f.required("n")?,
+                })
+            }
+        }
+        assert_eq!(from_slice::<Top>(br#"{"n":5}"#).map(|t| t.n), Ok(5));
+        let e = from_slice::<Top>(br#"{}"#).err().unwrap();
+        assert_eq!(e.to_string(), "missing field `n`");
     }
 
     #[test]
-    fn unexpected_values_are_named_as_serde_json_names_them() {
-        let why = |s: &str| match super::from_slice::<Vec<OnlyStr>>(s.as_bytes()) {
-            Ok(_) => String::new(),
-            Err(e) => format!("{}: {}", e.path.unwrap_or_default(), e.reason),
-        };
-        assert_eq!(why(r#"["a"]"#), "");
-        assert_eq!(why("[null]"), "[0]: invalid type: null, expected a string");
-        assert_eq!(
-            why(r#"["a",true]"#),
-            "[1]: invalid type: boolean `true`, expected a string"
-        );
-        assert_eq!(
-            why("[7]"),
-            "[0]: invalid type: integer `7`, expected a string"
-        );
-        assert_eq!(
-            why("[-7]"),
-            "[0]: invalid type: integer `-7`, expected a string"
-        );
-        // A float serde itself reports is shown without core's float printer.
-        assert_eq!(
-            why("[2.25]"),
-            "[0]: invalid type: floating point `2.250`, expected a string"
-        );
-        assert_eq!(
-            why("[[1]]"),
-            "[0]: invalid type: sequence, expected a string"
-        );
-        assert_eq!(
-            why(r#"[{"a":1}]"#),
-            "[0]: invalid type: map, expected a string"
-        );
-        let e = super::from_slice::<bool>(b"1e-7").unwrap_err();
-        assert_eq!(
-            e.reason,
-            "invalid type: floating point `1e-7`, expected a boolean"
-        );
+    fn decimals() {
+        let exact: [(&str, f64); 12] = [
+            ("0.1", 0.1),
+            ("12.5", 12.5),
+            ("-2.5e-3", -0.0025),
+            ("1E2", 100.0),
+            ("99.99", 99.99),
+            ("1.5", 1.5),
+            ("0.000001", 1e-6),
+            ("123456789012345.6", 123456789012345.6),
+            ("1e22", 1e22),
+            ("1e-22", 1e-22),
+            ("0.0", 0.0),
+            ("-0", -0.0),
+        ];
+        for (text, want) in exact {
+            assert_eq!(
+                super::decimal(text.as_bytes()).to_bits(),
+                want.to_bits(),
+                "{text}"
+            );
+        }
+        let close = [
+            ("1.7976931348623157e308", f64::MAX),
+            ("2.2250738585072014e-308", f64::MIN_POSITIVE),
+            ("3.141592653589793238462643383279", std::f64::consts::PI),
+            ("123456789012345678901234567890", 1.2345678901234568e29),
+            ("1e-300", 1e-300),
+            ("4.9406564584124654e-300", 4.9406564584124654e-300),
+        ];
+        for (text, want) in close {
+            let got = super::decimal(text.as_bytes());
+            assert!(((got - want) / want).abs() < 1e-15, "{text}: {got:e}");
+        }
+        assert!(super::decimal(b"1e400").is_infinite());
+        assert_eq!(super::decimal(b"1e-400"), 0.0);
+        assert!(super::decimal(b"1e99999999999999999999").is_infinite());
     }
 
     #[test]
     fn invalid_utf8_is_an_error() {
-        let e = Parser {
-            s: b"\"\xff\"",
-            at: 0,
-        }
-        .document()
-        .unwrap_err();
+        let e = parse(b"\"\xff\"").unwrap_err();
         assert!(e.reason.contains("UTF-8"), "{}", e.reason);
     }
 }

@@ -11,7 +11,6 @@
 
 #![warn(missing_docs)]
 
-mod arrays;
 pub mod breaker;
 pub mod cache;
 pub mod circuit;
@@ -21,7 +20,7 @@ mod counter;
 pub mod engine;
 pub mod event;
 pub mod histogram;
-mod json;
+pub mod json;
 mod keyindex;
 pub mod ring;
 pub mod shared;

@@ -13,8 +13,6 @@
 //! state: one ring, one epoch rule, one bucket limit ([`MAX_BUCKETS`]), one merge and
 //! one re-bucketing rule.
 
-use serde::{Deserialize, Serialize};
-
 use crate::time::{mul_sat, Nanos};
 
 /// Largest bucket count of any ring.
@@ -29,7 +27,7 @@ pub trait Bucket: Clone + Default {
 }
 
 /// One slot: an epoch and its bucket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Slot<B> {
     /// `start_time / width_ns` of the bucket.
     pub epoch: u64,
@@ -37,18 +35,9 @@ pub struct Slot<B> {
     pub bucket: B,
 }
 
-/// A ring of epoch-stamped buckets. Serialised as `(width_ns, current, slots)`;
-/// deserialising goes through [`Ring::from_parts`], so decoded bytes cannot break an
-/// invariant.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(
-    into = "RingData<B>",
-    from = "RingData<B>",
-    bound(
-        serialize = "B: Bucket + Serialize",
-        deserialize = "B: Bucket + Deserialize<'de>"
-    )
-)]
+/// A ring of epoch-stamped buckets. Built from stored parts only through
+/// [`Ring::from_parts`], so decoded bytes cannot break an invariant.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Ring<B> {
     width_ns: u64,
     current: u64,
@@ -57,30 +46,6 @@ pub struct Ring<B> {
     /// Cached `current % len`.
     current_slot: u32,
     slots: Vec<Slot<B>>,
-}
-
-/// The stored form of a [`Ring`].
-#[derive(Serialize, Deserialize)]
-struct RingData<B> {
-    width_ns: u64,
-    current: u64,
-    slots: Vec<Slot<B>>,
-}
-
-impl<B: Bucket> From<Ring<B>> for RingData<B> {
-    fn from(r: Ring<B>) -> Self {
-        RingData {
-            width_ns: r.width_ns,
-            current: r.current,
-            slots: r.slots,
-        }
-    }
-}
-
-impl<B: Bucket> From<RingData<B>> for Ring<B> {
-    fn from(d: RingData<B>) -> Self {
-        Ring::from_parts(d.width_ns, d.current, d.slots)
-    }
 }
 
 /// Bucket width and count for a window of `window_ns` in `buckets` buckets (clamped

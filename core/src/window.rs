@@ -7,10 +7,8 @@
 //! `&self` queries (`*_at(now)`) read the window as it would be at `now` without
 //! moving it (O(1) while `now` is in the current bucket, O(buckets) otherwise).
 //!
-//! The window is plain data (serde, `Clone`, `PartialEq`); [`Window::merge`] is exact,
+//! The window is plain data (`Clone`, `PartialEq`); [`Window::merge`] is exact,
 //! associative and commutative for windows of the same geometry.
-
-use serde::{Deserialize, Serialize};
 
 use crate::config::MetricsConfig;
 use crate::event::{EventKind, EVENT_KINDS};
@@ -19,7 +17,7 @@ use crate::ring::{geometry, Bucket, Ring};
 use crate::time::{ms_to_ns, mul_sat, Nanos};
 
 /// One counter bucket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CounterBucket {
     /// Events per [`EventKind`] index.
     pub counts: [u32; EVENT_KINDS],
@@ -44,7 +42,7 @@ impl Bucket for CounterBucket {
 }
 
 /// One percentile bucket: the latencies of executions that ended in it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LatencyBucket {
     /// Execution latencies (ns).
     pub latency: Histogram,
@@ -61,7 +59,7 @@ impl Bucket for LatencyBucket {
 }
 
 /// Rolling counts over the health window, as the breaker rules read them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HealthSnapshot {
     /// Live counts per [`EventKind`] index.
     pub counts: [u64; EVENT_KINDS],
@@ -78,11 +76,9 @@ pub struct HealthSnapshot {
     /// Every call that ended in the window, whatever its verdict: executions, bulkhead
     /// rejections, short-circuits, bad requests, cache hits and collapsed calls
     /// (fallback events are not calls).
-    #[serde(default)]
     pub calls: u64,
     /// Calls admitted and still running when the snapshot was taken, as the host
     /// reports them (0 unless a rule needs them: the `all_calls` denominator).
-    #[serde(default)]
     pub running: u64,
 }
 
@@ -140,11 +136,7 @@ pub trait Health {
 }
 
 /// The rolling window of one key.
-///
-/// Serialised as its two rings and the retired counts; deserialising re-derives the
-/// running totals, so decoded bytes can never make it inconsistent.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(into = "WindowData", from = "WindowData")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Window {
     counters: Ring<CounterBucket>,
     /// Sum of the live counter buckets other than the current one.
@@ -155,38 +147,6 @@ pub struct Window {
     latency: Ring<LatencyBucket>,
     /// `min` of both rings' current-bucket ends: one comparison guards both.
     next_roll: Nanos,
-}
-
-#[derive(Serialize, Deserialize)]
-struct WindowData {
-    counters: Ring<CounterBucket>,
-    retired: [u64; EVENT_KINDS],
-    latency: Ring<LatencyBucket>,
-}
-
-impl From<Window> for WindowData {
-    fn from(w: Window) -> Self {
-        WindowData {
-            counters: w.counters,
-            retired: w.retired,
-            latency: w.latency,
-        }
-    }
-}
-
-impl From<WindowData> for Window {
-    fn from(d: WindowData) -> Self {
-        let mut w = Window {
-            counters: d.counters,
-            past: [0; EVENT_KINDS],
-            past_slow: 0,
-            retired: d.retired,
-            latency: d.latency,
-            next_roll: 0,
-        };
-        w.recompute_past();
-        w
-    }
 }
 
 fn ring_geometry(window_ms: u64, buckets: u32) -> (u64, usize) {

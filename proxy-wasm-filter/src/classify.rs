@@ -9,8 +9,8 @@
 //! no response at all. Router replies carry response flags (UT, UF, URX, ...), which
 //! is why flags are read whenever the exchange did not plainly succeed.
 
-use fusewire_core::Outcome;
-use serde::Deserialize;
+use fusewire_core::json::{self, FromJson, Path, Value};
+use fusewire_core::{ConfigError, Outcome};
 
 /// A set of HTTP status codes: single codes, classes (`"5xx"`) and ranges
 /// (`"500-504"`). Stored as a 600-bit bitmap: O(1) lookup, no allocation.
@@ -29,22 +29,13 @@ pub enum Entry {
     Text(String),
 }
 
-impl<'de> Deserialize<'de> for Entry {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = Entry;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a code or a string")
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Entry, E> {
-                Ok(Entry::Code(v.min(u64::from(u32::MAX)) as u32))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Entry, E> {
-                Ok(Entry::Text(v.to_string()))
-            }
+impl FromJson for Entry {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        match v {
+            Value::U64(n) => Ok(Entry::Code((*n).min(u64::from(u32::MAX)) as u32)),
+            Value::Str(s) => Ok(Entry::Text(s.clone())),
+            _ => Err(json::wrong_type(v, at, "a code or a string")),
         }
-        d.deserialize_any(V)
     }
 }
 

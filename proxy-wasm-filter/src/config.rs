@@ -7,34 +7,42 @@ use fusewire_core::config::{
     BreakerConfig, BulkheadConfig, CacheConfig, ExecutionConfig, KeysConfig, LeaderFailure,
     MetricsConfig,
 };
+use fusewire_core::json::{self, Fields, FromJson, Path, Value};
+use fusewire_core::{json_enum, json_struct};
 use fusewire_core::{Config, ConfigError, SharedConfig};
-use serde::Deserialize;
 
 use crate::classify::{Classifier, Entry, FlagSet, GrpcSet, StatusSet};
 use crate::matcher::{HeaderCond, KeySpec, Matcher};
 
 /// Top level of the plugin JSON.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 struct RawPlugin {
-    #[serde(default = "d_tick_ms")]
     tick_ms: u64,
-    #[serde(default)]
     metrics_prefix: Option<String>,
-    #[serde(default)]
     shared: SharedConfig,
     policies: Vec<RawPolicy>,
 }
 
-fn d_tick_ms() -> u64 {
-    100
+impl FromJson for RawPlugin {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        let names = ["tick_ms", "metrics_prefix", "shared", "policies"];
+        let f = Fields::of(v, at, &names, "struct RawPlugin")?;
+        let mut raw = RawPlugin {
+            tick_ms: 100,
+            metrics_prefix: None,
+            shared: SharedConfig::default(),
+            policies: f.required("policies")?,
+        };
+        f.read("tick_ms", &mut raw.tick_ms)?;
+        f.read("metrics_prefix", &mut raw.metrics_prefix)?;
+        f.read("shared", &mut raw.shared)?;
+        Ok(raw)
+    }
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Default)]
 struct RawPolicy {
     name: String,
-    #[serde(rename = "match")]
     matcher: RawMatch,
     key: Option<String>,
     keys: KeysConfig,
@@ -51,8 +59,7 @@ struct RawPolicy {
 }
 
 /// Collapsed forwarding: concurrent identical requests wait for the first one.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug)]
 struct RawCollapse {
     key: String,
     methods: Vec<String>,
@@ -80,8 +87,7 @@ impl Default for RawCollapse {
 }
 
 /// What waiters do when their leader fails, times out, or its body is too large.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnLeaderFailure {
     /// Get the leader's reply too (a body too large to keep sends them upstream).
     #[default]
@@ -91,8 +97,7 @@ pub enum OnLeaderFailure {
 }
 
 /// Stale-if-error: the last successful response per request key.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug)]
 struct RawStale {
     key: String,
     max_stale_ms: u64,
@@ -144,8 +149,7 @@ pub struct Stale {
     pub cache: CacheConfig,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Default)]
 struct RawMatch {
     route: OneOrMany,
     cluster: OneOrMany,
@@ -158,29 +162,13 @@ struct RawMatch {
 #[derive(Debug, Default)]
 struct OneOrMany(Vec<String>);
 
-impl<'de> Deserialize<'de> for OneOrMany {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = OneOrMany;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string or a list of strings")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<OneOrMany, E> {
-                Ok(OneOrMany(vec![v.to_string()]))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut s: A,
-            ) -> Result<OneOrMany, A::Error> {
-                let mut out = Vec::new();
-                while let Some(v) = s.next_element::<String>()? {
-                    out.push(v);
-                }
-                Ok(OneOrMany(out))
-            }
+impl FromJson for OneOrMany {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        match v {
+            Value::Str(s) => Ok(OneOrMany(vec![s.clone()])),
+            Value::Array(_) => Vec::from_json(v, at).map(OneOrMany),
+            _ => Err(json::wrong_type(v, at, "a string or a list of strings")),
         }
-        d.deserialize_any(V)
     }
 }
 
@@ -190,21 +178,16 @@ impl OneOrMany {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default)]
 struct RawHeader {
     name: String,
-    #[serde(default)]
     exact: Option<String>,
-    #[serde(default)]
     prefix: Option<String>,
-    #[serde(default)]
     present: Option<bool>,
 }
 
 /// Where a policy's timeout is enforced.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TimeoutMode {
     /// Envoy's own route timeout; its response flag `UT` counts as TIMEOUT.
     /// `execution` is ignored.
@@ -215,8 +198,7 @@ pub enum TimeoutMode {
     Tick,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug)]
 struct RawFailure {
     status: Vec<Entry>,
     grpc_status: Vec<Entry>,
@@ -243,8 +225,7 @@ impl Default for RawFailure {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug)]
 struct RawBadRequest {
     status: Vec<Entry>,
 }
@@ -257,13 +238,11 @@ impl Default for RawBadRequest {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug)]
 struct RawFallback {
     status: u32,
     timeout_status: u32,
-    #[serde(deserialize_with = "pairs")]
-    headers: Vec<(String, String)>,
+    headers: Headers,
     body: String,
     grpc: bool,
     grpc_status: Entry,
@@ -275,7 +254,7 @@ impl Default for RawFallback {
         RawFallback {
             status: 503,
             timeout_status: 504,
-            headers: Vec::new(),
+            headers: Headers::default(),
             body: String::new(),
             grpc: true,
             grpc_status: Entry::Text("UNAVAILABLE".into()),
@@ -382,29 +361,67 @@ pub struct Plugin {
     pub policies: Vec<Policy>,
 }
 
-/// A JSON object as its (key, value) pairs, in document order (duplicates refused).
-fn pairs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
-    struct Pairs;
-    impl<'de> serde::de::Visitor<'de> for Pairs {
-        type Value = Vec<(String, String)>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an object of header names to values")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut m: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut out: Vec<(String, String)> = Vec::new();
-            while let Some((k, v)) = m.next_entry::<String, String>()? {
-                if out.iter().any(|(o, _)| *o == k) {
-                    return Err(serde::de::Error::custom(format!("duplicate header {k:?}")));
-                }
-                out.push((k, v));
+/// Header names to values: a JSON object's pairs in document order.
+#[derive(Debug, Default)]
+struct Headers(Vec<(String, String)>);
+
+impl FromJson for Headers {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        let Value::Object(members) = v else {
+            return Err(json::wrong_type(
+                v,
+                at,
+                "an object of header names to values",
+            ));
+        };
+        let mut out: Vec<(String, String)> = Vec::with_capacity(members.len());
+        for (k, value) in members {
+            let here = Path::Key(at, k);
+            if out.iter().any(|(o, _)| o == k) {
+                return Err(here.error(format!("duplicate header {k:?}")));
             }
-            Ok(out)
+            out.push((k.clone(), String::from_json(value, &here)?));
         }
+        Ok(Headers(out))
     }
-    d.deserialize_map(Pairs)
+}
+
+// The JSON shape of the plugin's own sections (the core's sections are the core's).
+json_struct!(read RawPolicy {
+    name, matcher as "match", key, keys, breaker, metrics, execution, timeout, bulkhead,
+    failure, bad_request, fallback, collapse, stale,
+});
+json_struct!(read RawCollapse {
+    key, methods, allow_credentials, max_body_bytes, max_waiters, max_wait_ms,
+    on_leader_failure,
+});
+json_enum!(OnLeaderFailure { Fail = "fail", Retry = "retry" });
+json_struct!(read RawStale { key, max_stale_ms, max_bytes, max_entries, max_body_bytes });
+json_struct!(read RawMatch { route, cluster, path_prefix, method, headers });
+json_enum!(TimeoutMode { Route = "route", Tick = "tick" });
+json_struct!(read RawFailure { status, grpc_status, response_flags, timeout_flags, resets });
+json_struct!(read RawBadRequest { status });
+json_struct!(read RawFallback {
+    status, timeout_status, headers, body, grpc, grpc_status, timeout_grpc_status,
+});
+
+impl FromJson for RawHeader {
+    fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
+        let f = Fields::of(
+            v,
+            at,
+            &["name", "exact", "prefix", "present"],
+            "struct RawHeader",
+        )?;
+        let mut h = RawHeader {
+            name: f.required("name")?,
+            ..RawHeader::default()
+        };
+        f.read("exact", &mut h.exact)?;
+        f.read("prefix", &mut h.prefix)?;
+        f.read("present", &mut h.present)?;
+        Ok(h)
+    }
 }
 
 fn err(path: String, reason: impl Into<String>) -> ConfigError {
@@ -594,7 +611,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             ));
         }
     }
-    for (name, _) in &fb.headers {
+    for (name, _) in &fb.headers.0 {
         if !valid_header_name(name) || name.starts_with(':') || name == "x-fusewire" {
             return Err(err(
                 at(&format!("fallback.headers.{name}")),
@@ -615,6 +632,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     let reply = |reason: Reason, status: u32, grpc_status: u32| {
         let mut headers: Vec<(String, String)> = fb
             .headers
+            .0
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! +-------+---------+------+-------------------+---------+
-//! | magic | version | kind | postcard payload  | crc32   |
+//! | magic | version | kind | payload           | crc32   |
 //! | "FW"  | u8      | u8   | ...               | u32 LE  |
 //! +-------+---------+------+-------------------+---------+
 //! ```
@@ -14,8 +14,13 @@
 //! [`DecodeError::FutureVersion`] so old code running next to new code during a config
 //! drain leaves it alone), kind, checksum, then the payload, which must be consumed
 //! exactly. Decoding never panics on any input.
-
-use serde::{de::DeserializeOwned, Serialize};
+//!
+//! Payloads implement [`Wire`], in postcard's format (the one the state was written in
+//! before it was encoded by hand): unsigned integers as LEB128 varints (`u8` as one
+//! byte), `bool` and `Option` tags as one byte 0/1, enums as their variant index,
+//! strings and sequences with a varint length, structs and tuples as their fields in
+//! order. So bytes written by earlier releases of this schema version decode
+//! unchanged (`core/tests/codec_compat.rs` holds such bytes).
 
 /// First two bytes of every encoded value.
 pub const MAGIC: [u8; 2] = *b"FW";
@@ -74,32 +79,203 @@ impl core::fmt::Display for DecodeError {
     }
 }
 
+/// A value that can be kept in a store: its payload encoding (see the module docs).
+pub trait Wire: Sized {
+    /// Appends the encoding of `self`.
+    fn put(&self, out: &mut Vec<u8>);
+    /// Reads one value; `None` if the bytes do not hold one.
+    fn take(r: &mut Reader<'_>) -> Option<Self>;
+}
+
+/// Reads payload bytes front to back; every read checks the length.
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes }
+    }
+
+    /// Whether every byte was read.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// One byte.
+    pub fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.bytes.split_first()?;
+        self.bytes = rest;
+        Some(b)
+    }
+
+    /// `n` bytes.
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.bytes.len() {
+            return None;
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Some(head)
+    }
+
+    /// A LEB128 varint of at most `max_bytes` bytes whose value is at most `max`.
+    fn varint(&mut self, max_bytes: u32, max: u64) -> Option<u64> {
+        let mut v = 0u64;
+        for i in 0..max_bytes {
+            let b = self.byte()?;
+            let shift = 7 * i;
+            let part = u64::from(b & 0x7f);
+            if shift >= 64 || (shift > 0 && part >> (64 - shift) != 0) {
+                return None;
+            }
+            v |= part << shift;
+            if b & 0x80 == 0 {
+                return (v <= max).then_some(v);
+            }
+        }
+        None
+    }
+
+    /// A length prefix (at most the bytes left: every element takes one byte or more).
+    pub fn len(&mut self) -> Option<usize> {
+        let n = self.varint(10, u64::MAX)?;
+        (n <= self.bytes.len() as u64).then_some(n as usize)
+    }
+
+    /// A one-byte tag that must be 0 or 1.
+    pub fn flag(&mut self) -> Option<bool> {
+        match self.byte()? {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+}
+
+/// Appends `v` as a LEB128 varint.
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+impl Wire for u64 {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_varint(out, *self);
+    }
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        r.varint(10, u64::MAX)
+    }
+}
+
+impl Wire for u32 {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_varint(out, u64::from(*self));
+    }
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        r.varint(5, u32::MAX.into()).map(|v| v as u32)
+    }
+}
+
+impl Wire for u16 {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_varint(out, u64::from(*self));
+    }
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        r.varint(3, u16::MAX.into()).map(|v| v as u16)
+    }
+}
+
+impl Wire for bool {
+    fn put(&self, out: &mut Vec<u8>) {
+        out.push(u8::from(*self));
+    }
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        r.flag()
+    }
+}
+
+impl Wire for String {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.len() as u64);
+        out.extend_from_slice(self.as_bytes());
+    }
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        let n = r.len()?;
+        let bytes = r.bytes(n)?;
+        std::str::from_utf8(bytes).ok().map(str::to_string)
+    }
+}
+
+impl<T: Wire> Wire for Option<T> {
+    fn put(&self, out: &mut Vec<u8>) {
+        match self {
+            None => out.push(0),
+            Some(v) => {
+                out.push(1);
+                v.put(out);
+            }
+        }
+    }
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        match r.flag()? {
+            false => Some(None),
+            true => T::take(r).map(Some),
+        }
+    }
+}
+
+impl<T: Wire> Wire for Vec<T> {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.len() as u64);
+        for v in self {
+            v.put(out);
+        }
+    }
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        let n = r.len()?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(T::take(r)?);
+        }
+        Some(out)
+    }
+}
+
+impl<A: Wire, B: Wire> Wire for (A, B) {
+    fn put(&self, out: &mut Vec<u8>) {
+        self.0.put(out);
+        self.1.put(out);
+    }
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        Some((A::take(r)?, B::take(r)?))
+    }
+}
+
 /// Encodes `value` as an envelope of `kind`.
-///
-/// Fails only if the serializer fails, which the payload types of this module never do.
-pub fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, postcard::Error> {
+pub fn encode<T: Wire>(kind: Kind, value: &T) -> Vec<u8> {
     encode_into(kind, value, Vec::with_capacity(64))
 }
 
 /// [`encode`] into `out` (cleared first), reusing its capacity.
-pub fn encode_into<T: Serialize>(
-    kind: Kind,
-    value: &T,
-    mut out: Vec<u8>,
-) -> Result<Vec<u8>, postcard::Error> {
+pub fn encode_into<T: Wire>(kind: Kind, value: &T, mut out: Vec<u8>) -> Vec<u8> {
     out.clear();
     out.extend_from_slice(&MAGIC);
     out.push(SCHEMA_VERSION);
     out.push(kind as u8);
-    let mut out = postcard::to_extend(value, out)?;
+    value.put(&mut out);
     let crc = crc32(&out);
     out.extend_from_slice(&crc.to_le_bytes());
-    Ok(out)
+    out
 }
 
 /// Decodes an envelope of `kind`; any corruption, truncation or foreign version is an
 /// error, never a panic.
-pub fn decode<T: DeserializeOwned>(kind: Kind, bytes: &[u8]) -> Result<T, DecodeError> {
+pub fn decode<T: Wire>(kind: Kind, bytes: &[u8]) -> Result<T, DecodeError> {
     if bytes.len() > MAX_ENCODED_LEN {
         return Err(DecodeError::TooLong);
     }
@@ -125,8 +301,9 @@ pub fn decode<T: DeserializeOwned>(kind: Kind, bytes: &[u8]) -> Result<T, Decode
     if u32::from_le_bytes(stored) != crc32(body) {
         return Err(DecodeError::Checksum);
     }
-    match postcard::take_from_bytes::<T>(&body[HEADER_LEN..]) {
-        Ok((value, [])) => Ok(value),
+    let mut r = Reader::new(&body[HEADER_LEN..]);
+    match T::take(&mut r) {
+        Some(value) if r.is_empty() => Ok(value),
         _ => Err(DecodeError::Payload),
     }
 }
@@ -173,7 +350,7 @@ mod tests {
     #[test]
     fn roundtrip_and_every_error() {
         let v: (u32, u64) = (7, 1 << 40);
-        let bytes = encode(Kind::Plain, &v).unwrap();
+        let bytes = encode(Kind::Plain, &v);
         assert_eq!(decode::<(u32, u64)>(Kind::Plain, &bytes), Ok(v));
         assert_eq!(
             decode::<(u32, u64)>(Kind::KeyState, &bytes),
@@ -217,7 +394,7 @@ mod tests {
 
     #[test]
     fn trailing_payload_bytes_are_refused_even_with_a_valid_checksum() {
-        let mut bytes = encode(Kind::Plain, &5u64).unwrap();
+        let mut bytes = encode(Kind::Plain, &5u64);
         bytes.truncate(bytes.len() - TRAILER_LEN);
         bytes.push(0);
         let crc = crc32(&bytes);

@@ -7,13 +7,13 @@
 //! than the lease TTL from the reader's clock (in either direction: the host clock is a
 //! wall clock) belongs to a crashed or stuck VM and no longer counts.
 
-use serde::{Deserialize, Serialize};
+use super::codec::{Reader, Wire};
 
 /// Most owners one ledger holds; acquiring when it is full of live owners is refused.
 pub const MAX_OWNERS: usize = 256;
 
 /// One owner's slots.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotEntry {
     /// The owner (worker VM) id.
     pub owner: u64,
@@ -24,9 +24,37 @@ pub struct SlotEntry {
 }
 
 /// The slot ledger of one key.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SlotLedger {
     entries: Vec<SlotEntry>,
+}
+
+/// On the wire: `(owner, count, heartbeat)`.
+impl Wire for SlotEntry {
+    fn put(&self, out: &mut Vec<u8>) {
+        self.owner.put(out);
+        self.count.put(out);
+        self.heartbeat.put(out);
+    }
+
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        Some(SlotEntry {
+            owner: u64::take(r)?,
+            count: u32::take(r)?,
+            heartbeat: u64::take(r)?,
+        })
+    }
+}
+
+/// On the wire: the entries as a sequence.
+impl Wire for SlotLedger {
+    fn put(&self, out: &mut Vec<u8>) {
+        self.entries.put(out);
+    }
+
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        Vec::take(r).map(|entries| SlotLedger { entries })
+    }
 }
 
 impl SlotLedger {

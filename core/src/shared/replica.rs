@@ -668,10 +668,7 @@ impl Replica {
         if self.write_wanted() && self.token_known {
             let attempt = self.apply(ctx);
             let buf = core::mem::take(&mut self.written);
-            match codec::encode_into(Kind::KeyState, &attempt.state, buf) {
-                Ok(bytes) => self.written = bytes,
-                Err(_) => return None,
-            }
+            self.written = codec::encode_into(Kind::KeyState, &attempt.state, buf);
             self.written_is_view = false;
             if attempt.delta {
                 // The delta leaves with this write; what is recorded from now on

@@ -5,10 +5,7 @@
 //! The wire window is the core's one [`Ring`] with a counters-only bucket
 //! ([`Counts`]); it is encoded as its live, non-empty buckets only.
 
-use serde::de::Deserializer;
-use serde::ser::Serializer;
-use serde::{Deserialize, Serialize};
-
+use super::codec::{put_varint, Reader, Wire};
 use super::ledger::SlotLedger;
 use crate::breaker::BreakerState;
 use crate::event::{EventKind, Outcome, EVENT_KINDS};
@@ -18,7 +15,7 @@ use crate::window::{Health, HealthSnapshot};
 use crate::Config;
 
 /// Outcome counters of one wire bucket: what the breaker rules read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     /// `SUCCESS`.
     pub success: u32,
@@ -91,42 +88,32 @@ impl Bucket for Counts {
 #[derive(Clone, Debug, PartialEq)]
 pub struct WireWindow(pub Ring<Counts>);
 
-/// Encoded as `(width_ns, current, [(age, counts)])` with only live, non-empty
-/// buckets (age = current − epoch): a quiet window costs a few bytes.
-#[derive(Serialize, Deserialize)]
-struct WireData {
-    width_ns: u64,
-    len: u16,
-    current: u64,
-    buckets: Vec<(u16, Counts)>,
-}
-
-impl Serialize for WireWindow {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+/// Encoded as `(width_ns, len: u16, current, [(age: u16, counts)])` with only live,
+/// non-empty buckets (age = current − epoch): a quiet window costs a few bytes.
+impl Wire for WireWindow {
+    fn put(&self, out: &mut Vec<u8>) {
         let r = &self.0;
         let current = r.current_epoch();
-        let buckets = r
-            .live_at(0)
-            .filter(|slot| !slot.bucket.is_empty())
-            .map(|slot| ((current - slot.epoch) as u16, slot.bucket))
-            .collect();
-        WireData {
-            width_ns: r.width_ns(),
-            len: r.len() as u16,
-            current,
-            buckets,
+        r.width_ns().put(out);
+        (r.len() as u16).put(out);
+        current.put(out);
+        let live = || r.live_at(0).filter(|slot| !slot.bucket.is_empty());
+        put_varint(out, live().count() as u64);
+        for slot in live() {
+            ((current - slot.epoch) as u16).put(out);
+            slot.bucket.put(out);
         }
-        .serialize(s)
     }
-}
 
-impl<'de> Deserialize<'de> for WireWindow {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = WireData::deserialize(d)?;
-        let n = u64::from(w.len.max(1));
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        let width_ns = u64::take(r)?;
+        let len = u16::take(r)?;
+        let current = u64::take(r)?;
+        let n = u64::from(len.max(1));
         let mut slots = vec![Slot::<Counts>::default(); n as usize];
-        for (age, counts) in w.buckets {
-            let Some(epoch) = w.current.checked_sub(u64::from(age)) else {
+        for _ in 0..r.len()? {
+            let (age, counts) = <(u16, Counts)>::take(r)?;
+            let Some(epoch) = current.checked_sub(u64::from(age)) else {
                 continue;
             };
             if let Some(s) = slots.get_mut((epoch % n) as usize) {
@@ -136,7 +123,36 @@ impl<'de> Deserialize<'de> for WireWindow {
                 };
             }
         }
-        Ok(WireWindow(Ring::from_parts(w.width_ns, w.current, slots)))
+        Some(WireWindow(Ring::from_parts(width_ns, current, slots)))
+    }
+}
+
+/// On the wire: the seven counters in declaration order.
+impl Wire for Counts {
+    fn put(&self, out: &mut Vec<u8>) {
+        for c in [
+            self.success,
+            self.failure,
+            self.timeout,
+            self.rejected,
+            self.short_circuited,
+            self.bad_request,
+            self.slow,
+        ] {
+            c.put(out);
+        }
+    }
+
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        Some(Counts {
+            success: u32::take(r)?,
+            failure: u32::take(r)?,
+            timeout: u32::take(r)?,
+            rejected: u32::take(r)?,
+            short_circuited: u32::take(r)?,
+            bad_request: u32::take(r)?,
+            slow: u32::take(r)?,
+        })
     }
 }
 
@@ -191,7 +207,7 @@ impl Health for WireWindow {
 
 /// The consecutive-failure run a worker accumulated since its last flush. Its
 /// composition is associative, so workers' runs merge into the shared run under CAS.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Streak {
     /// Whether a success or bad request was seen (it resets the shared run).
     pub reset: bool,
@@ -283,7 +299,7 @@ impl Delta {
 }
 
 /// The stored state of one key.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct KeyState {
     /// The key this slot holds (a slot is taken over only when idle).
     pub name: String,
@@ -295,6 +311,27 @@ pub struct KeyState {
     pub window: WireWindow,
     /// Bulkhead slots per worker.
     pub ledger: SlotLedger,
+}
+
+/// On the wire: its fields in declaration order.
+impl Wire for KeyState {
+    fn put(&self, out: &mut Vec<u8>) {
+        self.name.put(out);
+        self.touched_at.put(out);
+        self.breaker.put(out);
+        self.window.put(out);
+        self.ledger.put(out);
+    }
+
+    fn take(r: &mut Reader<'_>) -> Option<Self> {
+        Some(KeyState {
+            name: String::take(r)?,
+            touched_at: u64::take(r)?,
+            breaker: BreakerState::take(r)?,
+            window: WireWindow::take(r)?,
+            ledger: SlotLedger::take(r)?,
+        })
+    }
 }
 
 impl KeyState {

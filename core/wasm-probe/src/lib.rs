@@ -6,6 +6,8 @@
 use fusewire_core::cache::{self, CacheEvent, Lead, Lookup, Wait};
 use fusewire_core::collapser::{self, Add, BatchId};
 use fusewire_core::shared::memory::{MemoryStore, Rules};
+use fusewire_core::shared::codec::{self, Kind, Reader, Wire};
+use fusewire_core::shared::KeyState;
 use fusewire_core::{
     BreakerState, CircuitBreaker, Collapser, Config, Engine, EventKind, Outcome, RequestCache,
     SharedConfig, Start, Window,
@@ -174,9 +176,15 @@ pub extern "C" fn fusewire_probe(now: u64, rand: u64) -> u64 {
     let mut w = Window::new(&config.metrics, now);
     w.record_call(EventKind::Success, 5, false, 1, now);
     w.merge(cb.window());
-    let bytes = postcard::to_allocvec(&(cb.state(), &w)).unwrap_or_default();
-    if let Ok((s, _)) = postcard::from_bytes::<(BreakerState, Window)>(&bytes) {
+    let mut bytes = Vec::new();
+    cb.state().put(&mut bytes);
+    if let Some(s) = BreakerState::take(&mut Reader::new(&bytes)) {
         sum += u64::from(s.generation());
+    }
+    let state = KeyState::new("k", &config, now);
+    let stored = codec::encode(Kind::KeyState, &state);
+    if let Ok(s) = codec::decode::<KeyState>(Kind::KeyState, &stored) {
+        sum += s.touched_at;
     }
     sum += run_cache(&config, now, rand) + run_collapser(&config, now, rand);
     let mut store = MemoryStore::new(Rules::Envoy);
