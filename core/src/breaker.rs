@@ -569,7 +569,7 @@ impl BreakerState {
         t
     }
 
-    fn close(&mut self, cfg: &BreakerConfig, window: &mut impl Health, now: Nanos) -> Transition {
+    fn close(&mut self, cfg: &BreakerConfig, window: &mut dyn Health, now: Nanos) -> Transition {
         let t = self.transition(Phase::Closed, now, TransitionReason::ProbesSucceeded);
         self.open_step = 0;
         if cfg.half_open.reset_window_on_close {
@@ -625,7 +625,7 @@ impl BreakerState {
     pub fn admit(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut impl Health,
+        window: &mut dyn Health,
         now: Nanos,
         rand: u64,
     ) -> (Result<Pass, ShortCircuit>, Option<Transition>) {
@@ -644,7 +644,7 @@ impl BreakerState {
     fn admit_cold(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut impl Health,
+        window: &mut dyn Health,
         now: Nanos,
         rand: u64,
     ) -> (Result<Pass, ShortCircuit>, Option<Transition>) {
@@ -670,7 +670,7 @@ impl BreakerState {
     fn decide(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut impl Health,
+        window: &mut dyn Health,
         now: Nanos,
         rand: u64,
     ) -> (Result<Pass, ShortCircuit>, Option<Transition>) {
@@ -723,7 +723,7 @@ impl BreakerState {
     pub fn on_result(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut impl Health,
+        window: &mut dyn Health,
         pass: Pass,
         outcome: Outcome,
         now: Nanos,
@@ -744,7 +744,7 @@ impl BreakerState {
     fn on_result_cold(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut impl Health,
+        window: &mut dyn Health,
         pass: Pass,
         outcome: Outcome,
         now: Nanos,
@@ -799,7 +799,7 @@ impl BreakerState {
     pub fn check_trip(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut impl Health,
+        window: &mut dyn Health,
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
@@ -823,7 +823,7 @@ impl BreakerState {
     pub fn force(
         &mut self,
         cfg: &BreakerConfig,
-        window: &mut impl Health,
+        window: &mut dyn Health,
         to: Phase,
         now: Nanos,
         rand: u64,

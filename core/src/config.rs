@@ -801,11 +801,33 @@ impl fmt::Display for Num {
             });
         }
         let neg = if v < 0.0 { "-" } else { "" };
-        let milli = (v.abs() * 1000.0).round() as u64;
-        match milli % 1000 {
-            0 => write!(f, "{neg}{}", milli / 1000),
-            m => write!(f, "{neg}{}.{:03}", milli / 1000, m),
+        // Up to three decimals, trailing zeros dropped; tiny values with a decimal
+        // exponent (`1.5e-7`).
+        let (mut m, mut e) = (v.abs(), 0);
+        while m != 0.0 && m < 1e-3 {
+            m *= 10.0;
+            e += 1;
         }
+        if e > 0 {
+            while m < 1.0 {
+                m *= 10.0;
+                e += 1;
+            }
+        }
+        let milli = (m * 1000.0).round() as u64;
+        let (mut frac, mut digits) = (milli % 1000, 3);
+        while digits > 0 && frac % 10 == 0 {
+            frac /= 10;
+            digits -= 1;
+        }
+        write!(f, "{neg}{}", milli / 1000)?;
+        if digits > 0 {
+            write!(f, ".{frac:0digits$}")?;
+        }
+        if e > 0 {
+            write!(f, "e-{e}")?;
+        }
+        Ok(())
     }
 }
 
@@ -1031,8 +1053,8 @@ impl SharedConfig {
             return Err(ConfigError::new(
                 "namespace",
                 format!(
-                    "must be 1..=64 characters of [A-Za-z0-9_.-], got {:?}",
-                    self.namespace
+                    "must be 1..=64 characters of [A-Za-z0-9_.-], got {}",
+                    crate::json::Quoted(&self.namespace)
                 ),
             ));
         }
@@ -1086,9 +1108,13 @@ mod tests {
     fn numbers_in_messages() {
         let show = |v: f64| Num(v).to_string();
         assert_eq!(show(150.0), "150");
-        assert_eq!(show(0.5), "0.500");
-        assert_eq!(show(-2.25), "-2.250");
+        assert_eq!(show(0.5), "0.5");
+        assert_eq!(show(-2.25), "-2.25");
+        assert_eq!(show(12.3456), "12.346");
         assert_eq!(show(f64::NAN), "NaN");
         assert_eq!(show(f64::INFINITY), "a huge number");
+        assert_eq!(show(1e-7), "1e-7");
+        assert_eq!(show(-2.5e-4), "-2.5e-4");
+        assert_eq!(show(0.0), "0");
     }
 }

@@ -28,9 +28,8 @@ pub enum Value {
     U64(u64),
     /// A negative integer.
     I64(i64),
-    /// Any other number, with its text as the document wrote it (errors quote it: no
-    /// float formatting in `.wasm` hosts).
-    F64(f64, String),
+    /// Any other number.
+    F64(f64),
     /// A string.
     Str(String),
     /// An array.
@@ -100,6 +99,13 @@ pub fn from_slice<T: FromJson>(json: &[u8]) -> Result<T, ConfigError> {
 pub trait FromJson: Sized {
     /// Reads `v`, found at `at`; errors name `at` (or a path below it).
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError>;
+
+    /// Reads `v` over `self` (structs of the schema: field by field, in place, so a
+    /// large struct is never moved).
+    fn read_into(&mut self, v: &Value, at: &Path<'_>) -> Result<(), ConfigError> {
+        *self = Self::from_json(v, at)?;
+        Ok(())
+    }
 }
 
 /// A type of the schema that can be written as JSON.
@@ -115,6 +121,18 @@ pub trait ToJson {
     }
 }
 
+/// A string shown in a message in double quotes, JSON-escaped (`"a\"b"`): what
+/// `{:?}` shows for ASCII, without the Unicode tables `Debug` brings into a `.wasm`.
+pub struct Quoted<'a>(pub &'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = String::with_capacity(self.0.len() + 2);
+        self.0.write_json(&mut s);
+        f.write_str(&s)
+    }
+}
+
 /// How an unexpected value is named in a type error (serde_json's words).
 fn shown(v: &Value) -> String {
     match v {
@@ -122,8 +140,8 @@ fn shown(v: &Value) -> String {
         Value::Bool(b) => format!("boolean `{b}`"),
         Value::U64(i) => format!("integer `{i}`"),
         Value::I64(i) => format!("integer `{i}`"),
-        Value::F64(_, text) => format!("floating point `{text}`"),
-        Value::Str(s) => format!("string {s:?}"),
+        Value::F64(v) => format!("floating point `{}`", Num(*v)),
+        Value::Str(s) => format!("string {}", Quoted(s)),
         Value::Array(_) => "sequence".into(),
         Value::Object(_) => "map".into(),
     }
@@ -196,6 +214,7 @@ impl<'v, 'p> Fields<'v, 'p> {
     }
 
     /// Reads field `name` into `into` if it is given (else `into` keeps its value).
+    #[inline(never)]
     pub fn read<T: FromJson>(&self, name: &str, into: &mut T) -> Result<(), ConfigError> {
         if let Some(v) = self.get(name) {
             *into = T::from_json(v, &Path::Key(self.at, name))?;
@@ -215,6 +234,34 @@ impl<'v, 'p> Fields<'v, 'p> {
     pub fn path(&self) -> &'p Path<'p> {
         self.at
     }
+}
+
+/// A struct read field by field ([`json_struct!`](crate::json_struct) implements it):
+/// field `i` of its field list gets `v`.
+#[doc(hidden)]
+pub trait ReadField {
+    /// Reads field number `i` from `v`.
+    fn read_field(&mut self, i: usize, v: &Value, at: &Path<'_>) -> Result<(), ConfigError>;
+}
+
+/// Reads the object `v` of the fields `names` into `into`, field by field (one copy of
+/// the loop for every struct of the schema).
+#[doc(hidden)]
+#[inline(never)]
+pub fn read_object(
+    v: &Value,
+    at: &Path<'_>,
+    names: &[&str],
+    what: &str,
+    into: &mut dyn ReadField,
+) -> Result<(), ConfigError> {
+    let f = Fields::of(v, at, names, what)?;
+    for (key, value) in f.members {
+        if let Some(i) = names.iter().position(|n| n == key) {
+            into.read_field(i, value, &Path::Key(at, key))?;
+        }
+    }
+    Ok(())
 }
 
 /// The index of `v`'s string among `names` (an enum of unit variants).
@@ -240,29 +287,33 @@ fn unsigned(v: &Value, at: &Path<'_>, max: u64, what: &str) -> Result<u64, Confi
 }
 
 impl FromJson for u64 {
+    #[inline(never)]
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
         unsigned(v, at, u64::MAX, "u64")
     }
 }
 
 impl FromJson for u32 {
+    #[inline(never)]
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
         unsigned(v, at, u32::MAX.into(), "u32").map(|n| n as u32)
     }
 }
 
 impl FromJson for f64 {
+    #[inline(never)]
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
         match v {
             Value::U64(n) => Ok(*n as f64),
             Value::I64(n) => Ok(*n as f64),
-            Value::F64(n, _) => Ok(*n),
+            Value::F64(n) => Ok(*n),
             _ => Err(wrong_type(v, at, "f64")),
         }
     }
 }
 
 impl FromJson for bool {
+    #[inline(never)]
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
         match v {
             Value::Bool(b) => Ok(*b),
@@ -272,6 +323,7 @@ impl FromJson for bool {
 }
 
 impl FromJson for String {
+    #[inline(never)]
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
         match v {
             Value::Str(s) => Ok(s.clone()),
@@ -286,6 +338,15 @@ impl<T: FromJson> FromJson for Option<T> {
             Value::Null => Ok(None),
             _ => T::from_json(v, at).map(Some),
         }
+    }
+
+    fn read_into(&mut self, v: &Value, at: &Path<'_>) -> Result<(), ConfigError> {
+        match (v, self.as_mut()) {
+            (Value::Null, _) => *self = None,
+            (_, Some(inner)) => inner.read_into(v, at)?,
+            (_, None) => *self = Some(T::from_json(v, at)?),
+        }
+        Ok(())
     }
 }
 
@@ -339,19 +400,30 @@ impl ToJson for bool {
 impl ToJson for str {
     fn write_json(&self, out: &mut String) {
         out.push('"');
-        for c in self.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                c if (c as u32) < 0x20 => {
-                    let _ = write!(out, "\\u{:04x}", c as u32);
+        let mut rest = self;
+        // Escapes are ASCII: copy what lies between them as it is (`get` at an ASCII
+        // byte's position: a char boundary, and no panic path).
+        while let Some(i) = rest
+            .bytes()
+            .position(|b| b == b'"' || b == b'\\' || b < 0x20)
+        {
+            out.push_str(rest.get(..i).unwrap_or_default());
+            match rest.as_bytes().get(i).copied().unwrap_or_default() {
+                b'"' => out.push_str("\\\""),
+                b'\\' => out.push_str("\\\\"),
+                b'\n' => out.push_str("\\n"),
+                b'\r' => out.push_str("\\r"),
+                b'\t' => out.push_str("\\t"),
+                b => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    out.push_str("\\u00");
+                    out.push(char::from(HEX[usize::from(b >> 4)]));
+                    out.push(char::from(HEX[usize::from(b & 15)]));
                 }
-                c => out.push(c),
             }
+            rest = rest.get(i + 1..).unwrap_or_default();
         }
+        out.push_str(rest);
         out.push('"');
     }
 }
@@ -442,20 +514,47 @@ macro_rules! json_struct {
     };
     // Reading only (a host's own document types).
     (read $ty:ident { $($field:ident $(as $name:literal)?),* $(,)? }) => {
+        impl $crate::json::ReadField for $ty {
+            #[allow(unused_assignments)]
+            fn read_field(
+                &mut self,
+                i: usize,
+                v: &$crate::json::Value,
+                at: &$crate::json::Path<'_>,
+            ) -> Result<(), $crate::ConfigError> {
+                let mut n = 0;
+                $(
+                    if i == n {
+                        return $crate::json::FromJson::read_into(&mut self.$field, v, at);
+                    }
+                    n += 1;
+                )*
+                Ok(())
+            }
+        }
+
         impl $crate::json::FromJson for $ty {
             fn from_json(
                 v: &$crate::json::Value,
                 at: &$crate::json::Path<'_>,
             ) -> Result<Self, $crate::ConfigError> {
-                let f = $crate::json::Fields::of(
+                let mut out = <$ty as Default>::default();
+                $crate::json::FromJson::read_into(&mut out, v, at)?;
+                Ok(out)
+            }
+
+            fn read_into(
+                &mut self,
+                v: &$crate::json::Value,
+                at: &$crate::json::Path<'_>,
+            ) -> Result<(), $crate::ConfigError> {
+                $crate::json::read_object(
                     v,
                     at,
                     &[$($crate::json_name!($field $($name)?)),*],
-                    concat!("struct ", stringify!($ty)),
-                )?;
-                let mut out = <$ty as Default>::default();
-                $( f.read($crate::json_name!($field $($name)?), &mut out.$field)?; )*
-                Ok(out)
+                    "an object",
+                    self,
+                )
             }
         }
     };
@@ -479,7 +578,7 @@ macro_rules! json_enum {
                 v: &$crate::json::Value,
                 at: &$crate::json::Path<'_>,
             ) -> Result<Self, $crate::ConfigError> {
-                let i = $crate::json::variant(v, at, &[$($name),*], concat!("enum ", stringify!($ty)))?;
+                let i = $crate::json::variant(v, at, &[$($name),*], "a string")?;
                 let all = [$($ty::$variant),*];
                 // `variant` returns an index into the names, one per variant.
                 Ok(all.get(i).copied().unwrap_or(all[0]))
@@ -558,17 +657,18 @@ impl Parser<'_> {
             Some(b'"') => Ok(Value::Str(self.string()?)),
             Some(b'-' | b'0'..=b'9') => self.number(),
             Some(_) => {
-                for (word, v) in [
-                    ("null", Value::Null),
-                    ("true", Value::Bool(true)),
-                    ("false", Value::Bool(false)),
-                ] {
-                    if self.s[self.at..].starts_with(word.as_bytes()) {
-                        self.at += word.len();
-                        return Ok(v);
-                    }
-                }
-                Err(self.syntax("expected value"))
+                let rest = self.s.get(self.at..).unwrap_or_default();
+                let (v, len) = if rest.starts_with(b"null") {
+                    (Value::Null, 4)
+                } else if rest.starts_with(b"true") {
+                    (Value::Bool(true), 4)
+                } else if rest.starts_with(b"false") {
+                    (Value::Bool(false), 5)
+                } else {
+                    return Err(self.syntax("expected value"));
+                };
+                self.at += len;
+                Ok(v)
             }
         }
     }
@@ -746,21 +846,26 @@ impl Parser<'_> {
                 return Err(self.syntax("invalid number"));
             }
         }
-        // The slice holds only ASCII digits, signs, `.` and exponents.
-        let text = std::str::from_utf8(&self.s[start..self.at]).unwrap_or_default();
+        let text = &self.s[start..self.at];
         if integer {
-            if negative {
+            // At most 20 digits: u64 arithmetic with overflow checks.
+            let magnitude = text
+                .iter()
+                .filter(|b| b.is_ascii_digit())
+                .try_fold(0u64, |n, &d| {
+                    n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+                });
+            match (negative, magnitude) {
+                (false, Some(n)) => return Ok(Value::U64(n)),
                 // `-0` stays a float (negative zero), as serde_json reads it.
-                match text.parse::<i64>() {
-                    Ok(0) | Err(_) => {}
-                    Ok(v) => return Ok(Value::I64(v)),
+                (true, Some(n)) if n > 0 && n <= 1 << 63 => {
+                    return Ok(Value::I64(0i64.wrapping_sub_unsigned(n)))
                 }
-            } else if let Ok(v) = text.parse::<u64>() {
-                return Ok(Value::U64(v));
+                _ => {}
             }
         }
-        match decimal(text.as_bytes()) {
-            v if v.is_finite() => Ok(Value::F64(v, text.to_string())),
+        match decimal(text) {
+            v if v.is_finite() => Ok(Value::F64(v)),
             _ => Err(self.syntax("number out of range")),
         }
     }
@@ -857,9 +962,9 @@ mod tests {
             Ok(Array(vec![Bool(true), Bool(false)]))
         );
         assert_eq!(syntax("0"), Ok(U64(0)));
-        assert_eq!(syntax("-0"), Ok(F64(-0.0, "-0".into())));
+        assert_eq!(syntax("-0"), Ok(F64(-0.0)));
         assert_eq!(syntax("18446744073709551615"), Ok(U64(u64::MAX)));
-        let f = |v: f64, text: &str| F64(v, text.into());
+        let f = |v: f64, _text: &str| F64(v);
         assert_eq!(
             syntax("18446744073709551616"),
             Ok(f(18446744073709551616.0, "18446744073709551616"))
@@ -1027,7 +1132,7 @@ mod tests {
         bad(
             r#"{"items":[{"n":1,"mode":3}]}"#,
             "items[0].mode",
-            "invalid type: integer `3`, expected enum Mode",
+            "invalid type: integer `3`, expected a string",
         );
         bad(
             r#"{"items":[{"ratio":"1"}]}"#,
@@ -1052,7 +1157,7 @@ mod tests {
         bad(
             r#"{"items":[null]}"#,
             "items[0]",
-            "invalid type: null, expected struct Item",
+            "invalid type: null, expected an object",
         );
         bad(
             r#"{"name":[1]}"#,
@@ -1062,7 +1167,7 @@ mod tests {
         bad(
             r#""doc""#,
             "",
-            "invalid type: string \"doc\", expected struct Doc",
+            "invalid type: string \"doc\", expected an object",
         );
         bad(
             "{\n\"items\": [\n{\"n\": tru}]}",

@@ -14,7 +14,7 @@ fn as_serde(v: Ours) -> Value {
         Ours::Bool(b) => Value::Bool(b),
         Ours::U64(n) => Value::from(n),
         Ours::I64(n) => Value::from(n),
-        Ours::F64(n, _) => Value::from(n),
+        Ours::F64(n) => Value::from(n),
         Ours::Str(s) => Value::String(s),
         Ours::Array(items) => Value::Array(items.into_iter().map(as_serde).collect()),
         Ours::Object(members) => {

@@ -9,6 +9,7 @@
 //! no response at all. Router replies carry response flags (UT, UF, URX, ...), which
 //! is why flags are read whenever the exchange did not plainly succeed.
 
+use fusewire_core::json::Quoted;
 use fusewire_core::json::{self, FromJson, Path, Value};
 use fusewire_core::{ConfigError, Outcome};
 
@@ -97,7 +98,10 @@ fn parse_status_text(t: &str) -> Result<(u32, u32), String> {
     }
     let num = |s: &str| {
         s.trim().parse::<u32>().map_err(|_| {
-            format!("expected a code (503), a class (\"5xx\") or a range (\"500-504\"), got {t:?}")
+            format!(
+                "expected a code (503), a class (\"5xx\") or a range (\"500-504\"), got {}",
+                Quoted(t)
+            )
         })
     };
     match t.split_once('-') {
@@ -132,7 +136,8 @@ impl FlagSet {
                     return Err((
                         i,
                         format!(
-                            "unknown Envoy response flag {n:?} (known: {})",
+                            "unknown Envoy response flag {} (known: {})",
+                            Quoted(n),
                             RESPONSE_FLAGS.join(" ")
                         ),
                     ))
@@ -215,7 +220,7 @@ impl GrpcSet {
                 .iter()
                 .position(|g| g.eq_ignore_ascii_case(n))
                 .map(|p| p as u32)
-                .ok_or_else(|| format!("unknown gRPC status name {n:?}")),
+                .ok_or_else(|| format!("unknown gRPC status name {}", Quoted(n))),
         }
     }
 

@@ -7,6 +7,7 @@ use fusewire_core::config::{
     BreakerConfig, BulkheadConfig, CacheConfig, ExecutionConfig, KeysConfig, LeaderFailure,
     MetricsConfig,
 };
+use fusewire_core::json::Quoted;
 use fusewire_core::json::{self, Fields, FromJson, Path, Value};
 use fusewire_core::{json_enum, json_struct};
 use fusewire_core::{Config, ConfigError, SharedConfig};
@@ -26,7 +27,7 @@ struct RawPlugin {
 impl FromJson for RawPlugin {
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
         let names = ["tick_ms", "metrics_prefix", "shared", "policies"];
-        let f = Fields::of(v, at, &names, "struct RawPlugin")?;
+        let f = Fields::of(v, at, &names, "an object")?;
         let mut raw = RawPlugin {
             tick_ms: 100,
             metrics_prefix: None,
@@ -378,7 +379,7 @@ impl FromJson for Headers {
         for (k, value) in members {
             let here = Path::Key(at, k);
             if out.iter().any(|(o, _)| o == k) {
-                return Err(here.error(format!("duplicate header {k:?}")));
+                return Err(here.error(format!("duplicate header {}", Quoted(k))));
             }
             out.push((k.clone(), String::from_json(value, &here)?));
         }
@@ -407,12 +408,7 @@ json_struct!(read RawFallback {
 
 impl FromJson for RawHeader {
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
-        let f = Fields::of(
-            v,
-            at,
-            &["name", "exact", "prefix", "present"],
-            "struct RawHeader",
-        )?;
+        let f = Fields::of(v, at, &["name", "exact", "prefix", "present"], "an object")?;
         let mut h = RawHeader {
             name: f.required("name")?,
             ..RawHeader::default()
@@ -497,7 +493,7 @@ impl Plugin {
             if policies.iter().any(|q: &Policy| q.name == policy.name) {
                 return Err(err(
                     at("name"),
-                    format!("duplicate policy name {:?}", policy.name),
+                    format!("duplicate policy name {}", Quoted(&policy.name)),
                 ));
             }
             policies.push(policy);
@@ -519,8 +515,8 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         return Err(err(
             at("name"),
             format!(
-                "must be 1..=64 characters of [A-Za-z0-9_.-], got {:?}",
-                p.name
+                "must be 1..=64 characters of [A-Za-z0-9_.-], got {}",
+                Quoted(&p.name)
             ),
         ));
     }
@@ -550,7 +546,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         if !pp.starts_with('/') {
             return Err(err(
                 at(&format!("match.path_prefix[{j}]")),
-                format!("must start with '/', got {pp:?}"),
+                format!("must start with '/', got {}", Quoted(pp)),
             ));
         }
     }
@@ -558,7 +554,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         if me.is_empty() || !me.bytes().all(|b| b.is_ascii_uppercase()) {
             return Err(err(
                 at(&format!("match.method[{j}]")),
-                format!("must be an upper-case HTTP method, got {me:?}"),
+                format!("must be an upper-case HTTP method, got {}", Quoted(me)),
             ));
         }
     }
@@ -567,7 +563,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         if !valid_header_name(&h.name) {
             return Err(err(
                 hp("name"),
-                format!("must be a lower-case header name, got {:?}", h.name),
+                format!("must be a lower-case header name, got {}", Quoted(&h.name)),
             ));
         }
         let cond = match (h.exact, h.prefix, h.present) {
@@ -667,7 +663,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
                     let f = format!("collapse.methods[{j}]");
                     return Err(err(
                         at(&f),
-                        format!("must be an upper-case HTTP method, got {m:?}"),
+                        format!("must be an upper-case HTTP method, got {}", Quoted(m)),
                     ));
                 }
             }
@@ -703,9 +699,9 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
                 return Err(err(
                     at("stale.key"),
                     format!(
-                        "must equal collapse.key when both are set, got {:?} and {:?}",
-                        st.key,
-                        collapse_key.unwrap_or_default()
+                        "must equal collapse.key when both are set, got {} and {}",
+                        Quoted(&st.key),
+                        Quoted(&collapse_key.unwrap_or_default())
                     ),
                 ));
             }

@@ -3,6 +3,7 @@
 //! [`Engine`]: every resilience decision is the engine's; this module translates
 //! Envoy's callbacks, headers and shared data into engine calls and back.
 
+use fusewire_core::json::Quoted;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -198,7 +199,10 @@ impl Worker {
             match id {
                 Ok(id) => self.policies.push(id),
                 Err(e) => {
-                    host::log(Level::Error, &format!("fusewire: policy {:?}: {e}", p.name));
+                    host::log(
+                        Level::Error,
+                        &format!("fusewire: policy {}: {e}", Quoted(&p.name)),
+                    );
                     return false;
                 }
             }
@@ -362,7 +366,8 @@ impl Worker {
                         .and_then(|e| e.key_name(key))
                         .unwrap_or("?");
                     let msg = format!(
-                        "fusewire: breaker {name:?} {} ({})",
+                        "fusewire: breaker {} {} ({})",
+                        Quoted(name),
                         t.to.name(),
                         t.reason.name()
                     );
@@ -380,7 +385,7 @@ impl Worker {
                     .unwrap_or("?");
                 host::log(
                     Level::Warn,
-                    &format!("fusewire: key {name:?}: shared data: {issue}"),
+                    &format!("fusewire: key {}: shared data: {issue}", Quoted(name)),
                 );
             }
         }

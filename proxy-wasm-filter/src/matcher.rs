@@ -1,5 +1,7 @@
 //! Which requests a policy applies to, and the key its state lives under.
 
+use fusewire_core::json::Quoted;
+
 /// What a matcher or key template may read from a request. Implemented over host calls
 /// in the filter and over plain maps in tests.
 pub trait RequestView {
@@ -120,7 +122,8 @@ impl KeySpec {
             t if t.contains('{') => t,
             other => {
                 return Err(format!(
-                    "must be \"policy\", \"cluster\", \"route\" or a template with {{placeholders}}, got {other:?}"
+                    "must be \"policy\", \"cluster\", \"route\" or a template with {{placeholders}}, got {}",
+                    Quoted(other)
                 ))
             }
         };
@@ -129,13 +132,13 @@ impl KeySpec {
         while let Some((lit, after)) = rest.split_once('{') {
             if !lit.is_empty() {
                 if lit.contains('}') {
-                    return Err(format!("unmatched '}}' in key template {t:?}"));
+                    return Err(format!("unmatched '}}' in key template {}", Quoted(t)));
                 }
                 parts.push(Part::Lit(lit.to_string()));
             }
             let (name, tail) = after
                 .split_once('}')
-                .ok_or_else(|| format!("unclosed '{{' in key template {t:?}"))?;
+                .ok_or_else(|| format!("unclosed '{{' in key template {}", Quoted(t)))?;
             parts.push(match name {
                 "policy" => Part::Policy,
                 "cluster" => Part::Cluster,
@@ -155,7 +158,7 @@ impl KeySpec {
             rest = tail;
         }
         if rest.contains('}') {
-            return Err(format!("unmatched '}}' in key template {t:?}"));
+            return Err(format!("unmatched '}}' in key template {}", Quoted(t)));
         }
         if !rest.is_empty() {
             parts.push(Part::Lit(rest.to_string()));

@@ -163,6 +163,7 @@ impl Calls {
 
     /// Stores a new call; `None` only when the table is at its size limit with no
     /// timed-out call left to forget.
+    #[inline]
     pub(crate) fn insert(&mut self, call: Call) -> Option<CallId> {
         let slot = match self.free.pop() {
             Some(i) => i,
@@ -184,6 +185,7 @@ impl Calls {
     }
 
     /// Forgets the oldest timed-out call; returns its slot (not on the free list).
+    #[cold]
     fn reclaim(&mut self) -> Option<u32> {
         while let Some(id) = self.expired.pop_front() {
             if matches!(self.get(id), Some(Call::Expired { .. })) {
@@ -266,6 +268,7 @@ pub(crate) struct Deadlines {
 
 impl Deadlines {
     /// Arms `deadline = now + duration` for `call`.
+    #[inline]
     pub(crate) fn push(&mut self, duration: u64, deadline: Nanos, call: CallId) {
         let i = match self.fifos.iter().position(|(d, _)| *d == duration) {
             Some(i) => i,

@@ -192,7 +192,7 @@ impl Engine {
         if self.policies.iter().any(|p| &*p.name == name) {
             return Err(ConfigError::new(
                 "name",
-                format!("duplicate policy {name:?}"),
+                format!("duplicate policy {}", crate::json::Quoted(name)),
             ));
         }
         if self.policies.len() >= MAX_POLICIES {
@@ -392,6 +392,7 @@ impl Engine {
             })
     }
 
+    #[inline]
     fn touch(&mut self, i: u32, now: Nanos) {
         let Some(k) = self.keys.get_mut(i as usize) else {
             return;
