@@ -22,7 +22,7 @@ if (missing.length > 0) {
   process.exit(1);
 }
 const gz = gzipSync(bytes, { level: 9 }).length;
-const max = Number(process.env.FUSEWIRE_MAX_WASM_GZIP ?? 105000);
+const max = Number(process.env.FUSEWIRE_MAX_WASM_GZIP ?? 60000);
 console.log(`fusewire.wasm: ${bytes.length} bytes, ${gz} bytes gzipped${max > 0 ? ` (budget ${max})` : ''}`);
 if (max > 0 && gz > max) {
   console.error(`check-wasm: ${gz} bytes gzipped is over the ${max} byte budget`);

@@ -7,7 +7,6 @@ use fusewire_core::cache::{
     self, Abandon, Bypass, CacheEvent, Lead, Lookup, Removal, RequestCache, Wait,
 };
 use fusewire_core::collapser::{self, Add, BatchId, ItemId};
-use wasm_bindgen::prelude::*;
 
 use crate::{id_of, ns, on_parts, with, Breaker};
 
@@ -44,8 +43,8 @@ const fn removal_code(r: Removal) -> f64 {
 /// failure), 2 lead (`out[0]` caller: run the call, then settle it), 3 wait (`out[0]`
 /// caller: wait for its event), 4 bypass (`out[0]` why: run the call without the
 /// cache); or'ed with the flags.
-#[wasm_bindgen]
-pub fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
     on_parts(h, |p| {
         let key = p.scratch.get(..key_len as usize).unwrap_or_default();
         let Some(c) = pick(p.b, which) else {
@@ -77,8 +76,8 @@ pub fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
 /// Settles a lead of cache `which`: `ok` ≠ 0 fills the entry, else fails it. Returns
 /// 0 (`out[0]` the entry or -1, `out[1]` whether it stays cached, `out[2]` followers
 /// served) or -1 for an unknown lead; or'ed with the flags.
-#[wasm_bindgen]
-pub fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f64) -> i32 {
     on_parts(h, |p| {
         let Some(c) = pick(p.b, which) else {
             return -1;
@@ -101,8 +100,8 @@ pub fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f64) -> i32 
 }
 
 /// Gives up a lead (`lead` ≠ 0) or a wait of cache `which`; 1 if it was live.
-#[wasm_bindgen]
-pub fn fw_cache_cancel(h: u32, which: u32, id: f64, lead: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_cache_cancel(h: u32, which: u32, id: f64, lead: u32, now: f64) -> i32 {
     on_parts(h, |p| {
         let Some(c) = pick(p.b, which) else {
             return 0;
@@ -120,8 +119,8 @@ pub fn fw_cache_cancel(h: u32, which: u32, id: f64, lead: u32, now: f64) -> i32 
 
 /// Removes the entry for the key (`key_len` scratch bytes) from cache `which`; 1 if
 /// there was one.
-#[wasm_bindgen]
-pub fn fw_cache_invalidate(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_cache_invalidate(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
     on_parts(h, |p| {
         let key = p.scratch.get(..key_len as usize).unwrap_or_default();
         let Some(c) = pick(p.b, which) else {
@@ -132,8 +131,8 @@ pub fn fw_cache_invalidate(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
 }
 
 /// Empties cache `which` (flights go on).
-#[wasm_bindgen]
-pub fn fw_cache_clear(h: u32, which: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_cache_clear(h: u32, which: u32, now: f64) -> i32 {
     on_parts(h, |p| {
         if let Some(c) = pick(p.b, which) {
             c.clear(ns(now));
@@ -146,8 +145,8 @@ pub fn fw_cache_clear(h: u32, which: u32, now: f64) -> i32 {
 /// `out[2]` failure), 2 promoted (`out[0]` the new lead), 3 abandoned (`out[0]` wait,
 /// `out[1]` 0 wait expired / 1 scope closed), 4 removed (`out[0]` entry, `out[1]`
 /// why: evicted, expired, scope closed, invalidated, cleared, not cached).
-#[wasm_bindgen]
-pub fn fw_cache_poll(h: u32, which: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_cache_poll(h: u32, which: u32, now: f64) -> i32 {
     on_parts(h, |p| {
         let Some(c) = pick(p.b, which) else {
             return 0;
@@ -187,8 +186,8 @@ pub fn fw_cache_poll(h: u32, which: u32, now: f64) -> i32 {
 
 /// Counters of cache `which` into `out`: entries, bytes, flights, followers, scopes,
 /// hits, misses, joins, bypasses, evictions, expirations. 1, or 0 without that cache.
-#[wasm_bindgen]
-pub fn fw_cache_stats(h: u32, which: u32) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_cache_stats(h: u32, which: u32) -> i32 {
     on_parts(h, |p| {
         let Some(c) = pick(p.b, which) else {
             return 0;
@@ -219,8 +218,8 @@ pub fn fw_cache_stats(h: u32, which: u32) -> i32 {
 /// collapser, 1 queued (`out[0]` item; flushed at the next deadline), 2 full
 /// (`out[0]` item; poll now), 3 refused (`out[0]` why: 0 unknown scope, 1 key too
 /// long, 2 too many items: run the call on its own); or'ed with the flags.
-#[wasm_bindgen]
-pub fn fw_col_add(h: u32, key_len: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_col_add(h: u32, key_len: u32, now: f64) -> i32 {
     on_parts(h, |p| {
         let key = p.scratch.get(..key_len as usize).unwrap_or_default();
         let Some(c) = p.b.collapser.as_mut() else {
@@ -249,8 +248,8 @@ pub fn fw_col_add(h: u32, key_len: u32, now: f64) -> i32 {
 }
 
 /// Takes the next due batch: its id (its items: [`fw_col_items`]), or -1.
-#[wasm_bindgen]
-pub fn fw_col_poll(h: u32, now: f64) -> f64 {
+#[no_mangle]
+pub extern "C" fn fw_col_poll(h: u32, now: f64) -> f64 {
     with(-1.0, |s| {
         let Some(p) = s.split(h) else {
             return -1.0;
@@ -269,8 +268,8 @@ fn write_items(table: &mut Vec<f64>, items: &[ItemId]) -> i32 {
 }
 
 /// Writes the items of batch `batch`, in order, to the table; returns how many.
-#[wasm_bindgen]
-pub fn fw_col_items(h: u32, batch: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_col_items(h: u32, batch: f64) -> i32 {
     on_parts(h, |p| {
         let Some(c) = p.b.collapser.as_ref() else {
             return 0;
@@ -281,8 +280,8 @@ pub fn fw_col_items(h: u32, batch: f64) -> i32 {
 
 /// Maps result `index` of `batch` to its item (`ok`: a success): the item id, or -1
 /// (that caller cancelled, already has a result, or no such index).
-#[wasm_bindgen]
-pub fn fw_col_complete(h: u32, batch: f64, index: u32, ok: u32) -> f64 {
+#[no_mangle]
+pub extern "C" fn fw_col_complete(h: u32, batch: f64, index: u32, ok: u32) -> f64 {
     with(-1.0, |s| {
         let Some(p) = s.split(h) else {
             return -1.0;
@@ -297,53 +296,13 @@ pub fn fw_col_complete(h: u32, batch: f64, index: u32, ok: u32) -> f64 {
 
 /// Ends `batch`, failing every item still without a result; their ids go to the
 /// table; returns how many.
-#[wasm_bindgen]
-pub fn fw_col_fail(h: u32, batch: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_col_fail(h: u32, batch: f64) -> i32 {
     on_parts(h, |p| {
         let Some(c) = p.b.collapser.as_mut() else {
             return 0;
         };
         let items = c.fail_batch(BatchId::from_raw(id_of(batch)));
         write_items(p.table, items)
-    })
-}
-
-/// A caller went away: 1 if its item left its (unflushed) batch.
-#[wasm_bindgen]
-pub fn fw_col_cancel(h: u32, item: f64) -> i32 {
-    on_parts(h, |p| {
-        let Some(c) = p.b.collapser.as_mut() else {
-            return 0;
-        };
-        i32::from(c.cancel(ItemId::from_raw(id_of(item))))
-    })
-}
-
-/// Counters of the collapser into `out`: items, pending batches, running batches,
-/// scopes, added, refused, flushed full, flushed by window, items ok, items failed,
-/// cancelled. 1, or 0 without a collapser.
-#[wasm_bindgen]
-pub fn fw_col_stats(h: u32) -> i32 {
-    on_parts(h, |p| {
-        let Some(c) = p.b.collapser.as_ref() else {
-            return 0;
-        };
-        let st = c.stats();
-        for (o, v) in p.out.iter_mut().zip([
-            f64::from(st.items),
-            f64::from(st.pending_batches),
-            f64::from(st.running_batches),
-            f64::from(st.scopes),
-            st.added as f64,
-            st.refused as f64,
-            st.flushed_full as f64,
-            st.flushed_window as f64,
-            st.items_ok as f64,
-            st.items_failed as f64,
-            st.cancelled as f64,
-        ]) {
-            *o = v;
-        }
-        1
     })
 }

@@ -31,10 +31,16 @@ use fusewire_core::engine::bounded_name;
 use fusewire_core::shared::{Answer, Expect, IoId, Issue, Op};
 use fusewire_core::CacheConfig;
 use fusewire_core::{
-    Cause, Completion, Config, Engine, Event, EventKind, FallbackPermit, KeyId, Outcome, Permit,
-    Phase, PolicyId, SharedConfig, Start, Ticket, TransitionReason,
+    Cause, Completion, Config, ConfigError, Engine, Event, EventKind, FallbackPermit, KeyId,
+    Outcome, Permit, Phase, PolicyId, SharedConfig, Start, Ticket, TransitionReason,
 };
 use wasm_bindgen::prelude::*;
+
+/// The module's allocator: talc, smaller and faster than Rust's default (dlmalloc) in
+/// a `.wasm` (one instance per JS thread: no atomics).
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 /// ABI version: the JS loader refuses a `.wasm` of another version.
 pub const ABI_VERSION: u32 = 2;
@@ -154,6 +160,16 @@ impl State {
         self.msg.extend_from_slice(s.as_bytes());
     }
 
+    /// Reports `e`: `out[0]` = byte length of its path, message = path + reason.
+    /// Returns -1.
+    fn fail(&mut self, e: &ConfigError) -> i32 {
+        self.set_out(0, e.path.len() as f64);
+        self.msg.clear();
+        self.msg.extend_from_slice(e.path.as_bytes());
+        self.msg.extend_from_slice(e.reason.as_bytes());
+        -1
+    }
+
     /// The breaker of handle `h` with the scratch (input), `out` and the table.
     pub(crate) fn split(&mut self, h: u32) -> Option<Parts<'_>> {
         let State {
@@ -176,6 +192,7 @@ impl State {
     }
 
     /// Splits the borrow: the breaker of handle `h` and the rest of the state.
+    #[inline]
     pub(crate) fn parts(
         &mut self,
         h: u32,
@@ -210,7 +227,15 @@ mod global {
         state: UnsafeCell::new(None),
     };
 
+    /// The state, made on the first call.
+    #[cold]
+    #[inline(never)]
+    fn first(slot: &mut Option<State>) -> &mut State {
+        slot.insert(State::new())
+    }
+
     /// Runs `f` on the state, or returns `fallback` if it is already in use.
+    #[inline(always)]
     pub(crate) fn with<R>(fallback: R, f: impl FnOnce(&mut State) -> R) -> R {
         // SAFETY: one thread; the busy flag refuses re-entry, so the one `&mut`
         // handed out is unique for its lifetime.
@@ -220,7 +245,11 @@ mod global {
                 return fallback;
             }
             *busy = true;
-            let state = (*G.state.get()).get_or_insert_with(State::new);
+            let slot = &mut *G.state.get();
+            let state = match slot {
+                Some(s) => s,
+                None => first(slot),
+            };
             let r = f(state);
             *busy = false;
             r
@@ -350,6 +379,7 @@ impl Breaker {
     /// added can be before: with the timer armed at or before it and before every key
     /// wake scheduled since, no deadline can be earlier than the timer, and the
     /// deadline scan is skipped (the hot path, shared keys included).
+    #[inline]
     fn flags_after(&mut self, floor: Option<u64>) -> i32 {
         let mut f = 0;
         let events = self.engine.has_events();
@@ -398,22 +428,22 @@ pub fn fw_abi() -> u32 {
 
 /// Address of the `f64` result area ([`OUT_LEN`] slots; stable for the instance's
 /// life, but re-create views after memory growth).
-#[wasm_bindgen]
-pub fn fw_out() -> u32 {
+#[no_mangle]
+pub extern "C" fn fw_out() -> u32 {
     with(0, |s| s.out.as_ptr() as u32)
 }
 
 /// Address of the table area (rows written by [`fw_buckets`]).
-#[wasm_bindgen]
-pub fn fw_table() -> u32 {
+#[no_mangle]
+pub extern "C" fn fw_table() -> u32 {
     with(0, |s| s.table.as_ptr() as u32)
 }
 
 /// Makes the scratch buffer `len` bytes long and returns its address (0 when `len`
 /// is over [`MAX_SCRATCH`]). The host writes its input there before the call that
 /// reads it; any call may move it, so ask again each time.
-#[wasm_bindgen]
-pub fn fw_scratch(len: u32) -> u32 {
+#[no_mangle]
+pub extern "C" fn fw_scratch(len: u32) -> u32 {
     if len > MAX_SCRATCH {
         return 0;
     }
@@ -428,29 +458,29 @@ pub fn fw_scratch(len: u32) -> u32 {
 }
 
 /// Address of the last message (an error, a store issue); see [`fw_msg_len`].
-#[wasm_bindgen]
-pub fn fw_msg() -> u32 {
+#[no_mangle]
+pub extern "C" fn fw_msg() -> u32 {
     with(0, |s| s.msg.as_ptr() as u32)
 }
 
 /// Length in bytes of the last message.
-#[wasm_bindgen]
-pub fn fw_msg_len() -> u32 {
+#[no_mangle]
+pub extern "C" fn fw_msg_len() -> u32 {
     with(0, |s| s.msg.len() as u32)
 }
 
 /// Seeds the random source (adaptive throttle, slow start, jitter) from the host's
 /// RNG.
-#[wasm_bindgen]
-pub fn fw_seed(lo: u32, hi: u32) {
+#[no_mangle]
+pub extern "C" fn fw_seed(lo: u32, hi: u32) {
     with((), |s| {
         s.rng = u64::from(hi) << 32 | u64::from(lo);
     });
 }
 
 /// Live breakers (for leak checks).
-#[wasm_bindgen]
-pub fn fw_live() -> u32 {
+#[no_mangle]
+pub extern "C" fn fw_live() -> u32 {
     with(0, |s| {
         s.slots.iter().filter(|x| x.breaker.is_some()).count() as u32
     })
@@ -459,20 +489,88 @@ pub fn fw_live() -> u32 {
 /// Validates a config (JSON in scratch, `len` bytes) without creating anything:
 /// 0 if valid, else -1 with `path` in `out[0]` (byte length) and
 /// `path + reason` in the message.
-#[wasm_bindgen]
-pub fn fw_check(len: u32) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_check(len: u32) -> i32 {
     with(E_BUSY, |s| {
         let json = s.scratch.get(..len as usize).unwrap_or_default();
         match Config::from_json_bytes(json) {
             Ok(_) => 0,
-            Err(e) => {
-                s.set_out(0, e.path.len() as f64);
-                let m = format!("{}{}", e.path, e.reason);
-                s.set_msg(&m);
-                -1
-            }
+            Err(e) => s.fail(&e),
         }
     })
+}
+
+/// What [`fw_create`] reads from the scratch buffer.
+struct Input<'a> {
+    config: &'a [u8],
+    shared: &'a [u8],
+    name: &'a [u8],
+    coalesce: &'a [u8],
+    owner: u64,
+}
+
+impl Breaker {
+    /// A breaker from its inputs; errors name the section (`cache.`, `collapser.`,
+    /// `coalesce.`, `shared.`) in their path.
+    fn build(input: &Input<'_>, seed: u64, now: u64) -> Result<Breaker, ConfigError> {
+        let config = Config::from_json_bytes(input.config)?;
+        let cache = match &config.cache {
+            Some(c) => Some(RequestCache::new(c.clone(), seed).map_err(|e| e.within("cache"))?),
+            None => None,
+        };
+        let collapser = match &config.collapser {
+            Some(c) => Some(
+                Collapser::new(c.clone(), seed.rotate_left(17))
+                    .map_err(|e| e.within("collapser"))?,
+            ),
+            None => None,
+        };
+        let coalesce = match input.coalesce {
+            [] => None,
+            bytes => Some(
+                fusewire_core::config::parse_json::<CacheConfig>(bytes)
+                    .and_then(|c| RequestCache::new(c, seed.rotate_left(31)))
+                    .map_err(|e| e.within("coalesce"))?,
+            ),
+        };
+        // TextEncoder output: always UTF-8.
+        let name = std::str::from_utf8(input.name)
+            .map_err(|_| ConfigError::new("name", "must be UTF-8"))?;
+        let name = match bounded_name(name).into_owned() {
+            n if n.is_empty() => "breaker".to_string(),
+            n => n,
+        };
+        let mut engine = match input.shared {
+            [] => Engine::local(),
+            bytes => fusewire_core::config::parse_json::<SharedConfig>(bytes)
+                .and_then(|c| Engine::shared(c, input.owner))
+                .map_err(|e| e.within("shared"))?,
+        };
+        let policy = engine.add_policy(&name, config)?;
+        let key = engine
+            .key(policy, &name, now)
+            .ok_or_else(|| ConfigError::new("", "no key"))?;
+        let call_timeout = engine.config(policy).and_then(|c| {
+            c.execution
+                .timeout_enabled
+                .then(|| c.execution.timeout_ms.saturating_mul(1_000_000))
+        });
+        let shared = engine.shared_config().is_some();
+        Ok(Breaker {
+            engine,
+            policy,
+            key,
+            name,
+            cache,
+            coalesce,
+            collapser,
+            armed: u64::MAX,
+            call_timeout,
+            shared,
+            io_key: Vec::new(),
+            io_value: Vec::new(),
+        })
+    }
 }
 
 /// Creates a breaker. Scratch holds `config` JSON (`config_len` bytes), then the
@@ -483,8 +581,8 @@ pub fn fw_check(len: u32) -> i32 {
 /// a collapser. `owner_lo/hi`: this worker's id in shared ledgers. Returns the
 /// handle (≥ 0) or -1: `out[0]` = byte length of the error path (prefixed `shared.`
 /// or `coalesce.` for those sections), message = path + reason.
-#[wasm_bindgen]
-pub fn fw_create(
+#[no_mangle]
+pub extern "C" fn fw_create(
     config_len: u32,
     shared_len: u32,
     name_len: u32,
@@ -502,100 +600,23 @@ pub fn fw_create(
             s.set_msg("input larger than the scratch buffer");
             return -1;
         }
-        let fail = |s: &mut State, path: String, reason: &str| {
-            s.set_out(0, path.len() as f64);
-            let m = format!("{path}{reason}");
-            s.set_msg(&m);
-            -1
-        };
-        let cfg_bytes = s.scratch.get(..a).unwrap_or_default();
-        let config = match Config::from_json_bytes(cfg_bytes) {
-            Ok(c) => c,
-            Err(e) => return fail(s, e.path, &e.reason),
-        };
-        let shared_bytes = s.scratch.get(a..a + b).unwrap_or_default();
-        let name_bytes = s.scratch.get(a + b..name_end).unwrap_or_default();
-        let coalesce_bytes = s.scratch.get(name_end..total).unwrap_or_default();
         let seed = splitmix(&mut s.rng);
-        let cache = match &config.cache {
-            Some(c) => match RequestCache::new(c.clone(), seed) {
-                Ok(c) => Some(c),
-                Err(e) => return fail(s, format!("cache.{}", e.path), &e.reason),
-            },
-            None => None,
+        let input = Input {
+            config: s.scratch.get(..a).unwrap_or_default(),
+            shared: s.scratch.get(a..a + b).unwrap_or_default(),
+            name: s.scratch.get(a + b..name_end).unwrap_or_default(),
+            coalesce: s.scratch.get(name_end..total).unwrap_or_default(),
+            owner: u64::from(owner_hi) << 32 | u64::from(owner_lo),
         };
-        let collapser = match &config.collapser {
-            Some(c) => match Collapser::new(c.clone(), seed.rotate_left(17)) {
-                Ok(c) => Some(c),
-                Err(e) => return fail(s, format!("collapser.{}", e.path), &e.reason),
-            },
-            None => None,
+        let breaker = match Breaker::build(&input, seed, ns(now)) {
+            Ok(b) => Box::new(b),
+            Err(e) => return s.fail(&e),
         };
-        let coalesce = if coalesce_bytes.is_empty() {
-            None
-        } else {
-            let cfg = match fusewire_core::config::parse_json::<CacheConfig>(coalesce_bytes) {
-                Ok(c) => c,
-                Err(e) => return fail(s, format!("coalesce.{}", e.path), &e.reason),
-            };
-            match RequestCache::new(cfg, seed.rotate_left(31)) {
-                Ok(c) => Some(c),
-                Err(e) => return fail(s, format!("coalesce.{}", e.path), &e.reason),
-            }
-        };
-        let name = bounded_name(&String::from_utf8_lossy(name_bytes)).into_owned();
-        let name = if name.is_empty() {
-            "breaker".to_string()
-        } else {
-            name
-        };
-        let mut engine = if b == 0 {
-            Engine::local()
-        } else {
-            let text = String::from_utf8_lossy(shared_bytes);
-            let shared = match SharedConfig::from_json(&text) {
-                Ok(c) => c,
-                Err(e) => return fail(s, format!("shared.{}", e.path), &e.reason),
-            };
-            let owner = u64::from(owner_hi) << 32 | u64::from(owner_lo);
-            match Engine::shared(shared, owner) {
-                Ok(e) => e,
-                Err(e) => return fail(s, format!("shared.{}", e.path), &e.reason),
-            }
-        };
-        let policy = match engine.add_policy(&name, config) {
-            Ok(p) => p,
-            Err(e) => return fail(s, e.path, &e.reason),
-        };
-        let t = ns(now);
-        let Some(key) = engine.key(policy, &name, t) else {
-            return fail(s, String::new(), "no key");
-        };
-        let call_timeout = engine.config(policy).and_then(|c| {
-            c.execution
-                .timeout_enabled
-                .then(|| c.execution.timeout_ms.saturating_mul(1_000_000))
-        });
-        let is_shared = engine.shared_config().is_some();
-        let breaker = Box::new(Breaker {
-            engine,
-            policy,
-            key,
-            name,
-            cache,
-            coalesce,
-            collapser,
-            armed: u64::MAX,
-            call_timeout,
-            shared: is_shared,
-            io_key: Vec::new(),
-            io_value: Vec::new(),
-        });
         let index = match s.free.pop() {
             Some(i) => i,
             None => {
                 if s.slots.len() as u32 > INDEX_MASK {
-                    return fail(s, String::new(), "too many breakers alive");
+                    return s.fail(&ConfigError::new("", "too many breakers alive"));
                 }
                 s.slots.push(Slot {
                     generation: 0,
@@ -605,7 +626,7 @@ pub fn fw_create(
             }
         };
         let Some(slot) = s.slots.get_mut(index as usize) else {
-            return fail(s, String::new(), "no slot");
+            return s.fail(&ConfigError::new("", "no slot"));
         };
         slot.breaker = Some(breaker);
         ((slot.generation & GEN_MASK) << INDEX_BITS | index) as i32
@@ -613,8 +634,8 @@ pub fn fw_create(
 }
 
 /// Frees a breaker (its handle becomes stale). 1 if it was live.
-#[wasm_bindgen]
-pub fn fw_free(h: u32) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_free(h: u32) -> i32 {
     with(E_BUSY, |s| {
         let i = h & INDEX_MASK;
         let Some(slot) = s.slots.get_mut(i as usize) else {
@@ -634,8 +655,8 @@ pub fn fw_free(h: u32) -> i32 {
 
 /// Before [`fw_start`] on a shared breaker: asks for the store reads the decision
 /// wants. Returns flags ([`F_IO`]: drive [`fw_io`]). A no-op on local breakers.
-#[wasm_bindgen]
-pub fn fw_prepare(h: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_prepare(h: u32, now: f64) -> i32 {
     on_breaker(h, |b| {
         b.engine.prepare(b.key, ns(now));
         b.flags()
@@ -644,8 +665,8 @@ pub fn fw_prepare(h: u32, now: f64) -> i32 {
 
 /// Before letting a shared breaker go: asks to write its pending outcomes now.
 /// Returns flags ([`F_IO`]: drive [`fw_io`]). A no-op on local breakers.
-#[wasm_bindgen]
-pub fn fw_flush(h: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_flush(h: u32, now: f64) -> i32 {
     on_breaker(h, |b| {
         b.engine.flush(b.key, ns(now));
         b.flags()
@@ -655,8 +676,8 @@ pub fn fw_flush(h: u32, now: f64) -> i32 {
 /// Starts a call: [`RUNNING`] (permit id in `out[0]`), [`QUEUED`] (ticket id in
 /// `out[0]`) or [`REFUSED`] (bits 4..8: event kind, 8..12: cause), or'ed with the
 /// flags.
-#[wasm_bindgen]
-pub fn fw_start(h: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_start(h: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
         let Some((b, out, rng)) = s.parts(h) else {
             return E_HANDLE;
@@ -695,8 +716,8 @@ pub fn fw_start(h: u32, now: f64) -> i32 {
 /// request, 4 cancelled; anything else counts as a failure). Returns 0 on time,
 /// 1 late (the call had timed out: discard the result), 2 unknown, or'ed with the
 /// flags.
-#[wasm_bindgen]
-pub fn fw_complete(h: u32, id: f64, outcome: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_complete(h: u32, id: f64, outcome: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
         let Some((b, _, rng)) = s.parts(h) else {
             return E_HANDLE;
@@ -719,29 +740,17 @@ pub fn fw_complete(h: u32, id: f64, outcome: u32, now: f64) -> i32 {
 }
 
 /// Gives up a queued call. Returns 1 if it was still queued (or'ed with the flags).
-#[wasm_bindgen]
-pub fn fw_cancel_ticket(h: u32, id: f64, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_cancel_ticket(h: u32, id: f64, now: f64) -> i32 {
     on_breaker(h, |b| {
         let was = b.engine.cancel_ticket(Ticket::from_raw(id_of(id)), ns(now));
         i32::from(was) | b.flags()
     })
 }
 
-/// Stops a running call's deadline clock (it can no longer time out).
-#[wasm_bindgen]
-pub fn fw_stop_timer(h: u32, id: f64) -> i32 {
-    on_breaker(h, |b| {
-        let p = Permit::from_raw(id_of(id));
-        b.engine.stop_timer(&p);
-        // The permit stays with the host (it completes the call later).
-        let _ = p.into_raw();
-        b.flags()
-    })
-}
-
 /// Takes the next event (see the `EV_*` codes; details in `out`).
-#[wasm_bindgen]
-pub fn fw_poll(h: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_poll(h: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
         let (code, text) = {
             let Some((b, out, rng)) = s.parts(h) else {
@@ -799,8 +808,8 @@ pub fn fw_poll(h: u32, now: f64) -> i32 {
 
 /// The earliest time (ms) the breaker has work for [`fw_poll`], recorded as the
 /// armed timer; -1 when nothing is scheduled.
-#[wasm_bindgen]
-pub fn fw_next(h: u32) -> f64 {
+#[no_mangle]
+pub extern "C" fn fw_next(h: u32) -> f64 {
     with(-1.0, |s| {
         let Some((b, _, _)) = s.parts(h) else {
             return -1.0;
@@ -821,8 +830,8 @@ pub fn fw_next(h: u32) -> f64 {
 // ---- fallbacks, events, operator actions ------------------------------------------------
 
 /// Asks for a fallback slot: its id (≥ 0), or -1 (`FALLBACK_REJECTION` recorded).
-#[wasm_bindgen]
-pub fn fw_fallback(h: u32, now: f64) -> f64 {
+#[no_mangle]
+pub extern "C" fn fw_fallback(h: u32, now: f64) -> f64 {
     with(-1.0, |s| {
         let Some((b, _, _)) = s.parts(h) else {
             return -1.0;
@@ -835,8 +844,8 @@ pub fn fw_fallback(h: u32, now: f64) -> f64 {
 }
 
 /// Ends a fallback (`ok` ≠ 0: `FALLBACK_SUCCESS`, else `FALLBACK_FAILURE`).
-#[wasm_bindgen]
-pub fn fw_fallback_done(h: u32, id: f64, ok: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_fallback_done(h: u32, id: f64, ok: u32, now: f64) -> i32 {
     on_breaker(h, |b| {
         b.engine
             .finish_fallback(FallbackPermit::from_raw(id_of(id)), ok != 0, ns(now));
@@ -846,8 +855,8 @@ pub fn fw_fallback_done(h: u32, id: f64, ok: u32, now: f64) -> i32 {
 
 /// Counts `n` events of kind `kind` (an [`EventKind`] index; unknown kinds are
 /// ignored). Never moves the breaker.
-#[wasm_bindgen]
-pub fn fw_record(h: u32, kind: u32, n: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_record(h: u32, kind: u32, n: u32, now: f64) -> i32 {
     on_breaker(h, |b| {
         let Some(kind) = EventKind::from_index(kind as usize) else {
             return 0;
@@ -863,8 +872,8 @@ pub fn fw_record(h: u32, kind: u32, n: u32, now: f64) -> i32 {
 }
 
 /// Forces the breaker closed (0), open (1) or half-open (2); returns the flags.
-#[wasm_bindgen]
-pub fn fw_force(h: u32, phase: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_force(h: u32, phase: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
         let Some((b, _, rng)) = s.parts(h) else {
             return E_HANDLE;
@@ -884,8 +893,8 @@ pub fn fw_force(h: u32, phase: u32, now: f64) -> i32 {
 /// 2 half-open, as reported: `forced_open` reports open); bit 2: a half-open breaker
 /// still has probe turns (opossum's `pendingClose`); bit 3: warming up; bit 4: a call
 /// now would be admitted.
-#[wasm_bindgen]
-pub fn fw_state(h: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_state(h: u32, now: f64) -> i32 {
     on_breaker(h, |b| {
         let t = ns(now);
         let (Some(cfg), Some(state)) = (b.engine.config(b.policy), b.engine.breaker_state(b.key))
@@ -919,8 +928,8 @@ pub fn fw_state(h: u32, now: f64) -> i32 {
 /// (ms), `[48]` late results, `[49]` shadow rejections, `[50]` open step,
 /// `[51]` slots held (shared), `[52]` memory bytes of the key.
 /// Returns 0, or [`E_HANDLE`].
-#[wasm_bindgen]
-pub fn fw_snapshot(h: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_snapshot(h: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
         let Some((b, out, _)) = s.parts(h) else {
             return E_HANDLE;
@@ -983,8 +992,8 @@ pub fn fw_snapshot(h: u32, now: f64) -> i32 {
 /// Writes the live counter buckets at `now` to the table, newest first, one row of
 /// 14 numbers each: start (ms), then the count per event kind. Returns the row count
 /// (call [`fw_table`] after it: the table may have moved).
-#[wasm_bindgen]
-pub fn fw_buckets(h: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_buckets(h: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
         let t = ns(now);
         let mut rows: Vec<(u64, [u32; 13])> = {
@@ -999,7 +1008,14 @@ pub fn fw_buckets(h: u32, now: f64) -> i32 {
                 .map(|(start, bucket)| (start, bucket.counts))
                 .collect()
         };
-        rows.sort_unstable_by_key(|r| core::cmp::Reverse(r.0));
+        // Newest first (at most MAX_BUCKETS rows: an insertion sort).
+        for i in 1..rows.len() {
+            let mut j = i;
+            while j > 0 && rows.get(j - 1).map(|r| r.0) < rows.get(j).map(|r| r.0) {
+                rows.swap(j - 1, j);
+                j -= 1;
+            }
+        }
         rows.truncate(MAX_BUCKETS as usize);
         s.table.clear();
         for (start, counts) in &rows {
@@ -1016,8 +1032,8 @@ pub fn fw_buckets(h: u32, now: f64) -> i32 {
 /// `out[1]` what a write expects (0 absent, 1 the token in `out[2]`), `out[3]`/`[4]`
 /// key address/length, `out[5]`/`[6]` value address/length (writes). The bytes stay
 /// valid until the next call on this breaker.
-#[wasm_bindgen]
-pub fn fw_io(h: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_io(h: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
         let Some((b, out, rng)) = s.parts(h) else {
             return E_HANDLE;
@@ -1059,8 +1075,16 @@ pub fn fw_io(h: u32, now: f64) -> i32 {
 /// `token`), 1 not found, 2 written (`token`, or -1 when the store does not tell),
 /// 3 conflict (the current value in scratch when `token` ≥ 0; `flag` ≠ 0: the key
 /// is absent now), 4 failed (`flag` = host status). Returns the flags.
-#[wasm_bindgen]
-pub fn fw_io_done(h: u32, id: f64, kind: u32, token: f64, len: u32, flag: u32, now: f64) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_io_done(
+    h: u32,
+    id: f64,
+    kind: u32,
+    token: f64,
+    len: u32,
+    flag: u32,
+    now: f64,
+) -> i32 {
     with(E_BUSY, |s| {
         let State {
             slots,
@@ -1103,8 +1127,8 @@ pub fn fw_io_done(h: u32, id: f64, kind: u32, token: f64, len: u32, flag: u32, n
 }
 
 /// Whether a store request waits (1) or not (0).
-#[wasm_bindgen]
-pub fn fw_has_io(h: u32) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_has_io(h: u32) -> i32 {
     with(E_BUSY, |s| match s.parts(h) {
         Some((b, _, _)) => i32::from(b.engine.has_io()),
         None => E_HANDLE,
@@ -1114,34 +1138,12 @@ pub fn fw_has_io(h: u32) -> i32 {
 /// Whether a shared breaker's outcomes are all written and no request is in flight
 /// (1; also for local breakers), or not (0). Drive the store until it is, before
 /// [`fw_free`] at shutdown.
-#[wasm_bindgen]
-pub fn fw_flushed(h: u32) -> i32 {
+#[no_mangle]
+pub extern "C" fn fw_flushed(h: u32) -> i32 {
     with(E_BUSY, |s| match s.parts(h) {
         Some((b, _, _)) => i32::from(b.engine.flushed(b.key)),
         None => E_HANDLE,
     })
-}
-
-/// Whether the breaker keeps its state in a shared store.
-#[wasm_bindgen]
-pub fn fw_is_shared(h: u32) -> i32 {
-    with(E_BUSY, |s| match s.parts(h) {
-        Some((b, _, _)) => i32::from(b.engine.shared_config().is_some()),
-        None => E_HANDLE,
-    })
-}
-
-/// Bytes of wasm memory (the instance's linear memory size).
-#[wasm_bindgen]
-pub fn fw_memory_bytes() -> f64 {
-    #[cfg(target_arch = "wasm32")]
-    {
-        (core::arch::wasm32::memory_size(0) * 65_536) as f64
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        0.0
-    }
 }
 
 mod extras;

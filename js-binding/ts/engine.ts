@@ -27,7 +27,6 @@ export interface Exports {
   fw_start(h: number, now: number): number;
   fw_complete(h: number, id: number, outcome: number, now: number): number;
   fw_cancel_ticket(h: number, id: number, now: number): number;
-  fw_stop_timer(h: number, id: number): number;
   fw_poll(h: number, now: number): number;
   fw_next(h: number): number;
   fw_fallback(h: number, now: number): number;
@@ -41,8 +40,6 @@ export interface Exports {
   fw_io_done(h: number, id: number, kind: number, token: number, len: number, flag: number, now: number): number;
   fw_has_io(h: number): number;
   fw_flushed(h: number): number;
-  fw_is_shared(h: number): number;
-  fw_memory_bytes(): number;
   fw_cache_lookup(h: number, which: number, keyLen: number, now: number): number;
   fw_cache_settle(h: number, which: number, lead: number, ok: number, now: number): number;
   fw_cache_cancel(h: number, which: number, id: number, lead: number, now: number): number;
@@ -55,8 +52,6 @@ export interface Exports {
   fw_col_items(h: number, batch: number): number;
   fw_col_complete(h: number, batch: number, index: number, ok: number): number;
   fw_col_fail(h: number, batch: number): number;
-  fw_col_cancel(h: number, item: number): number;
-  fw_col_stats(h: number): number;
 }
 
 /** The ABI this wrapper speaks (`ABI_VERSION` in lib.rs). */
