@@ -15,8 +15,9 @@ use crate::idmap::IdMap;
 #[derive(Default)]
 struct Dispatcher {
     roots: Vec<(u32, Root)>,
-    /// Live streams by context id (boxed: moving an entry moves a pointer).
-    streams: IdMap<Box<Stream>>,
+    /// Live streams by context id (a stream is a handle and a few flags: cheaper to
+    /// move than to box).
+    streams: IdMap<Stream>,
 }
 
 /// The VM's single dispatcher. Wasm VMs are single-threaded and host callbacks never
@@ -47,7 +48,7 @@ fn action(a: Action) -> u32 {
 }
 
 fn stream<R: Default>(id: u32, f: impl FnOnce(&mut Stream) -> R) -> R {
-    with(|d| d.streams.get_mut(id).map(|s| f(s)).unwrap_or_default())
+    with(|d| d.streams.get_mut(id).map(f).unwrap_or_default())
 }
 
 /// The ABI marker export.
@@ -57,10 +58,7 @@ pub extern "C" fn proxy_abi_version_0_2_1() {}
 /// Host → guest buffers; freed by `host::take` with the same layout.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_memory_allocate(size: usize) -> *mut u8 {
-    let mut v: Vec<u8> = Vec::with_capacity(size);
-    let p = v.as_mut_ptr();
-    std::mem::forget(v);
-    p
+    crate::host::allocate(size)
 }
 
 #[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
@@ -88,7 +86,7 @@ pub extern "C" fn proxy_on_context_create(id: u32, parent: u32) {
                 d.roots.push((id, Root::new()));
             }
         } else if let Some(stream) = root(d, parent).map(|r| r.create_stream(id)) {
-            d.streams.insert(id, Box::new(stream));
+            d.streams.insert(id, stream);
         }
     });
 }

@@ -43,10 +43,12 @@ enum Call {
         obs: Observed,
         req: Request,
         lead: Option<Lead>,
-        capture: Option<Capture>,
+        /// Boxed, as `failed`: only collapse and stale policies capture, and the
+        /// call table moves every entry it stores.
+        capture: Option<Box<Capture>>,
         /// A failed response for `lead`'s waiters, handed over in `finish`: after the
         /// permit is completed, so a promoted waiter finds the slot free.
-        failed: Option<Response>,
+        failed: Option<Box<Response>>,
     },
     /// Paused in its request headers, waiting for a slot.
     Queued {
@@ -96,14 +98,31 @@ pub struct Worker {
     metric_names: VecMap<String, usize>,
     metric_counts: Vec<usize>,
     key_metrics: VecMap<u64, usize>,
+    /// The last `(key, slot)` of `key_metrics` looked up.
+    last_metrics: LastMetrics,
     rng: u64,
     owner: Option<u64>,
     key_buf: String,
+    /// Some policy keeps collapse stores (their events are drained in `settle`).
+    collapses: bool,
     /// Collapse events are being handled: a nested `settle` leaves new ones to that
     /// loop (a refused, promoted waiter promotes the next one: handled in turn, not
     /// by recursion, which would exhaust the stack with many waiters).
     collapsing: bool,
 }
+
+/// The last key whose metrics slot was looked up, and that slot.
+#[derive(Clone, Copy)]
+struct LastMetrics(u64, usize);
+
+impl Default for LastMetrics {
+    fn default() -> Self {
+        NO_METRICS
+    }
+}
+
+/// No key ([`KeyId`]s are below 2^53).
+const NO_METRICS: LastMetrics = LastMetrics(u64::MAX, 0);
 
 /// A process-unique id for this VM's ledger entries: the next value of a counter in
 /// shared data (VMs of one Envoy share no randomness: in tests they even share the
@@ -147,11 +166,13 @@ fn metric_cap(policy: &Policy) -> usize {
 }
 
 impl Worker {
+    #[inline(always)]
     fn now(&self) -> Nanos {
         // Wall clock; the engine treats a backward step as no time passing.
         host::now_ns().unwrap_or(0)
     }
 
+    #[inline(always)]
     fn rand(&mut self) -> u64 {
         // xorshift64*
         if self.rng == 0 {
@@ -214,6 +235,7 @@ impl Worker {
             .iter()
             .map(|p| Replay::new(p, seed))
             .collect();
+        self.collapses = self.replays.iter().any(|r| r.collapse.is_some());
         self.by_wait = VecMap::default();
         self.plugin = Some(Rc::new(plugin));
         true
@@ -222,7 +244,7 @@ impl Worker {
     /// The metrics slot of `key` of policy `pi` (defined on first use; past the cap
     /// the policy's keys share its `~overflow` metrics).
     fn metrics_of(&mut self, key: KeyId, pi: usize, policy: &Policy) -> Option<usize> {
-        if let Some(&i) = self.key_metrics.get(&key.to_raw()) {
+        if let Some(i) = self.metrics_slot(key) {
             return Some(i);
         }
         let mut name = self.engine.as_ref()?.key_name(key)?.to_string();
@@ -254,8 +276,22 @@ impl Worker {
         Some(i)
     }
 
+    /// The metrics slot of `key`, if defined (the last key asked for is remembered:
+    /// a request asks for its key's slot several times).
+    #[inline(always)]
+    fn metrics_slot(&mut self, key: KeyId) -> Option<usize> {
+        let raw = key.to_raw();
+        if self.last_metrics.0 == raw {
+            return Some(self.last_metrics.1);
+        }
+        let i = *self.key_metrics.get(&raw)?;
+        self.last_metrics = LastMetrics(raw, i);
+        Some(i)
+    }
+
+    #[inline(always)]
     fn metrics(&mut self, key: KeyId) -> Option<&mut KeyMetrics> {
-        let i = *self.key_metrics.get(&key.to_raw())?;
+        let i = self.metrics_slot(key)?;
         self.metrics.get_mut(i)
     }
 
@@ -263,6 +299,29 @@ impl Worker {
     /// (`timed`: also run time-driven work, on the tick) and the collapse events of
     /// every policy.
     fn settle_with(&mut self, now: Nanos, timed: bool) {
+        // Quiet (the common case after a healthy call): nothing to perform or report.
+        let busy = |e: &Engine| timed || e.has_io() || e.has_events();
+        if self.engine.as_ref().is_some_and(busy) {
+            self.drain_engine(now, timed);
+        }
+        if !self.collapses || std::mem::replace(&mut self.collapsing, true) {
+            return;
+        }
+        let mut more = true;
+        while more {
+            more = false;
+            for pi in 0..self.replays.len() {
+                while let Some(ev) = self.replays.get_mut(pi).and_then(|r| r.poll(now)) {
+                    more = true;
+                    self.collapse_event(pi, ev, now);
+                }
+            }
+        }
+        self.collapsing = false;
+    }
+
+    /// The engine's store requests and events (`timed`: with its time-driven work).
+    fn drain_engine(&mut self, now: Nanos, timed: bool) {
         let rand = self.rand();
         let Some(engine) = self.engine.as_mut() else {
             return;
@@ -287,20 +346,6 @@ impl Worker {
                 }
             }
         }
-        if std::mem::replace(&mut self.collapsing, true) {
-            return;
-        }
-        let mut more = true;
-        while more {
-            more = false;
-            for pi in 0..self.replays.len() {
-                while let Some(ev) = self.replays.get_mut(pi).and_then(|r| r.poll(now)) {
-                    more = true;
-                    self.collapse_event(pi, ev, now);
-                }
-            }
-        }
-        self.collapsing = false;
     }
 
     fn event(&mut self, ev: Event, now: Nanos) {
@@ -376,6 +421,7 @@ impl Worker {
             }
             Event::KeyExpired { key } => {
                 self.key_metrics.remove(&key.to_raw());
+                self.last_metrics = NO_METRICS;
             }
             Event::Store { key, issue } => {
                 let name = self
@@ -419,7 +465,8 @@ impl Worker {
                     .and_then(|r| r.collapsed(entry))
                     .cloned()
                 else {
-                    return self.admit(ctx, key, req, None, now, true);
+                    self.admit(ctx, key, req, None, now, true);
+                    return;
                 };
                 self.calls.insert(ctx, Call::Answered { permit: None });
                 if let Some(e) = self.engine.as_mut() {
@@ -432,8 +479,12 @@ impl Worker {
                     send_response(&resp, "collapsed", None);
                 }
             }
-            CacheEvent::Promoted { lead } => self.admit(ctx, key, req, Some(lead), now, true),
-            _ => self.admit(ctx, key, req, None, now, true),
+            CacheEvent::Promoted { lead } => {
+                self.admit(ctx, key, req, Some(lead), now, true);
+            }
+            _ => {
+                self.admit(ctx, key, req, None, now, true);
+            }
         }
     }
 
@@ -599,15 +650,15 @@ impl Worker {
                 _ => {}
             }
         }
-        self.admit(ctx, key, req, lead, now, false);
-        match self.calls.get(ctx) {
-            Some(Call::Running { .. }) => Action::Continue,
-            _ => Action::Pause,
+        match self.admit(ctx, key, req, lead, now, false) {
+            true => Action::Continue,
+            false => Action::Pause,
         }
     }
 
     /// Asks the engine to run stream `ctx` on `key`; `resume`: the stream is paused
     /// (a waiter released later), so it is continued or answered from a root callback.
+    /// True if the call runs now.
     fn admit(
         &mut self,
         ctx: u32,
@@ -616,17 +667,19 @@ impl Worker {
         lead: Option<Lead>,
         now: Nanos,
         resume: bool,
-    ) {
+    ) -> bool {
         let rand = self.rand();
         let Some(engine) = self.engine.as_mut() else {
-            return;
+            return false;
         };
         engine.prepare(key, now);
         self.settle(now);
         let Some(engine) = self.engine.as_mut() else {
-            return;
+            return false;
         };
-        match engine.start(key, now, rand) {
+        let start = engine.start(key, now, rand);
+        let running = matches!(start, Start::Running(_));
+        match start {
             Start::Running(permit) => {
                 self.run(ctx, key, permit, req, lead, now);
                 if let Some(m) = self.metrics(key) {
@@ -654,6 +707,7 @@ impl Worker {
             }
         }
         self.settle(now);
+        running
     }
 
     fn run(
@@ -697,7 +751,7 @@ impl Worker {
                 obs,
                 req,
                 lead,
-                capture,
+                capture: capture.map(Box::new),
                 failed: None,
             },
         );
@@ -744,7 +798,7 @@ impl Worker {
         }) = self.calls.get_mut(ctx)
         {
             if !c.too_large {
-                c.body(&host::response_body(size));
+                host::response_body(size, |b| c.body(b));
             }
         }
         if end {
@@ -784,7 +838,7 @@ impl Worker {
         if !ok {
             // Waiters get the failure (or the next one leads) once the call is
             // complete; a failure is never kept as a stale copy.
-            *failed = (!cap.too_large).then_some(cap.response);
+            *failed = (!cap.too_large).then(|| Box::new(cap.response));
             return;
         }
         let (lead, pi) = (lead.take(), req.pi);
@@ -826,8 +880,8 @@ impl Worker {
             } => {
                 self.by_call.remove(permit.id());
                 if obs.needs_flags() {
-                    if let Some(f) = host::property(b"response\0flags") {
-                        obs.flags = FlagSet::from_property(&f);
+                    if let Some(f) = host::property(b"response\0flags", FlagSet::from_property) {
+                        obs.flags = f;
                     }
                 }
                 let outcome = self
@@ -849,7 +903,7 @@ impl Worker {
                 if let (Some(lead), Some(r)) = (lead, self.replays.get_mut(req.pi)) {
                     // A failed response goes to the waiters (or the next one leads, a
                     // slot now free); without a complete response the next one leads.
-                    r.settle(lead, &req.key, failed, false, now);
+                    r.settle(lead, &req.key, failed.map(|b| *b), false, now);
                 }
             }
             Call::Queued { ticket, req, lead } => {
@@ -945,29 +999,31 @@ struct HostView {
     cluster: Option<Option<String>>,
 }
 
-fn text(v: Option<Vec<u8>>) -> Option<String> {
-    v.map(|b| String::from_utf8_lossy(&b).into_owned())
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }
 
 impl RequestView for HostView {
     fn header(&mut self, name: &str) -> Option<String> {
-        text(host::header(host::REQUEST_HEADERS, name))
+        host::header(host::REQUEST_HEADERS, name, text)
     }
     fn route(&mut self) -> Option<String> {
         self.route
-            .get_or_insert_with(|| text(host::property(b"xds\0route_name")))
+            .get_or_insert_with(|| host::property(b"xds\0route_name", text))
             .clone()
     }
     fn cluster(&mut self) -> Option<String> {
         self.cluster
-            .get_or_insert_with(|| text(host::property(b"xds\0cluster_name")))
+            .get_or_insert_with(|| host::property(b"xds\0cluster_name", text))
             .clone()
     }
 }
 
 fn is_grpc() -> bool {
-    host::header(host::REQUEST_HEADERS, "content-type")
-        .is_some_and(|v| v.starts_with(b"application/grpc"))
+    host::header(host::REQUEST_HEADERS, "content-type", |v| {
+        v.starts_with(b"application/grpc")
+    })
+    .unwrap_or(false)
 }
 
 /// The root context of a VM.
@@ -1045,6 +1101,7 @@ impl Root {
             worker: self.worker.clone(),
             ctx: context_id,
             started: false,
+            finished: false,
         }
     }
 }
@@ -1054,6 +1111,8 @@ pub struct Stream {
     worker: Rc<RefCell<Worker>>,
     ctx: u32,
     started: bool,
+    /// `on_log` ran: `on_done` and drop have nothing left to release.
+    finished: bool,
 }
 
 impl Stream {
@@ -1098,8 +1157,13 @@ impl Stream {
 
     /// `on_log` (Envoy: before `on_done`): classify with the final flags, record, release.
     pub fn on_log(&mut self) {
-        let ctx = self.ctx;
-        self.with(|w| w.finish(ctx));
+        if self.finished {
+            return;
+        }
+        if let Ok(mut w) = self.worker.try_borrow_mut() {
+            w.finish(self.ctx);
+            self.finished = true;
+        }
     }
 
     /// `on_done`: finish if not finished yet.

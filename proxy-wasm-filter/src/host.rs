@@ -5,6 +5,8 @@
 //! every failure into a value. Off wasm32 (unit tests) every call reports
 //! UNIMPLEMENTED.
 
+use core::cell::UnsafeCell;
+
 use fusewire_core::shared::{Io, Op, OwnedAnswer};
 
 /// Status OK.
@@ -85,24 +87,64 @@ imports! {
     fn proxy_continue_stream(stream_type: u32);
 }
 
-/// Takes ownership of a host-allocated buffer (allocated through
-/// `proxy_on_memory_allocate`). A null pointer is the empty value.
-fn take(ptr: *mut u8, len: usize) -> Vec<u8> {
-    if ptr.is_null() || len == 0 {
-        return Vec::new();
-    }
-    // SAFETY: the host wrote `len` bytes into a buffer of exactly `len` bytes that it
-    // obtained from our allocator; we become its only owner.
-    unsafe { Vec::from_raw_parts(ptr, len, len) }
+/// Bytes of the buffer small host answers (header values, properties) are written
+/// to, so a read costs no allocation.
+const SCRATCH: usize = 256;
+
+/// The scratch buffer and whether a host answer occupies it. Host calls never nest
+/// and the guest reads an answer before its next host call, so one buffer serves
+/// every small answer; one that finds it taken gets heap memory.
+struct Scratch {
+    bytes: UnsafeCell<[u8; SCRATCH]>,
+    taken: UnsafeCell<bool>,
 }
 
-/// Calls a getter that returns host-allocated bytes; `Err(status)` on failure.
-fn fetch(call: impl FnOnce(M, *mut usize) -> u32) -> Result<Vec<u8>, u32> {
+// SAFETY: a proxy-wasm VM runs on one thread.
+unsafe impl Sync for Scratch {}
+
+static SCRATCH_BUF: Scratch = Scratch {
+    bytes: UnsafeCell::new([0; SCRATCH]),
+    taken: UnsafeCell::new(false),
+};
+
+/// Memory for a host answer of `size` bytes (`proxy_on_memory_allocate`): the scratch
+/// buffer when it is free and large enough, else heap memory that [`fetch`] frees.
+pub fn allocate(size: usize) -> *mut u8 {
+    // SAFETY: one thread, no reentrancy (see `Scratch`).
+    unsafe {
+        let taken = &mut *SCRATCH_BUF.taken.get();
+        if size <= SCRATCH && !*taken {
+            *taken = true;
+            return SCRATCH_BUF.bytes.get().cast();
+        }
+    }
+    let mut v: Vec<u8> = Vec::with_capacity(size);
+    let p = v.as_mut_ptr();
+    std::mem::forget(v);
+    p
+}
+
+/// Calls a getter that returns host-allocated bytes and hands them to `f`;
+/// `Err(status)` on failure. The memory is released afterwards.
+fn fetch<R>(call: impl FnOnce(M, *mut usize) -> u32, f: impl FnOnce(&[u8]) -> R) -> Result<R, u32> {
     let (mut p, mut n) = (core::ptr::null_mut(), 0usize);
     let s = call(&mut p, &mut n);
-    let v = take(p, n);
+    let scratch: *mut u8 = SCRATCH_BUF.bytes.get().cast();
+    let r = if p.is_null() || n == 0 {
+        f(&[])
+    } else if p == scratch {
+        // SAFETY: the host wrote `n <= SCRATCH` bytes into the scratch buffer (it
+        // asked for them through `allocate`); nothing else writes it until released.
+        f(unsafe { core::slice::from_raw_parts(scratch, n.min(SCRATCH)) })
+    } else {
+        // SAFETY: the host wrote `n` bytes into a buffer of exactly `n` bytes it
+        // obtained from `allocate`'s heap branch; we become its only owner.
+        f(&unsafe { Vec::from_raw_parts(p, n, n) })
+    };
+    // SAFETY: one thread (see `Scratch`); the answer has been read.
+    unsafe { *SCRATCH_BUF.taken.get() = false };
     if s == OK {
-        Ok(v)
+        Ok(r)
     } else {
         Err(s)
     }
@@ -115,6 +157,7 @@ pub fn log(level: Level, msg: &str) {
 }
 
 /// Host wall-clock time in ns since the epoch, or None.
+#[inline(always)]
 pub fn now_ns() -> Option<u64> {
     let mut t = 0u64;
     // SAFETY: valid out-pointer.
@@ -131,20 +174,33 @@ pub fn set_tick_period_ms(ms: u32) -> u32 {
 /// The plugin configuration buffer (only valid during `on_configure`).
 pub fn plugin_configuration() -> Result<Vec<u8>, u32> {
     // SAFETY: valid out-pointers.
-    fetch(|p, n| unsafe { proxy_get_buffer_bytes(PLUGIN_CONFIGURATION, 0, usize::MAX >> 1, p, n) })
+    fetch(
+        |p, n| unsafe { proxy_get_buffer_bytes(PLUGIN_CONFIGURATION, 0, usize::MAX >> 1, p, n) },
+        <[u8]>::to_vec,
+    )
 }
 
-/// First value of a header in `map`; None when absent or on any host error.
-pub fn header(map: u32, name: &str) -> Option<Vec<u8>> {
+/// `f` of the first value of a header in `map`; None when absent or on any host
+/// error.
+pub fn header<R>(map: u32, name: &str, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
     // SAFETY: valid key slice and out-pointers.
-    fetch(|p, n| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), p, n) }).ok()
+    fetch(
+        |p, n| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), p, n) },
+        f,
+    )
+    .ok()
 }
 
 /// Every header of `map` in order (empty on any host error).
 pub fn header_pairs(map: u32) -> Vec<(String, String)> {
     // SAFETY: valid out-pointers.
-    let raw = fetch(|p, n| unsafe { proxy_get_header_map_pairs(map, p, n) }).unwrap_or_default();
-    parse_map(&raw).unwrap_or_default()
+    fetch(
+        |p, n| unsafe { proxy_get_header_map_pairs(map, p, n) },
+        parse_map,
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_default()
 }
 
 /// Parses the proxy-wasm map format; None when malformed.
@@ -173,23 +229,43 @@ pub fn parse_map(raw: &[u8]) -> Option<Vec<(String, String)>> {
     Some(out)
 }
 
-/// The current response body chunk (`size` bytes), or empty.
-pub fn response_body(size: usize) -> Vec<u8> {
+/// `f` of the current response body chunk (`size` bytes; empty on any host error).
+pub fn response_body(size: usize, f: impl FnOnce(&[u8])) {
+    let mut f = Some(f);
     // SAFETY: valid out-pointers.
-    fetch(|p, n| unsafe { proxy_get_buffer_bytes(RESPONSE_BODY, 0, size, p, n) })
-        .unwrap_or_default()
+    let r = fetch(
+        |p, n| unsafe { proxy_get_buffer_bytes(RESPONSE_BODY, 0, size, p, n) },
+        |b| f.take().map(|f| f(b)),
+    );
+    if r.is_err() {
+        if let Some(f) = f {
+            f(&[]);
+        }
+    }
 }
 
 /// A header parsed as a number.
 pub fn header_number(map: u32, name: &str) -> Option<u32> {
-    let v = header(map, name)?;
-    std::str::from_utf8(&v).ok()?.trim().parse().ok()
+    header(map, name, |v| {
+        let digits = v.trim_ascii();
+        if digits.is_empty() || digits.len() > 9 {
+            return None;
+        }
+        digits.iter().try_fold(0u32, |n, &d| {
+            d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
+        })
+    })
+    .flatten()
 }
 
-/// A property by `\0`-joined path; None when absent or on any host error.
-pub fn property(path: &[u8]) -> Option<Vec<u8>> {
+/// `f` of a property by `\0`-joined path; None when absent or on any host error.
+pub fn property<R>(path: &[u8], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
     // SAFETY: valid path slice and out-pointers.
-    fetch(|p, n| unsafe { proxy_get_property(path.as_ptr(), path.len(), p, n) }).ok()
+    fetch(
+        |p, n| unsafe { proxy_get_property(path.as_ptr(), path.len(), p, n) },
+        f,
+    )
+    .ok()
 }
 
 /// Serialises headers in the proxy-wasm map format (empty map: empty bytes).
@@ -283,9 +359,10 @@ pub fn shared_data(io: &Io<'_>) -> OwnedAnswer {
         Op::Read => {
             let mut cas = 0u32;
             // SAFETY: valid key slice and out-pointers.
-            let r = fetch(|p, n| unsafe {
-                proxy_get_shared_data(key.as_ptr(), key.len(), p, n, &mut cas)
-            });
+            let r = fetch(
+                |p, n| unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), p, n, &mut cas) },
+                <[u8]>::to_vec,
+            );
             match r {
                 Ok(v) => OwnedAnswer::Found(v, u64::from(cas)),
                 Err(NOT_FOUND) => OwnedAnswer::NotFound,
@@ -332,6 +409,51 @@ mod tests {
     fn off_wasm_every_call_reports_unimplemented() {
         assert_eq!(super::now_ns(), None);
         assert_eq!(super::plugin_configuration(), Err(super::UNIMPLEMENTED));
-        assert_eq!(super::header(0, ":path"), None);
+        assert_eq!(super::header(0, ":path", <[u8]>::to_vec), None);
+    }
+
+    /// A fake host call: allocates `sizes` through the guest's allocator (as the
+    /// host does), writes the last buffer and reports it.
+    fn host_writes(sizes: &[usize], fill: u8) -> impl FnOnce(super::M, *mut usize) -> u32 + '_ {
+        move |p, n| {
+            let mut last = core::ptr::null_mut();
+            for &size in sizes {
+                last = super::allocate(size);
+                // SAFETY: `allocate` returned `size` writable bytes.
+                unsafe { core::ptr::write_bytes(last, fill, size) };
+            }
+            // SAFETY: valid out-pointers from `fetch`.
+            unsafe {
+                *p = last;
+                *n = sizes.last().copied().unwrap_or(0);
+            }
+            super::OK
+        }
+    }
+
+    #[test]
+    fn small_answers_use_the_scratch_buffer_and_release_it() {
+        let scratch: *mut u8 = super::SCRATCH_BUF.bytes.get().cast();
+        // Small: the scratch buffer, released after the read.
+        let r = super::fetch(host_writes(&[3], 7), |b| {
+            (b.as_ptr() == scratch, b.to_vec())
+        });
+        assert_eq!(r, Ok((true, vec![7, 7, 7])));
+        let again = super::fetch(host_writes(&[2], 1), |b| b.as_ptr() == scratch);
+        assert_eq!(again, Ok(true), "released after the first read");
+        // Larger than the scratch buffer: heap memory, read the same.
+        let big = super::fetch(host_writes(&[super::SCRATCH + 1], 9), |b| {
+            (b.as_ptr() == scratch, b.len(), b.iter().all(|&x| x == 9))
+        });
+        assert_eq!(big, Ok((false, super::SCRATCH + 1, true)));
+        // Two allocations in one call: the second finds the scratch taken.
+        let two = super::fetch(host_writes(&[4, 5], 3), |b| {
+            (b.as_ptr() == scratch, b.len())
+        });
+        assert_eq!(two, Ok((false, 5)));
+        assert_eq!(
+            super::fetch(host_writes(&[1], 0), |b| b.as_ptr() == scratch),
+            Ok(true)
+        );
     }
 }

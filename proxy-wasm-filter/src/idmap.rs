@@ -22,11 +22,13 @@ impl<V> Default for IdMap<V> {
 }
 
 impl<V> IdMap<V> {
+    #[inline(always)]
     fn mask(&self) -> usize {
         self.slots.len().wrapping_sub(1)
     }
 
     /// Where `id`'s probe run starts: the top bits of `id × 2^32/φ`.
+    #[inline(always)]
     fn home(&self, id: u32) -> usize {
         let bits = self.slots.len().trailing_zeros();
         if bits == 0 {
@@ -36,6 +38,7 @@ impl<V> IdMap<V> {
     }
 
     /// The slot holding `id`, if any.
+    #[inline(always)]
     fn find(&self, id: u32) -> Option<usize> {
         if self.slots.is_empty() {
             return None;
@@ -52,12 +55,14 @@ impl<V> IdMap<V> {
     }
 
     /// The value of `id`.
+    #[inline(always)]
     pub fn get(&self, id: u32) -> Option<&V> {
         let i = self.find(id)?;
         self.slots.get(i)?.as_ref().map(|(_, v)| v)
     }
 
     /// The value of `id`, mutably.
+    #[inline(always)]
     pub fn get_mut(&mut self, id: u32) -> Option<&mut V> {
         let i = self.find(id)?;
         self.slots.get_mut(i)?.as_mut().map(|(_, v)| v)

@@ -148,6 +148,7 @@ pub(crate) struct Calls {
 }
 
 impl Calls {
+    #[inline(always)]
     pub(crate) fn get(&self, id: CallId) -> Option<Call> {
         let s = self.slots.get(id.slot as usize)?;
         (s.generation == id.generation && s.call != Call::Free).then_some(s.call)
