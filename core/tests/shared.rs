@@ -1459,3 +1459,37 @@ fn a_store_that_refuses_writes_leaves_the_key_to_its_local_breaker() {
         );
     }
 }
+
+/// Found by review: forcing a shared key reported its transition twice: once at once
+/// from the worker's local breaker, and again when the write carrying the forced
+/// phase landed (the view it had reported from was still the unforced one).
+#[test]
+fn a_forced_phase_on_a_shared_key_is_reported_once() {
+    for m in [SYNC[0], SYNC[1], Mode::Async(2)] {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("k");
+        for w in 0..keys.len() {
+            assert!(h.call(w, keys[w], Outcome::Success));
+        }
+        h.advance(200);
+        let _ = transitions(&mut h, 0);
+        let now = h.now;
+        h.engines[0].force(keys[0], Phase::Open, now, 0);
+        h.drive(0);
+        h.advance(SYNC_MS * 3);
+        assert_eq!(
+            transitions(&mut h, 0),
+            vec![(Phase::Closed, Phase::Open)],
+            "{m:?}: one transition, told once"
+        );
+        let now = h.now;
+        h.engines[0].force(keys[0], Phase::Closed, now, 0);
+        h.drive(0);
+        h.advance(SYNC_MS * 3);
+        assert_eq!(
+            transitions(&mut h, 0),
+            vec![(Phase::Open, Phase::Closed)],
+            "{m:?}: and back, told once"
+        );
+    }
+}

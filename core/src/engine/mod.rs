@@ -979,12 +979,13 @@ impl Engine {
         let Some(p) = self.policies.get(k.policy as usize) else {
             return;
         };
-        if let Some(t) = k.circuit.force(&p.config, to, now, rand) {
+        let told = k.circuit.force(&p.config, to, now, rand);
+        if let Some(t) = told {
             self.events
                 .push_back(Event::Transition { key, transition: t });
         }
         if let Some(r) = k.replica.as_deref_mut() {
-            r.force(to, now);
+            r.force(to, told.is_some(), now);
         }
         self.after(key.index, now);
     }
@@ -1377,19 +1378,25 @@ impl Engine {
         if !rep.awaits(id.seq()) {
             return;
         }
-        // The phase this worker reported so far: its fresh view's, else its local
-        // breaker's.
-        let before = match rep.view() {
-            Some(v) if rep.fresh_at(&self.shared, now) => v.breaker.phase(),
+        // The phase this worker reported so far: a forced one still being written,
+        // else its fresh view's, else its local breaker's.
+        let before = match (rep.announced(), rep.view()) {
+            (Some(phase), _) => phase,
+            (None, Some(v)) if rep.fresh_at(&self.shared, now) => v.breaker.phase(),
             _ => k.circuit.state.phase(),
         };
+        let forcing = rep.announced().is_some();
         let fx = rep.on_answer(&ctx, answer);
         // The local breaker mirrors the last view, the state a stale key falls back to
         // (also after this worker's own writes, or it would fall back to an older one);
         // not a view that does not decide (read while writes fail: it lacks the
         // outcomes the local breaker counted).
         let mut after = None;
-        if (fx.adopted || fx.written) && rep.fresh_at(&self.shared, now) {
+        // While a forced phase is being written, a view read meanwhile is older than
+        // the force: the write will bring the forced phase (and the local breaker
+        // keeps it until then).
+        let older = forcing && !fx.written;
+        if (fx.adopted || fx.written) && !older && rep.fresh_at(&self.shared, now) {
             if let Some(v) = rep.view() {
                 k.circuit.state = v.breaker.clone();
                 after = Some((v.breaker.phase(), v.breaker.generation()));

@@ -153,6 +153,9 @@ pub(crate) struct Replica {
     limit_changed: bool,
     poll_due: bool,
     forced: Option<Phase>,
+    /// The phase a local force already reported to the host: until the write
+    /// carrying it lands, transitions are told from it (not from the older view).
+    announced: Option<Phase>,
     claim: bool,
     flush_now: bool,
     read_wanted: bool,
@@ -216,6 +219,7 @@ impl Replica {
             limit_changed: false,
             poll_due: false,
             forced: None,
+            announced: None,
             claim: false,
             flush_now: false,
             read_wanted: true,
@@ -488,9 +492,19 @@ impl Replica {
     }
 
     /// Forces the shared breaker open or closed (written at once).
-    pub(crate) fn force(&mut self, to: Phase, now: Nanos) {
+    /// Writes `to` as the key's phase at the next write; `announced`: the host was
+    /// already told the key is in that phase (the local breaker's transition).
+    pub(crate) fn force(&mut self, to: Phase, announced: bool, now: Nanos) {
         self.forced = Some(to);
+        if announced {
+            self.announced = Some(to);
+        }
         self.mark(now, true);
+    }
+
+    /// The phase a pending forced write already reported, if any.
+    pub(crate) fn announced(&self) -> Option<Phase> {
+        self.announced
     }
 
     #[inline]
@@ -1043,6 +1057,7 @@ impl Replica {
                 self.limit_changed = false;
                 self.poll_due = false;
                 self.forced = None;
+                self.announced = None;
                 self.claim = false;
                 self.attempts = 0;
                 self.failures = 0;
