@@ -121,15 +121,26 @@ pub trait ToJson {
     }
 }
 
-/// A string shown in a message in double quotes, JSON-escaped (`"a\"b"`): what
-/// `{:?}` shows for ASCII, without the Unicode tables `Debug` brings into a `.wasm`.
+/// A string shown in a message in double quotes, `"` and `\` escaped (`"a\"b"`):
+/// what `{:?}` shows for printable text, without the Unicode tables `Debug` brings
+/// into a `.wasm`.
 pub struct Quoted<'a>(pub &'a str);
 
 impl std::fmt::Display for Quoted<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut s = String::with_capacity(self.0.len() + 2);
-        self.0.write_json(&mut s);
-        f.write_str(&s)
+        let s = self.0;
+        f.write_str("\"")?;
+        // Each `"` or `\\` starts a new run, after a backslash.
+        let mut from = 0;
+        for (i, b) in s.bytes().enumerate() {
+            if b == b'"' || b == b'\\' {
+                f.write_str(s.get(from..i).unwrap_or_default())?;
+                f.write_str("\\")?;
+                from = i;
+            }
+        }
+        f.write_str(s.get(from..).unwrap_or_default())?;
+        f.write_str("\"")
     }
 }
 
@@ -1232,6 +1243,15 @@ mod tests {
         assert!(super::decimal(b"1e400").is_infinite());
         assert_eq!(super::decimal(b"1e-400"), 0.0);
         assert!(super::decimal(b"1e99999999999999999999").is_infinite());
+    }
+
+    #[test]
+    fn quoted() {
+        let q = |s: &str| super::Quoted(s).to_string();
+        assert_eq!(q("plain"), "\"plain\"");
+        assert_eq!(q(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(q("é\""), "\"é\\\"\"");
+        assert_eq!(q(""), "\"\"");
     }
 
     #[test]
