@@ -251,6 +251,82 @@ describe('fire and call', () => {
   });
 });
 
+describe('what listeners see', () => {
+  test('in timeout, failure and semaphoreLocked listeners the breaker is not open yet, as in opossum (found by review)', async () => {
+    clock = fakeTime();
+    const { b, hangs } = flaky({ errorThresholdPercentage: 1, timeout: 100, resetTimeout: 1000 });
+    const seen = [];
+    const look = (br, ev) => br.on(ev, () => seen.push([ev, br.opened, br.closed, br.halfOpen, br.toJSON().state.open]));
+    for (const ev of ['timeout', 'failure', 'semaphoreLocked', 'open', 'halfOpen', 'close']) look(b, ev);
+    await settle(b.fire('fail'));
+    assert.deepEqual(seen, [['failure', false, true, false, false], ['open', true, false, false, true]]);
+    seen.length = 0;
+    clock.tick(1001);
+    await settle(b.fire('fail'));
+    assert.deepEqual(seen, [
+      ['halfOpen', false, false, true, false],
+      ['failure', false, false, true, false],
+      ['open', true, false, false, true],
+    ], 'a failed probe: still half-open in its failure listener');
+    b.close();
+    seen.length = 0;
+    const p = b.fire('hang');
+    clock.tick(101);
+    await settle(p);
+    assert.deepEqual(seen, [
+      ['timeout', false, true, false, false],
+      ['failure', false, true, false, false],
+      ['open', true, false, false, true],
+    ]);
+    hangs.forEach((h) => h.resolve(1));
+    b.shutdown();
+    const { b: c, hangs: running } = flaky({ capacity: 1, errorThresholdPercentage: 1, timeout: false });
+    for (const ev of ['failure', 'semaphoreLocked', 'open']) look(c, ev);
+    seen.length = 0;
+    const first = c.fire('hang');
+    await settle(c.fire(1));
+    assert.deepEqual(seen, [
+      ['semaphoreLocked', false, true, false, false],
+      ['failure', false, true, false, false],
+      ['open', true, false, false, true],
+    ]);
+    running[0].resolve(1);
+    await first;
+    c.shutdown();
+  });
+
+  test('stats read in fire, cacheMiss, cacheHit and fallback listeners count that event, as in opossum (found by review: one behind)', async () => {
+    const b = new CircuitBreaker(async (x) => x, { cache: true });
+    const seen = [];
+    b.on('fire', () => seen.push(['fire', b.stats.fires]));
+    b.on('cacheMiss', () => seen.push(['cacheMiss', b.stats.fires, b.stats.cacheMisses]));
+    b.on('cacheHit', () => seen.push(['cacheHit', b.stats.fires, b.stats.cacheHits]));
+    await b.fire(1);
+    await b.fire(1);
+    assert.deepEqual(seen, [['fire', 1], ['cacheMiss', 1, 1], ['fire', 2], ['cacheHit', 2, 1]]);
+    assert.equal(b.stats.fires, 2);
+    assert.equal(b.status.stats.cacheHits, 1);
+    b.shutdown();
+
+    const f = new CircuitBreaker(boom, { errorThresholdPercentage: 100 });
+    const fallbacks = [];
+    f.on('fallback', () => fallbacks.push([f.stats.fallbacks, f.stats.failures, f.status.stats.fallbacks]));
+    f.fallback(() => 'fb');
+    assert.equal(await f.fire(), 'fb');
+    const later = deferred();
+    f.fallback(() => later.promise);
+    const p = f.fire();
+    await flush();
+    assert.deepEqual(fallbacks, [[1, 1, 1], [2, 2, 2]]);
+    assert.equal(f.stats.fallbacks, 2, 'a fallback still running is counted');
+    later.resolve('fb later');
+    assert.equal(await p, 'fb later');
+    await flush();
+    assert.equal(f.stats.fallbacks, 2);
+    f.shutdown();
+  });
+});
+
 describe('trip rule', () => {
   test('opens when failures / fires * 100 is above the threshold (strictly)', async () => {
     const { b } = flaky();
@@ -509,6 +585,17 @@ describe('fallback', () => {
     b.shutdown();
     other.shutdown();
   });
+
+  test('fallback(null) and fallback(undefined) remove the fallback, as in opossum (found by review: they threw)', async () => {
+    const { b } = flaky({ errorThresholdPercentage: 100 });
+    for (const none of [null, undefined]) {
+      b.fallback(() => 'fb');
+      assert.equal(await b.fire('fail'), 'fb');
+      assert.equal(b.fallback(none), b, 'chainable');
+      await assert.rejects(b.fire('fail'), /boom/, `fallback(${none}): no fallback`);
+    }
+    b.shutdown();
+  });
 });
 
 describe('warm-up, enable/disable', () => {
@@ -564,6 +651,44 @@ describe('shutdown', () => {
     b.shutdown();
     b.open();
     b.close();
+  });
+
+  test('a call running at shutdown still times out, and nothing is emitted or counted (found by review: it stayed pending forever)', async () => {
+    clock = fakeTime();
+    const ac = new AbortController();
+    const { b, hangs } = flaky({ timeout: 250, abortController: ac, errorThresholdPercentage: 1 });
+    const ended = [];
+    const watch = (p, name) => p.then((v) => ended.push([name, v]), (e) => ended.push([name, e]));
+    watch(b.fire('hang'), 'first');
+    clock.tick(100);
+    watch(b.fire('hang'), 'second');
+    const before = b.stats;
+    b.shutdown();
+    const late = record(b, EVENTS);
+    clock.tick(149);
+    await flush();
+    assert.deepEqual(ended, [], 'both run on after shutdown');
+    clock.tick(2);
+    await flush();
+    assert.deepEqual(ended.map((e) => e[0]), ['first'], 'the first call\'s timeout outlived shutdown');
+    assert.equal(ended[0][1].code, 'ETIMEDOUT');
+    assert.equal(ended[0][1].message, 'Timed out after 250ms');
+    assert.ok(isOurError(ended[0][1]));
+    assert.equal(ac.signal.aborted, true, 'the abortController is aborted, as on any timeout');
+    clock.tick(97);
+    await flush();
+    assert.equal(ended.length, 1, 'the second call\'s deadline is its own (at 350 ms)');
+    clock.tick(2);
+    await flush();
+    assert.deepEqual(ended.map((e) => e[0]), ['first', 'second']);
+    assert.equal(ended[1][1].code, 'ETIMEDOUT');
+    hangs.forEach((h) => h.resolve('too late'));
+    await flush();
+    assert.equal(ended.length, 2);
+    assert.deepEqual(late, [], 'no event after shutdown');
+    assert.deepEqual(b.stats, before, 'nothing counted after shutdown');
+    assert.equal(b.isShutdown, true);
+    assert.equal(b.opened, false);
   });
 });
 

@@ -91,6 +91,61 @@ describe('cache', () => {
     assert.equal(b.stats.cacheMisses, 1);
     b.shutdown();
   });
+
+  test('keys from cacheGetKey that differ never share an entry: 1 and \'1\', two objects (found by review: String() merged them)', async () => {
+    const { b, calls } = counted({ cache: true, cacheGetKey: (x) => x });
+    assert.equal(await b.fire(1), 'v:1:1');
+    assert.equal(await b.fire('1'), 'v:1:2', '\'1\' is not 1');
+    assert.equal(await b.fire(1), 'v:1:1');
+    assert.equal(await b.fire('1'), 'v:1:2');
+    const ka = { id: 'a' };
+    const kb = { id: 'b' };
+    assert.equal(await b.fire(ka), 'v:[object Object]:3');
+    assert.equal(await b.fire(kb), 'v:[object Object]:4', 'another object is another key');
+    assert.equal(await b.fire(ka), 'v:[object Object]:3');
+    assert.equal(calls.length, 4);
+    b.shutdown();
+    const gates = [];
+    const c = new CircuitBreaker((x) => {
+      const d = deferred();
+      gates.push([x, d]);
+      return d.promise;
+    }, { coalesce: true, cacheGetKey: (x) => x });
+    const p = [c.fire(1), c.fire('1'), c.fire(1)];
+    assert.deepEqual(gates.map((g) => g[0]), [1, '1'], 'coalesced by key: 1 and \'1\' apart');
+    gates.forEach(([x, d]) => d.resolve(typeof x));
+    assert.deepEqual(await Promise.all(p), ['number', 'string', 'number']);
+    c.shutdown();
+    const keys = [];
+    const map = new Map();
+    const transport = {
+      get: (k) => {
+        keys.push(k);
+        return map.get(k);
+      },
+      set: (k, v) => map.set(k, v),
+      flush: () => map.clear(),
+    };
+    const { b: t } = counted({ cache: true, cacheTransport: transport, cacheGetKey: (x) => x });
+    assert.equal(await t.fire(1), 'v:1:1');
+    assert.equal(await t.fire('1'), 'v:1:2');
+    assert.deepEqual(keys, [1, '1'], 'a custom transport gets the key as returned');
+    t.shutdown();
+  });
+
+  test('stats read in a custom transport\'s cacheMiss and cacheHit listeners count that event (found by review: one behind)', async () => {
+    const map = new Map();
+    const transport = { get: (k) => map.get(k), set: (k, v) => map.set(k, v), flush: () => map.clear() };
+    const { b } = counted({ cache: true, cacheTransport: transport });
+    const seen = [];
+    b.on('cacheMiss', () => seen.push(['cacheMiss', b.stats.fires, b.stats.cacheMisses]));
+    b.on('cacheHit', () => seen.push(['cacheHit', b.stats.fires, b.stats.cacheHits]));
+    await b.fire('a');
+    await flush();
+    await b.fire('a');
+    assert.deepEqual(seen, [['cacheMiss', 1, 1], ['cacheHit', 2, 1]]);
+    b.shutdown();
+  });
 });
 
 describe('coalesce', () => {
@@ -148,6 +203,47 @@ describe('coalesce', () => {
     await assert.rejects(r.fire('fail'));
     assert.equal(c.length, 4, 'reset on error');
     r.shutdown();
+  });
+
+  test('clearCache() while a coalesced call runs: later calls start a new one, the ones that joined keep its result (found by review: they still joined it)', async () => {
+    const gates = [];
+    const b = new CircuitBreaker((x) => {
+      const d = deferred();
+      gates.push(d);
+      return d.promise;
+    }, { coalesce: true });
+    const log = record(b, ['coalesceCacheHit', 'coalesceCacheMiss']);
+    const lead = b.fire('k');
+    const joined = b.fire('k');
+    b.clearCache();
+    const fresh = b.fire('k');
+    assert.equal(gates.length, 2, 'a new call after clearCache()');
+    const again = b.fire('k');
+    assert.equal(gates.length, 2, 'which later calls join');
+    gates[0].resolve('old');
+    gates[1].resolve('new');
+    assert.deepEqual(await Promise.all([lead, joined, fresh, again]), ['old', 'old', 'new', 'new']);
+    assert.equal(await b.fire('k'), 'new', 'the new call\'s result is the one kept');
+    assert.deepEqual(log.map((e) => e[0]),
+      ['coalesceCacheMiss', 'coalesceCacheHit', 'coalesceCacheMiss', 'coalesceCacheHit', 'coalesceCacheHit']);
+    b.shutdown();
+  });
+
+  test('stats read in coalesceCacheMiss and coalesceCacheHit listeners count that event (found by review: one behind)', async () => {
+    const gates = [];
+    const b = new CircuitBreaker(() => {
+      const d = deferred();
+      gates.push(d);
+      return d.promise;
+    }, { coalesce: true });
+    const seen = [];
+    b.on('coalesceCacheMiss', () => seen.push(['miss', b.stats.fires, b.stats.coalesceCacheMisses]));
+    b.on('coalesceCacheHit', () => seen.push(['hit', b.stats.fires, b.stats.coalesceCacheHits]));
+    const p = [b.fire('k'), b.fire('k')];
+    gates[0].resolve(1);
+    await Promise.all(p);
+    assert.deepEqual(seen, [['miss', 1, 1], ['hit', 2, 1]]);
+    b.shutdown();
   });
 
   test('cache and coalesce together', async () => {

@@ -193,6 +193,24 @@ describe('bulkhead with a bounded wait queue', () => {
     b.shutdown();
   });
 
+  test('a call waiting in the queue at shutdown rejects with ESHUTDOWN (found by review: it stayed pending forever)', async () => {
+    const { b, pending } = controlled({
+      timeout: false,
+      fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 2, max_wait_ms: 60_000 } },
+    });
+    const running = b.fire(1);
+    let error;
+    b.fire(2).catch((e) => {
+      error = e;
+    });
+    b.shutdown();
+    await flush();
+    assert.equal(error?.code, 'ESHUTDOWN');
+    assert.equal(pending.length, 1, 'it never ran');
+    pending[0].resolve('one');
+    assert.equal(await running, 'one', 'the running call settles normally');
+  });
+
   test('a waiter past max_wait_ms fails with ESEMLOCKED', async () => {
     clock = fakeTime();
     const { b, pending } = controlled({

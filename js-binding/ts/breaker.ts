@@ -21,6 +21,7 @@ import {
   RUNNING, S, bytes, io, loaded, message, nextIo, out, putKey, putScratchBytes, w,
 } from './engine.js';
 import { describe, isOurError, optionError, ourError, type CircuitBreakerError } from './errors.js';
+import { tagged } from './key.js';
 import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, listening, ready } from './platform.js';
 import {
@@ -256,7 +257,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       _percentilesEnabled: true,
       _bucketMs: 1000,
       _buckets: 10,
-      _extra: { cacheMisses: 0, coalesceCacheMisses: 0 },
+      _extra: { cacheMisses: 0, coalesceCacheMisses: 0, firing: 0, fallingBack: 0 },
       _final: { stats, window: [] },
     };
     return new Status(src);
@@ -268,7 +269,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** @internal */ readonly _percentilesEnabled: boolean;
   /** @internal */ readonly _bucketMs: number;
   /** @internal */ readonly _buckets: number;
-  /** @internal */ readonly _extra: ExtraCounts = { cacheMisses: 0, coalesceCacheMisses: 0 };
+  /** @internal */ readonly _extra: ExtraCounts = { cacheMisses: 0, coalesceCacheMisses: 0, firing: 0, fallingBack: 0 };
   /** @internal */ _final: { stats: Stats; window: Bucket[] } | undefined = undefined;
   /** @internal Transitions this breaker saw, for metrics. */
   readonly _transitions = { opened: 0, halfOpened: 0, closed: 0 };
@@ -287,6 +288,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _shutdown = false;
   private _fallbackFn: ((...args: unknown[]) => unknown) | undefined = undefined;
   private _timer: Timer | undefined = undefined;
+  /**
+   * The state word the getters report while a call's own events are emitted before
+   * the transition they caused (-1: read the core). opossum emits `timeout`,
+   * `failure` and `semaphoreLocked` before it opens; the core has already moved on.
+   */
+  private _view = -1;
   /** After `shutdown()` on an async store: the last flush being driven. */
   private _closing: { until: number; timer: Timer | undefined; release: () => void } | undefined = undefined;
   private _busy = 0;
@@ -421,6 +428,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   private _phase(): number {
     if (this._shutdown) return -1;
+    if (this._view >= 0) return this._view;
     const t = now();
     // A shared breaker reads the store first: a trip by another worker shows at once.
     if (this._store !== undefined) this._after(w.fw_prepare(this._h, t), t);
@@ -547,9 +555,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (!this._shutdown) this._enabled = true;
   }
 
-  /** Sets the fallback: a function of `(...args, error)` or another breaker. */
-  fallback(func: ((...args: any[]) => unknown) | CircuitBreaker<any, any>): this { // eslint-disable-line @typescript-eslint/no-explicit-any
-    if (func instanceof CircuitBreaker) {
+  /** Sets the fallback: a function of `(...args, error)` or another breaker; `null` or `undefined` removes it. */
+  fallback(func: ((...args: any[]) => unknown) | CircuitBreaker<any, any> | null | undefined): this { // eslint-disable-line @typescript-eslint/no-explicit-any
+    if (!func) {
+      // opossum keeps whatever it is given and runs a fallback only when it is truthy.
+      this._fallbackFn = undefined;
+    } else if (func instanceof CircuitBreaker) {
       const other = func;
       this._fallbackFn = (...args: unknown[]) => other.fire(...args);
     } else if (typeof func === 'function') {
@@ -560,11 +571,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     return this;
   }
 
-  /** Empties the cache and the coalescing table. */
+  /**
+   * Empties the cache and the coalescing table. A coalesced call in flight is no
+   * longer shared: later calls start a new one (the calls that joined it still get
+   * its result), as when opossum flushes its coalescing cache.
+   */
   clearCache(): void {
     this._cache?.flush();
     if (this._shutdown) return;
     const t = now();
+    if (this._leading.size > 0) this._detach(t);
     for (const which of [0, 1]) {
       if ((this._cached & (which + 1)) === 0) continue;
       w.fw_cache_clear(this._h, which, t);
@@ -619,11 +635,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // Coalescing followers share their leader's result (the leader's call still
     // settles after shutdown, as in opossum); without a leader they reject.
     for (const waiter of this._waits.values()) {
-      waiter.resolve(this._leading.get(waiter.key) ??
+      waiter.resolve(this._leading.get(waiter.key)?.p ??
         Promise.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN')));
     }
     this._waits.clear();
     this._leading.clear();
+    if (this._busy > 0) this._adrift(t);
     this._final = { stats, window };
     registry.delete(this);
     for (const f of watchers) f(this, false);
@@ -675,6 +692,65 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._closeStep();
   }
 
+  /**
+   * At `shutdown()`: a queued call, which will never get a slot now, rejects with
+   * `ESHUTDOWN`; a running call keeps its deadline — opossum's per-call timeout timer
+   * outlives shutdown, so a hung action still rejects with `ETIMEDOUT`. The core is
+   * freed; its deadline for a call is when the call got its slot (`t0`) plus the
+   * effective `execution.timeout_ms`. One unref'd timer, as before shutdown.
+   */
+  private _adrift(t: number): void {
+    const timeout = this._parsed.timeout;
+    const calls = this._calls;
+    const late: Call[] = [];
+    let left = this._busy;
+    // Slots are id mod 2^22 and ids grow: the calls in flight are the newest.
+    for (let i = calls.length - 1; i >= 0 && left > 0; i--) {
+      const c = calls[i];
+      if (c === undefined) continue;
+      left--;
+      if (c.done) continue;
+      if (c.queued) {
+        c.done = true;
+        this._forget(c);
+        c.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN'));
+      } else if (timeout !== false) {
+        late.push(c);
+      }
+    }
+    if (late.length === 0) return;
+    late.sort((a, b) => a.t0 - b.t0);
+    this._lateTick(late, t);
+  }
+
+  /**
+   * After `shutdown()`: rejects the running calls past their deadline with
+   * `ETIMEDOUT` and aborts them (the call's signal, `options.abortController`, as a
+   * timeout does); no event is emitted and nothing is counted (opossum removed every
+   * listener, its own counters too). Re-arms for the next deadline.
+   */
+  private _lateTick(late: Call[], t: number): void {
+    this._timer = undefined;
+    const timeout = this._parsed.timeout;
+    if (timeout === false) return;
+    let i = 0;
+    for (; i < late.length; i++) {
+      const c = late[i]!;
+      if (c.done) continue;
+      if (c.t0 + timeout > t) break;
+      c.done = true;
+      this._forget(c);
+      const err = ourError(`Timed out after ${timeout}ms`, 'ETIMEDOUT');
+      c.reject(err);
+      this.options.abortController?.abort();
+      c.ctl?.abort(err);
+    }
+    late.splice(0, i);
+    while (late.length > 0 && late[0]!.done) late.shift();
+    if (late.length === 0) return;
+    this._timer = arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, false);
+  }
+
   /** Removes listeners (fusewire keeps its own snapshot hooks). */
   override removeAllListeners(event?: string | symbol): this {
     // Node's emitter tells "no argument" (every event) from an explicit `undefined`
@@ -717,7 +793,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       return Promise.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN'));
     }
     // Skipped without a listener: `emit` copies its arguments into an array.
-    if (listening(this, 'fire')) this.emit('fire', args);
+    if (listening(this, 'fire')) this._told('fire', args);
     if (!this._enabled) {
       try {
         return Promise.resolve(this._action.apply(context, args as TI));
@@ -728,6 +804,24 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (signal?.aborted === true) return Promise.reject(signal.reason);
     if (this._cached === 0) return this._protected(context, args, signal, -1);
     return this._fireCached(context, args, signal);
+  }
+
+  /**
+   * Emits an event of a call the core has not counted yet (`fire`, `cacheMiss`,
+   * `coalesceCacheMiss`; `args` for `fire`): its listeners see it in `stats.fires`,
+   * as opossum's, whose own `fire` listener runs first. Calls made while disabled
+   * are not counted.
+   */
+  private _told(event: string, args?: unknown[]): void {
+    const x = this._extra;
+    const n = this._enabled ? 1 : 0;
+    x.firing += n;
+    try {
+      if (args !== undefined) this.emit(event, args);
+      else this.emit(event);
+    } finally {
+      x.firing -= n;
+    }
   }
 
   /** The call through the core's flow: start → run / queue / refuse. `lead`: a cache lead it settles. */
@@ -770,9 +864,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     // Bulkhead: opossum's order is semaphoreLocked, failure, open, fallback.
     const err = ourError('Semaphore locked', 'ESEMLOCKED');
-    this.emit('semaphoreLocked', err, 0);
-    this.emit('failure', err, 0, args);
-    if ((r & F_ANY) !== 0) this._after(r, t);
+    const own = (): void => {
+      this.emit('semaphoreLocked', err, 0);
+      this.emit('failure', err, 0, args);
+    };
+    if ((r & F_ANY) !== 0) this._after(r, t, own);
+    else own();
     return this._fallback(err, args) ?? Promise.reject(err);
   }
 
@@ -884,8 +981,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         c.reject(e);
         return;
       }
-      this.emit('failure', e, latency, c.args);
-      if ((r & F_ANY) !== 0) this._after(r, t);
+      // Its listeners see the state before the failure's transition (see `_drain`).
+      if ((r & F_ANY) !== 0) this._after(r, t, () => this.emit('failure', e, latency, c.args));
+      else this.emit('failure', e, latency, c.args);
       fb = this._fallback(e, c.args);
     } catch (x) {
       // A listener threw: the call rejects with that error.
@@ -973,25 +1071,35 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       w.fw_fallback_done(h, fid, 0, now());
       return Promise.reject(e);
     }
+    // Counted before `fallback` is emitted (opossum counts it in its own listener);
+    // a promise is counted as running until it settles.
+    let p: Promise<unknown> | undefined;
+    if (thenable(result)) {
+      const x = this._extra;
+      x.fallingBack++;
+      p = Promise.resolve(result);
+      p.then(() => {
+        x.fallingBack--;
+        w.fw_fallback_done(h, fid, 1, now());
+      }, () => {
+        x.fallingBack--;
+        w.fw_fallback_done(h, fid, 0, now());
+      });
+    } else {
+      w.fw_fallback_done(h, fid, 1, now());
+    }
     this.emit('fallback', result, err);
     const seen = this._onFallbackValue;
     if (seen !== undefined) {
-      if (thenable(result)) {
-        result = Promise.resolve(result).then((v) => {
+      if (p !== undefined) {
+        return p.then((v) => {
           seen(v);
           return v;
         });
-      } else {
-        seen(result);
       }
+      seen(result);
     }
-    if (thenable(result)) {
-      const p = Promise.resolve(result);
-      p.then(() => w.fw_fallback_done(h, fid, 1, now()), () => w.fw_fallback_done(h, fid, 0, now()));
-      return p;
-    }
-    w.fw_fallback_done(h, fid, 1, now());
-    return Promise.resolve(result);
+    return p ?? Promise.resolve(result);
   }
 
   // ---- the core's events, timer and store --------------------------------------------
@@ -1004,11 +1112,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     else unref(this._timer);
   }
 
-  /** @internal Handles the flags of a core call: store I/O, events, the timer. */
-  _after(flags: number, t: number): void {
+  /**
+   * @internal Handles the flags of a core call: store I/O, events, the timer. `own`
+   * emits the events of the call that made it, before the transitions it caused.
+   */
+  _after(flags: number, t: number, own?: () => void): void {
     if ((flags & F_IO) !== 0) flags |= this._io(flags, t);
     try {
-      if ((flags & F_EVENTS) !== 0) this._drain(t);
+      if ((flags & F_EVENTS) !== 0) this._drain(t, own);
+      else own?.();
     } finally {
       // A listener that threw does not leave the breaker without its timer.
       if ((flags & F_REARM) !== 0) this._arm(t);
@@ -1045,7 +1157,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * Takes every queued event. Call-level events settle their calls after the
    * transitions are emitted (opossum's order: timeout, failure, open, fallback).
    */
-  private _drain(t: number): void {
+  private _drain(t: number, own?: () => void): void {
     const h = this._h;
     let evs: number[] | undefined;
     const sink: Sink = { threw: false, error: undefined };
@@ -1062,27 +1174,47 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         guarded(sink, () => this.emit('store', { issue, status, message: text }));
       }
     }
-    if (evs !== undefined) {
+    if (evs === undefined) {
+      if (own !== undefined) guarded(sink, own);
+    } else {
       const settle: (() => void)[] = [];
-      // Call-level events first, then the transitions they caused, then the settling
-      // (fallbacks, rejections, dequeued calls): opossum's timeout, failure, open, fallback.
+      // The call-level events are emitted before the transitions (whatever their
+      // order in the queue): meanwhile the getters report the state before the first
+      // transition, as opossum's listeners of `timeout`, `failure` and
+      // `semaphoreLocked` see it (it opens after emitting them).
+      const prev = this._view;
       for (let i = 0; i < evs.length; i += 4) {
-        const ev = evs[i]!;
-        if (ev === EV_TIMED_OUT) {
-          const s = this._timedOut(evs[i + 1]!, t, sink);
-          if (s !== undefined) settle.push(s);
-        } else if (ev === EV_REFUSED) {
-          const s = this._queueRefused(evs[i + 1]!, evs[i + 3]!, t, sink);
-          if (s !== undefined) settle.push(s);
-        } else if (ev === EV_DEQUEUED) {
-          const id = evs[i + 1]!;
-          const c = this._calls[id % SLOTS];
-          if (c !== undefined && c.id === id && !c.done) {
-            c.t0 = t;
-            c.queued = false;
-            settle.push(() => this._exec(c));
+        if (evs[i] === EV_TRANSITION && evs[i + 1] !== evs[i + 2]) {
+          const st = w.fw_state(h, t);
+          this._view = evs[i + 1]! | (st >= 0 ? st & 8 : 0);
+          break;
+        }
+      }
+      try {
+        // The call's own events, then the other call-level events, then the
+        // transitions they caused, then the settling (fallbacks, rejections, dequeued
+        // calls): opossum's timeout, failure, open, fallback.
+        if (own !== undefined) guarded(sink, own);
+        for (let i = 0; i < evs.length; i += 4) {
+          const ev = evs[i]!;
+          if (ev === EV_TIMED_OUT) {
+            const s = this._timedOut(evs[i + 1]!, t, sink);
+            if (s !== undefined) settle.push(s);
+          } else if (ev === EV_REFUSED) {
+            const s = this._queueRefused(evs[i + 1]!, evs[i + 3]!, t, sink);
+            if (s !== undefined) settle.push(s);
+          } else if (ev === EV_DEQUEUED) {
+            const id = evs[i + 1]!;
+            const c = this._calls[id % SLOTS];
+            if (c !== undefined && c.id === id && !c.done) {
+              c.t0 = t;
+              c.queued = false;
+              settle.push(() => this._exec(c));
+            }
           }
         }
+      } finally {
+        this._view = prev;
       }
       for (let i = 0; i < evs.length; i += 4) {
         if (evs[i] === EV_TRANSITION) {
@@ -1302,11 +1434,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _cached = 0;
   /** Payloads (the host keeps them; the core indexes them): cache 0 and 1, by entry id. */
   private readonly _payloads: [ById<Promise<unknown>>, ById<Promise<unknown>>] = [new ById(), new ById()];
-  /** The promise of each coalescing leader in flight, by key (for `shutdown`). */
-  private readonly _leading = new Map<string, Promise<unknown>>();
-  /** Followers of the coalescing cache waiting for a leader, by caller id. */
+  /** Each coalescing leader in flight (its lead id and promise), by key (for `clearCache`, `shutdown`). */
+  private readonly _leading = new Map<string, { lead: number; p: Promise<unknown> }>();
+  /** Followers of the coalescing cache waiting for a leader, by caller id (`id`). */
   private readonly _waits = new ById<{
-    context: unknown; args: unknown[]; signal: AbortSignal | undefined; key: string;
+    id: number; context: unknown; args: unknown[]; signal: AbortSignal | undefined; key: string;
     resolve: (v: unknown) => void; reject: (e: unknown) => void;
   }>();
 
@@ -1339,40 +1471,51 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   private _fireCached(context: unknown, args: unknown[], signal: AbortSignal | undefined): Promise<unknown> {
-    const key = String((this.options.cacheGetKey ?? defaultKey).apply(this, args as TI));
+    // opossum keeps what `cacheGetKey` returns as a Map key: a custom transport gets it
+    // as it is; the core's index gets it tagged by type (1 and '1' are two keys).
+    const raw: unknown = (this.options.cacheGetKey ?? defaultKey).apply(this, args as TI);
+    const tr = this._cache;
+    let key = '';
+    if ((this._cached & 2) !== 0 || tr === undefined) {
+      const k = tagged(raw);
+      if (k === undefined) {
+        return Promise.reject(new TypeError(`cacheGetKey: must return a string, number or JSON value, got ${describe(raw)}`));
+      }
+      key = k;
+    }
     const h = this._h;
     const t = now();
     let lead0 = -1;
     let store: ((v: unknown) => void) | undefined;
     if ((this._cached & 1) !== 0) {
-      const tr = this._cache;
       if (tr !== undefined) {
         // A custom transport (opossum's pluggable cache): it decides hits.
-        const cached = tr.get(key);
+        const cached = tr.get(raw as string);
         if (cached) {
-          this.emit('cacheHit');
+          // Counted before the event (opossum counts in its own listener, first).
           w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+          this.emit('cacheHit');
           return Promise.resolve(cached);
         }
-        this.emit('cacheMiss');
         this._extra.cacheMisses++;
+        this._told('cacheMiss');
         const ttl = this.options.cacheTTL ?? 0;
         // opossum caches the action's successful result (never a fallback's).
-        store = (v) => tr.set(key, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
+        store = (v) => tr.set(raw as string, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
       } else {
         const r = w.fw_cache_lookup(h, 0, putKey(key), t);
         const kind = r & KIND_MASK;
         if (kind === 1) {
           const p = this._payloads[0].get(out()[0]!);
           if (p !== undefined) {
-            this.emit('cacheHit');
             w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+            this.emit('cacheHit');
             return p;
           }
         }
         // Read before the event: a listener calling into any breaker reuses `out`.
         if (kind === 2) lead0 = out()[0]!;
-        this.emit('cacheMiss');
+        this._told('cacheMiss');
       }
     }
     let p: Promise<unknown>;
@@ -1381,20 +1524,20 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const kind = r & KIND_MASK;
       const id = out()[0]!;
       if (kind === 1 && this._payloads[1].has(id)) {
-        this.emit('coalesceCacheHit');
         w.fw_record(h, K.COLLAPSED, 1, t);
+        this.emit('coalesceCacheHit');
         if (lead0 >= 0) this._settleLead(0, lead0, false, undefined);
         return this._payloads[1].get(id)!;
       }
       if (kind === 3) {
-        this.emit('coalesceCacheHit');
         w.fw_record(h, K.COLLAPSED, 1, t);
+        this.emit('coalesceCacheHit');
         if (lead0 >= 0) this._settleLead(0, lead0, false, undefined);
         return new Promise((resolve, reject) => {
-          this._waits.set(id, { context, args, signal, key, resolve, reject });
+          this._waits.set(id, { id, context, args, signal, key, resolve, reject });
         });
       }
-      this.emit('coalesceCacheMiss');
+      this._told('coalesceCacheMiss');
       p = this._protected(context, args, signal, lead0, store);
       if (kind === 2) this._lead1(id, p, key);
     } else {
@@ -1406,14 +1549,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** A coalescing lead: settles when the leader's promise does (followers share it). */
   private _lead1(lead: number, p: Promise<unknown>, key: string): void {
     const reset = this._parsed.coalesceResetOn;
-    this._leading.set(key, p);
+    this._leading.set(key, { lead, p });
     p.then(
       () => {
-        if (this._leading.get(key) === p) this._leading.delete(key);
+        if (this._leading.get(key)?.p === p) this._leading.delete(key);
         this._settleLead(1, lead, true, p, reset.includes('success') ? key : undefined);
       },
       (e: unknown) => {
-        if (this._leading.get(key) === p) this._leading.delete(key);
+        if (this._leading.get(key)?.p === p) this._leading.delete(key);
         const timeout = isOurError(e) && (e as CircuitBreakerError).code === 'ETIMEDOUT';
         this._settleLead(1, lead, false, p, timeout && reset.includes('timeout') ? key : undefined);
       },
@@ -1444,6 +1587,25 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       w.fw_cache_invalidate(h, which, putKey(forget), t);
       this._cacheEvents(which, t);
     }
+  }
+
+  /**
+   * `clearCache()` with coalesced calls in flight: the core keeps a flight through
+   * `clear`, opossum forgets it. Its followers get its promise now (as opossum's
+   * already hold it), then the lead is given up, so the next lookup of the key leads
+   * a new call; the old lead's settling is then stale (ignored by the core).
+   */
+  private _detach(t: number): void {
+    const h = this._h;
+    for (const waiter of this._waits.values()) {
+      const flight = this._leading.get(waiter.key);
+      if (flight === undefined) continue;
+      this._waits.delete(waiter.id);
+      w.fw_cache_cancel(h, 1, waiter.id, 0, t);
+      waiter.resolve(flight.p);
+    }
+    for (const flight of this._leading.values()) w.fw_cache_cancel(h, 1, flight.lead, 1, t);
+    this._leading.clear();
   }
 
   /** Takes the events of cache `which`: followers served, promoted, abandoned; entries removed. */

@@ -11,6 +11,7 @@ import { now } from './clock.js';
 import type { CoreConfig } from './config.js';
 import { F_REARM, K, KIND_MASK, f64s, out, putKey, w } from './engine.js';
 import { describe, optionError } from './errors.js';
+import { tagged } from './key.js';
 import { MAX_MS, bool, fn, num } from './options.js';
 
 /** The batch function: one result (or Error) per key, in order. */
@@ -38,29 +39,6 @@ interface Item<K, V> {
   resolve: (v: V) => void;
   reject: (e: unknown) => void;
 }
-
-/**
- * The cache index's bytes for a key, tagged by type so keys of different types never
- * meet (`1` / `'1'`, `NaN` / `'null'`, `1n` / `'1n'`): DataLoader compares keys with a
- * `Map`. Objects go by their JSON (an index needs bytes, not identity); `undefined` for
- * what has none (a symbol, a function).
- */
-const tagged = (k: unknown): string | undefined => {
-  switch (typeof k) {
-    case 'string': return `s${k}`;
-    // Untagged: a number's text starts with a digit, '-', 'N' or 'I', no other tag. -0 is 0, as in a Map.
-    case 'number': return String(k);
-    case 'bigint': return `b${k}`;
-    case 'boolean': return k ? 't' : 'f';
-    case 'undefined': return 'u';
-    case 'object': {
-      if (k === null) return 'z';
-      const j = JSON.stringify(k) as string | undefined;
-      return j === undefined ? undefined : `j${j}`;
-    }
-    default: return undefined;
-  }
-};
 
 /** DataLoader's batch moment: after the promise jobs queued so far, then `process.nextTick` (`setImmediate` / `setTimeout` elsewhere). */
 const postPromiseJobs: (f: () => void) => void =

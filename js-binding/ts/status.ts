@@ -42,6 +42,14 @@ export interface Stats extends Bucket {
 export interface ExtraCounts {
   cacheMisses: number;
   coalesceCacheMisses: number;
+  /**
+   * Calls told to `fire` (or `cacheMiss`, `coalesceCacheMiss`) listeners right now,
+   * not yet started in the core: opossum counts a fire in its own `fire` listener,
+   * so the user's listeners already see it in `stats.fires`.
+   */
+  firing: number;
+  /** Fallbacks whose promise has not settled yet (opossum counts a fallback when it emits `fallback`). */
+  fallingBack: number;
 }
 
 /** @internal */
@@ -96,7 +104,8 @@ export function readStats(src: StatusSource): Stats {
   const o = out();
   fromCounts(s, o, S.COUNTS);
   // opossum counts a call when it fires: the running and queued ones too.
-  s.fires += o[S.IN_FLIGHT]! + o[S.QUEUED]!;
+  s.fires += o[S.IN_FLIGHT]! + o[S.QUEUED]! + src._extra.firing;
+  s.fallbacks += src._extra.fallingBack;
   const [m0, m1] = src._misses?.() ?? [0, 0];
   s.cacheMisses = src._extra.cacheMisses + m0;
   s.coalesceCacheMisses = src._extra.coalesceCacheMisses + m1;

@@ -49,6 +49,7 @@ const r2: { id: string } = await b.call({}, 'y', 1);
 const r3: { id: string } = await b.fireWithSignal(new AbortController().signal, 'z', 1);
 b.fallback((id: string, n: number, err: Error) => ({ id: `${id}${n}${err.message}` }));
 b.fallback(new Named(async () => ({ id: 'other' })));
+b.fallback(null).fallback(undefined); // removes it, as in opossum
 b.on('success', (result: { id: string }, latency: number) => void [result.id, latency]);
 b.on('failure', (err: unknown, latency: number, args: [string, number]) => void [err, latency, args[0]]);
 b.on('timeout', (err: CircuitBreakerError, latency: number) => void [err.code, latency]);
