@@ -351,14 +351,6 @@ impl<T: FromJson> FromJson for Option<T> {
         }
     }
 
-    fn read_into(&mut self, v: &Value, at: &Path<'_>) -> Result<(), ConfigError> {
-        match (v, self.as_mut()) {
-            (Value::Null, _) => *self = None,
-            (_, Some(inner)) => inner.read_into(v, at)?,
-            (_, None) => *self = Some(T::from_json(v, at)?),
-        }
-        Ok(())
-    }
 }
 
 impl<T: FromJson> FromJson for Vec<T> {

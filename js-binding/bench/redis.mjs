@@ -160,7 +160,7 @@ console.log(`one process, defaults (sync_ms 1000, flush_ms 1000): under load ${b
 local.shutdown();
 control.shutdown();
 shared.shutdown();
-store.close();
+await store.close();
 
 // A simulated fleet of 100 processes: 100 owners of one breaker, 20 calls/s each.
 const P = 100;
@@ -190,7 +190,9 @@ const st = fleet.reduce((a, m) => { const s = m.st.stats; a.c += s.conflicts; a.
 // Redis counts the commands a script calls (TIME, TYPE, HMGET, HSET, PEXPIRE) as well
 // as the EVALSHA itself: both figures are given.
 console.log(`fleet of ${P} (20 calls/s each, one key): ${(reqs / secs).toFixed(0)} requests/s sent (${(reqs / secs / P).toFixed(1)} per process; ${st.c} of ${st.w} writes conflicted, ${st.f} failed); Redis executed ${(ops / secs).toFixed(0)} commands/s, script calls included`);
-for (const m of fleet) { m.b.shutdown(); m.st.close(); }
+// close() waits for each store's last flush (a write still going to a closed client
+// fails with EPIPE).
+await Promise.all(fleet.map((m) => { m.b.shutdown(); return m.st.close(); }));
 await client.quit();
 await admin.quit();
 server.kill();

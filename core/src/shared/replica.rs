@@ -639,7 +639,7 @@ impl Replica {
         self.dirty_at.is_some()
     }
 
-    #[inline]
+    #[inline(always)]
     fn write_wanted(&self) -> bool {
         self.leases_wanted > 0
             || self.slots_wanted > 0
@@ -653,13 +653,13 @@ impl Replica {
     }
 
     /// Whether the replica has a request for the host (and none in flight).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn wants_io(&self) -> bool {
         self.io == IoState::Idle && self.io_pending()
     }
 
     /// Whether a read, a write or a slot search is waiting to be sent.
-    #[inline]
+    #[inline(always)]
     fn io_pending(&self) -> bool {
         self.read_wanted || matches!(self.bind, Bind::Probing { .. }) || self.write_wanted()
     }
