@@ -240,11 +240,6 @@ impl<'v, 'p> Fields<'v, 'p> {
             None => Err(self.at.error(format!("missing field `{name}`"))),
         }
     }
-
-    /// Where the object sits.
-    pub fn path(&self) -> &'p Path<'p> {
-        self.at
-    }
 }
 
 /// A struct read field by field ([`json_struct!`](crate::json_struct) implements it):
@@ -595,11 +590,6 @@ macro_rules! json_enum {
             }
         }
     };
-}
-
-/// A number in an error message (see [`Num`]): for hosts' own checks.
-pub fn show_number(v: f64) -> String {
-    Num(v).to_string()
 }
 
 // ---------------------------------------------------------------------------------
