@@ -345,7 +345,6 @@ impl<T: FromJson> FromJson for Option<T> {
             _ => T::from_json(v, at).map(Some),
         }
     }
-
 }
 
 impl<T: FromJson> FromJson for Vec<T> {
