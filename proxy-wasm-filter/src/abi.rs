@@ -1,5 +1,6 @@
 //! The proxy-wasm ABI 0.2.1 entry points: a minimal dispatcher from the host's
-//! context ids to the filter's [`Root`] and [`Stream`] contexts.
+//! context ids to the filter's [`Root`] contexts (a stream's callbacks go to the
+//! root that created it).
 //!
 //! It replaces the proxy-wasm Rust SDK's dispatcher, for two reasons: the SDK panics
 //! (traps) on context ids it does not know, and it links code for every callback kind
@@ -9,15 +10,12 @@
 
 use std::cell::UnsafeCell;
 
-use crate::filter::{Action, Root, Stream};
-use crate::idmap::IdMap;
+use crate::filter::{Action, Root};
 
 #[derive(Default)]
 struct Dispatcher {
+    /// Root contexts by id (one per plugin of this VM; usually one).
     roots: Vec<(u32, Root)>,
-    /// Live streams by context id (a stream is a handle and a few flags: cheaper to
-    /// move than to box).
-    streams: IdMap<Stream>,
 }
 
 /// The VM's single dispatcher. Wasm VMs are single-threaded and host callbacks never
@@ -47,8 +45,17 @@ fn action(a: Action) -> u32 {
     }
 }
 
-fn stream<R: Default>(id: u32, f: impl FnOnce(&mut Stream) -> R) -> R {
-    with(|d| d.streams.get_mut(id).map(f).unwrap_or_default())
+/// Runs `f` on the root of stream `id`. With one root (the usual case) no search: a
+/// root ignores stream ids it does not hold.
+fn stream<R: Default>(id: u32, f: impl FnOnce(&mut Root) -> R) -> R {
+    with(|d| match d.roots.as_mut_slice() {
+        [(_, r)] => f(r),
+        roots => roots
+            .iter_mut()
+            .map(|(_, r)| r)
+            .find(|r| r.holds(id))
+            .map_or_else(R::default, f),
+    })
 }
 
 /// The ABI marker export.
@@ -82,11 +89,12 @@ pub extern "C" fn _initialize() {
 pub extern "C" fn proxy_on_context_create(id: u32, parent: u32) {
     with(|d| {
         if parent == 0 {
-            if root(d, id).is_none() {
-                d.roots.push((id, Root::new()));
+            match root(d, id) {
+                Some(r) => r.deleted = false,
+                None => d.roots.push((id, Root::new())),
             }
-        } else if let Some(stream) = root(d, parent).map(|r| r.create_stream(id)) {
-            d.streams.insert(id, stream);
+        } else if let Some(r) = root(d, parent) {
+            r.create_stream(id);
         }
     });
 }
@@ -111,49 +119,56 @@ pub extern "C" fn proxy_on_tick(id: u32) {
 
 /// `proxy_on_request_headers`.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
-pub extern "C" fn proxy_on_request_headers(id: u32, n: usize, eos: u32) -> u32 {
-    stream(id, |s| action(s.on_http_request_headers(n, eos != 0)))
+pub extern "C" fn proxy_on_request_headers(id: u32, _n: usize, _eos: u32) -> u32 {
+    stream(id, |r| action(r.on_http_request_headers(id)))
 }
 
 /// `proxy_on_response_headers`.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
-pub extern "C" fn proxy_on_response_headers(id: u32, n: usize, eos: u32) -> u32 {
-    stream(id, |s| action(s.on_http_response_headers(n, eos != 0)))
+pub extern "C" fn proxy_on_response_headers(id: u32, _n: usize, eos: u32) -> u32 {
+    stream(id, |r| action(r.on_http_response_headers(id, eos != 0)))
 }
 
 /// `proxy_on_response_body`.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_response_body(id: u32, size: usize, eos: u32) -> u32 {
-    stream(id, |s| action(s.on_http_response_body(size, eos != 0)))
+    stream(id, |r| action(r.on_http_response_body(id, size, eos != 0)))
 }
 
 /// `proxy_on_response_trailers`.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
-pub extern "C" fn proxy_on_response_trailers(id: u32, n: usize) -> u32 {
-    stream(id, |s| action(s.on_http_response_trailers(n)))
+pub extern "C" fn proxy_on_response_trailers(id: u32, _n: usize) -> u32 {
+    stream(id, |r| action(r.on_http_response_trailers(id)))
 }
 
 /// `proxy_on_log`.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_log(id: u32) {
-    stream(id, Stream::on_log);
+    stream(id, |r| r.finish_stream(id));
 }
 
 /// `proxy_on_done` (Envoy ignores its return value).
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_done(id: u32) -> u32 {
-    stream(id, |s| s.on_done());
+    stream(id, |r| r.finish_stream(id));
     1
 }
 
-/// `proxy_on_delete`: drops the context (a stream releases anything still held).
+/// `proxy_on_delete`: a stream releases anything still held; a root is dropped once
+/// its streams are finished (streams in flight keep using it).
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_delete(id: u32) {
-    let stream = with(|d| {
-        d.roots.retain(|(i, _)| *i != id);
-        d.streams.remove(id)
+    with(|d| {
+        match root(d, id) {
+            Some(r) => r.deleted = true,
+            None => {
+                if let Some((_, r)) = d.roots.iter_mut().find(|(_, r)| r.holds(id)) {
+                    r.finish_stream(id);
+                }
+            }
+        }
+        d.roots.retain(|(_, r)| !(r.deleted && r.is_idle()));
     });
-    drop(stream);
 }
 
 #[cfg(test)]
@@ -180,9 +195,43 @@ mod tests {
         proxy_on_done(2);
         proxy_on_delete(2);
         proxy_on_delete(1);
+        assert!(with(|d| d.roots.is_empty()), "both contexts dropped");
+
+        // A root deleted with a stream in flight stays until that stream finishes.
+        // (One test: the dispatcher is a process-wide global.)
+        proxy_on_context_create(10, 0);
+        proxy_on_context_create(11, 10);
+        assert_eq!(proxy_on_request_headers(11, 3, 0), 0);
+        proxy_on_delete(10);
         assert!(
-            with(|d| d.roots.is_empty() && d.streams.is_empty()),
-            "both contexts dropped"
+            with(|d| root(d, 10).is_some_and(|r| r.holds(11))),
+            "kept for 11"
         );
+        assert_eq!(proxy_on_response_headers(11, 3, 1), 0);
+        proxy_on_log(11);
+        assert!(with(|d| root(d, 10).is_some_and(|r| r.is_idle())));
+        proxy_on_done(11);
+        proxy_on_delete(11);
+        assert!(
+            with(|d| d.roots.is_empty()),
+            "dropped once its stream is done"
+        );
+
+        // With two roots, each stream's callbacks reach its own root.
+        for r in [20, 30] {
+            proxy_on_context_create(r, 0);
+            proxy_on_context_create(r + 1, r);
+        }
+        assert!(with(
+            |d| root(d, 20).is_some_and(|r| r.holds(21) && !r.holds(31))
+        ));
+        proxy_on_delete(31); // a stream deleted without on_log is finished there
+        assert!(with(|d| root(d, 30).is_some_and(|r| r.is_idle())));
+        assert!(with(|d| root(d, 20).is_some_and(|r| r.holds(21))));
+        proxy_on_delete(20);
+        proxy_on_delete(30);
+        assert_eq!(with(|d| d.roots.len()), 1, "20 waits for 21");
+        proxy_on_delete(21);
+        assert!(with(|d| d.roots.is_empty()));
     }
 }

@@ -1,10 +1,9 @@
-//! The proxy-wasm contexts: one [`Root`] per VM (config, tick) and one [`Stream`] per
-//! HTTP request. Both share the VM's [`Worker`], which holds the core's
+//! The proxy-wasm contexts: one [`Root`] per plugin (config, tick, and the callbacks of
+//! its HTTP streams), holding the plugin's [`Worker`] with the core's
 //! [`Engine`]: every resilience decision is the engine's; this module translates
 //! Envoy's callbacks, headers and shared data into engine calls and back.
 
 use fusewire_core::json::Quoted;
-use std::cell::RefCell;
 use std::rc::Rc;
 
 use fusewire_core::cache::{CacheEvent, Lead, Lookup, ScopeId, Wait};
@@ -32,8 +31,12 @@ pub enum Action {
     Pause,
 }
 
-/// A stream's call as the worker tracks it.
+/// A stream as the worker tracks it, from its context's creation to `on_log`.
 enum Call {
+    /// Created; its request headers not seen yet.
+    New,
+    /// Nothing held: no policy matched, or answered at once.
+    Passed,
     /// Holding a slot; forwarded upstream. A collapse leader settles `lead` with the
     /// captured response; `capture` also feeds the stale copy.
     Running {
@@ -574,6 +577,10 @@ impl Worker {
     /// Request headers: match a policy, find the key, collapse onto an identical
     /// request in flight, or ask the engine.
     fn start(&mut self, ctx: u32) -> Action {
+        match self.calls.get_mut(ctx) {
+            Some(c) if matches!(c, Call::New) => *c = Call::Passed,
+            _ => return Action::Continue, // started already, or not ours
+        }
         let Some(plugin) = self.plugin.clone() else {
             return Action::Continue;
         };
@@ -862,8 +869,9 @@ impl Worker {
 
     /// `on_log` (or, as a last resort, `on_done` / drop): classify, complete, release.
     fn finish(&mut self, ctx: u32) {
-        let Some(call) = self.calls.remove(ctx) else {
-            return;
+        let call = match self.calls.remove(ctx) {
+            None | Some(Call::New | Call::Passed) => return,
+            Some(call) => call,
         };
         let now = self.now();
         let rand = self.rand();
@@ -933,6 +941,7 @@ impl Worker {
                     }
                 }
             }
+            Call::New | Call::Passed => {}
         }
         self.settle(now);
     }
@@ -1026,10 +1035,13 @@ fn is_grpc() -> bool {
     .unwrap_or(false)
 }
 
-/// The root context of a VM.
+/// The root context of a plugin: its worker, and the callbacks of its streams (a
+/// stream is a context id in the worker's call table).
 #[derive(Default)]
 pub struct Root {
-    worker: Rc<RefCell<Worker>>,
+    worker: Worker,
+    /// `on_delete` ran while streams were live: dropped once they are finished.
+    pub deleted: bool,
 }
 
 impl Root {
@@ -1071,10 +1083,7 @@ impl Root {
             plugin.tick_ms.min(u64::from(u32::MAX)) as u32,
             plugin.policies.len(),
         );
-        let Ok(mut w) = self.worker.try_borrow_mut() else {
-            return false;
-        };
-        if !w.configure(plugin) {
+        if !self.worker.configure(plugin) {
             return false;
         }
         let s = host::set_tick_period_ms(tick);
@@ -1090,92 +1099,52 @@ impl Root {
 
     /// `on_tick`.
     pub fn on_tick(&mut self) {
-        if let Ok(mut w) = self.worker.try_borrow_mut() {
-            w.tick();
-        }
+        self.worker.tick();
     }
 
-    /// A stream context for `context_id`.
-    pub fn create_stream(&self, context_id: u32) -> Stream {
-        Stream {
-            worker: self.worker.clone(),
-            ctx: context_id,
-            started: false,
-            finished: false,
-        }
+    /// A stream context `ctx` of this root.
+    pub fn create_stream(&mut self, ctx: u32) {
+        self.worker.calls.insert(ctx, Call::New);
     }
-}
 
-/// The context of one HTTP stream.
-pub struct Stream {
-    worker: Rc<RefCell<Worker>>,
-    ctx: u32,
-    started: bool,
-    /// `on_log` ran: `on_done` and drop have nothing left to release.
-    finished: bool,
-}
+    /// Whether stream `ctx` is this root's and not finished.
+    pub fn holds(&self, ctx: u32) -> bool {
+        self.worker.calls.get(ctx).is_some()
+    }
 
-impl Stream {
-    fn with<R: Default>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
-        self.worker
-            .try_borrow_mut()
-            .map(|mut w| f(&mut w))
-            .unwrap_or_default()
+    /// Whether every stream of this root is finished.
+    pub fn is_idle(&self) -> bool {
+        self.worker.calls.is_empty()
     }
 
     /// Request headers: match, admit (breaker, bulkhead) or answer with the fallback.
-    pub fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if std::mem::replace(&mut self.started, true) {
-            return Action::Continue;
-        }
-        let ctx = self.ctx;
-        self.worker
-            .try_borrow_mut()
-            .map_or(Action::Continue, |mut w| w.start(ctx))
+    pub fn on_http_request_headers(&mut self, ctx: u32) -> Action {
+        self.worker.start(ctx)
     }
 
     /// Response headers: the upstream status (own replies are skipped).
-    pub fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let ctx = self.ctx;
-        self.with(|w| w.observe(ctx, host::RESPONSE_HEADERS, end_of_stream));
+    pub fn on_http_response_headers(&mut self, ctx: u32, end_of_stream: bool) -> Action {
+        self.worker
+            .observe(ctx, host::RESPONSE_HEADERS, end_of_stream);
         Action::Continue
     }
 
     /// Response body: kept (up to the limit) for collapse waiters and stale copies.
-    pub fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        let ctx = self.ctx;
-        self.with(|w| w.body(ctx, body_size, end_of_stream));
+    pub fn on_http_response_body(&mut self, ctx: u32, size: usize, end_of_stream: bool) -> Action {
+        self.worker.body(ctx, size, end_of_stream);
         Action::Continue
     }
 
     /// Response trailers: `grpc-status` of a normal gRPC response.
-    pub fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
-        let ctx = self.ctx;
-        self.with(|w| w.observe(ctx, host::RESPONSE_TRAILERS, true));
+    pub fn on_http_response_trailers(&mut self, ctx: u32) -> Action {
+        self.worker.observe(ctx, host::RESPONSE_TRAILERS, true);
         Action::Continue
     }
 
-    /// `on_log` (Envoy: before `on_done`): classify with the final flags, record, release.
-    pub fn on_log(&mut self) {
-        if self.finished {
-            return;
-        }
-        if let Ok(mut w) = self.worker.try_borrow_mut() {
-            w.finish(self.ctx);
-            self.finished = true;
-        }
-    }
-
-    /// `on_done`: finish if not finished yet.
-    pub fn on_done(&mut self) -> bool {
-        self.on_log();
-        true
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        // Last resort (on_delete without on_log/on_done): never leak a slot.
-        self.on_log();
+    /// `on_log` (Envoy: before `on_done`; also `on_done` and `on_delete`, whichever
+    /// comes first): classify with the final flags, record, release. Later calls for
+    /// `ctx` find nothing.
+    pub fn finish_stream(&mut self, ctx: u32) {
+        self.worker.finish(ctx);
     }
 }
