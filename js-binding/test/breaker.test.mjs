@@ -653,7 +653,7 @@ describe('shutdown', () => {
     b.close();
   });
 
-  test('a call running at shutdown still times out, and nothing is emitted or counted (found by review: it stayed pending forever)', async () => {
+  test('a call running at shutdown still times out, and nothing is counted (found by review: it stayed pending forever)', async () => {
     clock = fakeTime();
     const ac = new AbortController();
     const { b, hangs } = flaky({ timeout: 250, abortController: ac, errorThresholdPercentage: 1 });
@@ -685,10 +685,56 @@ describe('shutdown', () => {
     hangs.forEach((h) => h.resolve('too late'));
     await flush();
     assert.equal(ended.length, 2);
-    assert.deepEqual(late, [], 'no event after shutdown');
+    assert.deepEqual(late.map((e) => e[0]), ['timeout', 'failure', 'timeout', 'failure'],
+      'told to listeners added after shutdown, as opossum\'s per-call timer does');
     assert.deepEqual(b.stats, before, 'nothing counted after shutdown');
     assert.equal(b.isShutdown, true);
     assert.equal(b.opened, false);
+  });
+});
+
+describe('shutdown: the calls still running', () => {
+  test('one that fails or times out after shutdown resolves with the fallback; its events reach listeners added since, as in opossum (found by review: it rejected)', async () => {
+    clock = fakeTime();
+    const pending = new Map();
+    const b = new CircuitBreaker((x) => {
+      const d = deferred();
+      pending.set(x, d);
+      return d.promise;
+    }, { timeout: 250, errorFilter: (err, x) => x === 'filtered' });
+    b.fallback((x, err) => `fallback ${x}: ${err.code ?? err.message}`);
+    const results = {};
+    for (const x of ['fails', 'filtered', 'succeeds', 'hangs']) {
+      b.fire(x).then((v) => (results[x] = ['resolved', v]), (e) => (results[x] = ['rejected', e.message]));
+    }
+    const before = b.stats;
+    b.shutdown();
+    const late = record(b, EVENTS);
+    pending.get('fails').reject(new Error('boom'));
+    pending.get('filtered').reject(new Error('bad request'));
+    pending.get('succeeds').resolve('done');
+    await flush();
+    clock.tick(251);
+    await flush();
+    assert.deepEqual(results, {
+      fails: ['resolved', 'fallback fails: boom'],
+      filtered: ['rejected', 'bad request'],
+      succeeds: ['resolved', 'done'],
+      hangs: ['resolved', 'fallback hangs: ETIMEDOUT'],
+    });
+    // opossum's order: failure, fallback; errorFilter's success; success; timeout, failure, fallback.
+    assert.deepEqual(late.map((e) => [e[0], e[1] instanceof Error ? e[1].message : e[1]]), [
+      ['failure', 'boom'], ['fallback', 'fallback fails: boom'],
+      ['success', 'bad request'],
+      ['success', 'done'],
+      ['timeout', 'Timed out after 250ms'], ['failure', 'Timed out after 250ms'], ['fallback', 'fallback hangs: ETIMEDOUT'],
+    ]);
+    assert.deepEqual(late[0][3], ['fails'], 'failure gets the call\'s arguments');
+    assert.equal(typeof late[0][2], 'number', 'and its latency');
+    assert.deepEqual(b.stats, before, 'nothing counted after shutdown');
+    assert.equal(b.isShutdown, true);
+    const { error } = await settle(b.fire('later'));
+    assert.equal(error.code, 'ESHUTDOWN', 'a call made after shutdown is still refused');
   });
 });
 

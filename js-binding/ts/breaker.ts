@@ -695,7 +695,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /**
    * At `shutdown()`: a queued call, which will never get a slot now, rejects with
    * `ESHUTDOWN`; a running call keeps its deadline — opossum's per-call timeout timer
-   * outlives shutdown, so a hung action still rejects with `ETIMEDOUT`. The core is
+   * outlives shutdown, so a hung action still times out (see `_lateTick`). The core is
    * freed; its deadline for a call is when the call got its slot (`t0`) plus the
    * effective `execution.timeout_ms`. One unref'd timer, as before shutdown.
    */
@@ -724,31 +724,30 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   /**
-   * After `shutdown()`: rejects the running calls past their deadline with
-   * `ETIMEDOUT` and aborts them (the call's signal, `options.abortController`, as a
-   * timeout does); no event is emitted and nothing is counted (opossum removed every
-   * listener, its own counters too). Re-arms for the next deadline.
+   * After `shutdown()`: times out the running calls past their deadline as before it
+   * (`timeout`, `errorFilter`, `success` or `failure`, the fallback, aborting the
+   * call's signal and `options.abortController`), as opossum's per-call timer does:
+   * its events reach listeners added since, nothing is counted (opossum removed every
+   * listener, its own counters too). Re-arms for the next deadline; a listener's error
+   * is thrown after the batch, as from the timer before shutdown.
    */
   private _lateTick(late: Call[], t: number): void {
     this._timer = undefined;
     const timeout = this._parsed.timeout;
     if (timeout === false) return;
+    const sink: Sink = { threw: false, error: undefined };
     let i = 0;
     for (; i < late.length; i++) {
       const c = late[i]!;
       if (c.done) continue;
       if (c.t0 + timeout > t) break;
-      c.done = true;
-      this._forget(c);
-      const err = ourError(`Timed out after ${timeout}ms`, 'ETIMEDOUT');
-      c.reject(err);
-      this.options.abortController?.abort();
-      c.ctl?.abort(err);
+      const s = this._timedOut(c.id, t, sink);
+      if (s !== undefined) guarded(sink, s);
     }
     late.splice(0, i);
     while (late.length > 0 && late[0]!.done) late.shift();
-    if (late.length === 0) return;
-    this._timer = arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, false);
+    if (late.length > 0) this._timer = arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, false);
+    if (sink.threw) throw sink.error;
   }
 
   /** Removes listeners (fusewire keeps its own snapshot hooks). */
@@ -916,6 +915,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._forget(c);
     c.lead = lead;
     if (this._shutdown) {
+      // As opossum's: told to listeners added since, counted nowhere.
+      try {
+        if (listening(this, 'success')) this.emit('success', v, now() - c.t0);
+      } catch (e) {
+        this._threw(c, e);
+        return;
+      }
       c.resolve(v);
       return;
     }
@@ -956,10 +962,6 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (c.done) return;
     c.done = true;
     this._forget(c);
-    if (this._shutdown) {
-      c.reject(e);
-      return;
-    }
     let filtered = false;
     try {
       filtered = this._errorFilter(e, ...(c.args as TI)) === true;
@@ -967,7 +969,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       filtered = false;
     }
     const t = now();
-    const r = w.fw_complete(this._h, c.id, filtered ? BAD_REQUEST : FAILURE, t);
+    // After shutdown the core is gone: as in opossum, the events go to listeners
+    // added since and the fallback runs, but nothing is counted.
+    const r = this._shutdown ? 0 : w.fw_complete(this._h, c.id, filtered ? BAD_REQUEST : FAILURE, t);
     if (r < 0 || (r & 3) !== 0) {
       c.reject(e);
       return;
@@ -1062,13 +1066,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const f = this._fallbackFn;
     if (f === undefined) return undefined;
     const h = this._h;
-    const fid = w.fw_fallback(h, now());
-    if (fid < 0) return undefined; // the fallback limit refused it (FALLBACK_REJECTION)
+    // After shutdown (a call that was running then): it runs uncounted, as opossum's.
+    const live = !this._shutdown;
+    const fid = live ? w.fw_fallback(h, now()) : -1;
+    if (live && fid < 0) return undefined; // the fallback limit refused it (FALLBACK_REJECTION)
     let result: unknown;
     try {
       result = f.apply(f, [...args, err]);
     } catch (e) {
-      w.fw_fallback_done(h, fid, 0, now());
+      this._fallbackDone(fid, 0);
       return Promise.reject(e);
     }
     // Counted before `fallback` is emitted (opossum counts it in its own listener);
@@ -1076,17 +1082,19 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     let p: Promise<unknown> | undefined;
     if (thenable(result)) {
       const x = this._extra;
-      x.fallingBack++;
       p = Promise.resolve(result);
-      p.then(() => {
-        x.fallingBack--;
-        w.fw_fallback_done(h, fid, 1, now());
-      }, () => {
-        x.fallingBack--;
-        w.fw_fallback_done(h, fid, 0, now());
-      });
+      if (fid >= 0) {
+        x.fallingBack++;
+        p.then(() => {
+          x.fallingBack--;
+          this._fallbackDone(fid, 1);
+        }, () => {
+          x.fallingBack--;
+          this._fallbackDone(fid, 0);
+        });
+      }
     } else {
-      w.fw_fallback_done(h, fid, 1, now());
+      this._fallbackDone(fid, 1);
     }
     this.emit('fallback', result, err);
     const seen = this._onFallbackValue;
@@ -1100,6 +1108,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       seen(result);
     }
     return p ?? Promise.resolve(result);
+  }
+
+  /** Records fallback `fid`'s outcome, unless the core is gone (`shutdown()`). */
+  private _fallbackDone(fid: number, ok: 0 | 1): void {
+    if (fid >= 0 && !this._shutdown) w.fw_fallback_done(this._h, fid, ok, now());
   }
 
   // ---- the core's events, timer and store --------------------------------------------
