@@ -784,6 +784,57 @@ describe('stats and status', () => {
     b.shutdown();
   });
 
+  test('the current bucket counts what is in progress and the cache misses, as opossum\'s (found by review: fires, fallbacks and misses were missing)', async () => {
+    clock = fakeTime();
+    const fb = deferred();
+    const hang = deferred();
+    const b = new CircuitBreaker(async (x) => {
+      if (x === 'fail') throw new Error('boom');
+      if (x === 'hang') return hang.promise;
+      return x;
+    }, { rollingCountTimeout: 1000, rollingCountBuckets: 4, cache: true, coalesce: true, cacheGetKey: (x) => x });
+    b.fallback(() => fb.promise);
+    clock.tick(250 - (b._now() % 250) + 10);
+    await b.fire('a');
+    await b.fire('a');
+    clock.tick(250);
+    const running = b.fire('hang');
+    const failed = b.fire('fail');
+    await flush();
+    const counts = (bucket) => {
+      const { percentiles, latencyTimes, latencyMean, ...rest } = bucket;
+      void [percentiles, latencyTimes, latencyMean];
+      return rest;
+    };
+    const zero = {
+      failures: 0, fallbacks: 0, successes: 0, rejects: 0, fires: 0, timeouts: 0, cacheHits: 0,
+      cacheMisses: 0, coalesceCacheHits: 0, coalesceCacheMisses: 0, semaphoreRejections: 0,
+    };
+    let win = b.status.window;
+    assert.deepEqual(counts(win[0]), { ...zero, fires: 2, failures: 1, fallbacks: 1, cacheMisses: 2, coalesceCacheMisses: 2 },
+      'the running call and the pending fallback are in the current bucket, with this bucket\'s misses');
+    assert.deepEqual(counts(win[1]), { ...zero, fires: 2, successes: 1, cacheHits: 1, cacheMisses: 1, coalesceCacheMisses: 1 });
+    const sum = (w) => w.reduce((acc, x) => {
+      for (const k of Object.keys(zero)) acc[k] += x[k];
+      return acc;
+    }, { ...zero });
+    assert.deepEqual(sum(win), counts(b.stats), 'the buckets add up to stats');
+    fb.resolve('fallback');
+    hang.resolve('late');
+    assert.equal(await failed, 'fallback');
+    assert.equal(await running, 'late');
+    win = b.status.window;
+    assert.deepEqual(counts(win[0]), { ...zero, fires: 2, successes: 1, failures: 1, fallbacks: 1, cacheMisses: 2, coalesceCacheMisses: 2 },
+      'ended: now counted by the core, once');
+    clock.tick(760);
+    assert.deepEqual(counts(b.status.window[3]), counts(win[0]), 'the bucket moves down the window');
+    assert.deepEqual(counts(b.stats), counts(win[0]), 'the older bucket left the window, its misses too');
+    clock.tick(250);
+    assert.deepEqual(counts(b.stats), zero);
+    assert.deepEqual(sum(b.status.window), zero);
+    b.shutdown();
+  });
+
   test('rollingCountTimeout bounds what can trip the breaker', async () => {
     clock = fakeTime();
     const { b } = flaky({ rollingCountTimeout: 1000, rollingCountBuckets: 10, volumeThreshold: 3,

@@ -25,7 +25,8 @@ import { tagged } from './key.js';
 import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, listening, ready } from './platform.js';
 import {
-  Status, readStats, readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
+  Status, countMiss, extraCounts, readStats, readWindow, type Bucket, type ExtraCounts, type Stats,
+  type StatusSource,
 } from './status.js';
 import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
 import { AsyncStore, deliver } from './async-store.js';
@@ -257,7 +258,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       _percentilesEnabled: true,
       _bucketMs: 1000,
       _buckets: 10,
-      _extra: { cacheMisses: 0, coalesceCacheMisses: 0, firing: 0, fallingBack: 0 },
+      _extra: extraCounts(0),
       _final: { stats, window: [] },
     };
     return new Status(src);
@@ -269,7 +270,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** @internal */ readonly _percentilesEnabled: boolean;
   /** @internal */ readonly _bucketMs: number;
   /** @internal */ readonly _buckets: number;
-  /** @internal */ readonly _extra: ExtraCounts = { cacheMisses: 0, coalesceCacheMisses: 0, firing: 0, fallingBack: 0 };
+  /** @internal */ readonly _extra: ExtraCounts;
   /** @internal */ _final: { stats: Stats; window: Bucket[] } | undefined = undefined;
   /** @internal Transitions this breaker saw, for metrics. */
   readonly _transitions = { opened: 0, halfOpened: 0, closed: 0 };
@@ -365,6 +366,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const cfg = this._parsed.config;
     const buckets = cfg.metrics?.rolling_buckets ?? 10;
     this._buckets = buckets;
+    this._extra = extraCounts(buckets);
     this._bucketMs = (cfg.metrics?.rolling_window_ms ?? 10_000) / Math.max(1, buckets);
     const st = o['state'];
     if (st !== undefined && (typeof st !== 'object' || st === null)) {
@@ -1402,8 +1404,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       [K.COLLAPSED, n(s.coalesceCacheHits)],
     ];
     for (const [k, v] of counts) if (v > 0) w.fw_record(this._h, k, v, t);
-    this._extra.cacheMisses += n(s.cacheMisses);
-    this._extra.coalesceCacheMisses += n(s.coalesceCacheMisses);
+    countMiss(this, 0, t, n(s.cacheMisses));
+    countMiss(this, 1, t, n(s.coalesceCacheMisses));
   }
 
   /** @internal Adds the snapshot hooks to the breaker and its status, once each. */
@@ -1455,19 +1457,6 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     resolve: (v: unknown) => void; reject: (e: unknown) => void;
   }>();
 
-  /** @internal Lookups of the core caches that missed or bypassed (cumulative). */
-  _misses(): [number, number] {
-    const r: [number, number] = [0, 0];
-    for (const which of [0, 1] as const) {
-      if ((this._cached & (which + 1)) === 0) continue;
-      if (w.fw_cache_stats(this._h, which) === 1) {
-        const o = out();
-        r[which] = o[6]! + o[8]!;
-      }
-    }
-    return r;
-  }
-
   private _setupCache(o: Record<string, unknown>): void {
     const cache = this._parsed.coreCache || (o['cache'] === true);
     fn('cacheGetKey', o['cacheGetKey']);
@@ -1510,7 +1499,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           this.emit('cacheHit');
           return Promise.resolve(cached);
         }
-        this._extra.cacheMisses++;
+        countMiss(this, 0, t);
         this._told('cacheMiss');
         const ttl = this.options.cacheTTL ?? 0;
         // opossum caches the action's successful result (never a fallback's).
@@ -1528,6 +1517,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         }
         // Read before the event: a listener calling into any breaker reuses `out`.
         if (kind === 2) lead0 = out()[0]!;
+        countMiss(this, 0, t);
         this._told('cacheMiss');
       }
     }
@@ -1550,6 +1540,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           this._waits.set(id, { id, context, args, signal, key, resolve, reject });
         });
       }
+      countMiss(this, 1, t);
       this._told('coalesceCacheMiss');
       p = this._protected(context, args, signal, lead0, store);
       if (kind === 2) this._lead1(id, p, key);

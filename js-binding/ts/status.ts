@@ -40,8 +40,11 @@ export interface Stats extends Bucket {
 
 /** Extra counts the cache and collapser keep outside the core's event kinds. @internal */
 export interface ExtraCounts {
-  cacheMisses: number;
-  coalesceCacheMisses: number;
+  /**
+   * Cache and coalescing misses per bucket (the core has no miss event kind): a ring
+   * of the window's buckets, `[bucket number, cacheMisses, coalesceCacheMisses]` each.
+   */
+  misses: number[];
   /**
    * Calls told to `fire` (or `cacheMiss`, `coalesceCacheMiss`) listeners right now,
    * not yet started in the core: opossum counts a fire in its own `fire` listener,
@@ -50,6 +53,51 @@ export interface ExtraCounts {
   firing: number;
   /** Fallbacks whose promise has not settled yet (opossum counts a fallback when it emits `fallback`). */
   fallingBack: number;
+}
+
+/** @internal */
+export function extraCounts(buckets: number): ExtraCounts {
+  const misses: number[] = [];
+  for (let i = 0; i < Math.max(1, buckets); i++) misses.push(-1, 0, 0);
+  return { misses, firing: 0, fallingBack: 0 };
+}
+
+/** @internal Counts `n` misses of cache `which` (0: cache, 1: coalescing) in the bucket of `t`. */
+export function countMiss(src: StatusSource, which: 0 | 1, t: number, n = 1): void {
+  const b = Math.floor(t / src._bucketMs);
+  const m = src._extra.misses;
+  const i = slot(b, m);
+  if (m[i] !== b) {
+    m[i] = b;
+    m[i + 1] = 0;
+    m[i + 2] = 0;
+  }
+  m[i + 1 + which]! += n;
+}
+
+/** Where bucket number `b` is in the ring `m`. */
+function slot(b: number, m: number[]): number {
+  const n = m.length / 3;
+  return (((b % n) + n) % n) * 3;
+}
+
+/** Adds the misses of bucket number `b` to `into`. */
+function addMisses(src: StatusSource, b: number, into: Bucket): void {
+  const m = src._extra.misses;
+  const i = slot(b, m);
+  if (m[i] !== b) return;
+  into.cacheMisses += m[i + 1]!;
+  into.coalesceCacheMisses += m[i + 2]!;
+}
+
+/**
+ * Adds what the core has not recorded yet to the current bucket: the calls running,
+ * queued or being told to `fire` listeners (opossum counts a fire when it fires),
+ * and the fallbacks whose promise is pending (counted when `fallback` is emitted).
+ */
+function addInProgress(src: StatusSource, b: Bucket, o: ArrayLike<number>): void {
+  b.fires += o[S.IN_FLIGHT]! + o[S.QUEUED]! + src._extra.firing;
+  b.fallbacks += src._extra.fallingBack;
 }
 
 /** @internal */
@@ -85,8 +133,6 @@ export interface StatusSource {
   readonly _buckets: number;
   readonly _extra: ExtraCounts;
   readonly _final?: { stats: Stats; window: Bucket[] } | undefined;
-  /** Misses of the core caches (cache, coalescing), since creation. */
-  _misses?(): [number, number];
   /** Puts back the breaker's own listeners after a `removeAllListeners`. */
   _hook?(): void;
 }
@@ -103,12 +149,9 @@ export function readStats(src: StatusSource): Stats {
   }
   const o = out();
   fromCounts(s, o, S.COUNTS);
-  // opossum counts a call when it fires: the running and queued ones too.
-  s.fires += o[S.IN_FLIGHT]! + o[S.QUEUED]! + src._extra.firing;
-  s.fallbacks += src._extra.fallingBack;
-  const [m0, m1] = src._misses?.() ?? [0, 0];
-  s.cacheMisses = src._extra.cacheMisses + m0;
-  s.coalesceCacheMisses = src._extra.coalesceCacheMisses + m1;
+  addInProgress(src, s, o);
+  const newest = Math.floor(now / src._bucketMs);
+  for (let i = 0; i < src._buckets; i++) addMisses(src, newest - i, s);
   if (src._percentilesEnabled) {
     PERCENTILES.forEach((p, i) => {
       s.percentiles[p] = o[S.PERCENTILES + i]!;
@@ -127,22 +170,22 @@ export function readWindow(src: StatusSource): Bucket[] {
   const now = src._now();
   const n = w.fw_buckets(src._h, now);
   const width = src._bucketMs;
-  const out: Bucket[] = [];
+  const buckets: Bucket[] = [];
   const rows = new Map<number, number>();
-  if (n > 0) {
-    const table = new Float64Array(w.memory.buffer, w.fw_table(), n * 14);
-    for (let r = 0; r < n; r++) rows.set(Math.round(table[r * 14]! / width), r);
-    const newest = Math.floor(now / width);
-    for (let i = 0; i < src._buckets; i++) {
-      const b = emptyBucket();
-      const r = rows.get(newest - i);
-      if (r !== undefined) fromCounts(b, table, r * 14 + 1);
-      out.push(b);
-    }
-  } else {
-    for (let i = 0; i < src._buckets; i++) out.push(emptyBucket());
+  const table = n > 0 ? new Float64Array(w.memory.buffer, w.fw_table(), n * 14) : undefined;
+  if (table !== undefined) for (let r = 0; r < n; r++) rows.set(Math.round(table[r * 14]! / width), r);
+  const newest = Math.floor(now / width);
+  for (let i = 0; i < src._buckets; i++) {
+    const b = emptyBucket();
+    const r = rows.get(newest - i);
+    if (table !== undefined && r !== undefined) fromCounts(b, table, r * 14 + 1);
+    addMisses(src, newest - i, b);
+    buckets.push(b);
   }
-  return out;
+  // The current bucket: the calls and fallbacks in progress (read after the table:
+  // `fw_snapshot` reuses the core's output).
+  if (buckets.length > 0 && w.fw_snapshot(src._h, now) === 0) addInProgress(src, buckets[0]!, out());
+  return buckets;
 }
 
 /**
