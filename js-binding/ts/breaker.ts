@@ -32,12 +32,20 @@ import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
 import { AsyncStore, deliver } from './async-store.js';
 import { ById } from './byid.js';
 
-/** opossum's cache transport: what `options.cacheTransport` must implement. */
+/**
+ * A cache key, as `cacheGetKey` returns it: keys of different types never share an
+ * entry (`1` and `'1'` are two keys, as in opossum's `Map`); objects are compared by
+ * their JSON. A symbol, a function or an object without JSON rejects the call with a
+ * `TypeError`, unless only a custom `cacheTransport` sees the key.
+ */
+export type CacheKey = string | number | bigint | boolean | object | null | undefined;
+
+/** opossum's cache transport: what `options.cacheTransport` must implement (it gets keys as `cacheGetKey` returns them). */
 export interface CacheTransport<R = unknown> {
-  get(key: string): Promise<R> | R | undefined;
-  set(key: string, value: Promise<R> | R, expiresAt: number): void;
+  get(key: CacheKey): Promise<R> | R | undefined;
+  set(key: CacheKey, value: Promise<R> | R, expiresAt: number): void;
   flush(): void;
-  delete?(key: string): void;
+  delete?(key: CacheKey): void;
 }
 
 /** What `toJSON().state` holds and `options.state` restores. */
@@ -96,8 +104,8 @@ export interface Options<TI extends unknown[] = unknown[], TR = unknown> {
   cacheTTL?: number;
   /** Entries of the built-in cache at most. */
   cacheSize?: number;
-  /** The cache key of a call (default `JSON.stringify(args)`). */
-  cacheGetKey?: (...args: TI) => string;
+  /** The cache key of a call (default `JSON.stringify(args)`); not only a string (see `CacheKey`). */
+  cacheGetKey?: (...args: TI) => CacheKey;
   /** Where results are cached (default: in memory). */
   cacheTransport?: CacheTransport<TR>;
   /** Share one in-flight call among concurrent calls with the same key (default false). */
@@ -1492,7 +1500,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if ((this._cached & 1) !== 0) {
       if (tr !== undefined) {
         // A custom transport (opossum's pluggable cache): it decides hits.
-        const cached = tr.get(raw as string);
+        const cached = tr.get(raw as CacheKey);
         if (cached) {
           // Counted before the event (opossum counts in its own listener, first).
           w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
@@ -1503,7 +1511,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this._told('cacheMiss');
         const ttl = this.options.cacheTTL ?? 0;
         // opossum caches the action's successful result (never a fallback's).
-        store = (v) => tr.set(raw as string, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
+        store = (v) => tr.set(raw as CacheKey, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
       } else {
         const r = w.fw_cache_lookup(h, 0, putKey(key), t);
         const kind = r & KIND_MASK;

@@ -7,6 +7,7 @@ import { CircuitBreaker } from './breaker.js';
 
 export {
   CircuitBreaker,
+  type CacheKey,
   type CacheTransport,
   type BreakerStateJSON,
   type CircuitBreakerEvents,

@@ -1,7 +1,8 @@
 // tsc --noEmit over the whole public API (ESM consumer).
 import CircuitBreaker, {
   CircuitBreaker as Named, Collapser, SharedStore, Status, isOurError, ready, version,
-  type CircuitBreakerError, type CollapserOptions, type CoreConfig, type Options, type Stats,
+  type CacheKey, type CacheTransport, type CircuitBreakerError, type CollapserOptions, type CoreConfig,
+  type Options, type Stats,
 } from 'fusewire';
 import { register, metricName } from 'fusewire/prometheus';
 
@@ -50,6 +51,23 @@ const r3: { id: string } = await b.fireWithSignal(new AbortController().signal, 
 b.fallback((id: string, n: number, err: Error) => ({ id: `${id}${n}${err.message}` }));
 b.fallback(new Named(async () => ({ id: 'other' })));
 b.fallback(null).fallback(undefined); // removes it, as in opossum
+// cacheGetKey may return any key, not only a string: keys are told apart by type.
+const byNumber = new CircuitBreaker(async (id: number) => id * 2, { cache: true, cacheGetKey: (id: number) => id });
+const byObject = new CircuitBreaker(async (id: string, n: number) => id.repeat(n),
+  { coalesce: true, cacheGetKey: (id: string, n: number) => ({ id, n }) });
+const keys: CacheKey[] = ['k', 1, 1n, true, null, undefined, { id: 'k' }, [1, 2]];
+// A transport written for opossum's string keys still fits.
+const strings: CacheTransport<number> = {
+  get(key: string) {
+    return key.length;
+  },
+  set(_key: string, _value: unknown, _expiresAt: number) {},
+  flush() {},
+};
+new CircuitBreaker(async (id: number) => id, { cache: true, cacheTransport: strings, cacheGetKey: (id: number) => `${id}` }).shutdown();
+byNumber.shutdown();
+byObject.shutdown();
+void keys;
 b.on('success', (result: { id: string }, latency: number) => void [result.id, latency]);
 b.on('failure', (err: unknown, latency: number, args: [string, number]) => void [err, latency, args[0]]);
 b.on('timeout', (err: CircuitBreakerError, latency: number) => void [err.code, latency]);
