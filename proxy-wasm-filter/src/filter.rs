@@ -106,6 +106,8 @@ pub struct Worker {
     rng: u64,
     owner: Option<u64>,
     key_buf: String,
+    /// Per policy: its key, when the key template does not depend on the request.
+    static_keys: Vec<Option<KeyId>>,
     /// Some policy keeps collapse stores (their events are drained in `settle`).
     collapses: bool,
     /// Collapse events are being handled: a nested `settle` leaves new ones to that
@@ -239,6 +241,7 @@ impl Worker {
             .map(|p| Replay::new(p, seed))
             .collect();
         self.collapses = self.replays.iter().any(|r| r.collapse.is_some());
+        self.static_keys = vec![None; plugin.policies.len()];
         self.by_wait = VecMap::default();
         self.plugin = Some(Rc::new(plugin));
         true
@@ -595,9 +598,6 @@ impl Worker {
         let (Some(policy), Some(&pid)) = (plugin.policies.get(pi), self.policies.get(pi)) else {
             return Action::Continue;
         };
-        policy
-            .key
-            .render(&policy.name, &mut view, &mut self.key_buf);
         let now = self.now();
         let rpc = is_grpc();
         let mut req = Request {
@@ -629,8 +629,25 @@ impl Worker {
         let Some(engine) = self.engine.as_mut() else {
             return Action::Continue;
         };
-        let Some(key) = engine.key(pid, &self.key_buf, now) else {
-            return Action::Continue;
+        // A key that does not depend on the request is looked up once (again after it
+        // expired: the id then names no live key of the policy).
+        let known = self.static_keys.get(pi).copied().flatten();
+        let key = match known.filter(|&k| engine.key_policy(k) == Some(pid)) {
+            Some(k) => k,
+            None => {
+                policy
+                    .key
+                    .render(&policy.name, &mut view, &mut self.key_buf);
+                let Some(k) = engine.key(pid, &self.key_buf, now) else {
+                    return Action::Continue;
+                };
+                // Not the overflow key a full table hands out: a key named otherwise.
+                let own = policy.key.is_static() && engine.key_name(k) == Some(&self.key_buf);
+                if let Some(s) = self.static_keys.get_mut(pi) {
+                    *s = own.then_some(k);
+                }
+                k
+            }
         };
         if self.metrics_of(key, pi, policy).is_none() {
             return Action::Continue;

@@ -1295,3 +1295,23 @@ fn private_responses_are_never_replayed_to_other_clients() {
         assert_eq!(r.response_header("set-cookie"), None);
     }
 }
+
+#[test]
+fn a_static_key_is_looked_up_again_after_it_expired() {
+    // A `"policy"` key is remembered per policy; once idle expiry has dropped it, the
+    // next request must get a live key again, never a refusal for an unknown key.
+    let json = config(None).replace(
+        r#""name": "svc","#,
+        r#""name": "svc", "keys": {"idle_ms": 1000},"#,
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    for round in 0..3 {
+        for w in 0..4 {
+            let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
+            assert!(r.sent_upstream, "round {round}, worker {w}");
+        }
+        h.run_for(Duration::from_millis(3_000)); // idle past idle_ms: the key expires
+    }
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.success"), 12);
+}
