@@ -212,6 +212,41 @@ describe('fire and call', () => {
     b.shutdown();
   });
 
+  test('a fallback listener that throws while a call times out or a waiter is refused: the call rejects with its error (found by review: it never settled)', async () => {
+    clock = fakeTime();
+    const outcome = (p) => {
+      const r = { settled: false };
+      p.then((value) => Object.assign(r, { settled: true, value }), (error) => Object.assign(r, { settled: true, error }));
+      return r;
+    };
+    const { b } = flaky({ timeout: 100 });
+    b.fallback(() => 'fallback');
+    b.on('fallback', () => {
+      throw new Error('fallback listener');
+    });
+    const timedOut = outcome(b.fire('hang'));
+    assert.throws(() => clock.tick(110), /fallback listener/, 'the error surfaces from the timer too');
+    await flush();
+    assert.ok(timedOut.settled, 'the timed-out call settled');
+    assert.match(timedOut.error?.message ?? '', /fallback listener/);
+
+    const { b: q, hangs } = flaky({ timeout: false, fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 3, max_wait_ms: 50 } } });
+    q.fallback(() => 'fallback');
+    q.on('fallback', () => {
+      throw new Error('fallback listener');
+    });
+    const running = settle(q.fire('hang'));
+    const waiter = outcome(q.fire(1));
+    assert.throws(() => clock.tick(60), /fallback listener/);
+    await flush();
+    assert.ok(waiter.settled, 'the refused waiter settled');
+    assert.match(waiter.error?.message ?? '', /fallback listener/);
+    hangs[0].resolve('done');
+    assert.equal((await running).value, 'done');
+    b.shutdown();
+    q.shutdown();
+  });
+
   test('resolves with the result; call() sets this; sync results and throws', async () => {
     const b = new CircuitBreaker(async (a, b2) => a + b2);
     assert.equal(await b.fire(2, 3), 5);

@@ -1292,11 +1292,19 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       else this.emit('failure', err, latency, c.args);
     });
     return () => {
-      const fb = filtered ? undefined : this._fallback(err, c.args);
-      if (fb !== undefined) c.resolve(fb);
-      else c.reject(err);
-      this.options.abortController?.abort();
-      c.ctl?.abort(err);
+      try {
+        const fb = filtered ? undefined : this._fallback(err, c.args);
+        if (fb !== undefined) c.resolve(fb);
+        else c.reject(err);
+      } catch (x) {
+        // A `fallback` listener threw: the call rejects with its error, which also
+        // surfaces from the timer.
+        this._threw(c, x);
+        throw x;
+      } finally {
+        this.options.abortController?.abort();
+        c.ctl?.abort(err);
+      }
     };
   }
 
@@ -1311,7 +1319,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     guarded(sink, () => this.emit('semaphoreLocked', err, latency));
     guarded(sink, () => this.emit('failure', err, latency, c.args));
     return () => {
-      const fb = this._fallback(err, c.args);
+      let fb: Promise<unknown> | undefined;
+      try {
+        fb = this._fallback(err, c.args);
+      } catch (x) {
+        this._threw(c, x); // a `fallback` listener threw (see `_timedOut`)
+        throw x;
+      }
       if (fb !== undefined) c.resolve(fb);
       else c.reject(err);
     };
