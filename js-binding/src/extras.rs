@@ -184,34 +184,6 @@ pub extern "C" fn fw_cache_poll(h: u32, which: u32, now: f64) -> i32 {
     })
 }
 
-/// Counters of cache `which` into `out`: entries, bytes, flights, followers, scopes,
-/// hits, misses, joins, bypasses, evictions, expirations. 1, or 0 without that cache.
-#[no_mangle]
-pub extern "C" fn fw_cache_stats(h: u32, which: u32) -> i32 {
-    on_parts(h, |p| {
-        let Some(c) = pick(p.b, which) else {
-            return 0;
-        };
-        let st = c.stats();
-        for (o, v) in p.out.iter_mut().zip([
-            f64::from(st.entries),
-            st.bytes as f64,
-            f64::from(st.flights),
-            f64::from(st.followers),
-            f64::from(st.scopes),
-            st.hits as f64,
-            st.misses as f64,
-            st.joins as f64,
-            st.bypasses as f64,
-            st.evictions as f64,
-            st.expirations as f64,
-        ]) {
-            *o = v;
-        }
-        1
-    })
-}
-
 // ---- the collapser ------------------------------------------------------------------------------
 
 /// Adds an item for collapser key `key_len` scratch bytes (global scope): 0 no

@@ -46,7 +46,6 @@ export interface Exports {
   fw_cache_invalidate(h: number, which: number, keyLen: number, now: number): number;
   fw_cache_clear(h: number, which: number, now: number): number;
   fw_cache_poll(h: number, which: number, now: number): number;
-  fw_cache_stats(h: number, which: number): number;
   fw_col_add(h: number, keyLen: number, now: number): number;
   fw_col_poll(h: number, now: number): number;
   fw_col_items(h: number, batch: number): number;
