@@ -45,17 +45,18 @@ fn action(a: Action) -> u32 {
     }
 }
 
-/// Runs `f` on the root of stream `id`. With one root (the usual case) no search: a
-/// root ignores stream ids it does not hold.
+/// The root of stream `id`. With one root (the usual case) no search: a root ignores
+/// stream ids it does not hold.
+fn owner(d: &mut Dispatcher, id: u32) -> Option<&mut Root> {
+    match d.roots.as_mut_slice() {
+        [(_, r)] => Some(r),
+        roots => roots.iter_mut().map(|(_, r)| r).find(|r| r.holds(id)),
+    }
+}
+
+/// Runs `f` on the root of stream `id`.
 fn stream<R: Default>(id: u32, f: impl FnOnce(&mut Root) -> R) -> R {
-    with(|d| match d.roots.as_mut_slice() {
-        [(_, r)] => f(r),
-        roots => roots
-            .iter_mut()
-            .map(|(_, r)| r)
-            .find(|r| r.holds(id))
-            .map_or_else(R::default, f),
-    })
+    with(|d| owner(d, id).map_or_else(R::default, f))
 }
 
 /// The ABI marker export.
@@ -162,7 +163,7 @@ pub extern "C" fn proxy_on_delete(id: u32) {
         match root(d, id) {
             Some(r) => r.deleted = true,
             None => {
-                if let Some((_, r)) = d.roots.iter_mut().find(|(_, r)| r.holds(id)) {
+                if let Some(r) = owner(d, id) {
                     r.finish_stream(id);
                 }
             }
