@@ -60,3 +60,34 @@ fn earlier_bytes_decode_and_re_encode_unchanged() {
     }
     assert!(leases > 0 && ledgers > 0 && ramps > 0 && warm > 0);
 }
+
+/// Write receipts (asynchronous stores) make a state v5; without them it stays v4,
+/// byte for byte as above. Each state has one encoding: a v4 header over receipts, or
+/// a v5 header without them, is refused.
+#[test]
+fn receipts_are_v5_and_only_v5() {
+    let earlier = bytes(EARLIER[3]);
+    let mut s: KeyState = codec::decode(Kind::KeyState, &earlier).expect("v4");
+    assert_eq!(codec::encode(Kind::KeyState, &s), earlier);
+    assert!(s.receipts.stamp(7, 42, 1_000, 30_000));
+    let v5 = codec::encode(Kind::KeyState, &s);
+    assert_eq!(v5[2], 5);
+    let back: KeyState = codec::decode(Kind::KeyState, &v5).expect("v5");
+    assert_eq!(back.receipts.seq(7), Some(42));
+    assert_eq!(back, s);
+    let relabel = |b: &[u8], version: u8| {
+        let mut b = b[..b.len() - 4].to_vec();
+        b[2] = version;
+        let crc = codec::crc32(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    };
+    assert_eq!(
+        codec::decode::<KeyState>(Kind::KeyState, &relabel(&v5, 4)),
+        Err(codec::DecodeError::Payload)
+    );
+    assert_eq!(
+        codec::decode::<KeyState>(Kind::KeyState, &relabel(&earlier, 5)),
+        Err(codec::DecodeError::Payload)
+    );
+}

@@ -21,7 +21,7 @@
 mod common;
 
 use common::*;
-use fusewire_core::shared::codec::{self, Kind, SCHEMA_VERSION};
+use fusewire_core::shared::codec::{self, Kind, MIN_SCHEMA_VERSION, SCHEMA_VERSION};
 use fusewire_core::shared::memory::Rules;
 use fusewire_core::shared::{Issue, KeyState};
 use fusewire_core::*;
@@ -313,7 +313,7 @@ fn corrupt_truncated_and_foreign_bytes_are_detected_and_reset() {
         let mut flipped = good.clone();
         flipped[good.len() / 2] ^= 0x40;
         let mut old = good.clone();
-        old[2] = SCHEMA_VERSION - 1;
+        old[2] = MIN_SCHEMA_VERSION - 1;
         let mut trailing = good[..good.len() - 4].to_vec();
         trailing.push(0);
         let crc = codec::crc32(&trailing);
@@ -367,7 +367,7 @@ fn corrupt_truncated_and_foreign_bytes_are_detected_and_reset() {
             let mut bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             if i % 3 == 0 && len >= 4 {
                 // A valid-looking header over garbage.
-                bytes[..4].copy_from_slice(&[b'F', b'W', SCHEMA_VERSION, Kind::KeyState as u8]);
+                bytes[..4].copy_from_slice(&[b'F', b'W', MIN_SCHEMA_VERSION, Kind::KeyState as u8]);
             }
             h.store.raw_set(&sk, &bytes);
             let w = i % 4;
@@ -790,6 +790,101 @@ fn no_delta_is_lost_while_the_store_is_up() {
             }
         }
     }
+}
+
+/// A write that lands but whose reply is lost (a partition, a store pause, a host stall
+/// past the op timeout) is recognised by its receipt on the next read: its outcomes
+/// are counted once, and a write that really failed is sent again (nothing lost).
+#[test]
+fn async_a_write_whose_reply_was_lost_is_counted_once() {
+    let json = r#"{"metrics": {"rolling_window_ms": 60000, "rolling_buckets": 60}}"#;
+    let mut h = Host::new(ASYNC, json);
+    let keys = h.keys("k");
+    let workers = ASYNC.workers();
+    let (mut ok, mut failed) = (0u32, 0u32);
+    let mut rng = Rng(7);
+    let mut lost = 0;
+    for step in 0..900 {
+        // Faults come and go: replies lost, then writes refused, then healthy.
+        match step % 300 {
+            0 => h.store.replies_lost = Some(10),
+            100 => {
+                h.store.replies_lost = None;
+                h.store.writes_down = Some(11);
+            }
+            200 => h.store.writes_down = None,
+            _ => {}
+        }
+        let w = step % workers;
+        let outcome = if rng.below(8) == 0 {
+            Outcome::Failure
+        } else {
+            Outcome::Success
+        };
+        assert!(h.call(w, keys[w], outcome), "step {step}");
+        match outcome {
+            Outcome::Failure => failed += 1,
+            _ => ok += 1,
+        }
+        if rng.below(4) == 0 {
+            let before = h.store.writes;
+            h.advance(100);
+            if h.store.replies_lost.is_some() {
+                lost += h.store.writes - before;
+            }
+        }
+        if rng.below(20) == 0 {
+            h.deliver();
+        }
+    }
+    assert!(lost >= 10, "writes landed with their replies lost: {lost}");
+    h.advance(20_000);
+    let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+    let st = decode(h.store.raw_get(&sk).unwrap());
+    let c = st.window.counts_at(h.now);
+    assert_eq!(
+        (c.success, c.failure),
+        (ok, failed),
+        "every call counted once"
+    );
+    for w in 0..workers {
+        assert!(h.engines[w].flushed(keys[w]), "worker {w} settled");
+    }
+}
+
+/// A probe lease granted by a write whose reply was lost went to a call refused
+/// meanwhile: once the receipt shows the write landed, the lease is handed back, so
+/// the fleet probes again within a second, not after the lease TTL.
+#[test]
+fn async_a_probe_lease_granted_with_its_reply_lost_is_handed_back() {
+    let json = r#"{"breaker": {"half_open": {"permitted_probes": 1}}}"#;
+    let mut h = Host::new(ASYNC, json);
+    let keys = h.keys("k");
+    h.advance(1_000);
+    async_trip(&mut h, &keys);
+    h.advance(6_000);
+    h.store.replies_lost = Some(10);
+    let writes = h.store.writes;
+    for _ in 0..3 {
+        assert!(matches!(h.start(0, keys[0]), Start::Refused(_)));
+        h.deliver();
+    }
+    assert!(h.store.writes > writes, "the lease's write landed");
+    h.store.replies_lost = None;
+    let healed = h.now;
+    let mut probe = None;
+    while probe.is_none() && h.now < healed + 2_000 * MS {
+        h.advance(50);
+        for w in 0..3 {
+            if let Start::Running(p) = h.start(w, keys[w]) {
+                probe = Some((w, p));
+                break;
+            }
+        }
+        h.deliver();
+    }
+    let (w, p) = probe.expect("a probe within 2 s of the store answering again");
+    h.complete(w, p, Outcome::Success);
 }
 
 // ---- regressions found by tests/flow_props.rs --------------------------------------------

@@ -12,8 +12,10 @@
 //! The CRC-32 (IEEE) covers every byte before it. Decoding checks, in order: length,
 //! magic, version (a newer version than [`SCHEMA_VERSION`] is reported as
 //! [`DecodeError::FutureVersion`] so old code running next to new code during a config
-//! drain leaves it alone), kind, checksum, then the payload, which must be consumed
-//! exactly. Decoding never panics on any input.
+//! drain leaves it alone; one older than [`MIN_SCHEMA_VERSION`] as
+//! [`DecodeError::OldVersion`]), kind, checksum, then the payload, which must be
+//! consumed exactly and be of the version it needs ([`Wire::schema`]: one encoding per
+//! value). Decoding never panics on any input.
 //!
 //! Payloads implement [`Wire`], in postcard's format (the one the state was written in
 //! before it was encoded by hand): unsigned integers as LEB128 varints (`u8` as one
@@ -24,8 +26,13 @@
 
 /// First two bytes of every encoded value.
 pub const MAGIC: [u8; 2] = *b"FW";
-/// Version of the encoding and of every payload type in this module tree.
-pub const SCHEMA_VERSION: u8 = 4;
+/// Newest version of the encoding and of the payload types in this module tree.
+pub const SCHEMA_VERSION: u8 = 5;
+/// Oldest version still read. A value is written in the oldest version that holds it
+/// ([`Wire::schema`]): a key state with write receipts (asynchronous stores) in v5,
+/// any other in v4, as earlier releases wrote it, so code of both ages reads the
+/// state of a synchronous store during a drain, and v4 code leaves v5 bytes alone.
+pub const MIN_SCHEMA_VERSION: u8 = 4;
 /// Bytes before the payload: magic, version, kind.
 pub const HEADER_LEN: usize = 4;
 /// Bytes after the payload: the CRC-32.
@@ -85,6 +92,10 @@ pub trait Wire: Sized {
     fn put(&self, out: &mut Vec<u8>);
     /// Reads one value; `None` if the bytes do not hold one.
     fn take(r: &mut Reader<'_>) -> Option<Self>;
+    /// The oldest schema version that holds this value.
+    fn schema(&self) -> u8 {
+        MIN_SCHEMA_VERSION
+    }
 }
 
 /// Reads payload bytes front to back; every read checks the length.
@@ -265,7 +276,7 @@ pub fn encode<T: Wire>(kind: Kind, value: &T) -> Vec<u8> {
 pub fn encode_into<T: Wire>(kind: Kind, value: &T, mut out: Vec<u8>) -> Vec<u8> {
     out.clear();
     out.extend_from_slice(&MAGIC);
-    out.push(SCHEMA_VERSION);
+    out.push(value.schema());
     out.push(kind as u8);
     value.put(&mut out);
     let crc = crc32(&out);
@@ -290,7 +301,7 @@ pub fn decode<T: Wire>(kind: Kind, bytes: &[u8]) -> Result<T, DecodeError> {
     if version > SCHEMA_VERSION {
         return Err(DecodeError::FutureVersion(version));
     }
-    if version < SCHEMA_VERSION {
+    if version < MIN_SCHEMA_VERSION {
         return Err(DecodeError::OldVersion(version));
     }
     if body[3] != kind as u8 {
@@ -303,7 +314,7 @@ pub fn decode<T: Wire>(kind: Kind, bytes: &[u8]) -> Result<T, DecodeError> {
     }
     let mut r = Reader::new(&body[HEADER_LEN..]);
     match T::take(&mut r) {
-        Some(value) if r.is_empty() => Ok(value),
+        Some(value) if r.is_empty() && value.schema() == version => Ok(value),
         _ => Err(DecodeError::Payload),
     }
 }

@@ -36,6 +36,9 @@ pub struct MemoryStore {
     /// When set, every write fails with this status while reads still answer (a
     /// full store, or a value larger than it holds).
     pub writes_down: Option<u32>,
+    /// When set, every write is performed but answered with this status (its reply
+    /// lost: a partition, a store pause or a host stall past the op timeout).
+    pub replies_lost: Option<u32>,
     /// Operations refused while `down` or `writes_down`.
     pub failed: u64,
 }
@@ -106,7 +109,10 @@ impl MemoryStore {
                     self.failed += 1;
                     OwnedAnswer::Failed(code)
                 }
-                None => self.write(io.key, value, expect),
+                None => match (self.write(io.key, value, expect), self.replies_lost) {
+                    (OwnedAnswer::Written(_), Some(code)) => OwnedAnswer::Failed(code),
+                    (answer, _) => answer,
+                },
             },
         }
     }

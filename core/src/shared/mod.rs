@@ -11,6 +11,8 @@
 //! - [`state`]: a key's stored state ([`KeyState`]: the core breaker on the core's
 //!   ring with a counters-only bucket, plus the slot ledger) and a worker's [`Delta`].
 //! - [`ledger`]: bulkhead slots per worker with heartbeat leases.
+//! - [`receipts`]: each owner's last write, so a write whose reply was lost is
+//!   recognised on an asynchronous store.
 //! - [`io`]: the store protocol.
 //! - `replica`: one worker's view of one key and the CAS protocol (internal).
 //! - [`memory`]: an in-memory store with Envoy, Kong and Redis-script rules (tests).
@@ -21,11 +23,13 @@ pub mod codec;
 pub mod io;
 pub mod ledger;
 pub mod memory;
+pub mod receipts;
 pub(crate) mod replica;
 pub mod state;
 
 pub use codec::DecodeError;
 pub use io::{Answer, Expect, Io, IoId, Issue, Op, OwnedAnswer};
 pub use ledger::SlotLedger;
+pub use receipts::Receipts;
 pub use replica::{LAYOUT, OVERFLOW, PROBE_LIMIT};
 pub use state::{Counts, Delta, KeyState, Streak, WireWindow};

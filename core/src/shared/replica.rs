@@ -18,6 +18,7 @@
 
 use super::codec::{self, DecodeError, Kind};
 use super::io::{Answer, Expect, Issue};
+use super::receipts::Receipts;
 use super::state::{Delta, KeyState};
 use crate::breaker::{Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE};
 use crate::circuit::Circuit;
@@ -107,6 +108,8 @@ struct Attempt {
     probes: usize,
     returns: usize,
     delta: bool,
+    /// The receipt the write carries (asynchronous stores).
+    receipt: Option<u32>,
 }
 
 /// One worker's replica of one key.
@@ -167,6 +170,11 @@ pub(crate) struct Replica {
     io: IoState,
     attempts: u32,
     attempt: Option<Attempt>,
+    /// Sequence number of this worker's last write (its receipt).
+    seq: u32,
+    /// A write whose reply was lost: it may have landed. The next read tells from
+    /// its receipt; until then its delta stays in `sent`.
+    doubt: Option<Attempt>,
 }
 
 /// `a` is a later generation than `b` (wrapping).
@@ -231,6 +239,10 @@ impl Replica {
             io: IoState::Idle,
             attempts: 0,
             attempt: None,
+            // Sequences of a key's earlier replica in this worker (expired, created
+            // again) lie far behind: each counts from its creation time.
+            seq: (now >> 16) as u32,
+            doubt: None,
         };
         r.set_store_key();
         r
@@ -661,7 +673,10 @@ impl Replica {
     /// Whether a read, a write or a slot search is waiting to be sent.
     #[inline(always)]
     fn io_pending(&self) -> bool {
-        self.read_wanted || matches!(self.bind, Bind::Probing { .. }) || self.write_wanted()
+        self.read_wanted
+            || matches!(self.bind, Bind::Probing { .. })
+            || self.write_wanted()
+            || self.doubt.is_some()
     }
 
     /// Builds the next request (`seq` identifies it): `Some(None)` a read of
@@ -680,6 +695,7 @@ impl Replica {
             return Some(None);
         }
         if self.write_wanted() && self.token_known {
+            self.seq = self.seq.wrapping_add(1);
             let attempt = self.apply(ctx);
             let buf = core::mem::take(&mut self.written);
             self.written = codec::encode_into(Kind::KeyState, &attempt.state, buf);
@@ -695,7 +711,7 @@ impl Replica {
             self.io = IoState::InFlight { seq, write: true };
             return Some(Some(self.expect));
         }
-        if self.read_wanted || self.write_wanted() {
+        if self.read_wanted || self.write_wanted() || self.doubt.is_some() {
             self.io = IoState::InFlight { seq, write: false };
             return Some(None);
         }
@@ -847,6 +863,7 @@ impl Replica {
     }
 
     fn adopt_state(&mut self, ctx: &Ctx, s: KeyState, token: u64, fx: &mut Effects) {
+        self.settle_doubt(ctx.owner, Some(&s.receipts), ctx.now);
         let before = self
             .view
             .as_ref()
@@ -934,6 +951,7 @@ impl Replica {
                 self.failures = 0;
                 self.limit_changed = false;
                 // The store lost the key (restarted empty) or never had it.
+                self.settle_doubt(ctx.owner, None, ctx.now);
                 let fresh = self.fresh_state(ctx.config, ctx.now);
                 if self
                     .view
@@ -965,6 +983,7 @@ impl Replica {
     /// Unreadable bytes in our slot: start from a fresh state, replacing them on the
     /// next write.
     fn reset_invalid(&mut self, ctx: &Ctx, e: DecodeError, token: u64, fx: &mut Effects) {
+        self.settle_doubt(ctx.owner, None, ctx.now);
         fx.issue = Some(Issue::Invalid(e));
         self.view = Some(KeyState::new(self.slot_name(), ctx.config, ctx.now));
         self.expect = Expect::Token(token);
@@ -1012,32 +1031,11 @@ impl Replica {
     fn on_write(&mut self, ctx: &Ctx, answer: Answer<'_>, fx: &mut Effects) {
         match answer {
             Answer::Written { token } => {
-                let Some(a) = self.attempt.take() else { return };
+                let Some(mut a) = self.attempt.take() else {
+                    return;
+                };
                 self.write_failed_at = None;
-                if a.delta {
-                    let g = a.state.breaker.generation();
-                    self.sent.reset(g);
-                    // Kept: outcomes of this generation recorded while the write was
-                    // in flight (flushed on the next tick, or at once if urgent).
-                    if self.delta.is_empty() || self.delta.generation != g {
-                        self.delta.reset(g);
-                        self.dirty_at = None;
-                    } else {
-                        self.dirty_at = Some(ctx.now);
-                    }
-                }
-                self.probe_results
-                    .drain(..a.probes.min(self.probe_results.len()));
-                self.lease_returns
-                    .drain(..a.returns.min(self.lease_returns.len()));
-                if !self.probe_results.is_empty() || !self.lease_returns.is_empty() {
-                    self.dirty_at.get_or_insert(ctx.now);
-                }
-                self.leases.extend(a.leases);
-                if a.slots != self.slots_held || self.release_due {
-                    self.last_heartbeat = ctx.now;
-                }
-                self.slots_held = a.slots;
+                self.landed(&mut a, ctx.now);
                 fx.transitions = a.transitions;
                 self.hot = a.state.is_hot(ctx.now);
                 self.view = Some(a.state);
@@ -1099,13 +1097,64 @@ impl Replica {
                 }
             }
             Answer::Failed { code } => {
-                self.attempt = None;
-                self.unsend();
+                // A write carrying a receipt may have landed: the next read tells.
+                match self.attempt.take() {
+                    Some(a) if a.receipt.is_some() => {
+                        self.doubt = Some(a);
+                    }
+                    _ => self.unsend(),
+                }
                 self.token_known = false;
                 self.write_failed_at.get_or_insert(ctx.now);
                 self.fail(ctx, code, fx);
             }
             Answer::Found { .. } | Answer::NotFound => {}
+        }
+    }
+
+    /// Write `a` landed: what it carried (its delta, probe results and returned
+    /// leases) is in the store and forgotten here; the leases and slots it granted
+    /// are held.
+    fn landed(&mut self, a: &mut Attempt, now: Nanos) {
+        if a.delta {
+            let g = a.state.breaker.generation();
+            self.sent.reset(g);
+            // Kept: outcomes of this generation recorded while the write was in
+            // flight (flushed on the next tick, or at once if urgent).
+            if self.delta.is_empty() || self.delta.generation != g {
+                self.delta.reset(g);
+                self.dirty_at = None;
+            } else {
+                self.dirty_at = Some(now);
+            }
+        }
+        self.probe_results
+            .drain(..a.probes.min(self.probe_results.len()));
+        self.lease_returns
+            .drain(..a.returns.min(self.lease_returns.len()));
+        if !self.probe_results.is_empty() || !self.lease_returns.is_empty() {
+            self.dirty_at.get_or_insert(now);
+        }
+        self.leases.extend(core::mem::take(&mut a.leases));
+        if a.slots != self.slots_held || self.release_due {
+            self.last_heartbeat = now;
+        }
+        self.slots_held = a.slots;
+    }
+
+    /// Ends the doubt about a write whose reply was lost, from the receipts the store
+    /// holds now (`None`: the key's state is gone or unreadable, so it did not land
+    /// there): landed as if its reply had come (unused leases it granted go back on
+    /// the next tick), or not, and its delta is pending again.
+    #[inline(never)]
+    fn settle_doubt(&mut self, owner: u64, receipts: Option<&Receipts>, now: Nanos) {
+        let Some(mut a) = self.doubt.take() else {
+            return;
+        };
+        if a.receipt.is_some() && receipts.and_then(|r| r.seq(owner)) == a.receipt {
+            self.landed(&mut a, now);
+        } else {
+            self.unsend();
         }
     }
 
@@ -1209,6 +1258,16 @@ impl Replica {
             }
         }
         let ttl = ms_to_ns(ctx.shared.lease_ttl_ms);
+        let receipt = match ctx.shared.mode {
+            SyncMode::Async => s
+                .receipts
+                .stamp(ctx.owner, self.seq, now, ttl)
+                .then_some(self.seq),
+            SyncMode::Sync => {
+                s.receipts.clear();
+                None
+            }
+        };
         let slots = match ctx.bulkhead_shared() {
             Some(max) => {
                 let keep = if self.release_due {
@@ -1234,13 +1293,17 @@ impl Replica {
             probes: self.probe_results.len(),
             returns: self.lease_returns.len(),
             delta,
+            receipt,
         }
     }
 
     /// Whether no outcome waits to be written and no request is in flight (slots it
     /// holds may remain).
     pub(crate) fn is_flushed(&self) -> bool {
-        self.io == IoState::Idle && !self.write_wanted() && self.delta.is_empty()
+        self.io == IoState::Idle
+            && !self.write_wanted()
+            && self.delta.is_empty()
+            && self.doubt.is_none()
     }
 
     /// Whether the replica has nothing in flight or pending (it may be dropped).
@@ -1248,6 +1311,7 @@ impl Replica {
         self.io == IoState::Idle
             && !self.write_wanted()
             && self.delta.is_empty()
+            && self.doubt.is_none()
             && self.slots_held == 0
     }
 }

@@ -5,8 +5,9 @@
 //! The wire window is the core's one [`Ring`] with a counters-only bucket
 //! ([`Counts`]); it is encoded as its live, non-empty buckets only.
 
-use super::codec::{put_varint, Reader, Wire};
+use super::codec::{self, put_varint, Reader, Wire};
 use super::ledger::SlotLedger;
+use super::receipts::Receipts;
 use crate::breaker::BreakerState;
 use crate::event::{EventKind, Outcome, EVENT_KINDS};
 use crate::ring::{geometry, Bucket, Ring, Slot};
@@ -311,9 +312,12 @@ pub struct KeyState {
     pub window: WireWindow,
     /// Bulkhead slots per worker.
     pub ledger: SlotLedger,
+    /// Each owner's last write (asynchronous stores only; empty otherwise).
+    pub receipts: Receipts,
 }
 
-/// On the wire: its fields in declaration order.
+/// On the wire: its fields in declaration order; the receipts only when there are
+/// any (so a synchronous store's bytes are those of earlier releases).
 impl Wire for KeyState {
     fn put(&self, out: &mut Vec<u8>) {
         self.name.put(out);
@@ -321,6 +325,9 @@ impl Wire for KeyState {
         self.breaker.put(out);
         self.window.put(out);
         self.ledger.put(out);
+        if !self.receipts.is_empty() {
+            self.receipts.put(out);
+        }
     }
 
     fn take(r: &mut Reader<'_>) -> Option<Self> {
@@ -330,7 +337,22 @@ impl Wire for KeyState {
             breaker: BreakerState::take(r)?,
             window: WireWindow::take(r)?,
             ledger: SlotLedger::take(r)?,
+            // Present only when non-empty: one canonical form, so a trailing byte
+            // is still detected as corrupt.
+            receipts: if r.is_empty() {
+                Receipts::default()
+            } else {
+                Receipts::take(r).filter(|x| !x.is_empty())?
+            },
         })
+    }
+
+    fn schema(&self) -> u8 {
+        if self.receipts.is_empty() {
+            codec::MIN_SCHEMA_VERSION
+        } else {
+            codec::SCHEMA_VERSION
+        }
     }
 }
 
@@ -345,6 +367,7 @@ impl KeyState {
             breaker,
             window: WireWindow::new(config, now),
             ledger: SlotLedger::new(),
+            receipts: Receipts::default(),
         }
     }
 
