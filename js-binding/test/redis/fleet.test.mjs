@@ -73,7 +73,9 @@ const proxies = new Set();
  * A TCP proxy on a free local port to the redis-server on port `target`, which the
  * test can switch (`p.target = …`; new connections go there). `drop()` ends every
  * connection through it (ioredis reconnects); `mode = 'blackhole'` is a partition:
- * connections are accepted (and kept) but nothing is forwarded either way.
+ * connections are accepted (and kept) but nothing is forwarded either way;
+ * `mode = 'deaf'` forwards requests but drops every reply (writes land, their
+ * replies are lost).
  */
 async function proxy(target) {
   const conns = new Set();
@@ -91,7 +93,7 @@ async function proxy(target) {
     up.on('error', () => {});
     up.on('close', () => { conns.delete(up); down.destroy(); });
     down.on('close', () => up.destroy());
-    down.on('data', (d) => { if (p.mode === 'forward') up.write(d); });
+    down.on('data', (d) => { if (p.mode !== 'blackhole') up.write(d); });
     up.on('data', (d) => { if (p.mode === 'forward') down.write(d); });
   });
   await new Promise((resolve, reject) => {
@@ -446,6 +448,35 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     assert.ok(fails > 40 && fails <= sum(failing, 'failed'), `failures in the fleet's window: ${fails}`);
     console.log(`# partition: healed in ${healed.ms} ms (${timeouts} timeouts, ${refused} late writes refused, ${late} late ` +
       `answers ignored), the open breaker reached the partitioned process ${conv.ms} ms after the second heal`);
+    await f.stop();
+    for (const p of px) await p.close();
+    await kill(redis);
+  });
+
+  test('replies lost after their writes landed: the writes are recognised by their receipts, nothing counted twice', async () => {
+    const port = await freePort();
+    const redis = await redisServer(port);
+    const px = [await proxy(port), await proxy(port), await proxy(port)];
+    const f = await fleet(3, (i) => ({ REDIS_PORT: String(px[i].port), NAME: 'deaf', OPTIONS: JSON.stringify(BREAKER) }));
+    await f.all({ op: 'fire', n: 10 });
+    const synced = await until(f, (s) => s.members.every((m) => m.successes === 30), 3000);
+    assert.notEqual(synced.ms, -1);
+    // Process 2's requests reach Redis, its replies never come back: its first write
+    // lands, times out, and every read after it times out too.
+    px[2].mode = 'deaf';
+    const cut = await f.members[2].ask({ op: 'fire', n: 10, gap: (STALE_MS + 300) / 10 });
+    assert.equal(cut.ok, 10);
+    assert.ok(cut.maxMs < CALL_BOUND_MS, `a call took ${cut.maxMs} ms`);
+    let s = await states(f);
+    assert.ok(s.stores[2].timeouts > 0, `process 2's ops timed out: ${JSON.stringify(s.stores[2])}`);
+    px[2].mode = 'forward';
+    px[2].drop();
+    const healed = await until(f, (st) => st.members.every((m) => m.successes === 40), 5000);
+    assert.notEqual(healed.ms, -1, `successes: ${healed.s.members.map((m) => m.successes)} (want 40 each)`);
+    await sleep(3 * SYNC_MS);
+    s = await states(f);
+    assert.deepEqual(s.members.map((m) => m.successes), [40, 40, 40], 'nothing lost, nothing counted twice');
+    console.log(`# replies lost: ${s.stores[2].timeouts} timeouts, converged ${healed.ms} ms after the replies came back`);
     await f.stop();
     for (const p of px) await p.close();
     await kill(redis);
