@@ -852,6 +852,49 @@ fn async_a_write_whose_reply_was_lost_is_counted_once() {
     }
 }
 
+/// Replicas of several keys of one worker can write one stored state (a key whose
+/// probing found every slot taken, and the policy's overflow key, share the overflow
+/// slot): each has its own receipt there, so one's write never passes for another's.
+#[test]
+fn async_keys_sharing_the_overflow_slot_keep_their_own_receipts() {
+    let json = r#"{"keys": {"max_keys": 1},
+                   "breaker": {"error_percentage": {"request_volume_threshold": 1000000}},
+                   "metrics": {"rolling_window_ms": 600000, "rolling_buckets": 60}}"#;
+    let mut h = Host::new(ASYNC, json);
+    // Worker 1 takes the one slot; worker 0's "a" finds it taken, and "b" is past
+    // worker 0's table: both write the overflow slot.
+    let x = h.key(1, "x");
+    assert!(h.call(1, x, Outcome::Success));
+    h.advance(2_000);
+    let a = h.key(0, "a");
+    h.advance(500);
+    let b = h.key(0, "b");
+    h.advance(500);
+    let (sa, sb) = (h.engines[0].store_key(a), h.engines[0].store_key(b));
+    assert!(sa.is_some() && sa == sb, "one slot: {sa:?} {sb:?}");
+    let sk = sa.unwrap().to_string();
+    let mut rng = Rng(3);
+    let mut calls = 0;
+    for step in 0..400 {
+        h.store.replies_lost = (step % 100 < 50).then_some(10);
+        let k = if rng.below(2) == 0 { a } else { b };
+        if h.call(0, k, Outcome::Success) {
+            calls += 1;
+        }
+        if rng.below(3) == 0 {
+            h.advance(150);
+        }
+    }
+    h.store.replies_lost = None;
+    h.advance(20_000);
+    let st = decode(h.store.raw_get(&sk).unwrap());
+    assert_eq!(
+        st.window.counts_at(h.now).success,
+        calls,
+        "every call counted once"
+    );
+}
+
 /// A probe lease granted by a write whose reply was lost went to a call refused
 /// meanwhile: once the receipt shows the write landed, the lease is handed back, so
 /// the fleet probes again within a second, not after the lease TTL.
@@ -1504,10 +1547,16 @@ fn a_local_trip_outvoted_by_the_merged_state_is_reported_closed() {
 /// asynchronous one after `stale_ms`), and is shared again once a write lands.
 #[test]
 fn a_store_that_refuses_writes_leaves_the_key_to_its_local_breaker() {
-    for mode in [SYNC[0], SYNC[1], ASYNC] {
+    let modes = [SYNC[0], SYNC[1], ASYNC];
+    // A new key (reads answer "not found"), or one the store holds (reads answer it).
+    for (mode, existing) in modes.iter().flat_map(|&m| [(m, false), (m, true)]) {
         let mut h = Host::new(mode, OPOSSUM);
-        h.store.writes_down = Some(2);
         let keys = h.keys("k");
+        if existing {
+            assert!(h.call(0, keys[0], Outcome::Success));
+            h.advance(2_000);
+        }
+        h.store.writes_down = Some(2);
         if mode == ASYNC {
             // Within `stale_ms` of the first failed write the view still decides.
             for _ in 0..3 {

@@ -1,7 +1,9 @@
-//! Write receipts: each owner's last write to a key (a sequence number and when),
-//! kept in the key's state on an asynchronous store. A reply can be lost after its
+//! Write receipts: each writer's last write to a key (a sequence number and when),
+//! kept in the key's state on an asynchronous store. A writer is one worker's replica
+//! of one key (the owner id mixed with the key's hash: replicas of several keys of
+//! one worker may share a slot, the overflow slot). A reply can be lost after its
 //! write landed (a partition, a store pause, a host stall past the op timeout); the
-//! owner's next read then tells from its receipt whether the write landed, so the
+//! writer's next read then tells from its receipt whether the write landed, so the
 //! outcomes it carried are neither counted twice nor lost.
 //!
 //! Receipts expire with the lease TTL, as ledger entries do: a write still in doubt
@@ -10,34 +12,34 @@
 use super::codec::{Reader, Wire};
 use super::ledger::MAX_OWNERS;
 
-/// One owner's last write.
+/// One writer's last write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Receipt {
-    /// The owner (worker or process) id.
-    pub owner: u64,
-    /// The write's sequence number (per owner and key).
+    /// The writer: its owner (worker or process) id mixed with its key's hash.
+    pub writer: u64,
+    /// The write's sequence number (per writer).
     pub seq: u32,
-    /// The owner's clock when it wrote (ns).
+    /// The writer's clock when it wrote (ns).
     pub at: u64,
 }
 
-/// The receipts of one key, at most one per owner.
+/// The receipts of one key, at most one per writer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Receipts {
     entries: Vec<Receipt>,
 }
 
-/// On the wire: `(owner, seq, at)`.
+/// On the wire: `(writer, seq, at)`.
 impl Wire for Receipt {
     fn put(&self, out: &mut Vec<u8>) {
-        self.owner.put(out);
+        self.writer.put(out);
         self.seq.put(out);
         self.at.put(out);
     }
 
     fn take(r: &mut Reader<'_>) -> Option<Self> {
         Some(Receipt {
-            owner: u64::take(r)?,
+            writer: u64::take(r)?,
             seq: u32::take(r)?,
             at: u64::take(r)?,
         })
@@ -66,20 +68,20 @@ impl Receipts {
         self.entries.clear();
     }
 
-    /// The sequence number of `owner`'s last write, if its receipt is kept.
-    pub fn seq(&self, owner: u64) -> Option<u32> {
+    /// The sequence number of `writer`'s last write, if its receipt is kept.
+    pub fn seq(&self, writer: u64) -> Option<u32> {
         self.entries
             .iter()
-            .find(|e| e.owner == owner)
+            .find(|e| e.writer == writer)
             .map(|e| e.seq)
     }
 
-    /// Records `owner`'s write `seq` at `now`, dropping receipts older than `ttl`.
-    /// False when [`MAX_OWNERS`] other owners wrote within `ttl` (no receipt kept).
-    pub fn stamp(&mut self, owner: u64, seq: u32, now: u64, ttl: u64) -> bool {
+    /// Records `writer`'s write `seq` at `now`, dropping receipts older than `ttl`.
+    /// False when [`MAX_OWNERS`] other writers wrote within `ttl` (no receipt kept).
+    pub fn stamp(&mut self, writer: u64, seq: u32, now: u64, ttl: u64) -> bool {
         let mut i = 0;
         while let Some(e) = self.entries.get(i) {
-            if e.owner == owner || now.abs_diff(e.at) >= ttl {
+            if e.writer == writer || now.abs_diff(e.at) >= ttl {
                 self.entries.swap_remove(i);
             } else {
                 i += 1;
@@ -88,7 +90,7 @@ impl Receipts {
         let room = self.entries.len() < MAX_OWNERS;
         if room {
             self.entries.push(Receipt {
-                owner,
+                writer,
                 seq,
                 at: now,
             });
@@ -102,7 +104,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_receipt_per_owner_expiring_with_the_ttl() {
+    fn one_receipt_per_writer_expiring_with_the_ttl() {
         let mut r = Receipts::default();
         assert!(r.stamp(1, 7, 100, 50));
         assert!(r.stamp(2, 3, 120, 50));
@@ -116,12 +118,12 @@ mod tests {
     #[test]
     fn a_full_table_keeps_no_new_receipt() {
         let mut r = Receipts::default();
-        for owner in 0..MAX_OWNERS as u64 {
-            assert!(r.stamp(owner, 1, 10, 1_000));
+        for writer in 0..MAX_OWNERS as u64 {
+            assert!(r.stamp(writer, 1, 10, 1_000));
         }
         assert!(!r.stamp(u64::MAX, 1, 10, 1_000));
         assert_eq!(r.seq(u64::MAX), None);
-        // An owner already kept is updated.
+        // A writer already kept is updated.
         assert!(r.stamp(5, 2, 11, 1_000));
         assert_eq!(r.seq(5), Some(2));
         assert!(!r.stamp(u64::MAX, 1, 12, 1_000));

@@ -18,7 +18,6 @@
 
 use super::codec::{self, DecodeError, Kind};
 use super::io::{Answer, Expect, Issue};
-use super::receipts::Receipts;
 use super::state::{Delta, KeyState};
 use crate::breaker::{Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE};
 use crate::circuit::Circuit;
@@ -110,6 +109,8 @@ struct Attempt {
     delta: bool,
     /// The receipt the write carries (asynchronous stores).
     receipt: Option<u32>,
+    /// The forced phase it carries.
+    forced: Option<Phase>,
 }
 
 /// One worker's replica of one key.
@@ -172,6 +173,9 @@ pub(crate) struct Replica {
     attempt: Option<Attempt>,
     /// Sequence number of this worker's last write (its receipt).
     seq: u32,
+    /// Mixed into the owner id for this replica's receipts: replicas of several keys
+    /// bound to one slot (the overflow slot) write one state.
+    salt: u64,
     /// A write whose reply was lost: it may have landed. The next read tells from
     /// its receipt; until then its delta stays in `sent`.
     doubt: Option<Attempt>,
@@ -242,6 +246,7 @@ impl Replica {
             // Sequences of a key's earlier replica in this worker (expired, created
             // again) lie far behind: each counts from its creation time.
             seq: (now >> 16) as u32,
+            salt: fnv1a(name.as_bytes()),
             doubt: None,
         };
         r.set_store_key();
@@ -694,7 +699,7 @@ impl Replica {
             self.io = IoState::InFlight { seq, write: false };
             return Some(None);
         }
-        if self.write_wanted() && self.token_known {
+        if self.write_wanted() && self.token_known && self.doubt.is_none() {
             self.seq = self.seq.wrapping_add(1);
             let attempt = self.apply(ctx);
             let buf = core::mem::take(&mut self.written);
@@ -851,6 +856,10 @@ impl Replica {
     }
 
     fn restart_probing(&mut self) {
+        if self.doubt.take().is_some() {
+            // The slot holds another state now: whatever landed there is gone.
+            self.unsend();
+        }
         self.bind = Bind::Probing {
             step: 0,
             free: None,
@@ -863,7 +872,7 @@ impl Replica {
     }
 
     fn adopt_state(&mut self, ctx: &Ctx, s: KeyState, token: u64, fx: &mut Effects) {
-        self.settle_doubt(ctx.owner, Some(&s.receipts), ctx.now);
+        self.settle_doubt(s.receipts.seq(ctx.owner ^ self.salt), ctx.now);
         let before = self
             .view
             .as_ref()
@@ -903,7 +912,7 @@ impl Replica {
                 self.read_wanted = false;
                 self.failures = 0;
                 self.limit_changed = false;
-                if self.delta.is_empty() && self.attempt.is_none() {
+                if self.delta.is_empty() && self.attempt.is_none() && self.doubt.is_none() {
                     // Nothing of ours is missing from the stored state: it decides.
                     self.write_failed_at = None;
                 }
@@ -951,7 +960,7 @@ impl Replica {
                 self.failures = 0;
                 self.limit_changed = false;
                 // The store lost the key (restarted empty) or never had it.
-                self.settle_doubt(ctx.owner, None, ctx.now);
+                self.settle_doubt(None, ctx.now);
                 let fresh = self.fresh_state(ctx.config, ctx.now);
                 if self
                     .view
@@ -983,7 +992,7 @@ impl Replica {
     /// Unreadable bytes in our slot: start from a fresh state, replacing them on the
     /// next write.
     fn reset_invalid(&mut self, ctx: &Ctx, e: DecodeError, token: u64, fx: &mut Effects) {
-        self.settle_doubt(ctx.owner, None, ctx.now);
+        self.settle_doubt(None, ctx.now);
         fx.issue = Some(Issue::Invalid(e));
         self.view = Some(KeyState::new(self.slot_name(), ctx.config, ctx.now));
         self.expect = Expect::Token(token);
@@ -1034,8 +1043,7 @@ impl Replica {
                 let Some(mut a) = self.attempt.take() else {
                     return;
                 };
-                self.write_failed_at = None;
-                self.landed(&mut a, ctx.now);
+                self.landed(&mut a, ctx.now, false);
                 fx.transitions = a.transitions;
                 self.hot = a.state.is_hot(ctx.now);
                 self.view = Some(a.state);
@@ -1054,8 +1062,6 @@ impl Replica {
                 self.release_due = false;
                 self.limit_changed = false;
                 self.poll_due = false;
-                self.forced = None;
-                self.announced = None;
                 self.claim = false;
                 self.attempts = 0;
                 self.failures = 0;
@@ -1112,16 +1118,23 @@ impl Replica {
         }
     }
 
-    /// Write `a` landed: what it carried (its delta, probe results and returned
-    /// leases) is in the store and forgotten here; the leases and slots it granted
-    /// are held.
-    fn landed(&mut self, a: &mut Attempt, now: Nanos) {
+    /// Write `a` landed: what it carried (its delta, probe results, returned leases,
+    /// a forced phase) is in the store and forgotten here; the leases and slots it
+    /// granted are held. `late`: known from its receipt after its answer was lost —
+    /// every outcome recorded since stays pending (an outage's worth, not a round
+    /// trip's).
+    fn landed(&mut self, a: &mut Attempt, now: Nanos, late: bool) {
+        self.write_failed_at = None;
+        if self.forced == a.forced {
+            self.forced = None;
+            self.announced = None;
+        }
         if a.delta {
             let g = a.state.breaker.generation();
             self.sent.reset(g);
             // Kept: outcomes of this generation recorded while the write was in
             // flight (flushed on the next tick, or at once if urgent).
-            if self.delta.is_empty() || self.delta.generation != g {
+            if self.delta.is_empty() || (self.delta.generation != g && !late) {
                 self.delta.reset(g);
                 self.dirty_at = None;
             } else {
@@ -1142,17 +1155,18 @@ impl Replica {
         self.slots_held = a.slots;
     }
 
-    /// Ends the doubt about a write whose reply was lost, from the receipts the store
-    /// holds now (`None`: the key's state is gone or unreadable, so it did not land
-    /// there): landed as if its reply had come (unused leases it granted go back on
-    /// the next tick), or not, and its delta is pending again.
+    /// Ends the doubt about a write whose reply was lost, from the sequence number of
+    /// this replica's receipt in the state the store holds now (`None`: no receipt,
+    /// or the key's state is gone or unreadable, so the write did not land there):
+    /// landed as if its reply had come (unused leases it granted go back on the next
+    /// tick), or not, and its delta is pending again.
     #[inline(never)]
-    fn settle_doubt(&mut self, owner: u64, receipts: Option<&Receipts>, now: Nanos) {
+    fn settle_doubt(&mut self, stored: Option<u32>, now: Nanos) {
         let Some(mut a) = self.doubt.take() else {
             return;
         };
-        if a.receipt.is_some() && receipts.and_then(|r| r.seq(owner)) == a.receipt {
-            self.landed(&mut a, now);
+        if a.receipt.is_some() && stored == a.receipt {
+            self.landed(&mut a, now, true);
         } else {
             self.unsend();
         }
@@ -1261,7 +1275,7 @@ impl Replica {
         let receipt = match ctx.shared.mode {
             SyncMode::Async => s
                 .receipts
-                .stamp(ctx.owner, self.seq, now, ttl)
+                .stamp(ctx.owner ^ self.salt, self.seq, now, ttl)
                 .then_some(self.seq),
             SyncMode::Sync => {
                 s.receipts.clear();
@@ -1294,6 +1308,7 @@ impl Replica {
             returns: self.lease_returns.len(),
             delta,
             receipt,
+            forced: self.forced,
         }
     }
 
