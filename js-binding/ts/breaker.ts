@@ -697,7 +697,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const c = this._closing;
     if (c === undefined) return;
     deliver(this._h, id, kind, token, value, flag, now());
-    // A failed request may have landed: sending the outcomes again could count them twice.
+    // A failed request: the store is not answering; stop, so the process can exit
+    // (the outcomes of a write that failed stay unsent: whether it landed would take a
+    // read, see the core's write receipts).
     if (kind === 4) c.until = 0;
     this._closeStep();
   }
