@@ -21,6 +21,14 @@ fn closed_breaker() -> CircuitBreaker {
     CircuitBreaker::new(Config::default(), 0)
 }
 
+/// Without latency histograms (`metrics.percentiles_enabled: false`): what recloser
+/// and failsafe keep (they have no percentiles).
+fn closed_breaker_counts_only() -> CircuitBreaker {
+    let mut config = Config::default();
+    config.metrics.percentiles_enabled = false;
+    CircuitBreaker::new(config, 0)
+}
+
 fn open_breaker() -> CircuitBreaker {
     let mut cb = closed_breaker();
     for _ in 0..20 {
@@ -47,6 +55,15 @@ fn closed_path(c: &mut Criterion) {
         let mut now = 0u64;
         b.iter(|| {
             // 1 µs of simulated time per call: buckets roll as in production.
+            now += 1_000;
+            let p = cb.try_acquire(black_box(now), now).expect("closed");
+            black_box(cb.record(p, Outcome::Success, now + 20 * MS, now));
+        })
+    });
+    g.bench_function("fusewire_no_percentiles", |b| {
+        let mut cb = closed_breaker_counts_only();
+        let mut now = 0u64;
+        b.iter(|| {
             now += 1_000;
             let p = cb.try_acquire(black_box(now), now).expect("closed");
             black_box(cb.record(p, Outcome::Success, now + 20 * MS, now));
@@ -336,42 +353,57 @@ fn cache_memory() {
     );
 }
 
+/// Nanoseconds per closed-path call (admit + record a success) over `n` calls.
+fn closed_round(cb: &mut CircuitBreaker, now: &mut u64, n: u32) -> f64 {
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        *now += 1_000;
+        let p = cb.try_acquire(black_box(*now), *now).expect("closed");
+        black_box(cb.record(p, Outcome::Success, *now + 20 * MS, *now));
+    }
+    t.elapsed().as_nanos() as f64 / f64::from(n)
+}
+
 /// The closed path against recloser as a ratio of interleaved rounds (median of 21
-/// pairs of 2 M calls each): sequential criterion groups drift apart by ±30 % on a
-/// shared machine, a paired ratio does not.
+/// rounds of 2 M calls each): sequential criterion groups drift apart by ±30 % on a
+/// shared machine, a paired ratio does not. Twice: with the default latency
+/// histograms, and without (recloser keeps none).
 fn closed_path_ratio() {
     let mut cb = closed_breaker();
+    let mut counts_only = closed_breaker_counts_only();
     let r = recloser_breaker();
-    let mut now = 0u64;
+    let (mut now, mut now2) = (0u64, 0u64);
     let n = 2_000_000u32;
-    let mut ratios = Vec::new();
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let (mut ratios, mut ratios2) = (Vec::new(), Vec::new());
+    let (mut ours, mut ours2, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..21 {
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            now += 1_000;
-            let p = cb.try_acquire(black_box(now), now).expect("closed");
-            black_box(cb.record(p, Outcome::Success, now + 20 * MS, now));
-        }
-        let a = t.elapsed().as_nanos() as f64 / f64::from(n);
+        let a = closed_round(&mut cb, &mut now, n);
         let t = std::time::Instant::now();
         for _ in 0..n {
             let _ = black_box(r.call(|| Ok::<u32, ()>(black_box(1))));
         }
         let b = t.elapsed().as_nanos() as f64 / f64::from(n);
+        let c = closed_round(&mut counts_only, &mut now2, n);
         ours.push(a);
+        ours2.push(c);
         theirs.push(b);
         ratios.push(b / a);
+        ratios2.push(b / c);
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     println!(
-        "closed path, 21 interleaved rounds: fusewire {:.2} ns, recloser {:.2} ns (medians); recloser / fusewire = {:.2}x (median of pairs)",
+        "closed path, 21 interleaved rounds: fusewire {:.2} ns, recloser {:.2} ns (medians); recloser / fusewire = {:.2}x (median of rounds)",
         median(&mut ours),
         median(&mut theirs),
         median(&mut ratios)
+    );
+    println!(
+        "  without latency histograms (percentiles_enabled: false): fusewire {:.2} ns; recloser / fusewire = {:.2}x",
+        median(&mut ours2),
+        median(&mut ratios2)
     );
 }
 
@@ -384,9 +416,10 @@ fn main() {
         cb.memory_bytes()
     );
     println!(
-        "  breaker state {} B, window {} B",
+        "  breaker state {} B, window {} B; without latency histograms {} B per key",
         std::mem::size_of::<fusewire_core::BreakerState>(),
-        cb.window().memory_bytes()
+        cb.window().memory_bytes(),
+        closed_breaker_counts_only().memory_bytes()
     );
     let mut c = Criterion::default().configure_from_args();
     closed_path(&mut c);

@@ -71,6 +71,19 @@ impl<B: Bucket> Ring<B> {
         r
     }
 
+    /// A ring with no buckets, for a window that keeps nothing (percentiles
+    /// disabled): nothing is recorded into it, it never needs to roll and it reads
+    /// as empty. [`Ring::rebucket`] would give it buckets.
+    pub fn off(width_ns: u64) -> Self {
+        Ring {
+            width_ns: width_ns.max(1),
+            current: 0,
+            current_end: u64::MAX,
+            current_slot: 0,
+            slots: Vec::new(),
+        }
+    }
+
     /// Rebuilds a ring from stored parts (decoded bytes): the geometry is clamped,
     /// slots that are not live are emptied, and the current slot is stamped, so no
     /// input can break an invariant.
@@ -100,7 +113,11 @@ impl<B: Bucket> Ring<B> {
 
     fn sync(&mut self) {
         let n = self.slots.len().max(1) as u64;
-        self.current_end = mul_sat(self.current.saturating_add(1), self.width_ns);
+        self.current_end = if self.slots.is_empty() {
+            u64::MAX
+        } else {
+            mul_sat(self.current.saturating_add(1), self.width_ns)
+        };
         self.current_slot = (self.current % n) as u32;
         let epoch = self.current;
         if let Some(s) = self.slots.get_mut(self.current_slot as usize) {
@@ -123,7 +140,7 @@ impl<B: Bucket> Ring<B> {
         self.slots.len()
     }
 
-    /// Never true: a ring has at least one bucket.
+    /// Whether the ring has no buckets (only [`Ring::off`]).
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }

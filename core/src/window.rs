@@ -1,5 +1,6 @@
 //! Rolling metrics of one key: a [`Ring`] of counter buckets (the health window) and a
-//! [`Ring`] of latency histograms (the percentile window).
+//! [`Ring`] of latency histograms (the percentile window; none when percentiles are
+//! disabled).
 //!
 //! Running totals are kept for the live counter buckets other than the current one,
 //! so recording is one counter increment and reading health after a roll is O(event
@@ -144,6 +145,7 @@ pub struct Window {
     past_slow: u64,
     /// Counts of expired or reset buckets; cumulative = retired + live totals.
     retired: [u64; EVENT_KINDS],
+    /// No buckets when percentiles are disabled ([`Ring::off`]).
     latency: Ring<LatencyBucket>,
     /// `min` of both rings' current-bucket ends: one comparison guards both.
     next_roll: Nanos,
@@ -153,17 +155,26 @@ fn ring_geometry(window_ms: u64, buckets: u32) -> (u64, usize) {
     geometry(ms_to_ns(window_ms), buckets)
 }
 
+/// The latency ring `config` asks for, positioned at `now`.
+fn latency_ring(config: &MetricsConfig, now: Nanos) -> Ring<LatencyBucket> {
+    let (w, n) = ring_geometry(config.percentile_window_ms, config.percentile_buckets);
+    if config.percentiles_enabled {
+        Ring::new(w, n, now)
+    } else {
+        Ring::off(w)
+    }
+}
+
 impl Window {
     /// An empty window shaped by `config`, positioned at `now`.
     pub fn new(config: &MetricsConfig, now: Nanos) -> Self {
         let (w, n) = ring_geometry(config.rolling_window_ms, config.rolling_buckets);
-        let (lw, ln) = ring_geometry(config.percentile_window_ms, config.percentile_buckets);
         let mut window = Window {
             counters: Ring::new(w, n, now),
             past: [0; EVENT_KINDS],
             past_slow: 0,
             retired: [0; EVENT_KINDS],
-            latency: Ring::new(lw, ln, now),
+            latency: latency_ring(config, now),
             next_roll: 0,
         };
         window.sync();
@@ -179,7 +190,7 @@ impl Window {
         &self.counters
     }
 
-    /// The latency ring.
+    /// The latency ring (no buckets: percentiles disabled).
     pub fn latency(&self) -> &Ring<LatencyBucket> {
         &self.latency
     }
@@ -385,7 +396,9 @@ impl Window {
             *a = a.saturating_add(*b);
         }
         self.counters.merge(&other.counters);
-        self.latency.merge(&other.latency);
+        if !self.latency.is_empty() && !other.latency.is_empty() {
+            self.latency.merge(&other.latency);
+        }
         self.recompute_past();
         self.set_cumulative(&cumulative);
     }
@@ -398,13 +411,19 @@ impl Window {
     }
 
     /// Applies a new metrics config, keeping counts: live buckets are re-bucketed by
-    /// their start time into the new geometry ([`Ring::rebucket`]).
+    /// their start time into the new geometry ([`Ring::rebucket`]). Enabling
+    /// percentiles starts an empty latency ring; disabling them drops it.
     pub fn reconfigure(&mut self, config: &MetricsConfig) {
         let cumulative = self.cumulative();
         let (w, n) = ring_geometry(config.rolling_window_ms, config.rolling_buckets);
         let (lw, ln) = ring_geometry(config.percentile_window_ms, config.percentile_buckets);
         self.counters.rebucket(w, n);
-        self.latency.rebucket(lw, ln);
+        if !config.percentiles_enabled || self.latency.is_empty() {
+            let now = mul_sat(self.counters.current_epoch(), self.counters.width_ns());
+            self.latency = latency_ring(config, now);
+        } else {
+            self.latency.rebucket(lw, ln);
+        }
         self.recompute_past();
         self.set_cumulative(&cumulative);
     }

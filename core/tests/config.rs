@@ -34,7 +34,7 @@ fn json_round_trips() {
             "half_open": {"permitted_probes": 4, "success_threshold": 3},
             "slow_start": {"ramp_ms": 30000}
         },
-        "metrics": {"rolling_window_ms": 20000, "rolling_buckets": 20},
+        "metrics": {"rolling_window_ms": 20000, "rolling_buckets": 20, "percentiles_enabled": false},
         "execution": {"timeout_ms": 250},
         "bulkhead": {"isolation": "pool", "max_concurrent": 100, "max_queue": 50, "queue_rejection_threshold": 40},
         "keys": {"max_keys": 500, "idle_ms": 60000}
@@ -46,6 +46,7 @@ fn json_round_trips() {
     assert_eq!(c.breaker.open.ladder_ms, vec![1000, 2000]);
     assert_eq!(c.breaker.half_open.success_threshold, 3);
     assert_eq!(c.execution.timeout_ms, 250);
+    assert!(!c.metrics.percentiles_enabled);
     assert_eq!(c.bulkhead.as_ref().map(|b| b.queue_capacity()), Some(40));
     assert_eq!(c.keys.max_keys, 500);
     let again = Config::from_json(&c.to_json()).unwrap();
@@ -81,6 +82,8 @@ fn wrong_types_name_the_field() {
     assert_eq!(path, "breaker.mode");
     let (path, _) = err(r#"{"metrics": {"rolling_buckets": -1}}"#);
     assert_eq!(path, "metrics.rolling_buckets");
+    let (path, _) = err(r#"{"metrics": {"percentiles_enabled": 0}}"#);
+    assert_eq!(path, "metrics.percentiles_enabled");
     let (_, reason) = err("{");
     assert!(reason.contains("EOF"), "{reason}");
 }

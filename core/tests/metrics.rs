@@ -137,6 +137,7 @@ fn metrics(window_ms: u64, buckets: u32) -> MetricsConfig {
         rolling_buckets: buckets,
         percentile_window_ms: 60_000,
         percentile_buckets: 4,
+        percentiles_enabled: true,
     }
 }
 
@@ -195,6 +196,68 @@ fn percentile_window_rolls_separately() {
     let p = w.percentiles_at(60_000 * MS);
     assert_eq!((p.count, p.p0), (1, 50 * MS));
     assert_eq!(w.percentiles_at(200_000 * MS).count, 0);
+}
+
+#[test]
+fn disabled_percentiles_keep_no_histograms_and_counts_stay_exact() {
+    use fusewire_core::{CircuitBreaker, Config, Outcome, Phase};
+    let off = MetricsConfig {
+        percentiles_enabled: false,
+        ..metrics(10_000, 10)
+    };
+    let mut on = Window::new(&metrics(10_000, 10), 0);
+    let mut w = Window::new(&off, 0);
+    for (i, t) in [0u64, 3_000, 12_000, 70_000, 75_000]
+        .into_iter()
+        .enumerate()
+    {
+        let kind = [EventKind::Success, EventKind::Failure][i % 2];
+        on.record_call(kind, 7 * MS, false, 3, t * MS);
+        w.record_call(kind, 7 * MS, false, 3, t * MS);
+    }
+    assert_eq!(w.percentiles_at(75_000 * MS).count, 0);
+    assert_eq!(on.percentiles_at(75_000 * MS).count, 2);
+    assert_eq!(w.health_at(75_000 * MS), on.health_at(75_000 * MS));
+    assert_eq!(w.cumulative(), on.cumulative());
+    assert_eq!(w.rolling_max_concurrency_at(75_000 * MS), 3);
+    // About 3 KB per key go with the histograms.
+    assert!(
+        w.memory_bytes() + 2_500 < on.memory_bytes(),
+        "{} vs {}",
+        w.memory_bytes(),
+        on.memory_bytes()
+    );
+
+    // Turned on later: an empty latency ring from the current bucket on; off again:
+    // gone. The counts survive both.
+    w.reconfigure(&metrics(10_000, 10));
+    w.record_call(EventKind::Success, 9 * MS, false, 1, 76_000 * MS);
+    let p = w.percentiles_at(76_000 * MS);
+    assert_eq!((p.count, p.p0), (1, 9 * MS));
+    w.reconfigure(&off);
+    assert_eq!(w.percentiles_at(76_000 * MS).count, 0);
+    assert_eq!(w.health_at(76_000 * MS).count(EventKind::Success), 2);
+    // Windows with and without histograms merge their counts.
+    let mut m = on.clone();
+    m.merge(&w);
+    assert_eq!(m.health_at(76_000 * MS).count(EventKind::Success), 3);
+    assert_eq!(m.percentiles_at(76_000 * MS).count, 2);
+
+    // The slow-call rule reads each call's latency, not the histograms.
+    let mut cfg = Config::default();
+    cfg.metrics.percentiles_enabled = false;
+    cfg.breaker.error_percentage.enabled = false;
+    cfg.breaker.slow_call.enabled = true;
+    cfg.breaker.slow_call.duration_threshold_ms = 100;
+    cfg.breaker.slow_call.request_volume_threshold = 5;
+    cfg.validate().unwrap();
+    let mut cb = CircuitBreaker::new(cfg, 0);
+    for i in 0..5u64 {
+        let p = cb.try_acquire(i * MS, 0).unwrap();
+        cb.record(p, Outcome::Success, i * MS + 200 * MS, 0);
+    }
+    assert_eq!(cb.phase(), Phase::Open);
+    assert_eq!(cb.snapshot(300 * MS).latency_ns.count, 0);
 }
 
 #[test]

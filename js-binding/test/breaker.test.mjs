@@ -795,6 +795,13 @@ describe('stats and status', () => {
     assert.equal(off.stats.latencyMean, -1);
     assert.ok(Object.values(off.stats.percentiles).every((v) => v === -1));
     off.shutdown();
+    // The core schema's switch does the same (the core then keeps no histograms).
+    const off2 = new CircuitBreaker(ok, { fusewire: { metrics: { percentiles_enabled: false } } });
+    await off2.fire(1);
+    assert.equal(off2.stats.latencyMean, -1);
+    assert.equal(off2.stats.percentiles[0.5], -1);
+    assert.equal(off2.stats.successes, 1);
+    off2.shutdown();
   });
 
   test('the rolling window: buckets newest first, counts expire', async () => {

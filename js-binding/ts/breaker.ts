@@ -344,7 +344,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._name = name;
     this._group = str('group', o['group']) || name;
     this._errorFilter = fn<(err: unknown, ...args: TI) => boolean>('errorFilter', o['errorFilter']) ?? (() => false);
-    this._percentilesEnabled = bool('rollingPercentilesEnabled', o['rollingPercentilesEnabled']) ?? true;
+    this._percentilesEnabled = this._parsed.config.metrics?.percentiles_enabled !== false;
     const enableSnapshots = bool('enableSnapshots', o['enableSnapshots']) ?? true;
     this._enabled = bool('enabled', o['enabled']) ?? true;
     const autoRenew = bool('autoRenewAbortController', o['autoRenewAbortController']) ?? false;

@@ -59,6 +59,8 @@ export interface CoreConfig {
     rolling_buckets?: number;
     percentile_window_ms?: number;
     percentile_buckets?: number;
+    /** Keep latency histograms for percentiles (opossum's `rollingPercentilesEnabled`). */
+    percentiles_enabled?: boolean;
   };
   execution?: { timeout_enabled?: boolean; timeout_ms?: number };
   /** Concurrency limit; `null`: none. `isolation: 'pool'` adds a bounded wait queue with a max wait. */

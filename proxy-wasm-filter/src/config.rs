@@ -530,6 +530,9 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         ..Config::default()
     };
     core.validate().map_err(|e| err(at(&e.path), e.reason))?;
+    // Latency goes to the Envoy histogram `latency_ms`: the core keeps no histograms
+    // (nothing would read them).
+    core.metrics.percentiles_enabled = false;
     if p.timeout == TimeoutMode::Route {
         core.execution.timeout_enabled = false;
     }
@@ -770,6 +773,10 @@ mod tests {
         );
         assert_eq!(a.core.bulkhead, None);
         assert_eq!(a.core.keys.max_keys, 100);
+        assert!(
+            !a.core.metrics.percentiles_enabled,
+            "latency goes to an Envoy histogram: no core histograms"
+        );
         assert_eq!(a.fallback.short_circuited.grpc_status, 14);
         assert_eq!(a.fallback.timeout.grpc_status, 4);
         assert!(a.classifier.failure_status.contains(503));
