@@ -453,7 +453,49 @@ impl RequestCache {
                 return self.follow(slot);
             }
         }
-        self.lead(sc, h, key, now)
+        let lookup = self.lead(sc, h, key, now);
+        if matches!(lookup, Lookup::Lead(_)) {
+            self.stats.misses += 1;
+        }
+        lookup
+    }
+
+    /// The successful result of a call that did not lead its key (its lookup was a
+    /// [`Lookup::Bypass`], e.g. `max_waiters` reached): kept as if a leader had
+    /// delivered it while the key has no ready entry — a flight still in progress
+    /// gets it (its followers too; its leader's own result is then stale), an absent
+    /// or expired key gets a new entry. A ready entry is left alone: the first result
+    /// to arrive is kept. `None`: nothing kept (a ready entry, a key too long, the
+    /// bounds).
+    pub fn offer(
+        &mut self,
+        scope: ScopeId,
+        key: &[u8],
+        payload_bytes: u64,
+        now: Nanos,
+    ) -> Option<Settled> {
+        let now = self.clock.advance(now);
+        if self.scopes.get(scope.0).is_none() || key.len() > self.config.max_key_bytes as usize {
+            return None;
+        }
+        let sc = scope.0.slot;
+        let (h, found) = self.find(sc, key);
+        if let Some(slot) = found {
+            let n = self.nodes.at(slot)?;
+            if !n.ready {
+                let lead = Lead(CallerId(self.callers.id_at(n.leader)?));
+                return self.settle(lead, payload_bytes, false, now);
+            }
+            if !self.expired(n, now) {
+                return None;
+            }
+            self.stats.expirations += 1;
+            self.remove_entry(slot, Removal::Expired);
+        }
+        match self.lead(sc, h, key, now) {
+            Lookup::Lead(lead) => self.settle(lead, payload_bytes, false, now),
+            _ => None,
+        }
     }
 
     fn bypass(&mut self, why: Bypass) -> Lookup {
@@ -545,7 +587,6 @@ impl RequestCache {
         self.entries += 1;
         self.bytes += klen;
         self.flight_count += 1;
-        self.stats.misses += 1;
         Lookup::Lead(Lead(CallerId(caller)))
     }
 

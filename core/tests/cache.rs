@@ -486,6 +486,38 @@ fn dedup_can_be_turned_off() {
 }
 
 #[test]
+fn a_call_that_did_not_lead_fills_its_key_first_result_wins() {
+    let mut c = cache(r#"{"max_waiters": 0}"#);
+    // The leader is still running when the bypassed call succeeds: its result fills
+    // the flight; the leader's own result is then stale.
+    let a = lead(c.lookup(G, b"k", T0));
+    assert_eq!(
+        c.lookup(G, b"k", T0),
+        Lookup::Bypass(Bypass::TooManyWaiters)
+    );
+    let s = c.offer(G, b"k", 3, T0).expect("kept");
+    assert!(s.cached);
+    let (e, failure) = hit(c.lookup(G, b"k", T0));
+    assert_eq!((Some(e), failure), (s.entry, false));
+    assert_eq!(c.fail(a, 0, T0), None, "the leader's result is stale");
+    assert_eq!(hit(c.lookup(G, b"k", T0)).0, e);
+    // A ready entry stays: the first result to arrive is kept.
+    assert_eq!(c.offer(G, b"k", 3, T0), None);
+    // The leader failed first (nothing cached): a later success fills the key.
+    let b = lead(c.lookup(G, b"j", T0));
+    assert_eq!(
+        c.lookup(G, b"j", T0),
+        Lookup::Bypass(Bypass::TooManyWaiters)
+    );
+    assert!(c.fail(b, 0, T0).is_some_and(|s| !s.cached));
+    let s = c.offer(G, b"j", 3, T0).expect("kept");
+    assert_eq!(hit(c.lookup(G, b"j", T0)).0, s.entry.unwrap());
+    let st = c.stats();
+    assert_eq!((st.flights, st.entries), (0, 2));
+    assert_eq!(st.misses, 2, "offers are not lookups");
+}
+
+#[test]
 fn when_every_entry_is_in_flight_lookups_bypass() {
     let mut c = cache(r#"{"max_entries": 2}"#);
     let _a = lead(c.lookup(G, b"a", T0));
@@ -706,6 +738,7 @@ enum Op {
     OpenScope,
     CloseScope { scope: usize },
     Invalidate { key: u8 },
+    Offer { scope: usize, key: u8, bytes: u16 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -720,6 +753,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::OpenScope),
         1 => any::<usize>().prop_map(|scope| Op::CloseScope { scope }),
         1 => (0..12u8).prop_map(|key| Op::Invalidate { key }),
+        2 => (0..3usize, 0..12u8, 0..400u16).prop_map(|(scope, key, bytes)| Op::Offer { scope, key, bytes }),
     ]
 }
 
@@ -916,6 +950,14 @@ proptest! {
                 }
                 Op::Invalidate { key } => {
                     let _ = c.invalidate(scopes[0], &[key], now);
+                }
+                Op::Offer { scope, key, bytes } => {
+                    // A call that bypassed the cache succeeded.
+                    let s = scopes[scope % scopes.len()];
+                    let k = [key; 3];
+                    if let Some(Some(e)) = c.offer(s, &k[..1 + (key as usize % 3)], bytes.into(), now).map(|s| s.entry) {
+                        m.handed(e);
+                    }
                 }
                 _ => {}
             }

@@ -224,6 +224,32 @@ fn deadlines_time_out_and_late_results_never_move_the_breaker() {
 }
 
 #[test]
+fn a_call_event_comes_before_the_transition_it_caused() {
+    // Two calls time out in one poll; the second trips: TimedOut, TimedOut, then the
+    // transition (hosts emit opossum's timeout, failure, open, fallback per call).
+    let mut h = Host::new(
+        Mode::Local,
+        r#"{"execution": {"timeout_ms": 100},
+            "breaker": {"error_percentage": {"request_volume_threshold": 2}}}"#,
+    );
+    let k = h.key(0, "k");
+    let a = running(h.start(0, k));
+    let b = running(h.start(0, k));
+    h.advance(150);
+    let ev = h.take_events(0);
+    let order: Vec<_> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::TimedOut { call, .. } if *call == a.id() => Some("a"),
+            Event::TimedOut { call, .. } if *call == b.id() => Some("b"),
+            Event::Transition { transition, .. } if transition.to == Phase::Open => Some("open"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order, ["a", "b", "open"], "{ev:?}");
+}
+
+#[test]
 fn stopped_timer_never_times_out() {
     let mut h = Host::new(Mode::Local, r#"{"execution": {"timeout_ms": 100}}"#);
     let k = h.key(0, "k");

@@ -75,7 +75,9 @@ pub enum Completion {
     Unknown,
 }
 
-/// Something that happened, reported by [`crate::Engine::poll`].
+/// Something that happened, reported by [`crate::Engine::poll`] in the order it
+/// happened: a call's `TimedOut` or `Refused` comes right before the `Transition` it
+/// caused (opossum's hosts emit `timeout`, `failure`, `open`, then the fallback).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Event {
     /// A running call passed its deadline: `TIMEOUT` is recorded and its slot freed.

@@ -1061,15 +1061,17 @@ impl Engine {
             if deadline == d {
                 let key_generation = self.keys.get(key as usize).map_or(0, |k| k.generation);
                 self.calls.expire(id, key, key_generation);
-                self.record_end(key, pass, Outcome::Timeout, now, rand);
-                if let Some(k) = self.keys.get(key as usize) {
+                if self.keys.get(key as usize).is_some() {
+                    // Before the transition the timeout may cause (the order hosts
+                    // report them in).
                     let kid = KeyId {
                         index: key,
-                        generation: k.generation,
+                        generation: key_generation,
                     };
                     self.events
                         .push_back(Event::TimedOut { key: kid, call: id });
                 }
+                self.record_end(key, pass, Outcome::Timeout, now, rand);
                 self.dequeue(key, now, at, rand);
             }
         }
@@ -1124,12 +1126,6 @@ impl Engine {
             index: key,
             generation: k.generation,
         };
-        if let Some(transition) = t {
-            self.events.push_back(Event::Transition {
-                key: kid,
-                transition,
-            });
-        }
         self.events.push_back(Event::Refused {
             key: kid,
             call: id,
@@ -1138,6 +1134,12 @@ impl Engine {
                 cause: Cause::WaitExpired,
             },
         });
+        if let Some(transition) = t {
+            self.events.push_back(Event::Transition {
+                key: kid,
+                transition,
+            });
+        }
         self.compact_queue(key);
         self.after(key, now);
     }
