@@ -99,6 +99,27 @@ pub extern "C" fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f
     })
 }
 
+/// A call that bypassed cache `which` succeeded: its result fills the key (`key_len`
+/// scratch bytes) unless a ready entry holds it. Returns 0 (`out[0]` the entry to keep
+/// the payload under) or -1 (nothing kept); or'ed with the flags.
+#[no_mangle]
+pub extern "C" fn fw_cache_offer(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
+    on_parts(h, |p| {
+        let key = p.scratch.get(..key_len as usize).unwrap_or_default();
+        let Some(c) = pick(p.b, which) else {
+            return -1;
+        };
+        let Some(entry) = c
+            .offer(cache::ScopeId::GLOBAL, key, 0, ns(now))
+            .and_then(|s| s.entry)
+        else {
+            return -1;
+        };
+        p.out[0] = entry.to_raw() as f64;
+        p.b.flags()
+    })
+}
+
 /// Gives up a lead (`lead` ≠ 0) or a wait of cache `which`; 1 if it was live.
 #[no_mangle]
 pub extern "C" fn fw_cache_cancel(h: u32, which: u32, id: f64, lead: u32, now: f64) -> i32 {

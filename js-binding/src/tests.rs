@@ -154,6 +154,7 @@ fn hostile_numbers_never_panic() {
             let _ = fw_free(i.wrapping_add(7));
             let _ = fw_cache_lookup(h, i, i, n);
             let _ = fw_cache_settle(h, i, n, i, n);
+            let _ = fw_cache_offer(h, i, i, n);
             let _ = fw_cache_cancel(h, i, n, i, n);
             let _ = fw_cache_invalidate(h, i, i, n);
             let _ = fw_cache_clear(h, i, n);

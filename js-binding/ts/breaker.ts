@@ -427,6 +427,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     fill(given, 'coalesce', false);
     fill(given, 'coalesceTTL', p.timeout);
     fill(given, 'coalesceResetOn', p.coalesceResetOn);
+    // opossum writes this key even when it is not given (as undefined).
+    if (!('rotateBucketController' in given)) fill(given, 'rotateBucketController', undefined);
   }
 
   // ---- getters -----------------------------------------------------------------------
@@ -876,7 +878,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // Bulkhead: opossum's order is semaphoreLocked, failure, open, fallback.
     const err = ourError('Semaphore locked', 'ESEMLOCKED');
     const own = (): void => {
-      this.emit('semaphoreLocked', err, 0);
+      const u = this._extra.unseen;
+      u[0]++; // its `semaphoreLocked` listeners do not see the failure yet
+      try {
+        this.emit('semaphoreLocked', err, 0);
+      } finally {
+        u[0]--;
+      }
       this.emit('failure', err, 0, args);
     };
     if ((r & F_ANY) !== 0) this._after(r, t, own);
@@ -1179,8 +1187,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   /**
-   * Takes every queued event. Call-level events settle their calls after the
-   * transitions are emitted (opossum's order: timeout, failure, open, fallback).
+   * Takes every queued event and emits them call by call (see `_emitInOrder`:
+   * opossum's timeout, failure, open, fallback).
    */
   private _drain(t: number, own?: () => void): void {
     const h = this._h;
@@ -1202,56 +1210,100 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (evs === undefined) {
       if (own !== undefined) guarded(sink, own);
     } else {
-      const settle: (() => void)[] = [];
-      // The call-level events are emitted before the transitions (whatever their
-      // order in the queue): meanwhile the getters report the state before the first
-      // transition, as opossum's listeners of `timeout`, `failure` and
-      // `semaphoreLocked` see it (it opens after emitting them).
-      const prev = this._view;
-      for (let i = 0; i < evs.length; i += 4) {
-        if (evs[i] === EV_TRANSITION && evs[i + 1] !== evs[i + 2]) {
-          const st = w.fw_state(h, t);
-          this._view = evs[i + 1]! | (st >= 0 ? st & 8 : 0);
-          break;
-        }
-      }
-      try {
-        // The call's own events, then the other call-level events, then the
-        // transitions they caused, then the settling (fallbacks, rejections, dequeued
-        // calls): opossum's timeout, failure, open, fallback.
-        if (own !== undefined) guarded(sink, own);
-        for (let i = 0; i < evs.length; i += 4) {
-          const ev = evs[i]!;
-          if (ev === EV_TIMED_OUT) {
-            const s = this._timedOut(evs[i + 1]!, t, sink);
-            if (s !== undefined) settle.push(s);
-          } else if (ev === EV_REFUSED) {
-            const s = this._queueRefused(evs[i + 1]!, evs[i + 3]!, t, sink);
-            if (s !== undefined) settle.push(s);
-          } else if (ev === EV_DEQUEUED) {
-            const id = evs[i + 1]!;
-            const c = this._calls[id % SLOTS];
-            if (c !== undefined && c.id === id && !c.done) {
-              c.t0 = t;
-              c.queued = false;
-              settle.push(() => this._exec(c));
-            }
-          }
-        }
-      } finally {
-        this._view = prev;
-      }
-      for (let i = 0; i < evs.length; i += 4) {
-        if (evs[i] === EV_TRANSITION) {
-          const from = evs[i + 1]! as Phase;
-          const to = evs[i + 2]! as Phase;
-          guarded(sink, () => this._transition(from, to));
-        }
-      }
-      for (const s of settle) guarded(sink, s);
+      this._emitInOrder(evs, t, sink, own);
     }
     // A listener threw: every event above was still handled; its error goes on.
     if (sink.threw) throw sink.error;
+  }
+
+  /**
+   * Emits the queued events in the core's order (a call's event comes right before
+   * the transition it caused), call by call as opossum does: the call's events
+   * (`timeout`, `failure`, `semaphoreLocked`), the transitions right after it, then
+   * its settling (fallback, rejection, a dequeued call starting). `own` is the call
+   * that made the core call, first. Listeners of a call's events see the state
+   * before the next transition (opossum opens after emitting them).
+   */
+  private _emitInOrder(evs: number[], t: number, sink: Sink, own?: () => void): void {
+    const h = this._h;
+    const prev = this._view;
+    const st = w.fw_state(h, t);
+    const flags = st >= 0 ? st & 8 : 0;
+    const n = evs.length;
+    // The outcomes of the calls not emitted yet, as opossum's counters would show them.
+    const u = this._extra.unseen;
+    const saved: [number, number, number] = [u[0], u[1], u[2]];
+    const kept = (m: number): boolean => {
+      const id = evs[m + 1]!;
+      const c = this._calls[id % SLOTS];
+      return c !== undefined && c.id === id && !c.done;
+    };
+    const count = (m: number, d: number): void => {
+      if (evs[m] === EV_TIMED_OUT && kept(m)) {
+        u[0] += d;
+        u[1] += d;
+      } else if (evs[m] === EV_REFUSED && kept(m)) {
+        u[0] += d;
+        u[2] += d;
+      }
+    };
+    for (let m = 0; m < n; m += 4) count(m, 1);
+    let i = 0;
+    // What the getters report from position m on: the state before the next
+    // transition (none left: the core's own state).
+    const viewAt = (m: number): number => {
+      for (; m < n; m += 4) {
+        if (evs[m] === EV_TRANSITION && evs[m + 1] !== evs[m + 2]) return evs[m + 1]! | flags;
+      }
+      return prev;
+    };
+    const segment = (emit: () => (() => void) | undefined): void => {
+      try {
+        this._view = viewAt(i);
+        const settle = emit();
+        for (; i < n && evs[i] === EV_TRANSITION; i += 4) {
+          const from = evs[i + 1]! as Phase;
+          const to = evs[i + 2]! as Phase;
+          this._view = viewAt(i + 4);
+          guarded(sink, () => this._transition(from, to));
+        }
+        this._view = viewAt(i);
+        if (settle !== undefined) guarded(sink, settle);
+      } finally {
+        this._view = prev;
+      }
+    };
+    segment(() => {
+      if (own !== undefined) guarded(sink, own);
+      return undefined;
+    });
+    try {
+      while (i < n) {
+        const ev = evs[i]!;
+        const a = evs[i + 1]!;
+        const c = evs[i + 3]!;
+        const m = i;
+        i += 4;
+        segment(() => {
+          count(m, -1);
+          if (ev === EV_TIMED_OUT) return this._timedOut(a, t, sink);
+          if (ev === EV_REFUSED) return this._queueRefused(a, c, t, sink);
+          if (ev === EV_DEQUEUED) {
+            const call = this._calls[a % SLOTS];
+            if (call !== undefined && call.id === a && !call.done) {
+              call.t0 = t;
+              call.queued = false;
+              return () => this._exec(call);
+            }
+          }
+          return undefined;
+        });
+      }
+    } finally {
+      u[0] = saved[0];
+      u[1] = saved[1];
+      u[2] = saved[2];
+    }
   }
 
   private _transition(from: Phase, to: Phase): void {
@@ -1282,7 +1334,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._forget(c);
     const latency = t - c.t0;
     const err = ourError(`Timed out after ${this._parsed.timeout === false ? 0 : this._parsed.timeout}ms`, 'ETIMEDOUT');
+    const u = this._extra.unseen;
+    u[0]++; // its `timeout` listeners do not see the failure yet
     guarded(sink, () => this.emit('timeout', err, latency, c.args));
+    u[0]--;
     let filtered = false;
     try {
       filtered = this._errorFilter(err, ...(c.args as TI)) === true;
@@ -1318,7 +1373,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const latency = t - c.t0;
     const waited = cause === 7 ? `: waited ${Math.round(latency)}ms in the queue` : '';
     const err = ourError(`Semaphore locked${waited}`, 'ESEMLOCKED');
+    const u = this._extra.unseen;
+    u[0]++;
     guarded(sink, () => this.emit('semaphoreLocked', err, latency));
+    u[0]--;
     guarded(sink, () => this.emit('failure', err, latency, c.args));
     return () => {
       let fb: Promise<unknown> | undefined;
@@ -1541,6 +1599,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         }
         // Read before the event: a listener calling into any breaker reuses `out`.
         if (kind === 2) lead0 = out()[0]!;
+        // Another call of this key is running (no lead): a success still fills the
+        // key, as every success does in opossum (unless one arrived first).
+        else if (kind === 4) store = (v) => this._offer(key, v);
         countMiss(this, 0, t);
         this._told('cacheMiss');
       }
@@ -1589,6 +1650,18 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this._settleLead(1, lead, false, p, timeout && reset.includes('timeout') ? key : undefined);
       },
     );
+  }
+
+  /** A call that bypassed the cache succeeded with `v`: the core decides whether it is kept. */
+  private _offer(key: string, v: unknown): void {
+    if (this._shutdown) return;
+    const t = now();
+    const r = w.fw_cache_offer(this._h, 0, putKey(key), t);
+    if (r < 0) return;
+    const p = Promise.resolve(v);
+    this._payloads[0].set(out()[0]!, p);
+    if ((r & F_REARM) !== 0) this._arm(t);
+    this._cacheEvents(0, t);
   }
 
   /**

@@ -42,6 +42,7 @@ export interface Exports {
   fw_flushed(h: number): number;
   fw_cache_lookup(h: number, which: number, keyLen: number, now: number): number;
   fw_cache_settle(h: number, which: number, lead: number, ok: number, now: number): number;
+  fw_cache_offer(h: number, which: number, keyLen: number, now: number): number;
   fw_cache_cancel(h: number, which: number, id: number, lead: number, now: number): number;
   fw_cache_invalidate(h: number, which: number, keyLen: number, now: number): number;
   fw_cache_clear(h: number, which: number, now: number): number;

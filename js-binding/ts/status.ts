@@ -53,13 +53,20 @@ export interface ExtraCounts {
   firing: number;
   /** Fallbacks whose promise has not settled yet (opossum counts a fallback when it emits `fallback`). */
   fallingBack: number;
+  /**
+   * Outcomes the core has counted whose events are not emitted yet, `[failures,
+   * timeouts, semaphoreRejections]`: opossum counts each in its own listener of the
+   * event, so a `timeout` listener does not see the failure yet, nor the calls that
+   * time out after it on the same tick.
+   */
+  unseen: [number, number, number];
 }
 
 /** @internal */
 export function extraCounts(buckets: number): ExtraCounts {
   const misses: number[] = [];
   for (let i = 0; i < Math.max(1, buckets); i++) misses.push(-1, 0, 0);
-  return { misses, firing: 0, fallingBack: 0 };
+  return { misses, firing: 0, fallingBack: 0, unseen: [0, 0, 0] };
 }
 
 /** @internal Counts `n` misses of cache `which` (0: cache, 1: coalescing) in the bucket of `t`. */
@@ -96,8 +103,12 @@ function addMisses(src: StatusSource, b: number, into: Bucket): void {
  * and the fallbacks whose promise is pending (counted when `fallback` is emitted).
  */
 function addInProgress(src: StatusSource, b: Bucket, o: ArrayLike<number>): void {
-  b.fires += o[S.IN_FLIGHT]! + o[S.QUEUED]! + src._extra.firing;
-  b.fallbacks += src._extra.fallingBack;
+  const x = src._extra;
+  b.fires += o[S.IN_FLIGHT]! + o[S.QUEUED]! + x.firing;
+  b.fallbacks += x.fallingBack;
+  b.failures -= x.unseen[0];
+  b.timeouts -= x.unseen[1];
+  b.semaphoreRejections -= x.unseen[2];
 }
 
 /** @internal */
