@@ -289,8 +289,10 @@ pub(crate) fn ns(ms: f64) -> u64 {
     if ms.is_nan() || ms <= 0.0 {
         return 0;
     }
+    // Rounded, not truncated: `t0 + 30` ms must come out 30 ms after `t0` (a product
+    // like 1234566999.9999998 would put a deadline's own timer 1 ns short of it).
     // `as` saturates at u64::MAX for huge values and +∞.
-    (ms * 1_000_000.0) as u64
+    (ms * 1_000_000.0 + 0.5) as u64
 }
 
 pub(crate) fn ms(ns: u64) -> f64 {

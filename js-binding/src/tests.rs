@@ -160,7 +160,7 @@ fn hostile_numbers_never_panic() {
             let _ = fw_cache_clear(h, i, n);
             let _ = fw_cache_poll(h, i, n);
             let _ = fw_col_add(h, i, n);
-            let _ = fw_col_poll(h, n);
+            let _ = fw_col_poll(h, n, i);
             let _ = fw_col_items(h, n);
             let _ = fw_col_complete(h, n, i, i);
             let _ = fw_col_fail(h, n);
@@ -333,7 +333,7 @@ fn cache_and_collapser_through_the_abi() {
         let r = fw_col_add(h, 5, 1_010.0) & 0xf;
         assert_eq!(r, if i == 2 { 2 } else { 1 });
     }
-    let batch = fw_col_poll(h, 1_010.0);
+    let batch = fw_col_poll(h, 1_010.0, 0);
     assert!(batch >= 0.0);
     assert_eq!(fw_col_items(h, batch), 3);
     assert!(fw_col_complete(h, batch, 1, 1) >= 0.0);
@@ -344,8 +344,8 @@ fn cache_and_collapser_through_the_abi() {
     assert_eq!(fw_col_add(h, 5, 1_020.0) & 0xf, 1);
     let next = fw_next(h);
     assert!((next - 1_025.0).abs() < 1e-6, "{next}");
-    assert_eq!(fw_col_poll(h, 1_024.0), -1.0);
-    let batch = fw_col_poll(h, 1_025.0);
+    assert_eq!(fw_col_poll(h, 1_024.0, 0), -1.0);
+    let batch = fw_col_poll(h, 1_025.0, 0);
     assert!(batch >= 0.0);
     assert_eq!(fw_col_items(h, batch), 1, "the window flushed the one item");
     assert_eq!(fw_col_items(h, -1.0), 0, "a forged batch id holds nothing");
@@ -423,4 +423,19 @@ fn timing_of_the_engine_alone() {
         "engine next_deadline: {:.1} ns",
         t0.elapsed().as_nanos() as f64 / f64::from(n)
     );
+}
+
+#[test]
+fn a_deadline_read_back_in_milliseconds_is_exactly_that_far_in_nanoseconds() {
+    // performance.now() readings are fractional; `t0 + 30` must be 30 ms after `t0` in
+    // the core, or a timer armed for a deadline finds it 1 ns short of due.
+    let mut short = 0;
+    for i in 0..100_000u32 {
+        let t0 = 1_000.0 + f64::from(i) * 1.234_567;
+        if ns(t0 + 30.0) - ns(t0) != 30_000_000 {
+            short += 1;
+        }
+        assert_eq!(ns(ms(ns(t0))), ns(t0), "round trip of {t0}");
+    }
+    assert_eq!(short, 0);
 }

@@ -297,6 +297,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _shutdown = false;
   private _fallbackFn: ((...args: unknown[]) => unknown) | undefined = undefined;
   private _timer: Timer | undefined = undefined;
+  /** The core deadline (ms) the timer was last armed for. */
+  private _due = 0;
   /**
    * The state word the getters report while a call's own events are emitted before
    * the transition they caused (-1: read the core). opossum emits `timeout`,
@@ -1398,6 +1400,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown) return;
     const d = w.fw_next(this._h);
     if (d < 0) return;
+    this._due = d;
     const delay = d - t;
     // Further than a timer reaches (weeks away, e.g. idle-key expiry): the next call re-evaluates.
     if (delay > 2_147_483_647) return;
@@ -1407,7 +1410,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _tick(): void {
     this._timer = undefined;
     if (this._shutdown) return;
-    const t = now();
+    // The deadline it was armed for has come, whatever a clock with a coarser (or
+    // faked) resolution reads.
+    const t = Math.max(now(), this._due);
     try {
       if ((this._cached & 1) !== 0 && this._cache === undefined) this._cacheEvents(0, t);
       if ((this._cached & 2) !== 0) this._cacheEvents(1, t);

@@ -41,7 +41,8 @@ type Timer = { ref?(): unknown; unref?(): unknown } | number;
 
 /** Arms a timer through the current global `setTimeout` (delay clamped to its range). */
 export function arm(fn: () => void, delayMs: number, ref: boolean): Timer {
-  let d = Math.ceil(delayMs);
+  // A float excess of a nanosecond (a deadline read back in ms) is no extra ms.
+  let d = Math.ceil(delayMs - 1e-6);
   if (!(d >= 1)) d = 1;
   if (d > 2_147_483_647) d = 2_147_483_647;
   const t = globalThis.setTimeout(fn, d) as unknown as Timer;
