@@ -416,12 +416,8 @@ impl Collapser {
     /// run it. Call until `None`, then again at [`Collapser::next_deadline`].
     pub fn poll(&mut self, now: Nanos) -> Option<BatchId> {
         let now = self.clock.advance(now);
-        while let Some(id) = self.full.pop_front() {
-            if self.batches.get(id).is_some_and(|b| b.phase == Phase::Full) {
-                self.full_count -= 1;
-                self.stats.flushed_full += 1;
-                return Some(self.flush(id.slot));
-            }
+        if let Some(b) = self.poll_full() {
+            return Some(b);
         }
         let slot = self.open.oldest;
         let first = self.batches.at(slot)?.first_at;
@@ -433,6 +429,19 @@ impl Collapser {
         unlink(&mut self.batches, &mut self.open, slot, OPEN);
         self.stats.flushed_window += 1;
         Some(self.flush(slot))
+    }
+
+    /// The next full batch, if any, leaving the collecting ones alone (a host that
+    /// runs full batches at once and the others at their window's end).
+    pub fn poll_full(&mut self) -> Option<BatchId> {
+        while let Some(id) = self.full.pop_front() {
+            if self.batches.get(id).is_some_and(|b| b.phase == Phase::Full) {
+                self.full_count -= 1;
+                self.stats.flushed_full += 1;
+                return Some(self.flush(id.slot));
+            }
+        }
+        None
     }
 
     fn flush(&mut self, slot: u32) -> BatchId {

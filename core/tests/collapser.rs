@@ -278,6 +278,25 @@ fn items_are_bounded_and_long_keys_refused() {
 }
 
 #[test]
+fn poll_full_takes_full_batches_only() {
+    // Window 0: an unfilled batch is due at once, but a host running full batches
+    // early (before the window's moment) must leave it collecting.
+    let mut c = collapser(r#"{"window_ms": 0, "max_batch_size": 3}"#);
+    let a = queued(c.add(G, b"k", T0));
+    let b = queued(c.add(G, b"k", T0));
+    let Add::Full(f) = c.add(G, b"k", T0) else {
+        panic!("the third item fills the batch")
+    };
+    let d = queued(c.add(G, b"k", T0));
+    let full = c.poll_full().expect("the full batch");
+    assert_eq!(c.items(full), &[a, b, f]);
+    assert_eq!(c.poll_full(), None, "the collecting batch stays");
+    let e = queued(c.add(G, b"k", T0));
+    let batch = c.poll(T0).expect("due at its moment");
+    assert_eq!(c.items(batch), &[d, e]);
+}
+
+#[test]
 fn window_zero_flushes_at_the_next_poll() {
     let mut c = collapser(r#"{"window_ms": 0}"#);
     let a = queued(c.add(G, b"k", T0));
