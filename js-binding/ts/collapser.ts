@@ -30,6 +30,8 @@ export interface CollapserOptions<K, V> {
   cacheKeyFn?: (key: K) => unknown;
   /** Options of the breaker the batch function runs through (opossum's, plus `fusewire`). */
   breaker?: Options<[K[]], ArrayLike<V | Error>>;
+  /** A name (DataLoader's, for tools; also the breaker's name unless `breaker.name` is given). */
+  name?: string;
 }
 
 interface Item<K, V> {
@@ -61,7 +63,14 @@ function whole(name: string, v: unknown, min: number): number | undefined {
   return n;
 }
 
-const KNOWN = new Set(['windowMs', 'maxBatchSize', 'cache', 'cacheSize', 'cacheKeyFn', 'breaker']);
+const KNOWN = new Set(['windowMs', 'maxBatchSize', 'cache', 'cacheSize', 'cacheKeyFn', 'breaker', 'name']);
+
+/** DataLoader's `isArrayLike`: an array or an object with a `length` and its last index. */
+function arrayLike(x: unknown): x is ArrayLike<unknown> {
+  if (typeof x !== 'object' || x === null) return false;
+  const n = (x as { length?: unknown }).length;
+  return typeof n === 'number' && (n === 0 || (n > 0 && Object.prototype.hasOwnProperty.call(x, n - 1)));
+}
 
 function isPlain(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -77,6 +86,8 @@ function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<s
 export class Collapser<K = unknown, V = unknown> {
   /** The breaker every batch runs through (events, stats, `fallback((keys, err) => values)`). */
   readonly breaker: CircuitBreaker<[K[]], ArrayLike<V | Error>>;
+  /** The `name` option (`null` when not given, as DataLoader's). */
+  readonly name: string | null;
   private readonly _h: number;
   private readonly _cache: boolean;
   private readonly _window: number;
@@ -103,6 +114,11 @@ export class Collapser<K = unknown, V = unknown> {
         throw optionError(`options.${k}`, `not a Collapser option (known: ${[...KNOWN].join(', ')})`);
       }
     }
+    const name = options.name;
+    if (name !== undefined && name !== null && typeof name !== 'string') {
+      throw optionError('options.name', `must be a string, got ${describe(name)}`);
+    }
+    this.name = name ?? null;
     const windowMs = whole('windowMs', options.windowMs, 0) ?? 10;
     // DataLoader's default, Infinity, is accepted: the core's largest batch.
     const maxBatchSize = options.maxBatchSize === Infinity
@@ -128,10 +144,11 @@ export class Collapser<K = unknown, V = unknown> {
     const fw = isPlain(bo.fusewire) ? merge(ours as Record<string, unknown>, bo.fusewire) : ours;
     try {
       this.breaker = new CircuitBreaker<[K[]], ArrayLike<V | Error>>(
-        (keys: K[]) => batchFn(keys) as PromiseLike<ArrayLike<V | Error>>,
+        // Called as a method of the collapser (DataLoader calls it with the loader as `this`).
+        (keys: K[]) => batchFn.call(this, keys) as PromiseLike<ArrayLike<V | Error>>,
         // A batch is one call: Hystrix's volume threshold (20) keeps one failed batch
         // from opening the breaker (opossum's default of 0 would).
-        { name: 'collapser', volumeThreshold: 20, ...bo, fusewire: fw as CoreConfig },
+        { name: this.name ?? 'collapser', volumeThreshold: 20, ...bo, fusewire: fw as CoreConfig },
       );
     } catch (e) {
       if (e instanceof TypeError) {
@@ -155,8 +172,11 @@ export class Collapser<K = unknown, V = unknown> {
     this.breaker._onTick = (t) => this._flush(t);
   }
 
-  /** Loads one key (batched with the other loads of the window). */
+  /** Loads one key (batched with the other loads of the window). `null` and `undefined` are not keys: a TypeError, as in DataLoader. */
   load(key: K): Promise<V> {
+    if (key === null || key === undefined) {
+      throw new TypeError(`The loader.load() function must be called with a value, but got: ${String(key)}.`);
+    }
     if (this.breaker.isShutdown) return Promise.reject(new Error('The collapser has been shut down.'));
     const h = this._h;
     const t = now();
@@ -186,10 +206,18 @@ export class Collapser<K = unknown, V = unknown> {
     return new Promise<V>((resolve, reject) => this._add({ key, ck, lead, resolve, reject }, t));
   }
 
-  /** Loads many keys; each result is the value or the Error of its load (DataLoader's `loadMany`). */
-  loadMany(keys: readonly K[]): Promise<(V | Error)[]> {
-    if (!Array.isArray(keys)) return Promise.reject(new TypeError(`loadMany: keys must be an array, got ${describe(keys)}`));
-    return Promise.all(keys.map((k) => this.load(k).catch((e: unknown) => (e instanceof Error ? e : new Error(String(e))))));
+  /**
+   * Loads many keys (an array or an array-like object); each result is the value of its
+   * load or what it was rejected with (DataLoader's `loadMany`). Anything else is a
+   * TypeError, thrown as DataLoader's is.
+   */
+  loadMany(keys: ArrayLike<K>): Promise<(V | Error)[]> {
+    if (!arrayLike(keys)) {
+      throw new TypeError(`The loader.loadMany() function must be called with Array<key> but got: ${String(keys)}.`);
+    }
+    const loads: Promise<V | Error>[] = [];
+    for (let i = 0; i < keys.length; i++) loads.push(this.load(keys[i]!).catch((e: unknown) => e as Error));
+    return Promise.all(loads);
   }
 
   /** Forgets the cached result of `key` (a load in flight still answers its callers, and is then forgotten). */
@@ -216,18 +244,34 @@ export class Collapser<K = unknown, V = unknown> {
     return this;
   }
 
-  /** Caches `value` for `key` unless the key is cached or loading (an Error caches a failure). */
+  /**
+   * Caches `value` for `key` unless the key is cached or loading (an Error caches a
+   * failure). A key cleared while its load runs takes the value at once (DataLoader's
+   * `clear(key).prime(key, value)` after a mutation): loads of it get `value`, and the
+   * running load's result, when it comes, answers only its own callers.
+   */
   prime(key: K, value: V | Error): this {
     if (!this._cache || this.breaker.isShutdown) return this;
     const h = this._h;
     const t = now();
-    const r = w.fw_cache_lookup(h, 0, putKey(this._cacheKey(key)), t);
+    const ck = this._cacheKey(key);
+    const r = w.fw_cache_lookup(h, 0, putKey(ck), t);
     const kind = r & KIND_MASK;
     const id = out()[0]!;
     if (kind === 2) {
       this._settle(id, !(value instanceof Error), value, t);
       this._events(t);
-    } else if (kind === 3) w.fw_cache_cancel(h, 0, id, 0, t);
+    } else if (kind === 3) {
+      w.fw_cache_cancel(h, 0, id, 0, t);
+      const lead = this._inflight.get(ck);
+      if (lead !== undefined && this._cleared.delete(lead)) {
+        this._inflight.delete(ck);
+        if (w.fw_cache_offer(h, 0, putKey(ck), t) >= 0) {
+          this._payloads.set(out()[0]!, { ok: !(value instanceof Error), value });
+        }
+        this._events(t);
+      }
+    }
     return this;
   }
 
@@ -275,7 +319,7 @@ export class Collapser<K = unknown, V = unknown> {
           this._fullQueued = true;
           queueMicrotask(() => {
             this._fullQueued = false;
-            this._flush(now());
+            this._flush(now(), true);
           });
         }
       } else if (this._window === 0) {
@@ -298,12 +342,17 @@ export class Collapser<K = unknown, V = unknown> {
     this._run([item], undefined);
   }
 
-  /** Runs every due batch. */
-  private _flush(t: number): void {
+  /**
+   * Runs every batch due now (`fullOnly`: only the full ones; the others wait for
+   * their window). The batches are taken first and run after: loads made by a batch
+   * function form a new batch, with its own window (DataLoader's rule).
+   */
+  private _flush(t: number, fullOnly = false): void {
     if (this.breaker.isShutdown) return;
     this._events(t);
+    const due: [Item<K, V>[], number][] = [];
     for (let guard = 0; guard < 1_000_000; guard++) {
-      const batch = w.fw_col_poll(this._h, t);
+      const batch = w.fw_col_poll(this._h, t, fullOnly ? 1 : 0);
       if (batch < 0) break;
       const n = w.fw_col_items(this._h, batch);
       const items: Item<K, V>[] = [];
@@ -318,15 +367,16 @@ export class Collapser<K = unknown, V = unknown> {
         }
       }
       w.fw_record(this._h, K.COLLAPSED, items.length, t);
-      this._run(items, batch);
+      due.push([items, batch]);
     }
     if (this._items.size === 0) this.breaker._keepAlive(false);
+    for (const [items, batch] of due) this._run(items, batch);
   }
 
   private _run(items: Item<K, V>[], batch: number | undefined): void {
     const keys = items.map((i) => i.key);
     this.breaker.fire(keys).then((values) => {
-      if (values === null || typeof values !== 'object' || typeof values.length !== 'number' || values.length !== keys.length) {
+      if (!arrayLike(values) || values.length !== keys.length) {
         this._failed(items, batch, new TypeError('Collapser must be constructed with a function which accepts Array<key> and returns ' +
           `Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (${keys.length}).`));
       } else {
@@ -344,9 +394,10 @@ export class Collapser<K = unknown, V = unknown> {
       // A failed batch is not cached (DataLoader): the followers get it, then it is forgotten.
       if (it.lead >= 0) {
         this._landed(it);
-        this._settle(it.lead, false, e, t);
+        // Not when the key was primed meanwhile (the lead is stale): the primed value stays.
+        const settled = this._settle(it.lead, false, e, t);
         this._events(t);
-        if (!this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, putKey(it.ck), t);
+        if (settled && !this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, putKey(it.ck), t);
       }
     }
     this._events(t);
@@ -365,8 +416,8 @@ export class Collapser<K = unknown, V = unknown> {
       else it.reject(v);
       if (it.lead >= 0) {
         const cleared = this._landed(it);
-        this._settle(it.lead, ok, v, t);
-        if (fallback || cleared) {
+        const settled = this._settle(it.lead, ok, v, t);
+        if (settled && (fallback || cleared)) {
           this._events(t);
           if (!this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, putKey(it.ck), t);
         }
@@ -382,13 +433,14 @@ export class Collapser<K = unknown, V = unknown> {
     return this._cleared.delete(it.lead);
   }
 
-  /** Fills (or fails) a cache lead with `value`, keeping its payload (events: `_events`). */
-  private _settle(lead: number, ok: boolean, value: unknown, t: number): void {
-    if (this.breaker.isShutdown) return;
+  /** Fills (or fails) a cache lead with `value`, keeping its payload (events: `_events`); false for a stale lead. */
+  private _settle(lead: number, ok: boolean, value: unknown, t: number): boolean {
+    if (this.breaker.isShutdown) return false;
     const r = w.fw_cache_settle(this._h, 0, lead, ok ? 1 : 0, t);
-    if (r < 0) return;
+    if (r < 0) return false;
     const entry = out()[0]!;
     if (entry >= 0) this._payloads.set(entry, { ok, value });
+    return true;
   }
 
   /** The cache's events: followers served or promoted, entries removed. */

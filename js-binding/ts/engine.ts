@@ -48,7 +48,7 @@ export interface Exports {
   fw_cache_clear(h: number, which: number, now: number): number;
   fw_cache_poll(h: number, which: number, now: number): number;
   fw_col_add(h: number, keyLen: number, now: number): number;
-  fw_col_poll(h: number, now: number): number;
+  fw_col_poll(h: number, now: number, fullOnly: number): number;
   fw_col_items(h: number, batch: number): number;
   fw_col_complete(h: number, batch: number, index: number, ok: number): number;
   fw_col_fail(h: number, batch: number): number;

@@ -103,14 +103,15 @@ const view: SharedStore = SharedStore.from(store.buffer);
 const unregister: () => void = register({ client: {} as never, prefix: 'app', labels: true });
 const name: string = metricName('a', 'b', 'c') + b.name + b.group + version;
 const copts: CollapserOptions<number, string> = { windowMs: 5, maxBatchSize: 50, cache: true, cacheSize: 100,
-  cacheKeyFn: (k: number) => String(k), breaker: { timeout: 1000, fusewire: { bulkhead: { max_concurrent: 2 } } } };
+  cacheKeyFn: (k: number) => String(k), breaker: { timeout: 1000, fusewire: { bulkhead: { max_concurrent: 2 } } }, name: 'users' };
 const loader = new Collapser<number, string>(async (keys: number[]) => keys.map(String), copts);
 const one: string = await loader.load(1);
 const many: (string | Error)[] = await loader.loadMany([1, 2]);
+const loaderName: string | null = loader.name;
 loader.clear(1).clearAll().prime(3, 'three').prime(4, new Error('no'));
 loader.breaker.fallback((keys: number[]) => keys.map(() => 'fallback'));
 loader.shutdown();
-void [r, r2, r3, flags, n, restored, sig, ac, ours, fresh, shared, view, unregister, name, one, many];
+void [r, r2, r3, flags, n, restored, sig, ac, ours, fresh, shared, view, unregister, name, one, many, loaderName];
 b.shutdown();
 // @ts-expect-error: fire's arguments are typed
 b.fire(1, 2);
