@@ -446,7 +446,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   }, ['batch of 1500', 'all back: true']);
 
   documented('a full batch runs as soon as the loading code returns (DataLoader: at its batch moment)', async (h) => {
-    // README: "a full batch runs as soon as the code that filled it returns, never inside `load()`"
+    // README: "**Full batches** run as soon as the code that filled them returns (never inside `load()`; an unfilled batch keeps its window)"
     const l = h.loader(values, { maxBatchSize: 2 });
     h.load(l, 1);
     h.load(l, 2);
@@ -458,7 +458,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   ['-- loads returned', 'batch [1, 2]', '-- one promise job later', 'load 1 = "v1"', 'load 2 = "v2"']);
 
   documented('default maxBatchSize is 1000 (DataLoader: Infinity)', async (h) => {
-    // README: "`maxBatchSize` (1000; `Infinity`, DataLoader's default, means the core's largest batch, 100 000 keys …)"
+    // README: "`maxBatchSize` (1000; `Infinity`, DataLoader's default, means the core's largest batch, 100 000 keys)"
     const l = h.kind === 'dataloader'
       ? h.loader(async (ks) => ks)
       : h.loader(async (ks) => ks, {}, { windowMs: 0 });
@@ -512,7 +512,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   }, ['-- 29 ms', 'batch [1, 2, 3]', 'load 1 = "v1"', 'load 2 = "v2"', 'load 3 = "v3"', '-- 30 ms', 'batch [4]', 'load 4 = "v4"'], { timers: true });
 
   documented('default window is 10 ms (DataLoader: its batch moment; fake time)', async (h) => {
-    // README: "options `windowMs` (10 ms; 0 = DataLoader's moment: after the current promise jobs, then `process.nextTick`)"
+    // README: "`windowMs` (10 ms, Hystrix's; 0 = DataLoader's moment: after the current promise jobs, then `process.nextTick`)"
     const l = h.kind === 'dataloader' ? h.loader(values) : h.loader(values, {}, {});
     h.load(l, 1);
     await hop();
@@ -585,9 +585,9 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   }, ['batch [1]', 'load 1 = "v1"', 'load 1 (joins) = "v1"', 'load 1 (in flight) = "v1"', 'load 1 (cached) = "v1"']);
 
   documented('clear(key) while the key is loading: later loads join it, then it is forgotten', async (h) => {
-    // README: "`clear` / `clearAll` while a key's load is in flight: its callers and the loads
-    // that joined it get its result, which is then forgotten (DataLoader would send loads made
-    // after the `clear` separately)."
+    // README: "**`clear` / `clearAll` while a key's load is in flight**: its callers and the
+    // loads that joined it get its result, which is then forgotten (DataLoader sends loads
+    // made after the `clear` separately)."
     let open;
     const gate = new Promise((resolve) => { open = resolve; });
     let n = 0;
@@ -609,8 +609,8 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   ['batch [1]', 'load 1 = "v1@1"', 'load 1 (after clear, same tick) = "v1@1"', 'load 1 (after clear, in flight) = "v1@1"', 'batch [1]', 'load 1 (later) = "v1@2"']);
 
   documented('clearAll() while keys are loading: later loads join them, then they are forgotten', async (h) => {
-    // README: "`clear` / `clearAll` while a key's load is in flight: its callers and the loads
-    // that joined it get its result, which is then forgotten"
+    // README: "**`clear` / `clearAll` while a key's load is in flight**: its callers and the
+    // loads that joined it get its result, which is then forgotten"
     let open;
     const gate = new Promise((resolve) => { open = resolve; });
     let n = 0;
@@ -630,7 +630,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   ['batch [1, 2]', 'load 1 (after clearAll, in flight) = "v1@1"', 'loadMany = ["v1@1", "v2@1"]', 'batch [1, 2]', 'loadMany later = ["v1@2", "v2@2"]']);
 
   known('clear(key).prime(key, value) while the key is loading: the primed value is served',
-    "README: \"a `prime` after that `clear` replaces the result at once (DataLoader's `clear(id).prime(id, value)` after a mutation): later loads get the primed value\"; \"a cached key settles on the next promise job\"",
+    "README: \"`clear(key).prime(key, value)` while the key loads (the update-after-mutation idiom) serves `value` to later loads at once\"; \"a cached key settles on the next promise job\"",
     async (h) => {
       let open;
       const gate = new Promise((resolve) => { open = resolve; });
@@ -814,7 +814,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
     { common: (lines) => lines.map((line) => line.replace(/ ! .*/s, ' ! (rejected)')) });
 
   known('a batch function returning an array, not a promise: each load rejects with a TypeError',
-    "README: \"The batch function may return its array without a promise\"",
+    "README: \"**The batch function** may return its array without a promise\"",
     async (h) => {
       const l = h.loader((ks) => ks.map(v));
       h.load(l, 1);
@@ -825,7 +825,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
       'load 2 ! TypeError#1(DataLoader must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise: v1,v2.)']);
 
   known('a batch resolving to a non-array or an array of the wrong length: DataLoader\'s TypeError message',
-    "README: \"a result that is not an array of the keys' length rejects every load with one TypeError, as in DataLoader (worded differently)\"",
+    "README: \"a result that is not an array of the keys' length rejects every load with one TypeError\"; \"the TypeError for a result of the wrong shape is worded differently\"",
     async (h) => {
       for (const [what, out] of [['a string', 'ab'], ['null', null], ['too short', ['x']], ['{ length } without elements', { length: 2 }]]) {
         h.note(`-- ${what}`);
@@ -889,7 +889,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
       'batch ["a", "b"]', 'loadMany array-like = ["va", "vb"]']);
 
   known('a cacheKeyFn that throws: load() throws its Error',
-    "README: \"a key without a cache key (or a `cacheKeyFn` that throws) rejects the load with a TypeError naming it (DataLoader's `load()` throws what `cacheKeyFn` threw)\"",
+    "README: \"a key without a cache key, or a `cacheKeyFn` that throws, rejects the load with a TypeError naming it (DataLoader's `load()` throws what `cacheKeyFn` threw)\"",
     async (h) => {
       const bad = new Error('bad key');
       const l = h.loader(values, {
@@ -1007,7 +1007,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   // ---- the breaker (documented: every batch runs through one) --------------------------
 
   documented('a batch runs under the breaker\'s timeout (fake time)', async (h) => {
-    // README: "A batch runs under the breaker's `timeout` (opossum's 10 s unless set)."
+    // README: "**The breaker**: a batch runs under its `timeout` (opossum's 10 s unless set)"
     const l = h.loader((ks) => new Promise((resolve) => setTimeout(() => resolve(ks.map(v)), 50)), {}, { windowMs: 0, breaker: { timeout: 20 } });
     h.track('load 1', l.load(1).catch((e) => Promise.reject(new Error(`code ${e.code}`))));
     await flush();
@@ -1016,9 +1016,9 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   }, ['batch [1]', 'load 1 = "v1"'], ['batch [1]', 'load 1 ! Error#1(code ETIMEDOUT)'], { timers: true });
 
   documented('failing batches open the breaker after 20 (DataLoader sends every one)', async (h) => {
-    // README: "`breaker` (options of the breaker every batch runs through; its error rate counts
-    // batches, not loads; `volumeThreshold` defaults to Hystrix's 20 batches here, so one failed
-    // batch does not open it)"
+    // README: "`breaker` (the breaker's options; its error rate counts batches, not loads;
+    // `volumeThreshold` defaults to Hystrix's 20 batches here, so one failed batch does not
+    // open it)"
     let sent = 0;
     const l = h.loader(async () => {
       sent++;
