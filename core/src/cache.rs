@@ -494,7 +494,11 @@ impl RequestCache {
         }
         match self.lead(sc, h, key, now) {
             Lookup::Lead(lead) => self.settle(lead, payload_bytes, false, now),
-            _ => None,
+            _ => {
+                // Full: not a lookup, so not a bypass in the stats.
+                self.stats.bypasses = self.stats.bypasses.saturating_sub(1);
+                None
+            }
         }
     }
 

@@ -186,6 +186,9 @@ impl<B: Bucket> Ring<B> {
     /// to `expired` and its slot reset. A `now` at or before the current bucket's end
     /// changes nothing. O(min(steps, len)).
     pub fn roll(&mut self, now: Nanos, mut expired: impl FnMut(&B)) {
+        if self.slots.is_empty() {
+            return; // `Ring::off`: nothing to move
+        }
         let e = now / self.width_ns;
         if e <= self.current {
             return;
@@ -236,6 +239,9 @@ impl<B: Bucket> Ring<B> {
     /// commutative for rings of the same geometry; a ring of another geometry is
     /// re-bucketed into this one first.
     pub fn merge(&mut self, other: &Self) {
+        if self.slots.is_empty() || other.slots.is_empty() {
+            return; // an off ring keeps nothing and adds nothing
+        }
         if !self.same_geometry(other) {
             let mut o = other.clone();
             o.rebucket(self.width_ns, self.slots.len());
@@ -341,6 +347,22 @@ mod tests {
         // &self reads at a later time see fewer live buckets.
         assert_eq!(sum(&r, 45), 2);
         assert_eq!(sum(&r, 50), 0);
+    }
+
+    #[test]
+    fn an_off_ring_keeps_nothing_and_never_panics() {
+        let mut on: Ring<N> = Ring::new(10, 3, 0);
+        on.current_mut().unwrap().0 += 4;
+        let mut off: Ring<N> = Ring::off(1);
+        assert!(off.current_mut().is_none());
+        off.merge(&on);
+        assert!(off.is_empty() && off.is_clear());
+        let before = on.clone();
+        on.merge(&off);
+        assert_eq!(on, before);
+        off.roll(u64::MAX, |_| panic!("nothing to expire"));
+        assert_eq!(off.current_end(), u64::MAX);
+        assert_eq!(sum(&off, u64::MAX), 0);
     }
 
     #[test]

@@ -515,6 +515,11 @@ fn a_call_that_did_not_lead_fills_its_key_first_result_wins() {
     let st = c.stats();
     assert_eq!((st.flights, st.entries), (0, 2));
     assert_eq!(st.misses, 2, "offers are not lookups");
+    // Every entry in flight: an offer keeps nothing, and is no bypass either.
+    let mut full = cache(r#"{"max_entries": 1, "max_waiters": 0}"#);
+    let _l = lead(full.lookup(G, b"a", T0));
+    assert_eq!(full.offer(G, b"b", 1, T0), None);
+    assert_eq!(full.stats().bypasses, 0);
 }
 
 #[test]

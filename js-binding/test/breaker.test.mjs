@@ -159,6 +159,23 @@ describe('fire and call', () => {
     b.shutdown();
   });
 
+  test('close() from a timeout listener: no stale open after it (found by review)', async () => {
+    clock = fakeTime();
+    const b = new CircuitBreaker(() => new Promise(() => {}), { timeout: 20, volumeThreshold: 1 });
+    const seen = [];
+    for (const e of ['timeout', 'failure', 'open', 'close']) b.on(e, () => seen.push(e));
+    b.once('timeout', () => b.close());
+    b.fire().catch(() => {});
+    await flush();
+    clock.tick(20);
+    await flush();
+    // The timeout tripped the breaker; the listener's close() came after: the open
+    // it replaced is not emitted, and the state is what the last event said.
+    assert.deepEqual(seen, ['timeout', 'close', 'failure']);
+    assert.equal(b.closed, true);
+    b.shutdown();
+  });
+
   test('a listener that throws on a timer-driven event does not stop the breaker\'s timer', async () => {
     clock = fakeTime();
     const { b } = flaky({ timeout: 100 });

@@ -223,4 +223,41 @@ describe('Collapser', () => {
       c.shutdown();
     }
   });
+
+  test('clear(key).prime(key, value) while the key loads: loads made before the clear keep the load\'s result, later ones get the primed value', async () => {
+    for (const how of ['clear', 'clearAll']) {
+      let release;
+      const { c, batches } = loader({ windowMs: 0 }, async (keys) => {
+        await new Promise((r) => { release = r; });
+        return keys.map(() => 'loaded');
+      });
+      const p1 = c.load(1);
+      const p2 = c.load(1); // joins the load in flight
+      await new Promise((r) => setTimeout(r, 5));
+      const p3 = c.load(1); // joins it while it runs
+      if (how === 'clear') c.clear(1).prime(1, 'primed');
+      else c.clearAll().prime(1, 'primed');
+      assert.equal(await c.load(1), 'primed', `${how}: a load after the prime`);
+      release();
+      assert.deepEqual(await Promise.all([p1, p2, p3]), ['loaded', 'loaded', 'loaded'], how);
+      assert.equal(await c.load(1), 'primed', `${how}: the prime stays cached`);
+      assert.equal(batches.length, 1);
+      c.shutdown();
+    }
+  });
+
+  test('a breaker listener that throws when a batch fires fails that batch only; every load settles', async () => {
+    const { c, batches } = loader({ windowMs: 0, maxBatchSize: 2 }, async (keys) => keys.map((k) => `v${k}`));
+    let once = true;
+    c.breaker.on('fire', () => {
+      if (once) {
+        once = false;
+        throw new Error('listener');
+      }
+    });
+    const loads = [1, 2, 3, 4, 5].map((k) => c.load(k).then((v) => v, (e) => e.message));
+    assert.deepEqual(await Promise.all(loads), ['listener', 'listener', 'v3', 'v4', 'v5']);
+    assert.deepEqual(batches, [[3, 4], [5]]);
+    c.shutdown();
+  });
 });

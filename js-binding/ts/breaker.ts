@@ -299,6 +299,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _timer: Timer | undefined = undefined;
   /** The core deadline (ms) the timer was last armed for. */
   private _due = 0;
+  /** `open()` / `close()` calls so far: queued transitions from before one are stale. */
+  private _forces = 0;
   /**
    * The state word the getters report while a call's own events are emitted before
    * the transition they caused (-1: read the core). opossum emits `timeout`,
@@ -1235,6 +1237,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // The outcomes of the calls not emitted yet, as opossum's counters would show them.
     const u = this._extra.unseen;
     const saved: [number, number, number] = [u[0], u[1], u[2]];
+    const forces = this._forces;
     const kept = (m: number): boolean => {
       const id = evs[m + 1]!;
       const c = this._calls[id % SLOTS];
@@ -1264,6 +1267,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this._view = viewAt(i);
         const settle = emit();
         for (; i < n && evs[i] === EV_TRANSITION; i += 4) {
+          // A listener forced the breaker open or closed: the transitions queued
+          // before it are history (its own events were emitted by then).
+          if (this._forces !== forces) continue;
           const from = evs[i + 1]! as Phase;
           const to = evs[i + 2]! as Phase;
           this._view = viewAt(i + 4);
@@ -1410,9 +1416,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _tick(): void {
     this._timer = undefined;
     if (this._shutdown) return;
-    // The deadline it was armed for has come, whatever a clock with a coarser (or
-    // faked) resolution reads.
-    const t = Math.max(now(), this._due);
+    // The deadline it was armed for has come, whatever a clock of coarser resolution
+    // reads (Node fires timers up to 1 ms early); a timer firing far earlier (faked
+    // timers over a real clock) acts at the clock's time and re-arms.
+    const n = now();
+    const t = this._due - n <= 1 ? Math.max(n, this._due) : n;
     try {
       if ((this._cached & 1) !== 0 && this._cache === undefined) this._cacheEvents(0, t);
       if ((this._cached & 2) !== 0) this._cacheEvents(1, t);
@@ -1435,6 +1443,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   private _force(phase: Phase): void {
     if (this._shutdown) return;
+    this._forces++;
     const t = now();
     if (this._store !== undefined) this._io(w.fw_prepare(this._h, t), t);
     const r = w.fw_force(this._h, phase, t);

@@ -40,6 +40,8 @@ interface Item<K, V> {
   lead: number;
   resolve: (v: V) => void;
   reject: (e: unknown) => void;
+  /** Loads that joined this (leading) load and keep its result after a `clear`. */
+  also?: { resolve: (v: V) => void; reject: (e: unknown) => void }[];
 }
 
 /** DataLoader's batch moment: after the promise jobs queued so far, then `process.nextTick` (`setImmediate` / `setTimeout` elsewhere). */
@@ -95,7 +97,9 @@ export class Collapser<K = unknown, V = unknown> {
   /** Values the breaker's fallback gave (never cached). */
   private readonly _fallen = new WeakSet<object>();
   private readonly _items = new ById<Item<K, V>>();
-  private readonly _waits = new ById<{ key: K; ck: string; resolve: (v: V) => void; reject: (e: unknown) => void }>();
+  private readonly _waits = new ById<{ id: number; key: K; ck: string; resolve: (v: V) => void; reject: (e: unknown) => void }>();
+  /** The leading item of each cache lead in flight. */
+  private readonly _leads = new Map<number, Item<K, V>>();
   /** Cached results by entry id: the value, or the Error of a failed load. */
   private readonly _payloads = new ById<{ ok: boolean; value: unknown }>();
   private _flushQueued = false;
@@ -198,7 +202,7 @@ export class Collapser<K = unknown, V = unknown> {
           return p.ok ? Promise.resolve(p.value as V) : Promise.reject(p.value);
         }
       } else if (kind === 3) {
-        return new Promise<V>((resolve, reject) => this._waits.set(id, { key, ck, resolve, reject }));
+        return new Promise<V>((resolve, reject) => this._waits.set(id, { id, key, ck, resolve, reject }));
       } else if (kind === 2) {
         lead = id;
       }
@@ -226,7 +230,10 @@ export class Collapser<K = unknown, V = unknown> {
       const t = now();
       const ck = this._cacheKey(key);
       const lead = this._inflight.get(ck);
-      if (lead !== undefined) this._cleared.add(lead);
+      if (lead !== undefined) {
+        this._cleared.add(lead);
+        this._keep(ck, lead, t);
+      }
       w.fw_cache_invalidate(this._h, 0, putKey(ck), t);
       this._events(t);
     }
@@ -236,8 +243,11 @@ export class Collapser<K = unknown, V = unknown> {
   /** Forgets every cached result (loads in flight still answer their callers, and are then forgotten). */
   clearAll(): this {
     if (this._cache && !this.breaker.isShutdown) {
-      for (const lead of this._inflight.values()) this._cleared.add(lead);
       const t = now();
+      for (const [ck, lead] of this._inflight) {
+        this._cleared.add(lead);
+        this._keep(ck, lead, t);
+      }
       w.fw_cache_clear(this._h, 0, t);
       this._events(t);
     }
@@ -275,6 +285,22 @@ export class Collapser<K = unknown, V = unknown> {
     return this;
   }
 
+  /**
+   * Key `ck` was cleared while lead `lead` loads it: the loads that joined that load
+   * leave the cache's flight and keep its result (a `prime` now reaches only loads
+   * made after the `clear`, as in DataLoader).
+   */
+  private _keep(ck: string, lead: number, t: number): void {
+    const it = this._leads.get(lead);
+    if (it === undefined) return;
+    for (const wt of this._waits.values()) {
+      if (wt.ck !== ck) continue;
+      this._waits.delete(wt.id);
+      w.fw_cache_cancel(this._h, 0, wt.id, 0, t);
+      (it.also ??= []).push(wt);
+    }
+  }
+
   /** The cache key of `key`; a TypeError when it has none (a symbol, a function, a throwing toJSON). */
   private _cacheKey(key: K): string {
     const f = this._keyFn;
@@ -296,18 +322,26 @@ export class Collapser<K = unknown, V = unknown> {
   /** Shuts the breaker down; pending loads are rejected. */
   shutdown(): void {
     const err = new Error('The collapser has been shut down.');
-    for (const it of this._items.values()) it.reject(err);
+    for (const it of this._items.values()) {
+      it.reject(err);
+      for (const a of it.also ?? []) a.reject(err);
+    }
     for (const wt of this._waits.values()) wt.reject(err);
     this._items.clear();
     this._waits.clear();
     this._payloads.clear();
     this._inflight.clear();
     this._cleared.clear();
+    // Running batches still answer their loads (and those they kept), as DataLoader's.
+    this._leads.clear();
     this.breaker.shutdown();
   }
 
   private _add(item: Item<K, V>, t: number): void {
-    if (item.lead >= 0) this._inflight.set(item.ck, item.lead);
+    if (item.lead >= 0) {
+      this._inflight.set(item.ck, item.lead);
+      this._leads.set(item.lead, item);
+    }
     const r = w.fw_col_add(this._h, 0, t);
     const kind = r & KIND_MASK;
     if (kind === 1 || kind === 2) {
@@ -375,7 +409,16 @@ export class Collapser<K = unknown, V = unknown> {
 
   private _run(items: Item<K, V>[], batch: number | undefined): void {
     const keys = items.map((i) => i.key);
-    this.breaker.fire(keys).then((values) => {
+    let fired: Promise<ArrayLike<V | Error>>;
+    try {
+      fired = this.breaker.fire(keys);
+    } catch (e) {
+      // A breaker listener threw (`fire`, `reject`…): these loads fail with it, the
+      // other batches of the flush still run.
+      this._failed(items, batch, e);
+      return;
+    }
+    fired.then((values) => {
       if (!arrayLike(values) || values.length !== keys.length) {
         this._failed(items, batch, new TypeError('Collapser must be constructed with a function which accepts Array<key> and returns ' +
           `Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (${keys.length}).`));
@@ -391,6 +434,7 @@ export class Collapser<K = unknown, V = unknown> {
     const t = this._cache ? now() : 0;
     for (const it of items) {
       it.reject(e);
+      for (const a of it.also ?? []) a.reject(e);
       // A failed batch is not cached (DataLoader): the followers get it, then it is forgotten.
       if (it.lead >= 0) {
         this._landed(it);
@@ -414,6 +458,10 @@ export class Collapser<K = unknown, V = unknown> {
       if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_complete(this._h, batch, i, ok ? 1 : 0);
       if (ok) it.resolve(v as V);
       else it.reject(v);
+      for (const a of it.also ?? []) {
+        if (ok) a.resolve(v as V);
+        else a.reject(v);
+      }
       if (it.lead >= 0) {
         const cleared = this._landed(it);
         const settled = this._settle(it.lead, ok, v, t);
@@ -430,6 +478,7 @@ export class Collapser<K = unknown, V = unknown> {
   /** A lead's result arrived: no longer in flight. Whether it was cleared meanwhile. */
   private _landed(it: Item<K, V>): boolean {
     if (this._inflight.get(it.ck) === it.lead) this._inflight.delete(it.ck);
+    this._leads.delete(it.lead);
     return this._cleared.delete(it.lead);
   }
 

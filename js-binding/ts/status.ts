@@ -106,9 +106,6 @@ function addInProgress(src: StatusSource, b: Bucket, o: ArrayLike<number>): void
   const x = src._extra;
   b.fires += o[S.IN_FLIGHT]! + o[S.QUEUED]! + x.firing;
   b.fallbacks += x.fallingBack;
-  b.failures -= x.unseen[0];
-  b.timeouts -= x.unseen[1];
-  b.semaphoreRejections -= x.unseen[2];
 }
 
 /** @internal */
@@ -161,6 +158,12 @@ export function readStats(src: StatusSource): Stats {
   const o = out();
   fromCounts(s, o, S.COUNTS);
   addInProgress(src, s, o);
+  // Outcomes whose events are not emitted yet (totals only: which bucket holds them
+  // is the core's business).
+  const u = src._extra.unseen;
+  s.failures -= u[0];
+  s.timeouts -= u[1];
+  s.semaphoreRejections -= u[2];
   const newest = Math.floor(now / src._bucketMs);
   for (let i = 0; i < src._buckets; i++) addMisses(src, newest - i, s);
   if (src._percentilesEnabled) {
