@@ -81,6 +81,22 @@ async function flush(n = 3) {
 
 /** A key's value as the test batch functions make it. */
 const v = (k) => `v${typeof k === 'object' && k !== null ? JSON.stringify(k) : String(k)}`;
+
+/** A promise (`gate`) that resolves when `open()` is called. */
+function gated() {
+  let open;
+  const gate = new Promise((resolve) => { open = resolve; });
+  return { gate, open };
+}
+
+/** A batch function answering once `gate` resolves, each value tagged with its call's number (`v1@2`). */
+function numbered(gate) {
+  let n = 0;
+  return (ks) => {
+    const i = ++n;
+    return gate.then(() => ks.map((k) => `${v(k)}@${i}`));
+  };
+}
 /** A batch function answering every key with `v(key)`. */
 const values = async (keys) => keys.map(v);
 
@@ -569,8 +585,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   }, ['prime returns the loader: true', 'batch ["x"]', 'load "p" = "primed"', 'load "e" ! Error#1(primed error)', 'load "twice" = "first"', 'loadMany = ["primed", Error#1(primed error), "vx"]', 'load "x" (cached) = "vx"', 'load "x" (primed after clear) = "after clear"', 'load "e" (primed after clear) = "fixed"'], { settleOrder: false });
 
   parity('prime while the key is loading changes nothing', async (h) => {
-    let open;
-    const gate = new Promise((resolve) => { open = resolve; });
+    const { gate, open } = gated();
     const l = h.loader((ks) => gate.then(() => ks.map(v)));
     h.load(l, 1);
     l.prime(1, 'primed while collecting');
@@ -588,13 +603,8 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
     // README: "**`clear` / `clearAll` while a key's load is in flight**: its callers and the
     // loads that joined it get its result, which is then forgotten (DataLoader sends loads
     // made after the `clear` separately)."
-    let open;
-    const gate = new Promise((resolve) => { open = resolve; });
-    let n = 0;
-    const l = h.loader((ks) => {
-      const i = ++n;
-      return gate.then(() => ks.map((k) => `${v(k)}@${i}`));
-    });
+    const { gate, open } = gated();
+    const l = h.loader(numbered(gate));
     h.load(l, 1);
     l.clear(1);
     h.load(l, 1, 'load 1 (after clear, same tick)');
@@ -611,13 +621,8 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   documented('clearAll() while keys are loading: later loads join them, then they are forgotten', async (h) => {
     // README: "**`clear` / `clearAll` while a key's load is in flight**: its callers and the
     // loads that joined it get its result, which is then forgotten"
-    let open;
-    const gate = new Promise((resolve) => { open = resolve; });
-    let n = 0;
-    const l = h.loader((ks) => {
-      const i = ++n;
-      return gate.then(() => ks.map((k) => `${v(k)}@${i}`));
-    });
+    const { gate, open } = gated();
+    const l = h.loader(numbered(gate));
     h.many(l, [1, 2]);
     await flush();
     l.clearAll();
@@ -632,8 +637,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   known('clear(key).prime(key, value) while the key is loading: the primed value is served',
     "README: \"`clear(key).prime(key, value)` while the key loads (the update-after-mutation idiom) serves `value` to later loads at once\"; \"a cached key settles on the next promise job\"",
     async (h) => {
-      let open;
-      const gate = new Promise((resolve) => { open = resolve; });
+      const { gate, open } = gated();
       const l = h.loader((ks) => gate.then(() => ks.map(v)));
       h.load(l, 1);
       h.load(l, 2);
@@ -952,8 +956,7 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
   known('a cached key settles with the batch of its tick (DataLoader: "Resolve all cache hits in the same micro-task as freshly loaded values")',
     "README: \"a cached key settles on the next promise job (DataLoader settles it with the next batch of its tick)\"",
     async (h) => {
-      let open;
-      const gate = new Promise((resolve) => { open = resolve; });
+      const { gate, open } = gated();
       let n = 0;
       const l = h.loader((ks) => (++n === 1 ? values(ks) : gate.then(() => ks.map(v))));
       await l.load(3);
