@@ -6,7 +6,7 @@
 //! (traps) on context ids it does not know, and it links code for every callback kind
 //! (gRPC, HTTP calls, network filters) this filter never uses — about 30 KB of the
 //! module. Unknown ids and unexpected callbacks are ignored here. Callbacks the filter
-//! does not export (request body, trailers, ...) are skipped by Envoy.
+//! does not export are skipped by Envoy (taken as Continue).
 
 use std::cell::UnsafeCell;
 
@@ -122,6 +122,23 @@ pub extern "C" fn proxy_on_tick(id: u32) {
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_request_headers(id: u32, _n: usize, _eos: u32) -> u32 {
     stream(id, |r| action(r.on_http_request_headers(id)))
+}
+
+/// `proxy_on_request_body`: a waiting stream's body is held with flow control
+/// (StopIterationAndWatermark: Envoy buffers it and pushes back on the client, no 413)
+/// until the stream is resumed or answered.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_request_body(id: u32, _size: usize, _eos: u32) -> u32 {
+    stream(id, |r| match r.on_http_request_data(id) {
+        Action::Continue => 0,
+        Action::Pause => 2,
+    })
+}
+
+/// `proxy_on_request_trailers`: held (StopIteration) while the stream waits.
+#[cfg_attr(target_arch = "wasm32", no_mangle)]
+pub extern "C" fn proxy_on_request_trailers(id: u32, _n: usize) -> u32 {
+    stream(id, |r| action(r.on_http_request_data(id)))
 }
 
 /// `proxy_on_response_headers`.

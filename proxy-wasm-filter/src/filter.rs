@@ -1139,6 +1139,16 @@ impl Root {
         self.worker.start(ctx)
     }
 
+    /// Request body or trailers: held while the stream waits (queued for a slot, or
+    /// following a collapse leader) — without this, Envoy would take the body's
+    /// Continue as resuming the stream and send it upstream past the bulkhead.
+    pub fn on_http_request_data(&mut self, ctx: u32) -> Action {
+        match self.worker.calls.get(ctx) {
+            Some(Call::Queued { .. } | Call::Following { .. }) => Action::Pause,
+            _ => Action::Continue,
+        }
+    }
+
     /// Response headers: the upstream status (own replies are skipped).
     pub fn on_http_response_headers(&mut self, ctx: u32, end_of_stream: bool) -> Action {
         self.worker

@@ -949,6 +949,51 @@ fn grpc_fallbacks_carry_the_policy_status() {
     );
 }
 
+/// A queued request with a body (and trailers) stays queued: Envoy delivers body and
+/// trailers to a filter whose headers stopped, and their Continue would resume the
+/// stream past the bulkhead (found by review: every POST and gRPC call did).
+#[test]
+fn a_queued_request_with_a_body_waits_for_its_slot() {
+    let json = config(None).replace(
+        "\"fallback\": {",
+        r#""bulkhead": {"isolation": "pool", "max_concurrent": 1, "max_queue": 8, "queue_rejection_threshold": 8, "max_wait_ms": 5000}, "fallback": {"#,
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..6u64)
+        .map(|i| {
+            let mut r = Request::get("/api/q").method("POST").body(b"{\"a\":1}");
+            if i % 2 == 1 {
+                r = r.trailer("x-checksum", "7");
+            }
+            h.submit_at(
+                t0 + i,
+                (i % 4) as usize,
+                r,
+                UpstreamReply::status(200).after_ms(100),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(3_000));
+    let recs: Vec<StreamRecord> = ids
+        .iter()
+        .map(|id| h.record(*id).expect("done").clone())
+        .collect();
+    assert!(
+        recs.iter()
+            .all(|r| r.sent_upstream && r.response_status == Some(200)),
+        "{recs:?}"
+    );
+    assert_eq!(concurrency(&recs), 1, "one at a time, bodies or not");
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(
+            r.upstream_request_trailers.is_some(),
+            i % 2 == 1,
+            "held trailers are delivered when the stream resumes"
+        );
+    }
+}
+
 fn collapse_config(extra: &str) -> String {
     config(None).replace(
         "\"fallback\": {",
