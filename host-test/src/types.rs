@@ -300,6 +300,10 @@ pub struct Request {
     /// Request trailers (delivered to `on_http_request_trailers`).
     #[serde(default)]
     pub trailers: Vec<(String, String)>,
+    /// The client speaks HTTP/2: its reset is a stream reset (flag DR), not a
+    /// connection termination (DC).
+    #[serde(default)]
+    pub http2: bool,
 }
 
 impl Default for Request {
@@ -319,6 +323,7 @@ impl Request {
             body: vec![],
             client_timeout_ns: None,
             trailers: vec![],
+            http2: false,
         }
     }
     /// A unary gRPC request: `POST`, `content-type: application/grpc`, `te: trailers`
@@ -348,6 +353,11 @@ impl Request {
     /// Sets the body.
     pub fn body(mut self, b: &[u8]) -> Self {
         self.body = b.to_vec();
+        self
+    }
+    /// An HTTP/2 client (its reset sets DR instead of DC).
+    pub fn http2(mut self) -> Self {
+        self.http2 = true;
         self
     }
     /// The client gives up (resets) after `ms` milliseconds.
@@ -515,6 +525,7 @@ pub mod flags {
     pub const NO_ROUTE_FOUND: u64 = 0x100;
     pub const NO_CLUSTER_FOUND: u64 = 0x100_0000;
     pub const DOWNSTREAM_CONNECTION_TERMINATION: u64 = 0x4000;
+    pub const DOWNSTREAM_REMOTE_RESET: u64 = 0x1000_0000;
     pub const STREAM_IDLE_TIMEOUT: u64 = 0x1_0000;
 }
 

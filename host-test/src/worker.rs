@@ -1160,7 +1160,13 @@ impl WorkerVm {
             return;
         };
         ctl.rec.outcome = Outcome::DownstreamReset;
-        ctl.flags |= flags::DOWNSTREAM_CONNECTION_TERMINATION;
+        // Envoy: an HTTP/2 stream reset by the client sets DR
+        // (DownstreamRemoteReset); a closed HTTP/1 connection sets DC.
+        ctl.flags |= if ctl.req.http2 {
+            flags::DOWNSTREAM_REMOTE_RESET
+        } else {
+            flags::DOWNSTREAM_CONNECTION_TERMINATION
+        };
         if ctl.details.is_empty() || ctl.details == "via_upstream" {
             ctl.details = "downstream_remote_disconnect".into();
         }

@@ -114,12 +114,17 @@ fn parse_status_text(t: &str) -> Result<(u32, u32), String> {
 }
 
 /// Envoy response flags by bit position in Envoy's `response.flags` bit-vector
-/// (`FailedLocalHealthCheck = 0x1` … `DropOverLoad = 0x8000000`), short names as in
-/// access logs.
+/// (`FailedLocalHealthCheck = 0x1` … `UnconditionalDropOverload = 0x20000000`), short
+/// names as in access logs.
 pub const RESPONSE_FLAGS: &[&str] = &[
     "LH", "UH", "UT", "LR", "UR", "UF", "UC", "UO", "NR", "DI", "FI", "RL", "UAEX", "RLSE", "DC",
-    "URX", "SI", "IH", "DPE", "UMSDR", "RFCF", "NFCF", "DT", "UPE", "NC", "OM", "DF", "DO",
+    "URX", "SI", "IH", "DPE", "UMSDR", "RFCF", "NFCF", "DT", "UPE", "NC", "OM", "DF", "DO", "DR",
+    "UDO",
 ];
+
+/// The client went away: its connection closed (DC) or, on HTTP/2 and HTTP/3, it reset
+/// the stream (DR).
+const CLIENT_GONE: FlagSet = FlagSet(0x4000 | 0x1000_0000);
 
 /// A set of Envoy response flags, with Envoy's own bit values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -280,7 +285,7 @@ impl Observed {
 impl Classifier {
     /// Classifies, in this order: timeout flags → TIMEOUT; failure flags → FAILURE;
     /// no response → FAILURE if resets are failures (CANCELLED if the client went
-    /// away, flag DC, or resets are not failures); failure HTTP status → FAILURE;
+    /// away, flag DC or DR, or resets are not failures); failure HTTP status → FAILURE;
     /// failure gRPC status → FAILURE; bad-request status → BAD_REQUEST; else SUCCESS.
     pub fn classify(&self, o: &Observed) -> Outcome {
         if o.flags.intersects(self.timeout_flags) {
@@ -290,7 +295,7 @@ impl Classifier {
             return Outcome::Failure;
         }
         let Some(status) = o.status else {
-            if o.flags.intersects(FlagSet::one("DC")) || !self.resets_are_failures {
+            if o.flags.intersects(CLIENT_GONE) || !self.resets_are_failures {
                 return Outcome::Cancelled;
             }
             return Outcome::Failure;
@@ -378,6 +383,17 @@ mod tests {
         assert_eq!(c.classify(&o(None, None, b"UF")), Outcome::Failure);
         assert_eq!(c.classify(&o(None, None, b"")), Outcome::Failure);
         assert_eq!(c.classify(&o(None, None, b"DC")), Outcome::Cancelled);
+        assert_eq!(
+            c.classify(&o(None, None, b"DR")),
+            Outcome::Cancelled,
+            "an HTTP/2 client's stream reset"
+        );
+        assert_eq!(
+            CLIENT_GONE,
+            FlagSet(FlagSet::one("DC").0 | FlagSet::one("DR").0)
+        );
+        assert_eq!(FlagSet::one("DR"), FlagSet(0x1000_0000));
+        assert_eq!(FlagSet::one("UDO"), FlagSet(0x2000_0000));
         assert_eq!(c.classify(&o(Some(200), Some(14), b"")), Outcome::Failure);
         assert_eq!(c.classify(&o(Some(200), Some(5), b"")), Outcome::Success);
         // A gRPC route timeout: trailers-only 200 + grpc-status 14 + flag UT.

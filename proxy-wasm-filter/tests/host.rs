@@ -427,6 +427,36 @@ fn soak_with_resets_and_a_crashed_vm_returns_in_flight_to_zero() {
     });
 }
 
+/// HTTP/2 clients that give up reset their stream (flag DR, no DC): the caller went
+/// away, which says nothing about the upstream (found by review: counted as FAILURE,
+/// so cancellations on Istio's HTTP/2 hops could trip the breaker).
+#[test]
+fn http2_client_resets_are_cancellations_not_failures() {
+    let mut h = harness(CasMode::Envoy, &config(None));
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..30u64)
+        .map(|i| {
+            h.submit_at(
+                t0 + i * 1_000_000,
+                (i % 4) as usize,
+                Request::get("/api/slow").http2().client_timeout_ms(10),
+                UpstreamReply::status(200).after_ms(500),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(1_000));
+    for id in ids {
+        let r = h.record(id).expect("done");
+        assert_eq!(r.response_flags & 0x1000_0000, 0x1000_0000, "DR: {r:?}");
+        assert_eq!(r.response_flags & 0x4000, 0, "no DC: {r:?}");
+    }
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.cancelled"), 30);
+    assert_eq!(counter(&h, "fusewire.svc.failure"), 0);
+    let r = h.request(0, Request::get("/api/after"), UpstreamReply::status(200));
+    assert!(r.sent_upstream, "the breaker stayed closed");
+}
+
 #[test]
 fn non_matching_request_passes_untouched() {
     let mut h = harness(CasMode::Envoy, &config(Some(1)));
