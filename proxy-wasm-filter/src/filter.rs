@@ -1045,9 +1045,13 @@ impl RequestView for HostView {
     }
 }
 
+/// Envoy's rule (`Grpc::Common::hasGrpcContentType`): `application/grpc` or
+/// `application/grpc+<subtype>`; `application/grpc-web` is not gRPC.
 fn is_grpc() -> bool {
     host::header(host::REQUEST_HEADERS, "content-type", |v| {
-        v.starts_with(b"application/grpc")
+        let base = b"application/grpc";
+        v.strip_prefix(base)
+            .is_some_and(|rest| rest.is_empty() || rest[0] == b'+')
     })
     .unwrap_or(false)
 }

@@ -763,6 +763,22 @@ fn grpc_requests_get_a_grpc_fallback() {
         r.response_header("content-type").as_deref(),
         Some("application/grpc")
     );
+    // gRPC-Web is not gRPC to Envoy (`application/grpc` or `application/grpc+…` only):
+    // the browser gets the policy's HTTP reply (found by review).
+    let r = h.request(
+        0,
+        Request::get("/api/pkg.Svc/Call")
+            .method("POST")
+            .header("content-type", "application/grpc-web+proto"),
+        UpstreamReply::status(200),
+    );
+    assert!(!r.sent_upstream);
+    assert_eq!(r.response_status, Some(503), "{r:?}");
+    assert_eq!(r.local_reply.as_ref().and_then(|l| l.grpc_status), None);
+    assert_eq!(
+        r.response_header("content-type").as_deref(),
+        Some("text/plain")
+    );
 }
 
 #[test]
