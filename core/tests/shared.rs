@@ -1186,6 +1186,47 @@ fn async_a_lost_key_recreated_by_another_worker_keeps_both_deltas() {
     }
 }
 
+/// A host letting a key go (a reloaded config's old instance, a shutdown) gives back
+/// the bulkhead slots it holds beyond its calls in flight at once: other workers can
+/// use them now, not after `lease_ttl_ms` (found by review: a reload with calls in
+/// flight left them held for 30 s).
+#[test]
+fn flush_gives_back_the_slots_held_beyond_the_calls_in_flight() {
+    for m in [SYNC[0], SYNC[1]] {
+        let json = format!(r#"{{"bulkhead": {{"max_concurrent": 3}}, {NO_TIMEOUT}}}"#);
+        let mut h = Host::new(m, &json);
+        let keys = h.keys("db");
+        let ps: Vec<Permit> = (0..3).map(|_| running(h.start(0, keys[0]))).collect();
+        for p in ps.into_iter().skip(1) {
+            h.complete(0, p, Outcome::Success);
+        }
+        assert_eq!(h.engines[0].slots_held(keys[0]), Some(3), "{m:?}: a reserve");
+        assert_eq!(
+            refused(h.start(1, keys[1])).event,
+            EventKind::SemaphoreRejected,
+            "{m:?}: held by worker 0"
+        );
+        h.engines[0].flush(keys[0], h.now);
+        h.drive(0);
+        h.deliver();
+        assert_eq!(
+            h.engines[0].slots_held(keys[0]),
+            Some(1),
+            "{m:?}: only the call in flight keeps its slot"
+        );
+        let p1 = running(h.start(1, keys[1]));
+        let p2 = running(h.start(1, keys[1]));
+        assert_eq!(
+            refused(h.start(2, keys[2])).event,
+            EventKind::SemaphoreRejected,
+            "{m:?}: the limit still holds process-wide"
+        );
+        for p in [p1, p2] {
+            h.complete(1, p, Outcome::Success);
+        }
+    }
+}
+
 /// A host letting a key go (shutdown) flushes its pending healthy outcomes at once
 /// instead of losing up to `flush_ms` of them; with nothing pending, no write.
 #[test]

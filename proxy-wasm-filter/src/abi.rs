@@ -165,10 +165,18 @@ pub extern "C" fn proxy_on_log(id: u32) {
     stream(id, |r| r.finish_stream(id));
 }
 
-/// `proxy_on_done` (Envoy ignores its return value).
+/// `proxy_on_done`: a root lets its state go (its plugin was released: a reload, a
+/// shutdown); a stream finishes (Envoy ignores the return value for streams).
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_done(id: u32) -> u32 {
-    stream(id, |r| r.finish_stream(id));
+    with(|d| match root(d, id) {
+        Some(r) => r.on_done(),
+        None => {
+            if let Some(r) = owner(d, id) {
+                r.finish_stream(id);
+            }
+        }
+    });
     1
 }
 
@@ -183,6 +191,11 @@ pub extern "C" fn proxy_on_delete(id: u32) {
                 if let Some(r) = owner(d, id) {
                     r.finish_stream(id);
                 }
+            }
+        }
+        for (_, r) in &mut d.roots {
+            if r.deleted && r.is_idle() {
+                r.on_done(); // its last stream ended after `on_done`
             }
         }
         d.roots.retain(|(_, r)| !(r.deleted && r.is_idle()));

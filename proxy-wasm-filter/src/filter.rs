@@ -967,6 +967,23 @@ impl Worker {
         self.settle_with(now, false);
     }
 
+    /// The plugin instance goes away (a reloaded config's old root, a VM shutdown):
+    /// its outcomes are written, the slots and probe leases it holds beyond its calls
+    /// in flight given back, its metrics handed to the host — its ticks stop with it.
+    fn let_go(&mut self) {
+        let now = self.now();
+        if let Some(e) = self.engine.as_mut() {
+            let keys: Vec<KeyId> = e.keys().collect();
+            for k in keys {
+                e.flush(k, now);
+            }
+        }
+        self.settle(now);
+        for m in &mut self.metrics {
+            m.flush();
+        }
+    }
+
     /// Tick: deadlines, shared flushes and heartbeats, collapse waits, metrics.
     fn tick(&mut self) {
         let now = self.now();
@@ -1136,6 +1153,12 @@ impl Root {
     /// Whether every stream of this root is finished.
     pub fn is_idle(&self) -> bool {
         self.worker.calls.is_empty()
+    }
+
+    /// `on_done` of the root (its plugin is released), and again before it is
+    /// dropped: see [`Worker::let_go`].
+    pub fn on_done(&mut self) {
+        self.worker.let_go();
     }
 
     /// Request headers: match, admit (breaker, bulkhead) or answer with the fallback.

@@ -711,6 +711,71 @@ fn reload_on_reused_vms_keeps_shared_state_and_finishes_old_streams() {
     assert!(errors.is_empty(), "no errors logged: {errors:?}");
 }
 
+/// A reload while calls are in flight: the old root context keeps serving them, then
+/// lets go when Envoy releases it (`on_done`, once its streams ended) — their outcomes
+/// counted, the in-flight gauge back to 0, and its bulkhead slots usable by the new
+/// root at once (found by review: 3 outcomes lost, the gauge stuck at 3, and half
+/// the new calls rejected until the 30 s lease expired).
+#[test]
+fn a_reload_with_calls_in_flight_hands_over_outcomes_metrics_and_slots() {
+    let json = config(Some(4)).replace("\"lease_ttl_ms\": 2000", "\"lease_ttl_ms\": 30000");
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let old: Vec<u64> = (0..4u64)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/x"),
+                UpstreamReply::status(200).after_ms(1_000),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(300));
+    let plugin = PluginConfig {
+        name: "fusewire".into(),
+        root_id: "fusewire".into(),
+        vm_id: "fusewire-v1".into(),
+        configuration: json.replace("\"tick_ms\": 100", "\"tick_ms\": 50"),
+        failure_policy: FailurePolicy::FailClosed,
+        ..Default::default()
+    };
+    assert_eq!(
+        h.reload(&module(), plugin).expect("reloads"),
+        Reload::ReusedVms
+    );
+    h.run_for(Duration::from_millis(2_000));
+    for id in &old {
+        assert_eq!(h.record(*id).expect("done").response_status, Some(200));
+    }
+    settle(&mut h);
+    assert_eq!(
+        counter(&h, "fusewire.svc.success"),
+        4,
+        "every old call counted"
+    );
+    assert_eq!(counter(&h, "fusewire.svc.in_flight"), 0, "gauge back to 0");
+    let t1 = h.now_ns();
+    let new: Vec<u64> = (0..4u64)
+        .map(|i| {
+            h.submit_at(
+                t1 + i,
+                0,
+                Request::get("/api/x"),
+                UpstreamReply::status(200).after_ms(100),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(1_000));
+    for id in new {
+        let r = h.record(id).expect("done");
+        assert!(
+            r.sent_upstream,
+            "the old root's slots were given back: {r:?}"
+        );
+    }
+}
+
 #[test]
 fn unknown_unknown_build_works_too() {
     let p = module_path("wasm32-unknown-unknown");

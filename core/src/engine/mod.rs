@@ -483,17 +483,21 @@ impl Engine {
         self.queue_io(key.index);
     }
 
-    /// Before a host lets a shared key go (shutdown, a process about to exit): asks
-    /// to write its pending outcomes now rather than at the next `flush_ms`; drive
-    /// [`Engine::poll_io`] after. A no-op on local keys and when nothing is pending;
-    /// an asynchronous store's answer may come after the host has moved on.
+    /// Before a host lets a shared key go (shutdown, a process about to exit, a
+    /// reloaded config's old instance): asks to write its pending outcomes now rather
+    /// than at the next `flush_ms`, and to give back the bulkhead slots it holds
+    /// beyond its calls in flight and its unused probe leases (other workers get them
+    /// at once, not after `lease_ttl_ms`); drive [`Engine::poll_io`] after. A no-op on
+    /// local keys and when nothing is held or pending; an asynchronous store's answer
+    /// may come after the host has moved on.
     pub fn flush(&mut self, key: KeyId, now: Nanos) {
-        self.clock.advance(now);
+        let now = self.clock.advance(now);
         let Some(k) = live_mut(&mut self.keys, key) else {
             return;
         };
+        let in_flight = k.in_flight;
         if let Some(r) = k.replica.as_deref_mut() {
-            r.flush_soon();
+            r.let_go(in_flight, now);
         }
         self.queue_io(key.index);
     }

@@ -535,11 +535,21 @@ impl Replica {
         urgent
     }
 
-    /// Writes what is pending at the next `poll_io` instead of at the next flush (a
-    /// host letting the key go, e.g. at shutdown).
-    pub(crate) fn flush_soon(&mut self) {
+    /// Writes what is pending at the next `poll_io` instead of at the next flush, and
+    /// gives back what the process holds beyond its `in_flight` calls (a slot
+    /// reserve, unused probe leases): a host letting the key go (shutdown, a reload).
+    pub(crate) fn let_go(&mut self, in_flight: u32, now: Nanos) {
         if self.dirty_at.is_some() || !self.delta.is_empty() {
             self.flush_now = true;
+        }
+        if self.slots_held > in_flight {
+            self.release_due = true;
+        }
+        if !self.leases.is_empty() {
+            for l in core::mem::take(&mut self.leases) {
+                self.lease_returns.push((l.generation, l.slot));
+            }
+            self.mark(now, true);
         }
     }
 
