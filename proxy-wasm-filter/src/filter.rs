@@ -1068,7 +1068,7 @@ fn is_grpc() -> bool {
     host::header(host::REQUEST_HEADERS, "content-type", |v| {
         let base = b"application/grpc";
         v.strip_prefix(base)
-            .is_some_and(|rest| rest.is_empty() || rest[0] == b'+')
+            .is_some_and(|rest| matches!(rest.first(), None | Some(b'+')))
     })
     .unwrap_or(false)
 }
