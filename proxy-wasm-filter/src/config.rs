@@ -710,7 +710,13 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             }
             bounded("stale.max_stale_ms", st.max_stale_ms, 24 * 3600 * 1000)?;
             bounded("stale.max_body_bytes", st.max_body_bytes, 16 << 20)?;
-            bounded("stale.max_bytes", st.max_bytes, 1 << 30)?;
+            if !(1024..=1 << 30).contains(&st.max_bytes) {
+                // Below the longest request key kept (the cache's `max_key_bytes`).
+                return Err(err(
+                    at("stale.max_bytes"),
+                    format!("must be in 1024..={}, got {}", 1u64 << 30, st.max_bytes),
+                ));
+            }
             bounded("stale.max_entries", u64::from(st.max_entries), 1_000_000)?;
             let cache = CacheConfig {
                 max_entries: st.max_entries,
@@ -858,6 +864,11 @@ mod tests {
             r#"{"policies":[{"name":"a","collapse":{"key":"{path}"},"stale":{}}]}"#,
             "policies[0].stale.key",
             "must equal collapse.key when both are set",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","stale":{"max_bytes":512}}]}"#,
+            "policies[0].stale.max_bytes",
+            "must be in 1024..=1073741824, got 512",
         );
         fails(
             r#"{"policies":[{"name":"a","bogus":1}]}"#,
