@@ -736,6 +736,14 @@ fn client_reset_ends_the_stream_without_a_response() {
         ]
     );
     assert_eq!(r.response_flags, flags::DOWNSTREAM_CONNECTION_TERMINATION);
+    // An HTTP/2 client resets its stream instead: Envoy's connection manager sets DR.
+    let r = h.request(
+        0,
+        Request::get("/hang").http2().client_timeout_ms(50),
+        UpstreamReply::hang(),
+    );
+    assert_eq!(r.outcome, Outcome::DownstreamReset);
+    assert_eq!(r.response_flags, flags::DOWNSTREAM_REMOTE_RESET);
 }
 
 #[test]
