@@ -48,7 +48,9 @@ done
 
 echo "== tsc --noEmit on a sample using the whole API"
 (cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types)
-echo "types: ok (ESM and CommonJS consumers)"
+# moduleResolution "node" (node10): the subpaths' types through package.json's typesVersions.
+(cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types/node10)
+echo "types: ok (ESM and CommonJS consumers; moduleResolution node10)"
 
 echo "== browser: headless Chromium"
 if [ ! -x /usr/bin/chromium ]; then

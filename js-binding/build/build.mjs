@@ -51,13 +51,14 @@ export const {
 } = m;
 export default m;
 `);
-write('index.d.cts', `
-import * as fw from './cjs/index.js';
-declare const CircuitBreaker: typeof fw.CircuitBreaker & Omit<typeof fw, 'default'> & { default: typeof fw.CircuitBreaker };
-type CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown> = fw.CircuitBreaker<TI, TR>;
+// The namespace merged into the default export: `CircuitBreaker.Options`,
+// `CircuitBreaker.Stats`, … as types (as @types/opossum has them), for CommonJS
+// (`import CircuitBreaker = require('fusewire')`) and ESM (`import CircuitBreaker from 'fusewire'`).
+const namespace = `
 declare namespace CircuitBreaker {
-  type Options<TI extends unknown[] = unknown[], TR = unknown> = fw.Options<TI, TR>;
+  type Options<TI extends unknown[] = unknown[], TR = any> = fw.Options<TI, TR>;
   type CircuitBreakerEvents<TI extends unknown[] = unknown[], TR = unknown> = fw.CircuitBreakerEvents<TI, TR>;
+  type CacheKey = fw.CacheKey;
   type CacheTransport<R = unknown> = fw.CacheTransport<R>;
   type BreakerStateJSON = fw.BreakerStateJSON;
   type SharedOptions = fw.SharedOptions;
@@ -73,11 +74,22 @@ declare namespace CircuitBreaker {
   type Collapser<K = unknown, V = unknown> = fw.Collapser<K, V>;
   type CollapserOptions<K, V> = fw.CollapserOptions<K, V>;
 }
+`;
+write('index.d.cts', `
+import * as fw from './cjs/index.js';
+declare const CircuitBreaker: typeof fw.CircuitBreaker & Omit<typeof fw, 'default'> & { default: typeof fw.CircuitBreaker };
+type CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown> = fw.CircuitBreaker<TI, TR>;
+${namespace}
 export = CircuitBreaker;
 `);
+// ESM: the default export is the class (in browsers too); its named exports are
+// index.ts's, the class among them.
 write('index.d.mts', `
-import { CircuitBreaker } from './cjs/index.js';
+import * as fw from './cjs/index.js';
 export * from './cjs/index.js';
+declare const CircuitBreaker: typeof fw.CircuitBreaker;
+type CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown> = fw.CircuitBreaker<TI, TR>;
+${namespace}
 export default CircuitBreaker;
 `);
 write('prometheus.cjs', `

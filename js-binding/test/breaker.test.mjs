@@ -1,7 +1,10 @@
 // opossum's API: every option, method, getter, event and transition, on the packed
 // tarball (installed into a scratch project), with fake time where time matters.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { dirname } from 'node:path';
 import { afterEach, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 
 import CircuitBreaker, { Status, isOurError } from 'fusewire';
 
@@ -282,6 +285,29 @@ describe('fire and call', () => {
     for (const x of [b, c, s, u]) x.shutdown();
   });
 
+  test('`this` in the action: the action itself under fire(), as opossum\'s fire() calls it; the context under call() (found by review: undefined)', async () => {
+    const seen = [];
+    function action(x) {
+      seen.push(this);
+      return x;
+    }
+    const ctx = { k: 1 };
+    const b = new CircuitBreaker(action);
+    await b.fire(1);
+    await b.call(ctx, 2);
+    await b.fireWithSignal(new AbortController().signal, 3);
+    b.disable();
+    await b.fire(4);
+    await b.call(ctx, 5);
+    const cached = new CircuitBreaker(action, { cache: true });
+    await cached.fire(6);
+    const coalesced = new CircuitBreaker(action, { coalesce: true });
+    await coalesced.fire(7);
+    const who = (t) => (t === action ? 'action' : t === ctx ? 'ctx' : String(t));
+    assert.deepEqual(seen.map(who), ['action', 'ctx', 'action', 'action', 'ctx', 'action', 'action']);
+    for (const x of [b, cached, coalesced]) x.shutdown();
+  });
+
   test('events carry opossum\'s arguments', async () => {
     const b = new CircuitBreaker(async (x) => {
       if (x < 0) throw new Error('neg');
@@ -450,6 +476,41 @@ describe('trip rule', () => {
   });
 });
 
+describe('errorFilter results', () => {
+  test('any truthy value filters, as opossum tests it; on the timeout path too (found by review: only `true` did)', async () => {
+    clock = fakeTime();
+    for (const v of [1, 'yes', {}, [], true, { status: 404 }]) {
+      const b = new CircuitBreaker(boom, { errorFilter: () => v });
+      const log = record(b, ['success', 'failure', 'fallback']);
+      b.fallback(() => 'fb');
+      await assert.rejects(b.fire(), /boom/, `errorFilter → ${JSON.stringify(v)}: the call still rejects`);
+      assert.deepEqual(log.map((e) => e[0]), ['success'], `errorFilter → ${JSON.stringify(v)}`);
+      assert.equal(b.stats.failures, 0);
+      assert.equal(b.stats.successes, 1);
+      b.shutdown();
+    }
+    for (const v of [false, 0, '', null, undefined, NaN]) {
+      const b = new CircuitBreaker(boom, { errorFilter: () => v });
+      b.fallback(() => 'fb');
+      assert.equal(await b.fire(), 'fb', `errorFilter → ${String(v)}: a failure`);
+      assert.equal(b.stats.failures, 1);
+      b.shutdown();
+    }
+    // A timeout asks errorFilter too: a truthy answer emits success and skips the fallback.
+    const t = new CircuitBreaker(() => new Promise(() => {}), {
+      timeout: 100,
+      errorFilter: (err) => err.code === 'ETIMEDOUT' && 'slow is fine',
+    });
+    t.fallback(() => 'fb');
+    const log = record(t, ['timeout', 'success', 'failure', 'fallback']);
+    const p = settle(t.fire());
+    clock.tick(101);
+    assert.equal((await p).error?.code, 'ETIMEDOUT');
+    assert.deepEqual(log.map((e) => e[0]), ['timeout', 'success']);
+    t.shutdown();
+  });
+});
+
 describe('half-open (timer-driven)', () => {
   test('halfOpen is emitted when resetTimeout elapses, with no call', async () => {
     clock = fakeTime();
@@ -577,6 +638,34 @@ describe('timeout', () => {
   });
 });
 
+describe('fractional milliseconds', () => {
+  test('timeout and resetTimeout take them, rounded up to whole ms (opossum hands them to setTimeout)', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ timeout: 10.5, resetTimeout: 2.5 });
+    const log = record(b, ['timeout', 'halfOpen']);
+    const p = settle(b.fire('hang'));
+    clock.tick(10);
+    assert.equal(log.length, 0, 'not at 10 ms');
+    clock.tick(1);
+    assert.equal((await p).error?.code, 'ETIMEDOUT');
+    assert.equal(b.opened, true);
+    clock.tick(2);
+    assert.equal(b.opened, true, 'still open at 2 ms');
+    clock.tick(1);
+    assert.equal(b.halfOpen, true, 'half-open at 3 ms');
+    assert.deepEqual(log.map((e) => e[0]), ['timeout', 'halfOpen']);
+    assert.equal(log[1][1], 2.5, 'halfOpen(resetTimeout) as given, as opossum emits it');
+    assert.equal(b.options.timeout, 10.5, 'the options keep what was given');
+    b.shutdown();
+    // Below 1 ms is 1 ms, not "no timeout".
+    const tiny = flaky({ timeout: 0.2 }).b;
+    const q = settle(tiny.fire('hang'));
+    clock.tick(1);
+    assert.equal((await q).error?.code, 'ETIMEDOUT');
+    tiny.shutdown();
+  });
+});
+
 describe('capacity', () => {
   test('ESEMLOCKED past capacity; semaphoreLocked, failure, fallback order', async () => {
     const { b, hangs } = flaky({ capacity: 2, timeout: false });
@@ -597,6 +686,18 @@ describe('capacity', () => {
     assert.deepEqual(log.slice(5).map((e) => e[0]), ['semaphoreLocked', 'failure', 'open', 'fallback']);
     hangs.forEach((h) => h.resolve(1));
     await Promise.all([a, c]);
+    b.shutdown();
+  });
+});
+
+describe('capacity: Infinity', () => {
+  test('is unbounded, as opossum\'s default (found by review: a TypeError)', async () => {
+    const { b, hangs } = flaky({ capacity: Infinity, timeout: false });
+    const running = Array.from({ length: 100 }, () => b.fire('hang'));
+    assert.equal(b.stats.semaphoreRejections, 0);
+    hangs.forEach((h) => h.resolve(1));
+    await Promise.all(running);
+    assert.equal(b.stats.successes, 100);
     b.shutdown();
   });
 });
@@ -1004,6 +1105,27 @@ describe('toJSON and options.state', () => {
 });
 
 describe('health checks and abort controllers', () => {
+  test('healthCheck: a function returning a plain value (or throwing) works too', async () => {
+    clock = fakeTime();
+    const b = new CircuitBreaker(ok);
+    const failed = [];
+    b.on('healthCheckFailed', (e) => failed.push(e));
+    let healthy = true;
+    b.healthCheck(() => {
+      if (!healthy) throw new Error('sick');
+      return true;
+    }, 1000);
+    await flush();
+    assert.equal(b.closed, true);
+    assert.equal(failed.length, 0);
+    healthy = false;
+    clock.tick(1000);
+    await flush();
+    assert.equal(failed[0]?.message, 'sick');
+    assert.equal(b.opened, true);
+    b.shutdown();
+  });
+
   test('healthCheck: a rejection emits healthCheckFailed and opens', async () => {
     clock = fakeTime();
     const b = new CircuitBreaker(ok);
@@ -1039,7 +1161,7 @@ describe('health checks and abort controllers', () => {
     assert.equal(plain.getAbortController(), undefined);
     plain.shutdown();
     assert.throws(() => new CircuitBreaker(ok, { abortController: {} }),
-      { name: 'TypeError', message: 'AbortController does not contain `abort()` method' });
+      { name: 'TypeError', message: 'options.abortController: must be an AbortController (with an `abort()` method), got an object' });
     const { b } = flaky({ autoRenewAbortController: true, timeout: 100, resetTimeout: 500 });
     const first = b.getAbortController();
     assert.ok(first instanceof AbortController);
@@ -1063,5 +1185,57 @@ describe('typed errors', () => {
       name: 'TypeError',
       message: 'options.cacheTransport should be an object with `get`, `set` and `flush` methods',
     });
+  });
+});
+
+describe('fake timers installed before fusewire is loaded', () => {
+  // jest's `fakeTimers.enableGlobally`, a `--import` setup file with sinon or node:test
+  // mock.timers: the fake Date is there before fusewire captures anything. A fresh
+  // process, since this one loaded fusewire long ago.
+  const script = `
+    import { mock } from 'node:test';
+    try {
+      mock.timers.enable({ apis: ['setTimeout', 'setInterval', 'Date'] });
+    } catch (e) {
+      console.log(JSON.stringify({ skip: String(e.code ?? e.message) }));
+      process.exit(0);
+    }
+    const { default: CircuitBreaker } = await import('fusewire');
+    const out = { open: [] };
+    const b = new CircuitBreaker(async () => { throw new Error('down'); }, { resetTimeout: 30000 });
+    for (let cycle = 0; cycle < 3; cycle++) {
+      await b.fire().catch(() => {});
+      let waited = 0;
+      while (!b.halfOpen && waited < 200000) {
+        mock.timers.tick(1000);
+        waited += 1000;
+        await new Promise((r) => setImmediate(r));
+      }
+      out.open.push(waited);
+    }
+    const w = new CircuitBreaker(async () => 1, { rollingCountTimeout: 1000, rollingCountBuckets: 1 });
+    await w.fire();
+    out.before = w.stats.fires;
+    mock.timers.tick(5000);
+    out.after = w.stats.fires;
+    b.shutdown();
+    w.shutdown();
+    console.log(JSON.stringify(out));
+  `;
+
+  test('resetTimeout and the rolling window follow the fake clock (found by review: each open period grew by resetTimeout)', (t) => {
+    const text = execFileSync(process.execPath, ['--no-warnings', '--input-type=module', '-e', script], {
+      cwd: dirname(fileURLToPath(import.meta.url)), // resolves 'fusewire' as the tests do
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    const out = JSON.parse(text.trim().split('\n').at(-1));
+    if (out.skip !== undefined) {
+      t.skip(`node:test mock.timers cannot fake Date on Node ${process.versions.node} (${out.skip})`);
+      return;
+    }
+    assert.deepEqual(out.open, [30000, 30000, 30000], 'open for resetTimeout each time');
+    assert.equal(out.before, 1);
+    assert.equal(out.after, 0, 'the call left the 1 s window 5 fake seconds later');
   });
 });

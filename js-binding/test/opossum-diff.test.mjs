@@ -458,6 +458,45 @@ scenario('errorFilter: a filtered error is a success that still rejects, without
   ['another unfiltered error (2/3): opens', (c) => { c.fire('c', 'fail plain'); }],
 ]);
 
+scenario('errorFilter returning a truthy value that is not `true` (an object, 1, "yes"): not a failure, as opossum tests truthiness', [
+  ['make', (c) => {
+    const answers = { 'fail obj': { status: 404 }, 'fail one': 1, 'fail yes': 'yes', 'fail empty': '' };
+    c.make(act, { errorFilter: (err, x) => answers[x], resetTimeout: 100 });
+    c.b.fallback(() => 'fallback');
+  }],
+  ['an object', (c) => { c.fire('a', 'fail obj').catch(() => {}); }],
+  ['1', (c) => { c.fire('b', 'fail one').catch(() => {}); }],
+  ['"yes"', (c) => { c.fire('c', 'fail yes').catch(() => {}); }],
+  ['"" (falsy): a failure (1/4), with the fallback', (c) => { c.fire('d', 'fail empty'); }],
+]);
+
+/** What `this` was in each call of `whoAmI` since the last look. */
+let thisSeen = [];
+const context = { the: 'context' };
+function whoAmI(x) {
+  thisSeen.push(this === whoAmI ? 'the action' : this === context ? 'the context' : this === undefined ? 'undefined' : typeof this);
+  return `ok ${x}`;
+}
+
+scenario('`this` in the action: the action itself under fire(), the context under call(), enabled or not', [
+  ['make', (c) => { thisSeen = []; c.make(whoAmI); }],
+  ['fire', async (c) => { await c.fire('a', 1); c.note('this', thisSeen.splice(0)); }],
+  ['call(context)', async (c) => { await c.b.call(context, 2); c.note('this', thisSeen.splice(0)); }],
+  ['disabled: fire and call(context)', async (c) => {
+    c.b.disable();
+    await c.fire('c', 3);
+    await c.b.call(context, 4);
+    c.note('this', thisSeen.splice(0));
+  }],
+], {
+  documented(want) {
+    // README "Counting": "calls made while disabled are not counted" (opossum counts
+    // their `fire`): each of the two disabled calls is one fire fewer from its event on.
+    shift(want, 'disabled: fire and call(context)', { fires: -1 }, 0);
+    shift(want, 'disabled: fire and call(context)', { fires: -1 }, 1);
+  },
+});
+
 scenario('capacity: a third concurrent call is refused with ESEMLOCKED', [
   ['make', (c) => { c.g = gated(); c.make(c.g.action, { capacity: 2, timeout: false }); }],
   ['two calls run', (c) => { c.fire('a', 1); c.fire('b', 2); }],

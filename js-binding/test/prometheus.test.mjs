@@ -7,6 +7,14 @@ import * as client from 'prom-client';
 import { CircuitBreaker } from 'fusewire';
 import { register } from 'fusewire/prometheus';
 
+import { sleep } from './helpers.mjs';
+
+/** Scrapes again once a breaker's last read has aged out (reads are reused for 10 ms). */
+async function scrape(registry) {
+  await sleep(15);
+  return registry.metrics();
+}
+
 test('Envoy-style names: <prefix>_<name>_<suffix>', async () => {
   const registry = new client.Registry();
   const remove = register({ client, registers: [registry] });
@@ -54,4 +62,68 @@ test('labels: true puts the name in a label', async () => {
   remove();
   assert.throws(() => register({}), TypeError);
   assert.throws(() => register({ client, prefix: 'bad-prefix' }), TypeError);
+});
+
+test('breakers sharing a name report together; a shut-down one stops masking the others (found by review: only the first reported)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  async function fetchThing() {
+    return 1;
+  }
+  const a = new CircuitBreaker(fetchThing);
+  const b = new CircuitBreaker(fetchThing); // the same default name
+  const c = new CircuitBreaker(async () => 1, { name: 'a-b' });
+  const d = new CircuitBreaker(async () => 1, { name: 'a.b' }); // the same name once sanitised
+  await a.fire();
+  await b.fire();
+  await b.fire();
+  await c.fire();
+  await d.fire();
+  let text = await scrape(registry);
+  assert.match(text, /^fusewire_fetchThing_success 3$/m, 'counters add up');
+  assert.match(text, /^fusewire_a_b_success 2$/m, 'a-b and a.b add up');
+  assert.match(text, /^fusewire_breakers 4$/m);
+  b.open();
+  text = await scrape(registry);
+  assert.match(text, /^fusewire_fetchThing_breaker_state 1$/m, 'the most open one\'s state');
+  // A config reload: the new breaker is made, then the old one retired.
+  const old = new CircuitBreaker(async () => 1, { name: 'payments' });
+  const next = new CircuitBreaker(async () => 1, { name: 'payments', timeout: 500 });
+  await old.fire();
+  old.shutdown();
+  await next.fire();
+  await next.fire();
+  text = await scrape(registry);
+  assert.match(text, /^fusewire_payments_success 2$/m, 'the live breaker reports; the retired one no longer counts');
+  a.shutdown();
+  text = await scrape(registry);
+  assert.match(text, /^fusewire_fetchThing_success 2$/m);
+  b.shutdown();
+  text = await scrape(registry);
+  assert.doesNotMatch(text, /fetchThing/, 'gone with the last of its name');
+  // register() after the breakers exist finds them too.
+  const later = new client.Registry();
+  const remove2 = register({ client, registers: [later] });
+  assert.match(await scrape(later), /^fusewire_a_b_success 2$/m);
+  remove2();
+  for (const x of [c, d, next]) x.shutdown();
+  remove();
+});
+
+test('labels: true: breakers with one name and group share their series', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry], labels: true });
+  const hold = [];
+  const slow = () => new Promise((r) => hold.push(r));
+  const a = new CircuitBreaker(slow, { name: 'dup' });
+  const b = new CircuitBreaker(slow, { name: 'dup' });
+  const p = [a.fire(), b.fire(), b.fire()];
+  const text = await scrape(registry);
+  assert.match(text, /^fusewire_in_flight\{name="dup",group="dup"\} 3$/m, 'in_flight adds up');
+  hold.forEach((r) => r(1));
+  await Promise.all(p);
+  assert.match(await scrape(registry), /^fusewire_success\{name="dup",group="dup"\} 3$/m);
+  a.shutdown();
+  b.shutdown();
+  remove();
 });

@@ -66,8 +66,24 @@ export interface SharedOptions extends CoreSharedConfig {
   store: SharedStore | AsyncStore;
 }
 
+/**
+ * `T`, not used to infer type arguments: the action alone decides `TI` and `TR`
+ * (TypeScript's `NoInfer`, in a form TypeScript 4.7+ understands).
+ */
+export type NoInferOf<T> = [T][T extends any ? 0 : never]; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+/**
+ * The arguments `fireWithSignal` takes for an action of arguments `TI`: without the
+ * trailing `AbortSignal` parameter the breaker appends (`(url: string, signal:
+ * AbortSignal) => …` takes `[url: string]`); a last parameter typed `unknown` or
+ * `any` may be given or left to the breaker; anything else is `TI` as it is.
+ */
+export type SignalArgs<TI extends unknown[]> = TI extends [...infer A, infer L]
+  ? ([AbortSignal] extends [L] ? (unknown extends L ? A | TI : A) : TI)
+  : TI;
+
 /** The options: opossum's, with opossum's names and defaults, plus fusewire's. */
-export interface Options<TI extends unknown[] = unknown[], TR = unknown> {
+export interface Options<TI extends unknown[] = unknown[], TR = any> { // eslint-disable-line @typescript-eslint/no-explicit-any
   /** Milliseconds a call may run before it fails with `ETIMEDOUT` (default 10000; `false` or 0: none). */
   timeout?: number | false;
   /** Milliseconds the breaker stays open before it lets a probe through (default 30000). */
@@ -86,8 +102,8 @@ export interface Options<TI extends unknown[] = unknown[], TR = unknown> {
   capacity?: number;
   /** No opening during the first `rollingCountTimeout` (default false). */
   allowWarmUp?: boolean;
-  /** An error it returns true for is not a failure (the call still rejects). */
-  errorFilter?: (err: any, ...args: TI) => boolean; // eslint-disable-line @typescript-eslint/no-explicit-any
+  /** An error it returns a truthy value for is not a failure (the call still rejects). */
+  errorFilter?: (err: any, ...args: TI) => unknown; // eslint-disable-line @typescript-eslint/no-explicit-any
   /** Whether the breaker protects calls (default true; false: the action runs unprotected). */
   enabled?: boolean;
   /** Name in stats and metrics (default: the action's name, else a random id). */
@@ -287,7 +303,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private readonly _name: string;
   private readonly _group: string;
   private readonly _parsed: Parsed;
-  private readonly _errorFilter: (err: unknown, ...args: TI) => boolean;
+  private readonly _errorFilter: (err: unknown, ...args: TI) => unknown;
   private readonly _store: SharedStore | AsyncStore | undefined;
   /** Whether `_store` is a synchronous store (asked before every admission). */
   private readonly _syncStore: boolean = false;
@@ -325,7 +341,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private readonly _hooks: Listener;
   private readonly _unhooks: Listener;
 
-  constructor(action: (...args: TI) => TR | PromiseLike<TR>, options: Options<TI, TR> = {}) {
+  constructor(action: (...args: TI) => TR | PromiseLike<TR>, options: NoInferOf<Options<TI, TR>> = {}) {
     super();
     if (typeof action !== 'function') {
       throw new TypeError(
@@ -347,14 +363,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const name = str('name', o['name']) || action.name || nextName();
     this._name = name;
     this._group = str('group', o['group']) || name;
-    this._errorFilter = fn<(err: unknown, ...args: TI) => boolean>('errorFilter', o['errorFilter']) ?? (() => false);
+    this._errorFilter = fn<(err: unknown, ...args: TI) => unknown>('errorFilter', o['errorFilter']) ?? (() => false);
     this._percentilesEnabled = this._parsed.config.metrics?.percentiles_enabled !== false;
     const enableSnapshots = bool('enableSnapshots', o['enableSnapshots']) ?? true;
     this._enabled = bool('enabled', o['enabled']) ?? true;
     const autoRenew = bool('autoRenewAbortController', o['autoRenewAbortController']) ?? false;
     const ac = o['abortController'];
     if (ac !== undefined && (typeof ac !== 'object' || ac === null || typeof (ac as AbortController).abort !== 'function')) {
-      throw new TypeError('AbortController does not contain `abort()` method');
+      throw optionError('options.abortController', `must be an AbortController (with an \`abort()\` method), got ${describe(ac)}`);
     }
     if (autoRenew && ac === undefined) options.abortController = new AbortController();
     const rbc = o['rotateBucketController'];
@@ -604,8 +620,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
   }
 
-  /** Runs `func` every `interval` ms (default 5000); a rejection emits `healthCheckFailed` and opens the breaker. */
-  healthCheck(func: (this: this) => Promise<unknown>, interval?: number): void {
+  /**
+   * Runs `func` every `interval` ms (default 5000); a rejection (or a throw) emits
+   * `healthCheckFailed` and opens the breaker. `func` may return a promise or a plain value.
+   */
+  healthCheck(func: (this: this) => unknown, interval?: number): void {
     const iv = interval || 5000;
     if (typeof func !== 'function') throw new TypeError('Health check function must be a function');
     if (typeof iv !== 'number' || Number.isNaN(iv)) throw new TypeError('Health check interval must be a number');
@@ -782,9 +801,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   // ---- firing -------------------------------------------------------------------------------
 
-  /** Runs the action through the breaker. */
+  /** Runs the action through the breaker (with `this` = the action, as opossum's `fire`). */
   fire(...args: TI): Promise<TR> {
-    return this._fire(undefined, args, undefined) as Promise<TR>;
+    return this._fire(this._action, args, undefined) as Promise<TR>;
   }
 
   /** Runs the action with `this` = `context`. */
@@ -796,13 +815,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * fusewire: runs the action bound to the caller's `signal`. The action gets a
    * per-call signal as an extra last argument, aborted when `signal` aborts or the
    * call times out. An aborted call counts nowhere (a probe gives its turn back) and
-   * rejects with `signal.reason`.
+   * rejects with `signal.reason`. `args` are the action's arguments without that
+   * trailing signal (for an action `(url, signal: AbortSignal)`, just the url).
    */
-  fireWithSignal(signal: AbortSignal, ...args: TI): Promise<TR> {
+  fireWithSignal(signal: AbortSignal, ...args: SignalArgs<TI>): Promise<TR> {
     if (typeof signal !== 'object' || signal === null || typeof signal.addEventListener !== 'function') {
       return Promise.reject(new TypeError(`fireWithSignal: signal must be an AbortSignal, got ${describe(signal)}`));
     }
-    return this._fire(undefined, args, signal) as Promise<TR>;
+    return this._fire(this._action, args, signal) as Promise<TR>;
   }
 
   private _fire(context: unknown, args: unknown[], signal: AbortSignal | undefined): Promise<unknown> {
@@ -988,7 +1008,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._forget(c);
     let filtered = false;
     try {
-      filtered = this._errorFilter(e, ...(c.args as TI)) === true;
+      // Any truthy value filters, as opossum tests it (`if (errorFilter(…))`).
+      filtered = Boolean(this._errorFilter(e, ...(c.args as TI)));
     } catch {
       filtered = false;
     }
@@ -1348,7 +1369,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     u[0]--;
     let filtered = false;
     try {
-      filtered = this._errorFilter(err, ...(c.args as TI)) === true;
+      filtered = Boolean(this._errorFilter(err, ...(c.args as TI)));
     } catch {
       filtered = false;
     }

@@ -2,17 +2,34 @@
  * The host clock, read once per call: milliseconds (fractional) on a monotonic
  * clock (`performance.now()`), handed to the core, which converts to nanoseconds.
  *
- * Test fakes: when something replaces the global `Date` (node:test `mock.timers`
- * with `apis: ['Date', 'setTimeout', …]`, sinon / jest fake timers), the clock
- * follows `Date.now()` instead, continuing from where it was, so code under fake
- * timers sees time move exactly as the fake says. Timers are always looked up on
- * `globalThis` when armed, so faked `setTimeout` drives the breaker's one timer.
+ * Test fakes: when the global `Date` is a fake (node:test `mock.timers` with
+ * `apis: ['Date', 'setTimeout', …]`, sinon / jest fake timers) — installed before or
+ * after this module was loaded — the clock follows `Date.now()` instead, continuing
+ * from where it was, so code under fake timers sees time move exactly as the fake
+ * says. A `Date` is a fake when its `now` is not the engine's own (its source is not
+ * `[native code]`); that is checked again only when `globalThis.Date` is replaced,
+ * so a call pays one identity compare. Timers are always looked up on `globalThis`
+ * when armed, so faked `setTimeout` drives the breaker's one timer.
  * @internal
  */
 
-const RealDate = Date;
 const perf: { now(): number } =
-  (globalThis as { performance?: { now(): number } }).performance ?? RealDate;
+  (globalThis as { performance?: { now(): number } }).performance ?? Date;
+const fnSource = Function.prototype.toString;
+
+/** Whether `D` is a fake `Date`: its `now` is not native code. */
+function isFake(D: DateConstructor): boolean {
+  try {
+    return !/\[native code\]\s*\}\s*$/.test(fnSource.call(D.now));
+  } catch {
+    // `now` is not a function or hides its source: not the engine's Date.
+    return true;
+  }
+}
+
+/** The `Date` last looked at, and whether it is a fake. */
+let seen: DateConstructor = globalThis.Date;
+let seenFake = isFake(seen);
 let faked = false;
 let offset = 0;
 let last = 0;
@@ -20,7 +37,11 @@ let last = 0;
 /** Now, in milliseconds. */
 export function now(): number {
   const D = globalThis.Date;
-  const fake = D !== RealDate;
+  if (D !== seen) {
+    seen = D;
+    seenFake = isFake(D);
+  }
+  const fake = seenFake;
   const raw = fake ? D.now() : perf.now();
   if (fake !== faked) {
     // The source changed: continue from the last reading.

@@ -74,6 +74,33 @@ export function num(name: string, v: unknown): number | undefined {
   return v;
 }
 
+/**
+ * A duration option in milliseconds (or undefined): `min..=MAX_MS`, as the core's
+ * durations. Fractional milliseconds are accepted (a timer takes them): the core
+ * gets them rounded up (`Math.ceil`), never to 0.
+ */
+export function ms(name: string, v: unknown, min = 0): number | undefined {
+  const n = num(name, v);
+  if (n === undefined) return undefined;
+  if (!(n >= min && n <= MAX_MS)) throw optionError(`options.${name}`, `must be in ${min}..=${MAX_MS} ms, got ${describe(n)}`);
+  return n;
+}
+
+/** An integer option in `lo..=hi` (or undefined). */
+export function int(name: string, v: unknown, lo: number, hi: number): number | undefined {
+  const n = num(name, v);
+  if (n === undefined) return undefined;
+  if (!Number.isInteger(n) || n < lo || n > hi) {
+    throw optionError(`options.${name}`, `must be an integer in ${lo}..=${hi}, got ${describe(n)}`);
+  }
+  return n;
+}
+
+/** The core's largest `metrics.rolling_buckets` (fusewire-core `MAX_BUCKETS`). */
+const MAX_BUCKETS = 1000;
+/** The core's largest `cache.max_entries`. */
+const MAX_CACHE_ENTRIES = 10_000_000;
+
 /** A boolean option (or undefined). */
 export function bool(name: string, v: unknown): boolean | undefined {
   if (v === undefined) return undefined;
@@ -184,21 +211,26 @@ export function parse(options: Obj): Parsed {
   let timeout: number | false;
   if (timeoutOpt === undefined) timeout = 10_000;
   else if (timeoutOpt === false || timeoutOpt === 0) timeout = false;
-  else timeout = num('timeout', timeoutOpt)!;
-  const resetTimeout = num('resetTimeout', options['resetTimeout']) ?? 30_000;
+  else timeout = Math.ceil(ms('timeout', timeoutOpt)!);
+  const resetTimeout = ms('resetTimeout', options['resetTimeout']) ?? 30_000;
   const threshold = num('errorThresholdPercentage', options['errorThresholdPercentage']) ?? 50;
-  const rollingCountTimeout = num('rollingCountTimeout', options['rollingCountTimeout']) ?? 10_000;
-  const rollingCountBuckets = num('rollingCountBuckets', options['rollingCountBuckets']) ?? 10;
+  const rollingCountTimeout = ms('rollingCountTimeout', options['rollingCountTimeout'], 1) ?? 10_000;
+  const rollingCountBuckets = int('rollingCountBuckets', options['rollingCountBuckets'], 1, MAX_BUCKETS) ?? 10;
   const percentiles = bool('rollingPercentilesEnabled', options['rollingPercentilesEnabled']) ?? true;
-  const volumeThreshold = num('volumeThreshold', options['volumeThreshold']) ?? 0;
-  const capacity = num('capacity', options['capacity']);
+  const volumeThreshold = int('volumeThreshold', options['volumeThreshold'], 0, 0xffff_ffff) ?? 0;
+  // Infinity: unbounded, as opossum's default (it takes any non-integer for that).
+  const capOpt = options['capacity'];
+  const capacity = capOpt === Infinity ? undefined : num('capacity', capOpt);
+  if (capacity !== undefined && !(Number.isInteger(capacity) && capacity >= 1)) {
+    throw optionError('options.capacity', `must be an integer of at least 1, or Infinity (unbounded), got ${describe(capacity)}`);
+  }
   const state = options['state'];
   const warmUp = (bool('allowWarmUp', options['allowWarmUp']) ?? false) ||
     (isPlain(state) && state['warmUp'] === true);
 
   // Whole milliseconds (the core's unit); opossum buckets are floor(T / B) long.
-  const width = rollingCountBuckets > 0 ? Math.floor(rollingCountTimeout / rollingCountBuckets) : 0;
-  if (rollingCountBuckets >= 1 && rollingCountTimeout > 0 && width === 0) {
+  const width = Math.floor(rollingCountTimeout / rollingCountBuckets);
+  if (width === 0) {
     throw optionError('options.rollingCountTimeout',
       `must be at least rollingCountBuckets (${rollingCountBuckets}) ms: each bucket is ` +
       `floor(rollingCountTimeout / rollingCountBuckets) whole ms, got ${rollingCountTimeout}`);
@@ -207,7 +239,7 @@ export function parse(options: Obj): Parsed {
   // Latency percentiles over the same window, in at most 5 histogram buckets (each
   // bucket is a 0.7 KB histogram; the counters keep opossum's bucket count).
   let percentileBuckets = 1;
-  for (let d = 1; d <= 5; d++) if (Number.isInteger(rollingCountBuckets) && rollingCountBuckets % d === 0) percentileBuckets = d;
+  for (let d = 1; d <= 5; d++) if (rollingCountBuckets % d === 0) percentileBuckets = d;
   const probeTimeout = timeout === false ? MAX_MS : timeout;
   const base: CoreConfig = {
     breaker: {
@@ -219,14 +251,14 @@ export function parse(options: Obj): Parsed {
         denominator: 'all_calls',
         comparison: 'above',
       },
-      open: { schedule: 'fixed', sleep_window_ms: resetTimeout },
+      open: { schedule: 'fixed', sleep_window_ms: Math.ceil(resetTimeout) },
       half_open: {
         permitted_probes: 1,
         success_threshold: 1,
         probe_timeout_ms: probeTimeout,
         reset_window_on_close: false,
       },
-      warm_up_ms: warmUp ? rollingCountTimeout : 0,
+      warm_up_ms: warmUp ? Math.ceil(rollingCountTimeout) : 0,
     },
     metrics: {
       rolling_window_ms: window,
@@ -254,14 +286,14 @@ export function parse(options: Obj): Parsed {
   // evicted), cacheSize entries; no in-flight sharing (that is `coalesce`). A custom
   // cacheTransport replaces it (opossum's pluggable transport).
   const cache = bool('cache', options['cache']) ?? false;
-  const cacheTTL = num('cacheTTL', options['cacheTTL']);
+  const cacheTTL = ms('cacheTTL', options['cacheTTL']);
   const cacheSize = num('cacheSize', options['cacheSize']);
   const coreCache = cache && options['cacheTransport'] === undefined;
   if (coreCache) {
     (base as Obj)['cache'] = {
-      max_entries: cacheSize ?? 10_000_000,
+      max_entries: int('cacheSize', cacheSize, 1, MAX_CACHE_ENTRIES) ?? MAX_CACHE_ENTRIES,
       max_bytes: 2 ** 40,
-      ttl_ms: cacheTTL ?? 0,
+      ttl_ms: Math.ceil(cacheTTL ?? 0),
       cache_failures: false,
       max_waiters: 0,
       max_key_bytes: 65_536,
@@ -271,7 +303,7 @@ export function parse(options: Obj): Parsed {
   const coalesce = bool('coalesce', options['coalesce']) ?? false;
   // false: no expiry (what opossum writes back when `timeout` is false).
   const cttl = options['coalesceTTL'];
-  const coalesceTTL = cttl === false ? 0 : num('coalesceTTL', cttl);
+  const coalesceTTL = cttl === false ? 0 : ms('coalesceTTL', cttl);
   const coalesceSize = num('coalesceSize', options['coalesceSize']);
   const ro = options['coalesceResetOn'];
   if (ro !== undefined && (!Array.isArray(ro) || ro.some((x) => x !== 'error' && x !== 'success' && x !== 'timeout'))) {
@@ -283,9 +315,9 @@ export function parse(options: Obj): Parsed {
     // opossum's coalesce: concurrent calls with one key share the first call's
     // result, which is kept for coalesceTTL (default: timeout); coalesceResetOn
     // ends that early. On the core's cache: followers wait for the leader.
-    const ttl = coalesceTTL ?? (timeout === false ? 0 : timeout);
+    const ttl = Math.ceil(coalesceTTL ?? (timeout === false ? 0 : timeout));
     coalesceJson = JSON.stringify({
-      max_entries: coalesceSize ?? 10_000_000,
+      max_entries: int('coalesceSize', coalesceSize, 1, MAX_CACHE_ENTRIES) ?? MAX_CACHE_ENTRIES,
       max_bytes: 2 ** 40,
       ttl_ms: ttl,
       cache_failures: !coalesceResetOn.includes('error'),

@@ -17,6 +17,10 @@
  *
  * With `{ labels: true }` the name moves into a `name` label instead:
  * `<prefix>_<suffix>{name="…", group="…"}` (one metric family per suffix).
+ *
+ * Live breakers that share a series (one name — or names equal once sanitised, `a-b`
+ * and `a.b` — without labels; one name and group with them) report together: their
+ * counters and `in_flight` add up (see `merge`).
  */
 import { CircuitBreaker, registry, watchers } from './breaker.js';
 import { KIND_NAMES, S, out, w } from './engine.js';
@@ -27,7 +31,7 @@ interface MetricConfig {
   help: string;
   labelNames?: string[];
   registers?: unknown[];
-  collect?: () => void;
+  collect?: (this: Metric) => void;
 }
 
 interface Metric {
@@ -36,10 +40,18 @@ interface Metric {
   reset(): void;
 }
 
-/** The part of prom-client this module uses. */
+/** A metric class of prom-client, as this module calls it. */
+type MetricClass = new (config: MetricConfig) => unknown;
+
+/**
+ * The part of prom-client this module uses: any `Gauge` and `Counter` constructors
+ * (typed loosely, so every prom-client version's own types fit, whether imported as
+ * `import * as client from 'prom-client'` or `import client = require('prom-client')`;
+ * the module checks them when called).
+ */
 export interface PromClient {
-  Gauge: new (config: MetricConfig) => Metric;
-  Counter: new (config: MetricConfig) => Metric;
+  Gauge: new (config: never) => unknown;
+  Counter: new (config: never) => unknown;
   register: unknown;
 }
 
@@ -107,7 +119,33 @@ function help(suffix: string): string {
   return `${suffix} since the breaker was created`;
 }
 
-/** Writes one breaker's value of `suffix` into metric `m` (reset first). */
+/** How open a `breaker_state` value is (0 closed, 1 open, 2 half-open). */
+const OPENNESS = [0, 2, 1];
+
+/**
+ * The value of several breakers that report under one series (the same name, or
+ * names equal once sanitised): counters and `in_flight` add up, `breaker_state` is
+ * the most open one's (open, then half-open, then closed), latency is the newest
+ * breaker's (percentiles do not add up).
+ */
+function merge(bs: Iterable<Breaker>): Sample | undefined {
+  let m: Sample | undefined;
+  for (const b of bs) {
+    const s = sample(b);
+    if (s === undefined) continue;
+    if (m === undefined) {
+      m = { at: s.at, counters: { ...s.counters }, state: s.state, inFlight: s.inFlight, latency: s.latency };
+      continue;
+    }
+    for (const [k, v] of Object.entries(s.counters)) m.counters[k] = (m.counters[k] ?? 0) + v;
+    m.inFlight += s.inFlight;
+    if (OPENNESS[s.state]! > OPENNESS[m.state]!) m.state = s.state;
+    m.latency = s.latency;
+  }
+  return m;
+}
+
+/** Writes the value of `suffix` into metric `m` (reset first). */
 function fill(m: Metric, suffix: string, s: Sample, labels: Record<string, string>): void {
   if (suffix === 'breaker_state') m.set?.(labels, s.state);
   else if (suffix === 'in_flight') m.set?.(labels, s.inFlight);
@@ -134,7 +172,7 @@ export function register(options: PrometheusOptions): () => void {
   const names: string[] = [];
   const make = (counter: boolean, name: string, suffix: string, labelNames: string[],
     collect: (this: Metric) => void) => {
-    const C = counter ? client.Counter : client.Gauge;
+    const C = (counter ? client.Counter : client.Gauge) as unknown as MetricClass;
     new C({ name, help: help(suffix), labelNames, registers, collect });
     names.push(name);
   };
@@ -153,35 +191,58 @@ export function register(options: PrometheusOptions): () => void {
       const extra = suffix === 'latency_ms' ? ['quantile'] : [];
       make(COUNTERS.includes(suffix), `${prefix}_${suffix}`, suffix, ['name', 'group', ...extra], function () {
         this.reset();
+        // Breakers with one name and group share a series (see `merge`).
+        const series = new Map<string, { labels: Record<string, string>; bs: Breaker[] }>();
         for (const b of registry) {
-          const s = sample(b);
-          if (s !== undefined) fill(this, suffix, s, { name: b.name, group: b.group });
+          const key = JSON.stringify([b.name, b.group]);
+          const e = series.get(key);
+          if (e === undefined) series.set(key, { labels: { name: b.name, group: b.group }, bs: [b] });
+          else e.bs.push(b);
+        }
+        for (const { labels, bs } of series.values()) {
+          const s = merge(bs);
+          if (s !== undefined) fill(this, suffix, s, labels);
         }
       });
     }
   } else {
-    const own = new Map<Breaker, string[]>();
+    // One set of metrics per sanitised name, for every live breaker of that name:
+    // made with the first, removed with the last (see `merge`).
+    const groups = new Map<string, { bs: Set<Breaker>; mine: string[] }>();
     const add = (b: Breaker) => {
+      const key = metricName(prefix, b.name, '');
+      const g = groups.get(key);
+      if (g !== undefined) {
+        g.bs.add(b);
+        return;
+      }
+      const bs = new Set<Breaker>([b]);
       const mine: string[] = [];
       for (const suffix of suffixes) {
         const name = metricName(prefix, b.name, suffix);
-        if (names.includes(name)) continue; // two breakers with one name: the first reports
+        // Taken by another name's metric (`a` + `half_opened`, `a_half` + `opened`):
+        // the name there first keeps it.
+        if (names.includes(name)) continue;
         const extra = suffix === 'latency_ms' ? ['quantile'] : [];
         make(COUNTERS.includes(suffix), name, suffix, extra, function () {
           this.reset();
-          const s = sample(b);
+          const s = merge(bs);
           if (s !== undefined) fill(this, suffix, s, {});
         });
         mine.push(name);
       }
-      own.set(b, mine);
+      groups.set(key, { bs, mine });
     };
     watcher = (b, live) => {
-      if (live) add(b);
-      else {
-        for (const n of own.get(b) ?? []) remove(n);
-        own.delete(b);
+      if (live) {
+        add(b);
+        return;
       }
+      const key = metricName(prefix, b.name, '');
+      const g = groups.get(key);
+      if (g === undefined || !g.bs.delete(b) || g.bs.size > 0) return;
+      for (const n of g.mine) remove(n);
+      groups.delete(key);
     };
     for (const b of registry) add(b);
     watchers.add(watcher);

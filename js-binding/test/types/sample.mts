@@ -5,6 +5,7 @@ import CircuitBreaker, {
   type Options, type Stats,
 } from 'fusewire';
 import { register, metricName } from 'fusewire/prometheus';
+import * as client from 'prom-client';
 
 await ready;
 const options: Options<[string, number], { id: string }> = {
@@ -100,7 +101,10 @@ const fresh: Status = CircuitBreaker.newStatus({ stats: { successes: 2 } });
 const store = new SharedStore({ entries: 16 });
 const shared = new CircuitBreaker(async () => 1, { name: 'x', shared: { store, namespace: 'app' } });
 const view: SharedStore = SharedStore.from(store.buffer);
-const unregister: () => void = register({ client: {} as never, prefix: 'app', labels: true });
+const unregister: () => void = register({ client, prefix: 'app', labels: true });
+const unregister2: () => void = register({ client, registers: [new client.Registry()] });
+// @ts-expect-error: the prom-client module, not any object
+register({ client: { register: client.register } });
 const name: string = metricName('a', 'b', 'c') + b.name + b.group + version;
 const copts: CollapserOptions<number, string> = { windowMs: 5, maxBatchSize: 50, cache: true, cacheSize: 100,
   cacheKeyFn: (k: number) => String(k), breaker: { timeout: 1000, fusewire: { bulkhead: { max_concurrent: 2 } } }, name: 'users' };
@@ -111,7 +115,7 @@ const loaderName: string | null = loader.name;
 loader.clear(1).clearAll().prime(3, 'three').prime(4, new Error('no'));
 loader.breaker.fallback((keys: number[]) => keys.map(() => 'fallback'));
 loader.shutdown();
-void [r, r2, r3, flags, n, restored, sig, ac, ours, fresh, shared, view, unregister, name, one, many, loaderName];
+void [r, r2, r3, flags, n, restored, sig, ac, ours, fresh, shared, view, unregister, unregister2, name, one, many, loaderName];
 b.shutdown();
 // @ts-expect-error: fire's arguments are typed
 b.fire(1, 2);
@@ -119,3 +123,43 @@ b.fire(1, 2);
 new CircuitBreaker(async () => 1, { timeoutt: 5 });
 // @ts-expect-error: the core schema is typed
 new CircuitBreaker(async () => 1, { fusewire: { breaker: { mode: 'sideways' } } });
+
+// The action alone decides the types: options typed `Options` (no type arguments) do
+// not turn the result into `unknown`.
+interface User { id: number; name: string }
+async function getUser(id: number): Promise<User> {
+  return { id, name: `u${id}` };
+}
+const plainOptions: Options = { timeout: 1000, errorThresholdPercentage: 50, resetTimeout: 30_000 };
+const users = new CircuitBreaker(getUser, plainOptions);
+const user: User = await users.fire(1);
+// @ts-expect-error: still typed by the action
+users.fire('1');
+// The default import is also a namespace of the types, as in CommonJS (and @types/opossum).
+const nsOptions: CircuitBreaker.Options = { timeout: 1000 };
+const typed: CircuitBreaker<[number], User> = new CircuitBreaker(getUser, nsOptions);
+const nsStats: CircuitBreaker.Stats = typed.stats;
+// errorFilter may return any value: a truthy one filters, as in opossum.
+new CircuitBreaker(getUser, {
+  errorFilter: (err: { response?: { status: number } }) => err.response && err.response.status < 500 && err.response,
+  capacity: Infinity,
+}).shutdown();
+// fireWithSignal: the signal the breaker appends is not one of the caller's arguments.
+const fetcher = new CircuitBreaker(async (url: string, signal: AbortSignal) => ({ url, aborted: signal.aborted }));
+const fetched: { url: string; aborted: boolean } = await fetcher.fireWithSignal(new AbortController().signal, 'https://x');
+// @ts-expect-error: the url is still required
+fetcher.fireWithSignal(new AbortController().signal);
+// @ts-expect-error: nor may the caller pass a signal of its own in the action's place
+fetcher.fireWithSignal(new AbortController().signal, 'https://x', new AbortController().signal);
+const optional = new CircuitBreaker(async (url: string, signal?: AbortSignal) => url + String(signal?.aborted));
+const viaOptional: string = await optional.fireWithSignal(new AbortController().signal, 'https://x');
+// healthCheck takes a function returning a plain value too (or a promise).
+users.healthCheck(() => true, 1000);
+users.healthCheck(async function () {
+  await this.fire(1);
+});
+void [user, nsStats, fetched, viaOptional];
+users.shutdown();
+typed.shutdown();
+fetcher.shutdown();
+optional.shutdown();
