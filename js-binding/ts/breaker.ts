@@ -269,7 +269,7 @@ class Call {
 export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   extends (EventEmitter as new () => Emitter) implements StatusSource {
   /** Whether `error` was made by a breaker (`EOPENBREAKER`, `ETIMEDOUT`, `ESEMLOCKED`, `ESHUTDOWN`). */
-  static isOurError(error: unknown): boolean {
+  static isOurError(error: unknown): error is CircuitBreakerError {
     return isOurError(error);
   }
 

@@ -19,7 +19,7 @@ export function ourError(message: string, code: ErrorCode): CircuitBreakerError 
 }
 
 /** Whether `error` was made by a breaker (opossum's `CircuitBreaker.isOurError`). */
-export function isOurError(error: unknown): boolean {
+export function isOurError(error: unknown): error is CircuitBreakerError {
   return typeof error === 'object' && error !== null &&
     (error as { [OUR_ERROR]?: boolean })[OUR_ERROR] === true;
 }

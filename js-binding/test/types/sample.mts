@@ -97,6 +97,13 @@ b.healthCheck(async () => {}, 1000);
 const sig: AbortSignal | undefined = b.getSignal();
 const ac: AbortController | undefined = b.getAbortController();
 const ours: boolean = CircuitBreaker.isOurError(new Error()) || isOurError(null);
+// Both are type guards: the error's `code` is known after the check.
+const caught: unknown = new Error();
+if (CircuitBreaker.isOurError(caught)) {
+  const code: 'EOPENBREAKER' | 'ETIMEDOUT' | 'ESEMLOCKED' | 'ESHUTDOWN' = caught.code;
+  void code;
+}
+if (isOurError(caught)) void caught.code;
 const fresh: Status = CircuitBreaker.newStatus({ stats: { successes: 2 } });
 const store = new SharedStore({ entries: 16 });
 const shared = new CircuitBreaker(async () => 1, { name: 'x', shared: { store, namespace: 'app' } });
