@@ -249,6 +249,28 @@ fn a_call_event_comes_before_the_transition_it_caused() {
     assert_eq!(order, ["a", "b", "open"], "{ev:?}");
 }
 
+/// Found by review: a deadline that saturated at `Nanos::MAX` read as "no deadline".
+#[test]
+fn a_call_started_near_the_end_of_time_still_times_out() {
+    let mut e = Engine::local();
+    let p = e
+        .add_policy("p", config(r#"{"execution": {"timeout_ms": 100}}"#))
+        .unwrap();
+    let now = u64::MAX - 50_000_000; // 50 ms before the clock's end
+    let k = e.key(p, "k", now).unwrap();
+    let permit = running(e.start(k, now, 0));
+    assert_eq!(e.next_deadline(), Some(u64::MAX - 1));
+    let ev: Vec<Event> = std::iter::from_fn(|| e.poll(u64::MAX - 1, 0)).collect();
+    assert!(
+        ev.iter().any(|x| matches!(x, Event::TimedOut { .. })),
+        "{ev:?}"
+    );
+    assert_eq!(
+        e.complete(permit, Outcome::Success, u64::MAX, 0),
+        Completion::Late
+    );
+}
+
 #[test]
 fn stopped_timer_never_times_out() {
     let mut h = Host::new(Mode::Local, r#"{"execution": {"timeout_ms": 100}}"#);
@@ -572,6 +594,42 @@ fn key_table_overflow_and_idle_expiry() {
     assert_ne!(fresh, o1);
     assert_eq!(h.engines[0].key_name(fresh), Some("newcomer"));
     assert_eq!(h.engines[0].key_count(PolicyId(0)), Some(2));
+}
+
+/// Found by review: an open local breaker unused for `idle_ms` expired, and its name
+/// came back as a fresh, closed breaker before the open period ended. In every mode
+/// the trip outlives `idle_ms` (a shared key's state is in the store anyway).
+#[test]
+fn an_open_breaker_outlives_idle_expiry() {
+    each_mode(|m| {
+        let cfg = r#"{"keys": {"idle_ms": 1000}, "breaker": {"open": {"sleep_window_ms": 60000}}}"#;
+        let mut h = Host::new(m, cfg);
+        let keys = h.keys("orders");
+        trip(&mut h, &keys);
+        h.advance(1_500);
+        for w in 0..h.engines.len() {
+            let k = h.key(w, "orders");
+            assert_eq!(
+                refused(h.start(w, k)).event,
+                EventKind::ShortCircuited,
+                "{m:?} worker {w}: still open after idle_ms"
+            );
+        }
+        // Closed again, an unused key expires as before.
+        h.advance(60_000);
+        for w in 0..h.engines.len() {
+            let k = h.key(w, "orders");
+            for _ in 0..2 {
+                h.call(w, k, Outcome::Success);
+            }
+        }
+        h.advance(1_500);
+        let expired = (0..h.engines.len())
+            .flat_map(|w| h.take_events(w))
+            .filter(|e| matches!(e, Event::KeyExpired { .. }))
+            .count();
+        assert!(expired >= 1, "{m:?}: a closed idle key expires");
+    });
 }
 
 #[test]

@@ -109,6 +109,12 @@ pub struct Engine {
     due: Vec<(u32, u32)>,
 }
 
+/// `now + ms`, saturating below `Nanos::MAX` (which means "no deadline"): a call
+/// started near the end of time still times out.
+fn deadline_after(now: Nanos, ms: u64) -> Nanos {
+    now.saturating_add(ms_to_ns(ms)).min(Nanos::MAX - 1)
+}
+
 /// `name` if it has at most [`MAX_KEY_LEN`] bytes, else its head and `~` + 16 hex
 /// digits of a 64-bit FNV-1a hash of the whole name (at most [`MAX_KEY_LEN`] bytes):
 /// long names that share a prefix (URL-style keys) stay apart.
@@ -408,11 +414,18 @@ impl Engine {
         }
     }
 
+    /// Whether a key unused for `idle_ms` may expire: nothing running, queued or
+    /// waiting to be written, and — its state living nowhere else — a local breaker
+    /// that is closed (found by review: an open breaker expired and came back closed
+    /// before its open period ended). A shared key's state is in the store.
     fn idle(k: &KeyEntry) -> bool {
         k.in_flight == 0
             && k.queued == 0
             && k.fallbacks == 0
-            && k.replica.as_deref().is_none_or(Replica::is_quiet)
+            && match k.replica.as_deref() {
+                Some(r) => r.is_quiet(),
+                None => k.circuit.state.phase() == Phase::Closed,
+            }
     }
 
     /// Expires idle least-recently-used keys of `policy` (at most `budget` looked at).
@@ -609,7 +622,7 @@ impl Engine {
                 }
                 let cap = b.queue_capacity();
                 if b.isolation == Isolation::Pool && cap > 0 && !probe && k.queued < cap {
-                    let deadline = now.saturating_add(ms_to_ns(b.max_wait_ms));
+                    let deadline = deadline_after(now, b.max_wait_ms);
                     let Some(id) = self.calls.insert(Call::Queued {
                         key: i,
                         pass: raw,
@@ -661,7 +674,7 @@ impl Engine {
         let raw = pass.into_raw();
         let exec = &cfg.execution;
         let deadline = if exec.timeout_enabled {
-            now.saturating_add(ms_to_ns(exec.timeout_ms))
+            deadline_after(now, exec.timeout_ms)
         } else {
             Nanos::MAX
         };
@@ -861,7 +874,7 @@ impl Engine {
             }
             let exec = &p.config.execution;
             let deadline = if exec.timeout_enabled {
-                now.saturating_add(ms_to_ns(exec.timeout_ms))
+                deadline_after(now, exec.timeout_ms)
             } else {
                 Nanos::MAX
             };
@@ -898,9 +911,7 @@ impl Engine {
         };
         let calls = &self.calls;
         if let Some(p) = self.policies.get_mut(policy as usize) {
-            p.timeouts.clean(|c, d| {
-                matches!(calls.get(c), Some(Call::Running { deadline, .. }) if deadline == d)
-            });
+            p.timeouts.clean(calls, false);
         }
     }
 
@@ -910,9 +921,7 @@ impl Engine {
         };
         let calls = &self.calls;
         if let Some(p) = self.policies.get_mut(policy as usize) {
-            p.waits.clean(
-                |c, d| matches!(calls.get(c), Some(Call::Queued { deadline, .. }) if deadline == d),
-            );
+            p.waits.clean(calls, true);
         }
     }
 
@@ -1085,9 +1094,7 @@ impl Engine {
     fn clean_timeouts_of(&mut self, pi: usize) {
         let calls = &self.calls;
         if let Some(p) = self.policies.get_mut(pi) {
-            p.timeouts.clean(|c, d| {
-                matches!(calls.get(c), Some(Call::Running { deadline, .. }) if deadline == d)
-            });
+            p.timeouts.clean(calls, false);
         }
     }
 
@@ -1151,9 +1158,7 @@ impl Engine {
     fn clean_waits_of(&mut self, pi: usize) {
         let calls = &self.calls;
         if let Some(p) = self.policies.get_mut(pi) {
-            p.waits.clean(
-                |c, d| matches!(calls.get(c), Some(Call::Queued { deadline, .. }) if deadline == d),
-            );
+            p.waits.clean(calls, true);
         }
     }
 
