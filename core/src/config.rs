@@ -800,7 +800,7 @@ impl fmt::Display for Num {
         if v.is_nan() {
             return f.write_str("NaN");
         }
-        if v.is_infinite() || v.abs() >= 1e15 {
+        if v.is_infinite() || v.abs() >= 1e12 {
             return f.write_str(if v > 0.0 {
                 "a huge number"
             } else {
@@ -808,8 +808,8 @@ impl fmt::Display for Num {
             });
         }
         let neg = if v < 0.0 { "-" } else { "" };
-        // Up to three decimals, trailing zeros dropped; tiny values with a decimal
-        // exponent (`1.5e-7`).
+        // Up to six decimals, trailing zeros dropped (`100.0001` is not shown as the
+        // bound `100`); tiny values with a decimal exponent (`1.5e-7`).
         let (mut m, mut e) = (v.abs(), 0);
         while m != 0.0 && m < 1e-3 {
             m *= 10.0;
@@ -821,13 +821,13 @@ impl fmt::Display for Num {
                 e += 1;
             }
         }
-        let milli = (m * 1000.0).round() as u64;
-        let (mut frac, mut digits) = (milli % 1000, 3);
+        let micro = (m * 1e6).round() as u64;
+        let (mut frac, mut digits) = (micro % 1_000_000, 6);
         while digits > 0 && frac % 10 == 0 {
             frac /= 10;
             digits -= 1;
         }
-        write!(f, "{neg}{}", milli / 1000)?;
+        write!(f, "{neg}{}", micro / 1_000_000)?;
         if digits > 0 {
             write!(f, ".{frac:0digits$}")?;
         }
@@ -1117,7 +1117,12 @@ mod tests {
         assert_eq!(show(150.0), "150");
         assert_eq!(show(0.5), "0.5");
         assert_eq!(show(-2.25), "-2.25");
-        assert_eq!(show(12.3456), "12.346");
+        assert_eq!(show(12.3456), "12.3456");
+        assert_eq!(show(12.34567891), "12.345679");
+        // Found by review: 100.0001 read "got 100", the bound it broke.
+        assert_eq!(show(100.0001), "100.0001");
+        assert_eq!(show(0.99999), "0.99999");
+        assert_eq!(show(1e12), "a huge number");
         assert_eq!(show(f64::NAN), "NaN");
         assert_eq!(show(f64::INFINITY), "a huge number");
         assert_eq!(show(1e-7), "1e-7");

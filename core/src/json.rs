@@ -59,7 +59,7 @@ impl Path<'_> {
                 if !out.is_empty() {
                     out.push('.');
                 }
-                out.push_str(key);
+                let _ = write!(out, "{}", Shown(key));
             }
             Path::Index(parent, i) => {
                 parent.write(out);
@@ -121,25 +121,71 @@ pub trait ToJson {
     }
 }
 
-/// A string shown in a message in double quotes, `"` and `\` escaped (`"a\"b"`):
-/// what `{:?}` shows for printable text, without the Unicode tables `Debug` brings
-/// into a `.wasm`.
-pub struct Quoted<'a>(pub &'a str);
-
-impl std::fmt::Display for Quoted<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.0;
-        f.write_str("\"")?;
-        // Each `"` or `\\` starts a new run, after a backslash.
-        let mut from = 0;
-        for (i, b) in s.bytes().enumerate() {
-            if b == b'"' || b == b'\\' {
-                f.write_str(s.get(from..i).unwrap_or_default())?;
+/// Writes `s` with control characters escaped (`\u{a}`) and, with `quoted`, `"` and
+/// `\\` backslashed: one byte loop for [`Shown`] and [`Quoted`].
+#[inline(never)]
+fn escaped(f: &mut std::fmt::Formatter<'_>, s: &str, quoted: bool) -> std::fmt::Result {
+    let mut from = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let control = b < b' ' || b == 0x7f;
+        if control || (quoted && (b == b'"' || b == b'\\')) {
+            f.write_str(s.get(from..i).unwrap_or_default())?;
+            if control {
+                // `\u{a}`, `\u{1b}`: hex without leading zeros, as Rust escapes.
+                const HEX: &str = "0123456789abcdef";
+                let digit = |n: u8| HEX.get(usize::from(n)..usize::from(n) + 1).unwrap_or("0");
+                f.write_str("\\u{")?;
+                if b >= 16 {
+                    f.write_str(digit(b >> 4))?;
+                }
+                f.write_str(digit(b & 15))?;
+                f.write_str("}")?;
+                from = i + 1;
+            } else {
                 f.write_str("\\")?;
                 from = i;
             }
         }
-        f.write_str(s.get(from..).unwrap_or_default())?;
+    }
+    f.write_str(s.get(from..).unwrap_or_default())
+}
+
+/// `s` cut after 128 bytes, on a character boundary (the cut, and whether anything
+/// was left out).
+#[inline(never)]
+fn clipped(s: &str) -> (&str, bool) {
+    let mut cut = s.len().min(128);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    (s.get(..cut).unwrap_or_default(), cut < s.len())
+}
+
+/// A document's text (a field name, a variant) shown in a message: at most 128
+/// bytes, then `…`; control characters escaped (`\u{a}`), so a name cannot
+/// break a log line or flood it.
+pub struct Shown<'a>(pub &'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (s, more) = clipped(self.0);
+        escaped(f, s, false)?;
+        if more {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
+
+/// A string shown in a message in double quotes, `"` and `\\` escaped (`"a\\"b"`),
+/// control characters as `\u{a}`: what `{:?}` shows for printable text, without the
+/// Unicode tables `Debug` brings into a `.wasm`.
+pub struct Quoted<'a>(pub &'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"")?;
+        escaped(f, self.0, true)?;
         f.write_str("\"")
     }
 }
@@ -152,7 +198,10 @@ fn shown(v: &Value) -> String {
         Value::U64(i) => format!("integer `{i}`"),
         Value::I64(i) => format!("integer `{i}`"),
         Value::F64(v) => format!("floating point `{}`", Num(*v)),
-        Value::Str(s) => format!("string {}", Quoted(s)),
+        Value::Str(s) => {
+            let (head, more) = clipped(s);
+            format!("string {}{}", Quoted(head), if more { "…" } else { "" })
+        }
         Value::Array(_) => "sequence".into(),
         Value::Object(_) => "map".into(),
     }
@@ -206,13 +255,17 @@ impl<'v, 'p> Fields<'v, 'p> {
             let here = Path::Key(at, key);
             if !names.contains(&key.as_str()) {
                 return Err(here.error(match names {
-                    [] => format!("unknown field `{key}`, there are no fields"),
-                    _ => format!("unknown field `{key}`, expected one of {}", one_of(names)),
+                    [] => format!("unknown field `{}`, there are no fields", Shown(key)),
+                    _ => format!(
+                        "unknown field `{}`, expected one of {}",
+                        Shown(key),
+                        one_of(names)
+                    ),
                 }));
             }
             // Members are all distinct known names up to here: at most `names.len()`.
             if members[..i].iter().any(|(k, _)| k == key) {
-                return Err(here.error(format!("duplicate field `{key}`")));
+                return Err(here.error(format!("duplicate field `{}`", Shown(key))));
             }
         }
         Ok(Fields { members, at })
@@ -278,7 +331,8 @@ pub fn variant(v: &Value, at: &Path<'_>, names: &[&str], what: &str) -> Result<u
     };
     names.iter().position(|n| n == s).ok_or_else(|| {
         at.error(format!(
-            "unknown variant `{s}`, expected one of {}",
+            "unknown variant `{}`, expected one of {}",
+            Shown(s),
             one_of(names)
         ))
     })
@@ -1233,6 +1287,24 @@ mod tests {
         assert_eq!(q(r#"a"b\c"#), r#""a\"b\\c""#);
         assert_eq!(q("é\""), "\"é\\\"\"");
         assert_eq!(q(""), "\"\"");
+        assert_eq!(q("a\nb\u{1b}"), "\"a\\u{a}b\\u{1b}\"");
+    }
+
+    /// Found by review: a field name with a newline broke the message (and a log
+    /// line); a 1 MB name or value was echoed whole.
+    #[test]
+    fn names_and_values_in_messages_are_escaped_and_clipped() {
+        let (p, r) = read("{\"x\\ny\": 1}").unwrap_err();
+        assert_eq!(p, "x\\u{a}y");
+        assert!(r.starts_with("unknown field `x\\u{a}y`"), "{r}");
+        let long = "k".repeat(1_000_000);
+        let (p, r) = read(&format!("{{\"{long}\": 1}}")).unwrap_err();
+        assert_eq!(p, format!("{}…", "k".repeat(128)));
+        assert!(r.len() < 300, "{}", r.len());
+        let (_, r) = read(&format!("{{\"items\": [{{\"mode\": \"{long}\"}}]}}")).unwrap_err();
+        assert!(r.len() < 300, "{}", r.len());
+        let (_, r) = read(&format!("{{\"items\": \"{long}\"}}")).unwrap_err();
+        assert!(r.len() < 300 && r.contains("…"), "{r:.300}");
     }
 
     #[test]
