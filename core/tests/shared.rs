@@ -1200,7 +1200,11 @@ fn flush_gives_back_the_slots_held_beyond_the_calls_in_flight() {
         for p in ps.into_iter().skip(1) {
             h.complete(0, p, Outcome::Success);
         }
-        assert_eq!(h.engines[0].slots_held(keys[0]), Some(3), "{m:?}: a reserve");
+        assert_eq!(
+            h.engines[0].slots_held(keys[0]),
+            Some(3),
+            "{m:?}: a reserve"
+        );
         assert_eq!(
             refused(h.start(1, keys[1])).event,
             EventKind::SemaphoreRejected,
