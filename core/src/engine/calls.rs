@@ -2,9 +2,10 @@
 //! running fallback), addressed by a generation-checked [`CallId`], and the move-only
 //! handles hosts hold ([`Permit`], [`Ticket`], [`FallbackPermit`]).
 //!
-//! Deadlines live in per-duration FIFOs ([`Deadlines`]): calls of one policy share a
+//! Deadlines live in per-duration FIFOs (`Deadlines`): calls of one policy share a
 //! timeout, and the engine clock never goes backwards, so deadlines enter each FIFO
-//! in order and the earliest is always at a head — O(1) to arm, find and expire.
+//! in order and the earliest is always at a head — O(1) to arm, find and expire;
+//! entries of calls that ended behind a hung one are swept, O(1) amortized.
 
 use std::collections::VecDeque;
 
