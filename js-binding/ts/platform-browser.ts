@@ -130,5 +130,11 @@ async function load(): Promise<void> {
   instantiate(module);
 }
 
-/** Resolves when the WebAssembly module is compiled and instantiated. */
+/**
+ * Resolves when the WebAssembly module is compiled and instantiated; rejects with the
+ * cause when it cannot be (a missing or unreachable `.wasm`).
+ */
 export const ready: Promise<void> = load();
+// Marked handled here: a page that awaits `ready` later, or never (it creates no
+// breaker), gets no unhandled rejection; `await ready` still throws the cause.
+ready.catch(() => {});

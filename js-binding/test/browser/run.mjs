@@ -9,7 +9,7 @@ import { copyFileSync, mkdirSync, readFileSync, existsSync, statSync } from 'nod
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
-import { extname, join, normalize } from 'node:path';
+import { dirname, extname, join, normalize } from 'node:path';
 
 const [appDir, pwDir, esbuildDir, exampleServer] = process.argv.slice(2);
 const require = createRequire(join(appDir, 'package.json'));
@@ -30,6 +30,10 @@ await esbuild.build({
 });
 // esbuild leaves new URL('./fusewire.wasm', import.meta.url) as is: ship the file next to the bundle.
 copyFileSync(require.resolve('fusewire/fusewire.wasm'), join(appDir, 'bundle', 'fusewire.wasm'));
+
+// The browser entry alone, without its .wasm next to it: the missing-module page.
+mkdirSync(join(appDir, 'nowasm'), { recursive: true });
+copyFileSync(join(dirname(require.resolve('fusewire/fusewire.wasm')), 'browser.js'), join(appDir, 'nowasm', 'browser.js'));
 
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json' };
 const server = createServer((req, res) => {
@@ -91,6 +95,27 @@ try {
       if (!pass) failed++;
     }
     if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors);
+    await p.close();
+  }
+  {
+    // Found by review: a missing .wasm made an unhandled rejection on pages that do
+    // not await `ready` at once.
+    const p = await browser.newPage();
+    const errors = [];
+    p.on('pageerror', (e) => errors.push(String(e)));
+    await p.goto(`${base}/test/browser/missing.html`);
+    await p.waitForFunction(() => window.__result !== undefined, null, { timeout: 20_000 });
+    const r = await p.evaluate(() => window.__result);
+    const checks = [
+      ['no unhandled rejection', r.unhandled === 0 && errors.length === 0],
+      ['await ready throws the cause', /fusewire\.wasm failed: 404/.test(r.cause)],
+      ['a breaker is refused with an Error', r.before !== ''],
+    ];
+    for (const [what, pass] of checks) {
+      console.log(`${pass ? 'ok  ' : 'FAIL'} missing .wasm: ${what}`);
+      if (!pass) failed++;
+    }
+    if (checks.some((c) => !c[1])) console.log(JSON.stringify(r), errors);
     await p.close();
   }
   if (exampleServer !== undefined) failed += await example(exampleServer);
