@@ -418,6 +418,14 @@ impl Breaker {
             self.key = k;
         }
     }
+
+    /// Takes the key again if it expired (idle past `keys.idle_ms`: taken back lazily,
+    /// so an idle breaker stops syncing with its store until it is used or read).
+    fn revive(&mut self, now: u64) {
+        if self.engine.key_policy(self.key).is_none() {
+            self.rekey(now);
+        }
+    }
 }
 
 // ---- module-level -------------------------------------------------------------------
@@ -660,6 +668,7 @@ pub extern "C" fn fw_free(h: u32) -> i32 {
 #[no_mangle]
 pub extern "C" fn fw_prepare(h: u32, now: f64) -> i32 {
     on_breaker(h, |b| {
+        b.revive(ns(now));
         b.engine.prepare(b.key, ns(now));
         b.flags()
     })
@@ -786,7 +795,8 @@ pub extern "C" fn fw_poll(h: u32, now: f64) -> i32 {
                         out[4] = f64::from(tr.generation);
                         break (EV_TRANSITION, None);
                     }
-                    Event::KeyExpired { .. } => b.rekey(t),
+                    // Taken again when next used or read (see `Breaker::revive`).
+                    Event::KeyExpired { .. } => {}
                     Event::Store { issue, .. } => {
                         let (code, status) = match issue {
                             Issue::Invalid(_) => (0.0, 0.0),
@@ -838,6 +848,7 @@ pub extern "C" fn fw_fallback(h: u32, now: f64) -> f64 {
         let Some((b, _, _)) = s.parts(h) else {
             return -1.0;
         };
+        b.revive(ns(now));
         match b.engine.start_fallback(b.key, ns(now)) {
             Some(p) => p.into_raw() as f64,
             None => -1.0,
@@ -864,6 +875,7 @@ pub extern "C" fn fw_record(h: u32, kind: u32, n: u32, now: f64) -> i32 {
             return 0;
         };
         let t = ns(now);
+        b.revive(t);
         if n == 1 {
             b.engine.record(b.key, kind, t);
         } else if n > 1 {
@@ -886,6 +898,7 @@ pub extern "C" fn fw_force(h: u32, phase: u32, now: f64) -> i32 {
             2 => Phase::HalfOpen,
             _ => return b.flags(),
         };
+        b.revive(ns(now));
         b.engine.force(b.key, to, ns(now), splitmix(rng));
         b.flags()
     })
@@ -899,6 +912,7 @@ pub extern "C" fn fw_force(h: u32, phase: u32, now: f64) -> i32 {
 pub extern "C" fn fw_state(h: u32, now: f64) -> i32 {
     on_breaker(h, |b| {
         let t = ns(now);
+        b.revive(t);
         let (Some(cfg), Some(state)) = (b.engine.config(b.policy), b.engine.breaker_state(b.key))
         else {
             return 0;
@@ -937,6 +951,7 @@ pub extern "C" fn fw_snapshot(h: u32, now: f64) -> i32 {
             return E_HANDLE;
         };
         let t = ns(now);
+        b.revive(t);
         let Some(snap) = b.engine.snapshot(b.key, t) else {
             return E_HANDLE;
         };
@@ -1002,6 +1017,7 @@ pub extern "C" fn fw_buckets(h: u32, now: f64) -> i32 {
             let Some((b, _, _)) = s.parts(h) else {
                 return E_HANDLE;
             };
+            b.revive(t);
             let Some(c) = b.engine.circuit(b.key) else {
                 return 0;
             };

@@ -266,4 +266,45 @@ describe('fusewire/redis: RedisStore', () => {
     b.shutdown();
     store.close();
   });
+
+  test('an idle breaker stops reading Redis once its key expires, and reads again when used (found by review: every idle breaker read every sync_ms forever)', async () => {
+    let token = 0;
+    const client = fakeClient((cmd) => {
+      if (cmd === 'HMGET') return Promise.resolve([null, null]);
+      token++;
+      return Promise.resolve([0, Date.now(), token]);
+    });
+    const store = new RedisStore({ client });
+    await store.ready;
+    const b = new CircuitBreaker(async (x) => x, {
+      name: 'idle', shared: { store, sync_ms: 50, stale_ms: 100 }, fusewire: { keys: { idle_ms: 1000 } },
+    });
+    for (let i = 0; i < 3; i++) assert.equal(await b.fire(i), i);
+    const reads = () => client.log.filter((c) => c[0] === 'HMGET').length;
+    await sleep(1_500);
+    const idle = reads();
+    await sleep(600);
+    assert.equal(reads(), idle, 'no read while idle');
+    assert.equal(await b.fire('back'), 'back');
+    await sleep(120);
+    assert.ok(reads() > idle, 'reads again once used');
+    b.shutdown();
+    store.close();
+  });
+
+  test('store events carry what Redis said (found by review: only a status number)', async () => {
+    const client = fakeClient(() => Promise.reject(new Error('WRONGPASS invalid username-password pair or user is disabled.')));
+    const store = new RedisStore({ client, timeoutMs: 50 });
+    const b = new CircuitBreaker(async (x) => x, { name: 'auth', shared: { store, sync_ms: 50, stale_ms: 100 } });
+    const issues = [];
+    b.on('store', (e) => issues.push(e));
+    for (let i = 0; i < 5; i++) await b.fire(i);
+    await sleep(150);
+    await b.fire('x');
+    const failed = issues.find((e) => e.issue === 'failed');
+    assert.ok(failed !== undefined, JSON.stringify(issues));
+    assert.match(failed.message, /WRONGPASS/);
+    b.shutdown();
+    store.close();
+  });
 });

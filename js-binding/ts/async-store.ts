@@ -27,6 +27,13 @@ export interface AsyncHost {
  * (`value` + `token` of the current state when known, else `token` -1; `flag` 1: the
  * key is absent now), 4 failed (`flag`: the store's status code).
  */
+/**
+ * A failed op's status that says the store answered and refused a write, so it did
+ * not land (`RedisStore`'s write past its deadline): a breaker shutting down sends it
+ * again instead of giving up.
+ */
+export const FAIL_REFUSED = 12;
+
 export type AsyncDone = (kind: number, token: number, value: Uint8Array | undefined, flag: number) => void;
 
 const decoder = new TextDecoder();
@@ -65,6 +72,12 @@ export abstract class AsyncStore {
 
   /** @internal An owner id for a new breaker's ledger entries. */
   abstract nextOwner(): number;
+
+  /** @internal What a failed op's `status` means, for `store` events (undefined: nothing to add). */
+  _describe(status: number): string | undefined {
+    void status;
+    return undefined;
+  }
 
   /**
    * @internal Performs one request without blocking: `op` 1 read, 2 write (`value`,

@@ -29,7 +29,7 @@ import {
   type StatusSource,
 } from './status.js';
 import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
-import { AsyncStore, deliver } from './async-store.js';
+import { AsyncStore, FAIL_REFUSED, deliver } from './async-store.js';
 import { ById } from './byid.js';
 
 /**
@@ -724,8 +724,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     deliver(this._h, id, kind, token, value, flag, now());
     // A failed request: the store is not answering; stop, so the process can exit
     // (the outcomes of a write that failed stay unsent: whether it landed would take a
-    // read, see the core's write receipts).
-    if (kind === 4) c.until = 0;
+    // read, see the core's write receipts). A write Redis refused as late did not
+    // land and Redis answers: the core sends it again, within the bound.
+    if (kind === 4 && flag !== FAIL_REFUSED) c.until = 0;
     this._closeStep();
   }
 
@@ -1229,6 +1230,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         const status = o[1]!;
         let text = message();
         if (issue === 'failed' && this._store instanceof SharedStore) text += ` (${sharedStoreStatus(status)})`;
+        else if (issue === 'failed' && this._store instanceof AsyncStore) {
+          const why = this._store._describe(status);
+          if (why !== undefined) text += ` (${why})`;
+        }
         guarded(sink, () => this.emit('store', { issue, status, message: text }));
       }
     }

@@ -23,8 +23,9 @@
  * - **Writes**: one Lua script (`EVALSHA`, `EVAL` when Redis answers `NOSCRIPT`):
  *   compare-and-set on the token; returns the new token on success, the current
  *   value and token on a conflict (so a retry needs no read), and refuses a write
- *   that reaches Redis after its deadline (half the per-op timeout, on Redis's
- *   clock) — a write this process already counted as failed never lands late.
+ *   that reaches Redis after its deadline (the per-op timeout less the clock's
+ *   uncertainty and a return trip, on Redis's clock) — a write this process already
+ *   counted as failed never lands late.
  * - **Cluster**: every command touches one key (the script declares it in `KEYS`),
  *   so keys spread over slots and braces in a breaker's name are harmless.
  * - **Faults**: an op not answered within `timeoutMs` fails; the core then backs
@@ -39,14 +40,14 @@
  */
 import { createHash } from 'node:crypto';
 
-import { AsyncStore, type AsyncDone } from './async-store.js';
+import { AsyncStore, FAIL_REFUSED, type AsyncDone } from './async-store.js';
 import type { CoreSharedConfig } from './config.js';
 import { describe, optionError } from './errors.js';
 
 /** Status codes a failed Redis op reports to the core (`store` events' `status`). */
 export const FAIL_TIMEOUT = 10;
 export const FAIL_ERROR = 11;
-export const FAIL_LATE = 12;
+export const FAIL_LATE = FAIL_REFUSED;
 export const FAIL_REPLY = 13;
 export const FAIL_CLOSED = 14;
 
@@ -277,6 +278,18 @@ export class RedisStore extends AsyncStore {
     return { flush_ms: 1000 };
   }
 
+  /** @internal Redis's own words for a failed op (`WRONGPASS …`, `NOPERM …`), for `store` events. */
+  override _describe(status: number): string | undefined {
+    switch (status) {
+      case FAIL_TIMEOUT: return `no reply within ${this._timeoutMs} ms`;
+      case FAIL_ERROR: return this.lastError;
+      case FAIL_LATE: return 'refused: the write reached Redis after its deadline';
+      case FAIL_REPLY: return 'unexpected reply';
+      case FAIL_CLOSED: return 'store closed';
+      default: return undefined;
+    }
+  }
+
   /** @internal The id from Redis (`INCR`), or a random one when Redis did not answer yet. */
   nextOwner(): number {
     return this._owner !== 0 ? this._owner : (Math.floor(Math.random() * 0xffff_fffe) + 1);
@@ -357,10 +370,14 @@ export class RedisStore extends AsyncStore {
   private _write(o: Op, k: string, value: Uint8Array, expect: number): void {
     this._stats.writes++;
     const sent = Date.now();
-    // A deadline on Redis's clock once it is known: half the timeout, so a write that
-    // lands has the other half to answer before this process gives up on it.
-    const deadline = this._offsetErr < this._timeoutMs / 4
-      ? Math.floor(sent + this._offset + this._timeoutMs / 2 - this._offsetErr)
+    // A deadline on Redis's clock once it is known: the timeout less the clock's
+    // uncertainty and a return trip (each about half the best round trip seen), so a
+    // write that lands can answer before this process gives up on it. (Half the
+    // timeout, as before, refused writes on a jittery 200–300 ms link well inside
+    // `timeoutMs`; a reply later still is caught by the write's receipt.)
+    const margin = 2 * this._offsetErr;
+    const deadline = margin < this._timeoutMs / 2
+      ? Math.floor(sent + this._offset + this._timeoutMs - margin)
       : 0;
     const first = Math.floor(Math.random() * 2 ** 52) + 1;
     const args: (string | Buffer)[] = [
