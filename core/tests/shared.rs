@@ -703,6 +703,48 @@ fn async_store_outage_keeps_local_breakers_and_views_converge_after() {
     }
 }
 
+/// Found by review: the store and the upstream failing together. Failed writes leave
+/// the view in charge for `sync_ms` at most, then the local breaker — fed by the
+/// outcomes all along — trips on them: well before `stale_ms` (10 s), and without
+/// hundreds of failing calls admitted.
+#[test]
+fn async_store_and_upstream_failing_together_trip_the_local_breaker_soon() {
+    let mut h = Host::new(ASYNC, "{}");
+    let shared = SharedConfig {
+        mode: config::SyncMode::Async,
+        ..SharedConfig::default()
+    };
+    let keys = h.keys("k");
+    h.advance(1_000);
+    for _ in 0..5 {
+        assert!(h.call(0, keys[0], Outcome::Success));
+    }
+    h.advance(1_500);
+    h.store.down = Some(503);
+    let start = h.now;
+    let mut admitted = 0;
+    while h.now < start + shared.stale_ms * MS {
+        match h.start(0, keys[0]) {
+            Start::Running(p) => {
+                admitted += 1;
+                h.complete(0, p, Outcome::Failure);
+            }
+            _ => break,
+        }
+        h.advance(20);
+    }
+    let after = (h.now - start) / MS;
+    assert!(
+        refused(h.start(0, keys[0])).is_short_circuit(),
+        "tripped after {after} ms, {admitted} failures admitted"
+    );
+    assert!(
+        after <= shared.sync_ms() + 1_000 && admitted <= 100,
+        "tripped after {after} ms (sync_ms {}), {admitted} failures admitted",
+        shared.sync_ms()
+    );
+}
+
 #[test]
 fn async_a_store_restarted_empty_converges() {
     let mut h = Host::new(ASYNC, "{}");

@@ -315,9 +315,14 @@ impl Replica {
         self.view.is_some()
             && !matches!(self.bind, Bind::Probing { .. })
             && self.read_at.is_some_and(|t| now.saturating_sub(t) <= stale)
-            && self
-                .write_failed_at
-                .is_none_or(|t| shared.mode == SyncMode::Async && now.saturating_sub(t) <= stale)
+            // A failed write (the store erred or timed out) leaves the view in charge for
+            // `sync_ms` at most: the outcomes since are not reaching the fleet, so the
+            // local breaker, fed by them all along, decides (found by review: an outage
+            // of Redis and the upstream together tripped only after `stale_ms`).
+            && self.write_failed_at.is_none_or(|t| {
+                shared.mode == SyncMode::Async
+                    && now.saturating_sub(t) <= stale.min(ms_to_ns(shared.sync_ms()))
+            })
     }
 
     /// Slots this worker holds in the ledger.
