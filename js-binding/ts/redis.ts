@@ -24,8 +24,9 @@
  *   compare-and-set on the token; returns the new token on success, the current
  *   value and token on a conflict (so a retry needs no read), and refuses a write
  *   that reaches Redis after its deadline (the per-op timeout less the clock's
- *   uncertainty and a return trip, on Redis's clock) — a write this process already
- *   counted as failed never lands late.
+ *   uncertainty and a return trip, on Redis's clock), so a write this process
+ *   already counted as failed rarely lands; one that does (its reply slower than the
+ *   best seen) is recognised by its receipt.
  * - **Cluster**: every command touches one key (the script declares it in `KEYS`),
  *   so keys spread over slots and braces in a breaker's name are harmless.
  * - **Faults**: an op not answered within `timeoutMs` fails; the core then backs

@@ -315,13 +315,16 @@ impl Replica {
         self.view.is_some()
             && !matches!(self.bind, Bind::Probing { .. })
             && self.read_at.is_some_and(|t| now.saturating_sub(t) <= stale)
-            // A failed write (the store erred or timed out) leaves the view in charge for
-            // `sync_ms` at most: the outcomes since are not reaching the fleet, so the
-            // local breaker, fed by them all along, decides (found by review: an outage
-            // of Redis and the upstream together tripped only after `stale_ms`).
+            // After a failed write the view stays in charge until its retry failed too
+            // (two failed rounds in a row), at most `stale_ms`: then the outcomes are
+            // not reaching the fleet and the local breaker, fed by them all along,
+            // decides (found by review: an outage of Redis and the upstream together
+            // tripped only after `stale_ms`). One transient failure changes nothing:
+            // the fleet's probe leases still decide half-open.
             && self.write_failed_at.is_none_or(|t| {
                 shared.mode == SyncMode::Async
-                    && now.saturating_sub(t) <= stale.min(ms_to_ns(shared.sync_ms()))
+                    && now.saturating_sub(t) <= stale
+                    && self.failures < 2
             })
     }
 
