@@ -632,6 +632,24 @@ fn an_open_breaker_outlives_idle_expiry() {
     });
 }
 
+/// Review of the above: local keys that tripped and went quiet half-open when their
+/// open period ends and then expire, so they cannot fill `max_keys` for good.
+#[test]
+fn tripped_local_keys_that_go_quiet_expire_after_their_open_period() {
+    let cfg = r#"{"keys": {"max_keys": 2, "idle_ms": 1000}, "breaker": {"open": {"sleep_window_ms": 5000}}}"#;
+    let mut h = Host::new(Mode::Local, cfg);
+    for name in ["a", "b"] {
+        let k = h.key(0, name);
+        trip(&mut h, &[k]);
+    }
+    h.advance(2_000);
+    assert_eq!(h.engines[0].key_count(PolicyId(0)), Some(2), "open: kept");
+    h.advance(6_000);
+    assert_eq!(h.engines[0].key_count(PolicyId(0)), Some(0), "past the open period: expired");
+    let c = h.key(0, "c");
+    assert_eq!(h.engines[0].key_name(c), Some("c"), "room for a new key");
+}
+
 #[test]
 fn one_million_distinct_keys_stay_within_the_bound() {
     let mut e = Engine::local();

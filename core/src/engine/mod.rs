@@ -416,15 +416,17 @@ impl Engine {
 
     /// Whether a key unused for `idle_ms` may expire: nothing running, queued or
     /// waiting to be written, and — its state living nowhere else — a local breaker
-    /// that is closed (found by review: an open breaker expired and came back closed
-    /// before its open period ended). A shared key's state is in the store.
+    /// that is not open (found by review: an open breaker expired and came back
+    /// closed before its open period ended; a half-open one, its period over, may go:
+    /// else keys that tripped and went quiet would fill `max_keys` for good). A shared
+    /// key's state is in the store.
     fn idle(k: &KeyEntry) -> bool {
         k.in_flight == 0
             && k.queued == 0
             && k.fallbacks == 0
             && match k.replica.as_deref() {
                 Some(r) => r.is_quiet(),
-                None => k.circuit.state.phase() == Phase::Closed,
+                None => k.circuit.state.phase() != Phase::Open,
             }
     }
 
