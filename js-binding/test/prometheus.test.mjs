@@ -94,10 +94,15 @@ test('breakers sharing a name report together; a shut-down one stops masking the
   await next.fire();
   await next.fire();
   text = await scrape(registry);
-  assert.match(text, /^fusewire_payments_success 2$/m, 'the live breaker reports; the retired one no longer counts');
+  // A counter never goes down (Prometheus would read a reset, rate() a phantom
+  // increase): the retired breaker's counts stay in the series (found by review).
+  assert.match(text, /^fusewire_payments_success 3$/m, 'the live breaker reports; the retired one\'s counts stay');
   a.shutdown();
   text = await scrape(registry);
-  assert.match(text, /^fusewire_fetchThing_success 2$/m);
+  assert.match(text, /^fusewire_fetchThing_success 3$/m, 'still 3 after one of its breakers shut down');
+  b.close(); // opened above
+  await b.fire();
+  assert.match(await scrape(registry), /^fusewire_fetchThing_success 4$/m);
   b.shutdown();
   text = await scrape(registry);
   assert.doesNotMatch(text, /fetchThing/, 'gone with the last of its name');
@@ -124,6 +129,8 @@ test('labels: true: breakers with one name and group share their series', async 
   await Promise.all(p);
   assert.match(await scrape(registry), /^fusewire_success\{name="dup",group="dup"\} 3$/m);
   a.shutdown();
+  assert.match(await scrape(registry), /^fusewire_success\{name="dup",group="dup"\} 3$/m, 'a counter never goes down');
   b.shutdown();
+  assert.doesNotMatch(await scrape(registry), /name="dup"/, 'gone with the last of its series');
   remove();
 });

@@ -307,4 +307,37 @@ describe('fusewire/redis: RedisStore', () => {
     b.shutdown();
     store.close();
   });
+
+  test('shutdown: a last write Redis refuses as late is sent again, without spinning (found by review: never resent, and the close loop ran every 1 ms for 5 s)', async () => {
+    let token = 0;
+    let shut = false;
+    let refused = 0;
+    const writes = [];
+    const client = fakeClient((cmd, args) => {
+      if (cmd === 'HMGET') return Promise.resolve([null, null]);
+      if (shut) writes.push(args);
+      if (shut && refused === 0) {
+        refused++;
+        return Promise.resolve([3, Date.now()]);
+      }
+      token++;
+      return Promise.resolve([0, Date.now(), token]);
+    });
+    const store = new RedisStore({ client });
+    await store.ready;
+    const b = new CircuitBreaker(async (x) => x, { name: 'refused', shared: { store } });
+    for (let i = 0; i < 5; i++) await b.fire(i);
+    await sleep(50);
+    shut = true;
+    const t0 = Date.now();
+    b.shutdown();
+    const keep = setInterval(() => {}, 1000);
+    await store._whenIdle();
+    clearInterval(keep);
+    const took = Date.now() - t0;
+    assert.equal(refused, 1);
+    assert.ok(writes.length >= 2, `the refused write was sent again: ${writes.length} writes`);
+    assert.ok(took < 4_000, `closed in ${took} ms, not at the 5 s bound`);
+    store.close();
+  });
 });

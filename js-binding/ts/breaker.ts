@@ -75,11 +75,13 @@ export type NoInferOf<T> = [T][T extends any ? 0 : never]; // eslint-disable-lin
 /**
  * The arguments `fireWithSignal` takes for an action of arguments `TI`: without the
  * trailing `AbortSignal` parameter the breaker appends (`(url: string, signal:
- * AbortSignal) => …` takes `[url: string]`); a last parameter typed `unknown` or
- * `any` may be given or left to the breaker; anything else is `TI` as it is.
+ * AbortSignal) => …` takes `[url: string]`, also with `signal?: AbortSignal`); a last
+ * parameter typed `unknown` or `any` may be given or left to the breaker; anything
+ * else (`object`, `EventTarget`, …) is `TI` as it is (found by review: those were
+ * dropped too).
  */
 export type SignalArgs<TI extends unknown[]> = TI extends [...infer A, infer L]
-  ? ([AbortSignal] extends [L] ? (unknown extends L ? A | TI : A) : TI)
+  ? (unknown extends L ? A | TI : ([L] extends [AbortSignal | undefined] ? A : TI))
   : TI;
 
 /** The options: opossum's, with opossum's names and defaults, plus fusewire's. */
@@ -703,6 +705,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const h = this._h;
     const t = now();
     if (t < c.until && w.fw_flushed(h) === 0) {
+      // The core's time-driven work (a retry after its backoff) queues the next
+      // request: run it, its events dropped (nothing is emitted after shutdown).
+      // Without it a refused last write was never sent again (found by review).
+      if (w.fw_next(h) <= t) {
+        for (let guard = 0; guard < 10_000; guard++) {
+          const ev = w.fw_poll(h, t);
+          if (ev === EV_NONE || ev < 0) break;
+        }
+      }
       if (w.fw_has_io(h) === 1) this._io(F_IO, t);
       if (w.fw_flushed(h) === 0) {
         // Wait for the answer, or the core's next retry time, within the bound.

@@ -89,8 +89,9 @@ interface Sample {
 const samples = new WeakMap<Breaker, Sample>();
 
 /** One read of the core per breaker and scrape (reused for 10 ms). */
-function sample(b: Breaker): Sample | undefined {
-  if (b.isShutdown) return undefined;
+function sample(b: Breaker, last = false): Sample | undefined {
+  // `last`: the final values of a breaker shutting down (its core is still there).
+  if (b.isShutdown && !last) return undefined;
   const t = b._now();
   const cached = samples.get(b);
   if (cached !== undefined && t - cached.at < 10) return cached;
@@ -126,9 +127,11 @@ const OPENNESS = [0, 2, 1];
  * The value of several breakers that report under one series (the same name, or
  * names equal once sanitised): counters and `in_flight` add up, `breaker_state` is
  * the most open one's (open, then half-open, then closed), latency is the newest
- * breaker's (percentiles do not add up).
+ * breaker's (percentiles do not add up). `retired`: the final counters of breakers
+ * that shut down while others of the series lived on, so a counter never goes down
+ * (Prometheus would read a drop as a reset and `rate()` a phantom increase).
  */
-function merge(bs: Iterable<Breaker>): Sample | undefined {
+function merge(bs: Iterable<Breaker>, retired?: Record<string, number>): Sample | undefined {
   let m: Sample | undefined;
   for (const b of bs) {
     const s = sample(b);
@@ -141,6 +144,9 @@ function merge(bs: Iterable<Breaker>): Sample | undefined {
     m.inFlight += s.inFlight;
     if (OPENNESS[s.state]! > OPENNESS[m.state]!) m.state = s.state;
     m.latency = s.latency;
+  }
+  if (m !== undefined && retired !== undefined) {
+    for (const [k, v] of Object.entries(retired)) m.counters[k] = (m.counters[k] ?? 0) + v;
   }
   return m;
 }
@@ -186,7 +192,16 @@ export function register(options: PrometheusOptions): () => void {
   });
   const suffixes = [...COUNTERS, ...GAUGES];
   let watcher: ((b: Breaker, live: boolean) => void) | undefined;
+  /** Adds the final counters of `b` (shutting down) to `into`. */
+  const retire = (b: Breaker, into: Record<string, number>) => {
+    const s = sample(b, true);
+    if (s === undefined) return;
+    for (const k of COUNTERS) into[k] = (into[k] ?? 0) + (s.counters[k] ?? 0);
+  };
   if (options.labels === true) {
+    // Per series (name and group): the counters of its breakers that shut down.
+    const retired = new Map<string, Record<string, number>>();
+    const seriesKey = (b: Breaker) => JSON.stringify([b.name, b.group]);
     for (const suffix of suffixes) {
       const extra = suffix === 'latency_ms' ? ['quantile'] : [];
       make(COUNTERS.includes(suffix), `${prefix}_${suffix}`, suffix, ['name', 'group', ...extra], function () {
@@ -199,16 +214,29 @@ export function register(options: PrometheusOptions): () => void {
           if (e === undefined) series.set(key, { labels: { name: b.name, group: b.group }, bs: [b] });
           else e.bs.push(b);
         }
-        for (const { labels, bs } of series.values()) {
-          const s = merge(bs);
+        for (const [key, { labels, bs }] of series) {
+          const s = merge(bs, retired.get(key));
           if (s !== undefined) fill(this, suffix, s, labels);
         }
       });
     }
+    watcher = (b, live) => {
+      if (live) return;
+      const key = seriesKey(b);
+      const others = [...registry].some((o) => o !== b && seriesKey(o) === key);
+      if (!others) {
+        retired.delete(key); // the series goes with its last breaker
+        return;
+      }
+      let r = retired.get(key);
+      if (r === undefined) retired.set(key, (r = {}));
+      retire(b, r);
+    };
+    watchers.add(watcher);
   } else {
     // One set of metrics per sanitised name, for every live breaker of that name:
     // made with the first, removed with the last (see `merge`).
-    const groups = new Map<string, { bs: Set<Breaker>; mine: string[] }>();
+    const groups = new Map<string, { bs: Set<Breaker>; mine: string[]; retired: Record<string, number> }>();
     const add = (b: Breaker) => {
       const key = metricName(prefix, b.name, '');
       const g = groups.get(key);
@@ -218,6 +246,7 @@ export function register(options: PrometheusOptions): () => void {
       }
       const bs = new Set<Breaker>([b]);
       const mine: string[] = [];
+      const retired: Record<string, number> = {};
       for (const suffix of suffixes) {
         const name = metricName(prefix, b.name, suffix);
         // Taken by another name's metric (`a` + `half_opened`, `a_half` + `opened`):
@@ -226,12 +255,12 @@ export function register(options: PrometheusOptions): () => void {
         const extra = suffix === 'latency_ms' ? ['quantile'] : [];
         make(COUNTERS.includes(suffix), name, suffix, extra, function () {
           this.reset();
-          const s = merge(bs);
+          const s = merge(bs, retired);
           if (s !== undefined) fill(this, suffix, s, {});
         });
         mine.push(name);
       }
-      groups.set(key, { bs, mine });
+      groups.set(key, { bs, mine, retired });
     };
     watcher = (b, live) => {
       if (live) {
@@ -240,7 +269,11 @@ export function register(options: PrometheusOptions): () => void {
       }
       const key = metricName(prefix, b.name, '');
       const g = groups.get(key);
-      if (g === undefined || !g.bs.delete(b) || g.bs.size > 0) return;
+      if (g === undefined || !g.bs.delete(b)) return;
+      if (g.bs.size > 0) {
+        retire(b, g.retired); // its counts stay in the series
+        return;
+      }
       for (const n of g.mine) remove(n);
       groups.delete(key);
     };

@@ -160,6 +160,13 @@ fetcher.fireWithSignal(new AbortController().signal);
 fetcher.fireWithSignal(new AbortController().signal, 'https://x', new AbortController().signal);
 const optional = new CircuitBreaker(async (url: string, signal?: AbortSignal) => url + String(signal?.aborted));
 const viaOptional: string = await optional.fireWithSignal(new AbortController().signal, 'https://x');
+// A last parameter that merely accepts a signal (`object`, `EventTarget`) is the
+// caller's: it is kept (found by review: it was dropped).
+const withOpts = new CircuitBreaker(async (url: string, opts: object) => url + Object.keys(opts).length);
+const viaOpts: string = await withOpts.fireWithSignal(new AbortController().signal, 'https://x', {});
+// @ts-expect-error: `opts` is required
+withOpts.fireWithSignal(new AbortController().signal, 'https://x');
+void viaOpts;
 // healthCheck takes a function returning a plain value too (or a promise).
 users.healthCheck(() => true, 1000);
 users.healthCheck(async function () {
