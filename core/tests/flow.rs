@@ -645,7 +645,11 @@ fn tripped_local_keys_that_go_quiet_expire_after_their_open_period() {
     h.advance(2_000);
     assert_eq!(h.engines[0].key_count(PolicyId(0)), Some(2), "open: kept");
     h.advance(6_000);
-    assert_eq!(h.engines[0].key_count(PolicyId(0)), Some(0), "past the open period: expired");
+    assert_eq!(
+        h.engines[0].key_count(PolicyId(0)),
+        Some(0),
+        "past the open period: expired"
+    );
     let c = h.key(0, "c");
     assert_eq!(h.engines[0].key_name(c), Some("c"), "room for a new key");
 }
