@@ -233,10 +233,7 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
             })
             .collect();
         h.run_for(Duration::from_millis(1_000));
-        let recs: Vec<StreamRecord> = ids
-            .iter()
-            .map(|id| h.record(*id).expect("done").clone())
-            .collect();
+        let recs = records(&h, &ids);
         let probes = recs.iter().filter(|r| r.sent_upstream).count();
         assert_eq!(probes, 2, "{cas:?}: exactly permitted_probes process-wide");
         assert_eq!(recs.iter().filter(|r| short_circuited(r)).count(), 14);
@@ -319,10 +316,7 @@ fn bulkhead_never_exceeds_its_limit_across_workers() {
             })
             .collect();
         h.run_for(Duration::from_millis(2_000));
-        let recs: Vec<StreamRecord> = ids
-            .iter()
-            .map(|id| h.record(*id).expect("done").clone())
-            .collect();
+        let recs = records(&h, &ids);
         let mut events: Vec<(u64, i32)> = recs
             .iter()
             .filter(|r| r.sent_upstream)
@@ -882,6 +876,13 @@ fn concurrency(recs: &[StreamRecord]) -> i32 {
     max
 }
 
+/// The finished records of streams `ids`, in order.
+fn records(h: &Harness, ids: &[u64]) -> Vec<StreamRecord> {
+    ids.iter()
+        .map(|id| h.record(*id).expect("done").clone())
+        .collect()
+}
+
 /// Upstream time of a forwarded request in these tests (fixed 100 ms replies).
 fn upstream_ns(_r: &StreamRecord) -> u64 {
     100_000_000
@@ -914,10 +915,7 @@ fn bulkhead_queue_waits_for_a_slot_and_rejects_after_max_wait() {
             })
             .collect();
         h.run_for(Duration::from_millis(3_000));
-        let recs: Vec<StreamRecord> = ids
-            .iter()
-            .map(|id| h.record(*id).expect("done").clone())
-            .collect();
+        let recs = records(&h, &ids);
         assert!(
             recs.iter()
                 .all(|r| r.sent_upstream && r.response_status == Some(200)),
@@ -947,10 +945,7 @@ fn bulkhead_queue_waits_for_a_slot_and_rejects_after_max_wait() {
             })
             .collect();
         h.run_for(Duration::from_millis(3_000));
-        let recs: Vec<StreamRecord> = ids
-            .iter()
-            .map(|id| h.record(*id).expect("done").clone())
-            .collect();
+        let recs = records(&h, &ids);
         let served = recs.iter().filter(|r| r.sent_upstream).count();
         let rejected: Vec<&StreamRecord> = recs
             .iter()
@@ -1086,10 +1081,7 @@ fn a_queued_request_with_a_body_waits_for_its_slot() {
         })
         .collect();
     h.run_for(Duration::from_millis(3_000));
-    let recs: Vec<StreamRecord> = ids
-        .iter()
-        .map(|id| h.record(*id).expect("done").clone())
-        .collect();
+    let recs = records(&h, &ids);
     assert!(
         recs.iter()
             .all(|r| r.sent_upstream && r.response_status == Some(200)),
@@ -1134,10 +1126,7 @@ fn identical_concurrent_gets_are_collapsed_per_worker() {
         })
         .collect();
     h.run_for(Duration::from_millis(1_000));
-    let recs: Vec<StreamRecord> = ids
-        .iter()
-        .map(|id| h.record(*id).expect("done").clone())
-        .collect();
+    let recs = records(&h, &ids);
     let upstream = recs.iter().filter(|r| r.sent_upstream).count();
     assert!((1..=4).contains(&upstream), "upstream requests: {upstream}");
     for r in &recs {
@@ -1317,10 +1306,7 @@ fn a_long_chain_of_refused_promoted_waiters_does_not_trap() {
         .collect();
     h.run_for(Duration::from_millis(2_000));
     assert!(h.worker_alive(0), "no trap");
-    let recs: Vec<StreamRecord> = ids
-        .iter()
-        .map(|id| h.record(*id).expect("done").clone())
-        .collect();
+    let recs = records(&h, &ids);
     assert_eq!(
         recs.iter().filter(|r| r.sent_upstream).count(),
         1,
