@@ -114,6 +114,21 @@ pub struct Worker {
     /// loop (a refused, promoted waiter promotes the next one: handled in turn, not
     /// by recursion, which would exhaust the stack with many waiters).
     collapsing: bool,
+    /// The stream whose callback is running, while Envoy reads its returned action.
+    current: Option<u32>,
+    /// Local replies for other streams decided in `current`'s callback: Envoy's stop
+    /// flag is the VM's, so a reply sent there would also stop `current`. Sent from
+    /// the next callback whose action Envoy ignores (`on_log`, the tick).
+    deferred: Vec<Deferred>,
+}
+
+/// A local reply kept for [`Worker::deferred`].
+struct Deferred {
+    ctx: u32,
+    status: u32,
+    body: Vec<u8>,
+    headers: Vec<u8>,
+    grpc_status: i32,
 }
 
 /// The last key whose metrics slot was looked up, and that slot.
@@ -390,7 +405,7 @@ impl Worker {
                 if let Some(m) = self.metrics(key) {
                     m.in_flight(1);
                 }
-                resume_stream(ctx);
+                self.resume(ctx);
             }
             Event::Refused { key, call, refusal } => {
                 let Some(ctx) = self.by_call.get(call) else {
@@ -481,9 +496,7 @@ impl Worker {
                 if let Some(m) = self.metrics(key) {
                     m.event(EventKind::Collapsed);
                 }
-                if host::set_effective_context(ctx) == host::OK {
-                    send_response(&resp, "collapsed", None);
-                }
+                self.send_response(ctx, &resp, "collapsed", None);
             }
             CacheEvent::Promoted { lead } => {
                 self.admit(ctx, key, req, Some(lead), now, true);
@@ -505,9 +518,6 @@ impl Worker {
         lead: Option<Lead>,
         now: Nanos,
     ) {
-        if host::set_effective_context(ctx) != host::OK {
-            return;
-        }
         let Some(plugin) = self.plugin.clone() else {
             return;
         };
@@ -522,7 +532,7 @@ impl Worker {
         let response = match stale {
             Some(r) if !req.grpc => {
                 let age = now.saturating_sub(r.at) / 1_000_000_000;
-                send_response(&r, "stale", Some(age));
+                self.send_response(ctx, &r, "stale", Some(age));
                 if let Some(m) = self.metrics(key) {
                     m.extra(Extra::StaleServed);
                 }
@@ -530,7 +540,7 @@ impl Worker {
             }
             _ => {
                 let reply = policy.fallback.reply(reason);
-                self.send_reply(reply, req.grpc && policy.fallback.grpc);
+                self.send_reply(ctx, reply, req.grpc && policy.fallback.grpc);
                 if let Some(m) = self.metrics(key) {
                     m.event(EventKind::FallbackSuccess);
                 }
@@ -554,7 +564,7 @@ impl Worker {
         self.plugin.as_ref()?.policies.get(i)
     }
 
-    fn send_reply(&self, reply: &Reply, grpc: bool) {
+    fn send_reply(&mut self, ctx: u32, reply: &Reply, grpc: bool) {
         let mut pairs: Vec<(&str, &str)> = reply
             .headers
             .iter()
@@ -568,12 +578,65 @@ impl Worker {
         host::serialize_map(&pairs, &mut buf);
         let grpc_status = if grpc { reply.grpc_status as i32 } else { -1 };
         let body: &[u8] = if grpc { &[] } else { &reply.body };
-        let s = host::send_local_response(reply.status, "fusewire", body, &buf, grpc_status);
-        if s != host::OK {
-            host::log(
-                Level::Warn,
-                &format!("fusewire: send_local_response failed ({s})"),
-            );
+        self.reply(ctx, reply.status, body, buf, grpc_status);
+    }
+
+    /// Replays a stored response on stream `ctx`, tagged `x-fusewire: <tag>` (and
+    /// `age`, in seconds, for a stale copy).
+    fn send_response(&mut self, ctx: u32, r: &Response, tag: &str, age: Option<u64>) {
+        let age = age.map(|a| a.to_string());
+        let mut pairs: Vec<(&str, &str)> = r
+            .headers
+            .iter()
+            .filter(|(k, _)| replayable(k) && *k != "age")
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        pairs.push(("x-fusewire", tag));
+        if let Some(a) = &age {
+            pairs.push(("age", a));
+        }
+        let mut buf = Vec::new();
+        host::serialize_map(&pairs, &mut buf);
+        self.reply(ctx, r.status, &r.body, buf, -1);
+    }
+
+    /// Sends a local reply on stream `ctx` now, or — from another stream's callback,
+    /// which Envoy would stop too — keeps it for [`Worker::send_deferred`].
+    fn reply(&mut self, ctx: u32, status: u32, body: &[u8], headers: Vec<u8>, grpc_status: i32) {
+        if self.current.is_some_and(|c| c != ctx) {
+            self.deferred.push(Deferred {
+                ctx,
+                status,
+                body: body.to_vec(),
+                headers,
+                grpc_status,
+            });
+        } else if host::set_effective_context(ctx) == host::OK {
+            local_response(status, body, &headers, grpc_status);
+        }
+    }
+
+    /// Sends the deferred replies of streams still waiting for them.
+    fn send_deferred(&mut self) {
+        for d in std::mem::take(&mut self.deferred) {
+            let waiting = matches!(self.calls.get(d.ctx), Some(Call::Answered { .. }));
+            if waiting && host::set_effective_context(d.ctx) == host::OK {
+                local_response(d.status, &d.body, &d.headers, d.grpc_status);
+            }
+        }
+    }
+
+    /// Continues paused stream `ctx` — unless its own callback is running: its
+    /// returned action continues it (a `continue_stream` there re-enters Envoy).
+    fn resume(&self, ctx: u32) {
+        if self.current != Some(ctx) && host::set_effective_context(ctx) == host::OK {
+            let s = host::continue_request();
+            if s != host::OK {
+                host::log(
+                    Level::Warn,
+                    &format!("fusewire: continue_stream failed ({s})"),
+                );
+            }
         }
     }
 
@@ -701,16 +764,14 @@ impl Worker {
         let Some(engine) = self.engine.as_mut() else {
             return false;
         };
-        let start = engine.start(key, now, rand);
-        let running = matches!(start, Start::Running(_));
-        match start {
+        match engine.start(key, now, rand) {
             Start::Running(permit) => {
                 self.run(ctx, key, permit, req, lead, now);
                 if let Some(m) = self.metrics(key) {
                     m.in_flight(1);
                 }
                 if resume {
-                    resume_stream(ctx);
+                    self.resume(ctx);
                 }
             }
             Start::Queued(ticket) => {
@@ -731,7 +792,8 @@ impl Worker {
             }
         }
         self.settle(now);
-        running
+        // Its own ticket may have been dequeued in `settle`: the caller continues it.
+        matches!(self.calls.get(ctx), Some(Call::Running { .. }))
     }
 
     fn run(
@@ -997,36 +1059,9 @@ impl Worker {
     }
 }
 
-/// Continues a paused stream (from another stream's or the root's callback).
-fn resume_stream(ctx: u32) {
-    if host::set_effective_context(ctx) == host::OK {
-        let s = host::continue_request();
-        if s != host::OK {
-            host::log(
-                Level::Warn,
-                &format!("fusewire: continue_stream failed ({s})"),
-            );
-        }
-    }
-}
-
-/// Replays a stored response on the effective stream, tagged `x-fusewire: <tag>`
-/// (and `age`, in seconds, for a stale copy).
-fn send_response(r: &Response, tag: &str, age: Option<u64>) {
-    let age = age.map(|a| a.to_string());
-    let mut pairs: Vec<(&str, &str)> = r
-        .headers
-        .iter()
-        .filter(|(k, _)| replayable(k) && *k != "age")
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    pairs.push(("x-fusewire", tag));
-    if let Some(a) = &age {
-        pairs.push(("age", a));
-    }
-    let mut buf = Vec::new();
-    host::serialize_map(&pairs, &mut buf);
-    let s = host::send_local_response(r.status, "fusewire", &r.body, &buf, -1);
+/// `proxy_send_local_response` on the effective stream.
+fn local_response(status: u32, body: &[u8], headers: &[u8], grpc_status: i32) {
+    let s = host::send_local_response(status, "fusewire", body, headers, grpc_status);
     if s != host::OK {
         host::log(
             Level::Warn,
@@ -1138,6 +1173,16 @@ impl Root {
     /// `on_tick`.
     pub fn on_tick(&mut self) {
         self.worker.tick();
+        self.worker.send_deferred();
+    }
+
+    /// Runs a stream callback whose returned action Envoy reads (see
+    /// [`Worker::deferred`]).
+    fn in_stream<T>(&mut self, ctx: u32, f: impl FnOnce(&mut Worker) -> T) -> T {
+        self.worker.current = Some(ctx);
+        let r = f(&mut self.worker);
+        self.worker.current = None;
+        r
     }
 
     /// A stream context `ctx` of this root.
@@ -1159,11 +1204,12 @@ impl Root {
     /// dropped: see [`Worker::let_go`].
     pub fn on_done(&mut self) {
         self.worker.let_go();
+        self.worker.send_deferred();
     }
 
     /// Request headers: match, admit (breaker, bulkhead) or answer with the fallback.
     pub fn on_http_request_headers(&mut self, ctx: u32) -> Action {
-        self.worker.start(ctx)
+        self.in_stream(ctx, |w| w.start(ctx))
     }
 
     /// Request body or trailers: held while the stream waits (queued for a slot, or
@@ -1178,20 +1224,21 @@ impl Root {
 
     /// Response headers: the upstream status (own replies are skipped).
     pub fn on_http_response_headers(&mut self, ctx: u32, end_of_stream: bool) -> Action {
-        self.worker
-            .observe(ctx, host::RESPONSE_HEADERS, end_of_stream);
+        self.in_stream(ctx, |w| {
+            w.observe(ctx, host::RESPONSE_HEADERS, end_of_stream)
+        });
         Action::Continue
     }
 
     /// Response body: kept (up to the limit) for collapse waiters and stale copies.
     pub fn on_http_response_body(&mut self, ctx: u32, size: usize, end_of_stream: bool) -> Action {
-        self.worker.body(ctx, size, end_of_stream);
+        self.in_stream(ctx, |w| w.body(ctx, size, end_of_stream));
         Action::Continue
     }
 
     /// Response trailers: `grpc-status` of a normal gRPC response.
     pub fn on_http_response_trailers(&mut self, ctx: u32) -> Action {
-        self.worker.observe(ctx, host::RESPONSE_TRAILERS, true);
+        self.in_stream(ctx, |w| w.observe(ctx, host::RESPONSE_TRAILERS, true));
         Action::Continue
     }
 
@@ -1200,5 +1247,6 @@ impl Root {
     /// `ctx` find nothing.
     pub fn finish_stream(&mut self, ctx: u32) {
         self.worker.finish(ctx);
+        self.worker.send_deferred();
     }
 }
