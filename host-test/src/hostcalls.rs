@@ -175,6 +175,8 @@ fn send_local_response(c: &mut C, a: [i32; 8]) -> HR<()> {
     let body = read_str(c, a[3], a[4])?;
     let headers = HeaderMap::decode(&read(c, a[5], a[6])?).map_err(|_| Status::BadArgument)?;
     let d = c.data_mut();
+    // cpp-host `exports::send_local_response` raises the VM-wide stop flag on success.
+    d.stop_next = true;
     let cur = d.current;
     let Some(s) = d.streams.get_mut(&cur) else {
         return Ok(());

@@ -278,6 +278,10 @@ pub struct VmState {
     /// The running callback switched the effective context (it may have acted on
     /// other streams).
     pub(crate) switched_context: bool,
+    /// A `proxy_send_local_response` succeeded during the running callback, for any
+    /// stream (cpp-host `Wasm::stopNextIteration(true)`, a flag of the whole VM): the
+    /// calling stream's returned action is read as a stop.
+    pub(crate) stop_next: bool,
     /// Stream contexts on which a host call may have left an effect (`close`,
     /// `local_reply`, `continue_*`) for the worker to apply: every stream with such a
     /// flag set is in here (stale entries are pruned by the worker), so applying them
@@ -404,6 +408,7 @@ impl Vm {
             metric_ids: Vec::new(),
             rng: Rng::new(seed),
             switched_context: false,
+            stop_next: false,
             effects: BTreeSet::new(),
         };
         let mut store = Store::new(engine(), state);
@@ -483,6 +488,7 @@ impl Vm {
         d.current = ctx;
         d.phase = phase;
         d.switched_context = false;
+        d.stop_next = false;
     }
 
     fn lifecycle(&self, callback: &str, ctx: u32, result: Option<i32>) {

@@ -650,7 +650,12 @@ impl WorkerVm {
                 };
             }
         };
-        let flow = flow_of(phase, action);
+        // cpp-host `convertVmCallResultTo*Status`: after a local reply on any stream of
+        // the VM (the stop flag is the VM's), the calling stream's action is a stop.
+        let flow = match vm.store.data().stop_next {
+            true => flow_of(phase, STOP_ALL),
+            false => flow_of(phase, action),
+        };
         let cross = vm.store.data().switched_context;
         let Some(s) = self.stream_data(ctx) else {
             return Flow::Stop;
@@ -1322,15 +1327,21 @@ impl WorkerVm {
     }
 }
 
+/// FilterHeadersStatus::StopAllIterationAndWatermark.
+const STOP_ALL: i32 = 4;
+
 /// How the filter manager reads a callback's return value (cpp-host clamps it).
 fn flow_of(phase: Phase, action: i32) -> Flow {
     let a = action as u32;
     match phase {
         // FilterHeadersStatus: Continue 0, StopIteration 1, ContinueAndEndStream 2,
         // StopAllIterationAndBuffer 3, StopAllIterationAndWatermark 4 (and above).
+        // cpp-host turns StopIteration into StopAllIterationAndWatermark ("the former
+        // breaks all assumptions about HTTP processing"; Envoy's
+        // `allow_on_headers_stop_iteration` is off by default): no body or trailers
+        // callbacks until the stream is continued.
         Phase::RequestHeaders | Phase::ResponseHeaders => match a {
             0 | 2 => Flow::Continue,
-            1 => Flow::StopIteration,
             _ => Flow::StopAll,
         },
         _ if a == 0 => Flow::Continue,

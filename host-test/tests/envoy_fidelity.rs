@@ -417,23 +417,31 @@ fn local_reply_code_is_absent_in_the_filters_response_headers() {
     assert!(obs(&h, p, "log").ends_with("code=418 details= flags=0"));
 }
 
-/// Envoy filter-manager frame delivery (a StopIteration from the headers still delivers
-/// the body; a Continue from the body resumes the request) and `Context::decodeHeaders`
-/// (the headers pointer is dropped only by a Continue from the headers or by
-/// `continueStream`): after such a resume the request headers stay readable.
+/// cpp-host `convertVmCallResultToFilterHeadersStatus` (src/context.cc): a headers
+/// StopIteration is turned into StopAllIterationAndWatermark ("the former breaks all
+/// assumptions about HTTP processing"; Envoy's `allow_on_headers_stop_iteration` is
+/// off by default), so the body is not delivered while the headers are stopped; after
+/// `continueStream` it is.
 #[test]
-fn body_is_delivered_while_the_headers_are_stopped() {
+fn headers_stop_iteration_holds_the_body_until_continued() {
     let mut h = one();
-    let r = h.request(
+    let p = "/probe/observe-stop-headers";
+    let a = h.submit(0, Request::get(p).body(b"abc"), UpstreamReply::status(200));
+    h.run_for(Duration::from_millis(5));
+    let seen = |h: &Harness| {
+        h.shared_data(&format!("obs-{p}"))
+            .is_some_and(|(v, _)| String::from_utf8_lossy(&v).contains("req_body:"))
+    };
+    assert!(!seen(&h), "no body callback while the headers are stopped");
+    assert!(h.record(a).is_none(), "still paused");
+    h.request(
         0,
-        Request::get("/probe/observe-stop-headers").body(b"abc"),
+        Request::get("/probe/release"),
         UpstreamReply::status(200),
     );
-    assert!(r.sent_upstream, "the body's Continue resumed the request");
-    let p = "/probe/observe-stop-headers";
-    assert!(obs(&h, p, "req_body").starts_with("req_body: m0=0"));
-    let resp = obs(&h, p, "resp_headers");
-    assert!(resp.starts_with("resp_headers: m0=0"), "{resp}");
+    h.run_until_idle(Duration::from_secs(1));
+    assert!(h.record(a).expect("released").sent_upstream);
+    assert!(seen(&h), "the body follows the continue");
 }
 
 /// Envoy `Context::continueStream` drops the request map at once; with the trailers:
@@ -725,6 +733,29 @@ fn cross_stream_effects_apply_right_after_the_calling_callback() {
     let rb = h.record(b).expect("answered").clone();
     assert_eq!((rb.response_status, rb.end_ns), (Some(299), t));
     assert_eq!(rb.response_header("x-probe-resp").as_deref(), Some("299"));
+}
+
+/// cpp-host `exports::send_local_response` raises `Wasm::stopNextIteration(true)`, a
+/// flag of the whole VM read by `convertVmCallResultTo*Status` before it is cleared
+/// (`~DeferAfterCallActions`): a local reply sent to another stream also stops the
+/// calling stream, whatever it returned — nothing resumes it but the idle timeout.
+#[test]
+fn a_local_reply_to_another_stream_stops_the_calling_stream() {
+    let mut h = one();
+    let b = h.submit(0, Request::get("/probe/park"), UpstreamReply::status(200));
+    h.run_for(Duration::from_millis(5));
+    let c = h.submit(
+        0,
+        Request::get("/probe/release-reply"),
+        UpstreamReply::status(200),
+    );
+    h.run_for(Duration::from_millis(50));
+    assert_eq!(h.record(b).expect("answered").response_status, Some(299));
+    assert!(h.record(c).is_none(), "its Continue was read as a stop");
+    h.run_until_idle(Duration::from_secs(400));
+    let rc = h.record(c).expect("timed out").clone();
+    assert!(!rc.sent_upstream);
+    assert_eq!(rc.response_status, Some(504), "stream idle timeout");
 }
 
 // ---- 6. Callouts ---------------------------------------------------------------------------
