@@ -198,6 +198,10 @@ pub struct BreakerState {
     /// End of the warm-up (`breaker.warm_up_ms` after the key was created): no trip
     /// before it. `None` once over, or when there is none.
     warm_until: Option<Nanos>,
+    /// The last trip check found a rate at its threshold short only of its volume
+    /// (see [`short_of_volume`]): a success, which adds volume, checks again. Kept by
+    /// the replica that runs the rules; not on the wire.
+    volume_short: bool,
 }
 
 /// On the wire (postcard's layout, field by field): the probe leases as a
@@ -251,6 +255,7 @@ impl Wire for BreakerState {
             ramp_started_at: Wire::take(r)?,
             shadow_rejections: u64::take(r)?,
             warm_until: Wire::take(r)?,
+            volume_short: false,
         })
     }
 }
@@ -329,19 +334,43 @@ pub fn trip_reason(
             Comparison::AtOrAbove => pct >= ep.threshold_percentage,
             Comparison::Above => pct > ep.threshold_percentage,
         };
-        if calls >= u64::from(ep.request_volume_threshold) && calls > 0 && reached {
+        // At least one error: a 0 % threshold trips on the first error, not on none.
+        if calls >= u64::from(ep.request_volume_threshold) && h.errors > 0 && reached {
             return Some(TransitionReason::ErrorPercentage);
         }
     }
     let sc = &cfg.slow_call;
     if sc.enabled
         && h.executions >= u64::from(sc.request_volume_threshold)
-        && h.executions > 0
+        && h.slow > 0
         && h.slow as f64 * 100.0 / h.executions as f64 >= sc.rate_threshold_percentage
     {
         return Some(TransitionReason::SlowCallRate);
     }
     None
+}
+
+/// Whether a Hystrix-denominator rule (the error percentage over `total`, or the
+/// slow-call rate) is at its threshold with fewer calls than its volume threshold:
+/// then a success can trip the breaker by bringing the volume up (Hystrix checks
+/// health on every snapshot, resilience4j after every call). opossum's rule
+/// (`all_calls`) is evaluated on errors only, as opossum does.
+pub fn short_of_volume(cfg: &BreakerConfig, h: &HealthSnapshot) -> bool {
+    let ep = &cfg.error_percentage;
+    let errors = ep.enabled
+        && ep.denominator == Denominator::Total
+        && h.total < u64::from(ep.request_volume_threshold)
+        && h.errors > 0
+        && match ep.comparison {
+            Comparison::AtOrAbove => h.error_percentage >= ep.threshold_percentage,
+            Comparison::Above => h.error_percentage > ep.threshold_percentage,
+        };
+    let sc = &cfg.slow_call;
+    let slow = sc.enabled
+        && h.executions < u64::from(sc.request_volume_threshold)
+        && h.slow > 0
+        && h.slow as f64 * 100.0 / h.executions as f64 >= sc.rate_threshold_percentage;
+    errors || slow
 }
 
 /// Closed-phase admission: the slow-start ramp (started at `*ramp_started_at`,
@@ -415,6 +444,7 @@ impl BreakerState {
             ramp_started_at: None,
             shadow_rejections: 0,
             warm_until: None,
+            volume_short: false,
         }
     }
 
@@ -489,6 +519,12 @@ impl BreakerState {
         self.phase == Phase::Open && now < self.open_until
     }
 
+    /// Whether a success must run the trip rules (see [`short_of_volume`]).
+    #[inline(always)]
+    pub(crate) fn volume_short(&self) -> bool {
+        self.volume_short
+    }
+
     /// A success in the closed phase ends any failure run.
     #[inline(always)]
     pub(crate) fn clear_failure_run(&mut self) {
@@ -551,6 +587,7 @@ impl BreakerState {
         self.probes_issued = 0;
         self.probe_successes = 0;
         self.consecutive_failures = 0;
+        self.volume_short = false;
         t
     }
 
@@ -732,6 +769,7 @@ impl BreakerState {
         if outcome == Outcome::Success
             && self.phase == Phase::Closed
             && !cfg.slow_call.enabled
+            && !self.volume_short
             && pass.generation() == self.generation
         {
             self.consecutive_failures = 0;
@@ -761,7 +799,9 @@ impl BreakerState {
                 match outcome {
                     Outcome::Success if !slow => {
                         self.consecutive_failures = 0;
-                        return None;
+                        if !self.volume_short {
+                            return None;
+                        }
                     }
                     Outcome::Success | Outcome::BadRequest => self.consecutive_failures = 0,
                     Outcome::Failure | Outcome::Timeout => {
@@ -813,7 +853,10 @@ impl BreakerState {
             self.warm_until = None;
         }
         let h = window.health(now);
-        let reason = trip_reason(cfg, self.consecutive_failures, &h)?;
+        let Some(reason) = trip_reason(cfg, self.consecutive_failures, &h) else {
+            self.volume_short = short_of_volume(cfg, &h);
+            return None;
+        };
         Some(self.open(cfg, now, rand, reason))
     }
 

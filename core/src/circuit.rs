@@ -343,6 +343,7 @@ impl CircuitBreaker {
         if self.fast
             && outcome == Outcome::Success
             && state.phase() == Phase::Closed
+            && !state.volume_short()
             && pass.generation() == state.generation()
         {
             // The closed-phase success: count it, end any failure run; no rule fires.

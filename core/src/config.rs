@@ -88,7 +88,8 @@ pub struct ErrorPercentageConfig {
     /// Minimum calls (counted as `denominator` says) in the rolling window before the
     /// rule may trip.
     pub request_volume_threshold: u32,
-    /// Error percentage (0..=100) the rule compares against.
+    /// Error percentage (0..=100) the rule compares against (the rule needs at least
+    /// one error: 0 trips on the first error once the volume is reached).
     pub threshold_percentage: f64,
     /// What the percentage is taken of: `total` (Hystrix) or `all_calls` (opossum).
     pub denominator: Denominator,
@@ -155,7 +156,8 @@ pub struct SlowCallConfig {
     pub enabled: bool,
     /// A call at or above this latency counts as slow.
     pub duration_threshold_ms: u64,
-    /// Slow-call percentage (0..=100) at or above which the breaker trips.
+    /// Slow-call percentage (0..=100) at or above which the breaker trips (0: on the
+    /// first slow call once the volume is reached).
     pub rate_threshold_percentage: f64,
     /// Minimum calls in the rolling window before the rule may trip.
     pub request_volume_threshold: u32,

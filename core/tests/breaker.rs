@@ -498,3 +498,91 @@ fn reconfigure_keeps_state_and_counts() {
     b.reconfigure(Config::default());
     assert_eq!(b.phase(), Phase::Open);
 }
+
+/// Hystrix evaluates health on every snapshot, resilience4j after every call: a
+/// success that brings the volume up to the threshold trips a breaker whose error
+/// rate is already at its threshold (found by review: it stayed closed until the
+/// next failure, which might never come).
+#[test]
+fn a_success_that_reaches_the_volume_trips_the_breaker() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 0, 10);
+    calls(&mut b, T0, 9, 0);
+    assert_eq!(b.phase(), Phase::Closed, "19 calls: under the volume");
+    call(&mut b, T0, Outcome::Success).unwrap();
+    assert_eq!(b.phase(), Phase::Open, "20 calls at 50 % errors");
+    let t = b.take_transition().unwrap();
+    assert_eq!(t.reason, TransitionReason::ErrorPercentage);
+}
+
+/// A rate below the threshold stays so as successes arrive: no trip at the volume.
+#[test]
+fn a_success_reaching_the_volume_under_the_rate_does_not_trip() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 0, 9);
+    calls(&mut b, T0, 11, 0);
+    assert_eq!(b.health(T0).total, 20);
+    assert_eq!(b.phase(), Phase::Closed);
+}
+
+/// opossum's rule (`all_calls`, strictly above) runs on failures only, as opossum does.
+#[test]
+fn opossum_rule_is_checked_on_errors_only() {
+    let mut c = Config::default();
+    c.breaker.error_percentage.denominator = fusewire_core::config::Denominator::AllCalls;
+    c.breaker.error_percentage.comparison = fusewire_core::config::Comparison::Above;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 11);
+    calls(&mut b, T0, 9, 0);
+    assert_eq!(b.phase(), Phase::Closed, "20 fires, 55 %: no failure since");
+    call(&mut b, T0, Outcome::Failure).unwrap();
+    assert_eq!(b.phase(), Phase::Open);
+}
+
+/// resilience4j checks the slow-call rate after every call: a fast call that brings
+/// the executions up to the volume trips at a 50 % slow rate.
+#[test]
+fn a_fast_call_that_reaches_the_volume_trips_the_slow_call_rule() {
+    let mut c = Config::default();
+    c.breaker.error_percentage.enabled = false;
+    c.breaker.slow_call.enabled = true;
+    c.breaker.slow_call.duration_threshold_ms = 100;
+    c.breaker.slow_call.rate_threshold_percentage = 50.0;
+    c.breaker.slow_call.request_volume_threshold = 10;
+    let mut b = cb(c);
+    for _ in 0..5 {
+        let p = b.try_acquire(T0, 0).unwrap();
+        b.record(p, Outcome::Success, T0 + 200 * MS, 0);
+    }
+    for i in 0..5 {
+        assert_eq!(b.phase(), Phase::Closed, "{} executions", 5 + i);
+        let p = b.try_acquire(T0 + 300 * MS, 0).unwrap();
+        b.record(p, Outcome::Success, T0 + 301 * MS, 0);
+    }
+    assert_eq!(b.phase(), Phase::Open);
+    assert_eq!(
+        b.take_transition().unwrap().reason,
+        TransitionReason::SlowCallRate
+    );
+}
+
+/// A 0 % threshold trips on the first error (or slow call) once the volume is
+/// reached — never on none (found by review: the slow-call rule tripped with 0 slow
+/// calls).
+#[test]
+fn zero_thresholds_need_an_error_or_a_slow_call() {
+    let mut c = Config::default();
+    c.breaker.error_percentage.threshold_percentage = 0.0;
+    c.breaker.error_percentage.request_volume_threshold = 5;
+    c.breaker.slow_call.enabled = true;
+    c.breaker.slow_call.rate_threshold_percentage = 0.0;
+    c.breaker.slow_call.request_volume_threshold = 5;
+    let mut b = cb(c);
+    calls(&mut b, T0, 20, 0);
+    b.record_event(EventKind::BadRequest, T0, 0);
+    let p = b.try_acquire(T0, 0).unwrap();
+    b.record(p, Outcome::BadRequest, T0, 0);
+    assert_eq!(b.phase(), Phase::Closed, "no error, no slow call");
+    call(&mut b, T0, Outcome::Failure).unwrap();
+    assert_eq!(b.phase(), Phase::Open, "the first error");
+}

@@ -25,6 +25,9 @@ struct Model {
     /// (epoch, is_error) of counted events since the last close.
     events: Vec<(u64, bool)>,
     current: u64,
+    /// The last check found the rate at its threshold, short only of the volume: a
+    /// success checks again (it adds volume).
+    short: bool,
 }
 
 impl Model {
@@ -73,6 +76,7 @@ impl Model {
                 Outcome::Success => {
                     self.phase = Phase::Closed;
                     self.events.clear();
+                    self.short = false;
                 }
                 // A caller's mistake says nothing about the upstream: the probe
                 // turn is given back and the breaker stays half-open.
@@ -80,12 +84,15 @@ impl Model {
                 Outcome::Failure | Outcome::Timeout => {
                     self.phase = Phase::Open;
                     self.open_until = now + 5_000 * MS;
+                    self.short = false;
                 }
                 _ => {}
             }
-        } else if outcome != Outcome::Success {
+        } else if outcome != Outcome::Success || self.short {
             let (total, errors) = self.live();
-            if total >= 20 && errors * 100 >= 50 * total {
+            let rate = errors > 0 && errors * 100 >= 50 * total;
+            self.short = rate && total < 20;
+            if total >= 20 && rate {
                 self.phase = Phase::Open;
                 self.open_until = now + 5_000 * MS;
             }

@@ -1724,3 +1724,23 @@ fn a_forced_phase_on_a_shared_key_is_reported_once() {
         );
     }
 }
+
+/// A success that brings the merged window up to the volume threshold trips, on a
+/// local key and on a shared one (the merge that reaches the volume checks the rules).
+#[test]
+fn a_success_reaching_the_volume_trips_in_every_mode() {
+    each_mode(|m| {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("k");
+        let n = m.workers();
+        for i in 0..10 {
+            assert!(h.call(i % n, keys[i % n], Outcome::Failure), "{m:?}");
+        }
+        for i in 0..10 {
+            assert!(h.call(i % n, keys[i % n], Outcome::Success), "{m:?}");
+        }
+        h.advance(1_000);
+        let open = (0..n).any(|w| h.phase(w, keys[w]) == Phase::Open);
+        assert!(open, "{m:?}: 20 calls at 50 % errors, no worker open");
+    });
+}

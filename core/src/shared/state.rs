@@ -291,6 +291,12 @@ impl Delta {
         })
     }
 
+    /// Whether it holds a success (it adds volume: see
+    /// [`crate::breaker::short_of_volume`]).
+    pub fn has_success(&self) -> bool {
+        self.window.0.slots().iter().any(|s| s.bucket.success > 0)
+    }
+
     /// Forgets everything and adopts `generation`.
     pub fn reset(&mut self, generation: u32) {
         self.generation = generation;
