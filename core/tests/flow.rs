@@ -654,6 +654,27 @@ fn tripped_local_keys_that_go_quiet_expire_after_their_open_period() {
     assert_eq!(h.engines[0].key_name(c), Some("c"), "room for a new key");
 }
 
+/// Review of the above: a key that half-opened unseen (by `poll` at the end of its
+/// open period) stays `idle_ms` longer, so a call soon after still finds it half-open
+/// with its open schedule; it expired as soon as it half-opened and came back closed.
+#[test]
+fn a_half_open_local_key_stays_idle_ms_past_its_open_period() {
+    let cfg = r#"{"keys": {"idle_ms": 1000}, "breaker": {"open": {"sleep_window_ms": 5000}}}"#;
+    let mut h = Host::new(Mode::Local, cfg);
+    let k = h.key(0, "a");
+    trip(&mut h, &[k]);
+    h.advance(5_500);
+    let expired = |h: &mut Host| {
+        h.take_events(0)
+            .iter()
+            .any(|e| matches!(e, Event::KeyExpired { .. }))
+    };
+    assert!(!expired(&mut h), "half-open for 500 ms: kept");
+    assert_eq!(h.phase(0, k), Phase::HalfOpen);
+    h.advance(1_000);
+    assert!(expired(&mut h), "idle_ms past the open period: expired");
+}
+
 #[test]
 fn one_million_distinct_keys_stay_within_the_bound() {
     let mut e = Engine::local();

@@ -416,17 +416,25 @@ impl Engine {
 
     /// Whether a key unused for `idle_ms` may expire: nothing running, queued or
     /// waiting to be written, and — its state living nowhere else — a local breaker
-    /// that is not open (found by review: an open breaker expired and came back
-    /// closed before its open period ended; a half-open one, its period over, may go:
-    /// else keys that tripped and went quiet would fill `max_keys` for good). A shared
-    /// key's state is in the store.
-    fn idle(k: &KeyEntry) -> bool {
+    /// that is closed, or whose open period ended `idle_ms` ago (found by review: an
+    /// open breaker expired and came back closed before its open period ended, and
+    /// then a half-open one as soon as it half-opened; tripped keys that went quiet
+    /// must still go, else they would fill `max_keys` for good). A shared key's state
+    /// is in the store.
+    fn idle(k: &KeyEntry, now: Nanos, idle_ns: Nanos) -> bool {
+        let state = &k.circuit.state;
         k.in_flight == 0
             && k.queued == 0
             && k.fallbacks == 0
             && match k.replica.as_deref() {
                 Some(r) => r.is_quiet(),
-                None => k.circuit.state.phase() != Phase::Open,
+                // Not while open, nor until `idle_ms` after its open period ended: a
+                // key that half-opened unseen would otherwise expire at once and come
+                // back closed with its open schedule reset.
+                None => match state.phase() {
+                    Phase::Closed => true,
+                    _ => now >= state.open_until().saturating_add(idle_ns),
+                },
             }
     }
 
@@ -444,7 +452,7 @@ impl Engine {
             if now < k.last_used.saturating_add(idle_ns) {
                 return;
             }
-            if !Self::idle(k) {
+            if !Self::idle(k, now, idle_ns) {
                 // Busy but unused for long (a hung call): look at it again later.
                 self.touch(tail, now);
                 continue;
