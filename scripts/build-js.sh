@@ -27,7 +27,11 @@ CARGO_PROFILE_WASM_OPT_LEVEL=z CARGO_PROFILE_WASM_STRIP=false \
 out=target/fusewire-js
 rm -rf "$out" && mkdir -p "$out" js-binding/dist
 "$WB" --target web --no-typescript --out-dir "$out" target/wasm32-unknown-unknown/wasm/fusewire_js.wasm
-"$WASM_OPT" -Oz --converge --strip-debug --strip-producers \
+# --low-memory-unused: Rust's wasm32 layout puts the shadow stack at the bottom of
+# memory, growing down from 1 MiB, and the data above it: the low 1 KiB is touched
+# only by a stack about to overflow, so wasm-opt may fold address offsets (≈ 300 B
+# gzipped).
+"$WASM_OPT" -Oz --converge --strip-debug --strip-producers --low-memory-unused \
   --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
   --enable-mutable-globals --enable-reference-types --enable-multivalue \
   "$out/fusewire_js_bg.wasm" -o js-binding/dist/fusewire.wasm

@@ -198,9 +198,9 @@ pub struct BreakerState {
     /// End of the warm-up (`breaker.warm_up_ms` after the key was created): no trip
     /// before it. `None` once over, or when there is none.
     warm_until: Option<Nanos>,
-    /// The last trip check found a rate at its threshold short only of its volume
-    /// (see [`short_of_volume`]): a success, which adds volume, checks again. Kept by
-    /// the replica that runs the rules; not on the wire.
+    /// The last trip check found errors short of a volume threshold (see
+    /// [`short_of_volume`]): a success, which adds volume, checks again. Kept by the
+    /// replica that runs the rules; not on the wire.
     volume_short: bool,
 }
 
@@ -305,7 +305,8 @@ pub fn open_duration_ns(cfg: &OpenConfig, step: u32, rand: u64) -> Nanos {
 /// The trip rule that fires in the closed phase, given the consecutive-failure run
 /// and the rolling health counts; `None` when none does. Pure: any host can evaluate
 /// it on any window that yields a [`HealthSnapshot`] (the core's [`crate::Window`] or the
-/// counters-only window of [`crate::shared`]).
+/// counters-only window of [`crate::shared`]). A rule needs at least one error (slow
+/// call): a 0 % threshold trips on the first, not on none.
 pub fn trip_reason(
     cfg: &BreakerConfig,
     consecutive_failures: u32,
@@ -334,7 +335,6 @@ pub fn trip_reason(
             Comparison::AtOrAbove => pct >= ep.threshold_percentage,
             Comparison::Above => pct > ep.threshold_percentage,
         };
-        // At least one error: a 0 % threshold trips on the first error, not on none.
         if calls >= u64::from(ep.request_volume_threshold) && h.errors > 0 && reached {
             return Some(TransitionReason::ErrorPercentage);
         }
@@ -351,26 +351,17 @@ pub fn trip_reason(
 }
 
 /// Whether a Hystrix-denominator rule (the error percentage over `total`, or the
-/// slow-call rate) is at its threshold with fewer calls than its volume threshold:
-/// then a success can trip the breaker by bringing the volume up (Hystrix checks
-/// health on every snapshot, resilience4j after every call). opossum's rule
+/// slow-call rate) has errors (slow calls) but fewer calls than its volume
+/// threshold: then a success, which adds volume, runs the rules again (Hystrix
+/// checks health on every snapshot, resilience4j after every call). opossum's rule
 /// (`all_calls`) is evaluated on errors only, as opossum does.
 pub fn short_of_volume(cfg: &BreakerConfig, h: &HealthSnapshot) -> bool {
-    let ep = &cfg.error_percentage;
-    let errors = ep.enabled
+    let (ep, sc) = (&cfg.error_percentage, &cfg.slow_call);
+    (ep.enabled
         && ep.denominator == Denominator::Total
-        && h.total < u64::from(ep.request_volume_threshold)
         && h.errors > 0
-        && match ep.comparison {
-            Comparison::AtOrAbove => h.error_percentage >= ep.threshold_percentage,
-            Comparison::Above => h.error_percentage > ep.threshold_percentage,
-        };
-    let sc = &cfg.slow_call;
-    let slow = sc.enabled
-        && h.executions < u64::from(sc.request_volume_threshold)
-        && h.slow > 0
-        && h.slow as f64 * 100.0 / h.executions as f64 >= sc.rate_threshold_percentage;
-    errors || slow
+        && h.total < u64::from(ep.request_volume_threshold))
+        || (sc.enabled && h.slow > 0 && h.executions < u64::from(sc.request_volume_threshold))
 }
 
 /// Closed-phase admission: the slow-start ramp (started at `*ramp_started_at`,
