@@ -1,6 +1,7 @@
 // opossum's cache and coalesce options on the core's request caches (cacheTransport
 // stays pluggable).
 import assert from 'node:assert/strict';
+import { getEventListeners } from 'node:events';
 import { afterEach, describe, test } from 'node:test';
 
 import { CircuitBreaker } from 'fusewire';
@@ -269,5 +270,168 @@ describe('coalesce', () => {
     assert.equal(b.stats.cacheHits, 2);
     b.shutdown();
     other.shutdown();
+  });
+});
+
+describe('coalesce: a leader refused or gone is not shared (found by review)', () => {
+  /** A breaker whose calls settle when the test says (gates[i] for the i-th call). */
+  function gatedBreaker(options) {
+    const gates = [];
+    const b = new CircuitBreaker((x) => {
+      const d = deferred();
+      gates.push({ x, ...d });
+      return d.promise;
+    }, options);
+    return { b, gates };
+  }
+  const outcome = (p) => p.then((v) => ({ ok: v }), (e) => ({ err: e.code ?? e.message }));
+
+  test('a short-circuited call is neither shared nor kept: a call arriving while open gets its own reject; after closing the action runs', async () => {
+    const { b, calls } = counted({ coalesce: true, coalesceTTL: 60_000 });
+    const log = record(b, ['coalesceCacheHit', 'coalesceCacheMiss', 'reject']);
+    b.open();
+    const both = await Promise.all([outcome(b.fire('k')), outcome(b.fire('k'))]);
+    assert.deepEqual(both, [{ err: 'EOPENBREAKER' }, { err: 'EOPENBREAKER' }]);
+    assert.deepEqual(log.map((e) => e[0]), ['coalesceCacheMiss', 'reject', 'coalesceCacheMiss', 'reject'],
+      'as opossum: the second call is a miss with its own reject, not a coalesced hit');
+    assert.equal(b.stats.coalesceCacheHits, 0);
+    assert.equal(b.stats.rejects, 2);
+    b.close();
+    assert.equal(await b.fire('k'), 'v:k:1', 'the rejection was not kept for the key');
+    assert.deepEqual(calls, ['k']);
+    b.shutdown();
+  });
+
+  test('nor is its fallback\'s value', async () => {
+    const { b, calls } = counted({ coalesce: true, coalesceTTL: 60_000 });
+    b.fallback(() => 'FALLBACK');
+    b.open();
+    assert.equal(await b.fire('k'), 'FALLBACK');
+    b.close();
+    assert.equal(await b.fire('k'), 'v:k:1');
+    assert.deepEqual(calls, ['k']);
+    b.shutdown();
+  });
+
+  test('a call refused by the bulkhead (ESEMLOCKED) is neither shared nor kept', async () => {
+    const { b, gates } = gatedBreaker({ coalesce: true, capacity: 1, coalesceTTL: 60_000 });
+    const busy = b.fire('a');
+    assert.deepEqual(await outcome(b.fire('k')), { err: 'ESEMLOCKED' });
+    gates[0].resolve('A');
+    assert.equal(await busy, 'A');
+    const again = b.fire('k');
+    assert.equal(gates.length, 2, 'a new call for the key');
+    gates[1].resolve('K');
+    assert.equal(await again, 'K');
+    b.shutdown();
+  });
+
+  test('a leader refused from the bulkhead queue: its follower runs its own call', async () => {
+    clock = fakeTime();
+    const { b, gates } = gatedBreaker({ coalesce: true, timeout: false,
+      fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 2, max_wait_ms: 50 } } });
+    const busy = b.fire('a');
+    const leader = outcome(b.fire('k')); // queued
+    const follower = outcome(b.fire('k')); // joins it
+    clock.tick(60);
+    assert.deepEqual(await leader, { err: 'ESEMLOCKED' });
+    assert.equal(gates.length, 1, 'the follower is queued in its turn, not failed');
+    gates[0].resolve('A');
+    await busy;
+    await flush();
+    assert.equal(gates.length, 2);
+    gates[1].resolve('K');
+    assert.deepEqual(await follower, { ok: 'K' });
+    b.shutdown();
+  });
+
+  test('a leader aborted by its own signal: its followers are not failed; the first one leads', async () => {
+    const { b, gates } = gatedBreaker({ coalesce: true, timeout: 1000 });
+    const log = record(b, ['failure', 'success']);
+    const ac = new AbortController();
+    const leader = outcome(b.fireWithSignal(ac.signal, 'k'));
+    const f1 = outcome(b.fire('k'));
+    const f2 = outcome(b.fire('k'));
+    ac.abort(new Error('client went away'));
+    assert.deepEqual(await leader, { err: 'client went away' });
+    assert.equal(gates.length, 2, 'the first follower runs its own call');
+    gates[1].resolve('v2');
+    assert.deepEqual(await Promise.all([f1, f2]), [{ ok: 'v2' }, { ok: 'v2' }]);
+    assert.equal(await b.fire('k'), 'v2', 'its result is the one kept');
+    assert.equal(gates.length, 2);
+    assert.equal(b.stats.failures, 0, 'the abort counts nowhere');
+    assert.deepEqual(log.map((e) => e[0]), ['success']);
+    b.shutdown();
+  });
+
+  test('a leader aborted without followers: nothing kept, the next call runs', async () => {
+    const { b, gates } = gatedBreaker({ coalesce: true, timeout: 1000 });
+    const ac = new AbortController();
+    const leader = outcome(b.fireWithSignal(ac.signal, 'k'));
+    ac.abort(new Error('gone'));
+    assert.deepEqual(await leader, { err: 'gone' });
+    await flush();
+    const next = b.fire('k');
+    assert.equal(gates.length, 2);
+    gates[1].resolve('v');
+    assert.equal(await next, 'v');
+    b.shutdown();
+  });
+
+  test('a follower\'s own signal: aborted while it waits, it rejects at once with the reason, and only it', async () => {
+    const { b, gates } = gatedBreaker({ coalesce: true, timeout: 1000 });
+    const leader = outcome(b.fire('k'));
+    const ac = new AbortController();
+    const quitter = outcome(b.fireWithSignal(ac.signal, 'k'));
+    const stays = new AbortController();
+    const other = outcome(b.fireWithSignal(stays.signal, 'k'));
+    ac.abort(new Error('follower gave up'));
+    const first = await Promise.race([quitter, flush(50).then(() => 'still waiting')]);
+    assert.deepEqual(first, { err: 'follower gave up' });
+    gates[0].resolve('v');
+    assert.deepEqual(await Promise.all([leader, other]), [{ ok: 'v' }, { ok: 'v' }]);
+    assert.equal(gates.length, 1);
+    assert.equal(getEventListeners(stays.signal, 'abort').length, 0, 'a follower served is unbound from its signal');
+    assert.equal(getEventListeners(ac.signal, 'abort').length, 0);
+    b.shutdown();
+  });
+
+  test('a leader aborted after its first follower aborted: the next follower leads', async () => {
+    const { b, gates } = gatedBreaker({ coalesce: true, timeout: 1000 });
+    const lead = new AbortController();
+    const leader = outcome(b.fireWithSignal(lead.signal, 'k'));
+    const gone = new AbortController();
+    const f1 = outcome(b.fireWithSignal(gone.signal, 'k'));
+    const f2 = outcome(b.fire('k'));
+    gone.abort(new Error('f1 gone'));
+    lead.abort(new Error('leader gone'));
+    assert.deepEqual(await Promise.all([leader, f1]), [{ err: 'leader gone' }, { err: 'f1 gone' }]);
+    assert.equal(gates.length, 2);
+    gates[1].resolve('v');
+    assert.deepEqual(await f2, { ok: 'v' });
+    b.shutdown();
+  });
+
+  test('followers promoted while the breaker is open each get their own reject (no recursion per follower)', async () => {
+    const { b, gates } = gatedBreaker({ coalesce: true, timeout: false });
+    const ac = new AbortController();
+    const leader = outcome(b.fireWithSignal(ac.signal, 'k'));
+    const followers = [];
+    for (let i = 0; i < 20_000; i++) followers.push(outcome(b.fire('k')));
+    let rejects = 0;
+    b.on('reject', () => rejects++);
+    b.open();
+    ac.abort(new Error('gone'));
+    assert.deepEqual(await leader, { err: 'gone' });
+    const all = await Promise.all(followers);
+    assert.ok(all.every((o) => o.err === 'EOPENBREAKER'));
+    assert.equal(rejects, 20_000);
+    assert.equal(gates.length, 1);
+    b.close();
+    const next = b.fire('k');
+    assert.equal(gates.length, 2, 'nothing kept');
+    gates[1].resolve('v');
+    assert.equal(await next, 'v');
+    b.shutdown();
   });
 });

@@ -114,12 +114,12 @@ describe('Collapser', () => {
     c.shutdown();
     assert.throws(() => new Collapser(42), TypeError);
     assert.throws(() => new Collapser(async () => [], { windowMs: 'x' }), { message: 'options.windowMs: must be a number, got "x"' });
-    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 0 }), { message: 'options.maxBatchSize: must be a whole number >= 1, got 0' });
-    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 100_001 }), { message: 'options.maxBatchSize: must be in 1..=100000, got 100001' });
-    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 2.5 }), { message: 'options.maxBatchSize: must be a whole number >= 1, got 2.5' });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 0 }), { message: 'options.maxBatchSize: must be an integer in 1..=100000, got 0' });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 100_001 }), { message: 'options.maxBatchSize: must be an integer in 1..=100000, got 100001' });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 2.5 }), { message: 'options.maxBatchSize: must be an integer in 1..=100000, got 2.5' });
     assert.throws(() => new Collapser(async () => [], { maxBatchSize: -Infinity }), { message: 'options.maxBatchSize: must be a finite number, got -Infinity' });
-    assert.throws(() => new Collapser(async () => [], { windowMs: -1 }), { message: 'options.windowMs: must be a whole number >= 0, got -1' });
-    assert.throws(() => new Collapser(async () => [], { cacheSize: 0 }), { message: 'options.cacheSize: must be a whole number >= 1, got 0' });
+    assert.throws(() => new Collapser(async () => [], { windowMs: -1 }), { message: 'options.windowMs: must be an integer in 0..=31536000000, got -1' });
+    assert.throws(() => new Collapser(async () => [], { cacheSize: 0 }), { message: 'options.cacheSize: must be an integer in 1..=10000000, got 0' });
     assert.throws(() => new Collapser(async () => [], { breaker: { timeout: 'x' } }), { message: 'options.breaker.timeout: must be a number, got "x"' });
     // As DataLoader: thrown from the call, not a rejected promise.
     assert.throws(() => new Collapser(async () => []).loadMany('x'), TypeError);
@@ -128,6 +128,28 @@ describe('Collapser', () => {
     assert.throws(() => new Collapser(async () => [], { name: 7 }), { message: 'options.name: must be a string, got 7' });
     assert.throws(() => new Collapser(async () => [], { batch: false }),
       { name: 'TypeError', message: /^options\.batch: not a Collapser option \(known: windowMs/ });
+  });
+
+  test('numeric options past the core\'s ranges (past 2^32 too) are named with their range, as the breaker\'s (found by review)', () => {
+    const range = (o, message) => assert.throws(() => new Collapser(async () => [], o), { name: 'TypeError', message });
+    range({ cacheSize: 2 ** 32 }, 'options.cacheSize: must be an integer in 1..=10000000, got 4294967296');
+    range({ cacheSize: 10_000_001 }, 'options.cacheSize: must be an integer in 1..=10000000, got 10000001');
+    range({ maxBatchSize: 2 ** 32 }, 'options.maxBatchSize: must be an integer in 1..=100000, got 4294967296');
+    range({ windowMs: 2 ** 53 }, 'options.windowMs: must be an integer in 0..=31536000000, got 9007199254740992');
+    range({ windowMs: 1.5 }, 'options.windowMs: must be an integer in 0..=31536000000, got 1.5');
+    for (const o of [{ cacheSize: 10_000_000 }, { maxBatchSize: 100_000 }, { windowMs: 31_536_000_000 }]) {
+      new Collapser(async () => [], o).shutdown();
+    }
+  });
+
+  test('prime(key, promise): loads get what it settles with (DataLoader 2.2.3 types it so)', async () => {
+    const { c, batches } = loader({ windowMs: 0 });
+    c.prime('p', Promise.resolve('from a promise'));
+    c.prime('q', Promise.reject(new Error('rejected promise')));
+    assert.equal(await c.load('p'), 'from a promise');
+    await assert.rejects(c.load('q'), /rejected promise/);
+    assert.equal(batches.length, 0);
+    c.shutdown();
   });
 
   test('maxBatchSize: Infinity (DataLoader\'s default) is accepted: one batch of every load in the window', async () => {

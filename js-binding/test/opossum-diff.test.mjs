@@ -566,6 +566,16 @@ scenario('coalesce with coalesceTTL and a failing leader', [
   ['it resolves', (c) => { c.g.gates[1].resolve('v'); }],
 ]);
 
+scenario('coalesce: a call short-circuited while open is neither shared nor kept (found by review)', [
+  ['make', (c) => { c.make(act, { coalesce: true, coalesceTTL: 10_000, resetTimeout: 100 }); }],
+  ['open', (c) => { c.b.open(); }],
+  ['two calls while open', (c) => { c.fire('a', 'k').catch(() => {}); c.fire('b', 'k').catch(() => {}); }],
+  ['t=150: half-open, the key runs', async (c) => { await c.advance(150); await c.fire('c', 'k'); }],
+  ['then shared', (c) => { c.fire('d', 'k'); }],
+  ['a fallback', (c) => { c.b.fallback(() => 'FALLBACK'); c.b.open(); c.fire('e', 'j'); }],
+  ['closed: the key runs', (c) => { c.b.close(); c.fire('f', 'j'); }],
+]);
+
 scenario('rollingCountTimeout / rollingCountBuckets: outcomes leave the window', [
   ['make', (c) => { c.make(act, { rollingCountTimeout: 1000, rollingCountBuckets: 10, volumeThreshold: 10 }); }],
   ['t=0: fail ×2, ok ×1', async (c) => {

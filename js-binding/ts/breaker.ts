@@ -239,12 +239,42 @@ function thenable(v: unknown): v is PromiseLike<unknown> {
 /** Longest a shut-down breaker on an async store drives its last flush (ms). */
 const CLOSE_MS = 5000;
 
+/**
+ * A coalescing leader in flight (`_leading`): its lead of the coalescing cache, its
+ * promise (what its followers share) and key. `gone`: the leader went away (aborted,
+ * or refused by the bulkhead queue) and gave its lead to its followers: its outcome
+ * is neither shared nor kept.
+ */
+interface Flight {
+  lead: number;
+  p: Promise<unknown>;
+  key: string;
+  gone: boolean;
+}
+
+/** A coalescing follower waiting for its key's leader (`_waits`, by caller id). */
+interface Waiter {
+  id: number;
+  context: unknown;
+  args: unknown[];
+  signal: AbortSignal | undefined;
+  key: string;
+  /** What a success of its own call (run if its leader went away) stores in the cache. */
+  store: ((v: unknown) => void) | undefined;
+  resolve: (v: unknown) => void;
+  reject: (e: unknown) => void;
+  /** Bound to `signal` while it waits. */
+  onAbort: (() => void) | undefined;
+}
+
 /** One admitted (or queued) call. @internal */
 class Call {
   done = false;
   queued = false;
   /** A lead of the request cache this call's success fills (-1: none). */
   lead = -1;
+  /** The coalescing flight this call leads (its outcome is shared), if any. */
+  flight: Flight | undefined = undefined;
   /** A custom cache transport's `set` for this call's success. */
   store: ((v: unknown) => void) | undefined = undefined;
   t0: number;
@@ -672,6 +702,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // Coalescing followers share their leader's result (the leader's call still
     // settles after shutdown, as in opossum); without a leader they reject.
     for (const waiter of this._waits.values()) {
+      this._take(waiter.id);
       waiter.resolve(this._leading.get(waiter.key)?.p ??
         Promise.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN')));
     }
@@ -873,9 +904,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
   }
 
-  /** The call through the core's flow: start → run / queue / refuse. `lead`: a cache lead it settles. */
+  /**
+   * The call through the core's flow: start → run / queue / refuse. `lead`: a cache
+   * lead it settles; `lead1`: a coalescing lead (of key `key1`) it leads: its outcome
+   * is shared unless the call is refused or goes away (then the lead passes on).
+   */
   private _protected(context: unknown, args: unknown[], signal: AbortSignal | undefined, lead: number,
-    store?: (v: unknown) => void): Promise<unknown> {
+    store?: (v: unknown) => void, lead1 = -1, key1 = ''): Promise<unknown> {
     const t = now();
     const h = this._h;
     // A sync store answers the refresh before the decision; an async one is asked by
@@ -886,22 +921,26 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (kind === RUNNING) {
       const id = out()[0]!;
       if ((r & F_ANY) !== 0) this._after(r, t);
-      return this._run(id, t, context, args, signal, lead, store);
+      return this._run(id, t, context, args, signal, lead, store, lead1, key1);
     }
     if (kind === QUEUED) {
       const id = out()[0]!;
       if ((r & F_ANY) !== 0) this._after(r, t);
-      return new Promise((resolve, reject) => {
-        const c = new Call(this, id, t, context, args, resolve, reject);
-        c.queued = true;
-        c.lead = lead;
-        c.store = store;
-        this._calls[id % SLOTS] = c;
-        this._enter();
-        if (signal !== undefined) this._bind(c, signal, true);
-      });
+      const p = new Promise(capture);
+      const c = new Call(this, id, t, context, args, captured.resolve, captured.reject);
+      c.queued = true;
+      c.lead = lead;
+      c.store = store;
+      if (lead1 >= 0) c.flight = this._lead1(lead1, p, key1);
+      this._calls[id % SLOTS] = c;
+      this._enter();
+      if (signal !== undefined) this._bind(c, signal, true);
+      return p;
     }
     if (lead >= 0) this._settleLead(0, lead, false, undefined);
+    // A refused call's outcome is its own (opossum's `call()` returns before keeping
+    // it for coalescing): its followers, if any, lead in its place.
+    if (lead1 >= 0) this._giveUp1(lead1, undefined);
     if (r < 0) return Promise.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN'));
     // Refused.
     const event = (r >> 4) & 0xf;
@@ -929,11 +968,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   private _run(id: number, t0: number, context: unknown, args: unknown[], signal: AbortSignal | undefined,
-    lead: number, store?: (v: unknown) => void): Promise<unknown> {
+    lead: number, store: ((v: unknown) => void) | undefined, lead1: number, key1: string): Promise<unknown> {
     const p = new Promise(capture);
     const c = new Call(this, id, t0, context, args, captured.resolve, captured.reject);
     c.lead = lead;
     c.store = store;
+    // Before the action runs: one that aborts its own call at once gives the lead up.
+    if (lead1 >= 0) c.flight = this._lead1(lead1, p, key1);
     this._enter();
     try {
       if (signal !== undefined) this._bind(c, signal, false);
@@ -1114,6 +1155,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       }
       c.ctl?.abort(signal.reason);
       c.reject(signal.reason);
+      // A coalescing leader going away is not a failure of the call: its followers
+      // are not failed by it, the first one leads now.
+      const f = c.flight;
+      if (f !== undefined) {
+        c.flight = undefined;
+        this._giveUp1(f.lead, f);
+      }
     };
     signal.addEventListener('abort', c.onAbort, { once: true });
   }
@@ -1424,6 +1472,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     u[0]--;
     guarded(sink, () => this.emit('failure', err, latency, c.args));
     return () => {
+      // Refused, as one refused at once: not shared, its followers lead in its place.
+      const f = c.flight;
+      if (f !== undefined) {
+        c.flight = undefined;
+        this._giveUp1(f.lead, f);
+      }
       let fb: Promise<unknown> | undefined;
       try {
         fb = this._fallback(err, c.args);
@@ -1582,13 +1636,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _cached = 0;
   /** Payloads (the host keeps them; the core indexes them): cache 0 and 1, by entry id. */
   private readonly _payloads: [ById<Promise<unknown>>, ById<Promise<unknown>>] = [new ById(), new ById()];
-  /** Each coalescing leader in flight (its lead id and promise), by key (for `clearCache`, `shutdown`). */
-  private readonly _leading = new Map<string, { lead: number; p: Promise<unknown> }>();
+  /** Each coalescing leader in flight, by key (for `clearCache`, `shutdown`). */
+  private readonly _leading = new Map<string, Flight>();
   /** Followers of the coalescing cache waiting for a leader, by caller id (`id`). */
-  private readonly _waits = new ById<{
-    id: number; context: unknown; args: unknown[]; signal: AbortSignal | undefined; key: string;
-    resolve: (v: unknown) => void; reject: (e: unknown) => void;
-  }>();
+  private readonly _waits = new ById<Waiter>();
+  /** Bit `which`: `_cacheEvents(which)` is running (a nested call leaves the events to it). */
+  private _polling = 0;
 
   private _setupCache(o: Record<string, unknown>): void {
     const cache = this._parsed.coreCache || (o['cache'] === true);
@@ -1671,36 +1724,95 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (kind === 3) {
         w.fw_record(h, K.COLLAPSED, 1, t);
         this.emit('coalesceCacheHit');
-        if (lead0 >= 0) this._settleLead(0, lead0, false, undefined);
-        return new Promise((resolve, reject) => {
-          this._waits.set(id, { id, context, args, signal, key, resolve, reject });
-        });
+        if (lead0 >= 0) {
+          this._settleLead(0, lead0, false, undefined);
+          // Should it run its own call after all (its leader went away), its success
+          // fills the cache as any success does.
+          store = (v) => this._offer(key, v);
+        }
+        return this._wait(id, context, args, signal, key, store);
       }
       countMiss(this, 1, t);
       this._told('coalesceCacheMiss');
-      p = this._protected(context, args, signal, lead0, store);
-      if (kind === 2) this._lead1(id, p, key);
+      p = kind === 2
+        ? this._protected(context, args, signal, lead0, store, id, key)
+        : this._protected(context, args, signal, lead0, store);
     } else {
       p = this._protected(context, args, signal, lead0, store);
     }
     return p;
   }
 
+  /**
+   * A coalescing follower: waits for its key's leader (`_cacheEvents`), or for its own
+   * `signal`: aborted, it leaves the flight and rejects with `signal.reason`.
+   */
+  private _wait(id: number, context: unknown, args: unknown[], signal: AbortSignal | undefined, key: string,
+    store: ((v: unknown) => void) | undefined): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = { id, context, args, signal, key, store, resolve, reject, onAbort: undefined };
+      if (signal !== undefined) {
+        waiter.onAbort = () => {
+          if (this._take(id) !== waiter) return;
+          // `false` when its wait already ended (an event for it is queued): that event
+          // then finds no waiter and is handled as for a follower gone (a lead passes on).
+          if (!this._shutdown) w.fw_cache_cancel(this._h, 1, id, 0, now());
+          reject(signal.reason);
+        };
+        signal.addEventListener('abort', waiter.onAbort, { once: true });
+      }
+      this._waits.set(id, waiter);
+    });
+  }
+
+  /** Takes follower `id` out of `_waits`, unbound from its signal. */
+  private _take(id: number): Waiter | undefined {
+    const waiter = this._waits.get(id);
+    if (waiter === undefined) return undefined;
+    this._waits.delete(id);
+    if (waiter.onAbort !== undefined) {
+      waiter.signal!.removeEventListener('abort', waiter.onAbort);
+      waiter.onAbort = undefined;
+    }
+    return waiter;
+  }
+
   /** A coalescing lead: settles when the leader's promise does (followers share it). */
-  private _lead1(lead: number, p: Promise<unknown>, key: string): void {
+  private _lead1(lead: number, p: Promise<unknown>, key: string): Flight {
     const reset = this._parsed.coalesceResetOn;
-    this._leading.set(key, { lead, p });
+    const flight: Flight = { lead, p, key, gone: false };
+    this._leading.set(key, flight);
     p.then(
       () => {
-        if (this._leading.get(key)?.p === p) this._leading.delete(key);
+        if (this._leading.get(key) === flight) this._leading.delete(key);
+        if (flight.gone) return; // its followers lead in its place (`_giveUp1`)
         this._settleLead(1, lead, true, p, reset.includes('success') ? key : undefined);
       },
       (e: unknown) => {
-        if (this._leading.get(key)?.p === p) this._leading.delete(key);
+        if (this._leading.get(key) === flight) this._leading.delete(key);
+        if (flight.gone) return;
         const timeout = isOurError(e) && (e as CircuitBreakerError).code === 'ETIMEDOUT';
         this._settleLead(1, lead, false, p, timeout && reset.includes('timeout') ? key : undefined);
       },
     );
+    return flight;
+  }
+
+  /**
+   * A coalescing leader was refused (short-circuited, by the bulkhead) or went away
+   * (its signal aborted): its outcome is neither shared nor kept; the core hands the
+   * lead to the first follower (`_cacheEvents`: it runs its own call), or ends the
+   * flight without followers.
+   */
+  private _giveUp1(lead: number, flight: Flight | undefined): void {
+    if (flight !== undefined) {
+      flight.gone = true;
+      if (this._leading.get(flight.key) === flight) this._leading.delete(flight.key);
+    }
+    if (this._shutdown) return;
+    const t = now();
+    w.fw_cache_cancel(this._h, 1, lead, 1, t);
+    this._cacheEvents(1, t);
   }
 
   /** A call that bypassed the cache succeeded with `v`: the core decides whether it is kept. */
@@ -1752,7 +1864,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     for (const waiter of this._waits.values()) {
       const flight = this._leading.get(waiter.key);
       if (flight === undefined) continue;
-      this._waits.delete(waiter.id);
+      this._take(waiter.id);
       w.fw_cache_cancel(h, 1, waiter.id, 0, t);
       waiter.resolve(flight.p);
     }
@@ -1760,38 +1872,61 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._leading.clear();
   }
 
-  /** Takes the events of cache `which`: followers served, promoted, abandoned; entries removed. */
+  /**
+   * A follower runs its own call (its leader went away, or its result is gone); with
+   * `lead`, it leads the key's flight now. A listener that throws rejects it (and hands
+   * the lead on), not the other followers.
+   */
+  private _runWaiter(waiter: Waiter, lead: number): Promise<unknown> {
+    try {
+      return lead >= 0
+        ? this._protected(waiter.context, waiter.args, waiter.signal, -1, waiter.store, lead, waiter.key)
+        : this._protected(waiter.context, waiter.args, waiter.signal, -1, waiter.store);
+    } catch (e) {
+      // Never led (or already given up: then this is a no-op); the loop takes the event.
+      if (lead >= 0 && !this._shutdown) w.fw_cache_cancel(this._h, 1, lead, 1, now());
+      return Promise.reject(e);
+    }
+  }
+
+  /**
+   * Takes the events of cache `which`: followers served, promoted, abandoned; entries
+   * removed. Not re-entered: a nested call (a promoted follower refused in turn gives
+   * its lead to the next one) leaves its events to the loop running, in their order.
+   */
   private _cacheEvents(which: number, t: number): void {
+    const bit = 1 << which;
+    if ((this._polling & bit) !== 0) return;
+    this._polling |= bit;
+    try {
+      this._pollCache(which, t);
+    } finally {
+      this._polling &= ~bit;
+    }
+  }
+
+  private _pollCache(which: number, t: number): void {
     const h = this._h;
     for (let guard = 0; guard < 1_000_000; guard++) {
       const ev = w.fw_cache_poll(h, which, t);
       if (ev <= 0) return;
       const o = out();
       if (ev === 1) {
-        const waiter = this._waits.get(o[0]!);
         const payload = this._payloads[which]!.get(o[1]!);
-        if (waiter !== undefined) {
-          this._waits.delete(o[0]!);
-          if (payload !== undefined) waiter.resolve(payload);
-          else waiter.resolve(this._protected(waiter.context, waiter.args, waiter.signal, -1));
-        }
+        const waiter = this._take(o[0]!);
+        if (waiter !== undefined) waiter.resolve(payload ?? this._runWaiter(waiter, -1));
       } else if (ev === 2) {
         const lead = o[0]!;
-        const waiter = this._waits.get(lead);
+        const waiter = this._take(lead);
         if (waiter === undefined) {
+          // That follower is gone: the next one leads.
           w.fw_cache_cancel(h, which, lead, 1, t);
           continue;
         }
-        this._waits.delete(lead);
-        const p = this._protected(waiter.context, waiter.args, waiter.signal, -1);
-        this._lead1(lead, p, waiter.key);
-        waiter.resolve(p);
+        waiter.resolve(this._runWaiter(waiter, lead));
       } else if (ev === 3) {
-        const waiter = this._waits.get(o[0]!);
-        if (waiter !== undefined) {
-          this._waits.delete(o[0]!);
-          waiter.resolve(this._protected(waiter.context, waiter.args, waiter.signal, -1));
-        }
+        const waiter = this._take(o[0]!);
+        if (waiter !== undefined) waiter.resolve(this._runWaiter(waiter, -1));
       } else if (ev === 4) {
         this._payloads[which]!.delete(o[0]!);
       }

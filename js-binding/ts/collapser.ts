@@ -12,22 +12,28 @@ import type { CoreConfig } from './config.js';
 import { F_REARM, K, KIND_MASK, f64s, out, putKey, w } from './engine.js';
 import { describe, optionError } from './errors.js';
 import { tagged } from './key.js';
-import { MAX_MS, bool, fn, num } from './options.js';
+import { MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './options.js';
 
 /** The batch function: one result (or Error) per key, in order. */
 export type BatchFn<K, V> = (keys: K[]) => PromiseLike<ArrayLike<V | Error>> | ArrayLike<V | Error>;
 
-export interface CollapserOptions<K, V> {
+/** `C`: what `cacheKeyFn` returns (DataLoader's third type parameter; default: the key's type). */
+export interface CollapserOptions<K, V, C = K> {
   /** How long a batch collects loads after its first one, in ms (default 10, Hystrix's; 0: until the current job's promise jobs ran, as DataLoader). */
   windowMs?: number;
   /** Keys per batch at most (default 1000; `Infinity`, DataLoader's default, is the core's largest batch: 100 000); a full batch runs once the code that loaded it returns. */
   maxBatchSize?: number;
   /** Memoise results per key, failures included, until `clear` (DataLoader's `cache`, default true). */
   cache?: boolean;
-  /** Cached keys at most (default 10000; the core evicts with SIEVE). */
+  /** Cached keys at most (default 10000, at most 10 000 000; the core evicts with SIEVE). */
   cacheSize?: number;
-  /** The cache key of a key (default: the key itself). Keys of different types never share one (`1` and `'1'` are two keys); objects are compared by their JSON. */
-  cacheKeyFn?: (key: K) => unknown;
+  /**
+   * The cache key of a key (default: the key itself). Keys of different types never
+   * share one (`1` and `'1'` are two keys); objects are compared by their JSON (a
+   * `Map`, a `Set` or a class without `toJSON` is `{}`: pass this for such keys). A
+   * cache key of more than 64 KiB is neither de-duplicated nor cached.
+   */
+  cacheKeyFn?: (key: K) => C;
   /** Options of the breaker the batch function runs through (opossum's, plus `fusewire`). */
   breaker?: Options<[K[]], ArrayLike<V | Error>>;
   /** A name (DataLoader's, for tools; also the breaker's name unless `breaker.name` is given). */
@@ -55,16 +61,6 @@ const postPromiseJobs: (f: () => void) => void =
 /** The core's largest batch (`collapser.max_batch_size`): what `maxBatchSize: Infinity` means. */
 const MAX_BATCH = 100_000;
 
-/** A whole-number option ≥ `min` (or undefined); the core checks the upper bound. */
-function whole(name: string, v: unknown, min: number): number | undefined {
-  const n = num(name, v);
-  if (n === undefined) return undefined;
-  if (!Number.isInteger(n) || n < min) {
-    throw optionError(`options.${name}`, `must be a whole number >= ${min}, got ${n}`);
-  }
-  return n;
-}
-
 const KNOWN = new Set(['windowMs', 'maxBatchSize', 'cache', 'cacheSize', 'cacheKeyFn', 'breaker', 'name']);
 
 /** DataLoader's `isArrayLike`: an array or an object with a `length` and its last index. */
@@ -84,8 +80,11 @@ function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<s
   return o;
 }
 
-/** DataLoader-style batching and caching through a circuit breaker. */
-export class Collapser<K = unknown, V = unknown> {
+/**
+ * DataLoader-style batching and caching through a circuit breaker. `C`: what
+ * `cacheKeyFn` returns (DataLoader's third type parameter).
+ */
+export class Collapser<K = unknown, V = unknown, C = K> {
   /** The breaker every batch runs through (events, stats, `fallback((keys, err) => values)`). */
   readonly breaker: CircuitBreaker<[K[]], ArrayLike<V | Error>>;
   /** The `name` option (`null` when not given, as DataLoader's). */
@@ -108,7 +107,7 @@ export class Collapser<K = unknown, V = unknown> {
   private readonly _inflight = new Map<string, number>();
   private readonly _cleared = new Set<number>();
 
-  constructor(batchFn: BatchFn<K, V>, options: CollapserOptions<K, V> = {}) {
+  constructor(batchFn: BatchFn<K, V>, options: CollapserOptions<K, V, C> = {}) {
     if (typeof batchFn !== 'function') {
       throw new TypeError(`batchFn: must be a function of an array of keys, got ${describe(batchFn)}`);
     }
@@ -123,14 +122,16 @@ export class Collapser<K = unknown, V = unknown> {
       throw optionError('options.name', `must be a string, got ${describe(name)}`);
     }
     this.name = name ?? null;
-    const windowMs = whole('windowMs', options.windowMs, 0) ?? 10;
+    // Whole numbers in the core's ranges, checked here as the breaker's options are
+    // (the core's own check names a u32 for numbers past 2^32).
+    const windowMs = int('windowMs', options.windowMs, 0, MAX_MS) ?? 10;
     // DataLoader's default, Infinity, is accepted: the core's largest batch.
     const maxBatchSize = options.maxBatchSize === Infinity
       ? MAX_BATCH
-      : whole('maxBatchSize', options.maxBatchSize, 1) ?? 1000;
+      : int('maxBatchSize', options.maxBatchSize, 1, MAX_BATCH) ?? 1000;
     this._cache = bool('cache', options.cache) ?? true;
-    const cacheSize = whole('cacheSize', options.cacheSize, 1) ?? 10_000;
-    this._keyFn = fn<(key: K) => unknown>('cacheKeyFn', options.cacheKeyFn);
+    const cacheSize = int('cacheSize', options.cacheSize, 1, MAX_CACHE_ENTRIES) ?? 10_000;
+    this._keyFn = fn<(key: K) => C>('cacheKeyFn', options.cacheKeyFn);
     const bo = options.breaker ?? {};
     if (!isPlain(bo)) throw optionError('options.breaker', `must be an object (breaker options), got ${describe(bo)}`);
     const ours: CoreConfig = {
@@ -256,11 +257,11 @@ export class Collapser<K = unknown, V = unknown> {
 
   /**
    * Caches `value` for `key` unless the key is cached or loading (an Error caches a
-   * failure). A key cleared while its load runs takes the value at once (DataLoader's
+   * failure; a promise is kept as it is: loads get what it settles with). A key cleared while its load runs takes the value at once (DataLoader's
    * `clear(key).prime(key, value)` after a mutation): loads of it get `value`, and the
    * running load's result, when it comes, answers only its own callers.
    */
-  prime(key: K, value: V | Error): this {
+  prime(key: K, value: V | PromiseLike<V> | Error): this {
     if (!this._cache || this.breaker.isShutdown) return this;
     const h = this._h;
     const t = now();

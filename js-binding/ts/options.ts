@@ -99,7 +99,7 @@ export function int(name: string, v: unknown, lo: number, hi: number): number | 
 /** The core's largest `metrics.rolling_buckets` (fusewire-core `MAX_BUCKETS`). */
 const MAX_BUCKETS = 1000;
 /** The core's largest `cache.max_entries`. */
-const MAX_CACHE_ENTRIES = 10_000_000;
+export const MAX_CACHE_ENTRIES = 10_000_000;
 
 /** A boolean option (or undefined). */
 export function bool(name: string, v: unknown): boolean | undefined {

@@ -113,15 +113,28 @@ const unregister2: () => void = register({ client, registers: [new client.Regist
 // @ts-expect-error: the prom-client module, not any object
 register({ client: { register: client.register } });
 const name: string = metricName('a', 'b', 'c') + b.name + b.group + version;
-const copts: CollapserOptions<number, string> = { windowMs: 5, maxBatchSize: 50, cache: true, cacheSize: 100,
+// DataLoader 2.2.3's types: a third type parameter, what cacheKeyFn returns (default: the key's type).
+const copts: CollapserOptions<number, string, string> = { windowMs: 5, maxBatchSize: 50, cache: true, cacheSize: 100,
   cacheKeyFn: (k: number) => String(k), breaker: { timeout: 1000, fusewire: { bulkhead: { max_concurrent: 2 } } }, name: 'users' };
-const loader = new Collapser<number, string>(async (keys: number[]) => keys.map(String), copts);
+const loader = new Collapser<number, string, string>(async (keys: number[]) => keys.map(String), copts);
+const byObj = new Collapser(async (keys: { id: number }[]) => keys.map((k) => k.id), { cacheKeyFn: (k) => k.id });
+const inferred: Collapser<{ id: number }, number, number> = byObj;
+const plain: Collapser<number, string> = new Collapser(async (keys: number[]) => keys.map(String), { cacheKeyFn: (k: number) => k + 1 });
+// @ts-expect-error: cacheKeyFn returns C (here string), as DataLoader's
+new Collapser<number, string, string>(async (keys: number[]) => keys.map(String), { cacheKeyFn: (k: number) => k });
+// @ts-expect-error: with two type arguments C is K, as DataLoader's
+const twoArgs: CollapserOptions<number, string> = { cacheKeyFn: (k: number) => String(k) };
 const one: string = await loader.load(1);
 const many: (string | Error)[] = await loader.loadMany([1, 2]);
 const loaderName: string | null = loader.name;
-loader.clear(1).clearAll().prime(3, 'three').prime(4, new Error('no'));
+loader.clear(1).clearAll().prime(3, 'three').prime(4, new Error('no')).prime(5, Promise.resolve('five'));
+// @ts-expect-error: a promise of V only
+loader.prime(6, Promise.resolve(6));
 loader.breaker.fallback((keys: number[]) => keys.map(() => 'fallback'));
 loader.shutdown();
+byObj.shutdown();
+plain.shutdown();
+void [inferred, twoArgs];
 void [r, r2, r3, flags, n, restored, sig, ac, ours, fresh, shared, view, unregister, unregister2, name, one, many, loaderName];
 b.shutdown();
 // @ts-expect-error: fire's arguments are typed
