@@ -1239,3 +1239,35 @@ describe('fake timers installed before fusewire is loaded', () => {
     assert.equal(out.after, 0, 'the call left the 1 s window 5 fake seconds later');
   });
 });
+
+describe('process lifetime', () => {
+  const run = (script) => execFileSync(process.execPath, ['--no-warnings', '--input-type=module', '-e', script], {
+    cwd: dirname(fileURLToPath(import.meta.url)),
+    encoding: 'utf8',
+    timeout: 60_000,
+  }).trim();
+
+  test('a hung action times out instead of the process exiting under it, as with opossum (found by review)', () => {
+    const out = run(`
+      import CircuitBreaker from 'fusewire';
+      const b = new CircuitBreaker(() => new Promise(() => {}), { timeout: 200 });
+      b.fire().then(() => console.log('resolved'), (e) => console.log(e.code));
+    `);
+    assert.equal(out, 'ETIMEDOUT');
+  });
+
+  test('without a call in flight, or with timeout: false, the breaker holds nothing', () => {
+    const t0 = Date.now();
+    const out = run(`
+      import CircuitBreaker from 'fusewire';
+      const a = new CircuitBreaker(async () => 1, { timeout: 60_000 });
+      await a.fire();
+      const b = new CircuitBreaker(() => new Promise(() => {}), { timeout: false });
+      b.fire();
+      a.open();
+      console.log('done');
+    `);
+    assert.equal(out, 'done');
+    assert.ok(Date.now() - t0 < 20_000, 'exits promptly');
+  });
+});

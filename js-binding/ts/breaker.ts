@@ -368,6 +368,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   _onTick: ((t: number) => void) | undefined = undefined;
   /** @internal Whether the timer must keep the process alive (loads waiting for a batch window). */
   _hold = false;
+  /** A `Collapser` batch waits on the timer. */
+  private _waiting = false;
   /** @internal The Collapser's hook: told each value a fallback resolved with. */
   _onFallbackValue: ((v: unknown) => void) | undefined = undefined;
   private readonly _hooks: Listener;
@@ -1123,18 +1125,19 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     const i = c.id % SLOTS;
     if (this._calls[i] === c) this._calls[i] = undefined;
-    this._busy--;
+    if (--this._busy === 0) this._refHold();
     if (c.signal !== undefined && c.onAbort !== undefined) {
       c.signal.removeEventListener('abort', c.onAbort);
     }
   }
 
   /**
-   * A call starts. The one timer stays unref'd, as opossum's own timers are: a call
-   * in flight is kept alive by the action's I/O, not by the breaker (see README).
+   * A call starts. While calls with a timeout are in flight the one timer is ref'd,
+   * as opossum's per-call timeout timer is: a hung action times out instead of the
+   * process exiting under it.
    */
   private _enter(): void {
-    this._busy++;
+    if (this._busy++ === 0) this._refHold();
   }
 
   /** Binds a call to the caller's signal. */
@@ -1224,6 +1227,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** @internal Keeps the process alive while something waits on the timer alone. */
   _keepAlive(on: boolean): void {
+    this._waiting = on;
+    this._refHold();
+  }
+
+  /** The timer holds the process while a batch waits on it or calls with a timeout run. */
+  private _refHold(): void {
+    const on = this._waiting || (this._busy > 0 && this._parsed.timeout !== false);
     if (this._hold === on) return;
     this._hold = on;
     if (on) ref(this._timer);
