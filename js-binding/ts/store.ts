@@ -109,6 +109,21 @@ function positiveInt(name: string, v: unknown, dflt: number, max: number): numbe
   return v;
 }
 
+const OPTION_KEYS = ['entries', 'keyBytes', 'valueBytes'];
+
+/** Whether `v` is a SharedArrayBuffer (of this realm or another: a worker's, a vm context's). */
+function isSharedArrayBuffer(v: unknown): v is SharedArrayBuffer {
+  return typeof v === 'object' && v !== null && Object.prototype.toString.call(v) === '[object SharedArrayBuffer]';
+}
+
+/** What a wrong argument in place of a SharedArrayBuffer is (error messages). */
+function describeBuffer(v: unknown): string {
+  if (v instanceof SharedStore) return 'a SharedStore (pass its `.buffer`)';
+  if (Object.prototype.toString.call(v) === '[object ArrayBuffer]') return 'an ArrayBuffer (not shared memory)';
+  if (ArrayBuffer.isView(v)) return `a ${v.constructor.name} (pass the SharedArrayBuffer itself)`;
+  return describe(v);
+}
+
 /** A CAS store on a `SharedArrayBuffer`; pass `store.buffer` to workers and `SharedStore.from(buffer)` there. */
 export class SharedStore {
   /** The shared memory: send it to workers (`workerData`, `postMessage`). */
@@ -135,7 +150,7 @@ export class SharedStore {
     if (typeof SharedArrayBuffer === 'undefined') {
       throw new TypeError('fusewire: SharedArrayBuffer is not available (browsers need cross-origin isolation)');
     }
-    if (options instanceof SharedArrayBuffer) {
+    if (isSharedArrayBuffer(options)) {
       this.buffer = options;
       if (options.byteLength < HEADER) throw new TypeError('fusewire: the buffer is not a SharedStore');
       this.i32 = new Int32Array(options, 0, HEADER / 4);
@@ -160,7 +175,16 @@ export class SharedStore {
       if (options !== undefined && (typeof options !== 'object' || options === null)) {
         throw optionError('options', `must be an object or a SharedArrayBuffer, got ${describe(options)}`);
       }
+      if (options !== undefined && (options instanceof SharedStore || ArrayBuffer.isView(options) ||
+          Object.prototype.toString.call(options) === '[object ArrayBuffer]')) {
+        throw optionError('options', `must be an options object or a SharedArrayBuffer (another store's \`store.buffer\`), got ${describeBuffer(options)}`);
+      }
       const o = options ?? {};
+      for (const key of Object.keys(o)) {
+        if (!OPTION_KEYS.includes(key)) {
+          throw optionError(`options.${key}`, `not a SharedStore option (they are ${OPTION_KEYS.join(', ')})`);
+        }
+      }
       this.entries = positiveInt('entries', o.entries, 1024, 1 << 20);
       this.keyBytes = positiveInt('keyBytes', o.keyBytes, 256, 4096);
       this.valueBytes = positiveInt('valueBytes', o.valueBytes, 2048, 1 << 20);
@@ -182,6 +206,11 @@ export class SharedStore {
 
   /** A view of the store in `buffer` (made by `new SharedStore()` in any worker). */
   static from(buffer: SharedArrayBuffer): SharedStore {
+    // Anything else would make a new, private store: workers that never share state.
+    if (!isSharedArrayBuffer(buffer)) {
+      throw new TypeError('fusewire: SharedStore.from(buffer): buffer must be the SharedArrayBuffer of a SharedStore ' +
+        `(pass \`store.buffer\`, e.g. through workerData), got ${describeBuffer(buffer)}`);
+    }
     return new SharedStore(buffer);
   }
 

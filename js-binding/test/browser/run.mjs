@@ -34,6 +34,10 @@ copyFileSync(require.resolve('fusewire/fusewire.wasm'), join(appDir, 'bundle', '
 // The browser entry alone, without its .wasm next to it: the missing-module page.
 mkdirSync(join(appDir, 'nowasm'), { recursive: true });
 copyFileSync(join(dirname(require.resolve('fusewire/fusewire.wasm')), 'browser.js'), join(appDir, 'nowasm', 'browser.js'));
+// The same under /spa/, where the server answers unknown paths with an HTML page (200),
+// as Vite's dev server does for node_modules/.vite/deps/fusewire.wasm (found by review).
+mkdirSync(join(appDir, 'spa'), { recursive: true });
+copyFileSync(join(dirname(require.resolve('fusewire/fusewire.wasm')), 'browser.js'), join(appDir, 'spa', 'browser.js'));
 
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json' };
 const server = createServer((req, res) => {
@@ -51,6 +55,10 @@ const server = createServer((req, res) => {
     return;
   }
   const file = normalize(join(appDir, decodeURIComponent(url.pathname)));
+  if (url.pathname.startsWith('/spa/') && !existsSync(file)) {
+    res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html>\n<html><body>the app</body></html>\n');
+    return;
+  }
   if (!file.startsWith(appDir) || !existsSync(file) || !statSync(file).isFile()) {
     res.writeHead(404).end();
     return;
@@ -97,22 +105,26 @@ try {
     if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors);
     await p.close();
   }
-  {
-    // Found by review: a missing .wasm made an unhandled rejection on pages that do
-    // not await `ready` at once.
+  // Found by review: a missing .wasm made an unhandled rejection on pages that do not
+  // await `ready` at once; an HTML page answered in its place (Vite's dev server)
+  // failed with WebAssembly's "expected magic word" and no hint.
+  for (const [label, dir, cause] of [
+    ['missing .wasm', 'nowasm', /fusewire\.wasm failed: 404\b.*optimizeDeps/],
+    ['an HTML page at the .wasm URL', 'spa', /\/spa\/fusewire\.wasm is not a WebAssembly module \(HTTP 200, content-type text\/html, \d+ bytes starting "<!doctype html>.*optimizeDeps: \{ exclude: \['fusewire'\] \}/],
+  ]) {
     const p = await browser.newPage();
     const errors = [];
     p.on('pageerror', (e) => errors.push(String(e)));
-    await p.goto(`${base}/test/browser/missing.html`);
+    await p.goto(`${base}/test/browser/missing.html?dir=${dir}`);
     await p.waitForFunction(() => window.__result !== undefined, null, { timeout: 20_000 });
     const r = await p.evaluate(() => window.__result);
     const checks = [
       ['no unhandled rejection', r.unhandled === 0 && errors.length === 0],
-      ['await ready throws the cause', /fusewire\.wasm failed: 404/.test(r.cause)],
+      ['await ready throws the cause, with the URL and what to do', cause.test(r.cause)],
       ['a breaker is refused with an Error', r.before !== ''],
     ];
     for (const [what, pass] of checks) {
-      console.log(`${pass ? 'ok  ' : 'FAIL'} missing .wasm: ${what}`);
+      console.log(`${pass ? 'ok  ' : 'FAIL'} ${label}: ${what}`);
       if (!pass) failed++;
     }
     if (checks.some((c) => !c[1])) console.log(JSON.stringify(r), errors);

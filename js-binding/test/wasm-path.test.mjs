@@ -1,0 +1,66 @@
+// Node: where the .wasm is looked for. Bundling fusewire for Node (esbuild
+// --platform=node, webpack target node) moves its code away from dist/fusewire.wasm;
+// that failed with a bare ENOENT (found by review). Simulated by copying dist/cjs
+// elsewhere, as a bundle would put it: a clear Error naming the paths tried and the
+// fixes; a fusewire.wasm next to the code, or FUSEWIRE_WASM, loads it.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { after, test } from 'node:test';
+
+const require = createRequire(import.meta.url);
+const dist = join(dirname(require.resolve('fusewire/package.json')), 'dist');
+const tmp = mkdtempSync(join(tmpdir(), 'fusewire-wasm-path-'));
+mkdirSync(join(tmp, 'app'));
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+/** Runs a script (in its own directory) that requires the copied code; its stdout/stderr. */
+function run(code, env = {}) {
+  const script = join(tmp, 'app', 'main.cjs');
+  writeFileSync(script, `
+try {
+  const fw = require(${JSON.stringify(join(code, 'index.js'))});
+  const b = new fw.CircuitBreaker(async () => 1);
+  b.shutdown();
+  console.log('loaded', typeof fw.CircuitBreaker);
+} catch (e) {
+  console.log('error', e.constructor.name, e.message);
+}`);
+  const env2 = { ...process.env, ...env };
+  if (!('FUSEWIRE_WASM' in env)) delete env2.FUSEWIRE_WASM;
+  const r = spawnSync(process.execPath, [script], { env: env2, encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout.trim();
+}
+
+test('bundled code without its .wasm: an Error naming the paths tried and the fixes', () => {
+  const code = join(tmp, 'out', 'bundle');
+  cpSync(join(dist, 'cjs'), code, { recursive: true });
+  const out = run(code);
+  assert.match(out, /^error Error fusewire: its WebAssembly module fusewire\.wasm was not found \(tried /);
+  for (const path of [join(tmp, 'out', 'fusewire.wasm'), join(code, 'fusewire.wasm'), join(tmp, 'app', 'fusewire.wasm')]) {
+    assert.ok(out.includes(path), `names ${path}: ${out}`);
+  }
+  assert.match(out, /mark fusewire as external/);
+  assert.match(out, /copy node_modules\/fusewire\/dist\/fusewire\.wasm next to the bundle/);
+  assert.match(out, /FUSEWIRE_WASM/);
+});
+
+test('a fusewire.wasm next to the bundled code is found', () => {
+  const code = join(tmp, 'next', 'bundle');
+  cpSync(join(dist, 'cjs'), code, { recursive: true });
+  copyFileSync(join(dist, 'fusewire.wasm'), join(code, 'fusewire.wasm'));
+  assert.equal(run(code), 'loaded function');
+});
+
+test('FUSEWIRE_WASM names the file; a wrong path is reported as such', () => {
+  const code = join(tmp, 'env', 'bundle');
+  cpSync(join(dist, 'cjs'), code, { recursive: true });
+  assert.equal(run(code, { FUSEWIRE_WASM: join(dist, 'fusewire.wasm') }), 'loaded function');
+  const missing = join(tmp, 'nowhere', 'fusewire.wasm');
+  assert.equal(run(code, { FUSEWIRE_WASM: missing }),
+    `error Error fusewire: FUSEWIRE_WASM is ${JSON.stringify(missing)}, which does not exist (point it at a copy of fusewire/dist/fusewire.wasm)`);
+});
