@@ -79,7 +79,9 @@ pub fn classify(r: &StreamRecord) -> Class {
     match r.outcome {
         Outcome::UpstreamOk => Class::UpstreamOk,
         // A stream nothing answered: counted with the upstream failures.
-        Outcome::UpstreamFailed | Outcome::IdleTimeout => Class::UpstreamFailed,
+        Outcome::UpstreamFailed | Outcome::IdleTimeout | Outcome::ResetAfterHeaders => {
+            Class::UpstreamFailed
+        }
         Outcome::FailClosed => Class::FailClosed,
         Outcome::DownstreamReset => Class::ClientReset,
         Outcome::ClosedByFilter => Class::ClosedByFilter,

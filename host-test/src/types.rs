@@ -439,6 +439,9 @@ pub enum Outcome {
     DownstreamReset,
     /// The filter called `proxy_close_stream` (details `wasm_close_stream`).
     ClosedByFilter,
+    /// A local reply (filter, idle timeout, wasm failure) came after the response
+    /// headers had left for the client: Envoy resets the stream (flag LR).
+    ResetAfterHeaders,
     /// Nothing happened on the stream for the stream idle timeout (a stream paused in
     /// the filter and never resumed): 504 `stream_idle_timeout`, flag SI.
     IdleTimeout,

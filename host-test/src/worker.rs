@@ -105,6 +105,9 @@ struct Ctl {
     due: Option<Due>,
     sent_ns: u64,
     in_response: bool,
+    /// The response headers left the filter chain for the client (Envoy's
+    /// `non_100_response_headers_encoded_`): a local reply can only reset now.
+    headers_sent: bool,
     resp: Option<Resp>,
     /// A direct local reply replaced the response: ignore the VM's copy.
     direct: bool,
@@ -355,6 +358,7 @@ impl WorkerVm {
             due: None,
             sent_ns: 0,
             in_response: false,
+            headers_sent: false,
             resp: None,
             direct: false,
             local_resp: false,
@@ -973,6 +977,21 @@ impl WorkerVm {
             return; // the response was already replaced / a second filter reply
         }
         ctl.due = None;
+        if ctl.headers_sent {
+            // FilterManager::sendLocalReply: "Prior headers have already been sent":
+            // the stream is reset (LocalReset); the client saw the upstream's headers.
+            ctl.rec.outcome = Outcome::ResetAfterHeaders;
+            ctl.rec.response_status = ctl
+                .resp
+                .as_ref()
+                .and_then(|r| r.headers.get_str(":status"))
+                .and_then(|s| s.parse().ok());
+            ctl.flags |= flags::LOCAL_RESET;
+            ctl.details = lr.details.clone();
+            ctl.rec.local_reply = Some(lr);
+            ctl.rec.response_trailers = None;
+            return self.end(id);
+        }
         let (headers, body) = crate::local_reply::encode(&lr, ctl.is_grpc, ctl.is_head);
         let status = lr.status;
         let details = lr.details.clone();
@@ -1008,6 +1027,9 @@ impl WorkerVm {
         };
         ctl.in_response = true;
         ctl.st = St::Active;
+        if from != Stage::Headers {
+            ctl.headers_sent = true; // continued past the headers
+        }
         let (ctx, bypass) = (ctl.ctx, ctl.bypass);
         let resp = ctl.resp.clone().unwrap_or_default();
         let has_trailers = resp.trailers.as_ref().is_some_and(|t| !t.is_empty());
@@ -1031,6 +1053,11 @@ impl WorkerVm {
                     let flow = self.call(id, Phase::ResponseHeaders, resp.headers.len(), eos);
                     if flow != Flow::Stop {
                         self.headers_left_filter(id);
+                    }
+                    if flow == Flow::Continue {
+                        if let Some(c) = self.ctls.get_mut(&id) {
+                            c.headers_sent = true;
+                        }
                     }
                     flow
                 }

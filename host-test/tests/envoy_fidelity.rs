@@ -1165,3 +1165,23 @@ fn reload_runs_the_canary_for_each_new_plugin_config() {
     assert_eq!(calls_since(&h, calls), Vec::<String>::new());
     assert!(vm_state(&mut h, 0).starts_with("root=5 config=a=1 "));
 }
+
+/// Envoy `DownstreamFilterManager::sendLocalReply`: once non-100 response headers
+/// went to the client, "Prior headers have already been sent" — the stream is reset
+/// (LocalReset), nothing is replaced (the harness used to replace the response).
+#[test]
+fn a_local_reply_after_the_response_headers_were_sent_resets_the_stream() {
+    let mut h = one();
+    let r = h.request(
+        0,
+        Request::get("/probe/reply-in-body"),
+        UpstreamReply::status(200).with_body("upstream body"),
+    );
+    assert_eq!(r.outcome, Outcome::ResetAfterHeaders);
+    assert_eq!(
+        r.response_status,
+        Some(200),
+        "the client saw the upstream's headers"
+    );
+    assert_ne!(r.response_flags & flags::LOCAL_RESET, 0);
+}
