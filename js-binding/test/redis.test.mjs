@@ -6,6 +6,7 @@ import { describe, test } from 'node:test';
 
 import { CircuitBreaker } from 'fusewire';
 import { RedisStore, CAS_SCRIPT, CAS_SHA, FAIL_TIMEOUT } from 'fusewire/redis';
+import { fakeTime, flush } from './helpers.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -290,6 +291,39 @@ describe('fusewire/redis: RedisStore', () => {
     assert.ok(reads() > idle, 'reads again once used');
     b.shutdown();
     store.close();
+  });
+
+  test('by default a shared breaker stops reading Redis after 10 idle minutes (found by review: its key never expired)', async () => {
+    const clock = fakeTime();
+    try {
+      let token = 0;
+      const client = fakeClient((cmd) => {
+        if (cmd === 'HMGET') return Promise.resolve([null, null]);
+        token++;
+        return Promise.resolve([0, Date.now(), token]);
+      });
+      const store = new RedisStore({ client });
+      await store.ready;
+      const b = new CircuitBreaker(async (x) => x, { name: 'idle10', shared: { store } });
+      for (let i = 0; i < 3; i++) assert.equal(await b.fire(i), i);
+      const reads = () => client.log.filter((c) => c[0] === 'HMGET').length;
+      const run = async (s) => {
+        for (let i = 0; i < s; i++) {
+          clock.tick(1_000, 100);
+          await flush();
+        }
+      };
+      await run(60);
+      assert.ok(reads() > 20, `still syncing in the first minute (${reads()} reads)`);
+      await run(10 * 60);
+      const idle = reads();
+      await run(60);
+      assert.equal(reads(), idle, 'no read after 10 idle minutes');
+      b.shutdown();
+      store.close();
+    } finally {
+      clock.restore();
+    }
   });
 
   test('store events carry what Redis said (found by review: only a status number)', async () => {

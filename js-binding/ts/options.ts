@@ -13,6 +13,8 @@ import { AsyncStore } from './async-store.js';
 
 /** One year: the core's longest duration. */
 export const MAX_MS = 365 * 24 * 3600 * 1000;
+/** `keys.idle_ms` of a breaker with a shared store (10 min). */
+const SHARED_IDLE_MS = 600_000;
 
 /** Where each core path comes from when it was mapped from an opossum option. */
 const ORIGIN: Record<string, string> = {
@@ -279,7 +281,10 @@ export function parse(options: Obj): Parsed {
           max_queue: 0,
           fallback_max_concurrent: 0xffff_ffff,
         },
-    keys: { max_keys: 1, idle_ms: MAX_MS },
+    // A local breaker keeps its key (its window is its stats); a shared one lets it
+    // expire after 10 idle minutes, so it stops syncing (the store keeps the state;
+    // the next fire or status read revives it).
+    keys: { max_keys: 1, idle_ms: options['shared'] === undefined ? MAX_MS : SHARED_IDLE_MS },
   };
 
   // opossum's cache: the first successful result per key, for cacheTTL (0: until
