@@ -787,7 +787,9 @@ impl Worker {
                 } else {
                     Reason::Rejected
                 };
-                // Events handled above may have pointed the host at another stream.
+                // Answered, so a deferred reply finds it waiting (a promoted collapse
+                // waiter is out of the table here: found by review, it hung).
+                self.calls.insert(ctx, Call::Answered { permit: None });
                 self.fall_back(ctx, key, reason, &req, lead, now);
             }
         }
@@ -1216,8 +1218,11 @@ impl Root {
     /// following a collapse leader) — without this, Envoy would take the body's
     /// Continue as resuming the stream and send it upstream past the bulkhead.
     pub fn on_http_request_data(&mut self, ctx: u32) -> Action {
-        match self.worker.calls.get(ctx) {
+        let w = &self.worker;
+        match w.calls.get(ctx) {
             Some(Call::Queued { .. } | Call::Following { .. }) => Action::Pause,
+            // Its reply waits in `deferred`: the request must not go upstream first.
+            Some(Call::Answered { .. }) if w.deferred.iter().any(|d| d.ctx == ctx) => Action::Pause,
             _ => Action::Continue,
         }
     }

@@ -1318,6 +1318,37 @@ fn a_long_chain_of_refused_promoted_waiters_does_not_trap() {
     }
 }
 
+/// Found by review: a waiter promoted from the leader's last response frame (its body
+/// over `max_body_bytes`) and refused there (the leader still holds the only bulkhead
+/// slot) was out of the call table, so its reply — deferred, as every reply decided
+/// in another stream's callback — was dropped and it hung until Envoy's idle timeout.
+#[test]
+fn a_waiter_promoted_and_refused_in_the_leaders_callback_gets_its_reply() {
+    let json = collapse_only(r#""max_body_bytes": 4"#).replace(
+        "\"fallback\": {",
+        "\"bulkhead\": {\"max_concurrent\": 1}, \"fallback\": {",
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let reply = || {
+        UpstreamReply::status(200)
+            .after_ms(100)
+            .with_body("0123456789")
+    };
+    let a = h.submit_at(t0, 0, Request::get("/api/big"), reply());
+    let b = h.submit_at(t0 + 1, 0, Request::get("/api/big"), reply());
+    h.run_for(Duration::from_millis(1_000));
+    let ra = h.record(a).expect("leader done").clone();
+    assert_eq!(ra.response_status, Some(200));
+    let rb = h
+        .record(b)
+        .expect("the waiter was answered, not left hanging")
+        .clone();
+    assert!(!rb.sent_upstream, "refused: the leader held the slot");
+    assert_eq!(rb.response_status, Some(503), "{rb:?}");
+    assert_eq!(rb.end_ns, ra.end_ns, "answered at the leader's on_log");
+}
+
 /// Found by review: a promoted waiter was admitted while its failed leader still held
 /// the bulkhead slot (the lead was settled before the call completed), so `"retry"`
 /// never sent anyone upstream, and each refusal counted as an error. The lead is now
