@@ -839,6 +839,8 @@ impl BreakerState {
         }
         if let Some(until) = self.warm_until {
             if now < until {
+                // The errors seen now count once it is over: the next success checks.
+                self.volume_short = true;
                 return None;
             }
             self.warm_until = None;

@@ -10,14 +10,14 @@
 //! within 2 % of the exact sample quantile.
 //!
 //! Memory is fixed: [`BINS`] counters. The top [`DENSE`] ones hold the bins up to the
-//! maximum's at full resolution (values within 2^(152/18) ≈ 348× of the maximum keep
-//! the 2 % bound); below them, [`COARSE`] counters hold one octave each (8 more
-//! octaves, 256×, reported within 41 %: at the octave's geometric middle, clamped to
-//! the exact minimum); anything lower folds into the lowest. One 1 s timeout among
-//! 0.5 ms calls thus leaves p50 within an octave (exact when the fast calls are
-//! alike), where a dense-only store folded everything 470× below the maximum into
-//! one bin and read p50 as 2.2 ms. Minimum, maximum, count and sum are kept exactly,
-//! so p0, p100 and the mean are exact.
+//! maximum's at full resolution (values within 2^(151/18) ≈ 334× of the maximum keep
+//! the 2 % bound); below them, [`COARSE`] counters hold one octave each (the part of
+//! the dense range's first octave below it, then 7 whole octaves: 128–256× further),
+//! reported at the octave's geometric middle (within 41 %), never below the exact
+//! minimum; anything lower folds into the lowest. One 1 s timeout among 0.5 ms calls
+//! thus leaves p50 within its octave, where a dense-only store folded everything
+//! 470× below the maximum into one bin and read p50 as 2.2 ms. Minimum, maximum,
+//! count and sum are kept exactly, so p0, p100 and the mean are exact.
 //!
 //! The stored form is canonical (the dense range is a function of the maximum, and
 //! each coarse counter a fixed set of bins below it), so [`Histogram::merge`] is

@@ -586,3 +586,19 @@ fn zero_thresholds_need_an_error_or_a_slow_call() {
     call(&mut b, T0, Outcome::Failure).unwrap();
     assert_eq!(b.phase(), Phase::Open, "the first error");
 }
+
+/// Review of the above: errors seen during the warm-up count once it is over, so a
+/// success after it that brings the volume up trips (the check during the warm-up
+/// returned before it could note them).
+#[test]
+fn errors_from_the_warm_up_trip_on_the_success_that_reaches_the_volume() {
+    let mut c = Config::default();
+    c.breaker.warm_up_ms = 1_000;
+    let mut b = cb(c);
+    calls(&mut b, T0, 0, 10);
+    assert_eq!(b.phase(), Phase::Closed, "warming up");
+    calls(&mut b, T0 + 1_500 * MS, 9, 0);
+    assert_eq!(b.phase(), Phase::Closed, "19 calls");
+    call(&mut b, T0 + 1_500 * MS, Outcome::Success).unwrap();
+    assert_eq!(b.phase(), Phase::Open, "20 calls at 50 % errors");
+}
