@@ -1256,6 +1256,28 @@ describe('process lifetime', () => {
     assert.equal(out, 'ETIMEDOUT');
   });
 
+  test('after shutdown() a hung call still times out before the process exits (found by review)', () => {
+    const out = run(`
+      import CircuitBreaker from 'fusewire';
+      const b = new CircuitBreaker(() => new Promise(() => {}), { timeout: 300 });
+      b.fire().then(() => console.log('resolved'), (e) => console.log(e.code));
+      setTimeout(() => b.shutdown(), 50);
+    `);
+    assert.equal(out, 'ETIMEDOUT');
+  });
+
+  test('after shutdown() a call that ends releases the process at once', () => {
+    const t0 = Date.now();
+    const out = run(`
+      import CircuitBreaker from 'fusewire';
+      const b = new CircuitBreaker(() => new Promise((r) => setTimeout(() => r('ok'), 100)), { timeout: 30_000 });
+      b.fire().then((v) => console.log(v));
+      setTimeout(() => b.shutdown(), 20);
+    `);
+    assert.equal(out, 'ok');
+    assert.ok(Date.now() - t0 < 15_000, 'not held until the 30 s deadline');
+  });
+
   test('without a call in flight, or with timeout: false, the breaker holds nothing', () => {
     const t0 = Date.now();
     const out = run(`

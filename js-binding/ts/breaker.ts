@@ -789,7 +789,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * `ESHUTDOWN`; a running call keeps its deadline — opossum's per-call timeout timer
    * outlives shutdown, so a hung action still times out (see `_lateTick`). The core is
    * freed; its deadline for a call is when the call got its slot (`t0`) plus the
-   * effective `execution.timeout_ms`. One unref'd timer, as before shutdown.
+   * effective `execution.timeout_ms`. One timer, holding the process while such calls
+   * run, as before shutdown.
    */
   private _adrift(t: number): void {
     const timeout = this._parsed.timeout;
@@ -812,6 +813,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     if (late.length === 0) return;
     late.sort((a, b) => a.t0 - b.t0);
+    this._refHold();
     this._lateTick(late, t);
   }
 
@@ -838,7 +840,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     late.splice(0, i);
     while (late.length > 0 && late[0]!.done) late.shift();
-    if (late.length > 0) this._timer = arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, false);
+    if (late.length > 0) this._timer = arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, this._hold);
     if (sink.threw) throw sink.error;
   }
 
