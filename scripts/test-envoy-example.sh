@@ -4,7 +4,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
 if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    # Debian splits venv (and its pip) out of python3.
+    rm -rf "$venv"
+    pkg="python3-venv"
+    if [ "$(id -u)" = 0 ]; then sudo=(); else sudo=(sudo); fi
+    "${sudo[@]}" apt-get install -y "$pkg" >/dev/null 2>&1 || { "${sudo[@]}" apt-get update >/dev/null && "${sudo[@]}" apt-get install -y "$pkg" >/dev/null; }
+    python3 -m venv "$venv"
+  fi
 fi
 if ! "$venv/bin/python" -c 'import envoy.config.bootstrap.v3, yaml' 2>/dev/null; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'xds-protos==1.85.0' 'pyyaml==6.0.4'
