@@ -50,7 +50,7 @@ done
 echo "== tsc --noEmit on a sample using the whole API"
 (cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types)
 # moduleResolution "node" (node10): the subpaths' types through package.json's typesVersions;
-# named imports (they crashed tsc, found by review), with and without esModuleInterop.
+# named imports from CommonJS, with and without esModuleInterop.
 (cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types/node10)
 (cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types/node10/tsconfig.nointerop.json)
 # moduleResolution "bundler" (Vite, esbuild, webpack projects): index.d.mts, no @types/node.
