@@ -617,7 +617,15 @@ impl Worker {
     }
 
     /// Sends the deferred replies of streams still waiting for them.
+    #[inline(always)]
     fn send_deferred(&mut self) {
+        if !self.deferred.is_empty() {
+            self.send_deferred_now();
+        }
+    }
+
+    #[inline(never)]
+    fn send_deferred_now(&mut self) {
         for d in std::mem::take(&mut self.deferred) {
             let waiting = matches!(self.calls.get(d.ctx), Some(Call::Answered { .. }));
             if waiting && host::set_effective_context(d.ctx) == host::OK {
@@ -764,7 +772,9 @@ impl Worker {
         let Some(engine) = self.engine.as_mut() else {
             return false;
         };
-        match engine.start(key, now, rand) {
+        let start = engine.start(key, now, rand);
+        let running = matches!(start, Start::Running(_));
+        match start {
             Start::Running(permit) => {
                 self.run(ctx, key, permit, req, lead, now);
                 if let Some(m) = self.metrics(key) {
@@ -795,7 +805,7 @@ impl Worker {
         }
         self.settle(now);
         // Its own ticket may have been dequeued in `settle`: the caller continues it.
-        matches!(self.calls.get(ctx), Some(Call::Running { .. }))
+        running || matches!(self.calls.get(ctx), Some(Call::Running { .. }))
     }
 
     fn run(
@@ -1180,6 +1190,7 @@ impl Root {
 
     /// Runs a stream callback whose returned action Envoy reads (see
     /// [`Worker::deferred`]).
+    #[inline(always)]
     fn in_stream<T>(&mut self, ctx: u32, f: impl FnOnce(&mut Worker) -> T) -> T {
         self.worker.current = Some(ctx);
         let r = f(&mut self.worker);
