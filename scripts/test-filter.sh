@@ -13,7 +13,9 @@ echo "== filter: build .wasm (profile wasm)"
 bash proxy-wasm-filter/build.sh
 
 echo "== filter: unit tests"
-cargo test -p fusewire-proxy-wasm --lib
+# Release, as the harness tests below: the crate's dev-dependencies include the
+# harness, and a debug build of wasmtime for the unit tests alone took ~4 min.
+cargo test --release -p fusewire-proxy-wasm --lib
 echo "== filter: in the host harness (4 workers, Envoy + Kong CAS modes)"
 cargo test --release -p fusewire-proxy-wasm --test host
 
