@@ -351,16 +351,12 @@ pub fn trip_reason(
 }
 
 /// Whether a Hystrix-denominator rule (the error percentage over `total`, or the
-/// slow-call rate) has errors (slow calls) but fewer calls than its volume
-/// threshold: then a success, which adds volume, runs the rules again (Hystrix
-/// checks health on every snapshot, resilience4j after every call). opossum's rule
-/// (`all_calls`) is evaluated on errors only, as opossum does.
+/// slow-call rate: [`BreakerConfig::volume_rules`]) has errors (slow calls) but fewer
+/// calls than its volume threshold: then a success, which adds volume, runs the rules
+/// again (Hystrix checks health on every snapshot, resilience4j after every call).
 pub fn short_of_volume(cfg: &BreakerConfig, h: &HealthSnapshot) -> bool {
     let (ep, sc) = (&cfg.error_percentage, &cfg.slow_call);
-    (ep.enabled
-        && ep.denominator == Denominator::Total
-        && h.errors > 0
-        && h.total < u64::from(ep.request_volume_threshold))
+    (ep.over_total() && h.errors > 0 && h.total < u64::from(ep.request_volume_threshold))
         || (sc.enabled && h.slow > 0 && h.executions < u64::from(sc.request_volume_threshold))
 }
 

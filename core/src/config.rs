@@ -78,6 +78,16 @@ pub struct BreakerConfig {
     pub warm_up_ms: u64,
 }
 
+impl BreakerConfig {
+    /// Whether a success can trip the breaker by adding volume: a rule whose rate is
+    /// taken over calls that include successes and that is checked on them (the error
+    /// percentage over `total`, the slow-call rate). opossum's `all_calls` rule is
+    /// checked on errors only, as opossum does.
+    pub fn volume_rules(&self) -> bool {
+        self.error_percentage.over_total() || self.slow_call.enabled
+    }
+}
+
 /// Trip when `calls >= request_volume_threshold` and `errors / calls * 100` reaches
 /// `threshold_percentage` (`comparison`), where `calls` is the `denominator`.
 /// errors = failure + timeout + rejections; short-circuits are never errors.
@@ -95,6 +105,13 @@ pub struct ErrorPercentageConfig {
     pub denominator: Denominator,
     /// `at_or_above` (Hystrix: trip at `>=`) or `above` (opossum: trip at `>`).
     pub comparison: Comparison,
+}
+
+impl ErrorPercentageConfig {
+    /// Whether the rule is on and takes its percentage over Hystrix's `total`.
+    pub fn over_total(&self) -> bool {
+        self.enabled && self.denominator == Denominator::Total
+    }
 }
 
 impl Default for ErrorPercentageConfig {

@@ -21,6 +21,12 @@ fn call(b: &mut CircuitBreaker, now: u64, outcome: Outcome) -> Result<(), ShortC
     Ok(())
 }
 
+/// The breaker is open, and its last transition was for `reason`.
+fn assert_tripped(b: &mut CircuitBreaker, reason: TransitionReason) {
+    assert_eq!(b.phase(), Phase::Open);
+    assert_eq!(b.take_transition().map(|t| t.reason), Some(reason));
+}
+
 fn calls(b: &mut CircuitBreaker, now: u64, ok: u32, failed: u32) {
     for _ in 0..ok {
         call(b, now, Outcome::Success).expect("admitted");
@@ -174,11 +180,7 @@ fn consecutive_failures_rule() {
     calls(&mut b, T0, 0, 2);
     assert_eq!(b.phase(), Phase::Closed, "a success resets the run");
     call(&mut b, T0, Outcome::Timeout).unwrap();
-    assert_eq!(b.phase(), Phase::Open);
-    assert_eq!(
-        b.take_transition().unwrap().reason,
-        TransitionReason::ConsecutiveFailures
-    );
+    assert_tripped(&mut b, TransitionReason::ConsecutiveFailures);
 }
 
 #[test]
@@ -202,11 +204,7 @@ fn slow_call_rate_rule() {
     assert_eq!(b.phase(), Phase::Closed, "5 of 11 slow");
     let p = b.try_acquire(T0, 0).unwrap();
     b.record(p, Outcome::Success, T0 + 200 * MS, 0);
-    assert_eq!(b.phase(), Phase::Open, "6 of 12 slow");
-    assert_eq!(
-        b.take_transition().unwrap().reason,
-        TransitionReason::SlowCallRate
-    );
+    assert_tripped(&mut b, TransitionReason::SlowCallRate); // 6 of 12 slow
 }
 
 #[test]
@@ -559,11 +557,7 @@ fn a_fast_call_that_reaches_the_volume_trips_the_slow_call_rule() {
         let p = b.try_acquire(T0 + 300 * MS, 0).unwrap();
         b.record(p, Outcome::Success, T0 + 301 * MS, 0);
     }
-    assert_eq!(b.phase(), Phase::Open);
-    assert_eq!(
-        b.take_transition().unwrap().reason,
-        TransitionReason::SlowCallRate
-    );
+    assert_tripped(&mut b, TransitionReason::SlowCallRate);
 }
 
 /// A 0 % threshold trips on the first error (or slow call) once the volume is

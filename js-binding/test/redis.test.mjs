@@ -26,6 +26,16 @@ function fakeClient(answer) {
   };
 }
 
+/** A fake client for a store that holds nothing: reads find no key, every write lands. */
+function emptyStoreClient() {
+  let token = 0;
+  return fakeClient((cmd) => {
+    if (cmd === 'HMGET') return Promise.resolve([null, null]);
+    token++;
+    return Promise.resolve([0, Date.now(), token]);
+  });
+}
+
 describe('fusewire/redis: RedisStore', () => {
   test('bad options are TypeErrors naming the option', () => {
     const client = fakeClient(() => new Promise(() => {}));
@@ -269,12 +279,7 @@ describe('fusewire/redis: RedisStore', () => {
   });
 
   test('an idle breaker stops reading Redis once its key expires, and reads again when used (found by review: every idle breaker read every sync_ms forever)', async () => {
-    let token = 0;
-    const client = fakeClient((cmd) => {
-      if (cmd === 'HMGET') return Promise.resolve([null, null]);
-      token++;
-      return Promise.resolve([0, Date.now(), token]);
-    });
+    const client = emptyStoreClient();
     const store = new RedisStore({ client });
     await store.ready;
     const b = new CircuitBreaker(async (x) => x, {
@@ -296,12 +301,7 @@ describe('fusewire/redis: RedisStore', () => {
   test('by default a shared breaker stops reading Redis after 10 idle minutes (found by review: its key never expired)', async () => {
     const clock = fakeTime();
     try {
-      let token = 0;
-      const client = fakeClient((cmd) => {
-        if (cmd === 'HMGET') return Promise.resolve([null, null]);
-        token++;
-        return Promise.resolve([0, Date.now(), token]);
-      });
+      const client = emptyStoreClient();
       const store = new RedisStore({ client });
       await store.ready;
       const b = new CircuitBreaker(async (x) => x, { name: 'idle10', shared: { store } });

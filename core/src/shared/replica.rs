@@ -181,12 +181,6 @@ pub(crate) struct Replica {
     doubt: Option<Attempt>,
 }
 
-/// A rule a success can trip by adding volume (see [`crate::breaker::short_of_volume`]).
-fn volume_rule(b: &crate::config::BreakerConfig) -> bool {
-    let ep = &b.error_percentage;
-    (ep.enabled && ep.denominator == crate::config::Denominator::Total) || b.slow_call.enabled
-}
-
 /// `a` is a later generation than `b` (wrapping).
 fn newer(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
@@ -1261,7 +1255,7 @@ impl Replica {
             s.breaker.set_consecutive_failures(run);
             // Successes add volume: the merged window may now reach a rule's volume
             // threshold at its rate (the flag a local key keeps is not on the wire).
-            let volume = self.delta.has_success() && volume_rule(b);
+            let volume = self.delta.has_success() && b.volume_rules();
             if self.delta.may_trip() || volume {
                 push(s.breaker.check_trip(b, &mut s.window, now, rand));
             }
