@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import * as client from 'prom-client';
-import { CircuitBreaker } from 'fusewire';
+import { CircuitBreaker, SharedStore } from 'fusewire';
 import { register } from 'fusewire/prometheus';
 
 import { sleep } from './helpers.mjs';
@@ -132,5 +132,142 @@ test('labels: true: breakers with one name and group share their series', async 
   assert.match(await scrape(registry), /^fusewire_success\{name="dup",group="dup"\} 3$/m, 'a counter never goes down');
   b.shutdown();
   assert.doesNotMatch(await scrape(registry), /name="dup"/, 'gone with the last of its series');
+  remove();
+});
+
+test('a metric name already taken in the registry warns and never fails the breaker (found by review: new CircuitBreaker() threw, leaving half its metrics)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  new client.Counter({ name: 'fusewire_taken_timeout', help: 'not ours', registers: [registry] });
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w.message);
+  process.on('warning', onWarning);
+  try {
+    const b = new CircuitBreaker(async () => 1, { name: 'taken' });
+    await b.fire();
+    const text = await scrape(registry);
+    assert.match(text, /^fusewire_taken_success 1$/m);
+    b.shutdown();
+    await sleep(0);
+    assert.ok(warnings.some((m) => m.includes('fusewire_taken_timeout')), JSON.stringify(warnings));
+    assert.doesNotMatch(await scrape(registry), /fusewire_taken_success/, 'its metrics go with it');
+  } finally {
+    process.off('warning', onWarning);
+    remove();
+  }
+});
+
+test('register() again after the registry was cleared replaces the first registration (found by review: breakers then failed to construct)', async () => {
+  const registry = new client.Registry();
+  register({ client, registers: [registry] });
+  registry.clear(); // a test's teardown
+  const remove = register({ client, registers: [registry] });
+  const b = new CircuitBreaker(async () => 1, { name: 'again' });
+  await b.fire();
+  assert.match(await scrape(registry), /^fusewire_again_success 1$/m);
+  assert.throws(() => register({ client, registers: [registry] }), /fusewire_breakers/,
+    'a registration still in place is not replaced');
+  b.shutdown();
+  remove();
+});
+
+test("names that collide once sanitised warn; each character is one '_' as in the Envoy filter", async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w.message);
+  process.on('warning', onWarning);
+  try {
+    const main = new CircuitBreaker(async () => 1, { name: 'payments' });
+    const fb = new CircuitBreaker(async () => 1, { name: 'payments-fallback' });
+    const emoji = new CircuitBreaker(async () => 1, { name: 'orders😀' });
+    await emoji.fire();
+    assert.match(await scrape(registry), /^fusewire_orders__success 1$/m);
+    await sleep(0);
+    assert.ok(warnings.some((m) => m.includes('payments-fallback') && m.includes('labels: true')), JSON.stringify(warnings));
+    for (const x of [main, fb, emoji]) x.shutdown();
+  } finally {
+    process.off('warning', onWarning);
+    remove();
+  }
+});
+
+test('no latency values without latencies (found by review: disabled percentiles exported 0 ms)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const off = new CircuitBreaker(async () => 1, { name: 'nolat', rollingPercentilesEnabled: false });
+  const idle = new CircuitBreaker(async () => 1, { name: 'idlelat' });
+  await off.fire();
+  const text = await scrape(registry);
+  assert.match(text, /^fusewire_nolat_success 1$/m);
+  assert.doesNotMatch(text, /^fusewire_nolat_latency_ms\{/m);
+  assert.doesNotMatch(text, /^fusewire_idlelat_latency_ms\{/m);
+  await idle.fire();
+  assert.match(await scrape(registry), /^fusewire_idlelat_latency_ms\{quantile="0\.5"\} /m);
+  off.shutdown();
+  idle.shutdown();
+  remove();
+});
+
+test('counters leave out the primed status and survive a shared key expiring (found by review: both made counters jump or go down)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const old = new CircuitBreaker(async () => 1, { name: 'primed' });
+  for (let i = 0; i < 10; i++) await old.fire();
+  const next = new CircuitBreaker(async () => 1, { name: 'primed', status: old.status });
+  assert.equal(next.stats.successes, 10, 'the status is primed');
+  old.shutdown();
+  assert.match(await scrape(registry), /^fusewire_primed_success 10$/m, 'ten calls were made, not twenty');
+  await next.fire();
+  assert.match(await scrape(registry), /^fusewire_primed_success 11$/m);
+  next.shutdown();
+
+  const store = new SharedStore();
+  const b = new CircuitBreaker(async () => 1, { name: 'expiring', shared: { store }, fusewire: { keys: { idle_ms: 1000 } } });
+  for (let i = 0; i < 7; i++) await b.fire();
+  assert.match(await scrape(registry), /^fusewire_expiring_success 7$/m);
+  await sleep(1300); // the key expires
+  await b.fire();
+  assert.match(await scrape(registry), /^fusewire_expiring_success 8$/m);
+  b.shutdown();
+  remove();
+});
+
+test('transitions are counted by the breaker that made them, not by every one that saw them (as the Envoy filter counts)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const store = new SharedStore();
+  const opts = { name: 'seen', volumeThreshold: 2, shared: { store } };
+  const a = new CircuitBreaker(async () => { throw new Error('down'); }, opts);
+  const b = new CircuitBreaker(async () => 1, opts);
+  let bOpened = 0;
+  b.on('open', () => bOpened++);
+  for (let i = 0; i < 3; i++) await a.fire().catch(() => {});
+  assert.equal(a.opened, true);
+  await b.fire().catch(() => {});
+  assert.equal(b.opened, true, 'the other breaker sees the trip');
+  assert.equal(bOpened, 1, "and emits 'open'");
+  assert.match(await scrape(registry), /^fusewire_seen_opened 1$/m);
+  a.shutdown();
+  b.shutdown();
+  remove();
+});
+
+test('a breaker dropped without shutdown() is collected (found by review: the registry held every breaker forever)', async () => {
+  const v8 = await import('node:v8');
+  const vm = await import('node:vm');
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc');
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry], labels: true });
+  (() => {
+    for (let i = 0; i < 200; i++) new CircuitBreaker(async () => 1, { name: `dropped${i}` });
+  })();
+  for (let i = 0; i < 10; i++) {
+    gc();
+    await sleep(5);
+  }
+  const live = Number(/^fusewire_breakers (\d+)$/m.exec(await scrape(registry))[1]);
+  assert.ok(live < 20, `${live} of 200 dropped breakers still registered`);
   remove();
 });

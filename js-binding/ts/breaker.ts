@@ -21,7 +21,7 @@ import type { CoreConfig, CoreSharedConfig } from './config.js';
 import type { Emitter, Listener } from './emitter.js';
 import {
   BAD_REQUEST, CANCELLED, EV_DEQUEUED, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
-  EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, OK, QUEUED, REFUSED,
+  EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
   RUNNING, S, bytes, io, loaded, message, nextIo, out, putKey, putScratchBytes, w,
 } from './engine.js';
 import { describe, isOurError, optionError, ourError, type CircuitBreakerError } from './errors.js';
@@ -181,14 +181,35 @@ const OPEN = 1;
 const HALF_OPEN = 2;
 const STORE_ISSUES = ['invalid', 'contended', 'failed', 'stale'] as const;
 const SLOTS = 4_194_304; // call ids: slot = id mod 2^22
+/** `TransitionReason::Observed` (lib.rs `reason_code`). */
+const REASON_OBSERVED = 8;
 
-/** Live breakers (for `fusewire/prometheus`). @internal */
-export const registry: Set<CircuitBreaker<any, any>> = new Set(); // eslint-disable-line @typescript-eslint/no-explicit-any
+type AnyBreaker = CircuitBreaker<any, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+/** A weak reference where the platform has them (a strong one elsewhere). */
+type Ref = { deref(): AnyBreaker | undefined };
+const weak = typeof WeakRef === 'function'
+  ? (b: AnyBreaker): Ref => new WeakRef(b)
+  : (b: AnyBreaker): Ref => ({ deref: () => b });
+/**
+ * Live breakers (for `fusewire/prometheus`), held weakly: a breaker dropped without
+ * `shutdown()` is collected and its core key freed. @internal
+ */
+export const registry: Set<Ref> = new Set();
+/** The breakers of `registry` still alive. @internal */
+export function liveBreakers(): AnyBreaker[] {
+  const all: AnyBreaker[] = [];
+  for (const r of registry) {
+    const b = r.deref();
+    if (b !== undefined && !b.isShutdown) all.push(b);
+  }
+  return all;
+}
 /** Called when a breaker is created (true) or shut down (false). @internal */
 export const watchers: Set<(b: CircuitBreaker<any, any>, live: boolean) => void> = new Set(); // eslint-disable-line @typescript-eslint/no-explicit-any
 
 const finalizer = typeof FinalizationRegistry === 'function'
-  ? new FinalizationRegistry<number>((h) => {
+  ? new FinalizationRegistry<{ h: number; ref: Ref }>(({ h, ref }) => {
+      registry.delete(ref);
       w.fw_free(h);
     })
   : undefined;
@@ -334,6 +355,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** @internal */ _final: { stats: Stats; window: Bucket[] } | undefined = undefined;
   /** @internal Transitions this breaker saw, for metrics. */
   readonly _transitions = { opened: 0, halfOpened: 0, closed: 0 };
+  /** @internal The cumulative counts `status` primed the breaker with (not its own calls). */
+  _primed: number[] | undefined;
+  /** This breaker in `registry`. */
+  private readonly _ref: Ref = weak(this);
 
   private readonly _action: (...args: TI) => unknown;
   private readonly _name: string;
@@ -459,7 +484,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       w.fw_free(this._h);
       throw e;
     }
-    if (!this._shutdown) finalizer?.register(this, this._h, this);
+    if (!this._shutdown) finalizer?.register(this, { h: this._h, ref: this._ref }, this);
     // Snapshots only while someone listens.
     this._hooks = (ev: string | symbol) => {
       if (ev === 'snapshot' && enableSnapshots) queueMicrotask(() => this._snapshots());
@@ -469,7 +494,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     };
     this._hook();
     if (this._shutdown) return;
-    registry.add(this);
+    registry.add(this._ref);
     for (const f of watchers) f(this, true);
     if (o['maxFailures'] !== undefined) {
       console.error('options.maxFailures is deprecated. Please use options.errorThresholdPercentage');
@@ -722,7 +747,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._leading.clear();
     if (this._busy > 0) this._adrift(t);
     this._final = { stats, window };
-    registry.delete(this);
+    registry.delete(this._ref);
     for (const f of watchers) f(this, false);
     finalizer?.unregister(this);
     const store = this._store;
@@ -1384,7 +1409,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           const from = evs[i + 1]! as Phase;
           const to = evs[i + 2]! as Phase;
           this._view = viewAt(i + 4);
-          guarded(sink, () => this._transition(from, to));
+          const reason = evs[i + 3]!;
+          guarded(sink, () => this._transition(from, to, reason));
         }
         this._view = viewAt(i);
         if (settle !== undefined) guarded(sink, settle);
@@ -1425,20 +1451,24 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
   }
 
-  private _transition(from: Phase, to: Phase): void {
+  /** `reason`: the core's code (lib.rs `reason_code`); 8 = made by another process's breaker. */
+  private _transition(from: Phase, to: Phase, reason: number): void {
     if (from === to) return;
     const ac = this.options.abortController;
+    // Counted (for fusewire/prometheus) where it was made, as the Envoy filter counts:
+    // a shared trip is one `opened`, not one per worker that saw it.
+    const own = reason !== REASON_OBSERVED ? 1 : 0;
     if (to === OPEN) {
-      this._transitions.opened++;
+      this._transitions.opened += own;
       this.emit('open');
     } else if (to === HALF_OPEN) {
-      this._transitions.halfOpened++;
+      this._transitions.halfOpened += own;
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
         this.options.abortController = new AbortController();
       }
       this.emit('halfOpen', this._parsed.resetTimeout);
     } else {
-      this._transitions.closed++;
+      this._transitions.closed += own;
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
         this.options.abortController = new AbortController();
       }
@@ -1593,6 +1623,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (pre !== undefined) {
       const stats: Partial<Stats> = pre instanceof Status ? pre.stats : (pre as Partial<Stats>);
       this._prime(stats, t);
+      if (w.fw_snapshot(this._h, t) === 0) {
+        const o = out();
+        this._primed = KIND_NAMES.map((_, k) => o[S.CUMULATIVE + k]!);
+      }
     }
     // Restored transitions are not announced (no one listens yet); arm the timer.
     while (w.fw_poll(this._h, t) > 0) { /* drop */ }

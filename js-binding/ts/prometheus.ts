@@ -22,7 +22,7 @@
  * and `a.b` — without labels; one name and group with them) report together: their
  * counters and `in_flight` add up (see `merge`).
  */
-import { CircuitBreaker, registry, watchers } from './breaker.js';
+import { CircuitBreaker, liveBreakers, watchers } from './breaker.js';
 import { KIND_NAMES, S, out, w } from './engine.js';
 import { PERCENTILES } from './status.js';
 
@@ -73,9 +73,12 @@ const QUANTILES = PERCENTILES.map(String);
 const COUNTERS = [...EVENTS.map((k) => KIND_NAMES[k]!), 'opened', 'half_opened', 'closed'];
 const GAUGES = ['breaker_state', 'in_flight', 'latency_ms'];
 
-/** `<prefix>_<name>_<suffix>` with everything outside `[A-Za-z0-9_]` replaced by `_`. */
+/**
+ * `<prefix>_<name>_<suffix>` with each character (code point) outside `[A-Za-z0-9_]`
+ * replaced by one `_`, as the Envoy filter does.
+ */
 export function metricName(prefix: string, name: string, suffix: string): string {
-  return `${prefix}_${name.replace(/[^A-Za-z0-9_]/g, '_')}_${suffix}`;
+  return `${prefix}_${name.replace(/[^A-Za-z0-9_]/gu, '_')}_${suffix}`;
 }
 
 interface Sample {
@@ -88,6 +91,36 @@ interface Sample {
 
 const samples = new WeakMap<Breaker, Sample>();
 
+/**
+ * Per breaker: the core's cumulative counts last read, and what earlier keys of the
+ * breaker counted. A shared breaker's key expires after `keys.idle_ms` without calls
+ * and is made again, counting from 0: a count below the last read is that restart,
+ * and the last read (taken during the idle time, at any scrape interval below it)
+ * carries over, so the exported counters never go down.
+ */
+interface Counts {
+  last: number[];
+  carried: number[];
+}
+
+const counts = new WeakMap<Breaker, Counts>();
+
+/** The breaker's event counts since it was created (not the `status` it was primed with). */
+function cumulative(b: Breaker, o: Float64Array): number[] {
+  let c = counts.get(b);
+  if (c === undefined) counts.set(b, (c = { last: EVENTS.map(() => 0), carried: EVENTS.map(() => 0) }));
+  const base = b._primed;
+  const raw = EVENTS.map((k) => o[S.CUMULATIVE + k]! - (base?.[k] ?? 0));
+  if (raw.some((v, i) => v < c.last[i]!)) {
+    c.carried = c.carried.map((v, i) => v + c.last[i]!);
+    // The primed counts belonged to the first key only.
+    if (base !== undefined) for (let i = 0; i < raw.length; i++) raw[i]! += base[EVENTS[i]!] ?? 0;
+    b._primed = undefined;
+  }
+  c.last = raw;
+  return raw.map((v, i) => Math.max(0, v) + c.carried[i]!);
+}
+
 /** One read of the core per breaker and scrape (reused for 10 ms). */
 function sample(b: Breaker, last = false): Sample | undefined {
   // `last`: the final values of a breaker shutting down (its core is still there).
@@ -98,15 +131,22 @@ function sample(b: Breaker, last = false): Sample | undefined {
   if (w.fw_snapshot(b._h, t) !== 0) return undefined;
   const o = out();
   const counters: Record<string, number> = {};
-  for (const k of EVENTS) counters[KIND_NAMES[k]!] = o[S.CUMULATIVE + k]!;
+  const total = cumulative(b, o);
+  EVENTS.forEach((k, i) => {
+    counters[KIND_NAMES[k]!] = total[i]!;
+  });
   counters['opened'] = b._transitions.opened;
   counters['half_opened'] = b._transitions.halfOpened;
   counters['closed'] = b._transitions.closed;
+  // None without latencies in the window (or with percentiles disabled): a 0 would
+  // read as a real latency.
   const latency: Record<string, number> = {};
-  QUANTILES.forEach((q, i) => {
-    latency[q] = o[S.PERCENTILES + i]!;
-  });
-  latency['mean'] = o[S.MEAN]!;
+  if (b._percentilesEnabled && o[S.LATENCIES]! > 0) {
+    QUANTILES.forEach((q, i) => {
+      latency[q] = o[S.PERCENTILES + i]!;
+    });
+    latency['mean'] = o[S.MEAN]!;
+  }
   const s = { at: t, counters, state: o[S.PHASE]!, inFlight: o[S.IN_FLIGHT]!, latency };
   samples.set(b, s);
   return s;
@@ -160,6 +200,19 @@ function fill(m: Metric, suffix: string, s: Sample, labels: Record<string, strin
   } else m.inc?.(labels, s.counters[suffix] ?? 0);
 }
 
+/** Warns (once per text) without throwing: a metric problem must not fail a breaker. */
+const warned = new Set<string>();
+function warn(text: string): void {
+  if (warned.has(text)) return;
+  warned.add(text);
+  const p = (globalThis as { process?: { emitWarning?(m: string, t: string): void } }).process;
+  if (typeof p?.emitWarning === 'function') p.emitWarning(text, 'FusewireWarning');
+  else console.warn(`FusewireWarning: ${text}`);
+}
+
+/** Live registrations by registry and prefix: the function that removes each. */
+const active = new Map<unknown, Map<string, () => void>>();
+
 /**
  * Registers the metrics of every breaker, present and future (a breaker's metrics
  * are removed when it shuts down). Values are read from the core at scrape time.
@@ -175,6 +228,13 @@ export function register(options: PrometheusOptions): () => void {
     throw new TypeError(`options.prefix: must be a Prometheus metric name, got ${JSON.stringify(prefix)}`);
   }
   const registers = options.registers ?? [client.register];
+  // A registry cleared since (`registry.clear()` between tests): its old registration
+  // is dropped, so it does not make metrics there any more.
+  for (const r of registers) {
+    const old = active.get(r)?.get(prefix);
+    const has = (r as { getSingleMetric?(n: string): unknown }).getSingleMetric;
+    if (old !== undefined && typeof has === 'function' && has.call(r, `${prefix}_breakers`) === undefined) old();
+  }
   const names: string[] = [];
   const make = (counter: boolean, name: string, suffix: string, labelNames: string[],
     collect: (this: Metric) => void) => {
@@ -182,13 +242,23 @@ export function register(options: PrometheusOptions): () => void {
     new C({ name, help: help(suffix), labelNames, registers, collect });
     names.push(name);
   };
+  /** `make`, for a breaker's metric: a failure (the name is taken in a registry) warns. */
+  const tryMake = (...a: Parameters<typeof make>): boolean => {
+    try {
+      make(...a);
+      return true;
+    } catch (e) {
+      warn(`fusewire/prometheus: metric ${a[1]} not registered: ${(e as Error)?.message ?? e}`);
+      return false;
+    }
+  };
   const remove = (name: string) => {
     for (const r of registers) (r as { removeSingleMetric?(n: string): void }).removeSingleMetric?.(name);
     const i = names.indexOf(name);
     if (i >= 0) names.splice(i, 1);
   };
   make(false, `${prefix}_breakers`, 'breakers', [], function () {
-    this.set?.(registry.size);
+    this.set?.(liveBreakers().length);
   });
   const suffixes = [...COUNTERS, ...GAUGES];
   let watcher: ((b: Breaker, live: boolean) => void) | undefined;
@@ -208,7 +278,7 @@ export function register(options: PrometheusOptions): () => void {
         this.reset();
         // Breakers with one name and group share a series (see `merge`).
         const series = new Map<string, { labels: Record<string, string>; bs: Breaker[] }>();
-        for (const b of registry) {
+        for (const b of liveBreakers()) {
           const key = JSON.stringify([b.name, b.group]);
           const e = series.get(key);
           if (e === undefined) series.set(key, { labels: { name: b.name, group: b.group }, bs: [b] });
@@ -223,7 +293,7 @@ export function register(options: PrometheusOptions): () => void {
     watcher = (b, live) => {
       if (live) return;
       const key = seriesKey(b);
-      const others = [...registry].some((o) => o !== b && seriesKey(o) === key);
+      const others = liveBreakers().some((o) => o !== b && seriesKey(o) === key);
       if (!others) {
         retired.delete(key); // the series goes with its last breaker
         return;
@@ -247,20 +317,23 @@ export function register(options: PrometheusOptions): () => void {
       const bs = new Set<Breaker>([b]);
       const mine: string[] = [];
       const retired: Record<string, number> = {};
+      groups.set(key, { bs, mine, retired });
       for (const suffix of suffixes) {
         const name = metricName(prefix, b.name, suffix);
         // Taken by another name's metric (`a` + `half_opened`, `a_half` + `opened`):
         // the name there first keeps it.
-        if (names.includes(name)) continue;
+        if (names.includes(name)) {
+          warn(`fusewire/prometheus: breaker ${JSON.stringify(b.name)}'s metric ${name} is another breaker's; use { labels: true } to keep them apart`);
+          continue;
+        }
         const extra = suffix === 'latency_ms' ? ['quantile'] : [];
-        make(COUNTERS.includes(suffix), name, suffix, extra, function () {
+        const made = tryMake(COUNTERS.includes(suffix), name, suffix, extra, function () {
           this.reset();
           const s = merge(bs, retired);
           if (s !== undefined) fill(this, suffix, s, {});
         });
-        mine.push(name);
+        if (made) mine.push(name);
       }
-      groups.set(key, { bs, mine, retired });
     };
     watcher = (b, live) => {
       if (live) {
@@ -277,13 +350,23 @@ export function register(options: PrometheusOptions): () => void {
       for (const n of g.mine) remove(n);
       groups.delete(key);
     };
-    for (const b of registry) add(b);
+    for (const b of liveBreakers()) add(b);
     watchers.add(watcher);
   }
-  return () => {
+  const dispose = () => {
     if (watcher !== undefined) watchers.delete(watcher);
     for (const n of [...names]) remove(n);
+    for (const r of registers) {
+      const m = active.get(r);
+      if (m?.get(prefix) === dispose) m.delete(prefix);
+    }
   };
+  for (const r of registers) {
+    let m = active.get(r);
+    if (m === undefined) active.set(r, (m = new Map()));
+    m.set(prefix, dispose);
+  }
+  return dispose;
 }
 
 export { CircuitBreaker };
