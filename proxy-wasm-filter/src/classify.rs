@@ -271,22 +271,27 @@ pub struct Observed {
     pub grpc: Option<u32>,
     /// Envoy response flags (read at `on_log`).
     pub flags: FlagSet,
+    /// The response reached its end of stream (headers, body or trailers).
+    pub ended: bool,
 }
 
 impl Observed {
     /// Whether Envoy's response flags can change the verdict (and so must be read):
-    /// no response, a 5xx, or a non-OK gRPC status (a trailers-only router reply to a
-    /// gRPC request is a 200).
+    /// no response or one cut short, a 5xx, or a non-OK gRPC status (a trailers-only
+    /// router reply to a gRPC request is a 200).
     pub fn needs_flags(&self) -> bool {
-        self.status.is_none_or(|s| s >= 500) || self.grpc.is_some_and(|g| g != 0)
+        !self.ended || self.status.is_none_or(|s| s >= 500) || self.grpc.is_some_and(|g| g != 0)
     }
 }
 
 impl Classifier {
     /// Classifies, in this order: timeout flags → TIMEOUT; failure flags → FAILURE;
-    /// no response → FAILURE if resets are failures (CANCELLED if the client went
-    /// away, flag DC or DR, or resets are not failures); failure HTTP status → FAILURE;
-    /// failure gRPC status → FAILURE; bad-request status → BAD_REQUEST; else SUCCESS.
+    /// no response, or one cut short before its end of stream → FAILURE if resets are
+    /// failures and Envoy set a flag, CANCELLED if the client went away (flag DC or
+    /// DR, or no flag: Envoy's router answers an upstream reset or timeout itself,
+    /// with its flag, and Envoy before 1.30 set no flag for an HTTP/2 client's reset)
+    /// or resets are not failures; failure HTTP status → FAILURE; failure gRPC status
+    /// → FAILURE; bad-request status → BAD_REQUEST; else SUCCESS.
     pub fn classify(&self, o: &Observed) -> Outcome {
         if o.flags.intersects(self.timeout_flags) {
             return Outcome::Timeout;
@@ -294,11 +299,15 @@ impl Classifier {
         if o.flags.intersects(self.failure_flags) {
             return Outcome::Failure;
         }
-        let Some(status) = o.status else {
-            if o.flags.intersects(CLIENT_GONE) || !self.resets_are_failures {
-                return Outcome::Cancelled;
+        let status = match o.status {
+            Some(s) if o.ended => s,
+            _ => {
+                let gone = o.flags.is_empty() || o.flags.intersects(CLIENT_GONE);
+                if gone || !self.resets_are_failures {
+                    return Outcome::Cancelled;
+                }
+                return Outcome::Failure;
             }
-            return Outcome::Failure;
         };
         if self.failure_status.contains(status) {
             return Outcome::Failure;
@@ -371,17 +380,23 @@ mod tests {
             resets_are_failures: true,
             bad_request_status: set(&["4xx"]),
         };
-        let o = |status, grpc, flags: &[u8]| Observed {
+        let o = |status: Option<u32>, grpc, flags: &[u8]| Observed {
             status,
             grpc,
             flags: FlagSet::from_property(flags),
+            ended: status.is_some(),
         };
         assert_eq!(c.classify(&o(Some(200), None, b"")), Outcome::Success);
         assert_eq!(c.classify(&o(Some(503), None, b"")), Outcome::Failure);
         assert_eq!(c.classify(&o(Some(404), None, b"")), Outcome::BadRequest);
         assert_eq!(c.classify(&o(Some(504), None, b"UT")), Outcome::Timeout);
         assert_eq!(c.classify(&o(None, None, b"UF")), Outcome::Failure);
-        assert_eq!(c.classify(&o(None, None, b"")), Outcome::Failure);
+        assert_eq!(c.classify(&o(None, None, b"LR")), Outcome::Failure);
+        assert_eq!(
+            c.classify(&o(None, None, b"")),
+            Outcome::Cancelled,
+            "no response and no flag: the client left (an HTTP/2 reset before Envoy 1.30)"
+        );
         assert_eq!(c.classify(&o(None, None, b"DC")), Outcome::Cancelled);
         assert_eq!(
             c.classify(&o(None, None, b"DR")),
@@ -402,6 +417,17 @@ mod tests {
         assert_eq!(c.classify(&timeout), Outcome::Timeout);
         assert!(!o(Some(200), Some(0), b"").needs_flags());
         assert!(!o(Some(404), None, b"").needs_flags());
+        // Cut short after its headers (found by review: counted as SUCCESS).
+        let cut = |flags: &[u8]| Observed {
+            ended: false,
+            ..o(Some(200), None, flags)
+        };
+        assert!(cut(b"").needs_flags());
+        assert_eq!(c.classify(&cut(b"UF")), Outcome::Failure, "upstream reset");
+        assert_eq!(c.classify(&cut(b"UT")), Outcome::Timeout, "route timeout");
+        assert_eq!(c.classify(&cut(b"LR")), Outcome::Failure);
+        assert_eq!(c.classify(&cut(b"DR")), Outcome::Cancelled);
+        assert_eq!(c.classify(&cut(b"")), Outcome::Cancelled, "the client left");
         let lenient = Classifier {
             resets_are_failures: false,
             ..c

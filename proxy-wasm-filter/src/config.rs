@@ -216,7 +216,7 @@ impl Default for RawFailure {
                 .iter()
                 .map(|s| Entry::Text(s.to_string()))
                 .collect(),
-            response_flags: ["UF", "UO", "URX", "UH", "UC"]
+            response_flags: ["UF", "UO", "URX", "UH", "UC", "UR"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),

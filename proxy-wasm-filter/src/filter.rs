@@ -17,7 +17,7 @@ use crate::config::{Plugin, Policy, Reason, Reply};
 use crate::host::{self, Level};
 use crate::idmap::IdMap;
 use crate::matcher::RequestView;
-use crate::metrics::{Extra, KeyMetrics};
+use crate::metrics::{self, Extra, KeyMetrics};
 use crate::replay::{private, replayable, Capture, Replay, Response};
 use crate::slottable::SlotTable;
 use crate::vecmap::VecMap;
@@ -99,7 +99,6 @@ pub struct Worker {
     replays: Vec<Replay>,
     metrics: Vec<KeyMetrics>,
     metric_names: VecMap<String, usize>,
-    metric_counts: Vec<usize>,
     key_metrics: VecMap<u64, usize>,
     /// The last `(key, slot)` of `key_metrics` looked up.
     last_metrics: LastMetrics,
@@ -262,23 +261,17 @@ impl Worker {
         true
     }
 
-    /// The metrics slot of `key` of policy `pi` (defined on first use; past the cap
-    /// the policy's keys share its `~overflow` metrics).
-    fn metrics_of(&mut self, key: KeyId, pi: usize, policy: &Policy) -> Option<usize> {
+    /// The metrics slot of `key` of `policy` (defined on first use; past the VM's cap
+    /// the policy's keys share its `~overflow` metrics: see [`metrics::own_stats`]).
+    fn metrics_of(&mut self, key: KeyId, policy: &Policy) -> Option<usize> {
         if let Some(i) = self.metrics_slot(key) {
             return Some(i);
         }
         let mut name = self.engine.as_ref()?.key_name(key)?.to_string();
-        if self.metric_names.get(&name).is_none() {
-            if self.metric_counts.len() <= pi {
-                self.metric_counts.resize(pi + 1, 0);
-            }
-            let n = self.metric_counts.get_mut(pi)?;
-            if *n >= metric_cap(policy) {
-                name = format!("{}/~overflow", policy.name);
-            } else {
-                *n += 1;
-            }
+        if self.metric_names.get(&name).is_none()
+            && !metrics::own_stats(&policy.name, &name, metric_cap(policy))
+        {
+            name = format!("{}/~overflow", policy.name);
         }
         let i = match self.metric_names.get(&name) {
             Some(&i) => i,
@@ -720,7 +713,7 @@ impl Worker {
                 k
             }
         };
-        if self.metrics_of(key, pi, policy).is_none() {
+        if self.metrics_of(key, policy).is_none() {
             return Action::Continue;
         }
         let mut lead = None;
@@ -835,10 +828,7 @@ impl Worker {
                     .map_or(0, |s| s.max_body_bytes);
                 c.max(s)
             });
-        let capture = (limit > 0).then(|| Capture {
-            limit,
-            ..Capture::default()
-        });
+        let capture = (limit > 0).then(|| Capture::new(limit));
         let obs = Observed::default();
         self.calls.insert(
             ctx,
@@ -862,6 +852,7 @@ impl Worker {
             obs,
             capture,
             req,
+            lead,
             ..
         }) = self.calls.get_mut(ctx)
         else {
@@ -877,6 +868,10 @@ impl Worker {
                 let headers = host::header_pairs(map);
                 c.private = private(&headers);
                 c.response.headers = headers.into_iter().filter(|(k, _)| replayable(k)).collect();
+                // Without waiters only a shared 2xx is worth its bytes (a stale copy).
+                if lead.is_none() && (c.private || !(200..300).contains(&c.response.status)) {
+                    *capture = None;
+                }
             }
         }
         if req.rpc {
@@ -885,21 +880,21 @@ impl Worker {
             }
         }
         if end || map == host::RESPONSE_TRAILERS {
+            obs.ended = true;
             self.publish(ctx);
         }
     }
 
     /// A response body chunk.
     fn body(&mut self, ctx: u32, size: usize, end: bool) {
-        if let Some(Call::Running {
-            capture: Some(c), ..
-        }) = self.calls.get_mut(ctx)
-        {
-            if !c.too_large {
-                host::response_body(size, |b| c.body(b));
-            }
+        let Some(Call::Running { capture, obs, .. }) = self.calls.get_mut(ctx) else {
+            return;
+        };
+        if let Some(c) = capture.as_mut().filter(|c| !c.too_large) {
+            host::response_body(size, |b| c.body(b));
         }
         if end {
+            obs.ended = true;
             self.publish(ctx);
         }
     }
@@ -936,17 +931,18 @@ impl Worker {
         if !ok {
             // Waiters get the failure (or the next one leads) once the call is
             // complete; a failure is never kept as a stale copy.
-            *failed = (!cap.too_large).then(|| Box::new(cap.response));
+            *failed = (!cap.too_large).then(|| Box::new(cap.take_response()));
             return;
         }
         let (lead, pi) = (lead.take(), req.pi);
         let (req_key, get) = (req.key.clone(), req.get && !req.creds && !cap.private);
         let now = self.now();
-        cap.response.at = now;
+        let mut taken = cap.take_response();
+        taken.at = now;
         let Some(replay) = self.replays.get_mut(pi) else {
             return;
         };
-        let response = (!cap.too_large).then_some(cap.response);
+        let response = (!cap.too_large).then_some(taken);
         if let Some(r) = &response {
             if get && (200..300).contains(&r.status) && policy.stale.is_some() {
                 replay.keep(&req_key, r.clone(), now);

@@ -20,9 +20,45 @@
 //! `/stats/prometheus`. Counters are batched per VM and handed to the host on each
 //! tick (one host call per non-zero counter instead of one per event).
 
+use std::cell::RefCell;
+
 use fusewire_core::{EventKind, Phase};
 
 use crate::host;
+use crate::vecmap::VecMap;
+
+/// The key names given their own stats in this VM, and how many per policy. Envoy
+/// never frees a stat, so the cap holds for the VM's whole life: across its root
+/// contexts, and across reloads (each makes a new root on a reused VM).
+#[derive(Default)]
+struct StatNames {
+    named: VecMap<String, ()>,
+    per_policy: VecMap<String, usize>,
+}
+
+thread_local! {
+    static STAT_NAMES: RefCell<StatNames> = RefCell::default();
+}
+
+/// Whether key `name` of policy `policy` has its own stats: it has them already in
+/// this VM, or the policy named fewer than `cap` keys so far (then it is counted).
+pub fn own_stats(policy: &str, name: &str, cap: usize) -> bool {
+    STAT_NAMES.with(|s| {
+        let Ok(mut s) = s.try_borrow_mut() else {
+            return false;
+        };
+        if s.named.get(name).is_some() {
+            return true;
+        }
+        let n = s.per_policy.get(policy).copied().unwrap_or(0);
+        if n >= cap {
+            return false;
+        }
+        s.per_policy.insert(policy.to_string(), n + 1);
+        s.named.insert(name.to_string(), ());
+        true
+    })
+}
 
 /// The event kinds the filter counts.
 pub const EVENTS: [EventKind; 9] = [
@@ -189,5 +225,20 @@ mod tests {
             super::metric_name("fusewire", "orders/GET:é", "success"),
             "fusewire.orders_GET__.success"
         );
+    }
+
+    /// The cap is the VM's, whatever root asks (found by review: each reload made a
+    /// root with a fresh count, and Envoy's stats grew by `max_keys + 1` key names
+    /// per policy per reload).
+    #[test]
+    fn the_stats_cap_holds_for_the_vm() {
+        use super::own_stats;
+        assert!(own_stats("p", "p/a", 2));
+        assert!(own_stats("p", "p/b", 2));
+        assert!(!own_stats("p", "p/c", 2), "past the cap");
+        assert!(own_stats("p", "p/a", 2), "named already");
+        assert!(!own_stats("p", "p/d", 2), "a new root asks: still past it");
+        assert!(own_stats("q", "q/a", 2), "per policy");
+        assert!(own_stats("p", "p/c", 3), "a reload that raises the cap");
     }
 }

@@ -1488,3 +1488,54 @@ fn a_static_key_is_looked_up_again_after_it_expired() {
     settle(&mut h);
     assert_eq!(counter(&h, "fusewire.svc.success"), 12);
 }
+
+/// The stats cap — `max_keys + 1` key names per policy per worker VM — holds for the
+/// VM's whole life: a reload on reused VMs makes new root contexts, and Envoy never
+/// frees a stat (found by review: each reload named another `max_keys + 1` keys).
+#[test]
+fn reloads_do_not_reset_the_stats_cap() {
+    let json = |tick: u32| {
+        config(None)
+            .replace(
+                "\"name\": \"svc\",",
+                "\"name\": \"svc\", \"key\": \"{policy}{path}\", \"keys\": {\"max_keys\": 2},",
+            )
+            .replace("\"tick_ms\": 100", &format!("\"tick_ms\": {tick}"))
+    };
+    let plugin = |json: String| PluginConfig {
+        name: "fusewire".into(),
+        root_id: "fusewire".into(),
+        vm_id: "fusewire-v1".into(),
+        configuration: json,
+        failure_policy: FailurePolicy::FailClosed,
+        ..Default::default()
+    };
+    let mut h = harness(CasMode::Envoy, &json(100));
+    for round in 0..4u32 {
+        if round > 0 {
+            let reloaded = plugin(json(100 + round));
+            assert_eq!(
+                h.reload(&module(), reloaded).expect("reloads"),
+                Reload::ReusedVms
+            );
+        }
+        for p in ["a", "b", "c", "d"] {
+            let r = h.request(
+                0,
+                Request::get(&format!("/api/{round}{p}")),
+                UpstreamReply::status(200),
+            );
+            assert_eq!(r.response_status, Some(200));
+        }
+    }
+    settle(&mut h);
+    let text = h.stats_text();
+    let named: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("wasmcustom.fusewire."))
+        .filter_map(|l| l.split_once(".success:"))
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(named.len(), 3, "two keys and the overflow: {named:?}");
+    assert!(named.contains("svc__overflow"), "{named:?}");
+}
