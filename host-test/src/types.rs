@@ -304,6 +304,10 @@ pub struct Request {
     /// connection termination (DC).
     #[serde(default)]
     pub http2: bool,
+    /// The client takes this long to receive the complete response (a slow client or
+    /// a large download): the stream ends (`on_log`) only then.
+    #[serde(default)]
+    pub download_ns: u64,
 }
 
 impl Default for Request {
@@ -322,6 +326,7 @@ impl Request {
             headers: vec![],
             body: vec![],
             client_timeout_ns: None,
+            download_ns: 0,
             trailers: vec![],
             http2: false,
         }
@@ -358,6 +363,11 @@ impl Request {
     /// An HTTP/2 client (its reset sets DR instead of DC).
     pub fn http2(mut self) -> Self {
         self.http2 = true;
+        self
+    }
+    /// The client takes `ms` milliseconds to receive the complete response.
+    pub fn download_ms(mut self, ms: u64) -> Self {
+        self.download_ns = ms * 1_000_000;
         self
     }
     /// The client gives up (resets) after `ms` milliseconds.

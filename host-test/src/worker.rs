@@ -32,6 +32,10 @@ pub(crate) enum Event {
     DownstreamReset {
         id: u64,
     },
+    /// The client has received the whole response: the stream ends.
+    Delivered {
+        id: u64,
+    },
     IdleTimeout {
         id: u64,
         gen: u64,
@@ -71,6 +75,8 @@ enum St {
     Upstream,
     /// Response iteration stopped in the filter.
     PausedResp(Option<Stage>),
+    /// The response is complete; the client is still receiving it (`download_ns`).
+    Delivering,
 }
 
 enum Due {
@@ -245,6 +251,7 @@ impl WorkerVm {
             Event::Start { id, req, reply } => self.start(id, *req, *reply),
             Event::Upstream { id } => self.upstream(id),
             Event::DownstreamReset { id } => self.downstream_reset(id),
+            Event::Delivered { id } => self.end(id),
             Event::IdleTimeout { id, gen } => self.idle_timeout(id, gen),
             Event::Tick { root, gen } => {
                 let Some(vm) = self.vm.as_mut() else { return };
@@ -938,7 +945,7 @@ impl WorkerVm {
         let waiting = match ctl.st {
             St::PausedReq(_) | St::PausedResp(_) => true,
             St::Upstream => !ctl.in_response,
-            St::Active => false,
+            St::Active | St::Delivering => false,
         };
         if ctl.idle_gen != gen || !waiting {
             return;
@@ -1171,7 +1178,13 @@ impl WorkerVm {
                 _ => Outcome::UpstreamFailed,
             },
         };
-        self.end(id);
+        let download = ctl.req.download_ns;
+        if download > 0 {
+            ctl.st = St::Delivering;
+            self.post(self.now() + download, Event::Delivered { id });
+        } else {
+            self.end(id);
+        }
     }
 
     fn close(&mut self, id: u64) {
@@ -1191,6 +1204,9 @@ impl WorkerVm {
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return;
         };
+        if matches!(ctl.st, St::Delivering) {
+            return; // it has its response (`client_timeout_ns`)
+        }
         ctl.rec.outcome = Outcome::DownstreamReset;
         // Envoy: an HTTP/2 stream reset by the client sets DR
         // (DownstreamRemoteReset); a closed HTTP/1 connection sets DC.

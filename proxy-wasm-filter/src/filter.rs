@@ -882,6 +882,7 @@ impl Worker {
         if end || map == host::RESPONSE_TRAILERS {
             obs.ended = true;
             self.publish(ctx);
+            self.finish(ctx);
         }
     }
 
@@ -896,6 +897,7 @@ impl Worker {
         if end {
             obs.ended = true;
             self.publish(ctx);
+            self.finish(ctx);
         }
     }
 
@@ -954,7 +956,10 @@ impl Worker {
         self.settle(now);
     }
 
-    /// `on_log` (or, as a last resort, `on_done` / drop): classify, complete, release.
+    /// The response's end of stream, else `on_log` (or, as a last resort, `on_done` /
+    /// drop): classify, complete, release. At the end of stream the upstream call is
+    /// over: its slot, latency and verdict do not wait for the client to take the
+    /// response (a slow client or a large download is not a slow upstream).
     fn finish(&mut self, ctx: u32) {
         let call = match self.calls.remove(ctx) {
             None | Some(Call::New | Call::Passed) => return,

@@ -14,7 +14,7 @@
 //! | `<prefix>.<key>.opened` / `half_opened` / `closed` | counter | transitions this VM made (each counted once process-wide) |
 //! | `<prefix>.<key>.breaker_state` | gauge | 0 closed, 1 open, 2 half-open |
 //! | `<prefix>.<key>.in_flight` | gauge | admitted calls holding a slot (all workers) |
-//! | `<prefix>.<key>.latency_ms` | histogram | upstream latency of admitted calls |
+//! | `<prefix>.<key>.latency_ms` | histogram | latency of admitted calls, from admission to the response's end of stream |
 //!
 //! In Envoy they appear as `wasmcustom.<name>` in `/stats` and as the sanitised name in
 //! `/stats/prometheus`. Counters are batched per VM and handed to the host on each

@@ -1539,3 +1539,36 @@ fn reloads_do_not_reset_the_stats_cap() {
     assert_eq!(named.len(), 3, "two keys and the overflow: {named:?}");
     assert!(named.contains("svc__overflow"), "{named:?}");
 }
+
+/// A call ends when its response does, not when the client has taken it: a slow
+/// client (or a large download) is not a slow upstream, and its bulkhead slot is free
+/// for the next call (found by review: 25 fast responses to slow clients tripped the
+/// slow-call rule, and slots were held for the whole download).
+#[test]
+fn a_slow_client_is_not_a_slow_upstream() {
+    let json = config(Some(1)).replace(
+        "\"open\": {",
+        "\"slow_call\": {\"enabled\": true, \"duration_threshold_ms\": 800, \"rate_threshold_percentage\": 50, \"request_volume_threshold\": 5}, \"open\": {",
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let slow_client = || Request::get("/api/x").download_ms(2_000);
+    for i in 0..10 {
+        let r = h.request(0, slow_client(), UpstreamReply::status(200).after_ms(20));
+        assert_eq!(r.response_status, Some(200), "call {i}");
+    }
+    refresh(&mut h);
+    let r = h.request(0, Request::get("/api/x"), UpstreamReply::status(200));
+    assert!(r.sent_upstream, "still closed: {r:?}");
+    assert_eq!(counter(&h, "fusewire.svc.short_circuited"), 0);
+    // The one slot is free once the first response is complete.
+    let first = h.submit(0, slow_client(), UpstreamReply::status(200).after_ms(10));
+    h.run_for(Duration::from_millis(100));
+    let second = h.request(0, Request::get("/api/x"), UpstreamReply::status(200));
+    assert!(
+        second.sent_upstream,
+        "admitted while the first client downloads: {second:?}"
+    );
+    assert_eq!(counter(&h, "fusewire.svc.semaphore_rejected"), 0);
+    let first = h.run_until_complete(first).expect("the first stream ends");
+    assert_eq!(first.response_status, Some(200));
+}
