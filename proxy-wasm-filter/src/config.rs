@@ -610,11 +610,25 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             ));
         }
     }
-    for (name, _) in &fb.headers.0 {
+    for (name, value) in &fb.headers.0 {
+        let at_h = || at(&format!("fallback.headers.{name}"));
         if !valid_header_name(name) || name.starts_with(':') || name == "x-fusewire" {
             return Err(err(
-                at(&format!("fallback.headers.{name}")),
+                at_h(),
                 "must be a lower-case header name, not a pseudo-header nor x-fusewire",
+            ));
+        }
+        if crate::replay::hop_by_hop(name) {
+            return Err(err(
+                at_h(),
+                "is hop-by-hop or computed by Envoy (connection, transfer-encoding, content-length, ...)",
+            ));
+        }
+        // RFC 9110 field-value: no CR, LF, NUL or other control characters but HTAB.
+        if value.chars().any(|c| c.is_control() && c != '\t') {
+            return Err(err(
+                at_h(),
+                "must not contain control characters (CR, LF, NUL, ...)",
             ));
         }
     }
@@ -860,6 +874,17 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         fails(r#"{}"#, "", "missing field `policies`");
+        // Found by review: accepted, and sent to clients in every fallback reply.
+        fails(
+            r#"{"policies":[{"name":"a","fallback":{"headers":{"transfer-encoding":"chunked"}}}]}"#,
+            "policies[0].fallback.headers.transfer-encoding",
+            "hop-by-hop",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","fallback":{"headers":{"x-a":"1\r\nx-b: 2"}}}]}"#,
+            "policies[0].fallback.headers.x-a",
+            "control characters",
+        );
         fails(
             r#"{"policies":[{"name":"a","collapse":{"key":"{path}"},"stale":{}}]}"#,
             "policies[0].stale.key",

@@ -42,13 +42,16 @@ const HOP_BY_HOP: [&str; 10] = [
     "content-length",
 ];
 
+/// Whether a header is hop-by-hop (or computed by Envoy for a local reply): never
+/// in a reply the filter sends.
+pub fn hop_by_hop(name: &str) -> bool {
+    HOP_BY_HOP.contains(&name)
+}
+
 /// Whether a response header is kept for a replay. `set-cookie` never is: a replay
 /// goes to other clients.
 pub fn replayable(name: &str) -> bool {
-    !name.starts_with(':')
-        && !HOP_BY_HOP.contains(&name)
-        && name != "x-fusewire"
-        && name != "set-cookie"
+    !name.starts_with(':') && !hop_by_hop(name) && name != "x-fusewire" && name != "set-cookie"
 }
 
 /// Whether a response is meant for one client only (`set-cookie`, or
