@@ -140,6 +140,11 @@ pub enum UpstreamReply {
         /// response carries `grpc-status` here).
         #[serde(default)]
         trailers: Vec<(String, String)>,
+        /// The upstream resets after the headers and body, before the end of stream:
+        /// the router resets the downstream stream (flag UR, details
+        /// `upstream_reset_after_response_started{remote_reset}`); no trailers.
+        #[serde(default)]
+        reset_after_headers: bool,
     },
     /// Resets after `latency_ns`; the router answers 503 with the flag and details of
     /// `reason` (default remote reset, flag UR).
@@ -164,6 +169,7 @@ impl UpstreamReply {
             headers: vec![],
             body: String::new(),
             trailers: vec![],
+            reset_after_headers: false,
         }
     }
     /// A normal gRPC response: `:status 200`, `content-type: application/grpc`, a
@@ -222,6 +228,18 @@ impl UpstreamReply {
     pub fn with_trailer(mut self, k: &str, v: &str) -> Self {
         if let UpstreamReply::Response { trailers, .. } = &mut self {
             trailers.push((k.into(), v.into()));
+        }
+        self
+    }
+    /// The same response cut short: the upstream resets after its headers and body
+    /// (no-op for resets and hangs).
+    pub fn then_reset(mut self) -> Self {
+        if let UpstreamReply::Response {
+            reset_after_headers,
+            ..
+        } = &mut self
+        {
+            *reset_after_headers = true;
         }
         self
     }

@@ -1039,7 +1039,16 @@ impl WorkerVm {
         }
         let (ctx, bypass) = (ctl.ctx, ctl.bypass);
         let resp = ctl.resp.clone().unwrap_or_default();
-        let has_trailers = resp.trailers.as_ref().is_some_and(|t| !t.is_empty());
+        // The upstream's response, cut short by its reset (not a local reply).
+        let cut = !ctl.local_resp
+            && matches!(
+                ctl.reply,
+                UpstreamReply::Response {
+                    reset_after_headers: true,
+                    ..
+                }
+            );
+        let has_trailers = !cut && resp.trailers.as_ref().is_some_and(|t| !t.is_empty());
         let has_body = !resp.body.is_empty();
         if bypass {
             return self.complete(id);
@@ -1056,7 +1065,7 @@ impl WorkerVm {
                         s.resp_headers_live = true;
                         s.resp_body = resp.body.clone();
                     }
-                    let eos = !has_body && !has_trailers;
+                    let eos = !has_body && !has_trailers && !cut;
                     let flow = self.call(id, Phase::ResponseHeaders, resp.headers.len(), eos);
                     if flow != Flow::Stop {
                         self.headers_left_filter(id);
@@ -1072,7 +1081,12 @@ impl WorkerVm {
                     if let Some(s) = self.stream_data(ctx) {
                         s.resp_body_live = true;
                     }
-                    self.call(id, Phase::ResponseBody, resp.body.len(), !has_trailers)
+                    self.call(
+                        id,
+                        Phase::ResponseBody,
+                        resp.body.len(),
+                        !has_trailers && !cut,
+                    )
                 }
                 Stage::Trailers if has_trailers => {
                     let t = resp.trailers.clone().unwrap_or_default();
@@ -1094,11 +1108,32 @@ impl WorkerVm {
                 }
             }
         }
-        if stopped {
+        if cut {
+            self.reset_after_response_started(id);
+        } else if stopped {
             self.set_st(id, St::PausedResp(None));
         } else {
             self.complete(id);
         }
+    }
+
+    /// The upstream reset after its response started: Envoy's router (`onUpstreamReset`
+    /// with `downstream_response_started_`) sets flag UR and resets the downstream
+    /// stream; the filter never sees an end of stream, `on_log` follows.
+    fn reset_after_response_started(&mut self, id: u64) {
+        let Some(ctl) = self.ctls.get_mut(&id) else {
+            return;
+        };
+        ctl.rec.outcome = Outcome::ResetAfterHeaders;
+        ctl.rec.response_status = ctl
+            .resp
+            .as_ref()
+            .and_then(|r| r.headers.get_str(":status"))
+            .and_then(|s| s.parse().ok());
+        ctl.rec.response_trailers = None;
+        ctl.flags |= flags::UPSTREAM_REMOTE_RESET;
+        ctl.details = "upstream_reset_after_response_started{remote_reset}".into();
+        self.end(id);
     }
 
     /// A local reply's code is in the stream info once its headers left the filter.

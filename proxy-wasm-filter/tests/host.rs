@@ -1572,3 +1572,26 @@ fn a_slow_client_is_not_a_slow_upstream() {
     let first = h.run_until_complete(first).expect("the first stream ends");
     assert_eq!(first.response_status, Some(200));
 }
+
+/// A response cut short after its headers — the upstream reset mid-body (flag UR) —
+/// is a FAILURE, not a SUCCESS (found by review: every truncated 200 counted as a
+/// success, so an upstream that died mid-response never tripped the breaker).
+#[test]
+fn a_response_cut_short_is_a_failure() {
+    let mut h = harness(CasMode::Envoy, &config(None));
+    for _ in 0..3 {
+        let cut = UpstreamReply::status(200).with_body("partial").then_reset();
+        let r = h.request(0, Request::get("/api/x"), cut);
+        assert_eq!(r.outcome, Outcome::ResetAfterHeaders, "{r:?}");
+        assert_eq!(r.response_status, Some(200), "the client saw the headers");
+    }
+    let whole = h.request(
+        0,
+        Request::get("/api/x"),
+        UpstreamReply::status(200).with_body("whole"),
+    );
+    assert_eq!(whole.outcome, Outcome::UpstreamOk);
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.failure"), 3);
+    assert_eq!(counter(&h, "fusewire.svc.success"), 1);
+}
