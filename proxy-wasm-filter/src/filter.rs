@@ -35,7 +35,8 @@ pub enum Action {
 enum Call {
     /// Created; its request headers not seen yet.
     New,
-    /// Nothing held: no policy matched, or answered at once.
+    /// Nothing held: no policy matched, answered at once, or its call ended with its
+    /// response (until `on_log`).
     Passed,
     /// Holding a slot; forwarded upstream. A collapse leader settles `lead` with the
     /// captured response; `capture` also feeds the stale copy.
@@ -638,6 +639,11 @@ impl Worker {
                     &format!("fusewire: continue_stream failed ({s})"),
                 );
             }
+            // The running callback's own stream again: it may still read its
+            // properties (`response.flags` in `finish`).
+            if let Some(c) = self.current {
+                host::set_effective_context(c);
+            }
         }
     }
 
@@ -882,7 +888,7 @@ impl Worker {
         if end || map == host::RESPONSE_TRAILERS {
             obs.ended = true;
             self.publish(ctx);
-            self.finish(ctx);
+            self.end_call(ctx);
         }
     }
 
@@ -897,7 +903,7 @@ impl Worker {
         if end {
             obs.ended = true;
             self.publish(ctx);
-            self.finish(ctx);
+            self.end_call(ctx);
         }
     }
 
@@ -956,10 +962,17 @@ impl Worker {
         self.settle(now);
     }
 
-    /// The response's end of stream, else `on_log` (or, as a last resort, `on_done` /
-    /// drop): classify, complete, release. At the end of stream the upstream call is
-    /// over: its slot, latency and verdict do not wait for the client to take the
-    /// response (a slow client or a large download is not a slow upstream).
+    /// The response's end of stream: the upstream call is over, so it is finished
+    /// now — its slot, latency and verdict do not wait for the client to take the
+    /// response (a slow client or a large download is not a slow upstream). The
+    /// stream stays the root's until `on_log`, which sends the replies deferred here.
+    fn end_call(&mut self, ctx: u32) {
+        self.finish(ctx);
+        self.calls.insert(ctx, Call::Passed);
+    }
+
+    /// [`Worker::end_call`], else `on_log` (or, as a last resort, `on_done` / drop):
+    /// classify, complete, release.
     fn finish(&mut self, ctx: u32) {
         let call = match self.calls.remove(ctx) {
             None | Some(Call::New | Call::Passed) => return,

@@ -666,17 +666,9 @@ fn reload_on_reused_vms_keeps_shared_state_and_finishes_old_streams() {
         Request::get("/api/x"),
         UpstreamReply::status(200)
     )));
-    let plugin = |json: String| PluginConfig {
-        name: "fusewire".into(),
-        root_id: "fusewire".into(),
-        vm_id: "fusewire-v1".into(),
-        configuration: json,
-        failure_policy: FailurePolicy::FailClosed,
-        ..Default::default()
-    };
     let reloaded = config(Some(8)).replace("\"tick_ms\": 100", "\"tick_ms\": 50");
     assert_eq!(
-        h.reload(&module(), plugin(reloaded)).expect("reloads"),
+        h.reload(&module(), plugin_cfg(reloaded)).expect("reloads"),
         Reload::ReusedVms
     );
     for w in 0..4 {
@@ -692,7 +684,7 @@ fn reload_on_reused_vms_keeps_shared_state_and_finishes_old_streams() {
         "\"name\": \"svc\", \"key\": \"route\",",
     );
     assert_eq!(
-        h.reload(&module(), plugin(per_route)).expect("reloads"),
+        h.reload(&module(), plugin_cfg(per_route)).expect("reloads"),
         Reload::ReusedVms
     );
     for w in 0..4 {
@@ -1271,6 +1263,18 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
 }
 
 /// A collapse policy on its own (no stale copies), one worker's view.
+/// The test plugin with configuration `json` (for reloads).
+fn plugin_cfg(json: String) -> PluginConfig {
+    PluginConfig {
+        name: "fusewire".into(),
+        root_id: "fusewire".into(),
+        vm_id: "fusewire-v1".into(),
+        configuration: json,
+        failure_policy: FailurePolicy::FailClosed,
+        ..Default::default()
+    }
+}
+
 fn collapse_only(extra: &str) -> String {
     config(None).replace(
         "\"fallback\": {",
@@ -1502,18 +1506,10 @@ fn reloads_do_not_reset_the_stats_cap() {
             )
             .replace("\"tick_ms\": 100", &format!("\"tick_ms\": {tick}"))
     };
-    let plugin = |json: String| PluginConfig {
-        name: "fusewire".into(),
-        root_id: "fusewire".into(),
-        vm_id: "fusewire-v1".into(),
-        configuration: json,
-        failure_policy: FailurePolicy::FailClosed,
-        ..Default::default()
-    };
     let mut h = harness(CasMode::Envoy, &json(100));
     for round in 0..4u32 {
         if round > 0 {
-            let reloaded = plugin(json(100 + round));
+            let reloaded = plugin_cfg(json(100 + round));
             assert_eq!(
                 h.reload(&module(), reloaded).expect("reloads"),
                 Reload::ReusedVms
@@ -1594,4 +1590,36 @@ fn a_response_cut_short_is_a_failure() {
     settle(&mut h);
     assert_eq!(counter(&h, "fusewire.svc.failure"), 3);
     assert_eq!(counter(&h, "fusewire.svc.success"), 1);
+}
+
+/// With two root contexts (a reload draining), collapse waiters answered at their
+/// leader's end of stream get the reply at the leader's `on_log`, not a tick later
+/// (found by review: the ended call left its root, so no root took its `on_log` and
+/// sent the deferred replies).
+#[test]
+fn waiters_are_answered_with_their_leader_while_two_roots_live() {
+    for status in [200, 503] {
+        let json = collapse_only("").replace("\"tick_ms\": 100", "\"tick_ms\": 1000");
+        let mut h = harness(CasMode::Envoy, &json);
+        let t0 = h.now_ns();
+        let reply = || UpstreamReply::status(status).after_ms(300).with_body("x");
+        let l = h.submit_at(t0, 0, Request::get("/api/c"), reply());
+        let w = h.submit_at(t0 + 1, 0, Request::get("/api/c"), reply());
+        h.run_for(Duration::from_millis(20));
+        let reloaded = plugin_cfg(json.replace("\"tick_ms\": 1000", "\"tick_ms\": 900"));
+        assert_eq!(
+            h.reload(&module(), reloaded).expect("reloads"),
+            Reload::ReusedVms
+        );
+        h.run_for(Duration::from_millis(3000));
+        let leader_end = h.record(l).expect("leader").end_ns;
+        let waiter = h.record(w).expect("waiter");
+        assert!(!waiter.sent_upstream, "{status}: {waiter:?}");
+        assert_eq!(waiter.response_status, Some(status));
+        assert!(
+            waiter.end_ns <= leader_end,
+            "{status}: the waiter ended {} ms after its leader",
+            (waiter.end_ns - leader_end) / 1_000_000
+        );
+    }
 }
