@@ -942,7 +942,8 @@ pub extern "C" fn fw_state(h: u32, now: f64) -> i32 {
 /// counted, `[41]` in flight, `[42]` queued, `[43]` rolling max concurrency,
 /// `[44]` probes issued, `[45]` warming up, `[46]` opened at (ms), `[47]` open until
 /// (ms), `[48]` late results, `[49]` shadow rejections, `[50]` open step,
-/// `[51]` slots held (shared), `[52]` memory bytes of the key.
+/// `[51]` slots held (shared), `[52]` memory bytes of the key, `[53]` the key's id
+/// (another id: the key expired and was made again, its counts from 0).
 /// Returns 0, or [`E_HANDLE`].
 #[no_mangle]
 pub extern "C" fn fw_snapshot(h: u32, now: f64) -> i32 {
@@ -1002,6 +1003,7 @@ pub extern "C" fn fw_snapshot(h: u32, now: f64) -> i32 {
             .engine
             .circuit(b.key)
             .map_or(0.0, |c| c.memory_bytes() as f64);
+        out[53] = b.key.to_raw() as f64;
         0
     })
 }

@@ -92,13 +92,14 @@ interface Sample {
 const samples = new WeakMap<Breaker, Sample>();
 
 /**
- * Per breaker: the core's cumulative counts last read, and what earlier keys of the
- * breaker counted. A shared breaker's key expires after `keys.idle_ms` without calls
- * and is made again, counting from 0: a count below the last read is that restart,
- * and the last read (taken during the idle time, at any scrape interval below it)
+ * Per breaker: the core's cumulative counts last read, of which key, and what earlier
+ * keys of the breaker counted. A shared breaker's key expires after `keys.idle_ms`
+ * without calls and is made again (another key id), counting from 0: the last read
+ * of the old key (taken during the idle time, at any scrape interval below it)
  * carries over, so the exported counters never go down.
  */
 interface Counts {
+  key: number;
   last: number[];
   carried: number[];
 }
@@ -107,11 +108,13 @@ const counts = new WeakMap<Breaker, Counts>();
 
 /** The breaker's event counts since it was created (not the `status` it was primed with). */
 function cumulative(b: Breaker, o: Float64Array): number[] {
+  const key = o[S.KEY_ID]!;
   let c = counts.get(b);
-  if (c === undefined) counts.set(b, (c = { last: EVENTS.map(() => 0), carried: EVENTS.map(() => 0) }));
+  if (c === undefined) counts.set(b, (c = { key, last: EVENTS.map(() => 0), carried: EVENTS.map(() => 0) }));
   const base = b._primed;
   const raw = EVENTS.map((k) => o[S.CUMULATIVE + k]! - (base?.[k] ?? 0));
-  if (raw.some((v, i) => v < c.last[i]!)) {
+  if (key !== c.key || raw.some((v, i) => v < c.last[i]!)) {
+    c.key = key;
     c.carried = c.carried.map((v, i) => v + c.last[i]!);
     // The primed counts belonged to the first key only.
     if (base !== undefined) for (let i = 0; i < raw.length; i++) raw[i]! += base[EVENTS[i]!] ?? 0;
@@ -271,6 +274,9 @@ export function register(options: PrometheusOptions): () => void {
   if (options.labels === true) {
     // Per series (name and group): the counters of its breakers that shut down.
     const retired = new Map<string, Record<string, number>>();
+    // Exported breakers are kept until their `shutdown()`: one collected unseen would
+    // take its counts out of its series.
+    const held = new Set<Breaker>(liveBreakers());
     const seriesKey = (b: Breaker) => JSON.stringify([b.name, b.group]);
     for (const suffix of suffixes) {
       const extra = suffix === 'latency_ms' ? ['quantile'] : [];
@@ -291,7 +297,11 @@ export function register(options: PrometheusOptions): () => void {
       });
     }
     watcher = (b, live) => {
-      if (live) return;
+      if (live) {
+        held.add(b);
+        return;
+      }
+      held.delete(b);
       const key = seriesKey(b);
       const others = liveBreakers().some((o) => o !== b && seriesKey(o) === key);
       if (!others) {
