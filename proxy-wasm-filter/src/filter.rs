@@ -873,9 +873,26 @@ impl Worker {
                 c.response.status = obs.status.unwrap_or(0);
                 let headers = host::header_pairs(map);
                 c.private = private(&headers);
+                // The request key (collapse and stale share one) must hold every
+                // header the response varies on, or another client's representation
+                // (gzip, another language) would be replayed.
+                let key = self
+                    .plugin
+                    .as_ref()
+                    .and_then(|p| p.policies.get(req.pi))
+                    .and_then(|p| {
+                        p.collapse
+                            .as_ref()
+                            .map(|c| &c.key)
+                            .or(p.stale.as_ref().map(|s| &s.key))
+                    });
+                c.varies = headers
+                    .iter()
+                    .any(|(k, v)| k == "vary" && !key.is_some_and(|key| key.covers_vary(v)));
                 c.response.headers = headers.into_iter().filter(|(k, _)| replayable(k)).collect();
                 // Without waiters only a shared 2xx is worth its bytes (a stale copy).
-                if lead.is_none() && (c.private || !(200..300).contains(&c.response.status)) {
+                let keep = !c.private && !c.varies && (200..300).contains(&c.response.status);
+                if lead.is_none() && !keep {
                     *capture = None;
                 }
             }
@@ -939,11 +956,12 @@ impl Worker {
         if !ok {
             // Waiters get the failure (or the next one leads) once the call is
             // complete; a failure is never kept as a stale copy.
-            *failed = (!cap.too_large).then(|| Box::new(cap.take_response()));
+            *failed = (!cap.too_large && !cap.varies).then(|| Box::new(cap.take_response()));
             return;
         }
         let (lead, pi) = (lead.take(), req.pi);
-        let (req_key, get) = (req.key.clone(), req.get && !req.creds && !cap.private);
+        let (req_key, varies) = (req.key.clone(), cap.varies);
+        let get = req.get && !req.creds && !cap.private && !varies;
         let now = self.now();
         let mut taken = cap.take_response();
         taken.at = now;
@@ -956,8 +974,11 @@ impl Worker {
                 replay.keep(&req_key, r.clone(), now);
             }
         }
-        if let Some(lead) = lead {
-            replay.settle(lead, &req_key, response, true, now);
+        match lead {
+            // Each waiter goes upstream on its own, at once.
+            Some(lead) if varies => replay.release(lead, &req_key, now),
+            Some(lead) => replay.settle(lead, &req_key, response, true, now),
+            None => {}
         }
         self.settle(now);
     }

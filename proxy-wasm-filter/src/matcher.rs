@@ -113,6 +113,20 @@ pub struct KeySpec {
 }
 
 impl KeySpec {
+    /// Whether every request header a response's `Vary` names (comma-separated, any
+    /// case) is part of this key, so requests of one key get one representation.
+    /// `Vary: *` never is.
+    pub fn covers_vary(&self, vary: &str) -> bool {
+        vary.split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .all(|n| {
+                self.parts
+                    .iter()
+                    .any(|p| matches!(p, Part::Header(h) if h.eq_ignore_ascii_case(n)))
+            })
+    }
+
     /// Parses `"policy"`, `"cluster"`, `"route"` or a template with placeholders.
     pub fn parse(s: &str) -> Result<Self, String> {
         let t = match s {
@@ -308,5 +322,16 @@ pub(crate) mod tests {
         v.headers.insert("x-tenant".into(), "é".repeat(150));
         t.render("p", &mut v, &mut out);
         assert!(out.contains(&"é".repeat(150)), "whole: {out}");
+    }
+
+    #[test]
+    fn a_key_covers_the_headers_it_holds() {
+        let k = KeySpec::parse("{path} {header:accept-encoding} {header:Accept}").unwrap();
+        assert!(k.covers_vary("Accept-Encoding"));
+        assert!(k.covers_vary("accept, accept-encoding"));
+        assert!(!k.covers_vary("accept-encoding, accept-language"));
+        assert!(!k.covers_vary("*"));
+        assert!(k.covers_vary(""), "an empty Vary varies on nothing");
+        assert!(!KeySpec::parse("{path}").unwrap().covers_vary("origin"));
     }
 }

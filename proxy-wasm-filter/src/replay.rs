@@ -87,6 +87,9 @@ pub struct Capture {
     pub too_large: bool,
     /// The response is for one client only ([`private`]): no stale copy.
     pub private: bool,
+    /// The response varies on a request header its key does not hold (`Vary`):
+    /// neither replayed to waiters nor kept.
+    pub varies: bool,
     /// Largest body kept.
     pub limit: u64,
 }
@@ -98,6 +101,7 @@ impl Capture {
             response: Response::default(),
             too_large: false,
             private: false,
+            varies: false,
             limit,
         }
     }
@@ -243,6 +247,15 @@ impl Replay {
         }
         // Nothing is served after the waiters got it: collapsing, not caching.
         let _ = c.invalidate(ScopeId::GLOBAL, key, now);
+    }
+
+    /// Ends `lead` without a payload for its waiters: each goes upstream on its own,
+    /// at once (the response varies on a header their key does not hold).
+    pub fn release(&mut self, lead: Lead, key: &[u8], now: Nanos) {
+        if let Some(c) = self.collapse.as_mut() {
+            let _ = c.fill(lead, 0, now);
+            let _ = c.invalidate(ScopeId::GLOBAL, key, now);
+        }
     }
 
     /// The next collapse event; payloads of removed entries are dropped here.

@@ -1262,7 +1262,6 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
     assert!(counter(&h, "fusewire.svc.stale_served") >= 1);
 }
 
-/// A collapse policy on its own (no stale copies), one worker's view.
 /// The test plugin with configuration `json` (for reloads).
 fn plugin_cfg(json: String) -> PluginConfig {
     PluginConfig {
@@ -1275,6 +1274,7 @@ fn plugin_cfg(json: String) -> PluginConfig {
     }
 }
 
+/// A collapse policy on its own (no stale copies), one worker's view.
 fn collapse_only(extra: &str) -> String {
     config(None).replace(
         "\"fallback\": {",
@@ -1622,4 +1622,56 @@ fn waiters_are_answered_with_their_leader_while_two_roots_live() {
             (waiter.end_ns - leader_end) / 1_000_000
         );
     }
+}
+
+/// A response that varies on a request header its key does not hold (`Vary`) is not
+/// replayed to waiters — each goes upstream on its own, at once — nor kept as a stale
+/// copy (found by review: a waiter that asked for JSON got the leader's gzip body).
+/// With the header in the key, it is collapsed again.
+#[test]
+fn responses_that_vary_outside_the_key_are_not_replayed() {
+    let varying = || {
+        UpstreamReply::status(200)
+            .after_ms(200)
+            .with_header("vary", "Accept-Encoding")
+            .with_header("content-encoding", "gzip")
+            .with_body("gz")
+    };
+    let in_key = r#""key": "{method} {authority}{path} {header:accept-encoding}""#;
+    for (extra, collapsed) in [("", false), (in_key, true)] {
+        let mut h = harness(CasMode::Envoy, &collapse_only(extra));
+        let t0 = h.now_ns();
+        let gzip = || Request::get("/api/doc").header("accept-encoding", "gzip");
+        let l = h.submit_at(t0, 0, gzip(), varying());
+        let ws: Vec<u64> = (1..=3)
+            .map(|i| h.submit_at(t0 + i, 0, gzip(), varying()))
+            .collect();
+        h.run_for(Duration::from_millis(2_000));
+        assert!(h.record(l).expect("leader").sent_upstream);
+        for w in ws {
+            let w = h.record(w).expect("waiter");
+            assert_eq!(!w.sent_upstream, collapsed, "{extra:?}: {w:?}");
+            assert_eq!(w.response_status, Some(200));
+            // Released together when the leader's response came (200 ms), not one
+            // after another.
+            assert!(
+                w.end_ns - t0 <= 400_000_000,
+                "{extra:?}: {} ms",
+                (w.end_ns - t0) / 1_000_000
+            );
+        }
+    }
+    // Not kept: an open breaker answers with the static fallback.
+    let mut h = harness(CasMode::Envoy, &collapse_config(""));
+    h.request(0, Request::get("/api/doc"), varying());
+    for i in 0..20 {
+        h.request(
+            i % 4,
+            Request::get("/api/other"),
+            UpstreamReply::status(503),
+        );
+    }
+    refresh(&mut h);
+    let r = h.request(0, Request::get("/api/doc"), UpstreamReply::status(200));
+    assert!(short_circuited(&r), "no stale copy: {r:?}");
 }
