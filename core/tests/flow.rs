@@ -286,6 +286,56 @@ fn stopped_timer_never_times_out() {
     assert_eq!(h.complete(0, p, Outcome::Success), Completion::OnTime);
 }
 
+/// A restarted timer runs its whole timeout from the restart (a request sent in full
+/// after a slow upload), also one stopped before; a passed deadline is not restarted.
+#[test]
+fn restarted_timer_times_out_a_timeout_after_the_restart() {
+    for mode in [
+        Mode::Local,
+        Mode::Shared(fusewire_core::shared::memory::Rules::Envoy, 1),
+        Mode::Async(1),
+    ] {
+        let mut h = Host::new(mode, r#"{"execution": {"timeout_ms": 100}}"#);
+        let k = h.key(0, "k");
+        let p = running(h.start(0, k));
+        h.advance(80);
+        h.engines[0].restart_timer(&p, h.now);
+        h.advance(90); // 170 ms after the start, 90 after the restart
+        assert!(h.take_events(0).is_empty(), "{mode:?}: not timed out");
+        h.advance(20);
+        let ev = h.take_events(0);
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::TimedOut { .. })),
+            "{mode:?}: {ev:?}"
+        );
+        assert_eq!(h.complete(0, p, Outcome::Success), Completion::Late);
+
+        // Stopped at the start, started later (a request still being sent).
+        let p = running(h.start(0, k));
+        h.engines[0].stop_timer(&p);
+        h.advance(500);
+        h.engines[0].restart_timer(&p, h.now);
+        h.advance(90);
+        assert!(h.take_events(0).is_empty(), "{mode:?}: not timed out");
+        h.advance(20);
+        assert_eq!(
+            h.complete(0, p, Outcome::Success),
+            Completion::Late,
+            "{mode:?}"
+        );
+
+        let late = running(h.start(0, k));
+        h.advance(100);
+        h.engines[0].restart_timer(&late, h.now); // its deadline has passed
+        h.advance(0);
+        assert_eq!(
+            h.complete(0, late, Outcome::Success),
+            Completion::Late,
+            "{mode:?}"
+        );
+    }
+}
+
 #[test]
 fn permits_are_move_only_raw_ids_are_generation_checked() {
     let mut h = Host::new(Mode::Local, "{}");

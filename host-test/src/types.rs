@@ -326,6 +326,10 @@ pub struct Request {
     /// a large download): the stream ends (`on_log`) only then.
     #[serde(default)]
     pub download_ns: u64,
+    /// The client takes this long to send its body (a slow upload): the body and
+    /// trailers reach the filter only then; the headers went on at once.
+    #[serde(default)]
+    pub upload_ns: u64,
 }
 
 impl Default for Request {
@@ -345,6 +349,7 @@ impl Request {
             body: vec![],
             client_timeout_ns: None,
             download_ns: 0,
+            upload_ns: 0,
             trailers: vec![],
             http2: false,
         }
@@ -386,6 +391,11 @@ impl Request {
     /// The client takes `ms` milliseconds to receive the complete response.
     pub fn download_ms(mut self, ms: u64) -> Self {
         self.download_ns = ms * 1_000_000;
+        self
+    }
+    /// The client takes `ms` milliseconds to send its body.
+    pub fn upload_ms(mut self, ms: u64) -> Self {
+        self.upload_ns = ms * 1_000_000;
         self
     }
     /// The client gives up (resets) after `ms` milliseconds.

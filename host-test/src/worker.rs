@@ -36,6 +36,10 @@ pub(crate) enum Event {
     Delivered {
         id: u64,
     },
+    /// The client has sent its body: it reaches the filter.
+    Uploaded {
+        id: u64,
+    },
     IdleTimeout {
         id: u64,
         gen: u64,
@@ -77,6 +81,9 @@ enum St {
     PausedResp(Option<Stage>),
     /// The response is complete; the client is still receiving it (`download_ns`).
     Delivering,
+    /// The request headers went on; the client is still sending its body
+    /// (`upload_ns`).
+    Uploading,
 }
 
 enum Due {
@@ -252,6 +259,14 @@ impl WorkerVm {
             Event::Upstream { id } => self.upstream(id),
             Event::DownstreamReset { id } => self.downstream_reset(id),
             Event::Delivered { id } => self.end(id),
+            Event::Uploaded { id } => {
+                if let Some(c) = self.ctls.get_mut(&id) {
+                    if c.st == St::Uploading {
+                        c.st = St::Active;
+                        self.run_request(id, Stage::Body);
+                    }
+                }
+            }
             Event::IdleTimeout { id, gen } => self.idle_timeout(id, gen),
             Event::Tick { root, gen } => {
                 let Some(vm) = self.vm.as_mut() else { return };
@@ -770,6 +785,13 @@ impl WorkerVm {
                     return self.set_st(id, St::PausedReq(next));
                 }
             }
+            let more = !body.is_empty() || !trailers.is_empty();
+            let upload = self.ctls.get(&id).map_or(0, |c| c.req.upload_ns);
+            if stage == Stage::Headers && flow == Flow::Continue && more && upload > 0 {
+                // A slow upload: the rest of the request comes later.
+                self.set_st(id, St::Uploading);
+                return self.post(self.now() + upload, Event::Uploaded { id });
+            }
         }
         if stopped {
             self.set_st(id, St::PausedReq(None));
@@ -945,7 +967,7 @@ impl WorkerVm {
         let waiting = match ctl.st {
             St::PausedReq(_) | St::PausedResp(_) => true,
             St::Upstream => !ctl.in_response,
-            St::Active | St::Delivering => false,
+            St::Active | St::Delivering | St::Uploading => false,
         };
         if ctl.idle_gen != gen || !waiting {
             return;

@@ -120,16 +120,16 @@ pub extern "C" fn proxy_on_tick(id: u32) {
 
 /// `proxy_on_request_headers`.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
-pub extern "C" fn proxy_on_request_headers(id: u32, _n: usize, _eos: u32) -> u32 {
-    stream(id, |r| action(r.on_http_request_headers(id)))
+pub extern "C" fn proxy_on_request_headers(id: u32, _n: usize, eos: u32) -> u32 {
+    stream(id, |r| action(r.on_http_request_headers(id, eos != 0)))
 }
 
 /// `proxy_on_request_body`: a waiting stream's body is held with flow control
 /// (StopIterationAndWatermark: Envoy buffers it and pushes back on the client, no 413)
 /// until the stream is resumed or answered.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
-pub extern "C" fn proxy_on_request_body(id: u32, _size: usize, _eos: u32) -> u32 {
-    stream(id, |r| match r.on_http_request_data(id) {
+pub extern "C" fn proxy_on_request_body(id: u32, _size: usize, eos: u32) -> u32 {
+    stream(id, |r| match r.on_http_request_data(id, eos != 0) {
         Action::Continue => 0,
         Action::Pause => 2,
     })
@@ -138,7 +138,7 @@ pub extern "C" fn proxy_on_request_body(id: u32, _size: usize, _eos: u32) -> u32
 /// `proxy_on_request_trailers`: held (StopIteration) while the stream waits.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_request_trailers(id: u32, _n: usize) -> u32 {
-    stream(id, |r| action(r.on_http_request_data(id)))
+    stream(id, |r| action(r.on_http_request_data(id, true)))
 }
 
 /// `proxy_on_response_headers`.

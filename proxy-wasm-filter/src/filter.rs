@@ -86,6 +86,9 @@ struct Request {
     /// It carries `authorization` or `cookie`: its response is never kept as a stale
     /// copy (another client would get it).
     creds: bool,
+    /// The whole request reached the filter (its end of stream): a `tick` deadline
+    /// counts from there, as Envoy's route timeout does.
+    sent: bool,
 }
 
 /// Per-VM state shared by the root and every stream context.
@@ -649,7 +652,7 @@ impl Worker {
 
     /// Request headers: match a policy, find the key, collapse onto an identical
     /// request in flight, or ask the engine.
-    fn start(&mut self, ctx: u32) -> Action {
+    fn start(&mut self, ctx: u32, end: bool) -> Action {
         match self.calls.get_mut(ctx) {
             Some(c) if matches!(c, Call::New) => *c = Call::Passed,
             _ => return Action::Continue, // started already, or not ours
@@ -677,6 +680,7 @@ impl Worker {
             get: policy.stale.is_some() && view.header(":method").as_deref() == Some("GET"),
             creds: false,
             key: Vec::new(),
+            sent: end,
         };
         if policy.collapse.is_some() || req.get {
             req.creds = view.header("authorization").is_some() || view.header("cookie").is_some();
@@ -817,6 +821,12 @@ impl Worker {
         now: Nanos,
     ) {
         self.by_call.insert(permit.id(), ctx);
+        if !req.sent {
+            // Its deadline starts once the request has been sent in full.
+            if let Some(e) = self.engine.as_mut() {
+                e.stop_timer(&permit);
+            }
+        }
         let limit = self
             .plugin
             .as_ref()
@@ -1256,19 +1266,36 @@ impl Root {
     }
 
     /// Request headers: match, admit (breaker, bulkhead) or answer with the fallback.
-    pub fn on_http_request_headers(&mut self, ctx: u32) -> Action {
-        self.in_stream(ctx, |w| w.start(ctx))
+    pub fn on_http_request_headers(&mut self, ctx: u32, end_of_stream: bool) -> Action {
+        self.in_stream(ctx, |w| w.start(ctx, end_of_stream))
     }
 
     /// Request body or trailers: held while the stream waits (queued for a slot, or
     /// following a collapse leader) — without this, Envoy would take the body's
     /// Continue as resuming the stream and send it upstream past the bulkhead.
-    pub fn on_http_request_data(&mut self, ctx: u32) -> Action {
-        let w = &self.worker;
-        match w.calls.get(ctx) {
-            Some(Call::Queued { .. } | Call::Following { .. }) => Action::Pause,
+    ///
+    /// `end`: the request is sent in full; a running call's deadline starts again
+    /// there, as Envoy's route timeout does (a slow upload is not a slow upstream).
+    pub fn on_http_request_data(&mut self, ctx: u32, end: bool) -> Action {
+        let w = &mut self.worker;
+        let now = w.now();
+        match w.calls.get_mut(ctx) {
+            Some(Call::Queued { req, .. } | Call::Following { req, .. }) => {
+                req.sent |= end;
+                Action::Pause
+            }
             // Its reply waits in `deferred`: the request must not go upstream first.
             Some(Call::Answered { .. }) if w.deferred.iter().any(|d| d.ctx == ctx) => Action::Pause,
+            // Sent in full before its response started: its deadline starts now.
+            Some(Call::Running {
+                permit, req, obs, ..
+            }) if end && !req.sent && obs.status.is_none() => {
+                req.sent = true;
+                if let Some(e) = w.engine.as_mut() {
+                    e.restart_timer(permit, now);
+                }
+                Action::Continue
+            }
             _ => Action::Continue,
         }
     }

@@ -1675,3 +1675,31 @@ fn responses_that_vary_outside_the_key_are_not_replayed() {
     let r = h.request(0, Request::get("/api/doc"), UpstreamReply::status(200));
     assert!(short_circuited(&r), "no stale copy: {r:?}");
 }
+
+/// In `tick` mode a call's deadline starts when its request has been sent in full,
+/// as Envoy's route timeout does: a slow upload is not a slow upstream (found by
+/// review: uploads still running at the deadline got a 504 and counted as TIMEOUT).
+#[test]
+fn a_slow_upload_is_not_a_timeout() {
+    let json = BASE.replace(
+        "BULKHEAD",
+        r#""execution": {"timeout_ms": 1000}, "timeout": "tick","#,
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let post = |upload_ms| {
+        Request::get("/api/up")
+            .method("POST")
+            .body(b"payload")
+            .upload_ms(upload_ms)
+    };
+    for i in 0..6 {
+        let r = h.request(0, post(1_200), UpstreamReply::status(200).after_ms(50));
+        assert_eq!(r.response_status, Some(200), "upload {i}: {r:?}");
+    }
+    // The deadline still holds once the request is sent.
+    let r = h.request(0, post(100), UpstreamReply::status(200).after_ms(1_500));
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.timeout"), 1);
+    assert_eq!(counter(&h, "fusewire.svc.success"), 6);
+}

@@ -794,6 +794,48 @@ impl Engine {
         }
     }
 
+    /// Starts a running call's deadline clock (again) at `now`, stopped or not: its
+    /// policy's timeout counts from `now` (e.g. a host that stopped it at admission
+    /// starts it once the request has been sent in full, where Envoy's route timeout
+    /// starts). A call whose deadline has passed is left to time out; a policy
+    /// without a timeout has none.
+    pub fn restart_timer(&mut self, permit: &Permit, now: Nanos) {
+        let now = self.clock.advance(now);
+        let Some(Call::Running {
+            key,
+            pass,
+            deadline,
+        }) = self.calls.get(permit.0)
+        else {
+            return;
+        };
+        if deadline <= now {
+            return;
+        }
+        let Some(policy) = self.keys.get(key as usize).map(|k| k.policy) else {
+            return;
+        };
+        let Some(p) = self.policies.get_mut(policy as usize) else {
+            return;
+        };
+        let exec = &p.config.execution;
+        if !exec.timeout_enabled {
+            return;
+        }
+        let timeout_ms = exec.timeout_ms;
+        let deadline = deadline_after(now, timeout_ms);
+        self.calls.set(
+            permit.0,
+            Call::Running {
+                key,
+                pass,
+                deadline,
+            },
+        );
+        // The old entry no longer matches the call's deadline: it is skipped.
+        p.timeouts.push(timeout_ms, deadline, permit.0);
+    }
+
     /// The outcome of one call that held a slot: metrics, breaker, shared delta.
     fn record_end(&mut self, key: u32, pass: RawPass, outcome: Outcome, now: Nanos, rand: u64) {
         let Some(k) = self.keys.get_mut(key as usize) else {
