@@ -998,17 +998,25 @@ impl Worker {
     /// response (a slow client or a large download is not a slow upstream). The
     /// stream stays the root's until `on_log`, which sends the replies deferred here.
     fn end_call(&mut self, ctx: u32) {
-        self.finish(ctx);
-        self.calls.insert(ctx, Call::Passed);
+        if let Some(c) = self.calls.get_mut(ctx) {
+            let call = core::mem::replace(c, Call::Passed);
+            self.finish_call(call);
+        }
     }
 
-    /// [`Worker::end_call`], else `on_log` (or, as a last resort, `on_done` / drop):
-    /// classify, complete, release.
+    /// `on_log` (or, as a last resort, `on_done` / drop): [`Worker::finish_call`] of
+    /// a call its response did not end.
     fn finish(&mut self, ctx: u32) {
-        let call = match self.calls.remove(ctx) {
-            None | Some(Call::New | Call::Passed) => return,
-            Some(call) => call,
-        };
+        if let Some(call) = self.calls.remove(ctx) {
+            self.finish_call(call);
+        }
+    }
+
+    /// Classifies, completes, releases.
+    fn finish_call(&mut self, call: Call) {
+        if matches!(call, Call::New | Call::Passed) {
+            return;
+        }
         let now = self.now();
         let rand = self.rand();
         match call {
