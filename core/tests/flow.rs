@@ -300,6 +300,14 @@ fn restarted_timer_times_out_a_timeout_after_the_restart() {
         let p = running(h.start(0, k));
         h.advance(80);
         h.engines[0].restart_timer(&p, h.now);
+        if mode == Mode::Local {
+            let next = h.engines[0].next_deadline();
+            assert_eq!(
+                next,
+                Some(h.now + 100 * MS),
+                "the old deadline is cleaned off"
+            );
+        }
         h.advance(90); // 170 ms after the start, 90 after the restart
         assert!(h.take_events(0).is_empty(), "{mode:?}: not timed out");
         h.advance(20);

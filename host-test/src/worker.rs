@@ -117,6 +117,8 @@ struct Ctl {
     is_head: bool,
     due: Option<Due>,
     sent_ns: u64,
+    /// When the client has sent its whole body (`upload_ns` after the start).
+    uploaded_at: u64,
     in_response: bool,
     /// The response headers left the filter chain for the client (Envoy's
     /// `non_100_response_headers_encoded_`): a local reply can only reset now.
@@ -366,6 +368,7 @@ impl WorkerVm {
             self.post(now + t, Event::DownstreamReset { id });
         }
         let headers = self.request_headers(id, &req);
+        let upload_ns = req.upload_ns;
         let mut ctl = Box::new(Ctl {
             ctx: 0,
             root: 0,
@@ -379,6 +382,7 @@ impl WorkerVm {
             failed: false,
             due: None,
             sent_ns: 0,
+            uploaded_at: now + upload_ns,
             in_response: false,
             headers_sent: false,
             resp: None,
@@ -751,9 +755,21 @@ impl WorkerVm {
         let (ctx, n) = (ctl.ctx, ctl.req.headers.len() + 6);
         let (body, trailers) = (ctl.req.body.clone(), ctl.req.trailers.clone());
         let mut stopped = false;
+        let uploaded_at = ctl.uploaded_at;
         for stage in [Stage::Headers, Stage::Body, Stage::Trailers] {
             if stage_index(stage) < stage_index(from) {
                 continue;
+            }
+            let more = match stage {
+                Stage::Headers => false,
+                Stage::Body => !body.is_empty(),
+                Stage::Trailers => !trailers.is_empty(),
+            };
+            if more && uploaded_at > self.now() {
+                // A slow upload (`upload_ns`): the rest of the request comes later,
+                // also to a stream continued before then.
+                self.set_st(id, St::Uploading);
+                return self.post(uploaded_at, Event::Uploaded { id });
             }
             let flow = match stage {
                 Stage::Headers => {
@@ -784,13 +800,6 @@ impl WorkerVm {
                     let next = next_stage(stage, !body.is_empty(), !trailers.is_empty());
                     return self.set_st(id, St::PausedReq(next));
                 }
-            }
-            let more = !body.is_empty() || !trailers.is_empty();
-            let upload = self.ctls.get(&id).map_or(0, |c| c.req.upload_ns);
-            if stage == Stage::Headers && flow == Flow::Continue && more && upload > 0 {
-                // A slow upload: the rest of the request comes later.
-                self.set_st(id, St::Uploading);
-                return self.post(self.now() + upload, Event::Uploaded { id });
             }
         }
         if stopped {
@@ -1073,7 +1082,12 @@ impl WorkerVm {
         let has_trailers = !cut && resp.trailers.as_ref().is_some_and(|t| !t.is_empty());
         let has_body = !resp.body.is_empty();
         if bypass {
-            return self.complete(id);
+            // Envoy's router resets the stream whether or not a filter runs.
+            return if cut {
+                self.reset_after_response_started(id)
+            } else {
+                self.complete(id)
+            };
         }
         let mut stopped = false;
         for stage in [Stage::Headers, Stage::Body, Stage::Trailers] {

@@ -53,6 +53,9 @@ enum Call {
         /// A failed response for `lead`'s waiters, handed over in `finish`: after the
         /// permit is completed, so a promoted waiter finds the slot free.
         failed: Option<Box<Response>>,
+        /// The response varies outside the request key (`Vary`): `lead`'s waiters are
+        /// released in `finish` (each goes upstream on its own, the slot free).
+        varied: bool,
     },
     /// Paused in its request headers, waiting for a slot.
     Queued {
@@ -857,6 +860,7 @@ impl Worker {
                 lead,
                 capture: capture.map(Box::new),
                 failed: None,
+                varied: false,
             },
         );
     }
@@ -942,6 +946,7 @@ impl Worker {
             lead,
             capture,
             failed,
+            varied,
             ..
         }) = self.calls.get_mut(ctx)
         else {
@@ -959,6 +964,11 @@ impl Worker {
         let Some(policy) = plugin.policies.get(req.pi) else {
             return;
         };
+        if cap.varies {
+            // Neither replayed nor kept: `finish` releases the waiters.
+            *varied = true;
+            return;
+        }
         let ok = matches!(
             policy.classifier.classify(&obs),
             Outcome::Success | Outcome::BadRequest
@@ -966,12 +976,12 @@ impl Worker {
         if !ok {
             // Waiters get the failure (or the next one leads) once the call is
             // complete; a failure is never kept as a stale copy.
-            *failed = (!cap.too_large && !cap.varies).then(|| Box::new(cap.take_response()));
+            *failed = (!cap.too_large).then(|| Box::new(cap.take_response()));
             return;
         }
         let (lead, pi) = (lead.take(), req.pi);
-        let (req_key, varies) = (req.key.clone(), cap.varies);
-        let get = req.get && !req.creds && !cap.private && !varies;
+        let req_key = req.key.clone();
+        let get = req.get && !req.creds && !cap.private;
         let now = self.now();
         let mut taken = cap.take_response();
         taken.at = now;
@@ -984,11 +994,8 @@ impl Worker {
                 replay.keep(&req_key, r.clone(), now);
             }
         }
-        match lead {
-            // Each waiter goes upstream on its own, at once.
-            Some(lead) if varies => replay.release(lead, &req_key, now),
-            Some(lead) => replay.settle(lead, &req_key, response, true, now),
-            None => {}
+        if let Some(lead) = lead {
+            replay.settle(lead, &req_key, response, true, now);
         }
         self.settle(now);
     }
@@ -1028,6 +1035,7 @@ impl Worker {
                 req,
                 lead,
                 failed,
+                varied,
                 ..
             } => {
                 self.by_call.remove(permit.id());
@@ -1053,9 +1061,15 @@ impl Worker {
                     m.in_flight(-1);
                 }
                 if let (Some(lead), Some(r)) = (lead, self.replays.get_mut(req.pi)) {
-                    // A failed response goes to the waiters (or the next one leads, a
-                    // slot now free); without a complete response the next one leads.
-                    r.settle(lead, &req.key, failed.map(|b| *b), false, now);
+                    if varied {
+                        // Each waiter goes upstream on its own, at once.
+                        r.release(lead, &req.key, now);
+                    } else {
+                        // A failed response goes to the waiters (or the next one
+                        // leads, a slot now free); without a complete response the
+                        // next one leads.
+                        r.settle(lead, &req.key, failed.map(|b| *b), false, now);
+                    }
                 }
             }
             Call::Queued { ticket, req, lead } => {

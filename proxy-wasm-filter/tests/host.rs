@@ -1703,3 +1703,45 @@ fn a_slow_upload_is_not_a_timeout() {
     assert_eq!(counter(&h, "fusewire.svc.timeout"), 1);
     assert_eq!(counter(&h, "fusewire.svc.success"), 6);
 }
+
+/// Waiters released because the response varies outside the key go upstream once the
+/// leader's slot is free, all at once — after a success through a full bulkhead, and
+/// after a failure (found by review: they were refused by the leader's own slot, or
+/// promoted one after another).
+#[test]
+fn released_waiters_find_the_slot_free_and_go_together() {
+    let json = collapse_only("").replace(
+        "\"fallback\": {",
+        "\"bulkhead\": {\"max_concurrent\": 1}, \"fallback\": {",
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let varying = |status| {
+        UpstreamReply::status(status)
+            .after_ms(100)
+            .with_header("vary", "Origin")
+            .with_body("x")
+    };
+    h.submit_at(t0, 0, Request::get("/api/v"), varying(200));
+    let w = h.submit_at(t0 + 1, 0, Request::get("/api/v"), varying(200));
+    h.run_for(Duration::from_millis(1_000));
+    let w = h.record(w).expect("waiter");
+    assert!(w.sent_upstream, "{w:?}");
+    assert_eq!(w.response_status, Some(200));
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.semaphore_rejected"), 0);
+
+    let mut h = harness(CasMode::Envoy, &collapse_only(""));
+    let t0 = h.now_ns();
+    h.submit_at(t0, 0, Request::get("/api/f"), varying(503));
+    let ws: Vec<u64> = (1..=3)
+        .map(|i| h.submit_at(t0 + i, 0, Request::get("/api/f"), varying(503)))
+        .collect();
+    h.run_for(Duration::from_millis(2_000));
+    for w in ws {
+        let w = h.record(w).expect("waiter");
+        assert!(w.sent_upstream, "{w:?}");
+        let ms = (w.end_ns - t0) / 1_000_000;
+        assert!(ms <= 200, "released together at 100 ms, ended at {ms} ms");
+    }
+}

@@ -832,8 +832,10 @@ impl Engine {
                 deadline,
             },
         );
-        // The old entry no longer matches the call's deadline: it is skipped.
+        // The old entry no longer matches the call's deadline: it is skipped, and
+        // cleaned off the front so `next_deadline` stays exact.
         p.timeouts.push(timeout_ms, deadline, permit.0);
+        self.clean_timeouts(key);
     }
 
     /// The outcome of one call that held a slot: metrics, breaker, shared delta.
