@@ -1036,8 +1036,11 @@ impl Worker {
                 lead,
                 failed,
                 varied,
+                capture,
                 ..
             } => {
+                // Also a varying response cut short before `publish` saw its end.
+                let varied = varied || capture.is_some_and(|c| c.varies);
                 self.by_call.remove(permit.id());
                 if obs.needs_flags() {
                     if let Some(f) = host::property(b"response\0flags", FlagSet::from_property) {

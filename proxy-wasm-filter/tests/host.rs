@@ -1745,3 +1745,29 @@ fn released_waiters_find_the_slot_free_and_go_together() {
         assert!(ms <= 200, "released together at 100 ms, ended at {ms} ms");
     }
 }
+
+/// A varying response cut short (the upstream reset after its headers) releases its
+/// waiters together too, not one after another (found by review).
+#[test]
+fn a_varying_response_cut_short_releases_its_waiters() {
+    let mut h = harness(CasMode::Envoy, &collapse_only(""));
+    let t0 = h.now_ns();
+    let cut = || {
+        UpstreamReply::status(200)
+            .after_ms(100)
+            .with_header("vary", "Origin")
+            .with_body("part")
+            .then_reset()
+    };
+    h.submit_at(t0, 0, Request::get("/api/c"), cut());
+    let ws: Vec<u64> = (1..=3)
+        .map(|i| h.submit_at(t0 + i, 0, Request::get("/api/c"), cut()))
+        .collect();
+    h.run_for(Duration::from_millis(2_000));
+    for w in ws {
+        let w = h.record(w).expect("waiter");
+        assert!(w.sent_upstream, "{w:?}");
+        let ms = (w.end_ns - t0) / 1_000_000;
+        assert!(ms <= 200, "released together at 100 ms, ended at {ms} ms");
+    }
+}
