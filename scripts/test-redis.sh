@@ -55,7 +55,11 @@ echo "== node:test: the fleet against redis-server (Node $(node --version))"
 (cd "$out/app" && node --test --test-reporter=spec test/*.test.mjs 2>&1 | tee "$root/$out/log.txt" | grep -E '^# |✔|✖|﹣' || true)
 grep -qE '^ℹ fail 0' "$out/log.txt" || { grep -B5 -A40 '✖' "$out/log.txt" | head -150; exit 1; }
 echo "== examples/fleet: 3 processes trip together and close together"
-(cd examples/fleet && npm install --no-audit --no-fund --loglevel=error >/dev/null && node fleet.mjs) > "$out/fleet.log" 2>&1
+if ! (cd examples/fleet && npm install --no-audit --no-fund --loglevel=error >/dev/null && node fleet.mjs) > "$out/fleet.log" 2>&1; then
+  cat "$out/fleet.log"
+  echo "examples/fleet: failed" >&2
+  exit 1
+fi
 for m in 0 1 2; do
   for want in "member $m: open" "member $m: close"; do
     grep -q "$want" "$out/fleet.log" || { cat "$out/fleet.log"; echo "examples/fleet: no '$want'" >&2; exit 1; }

@@ -15,7 +15,7 @@
 // for the whole fleet. `npm start` here (after `bash scripts/build-js.sh`).
 import { fork, spawn } from 'node:child_process';
 import { createServer, get } from 'node:http';
-import { createServer as netServer } from 'node:net';
+import { connect, createServer as netServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
 const MEMBERS = 3;
@@ -54,7 +54,18 @@ async function main() {
       process.exit(1);
     });
     redisUrl = `redis://127.0.0.1:${port}`;
-    await new Promise((r) => setTimeout(r, 300));
+    // Until it accepts connections (a loaded machine can take longer than a moment).
+    for (let i = 0; i < 100; i++) {
+      const up = await new Promise((r) => {
+        const c = connect(port, '127.0.0.1', () => {
+          c.end();
+          r(true);
+        });
+        c.on('error', () => r(false));
+      });
+      if (up) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
   console.log(`fleet: upstream ${upstreamUrl}, Redis ${redisUrl}${redis ? ' (started here)' : ''}, ${MEMBERS} members`);
 
