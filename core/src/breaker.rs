@@ -198,10 +198,11 @@ pub struct BreakerState {
     /// End of the warm-up (`breaker.warm_up_ms` after the key was created): no trip
     /// before it. `None` once over, or when there is none.
     warm_until: Option<Nanos>,
-    /// The last trip check found errors short of a volume threshold (see
-    /// [`short_of_volume`]): a success, which adds volume, checks again. Kept by the
+    /// The next success runs the trip rules: the last check found errors short of a
+    /// volume threshold (see [`short_of_volume`]; a success adds volume), or calls
+    /// left the window since (the error rate can rise without an error). Kept by the
     /// replica that runs the rules; not on the wire.
-    volume_short: bool,
+    check_on_success: bool,
 }
 
 /// On the wire (postcard's layout, field by field): the probe leases as a
@@ -255,7 +256,7 @@ impl Wire for BreakerState {
             ramp_started_at: Wire::take(r)?,
             shadow_rejections: u64::take(r)?,
             warm_until: Wire::take(r)?,
-            volume_short: false,
+            check_on_success: false,
         })
     }
 }
@@ -431,7 +432,7 @@ impl BreakerState {
             ramp_started_at: None,
             shadow_rejections: 0,
             warm_until: None,
-            volume_short: false,
+            check_on_success: false,
         }
     }
 
@@ -508,8 +509,16 @@ impl BreakerState {
 
     /// Whether a success must run the trip rules (see [`short_of_volume`]).
     #[inline(always)]
-    pub(crate) fn volume_short(&self) -> bool {
-        self.volume_short
+    pub(crate) fn check_on_success(&self) -> bool {
+        self.check_on_success
+    }
+
+    /// Calls left the rolling window: its error rate may have risen with no new
+    /// error, so the next success runs the trip rules (as resilience4j checks after
+    /// every call and Hystrix on every health snapshot).
+    #[inline]
+    pub(crate) fn window_dropped_calls(&mut self) {
+        self.check_on_success |= self.phase == Phase::Closed;
     }
 
     /// A success in the closed phase ends any failure run.
@@ -574,7 +583,7 @@ impl BreakerState {
         self.probes_issued = 0;
         self.probe_successes = 0;
         self.consecutive_failures = 0;
-        self.volume_short = false;
+        self.check_on_success = false;
         t
     }
 
@@ -756,7 +765,7 @@ impl BreakerState {
         if outcome == Outcome::Success
             && self.phase == Phase::Closed
             && !cfg.slow_call.enabled
-            && !self.volume_short
+            && !self.check_on_success
             && pass.generation() == self.generation
         {
             self.consecutive_failures = 0;
@@ -786,7 +795,9 @@ impl BreakerState {
                 match outcome {
                     Outcome::Success if !slow => {
                         self.consecutive_failures = 0;
-                        if !self.volume_short {
+                        if !(self.check_on_success && cfg.volume_rules()) {
+                            // (opossum's rule is checked on errors only.)
+                            self.check_on_success = false;
                             return None;
                         }
                     }
@@ -836,14 +847,14 @@ impl BreakerState {
         if let Some(until) = self.warm_until {
             if now < until {
                 // The errors seen now count once it is over: the next success checks.
-                self.volume_short = true;
+                self.check_on_success = true;
                 return None;
             }
             self.warm_until = None;
         }
         let h = window.health(now);
         let Some(reason) = trip_reason(cfg, self.consecutive_failures, &h) else {
-            self.volume_short = short_of_volume(cfg, &h);
+            self.check_on_success = short_of_volume(cfg, &h);
             return None;
         };
         Some(self.open(cfg, now, rand, reason))

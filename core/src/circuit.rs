@@ -70,8 +70,8 @@ impl Circuit {
         let (r, t) = self
             .state
             .admit(&config.breaker, &mut self.window, now, rand);
-        if r.is_err() {
-            self.window.record(EventKind::ShortCircuited, now);
+        if r.is_err() && self.window.record(EventKind::ShortCircuited, now) {
+            self.state.window_dropped_calls();
         }
         (r, t)
     }
@@ -90,7 +90,9 @@ impl Circuit {
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        self.record_metrics(config, pass.started_at(), outcome, concurrency, now);
+        if self.record_metrics(config, pass.started_at(), outcome, concurrency, now) {
+            self.state.window_dropped_calls();
+        }
         // The other calls still running count for the `all_calls` denominator.
         let mut window = Running {
             window: &mut self.window,
@@ -101,7 +103,8 @@ impl Circuit {
     }
 
     /// Counts a call's outcome in the window only (the breaker is decided elsewhere,
-    /// e.g. by the shared state): metrics, latency, slow count, concurrency.
+    /// e.g. by the shared state): metrics, latency, slow count, concurrency. True
+    /// when calls left the window (see [`Window::record_call`]).
     #[inline]
     pub fn record_metrics(
         &mut self,
@@ -110,15 +113,16 @@ impl Circuit {
         outcome: Outcome,
         concurrency: u32,
         now: Nanos,
-    ) {
-        if let Some(kind) = outcome.event() {
-            let latency = now.saturating_sub(started_at);
-            let slow = kind != EventKind::BadRequest
-                && config.breaker.slow_call.enabled
-                && latency >= ms_to_ns(config.breaker.slow_call.duration_threshold_ms);
-            self.window
-                .record_call(kind, latency, slow, concurrency, now);
-        }
+    ) -> bool {
+        let Some(kind) = outcome.event() else {
+            return false;
+        };
+        let latency = now.saturating_sub(started_at);
+        let slow = kind != EventKind::BadRequest
+            && config.breaker.slow_call.enabled
+            && latency >= ms_to_ns(config.breaker.slow_call.duration_threshold_ms);
+        self.window
+            .record_call(kind, latency, slow, concurrency, now)
     }
 
     /// Records a bulkhead rejection (`SEMAPHORE_REJECTED` / `THREAD_POOL_REJECTED`):
@@ -132,7 +136,19 @@ impl Circuit {
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        self.window.record(kind, now);
+        let _ = self.window.record(kind, now); // the rules run now anyway
+        self.check_trip(config, running, now, rand)
+    }
+
+    /// Runs the trip rules now (closed phase only). `running`: calls of the key still
+    /// running (the `all_calls` denominator counts them).
+    pub fn check_trip(
+        &mut self,
+        config: &Config,
+        running: u32,
+        now: Nanos,
+        rand: u64,
+    ) -> Option<Transition> {
         let mut window = Running {
             window: &mut self.window,
             running,
@@ -145,7 +161,9 @@ impl Circuit {
     /// collapsed calls). Never moves the breaker.
     #[inline]
     pub fn record_event(&mut self, kind: EventKind, now: Nanos) {
-        self.window.record(kind, now);
+        if self.window.record(kind, now) {
+            self.state.window_dropped_calls();
+        }
     }
 
     /// Time-driven transitions (open period over, probe lease expired).
@@ -343,20 +361,42 @@ impl CircuitBreaker {
         if self.fast
             && outcome == Outcome::Success
             && state.phase() == Phase::Closed
-            && !state.volume_short()
+            && !state.check_on_success()
             && pass.generation() == state.generation()
         {
-            // The closed-phase success: count it, end any failure run; no rule fires.
+            // The closed-phase success: count it, end any failure run; no rule fires
+            // unless calls left the window.
             let latency = now.saturating_sub(pass.started_at());
-            self.circuit
-                .window
-                .record_call(EventKind::Success, latency, false, concurrency, now);
+            let dropped = self.circuit.window.record_call(
+                EventKind::Success,
+                latency,
+                false,
+                concurrency,
+                now,
+            );
             self.circuit.state.clear_failure_run();
+            if dropped {
+                return self.recheck(concurrency, now, rand);
+            }
             return None;
         }
         let t = self
             .circuit
             .record(&self.config, pass, outcome, concurrency, now, rand);
+        self.note(t)
+    }
+
+    /// Calls left the window as a success was counted: the rules that successes
+    /// check run now.
+    #[cold]
+    #[inline(never)]
+    fn recheck(&mut self, concurrency: u32, now: Nanos, rand: u64) -> Option<Transition> {
+        if !self.config.breaker.volume_rules() {
+            return None;
+        }
+        let t = self
+            .circuit
+            .check_trip(&self.config, concurrency.saturating_sub(1), now, rand);
         self.note(t)
     }
 

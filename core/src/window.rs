@@ -213,16 +213,17 @@ impl Window {
         self.sync();
     }
 
+    /// Moves the window to `now`; true when counted calls left it (the error rate
+    /// can then have risen without a new error).
     #[inline(always)]
-    fn roll(&mut self, now: Nanos) {
-        if now >= self.next_roll {
-            self.roll_cold(now);
-        }
+    fn roll(&mut self, now: Nanos) -> bool {
+        now >= self.next_roll && self.roll_cold(now)
     }
 
     #[cold]
     #[inline(never)]
-    fn roll_cold(&mut self, now: Nanos) {
+    fn roll_cold(&mut self, now: Nanos) -> bool {
+        let mut dropped = false;
         if now >= self.counters.current_end() {
             // The current bucket becomes a past one; buckets leaving the window move
             // from the running totals to the retired counts.
@@ -238,25 +239,30 @@ impl Window {
                 for ((t, r), c) in past.iter_mut().zip(retired.iter_mut()).zip(&b.counts) {
                     *t = t.saturating_sub(u64::from(*c));
                     *r = r.saturating_add(u64::from(*c));
+                    dropped |= *c != 0;
                 }
                 *past_slow = past_slow.saturating_sub(u64::from(b.slow));
             });
         }
         self.latency.roll(now, |_| {});
         self.sync();
+        dropped
     }
 
-    /// Counts one event at `now`. O(1), no allocation.
+    /// Counts one event at `now`. True when moving to `now` dropped counted calls
+    /// from the window. O(1), no allocation.
     #[inline(always)]
-    pub fn record(&mut self, kind: EventKind, now: Nanos) {
-        self.roll(now);
+    pub fn record(&mut self, kind: EventKind, now: Nanos) -> bool {
+        let dropped = self.roll(now);
         if let Some(b) = self.counters.current_mut() {
             crate::counter::increment(&mut b.counts[kind.index()]);
         }
+        dropped
     }
 
     /// Counts one execution with its latency (ns), whether it was slow, and the
-    /// concurrency it ran at (for the rolling maximum). O(1), no allocation.
+    /// concurrency it ran at (for the rolling maximum). True when moving to `now`
+    /// dropped counted calls from the window. O(1), no allocation.
     #[inline(always)]
     pub fn record_call(
         &mut self,
@@ -265,8 +271,8 @@ impl Window {
         slow: bool,
         concurrency: u32,
         now: Nanos,
-    ) {
-        self.roll(now);
+    ) -> bool {
+        let dropped = self.roll(now);
         if let Some(b) = self.counters.current_mut() {
             crate::counter::increment(&mut b.counts[kind.index()]);
             if concurrency > b.max_concurrency {
@@ -279,6 +285,7 @@ impl Window {
         if let Some(b) = self.latency.current_mut() {
             b.latency.record(latency_ns);
         }
+        dropped
     }
 
     /// Counts `n` events of `kind` at `now` in one step (hosts restoring saved

@@ -596,3 +596,53 @@ fn errors_from_the_warm_up_trip_on_the_success_that_reaches_the_volume() {
     call(&mut b, T0 + 1_500 * MS, Outcome::Success).unwrap();
     assert_eq!(b.phase(), Phase::Open, "20 calls at 50 % errors");
 }
+
+/// Calls leaving the window can raise its error rate with no new error: the next
+/// success runs the rules (resilience4j checks after every call, Hystrix on every
+/// health snapshot). Before, the breaker stayed closed at 50 % until the next error.
+#[test]
+fn a_success_after_calls_left_the_window_trips_at_the_rate() {
+    for cold in [false, true] {
+        let mut c = Config::default();
+        // The slow-call rule (never met here) sends every success down the full path.
+        c.breaker.slow_call.enabled = cold;
+        c.breaker.slow_call.duration_threshold_ms = 60_000;
+        let mut b = cb(c);
+        calls(&mut b, T0, 100, 0);
+        calls(&mut b, T0 + 5_000 * MS, 0, 10);
+        calls(&mut b, T0 + 9_000 * MS, 9, 0);
+        assert_eq!(b.phase(), Phase::Closed, "10 errors in 119 calls");
+        // 10 s on, the first bucket (100 successes) leaves: 10 errors in 20 calls.
+        call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
+        assert_eq!(b.health(T0 + 10_500 * MS).total, 20);
+        assert_tripped(&mut b, TransitionReason::ErrorPercentage);
+    }
+}
+
+/// A roll that drops calls from a window whose rate stays under the threshold trips
+/// nothing, and opossum's rule (checked on errors only) ignores rolls.
+#[test]
+fn calls_leaving_the_window_trip_nothing_under_the_rate_or_with_opossums_rule() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 100, 0);
+    calls(&mut b, T0 + 5_000 * MS, 0, 9);
+    calls(&mut b, T0 + 9_000 * MS, 10, 0);
+    call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
+    assert_eq!(b.phase(), Phase::Closed, "9 errors in 20 calls");
+
+    let mut c = Config::default();
+    c.breaker.error_percentage.denominator = fusewire_core::config::Denominator::AllCalls;
+    c.breaker.error_percentage.comparison = fusewire_core::config::Comparison::Above;
+    let mut b = cb(c);
+    calls(&mut b, T0, 100, 0);
+    calls(&mut b, T0 + 5_000 * MS, 0, 11);
+    calls(&mut b, T0 + 9_000 * MS, 9, 0);
+    call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
+    assert_eq!(
+        b.phase(),
+        Phase::Closed,
+        "opossum: no failure since the roll"
+    );
+    call(&mut b, T0 + 10_500 * MS, Outcome::Failure).unwrap();
+    assert_eq!(b.phase(), Phase::Open);
+}

@@ -795,3 +795,39 @@ fn long_key_names_that_share_a_prefix_stay_apart() {
     assert_eq!(e.key(p, &a, 0), Some(ka), "found again");
     assert_eq!(e.key_name(ka), Some(na.as_ref()));
 }
+
+/// Calls leaving the rolling window can raise its error rate with no new error: a
+/// success after the roll trips at the rate, in every mode.
+#[test]
+fn a_success_after_calls_left_the_window_trips_at_the_rate() {
+    each_mode(|m| {
+        let mut h = Host::new(m, BASE);
+        let keys = h.keys("k");
+        let n = h.engines.len();
+        for i in 0..100 {
+            assert!(h.call(i % n, keys[i % n], Outcome::Success));
+        }
+        h.advance(5_000);
+        for i in 0..10 {
+            assert!(h.call(i % n, keys[i % n], Outcome::Failure));
+        }
+        h.advance(4_000);
+        for i in 0..9 {
+            assert!(h.call(i % n, keys[i % n], Outcome::Success));
+        }
+        h.advance(SYNC_MS);
+        assert_eq!(
+            h.phase(0, keys[0]),
+            Phase::Closed,
+            "{m:?}: 10 errors in 119"
+        );
+        // The first second's 100 successes leave the window: 10 errors in 20 calls.
+        h.advance(1_500 - SYNC_MS);
+        assert!(h.call(0, keys[0], Outcome::Success));
+        h.advance(SYNC_MS);
+        for w in 0..n {
+            let r = refused(h.start(w, keys[w]));
+            assert_eq!(r.event, EventKind::ShortCircuited, "{m:?} worker {w}");
+        }
+    });
+}
