@@ -307,11 +307,13 @@ pub fn open_duration_ns(cfg: &OpenConfig, step: u32, rand: u64) -> Nanos {
 /// and the rolling health counts; `None` when none does. Pure: any host can evaluate
 /// it on any window that yields a [`HealthSnapshot`] (the core's [`crate::Window`] or the
 /// counters-only window of [`crate::shared`]). A rule needs at least one error (slow
-/// call): a 0 % threshold trips on the first, not on none.
+/// call): a 0 % threshold trips on the first, not on none. `error`: an error prompted
+/// the check (opossum's `all_calls` rule runs only then, as opossum checks).
 pub fn trip_reason(
     cfg: &BreakerConfig,
     consecutive_failures: u32,
     h: &HealthSnapshot,
+    error: bool,
 ) -> Option<TransitionReason> {
     if cfg.consecutive_failures.enabled
         && consecutive_failures >= cfg.consecutive_failures.threshold
@@ -319,7 +321,7 @@ pub fn trip_reason(
         return Some(TransitionReason::ConsecutiveFailures);
     }
     let ep = &cfg.error_percentage;
-    if ep.enabled {
+    if ep.enabled && (error || ep.over_total()) {
         let (calls, pct) = match ep.denominator {
             Denominator::Total => (h.total, h.error_percentage),
             Denominator::AllCalls => {
@@ -513,11 +515,12 @@ impl BreakerState {
         self.check_on_success
     }
 
-    /// Calls left the rolling window: its error rate may have risen with no new
-    /// error, so the next success runs the trip rules (as resilience4j checks after
-    /// every call and Hystrix on every health snapshot).
+    /// The next success runs the trip rules: calls left the rolling window (its rate
+    /// may have risen with no new error; resilience4j checks after every call, Hystrix
+    /// on every health snapshot), the config changed, or the rules last ran on
+    /// another replica's window.
     #[inline]
-    pub(crate) fn window_dropped_calls(&mut self) {
+    pub(crate) fn check_next_success(&mut self) {
         self.check_on_success |= self.phase == Phase::Closed;
     }
 
@@ -795,9 +798,7 @@ impl BreakerState {
                 match outcome {
                     Outcome::Success if !slow => {
                         self.consecutive_failures = 0;
-                        if !(self.check_on_success && cfg.volume_rules()) {
-                            // (opossum's rule is checked on errors only.)
-                            self.check_on_success = false;
+                        if !self.check_on_success {
                             return None;
                         }
                     }
@@ -807,7 +808,8 @@ impl BreakerState {
                     }
                     Outcome::Cancelled => return None,
                 }
-                self.check_trip(cfg, window, now, rand)
+                let error = matches!(outcome, Outcome::Failure | Outcome::Timeout);
+                self.check_trip(cfg, window, now, rand, error)
             }
             Phase::Open => None,
             Phase::HalfOpen => {
@@ -832,14 +834,16 @@ impl BreakerState {
         }
     }
 
-    /// Checks the trip rules against the window (closed phase only). Bulkhead
-    /// rejections count as errors, so hosts call this after recording one.
+    /// Checks the trip rules against the window (closed phase only); `error`: an error
+    /// prompted the check (see [`trip_reason`]). Bulkhead rejections count as errors,
+    /// so hosts call this after recording one.
     pub fn check_trip(
         &mut self,
         cfg: &BreakerConfig,
         window: &mut dyn Health,
         now: Nanos,
         rand: u64,
+        error: bool,
     ) -> Option<Transition> {
         if self.phase != Phase::Closed || !state_machine_runs(cfg.mode) {
             return None;
@@ -853,7 +857,7 @@ impl BreakerState {
             self.warm_until = None;
         }
         let h = window.health(now);
-        let Some(reason) = trip_reason(cfg, self.consecutive_failures, &h) else {
+        let Some(reason) = trip_reason(cfg, self.consecutive_failures, &h, error) else {
             self.check_on_success = short_of_volume(cfg, &h);
             return None;
         };

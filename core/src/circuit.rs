@@ -70,8 +70,8 @@ impl Circuit {
         let (r, t) = self
             .state
             .admit(&config.breaker, &mut self.window, now, rand);
-        if r.is_err() && self.window.record(EventKind::ShortCircuited, now) {
-            self.state.window_dropped_calls();
+        if r.is_err() {
+            self.window.record(EventKind::ShortCircuited, now);
         }
         (r, t)
     }
@@ -90,8 +90,9 @@ impl Circuit {
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        if self.record_metrics(config, pass.started_at(), outcome, concurrency, now) {
-            self.state.window_dropped_calls();
+        self.record_metrics(config, pass.started_at(), outcome, concurrency, now);
+        if self.window.take_dropped() {
+            self.state.check_next_success();
         }
         // The other calls still running count for the `all_calls` denominator.
         let mut window = Running {
@@ -103,8 +104,7 @@ impl Circuit {
     }
 
     /// Counts a call's outcome in the window only (the breaker is decided elsewhere,
-    /// e.g. by the shared state): metrics, latency, slow count, concurrency. True
-    /// when calls left the window (see [`Window::record_call`]).
+    /// e.g. by the shared state): metrics, latency, slow count, concurrency.
     #[inline]
     pub fn record_metrics(
         &mut self,
@@ -113,16 +113,15 @@ impl Circuit {
         outcome: Outcome,
         concurrency: u32,
         now: Nanos,
-    ) -> bool {
-        let Some(kind) = outcome.event() else {
-            return false;
-        };
-        let latency = now.saturating_sub(started_at);
-        let slow = kind != EventKind::BadRequest
-            && config.breaker.slow_call.enabled
-            && latency >= ms_to_ns(config.breaker.slow_call.duration_threshold_ms);
-        self.window
-            .record_call(kind, latency, slow, concurrency, now)
+    ) {
+        if let Some(kind) = outcome.event() {
+            let latency = now.saturating_sub(started_at);
+            let slow = kind != EventKind::BadRequest
+                && config.breaker.slow_call.enabled
+                && latency >= ms_to_ns(config.breaker.slow_call.duration_threshold_ms);
+            self.window
+                .record_call(kind, latency, slow, concurrency, now);
+        }
     }
 
     /// Records a bulkhead rejection (`SEMAPHORE_REJECTED` / `THREAD_POOL_REJECTED`):
@@ -136,34 +135,34 @@ impl Circuit {
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        let _ = self.window.record(kind, now); // the rules run now anyway
-        self.check_trip(config, running, now, rand)
+        self.window.record(kind, now);
+        self.check_trip(config, running, now, rand, true)
     }
 
     /// Runs the trip rules now (closed phase only). `running`: calls of the key still
-    /// running (the `all_calls` denominator counts them).
+    /// running (the `all_calls` denominator counts them); `error`: an error prompted
+    /// the check.
     pub fn check_trip(
         &mut self,
         config: &Config,
         running: u32,
         now: Nanos,
         rand: u64,
+        error: bool,
     ) -> Option<Transition> {
         let mut window = Running {
             window: &mut self.window,
             running,
         };
         self.state
-            .check_trip(&config.breaker, &mut window, now, rand)
+            .check_trip(&config.breaker, &mut window, now, rand, error)
     }
 
     /// Counts an event that is not a call outcome (fallback results, cache hits,
     /// collapsed calls). Never moves the breaker.
     #[inline]
     pub fn record_event(&mut self, kind: EventKind, now: Nanos) {
-        if self.window.record(kind, now) {
-            self.state.window_dropped_calls();
-        }
+        self.window.record(kind, now);
     }
 
     /// Time-driven transitions (open period over, probe lease expired).
@@ -207,6 +206,8 @@ impl Circuit {
     /// Applies a new config, keeping state and counters (re-bucketing the window).
     pub fn reconfigure(&mut self, config: &Config) {
         self.window.reconfigure(&config.metrics);
+        // Calls may have left the window, thresholds moved: the next success checks.
+        self.state.check_next_success();
     }
 
     /// Bytes per key: breaker state + window + histograms.
@@ -367,13 +368,9 @@ impl CircuitBreaker {
             // The closed-phase success: count it, end any failure run; no rule fires
             // unless calls left the window.
             let latency = now.saturating_sub(pass.started_at());
-            let dropped = self.circuit.window.record_call(
-                EventKind::Success,
-                latency,
-                false,
-                concurrency,
-                now,
-            );
+            let w = &mut self.circuit.window;
+            w.record_call(EventKind::Success, latency, false, concurrency, now);
+            let dropped = w.take_dropped();
             self.circuit.state.clear_failure_run();
             if dropped {
                 return self.recheck(concurrency, now, rand);
@@ -391,12 +388,13 @@ impl CircuitBreaker {
     #[cold]
     #[inline(never)]
     fn recheck(&mut self, concurrency: u32, now: Nanos, rand: u64) -> Option<Transition> {
-        if !self.config.breaker.volume_rules() {
-            return None;
-        }
-        let t = self
-            .circuit
-            .check_trip(&self.config, concurrency.saturating_sub(1), now, rand);
+        let t = self.circuit.check_trip(
+            &self.config,
+            concurrency.saturating_sub(1),
+            now,
+            rand,
+            false,
+        );
         self.note(t)
     }
 

@@ -149,6 +149,9 @@ pub struct Window {
     latency: Ring<LatencyBucket>,
     /// `min` of both rings' current-bucket ends: one comparison guards both.
     next_roll: Nanos,
+    /// Calls whose leaving can raise a rate (a success; for the slow-call rate, a
+    /// call that was not slow) left the window since [`Window::take_dropped`].
+    dropped: bool,
 }
 
 fn ring_geometry(window_ms: u64, buckets: u32) -> (u64, usize) {
@@ -176,6 +179,7 @@ impl Window {
             retired: [0; EVENT_KINDS],
             latency: latency_ring(config, now),
             next_roll: 0,
+            dropped: false,
         };
         window.sync();
         window
@@ -213,17 +217,16 @@ impl Window {
         self.sync();
     }
 
-    /// Moves the window to `now`; true when counted calls left it (the error rate
-    /// can then have risen without a new error).
     #[inline(always)]
-    fn roll(&mut self, now: Nanos) -> bool {
-        now >= self.next_roll && self.roll_cold(now)
+    fn roll(&mut self, now: Nanos) {
+        if now >= self.next_roll {
+            self.roll_cold(now);
+        }
     }
 
     #[cold]
     #[inline(never)]
-    fn roll_cold(&mut self, now: Nanos) -> bool {
-        let mut dropped = false;
+    fn roll_cold(&mut self, now: Nanos) {
         if now >= self.counters.current_end() {
             // The current bucket becomes a past one; buckets leaving the window move
             // from the running totals to the retired counts.
@@ -233,36 +236,47 @@ impl Window {
                 }
                 self.past_slow = self.past_slow.saturating_add(u64::from(b.slow));
             }
-            let (past, past_slow, retired) =
-                (&mut self.past, &mut self.past_slow, &mut self.retired);
+            let (past, past_slow, retired, dropped) = (
+                &mut self.past,
+                &mut self.past_slow,
+                &mut self.retired,
+                &mut self.dropped,
+            );
             self.counters.roll(now, |b| {
                 for ((t, r), c) in past.iter_mut().zip(retired.iter_mut()).zip(&b.counts) {
                     *t = t.saturating_sub(u64::from(*c));
                     *r = r.saturating_add(u64::from(*c));
-                    dropped |= *c != 0;
                 }
                 *past_slow = past_slow.saturating_sub(u64::from(b.slow));
+                let c = |k: EventKind| u64::from(b.counts[k.index()]);
+                let executions =
+                    c(EventKind::Success) + c(EventKind::Failure) + c(EventKind::Timeout);
+                *dropped |= executions > u64::from(b.slow);
             });
         }
         self.latency.roll(now, |_| {});
         self.sync();
-        dropped
     }
 
-    /// Counts one event at `now`. True when moving to `now` dropped counted calls
-    /// from the window. O(1), no allocation.
+    /// Whether calls whose leaving can raise a rate left the window since the last
+    /// call (then the trip rules must run again: the rate may be over its threshold
+    /// with no new error).
     #[inline(always)]
-    pub fn record(&mut self, kind: EventKind, now: Nanos) -> bool {
-        let dropped = self.roll(now);
+    pub fn take_dropped(&mut self) -> bool {
+        core::mem::take(&mut self.dropped)
+    }
+
+    /// Counts one event at `now`. O(1), no allocation.
+    #[inline(always)]
+    pub fn record(&mut self, kind: EventKind, now: Nanos) {
+        self.roll(now);
         if let Some(b) = self.counters.current_mut() {
             crate::counter::increment(&mut b.counts[kind.index()]);
         }
-        dropped
     }
 
     /// Counts one execution with its latency (ns), whether it was slow, and the
-    /// concurrency it ran at (for the rolling maximum). True when moving to `now`
-    /// dropped counted calls from the window. O(1), no allocation.
+    /// concurrency it ran at (for the rolling maximum). O(1), no allocation.
     #[inline(always)]
     pub fn record_call(
         &mut self,
@@ -271,8 +285,8 @@ impl Window {
         slow: bool,
         concurrency: u32,
         now: Nanos,
-    ) -> bool {
-        let dropped = self.roll(now);
+    ) {
+        self.roll(now);
         if let Some(b) = self.counters.current_mut() {
             crate::counter::increment(&mut b.counts[kind.index()]);
             if concurrency > b.max_concurrency {
@@ -285,7 +299,6 @@ impl Window {
         if let Some(b) = self.latency.current_mut() {
             b.latency.record(latency_ns);
         }
-        dropped
     }
 
     /// Counts `n` events of `kind` at `now` in one step (hosts restoring saved
@@ -408,6 +421,7 @@ impl Window {
         }
         self.recompute_past();
         self.set_cumulative(&cumulative);
+        self.dropped |= other.dropped;
     }
 
     fn set_cumulative(&mut self, cumulative: &[u64; EVENT_KINDS]) {

@@ -1,7 +1,7 @@
 //! Deterministic-clock tests of every breaker rule (time in ns, simulated).
 
 use fusewire_core::breaker::open_duration_ns;
-use fusewire_core::config::{BreakerMode, OpenSchedule};
+use fusewire_core::config::{BreakerMode, Comparison, Denominator, OpenSchedule};
 use fusewire_core::{
     CircuitBreaker, Config, EventKind, Outcome, Phase, ShortCircuit, TransitionReason,
 };
@@ -644,5 +644,129 @@ fn calls_leaving_the_window_trip_nothing_under_the_rate_or_with_opossums_rule() 
         "opossum: no failure since the roll"
     );
     call(&mut b, T0 + 10_500 * MS, Outcome::Failure).unwrap();
+    assert_eq!(b.phase(), Phase::Open);
+}
+
+/// 100 successes at T0, 10 failures 5 s later, 9 successes at 9 s: closed.
+fn scenario(b: &mut CircuitBreaker) {
+    calls(b, T0, 100, 0);
+    calls(b, T0 + 5_000 * MS, 0, 10);
+    calls(b, T0 + 9_000 * MS, 9, 0);
+    assert_eq!(b.phase(), Phase::Closed);
+}
+
+/// The adaptive throttle reads the window at admission (which rolls it): the success
+/// recorded next still runs the rules.
+#[test]
+fn a_roll_made_by_the_throttles_admission_read_still_checks() {
+    for throttle in [false, true] {
+        let mut c = Config::default();
+        c.breaker.adaptive_throttle.enabled = throttle;
+        let mut b = cb(c);
+        calls(&mut b, T0, 100, 0);
+        calls(&mut b, T0 + 5_000 * MS, 0, 11);
+        calls(&mut b, T0 + 9_000 * MS, 9, 0);
+        assert_eq!(b.phase(), Phase::Closed);
+        // rand = MAX: the throttle's draw (p = 2/21 at 11 errors in 20) admits.
+        let now = T0 + 10_500 * MS;
+        let p = b.try_acquire(now, u64::MAX).expect("admitted");
+        b.record(p, Outcome::Success, now, u64::MAX);
+        assert_eq!(b.health(now).total, 21, "11 errors in 21 = 52 %");
+        assert_eq!(b.phase(), Phase::Open, "throttle={throttle}");
+    }
+}
+
+/// opossum's `all_calls` rule is checked on errors only, also when another rule makes
+/// a success check.
+#[test]
+fn opossums_rule_never_trips_on_a_success_with_the_slow_call_rule_on() {
+    for slow_rule in [false, true] {
+        let mut c = Config::default();
+        c.breaker.error_percentage.denominator = Denominator::AllCalls;
+        c.breaker.error_percentage.comparison = Comparison::AtOrAbove;
+        c.breaker.slow_call.enabled = slow_rule; // never met: 60 s threshold
+        let mut b = cb(c);
+        scenario(&mut b);
+        call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
+        assert_eq!(
+            b.phase(),
+            Phase::Closed,
+            "slow_call={slow_rule}: all_calls is checked on errors only"
+        );
+    }
+}
+
+/// A bucket leaving that holds no call whose leaving can raise a rate (here a bad
+/// request) makes no success check: a kept window over the threshold (opossum's
+/// `reset_window_on_close: false`) still waits for the next failure.
+#[test]
+fn only_calls_that_can_raise_a_rate_leaving_make_a_success_check() {
+    for with_bad_request in [false, true] {
+        let mut c = Config::default();
+        c.breaker.half_open.reset_window_on_close = false;
+        let mut b = cb(c);
+        if with_bad_request {
+            call(&mut b, T0, Outcome::BadRequest).unwrap();
+        }
+        calls(&mut b, T0 + 1_000 * MS, 8, 0);
+        calls(&mut b, T0 + 2_000 * MS, 0, 12);
+        assert_eq!(b.phase(), Phase::Open, "12 errors in 20");
+        call(&mut b, T0 + 7_000 * MS, Outcome::Success).unwrap(); // probe
+        assert_eq!(b.phase(), Phase::Closed, "kept window: 9 ok, 12 failed");
+        // 10 s after T0 the bucket at T0 leaves (empty, or one bad request).
+        call(&mut b, T0 + 10_000 * MS, Outcome::Success).unwrap();
+        assert_eq!(b.health(T0 + 10_000 * MS).total, 22);
+        assert_eq!(
+            b.phase(),
+            Phase::Closed,
+            "bad_request={with_bad_request}: same counts, a success never trips a kept window"
+        );
+    }
+}
+
+/// A reconfigure that shrinks the window (calls leave it) or lowers the threshold
+/// under the window's rate: the next success trips.
+#[test]
+fn a_reconfigured_window_over_the_threshold_trips_on_the_next_success() {
+    // (a) the window shrinks from 20 s to 10 s: 100 successes leave it.
+    let mut c = Config::default();
+    c.metrics.rolling_window_ms = 20_000;
+    c.metrics.rolling_buckets = 20;
+    c.metrics.percentile_window_ms = 20_000;
+    c.metrics.percentile_buckets = 20;
+    let mut b = cb(c.clone());
+    calls(&mut b, T0, 100, 0);
+    calls(&mut b, T0 + 15_000 * MS, 0, 11);
+    calls(&mut b, T0 + 16_000 * MS, 9, 0);
+    let mut c2 = c.clone();
+    c2.metrics.rolling_window_ms = 10_000;
+    c2.metrics.rolling_buckets = 10;
+    c2.validate().unwrap();
+    b.reconfigure(c2);
+    call(&mut b, T0 + 16_100 * MS, Outcome::Success).unwrap();
+    assert_eq!(b.health(T0 + 16_100 * MS).total, 21, "11 errors in 21");
+    let shrunk = b.phase();
+    // (b) the threshold drops from 60 % to 50 % over a window at 55 %.
+    let mut c = Config::default();
+    c.breaker.error_percentage.threshold_percentage = 60.0;
+    let mut b = cb(c.clone());
+    calls(&mut b, T0, 9, 11);
+    let mut c2 = c;
+    c2.breaker.error_percentage.threshold_percentage = 50.0;
+    b.reconfigure(c2);
+    call(&mut b, T0 + 100 * MS, Outcome::Success).unwrap();
+    assert_eq!((shrunk, b.phase()), (Phase::Open, Phase::Open));
+}
+
+/// A roll made by recording a non-call event (a fallback) still makes the next
+/// success check.
+#[test]
+fn a_roll_made_by_a_non_call_event_still_checks() {
+    let mut b = cb(Config::default());
+    calls(&mut b, T0, 100, 0);
+    calls(&mut b, T0 + 5_000 * MS, 0, 11);
+    calls(&mut b, T0 + 9_000 * MS, 9, 0);
+    b.record_event(EventKind::FallbackSuccess, T0 + 10_200 * MS, 0);
+    call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
     assert_eq!(b.phase(), Phase::Open);
 }

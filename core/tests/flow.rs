@@ -831,3 +831,92 @@ fn a_success_after_calls_left_the_window_trips_at_the_rate() {
         }
     });
 }
+
+fn calls_on_0(h: &mut Host, key: KeyId, n: u32, outcome: Outcome) {
+    for _ in 0..n {
+        assert!(h.call(0, key, outcome));
+    }
+}
+
+/// Counts restored with `record_n` can roll the window: the next success still checks.
+#[test]
+fn a_roll_made_by_restoring_counts_still_checks() {
+    for restore in [false, true] {
+        let mut h = Host::new(Mode::Local, "{}");
+        let k = h.key(0, "k");
+        calls_on_0(&mut h, k, 100, Outcome::Success);
+        h.advance(5_000);
+        calls_on_0(&mut h, k, 11, Outcome::Failure);
+        h.advance(4_000);
+        calls_on_0(&mut h, k, 9, Outcome::Success);
+        h.advance(1_200);
+        if restore {
+            let now = h.now;
+            h.engines[0].record_n(k, EventKind::ResponseFromCache, 1, now);
+        }
+        h.advance(300);
+        assert!(h.call(0, k, Outcome::Success));
+        assert_eq!(
+            h.phase(0, k),
+            Phase::Open,
+            "record_n={restore}: 11 errors in 21"
+        );
+    }
+}
+
+/// A shared key's local window keeps the worker's calls while the shared view decides;
+/// when the view goes stale the local breaker decides, and its first success runs the
+/// rules over that window (11 errors in 21 calls here, against a healthy fleet).
+#[test]
+fn a_shared_keys_local_breaker_checks_its_window_when_the_view_goes_stale() {
+    for roll_while_fresh in [false, true] {
+        let shared = SharedConfig {
+            stale_ms: 1_000,
+            ..SharedConfig::default()
+        };
+        let mut h = Host::with_shared(
+            Mode::Shared(fusewire_core::shared::memory::Rules::Envoy, 2),
+            "{}",
+            shared,
+        );
+        let keys = h.keys("k");
+        for _ in 0..100 {
+            assert!(h.call(0, keys[0], Outcome::Success));
+        }
+        h.advance(5_000);
+        for _ in 0..11 {
+            assert!(h.call(0, keys[0], Outcome::Failure));
+        }
+        h.advance(4_000);
+        for _ in 0..8 {
+            assert!(h.call(0, keys[0], Outcome::Success));
+        }
+        for _ in 0..300 {
+            assert!(h.call(1, keys[1], Outcome::Success)); // the fleet is healthy
+        }
+        h.advance(1_200);
+        if roll_while_fresh {
+            assert!(h.call(0, keys[0], Outcome::Success)); // fresh: rolls the local window
+        } else {
+            assert!(h.call(1, keys[1], Outcome::Success));
+        }
+        assert_eq!(h.phase(0, keys[0]), Phase::Closed, "fleet at 11 / 400+");
+        // Worker 0 loses the store: no more I/O; 1.3 s later its view is stale.
+        let now = h.now + 1_300 * MS;
+        let e = &mut h.engines[0];
+        let p = match e.start(keys[0], now, 0) {
+            Start::Running(p) => p,
+            s => panic!("{s:?}"),
+        };
+        e.complete(p, Outcome::Success, now, 0);
+        let local = e.circuit(keys[0]).unwrap().window.health_at(now);
+        assert!(local.error_percentage >= 50.0, "{local:?}");
+        assert_eq!(
+            e.phase(keys[0]),
+            Some(Phase::Open),
+            "roll_while_fresh={roll_while_fresh}: local window {}/{}",
+            local.errors,
+            local.total
+        );
+    }
+}

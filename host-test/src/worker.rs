@@ -136,6 +136,21 @@ struct Ctl {
     idle_gen: u64,
 }
 
+impl Ctl {
+    /// The stream is reset after its response headers reached the client (`flag`
+    /// says why): the client saw the upstream's status and no trailers.
+    fn reset_after_headers(&mut self, flag: u64) {
+        self.rec.outcome = Outcome::ResetAfterHeaders;
+        self.rec.response_status = self
+            .resp
+            .as_ref()
+            .and_then(|r| r.headers.get_str(":status"))
+            .and_then(|s| s.parse().ok());
+        self.rec.response_trailers = None;
+        self.flags |= flag;
+    }
+}
+
 /// What a filter callback's return value means to the filter manager.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Flow {
@@ -1018,16 +1033,9 @@ impl WorkerVm {
         if ctl.headers_sent {
             // FilterManager::sendLocalReply: "Prior headers have already been sent":
             // the stream is reset (LocalReset); the client saw the upstream's headers.
-            ctl.rec.outcome = Outcome::ResetAfterHeaders;
-            ctl.rec.response_status = ctl
-                .resp
-                .as_ref()
-                .and_then(|r| r.headers.get_str(":status"))
-                .and_then(|s| s.parse().ok());
-            ctl.flags |= flags::LOCAL_RESET;
+            ctl.reset_after_headers(flags::LOCAL_RESET);
             ctl.details = lr.details.clone();
             ctl.rec.local_reply = Some(lr);
-            ctl.rec.response_trailers = None;
             return self.end(id);
         }
         let (headers, body) = crate::local_reply::encode(&lr, ctl.is_grpc, ctl.is_head);
@@ -1160,14 +1168,7 @@ impl WorkerVm {
         let Some(ctl) = self.ctls.get_mut(&id) else {
             return;
         };
-        ctl.rec.outcome = Outcome::ResetAfterHeaders;
-        ctl.rec.response_status = ctl
-            .resp
-            .as_ref()
-            .and_then(|r| r.headers.get_str(":status"))
-            .and_then(|s| s.parse().ok());
-        ctl.rec.response_trailers = None;
-        ctl.flags |= flags::UPSTREAM_REMOTE_RESET;
+        ctl.reset_after_headers(flags::UPSTREAM_REMOTE_RESET);
         ctl.details = "upstream_reset_after_response_started{remote_reset}".into();
         self.end(id);
     }

@@ -103,6 +103,14 @@ fn refresh(h: &mut Harness) {
     h.run_for(Duration::from_millis(100));
 }
 
+/// Sends the default policy's volume (20 requests) failing with `reply`, over the
+/// first `workers` workers: enough to trip its breaker.
+fn fail_20(h: &mut Harness, workers: usize, req: impl Fn(usize) -> Request, reply: UpstreamReply) {
+    for i in 0..20 {
+        h.request(i % workers, req(i), reply.clone());
+    }
+}
+
 /// A counter or gauge; a missing metric is a test failure (a misspelt name must not
 /// pass an `== 0` check).
 fn counter(h: &Harness, name: &str) -> u64 {
@@ -215,9 +223,12 @@ fn trips_at_threshold_and_every_worker_rejects_within_one_refresh() {
 fn half_open_admits_exactly_the_permitted_probes_then_closes() {
     both_modes(|cas| {
         let mut h = harness(cas, &config(None));
-        for i in 0..20 {
-            h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
-        }
+        fail_20(
+            &mut h,
+            4,
+            |_| Request::get("/api/x"),
+            UpstreamReply::status(500),
+        );
         assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open);
         h.run_for(Duration::from_millis(5_100));
         // 16 concurrent requests over 4 workers; probes take 300 ms.
@@ -256,9 +267,12 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
 #[test]
 fn failed_probe_reopens_and_hung_probe_lease_expires() {
     let mut h = harness(CasMode::Envoy, &config(None));
-    for i in 0..20 {
-        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
-    }
+    fail_20(
+        &mut h,
+        4,
+        |_| Request::get("/api/x"),
+        UpstreamReply::status(500),
+    );
     h.run_for(Duration::from_millis(5_100));
     // One probe fails: open again with a fresh sleep window.
     let r = h.request(1, Request::get("/api/x"), UpstreamReply::status(502));
@@ -613,9 +627,12 @@ fn corrupt_shared_state_is_logged_and_reset() {
 #[test]
 fn reload_keeps_state_of_unchanged_keys_and_new_key_schema_starts_clean() {
     let mut h = harness(CasMode::Envoy, &config(None));
-    for i in 0..20 {
-        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
-    }
+    fail_20(
+        &mut h,
+        4,
+        |_| Request::get("/api/x"),
+        UpstreamReply::status(500),
+    );
     // Same policy and key in a reloaded config (other settings changed): still open.
     let reloaded = config(Some(50)).replace("\"tick_ms\": 100", "\"tick_ms\": 50");
     let mut h2 = harness_with(Some(h.process().clone()), CasMode::Envoy, &reloaded, 15_000);
@@ -657,9 +674,12 @@ fn reload_keeps_state_of_unchanged_keys_and_new_key_schema_starts_clean() {
 #[test]
 fn reload_on_reused_vms_keeps_shared_state_and_finishes_old_streams() {
     let mut h = harness(CasMode::Envoy, &config(Some(8)));
-    for i in 0..20 {
-        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(500));
-    }
+    fail_20(
+        &mut h,
+        4,
+        |_| Request::get("/api/x"),
+        UpstreamReply::status(500),
+    );
     refresh(&mut h);
     assert!(short_circuited(&h.request(
         0,
@@ -778,9 +798,12 @@ fn unknown_unknown_build_works_too() {
         },
     )
     .expect("loads");
-    for i in 0..20 {
-        h.request(i % 2, Request::get("/api/x"), UpstreamReply::status(500));
-    }
+    fail_20(
+        &mut h,
+        2,
+        |_| Request::get("/api/x"),
+        UpstreamReply::status(500),
+    );
     refresh(&mut h);
     assert!(short_circuited(&h.request(
         0,
@@ -792,9 +815,12 @@ fn unknown_unknown_build_works_too() {
 #[test]
 fn grpc_requests_get_a_grpc_fallback() {
     let mut h = harness(CasMode::Envoy, &config(None));
-    for i in 0..20 {
-        h.request(i % 4, Request::get("/api/x"), UpstreamReply::status(503));
-    }
+    fail_20(
+        &mut h,
+        4,
+        |_| Request::get("/api/x"),
+        UpstreamReply::status(503),
+    );
     refresh(&mut h);
     let r = h.request(
         0,
@@ -1026,13 +1052,12 @@ fn grpc_fallbacks_carry_the_policy_status() {
     assert_eq!(r.response_status, Some(200), "trailers-only: {r:?}");
     assert_eq!(r.grpc_status(), Some(4), "timeout → DEADLINE_EXCEEDED");
     assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
-    for i in 0..20 {
-        h.request(
-            i % 4,
-            Request::grpc("/pkg.Svc/Call"),
-            UpstreamReply::grpc(14),
-        );
-    }
+    fail_20(
+        &mut h,
+        4,
+        |_| Request::grpc("/pkg.Svc/Call"),
+        UpstreamReply::grpc(14),
+    );
     refresh(&mut h);
     let r = h.request(1, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(0));
     assert!(!r.sent_upstream);
@@ -1228,13 +1253,12 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
         h.request(w, Request::get("/api/item/7"), good.clone());
     }
     h.run_for(Duration::from_millis(3_000));
-    for i in 0..20 {
-        h.request(
-            i % 4,
-            Request::get("/api/other"),
-            UpstreamReply::status(503),
-        );
-    }
+    fail_20(
+        &mut h,
+        4,
+        |_| Request::get("/api/other"),
+        UpstreamReply::status(503),
+    );
     let r = h.request(1, Request::get("/api/item/7"), UpstreamReply::status(200));
     assert!(!r.sent_upstream, "breaker open");
     assert_eq!(r.response_status, Some(200));
@@ -1249,13 +1273,12 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
     );
     assert!(short_circuited(&r), "nothing kept: the static fallback");
     h.run_for(Duration::from_millis(30_000));
-    for i in 0..20 {
-        h.request(
-            i % 4,
-            Request::get("/api/other"),
-            UpstreamReply::status(503),
-        );
-    }
+    fail_20(
+        &mut h,
+        4,
+        |_| Request::get("/api/other"),
+        UpstreamReply::status(503),
+    );
     let r = h.request(2, Request::get("/api/item/7"), UpstreamReply::status(200));
     assert!(short_circuited(&r), "older than max_stale_ms: {r:?}");
     settle(&mut h);
@@ -1426,13 +1449,12 @@ fn private_responses_are_never_replayed_to_other_clients() {
         Request::get(&format!("{long}&account=A")),
         ok("account A"),
     );
-    for i in 0..20 {
-        h.request(
-            0,
-            Request::get(&format!("/api/fail/{i}")),
-            UpstreamReply::status(503),
-        );
-    }
+    fail_20(
+        &mut h,
+        1,
+        |i| Request::get(&format!("/api/fail/{i}")),
+        UpstreamReply::status(503),
+    );
     let r = h.request(0, Request::get("/api/pub"), ok("-"));
     assert!(!r.sent_upstream, "breaker open");
     assert_eq!(
@@ -1664,13 +1686,12 @@ fn responses_that_vary_outside_the_key_are_not_replayed() {
     // Not kept: an open breaker answers with the static fallback.
     let mut h = harness(CasMode::Envoy, &collapse_config(""));
     h.request(0, Request::get("/api/doc"), varying());
-    for i in 0..20 {
-        h.request(
-            i % 4,
-            Request::get("/api/other"),
-            UpstreamReply::status(503),
-        );
-    }
+    fail_20(
+        &mut h,
+        4,
+        |_| Request::get("/api/other"),
+        UpstreamReply::status(503),
+    );
     refresh(&mut h);
     let r = h.request(0, Request::get("/api/doc"), UpstreamReply::status(200));
     assert!(short_circuited(&r), "no stale copy: {r:?}");

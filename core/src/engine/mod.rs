@@ -1464,6 +1464,9 @@ impl Engine {
         if (fx.adopted || fx.written) && !older && rep.fresh_at(&self.shared, now) {
             if let Some(v) = rep.view() {
                 k.circuit.state = v.breaker.clone();
+                // The local rules never saw this window: should the view go stale,
+                // the local breaker's first success runs them.
+                k.circuit.state.check_next_success();
                 after = Some((v.breaker.phase(), v.breaker.generation()));
             }
         }

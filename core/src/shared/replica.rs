@@ -1257,7 +1257,8 @@ impl Replica {
             // threshold at its rate (the flag a local key keeps is not on the wire).
             let volume = self.delta.has_success() && b.volume_rules();
             if self.delta.may_trip() || volume {
-                push(s.breaker.check_trip(b, &mut s.window, now, rand));
+                let error = self.delta.has_error();
+                push(s.breaker.check_trip(b, &mut s.window, now, rand, error));
             }
         }
         for &(pass, outcome, at) in &self.probe_results {

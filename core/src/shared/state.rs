@@ -291,6 +291,12 @@ impl Delta {
         })
     }
 
+    /// Whether it holds an error (opossum's rule runs only then: see
+    /// [`crate::breaker::trip_reason`]).
+    pub fn has_error(&self) -> bool {
+        self.window.0.slots().iter().any(|s| s.bucket.errors() > 0)
+    }
+
     /// Whether it holds a success (it adds volume: see
     /// [`crate::breaker::short_of_volume`]).
     pub fn has_success(&self) -> bool {
