@@ -263,7 +263,12 @@ impl Window {
     /// with no new error).
     #[inline(always)]
     pub fn take_dropped(&mut self) -> bool {
-        core::mem::take(&mut self.dropped)
+        // A branch, not `mem::take`: no store on the common path.
+        if self.dropped {
+            self.dropped = false;
+            return true;
+        }
+        false
     }
 
     /// Counts one event at `now`. O(1), no allocation.

@@ -1744,3 +1744,53 @@ fn a_success_reaching_the_volume_trips_in_every_mode() {
         assert!(open, "{m:?}: 20 calls at 50 % errors, no worker open");
     });
 }
+
+/// Found by review: a store that cannot serve a key (full, or its name too long for the
+/// store) refused every call of a shared bulkhead — and the refusals, counted as
+/// errors, tripped the breaker for good. Without a fresh view the bulkhead is per
+/// worker, as the breaker is.
+#[test]
+fn a_store_that_cannot_serve_a_key_leaves_its_bulkhead_per_worker() {
+    for m in SYNC {
+        let json = format!(r#"{{"bulkhead": {{"max_concurrent": 2}}, {NO_TIMEOUT}}}"#);
+        let mut h = Host::new(m, &json);
+        h.store.writes_down = Some(2);
+        let keys = h.keys("db");
+        for round in 0..10 {
+            for w in 0..2 {
+                let a = h.start(w, keys[w]);
+                let b = h.start(w, keys[w]);
+                let r = refused_start(h.start(w, keys[w]));
+                assert_eq!(r.event, EventKind::SemaphoreRejected, "{m:?} round {round}");
+                assert_eq!(r.cause, Cause::BulkheadFull, "{m:?}: the worker's own limit");
+                for s in [a, b] {
+                    let Start::Running(p) = s else {
+                        panic!("{m:?} round {round} worker {w}: refused: {s:?}");
+                    };
+                    assert_eq!(h.complete(w, p, Outcome::Success), Completion::OnTime);
+                }
+            }
+            h.advance(300);
+        }
+        // The rejections above were the worker's own limit: 20 of 60 calls, below the
+        // 50 % error threshold, so the breaker stays closed.
+        assert_eq!(h.phase(0, keys[0]), Phase::Closed, "{m:?}");
+        // The store serves the key again: the limit is process-wide again.
+        h.store.writes_down = None;
+        h.advance(2_000);
+        let running: Vec<_> = (0..4)
+            .filter_map(|w| match h.start(w, keys[w]) {
+                Start::Running(p) => Some((w, p)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(running.len(), 2, "{m:?}: process-wide again");
+    }
+}
+
+fn refused_start(s: Start) -> Refusal {
+    match s {
+        Start::Refused(r) => r,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

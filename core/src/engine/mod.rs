@@ -606,10 +606,12 @@ impl Engine {
                 ),
                 _ => None,
             };
+            // Without a fresh view (the store cannot serve the key) the bulkhead is
+            // per worker, as the breaker is: refusing every call would turn a store
+            // problem into an outage, and the refusals into a trip.
             let has_slot = match shared_slots {
                 Some(Some(free)) => free,
-                Some(None) => false,
-                None => k.in_flight < b.max_concurrent,
+                Some(None) | None => k.in_flight < b.max_concurrent,
             };
             if !has_slot || k.queued > 0 {
                 let raw = pass.into_raw();
@@ -654,10 +656,10 @@ impl Engine {
                     Isolation::Semaphore => EventKind::SemaphoreRejected,
                     Isolation::Pool => EventKind::ThreadPoolRejected,
                 };
-                let cause = match shared_slots {
-                    Some(None) => Cause::Degraded,
-                    _ if b.isolation == Isolation::Pool && cap > 0 => Cause::QueueFull,
-                    _ => Cause::BulkheadFull,
+                let cause = if b.isolation == Isolation::Pool && cap > 0 {
+                    Cause::QueueFull
+                } else {
+                    Cause::BulkheadFull
                 };
                 let transition = match k.replica.as_deref_mut() {
                     Some(rep) if rep.fresh(&ctx) => {
@@ -908,7 +910,11 @@ impl Engine {
                 (None, _, _) => true,
                 (Some(b), Some(rep), SyncMode::Sync) => {
                     let ctx = ctx!(self, k, &p.config, now, 0);
-                    rep.has_free_slot(&ctx, b.max_concurrent)
+                    if rep.fresh(&ctx) {
+                        rep.has_free_slot(&ctx, b.max_concurrent)
+                    } else {
+                        k.in_flight < b.max_concurrent
+                    }
                 }
                 (Some(b), _, _) => k.in_flight < b.max_concurrent,
             };
