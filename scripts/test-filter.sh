@@ -18,6 +18,8 @@ echo "== filter: unit tests"
 cargo test --release -p fusewire-proxy-wasm --lib
 echo "== filter: in the host harness (4 workers, Envoy + Kong CAS modes)"
 cargo test --release -p fusewire-proxy-wasm --test host
+echo "== filter: gRPC and streaming traffic in the host harness"
+cargo test --release -p fusewire-proxy-wasm --test grpc
 
 echo "== filter: fuzz state_decode (${FUZZ_SECONDS:-15}s)"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then

@@ -1762,7 +1762,11 @@ fn a_store_that_cannot_serve_a_key_leaves_its_bulkhead_per_worker() {
                 let b = h.start(w, keys[w]);
                 let r = refused_start(h.start(w, keys[w]));
                 assert_eq!(r.event, EventKind::SemaphoreRejected, "{m:?} round {round}");
-                assert_eq!(r.cause, Cause::BulkheadFull, "{m:?}: the worker's own limit");
+                assert_eq!(
+                    r.cause,
+                    Cause::BulkheadFull,
+                    "{m:?}: the worker's own limit"
+                );
                 for s in [a, b] {
                     let Start::Running(p) = s else {
                         panic!("{m:?} round {round} worker {w}: refused: {s:?}");

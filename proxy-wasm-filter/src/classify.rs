@@ -260,6 +260,8 @@ pub struct Classifier {
     pub resets_are_failures: bool,
     /// HTTP statuses that are the caller's fault.
     pub bad_request_status: StatusSet,
+    /// gRPC statuses that are the caller's fault.
+    pub bad_request_grpc: GrpcSet,
 }
 
 /// What the filter saw of one upstream exchange.
@@ -291,7 +293,7 @@ impl Classifier {
     /// DR, or no flag: Envoy's router answers an upstream reset or timeout itself,
     /// with its flag, and Envoy before 1.30 set no flag for an HTTP/2 client's reset)
     /// or resets are not failures; failure HTTP status → FAILURE; failure gRPC status
-    /// → FAILURE; bad-request status → BAD_REQUEST; else SUCCESS.
+    /// → FAILURE; bad-request HTTP or gRPC status → BAD_REQUEST; else SUCCESS.
     pub fn classify(&self, o: &Observed) -> Outcome {
         if o.flags.intersects(self.timeout_flags) {
             return Outcome::Timeout;
@@ -315,7 +317,9 @@ impl Classifier {
         if o.grpc.is_some_and(|g| self.failure_grpc.contains(g)) {
             return Outcome::Failure;
         }
-        if self.bad_request_status.contains(status) {
+        if self.bad_request_status.contains(status)
+            || o.grpc.is_some_and(|g| self.bad_request_grpc.contains(g))
+        {
             return Outcome::BadRequest;
         }
         Outcome::Success
@@ -379,6 +383,7 @@ mod tests {
             timeout_flags: FlagSet::one("UT"),
             resets_are_failures: true,
             bad_request_status: set(&["4xx"]),
+            bad_request_grpc: GrpcSet::parse(&[Entry::Code(5)]).unwrap(),
         };
         let o = |status: Option<u32>, grpc, flags: &[u8]| Observed {
             status,
@@ -410,7 +415,8 @@ mod tests {
         assert_eq!(FlagSet::one("DR"), FlagSet(0x1000_0000));
         assert_eq!(FlagSet::one("UDO"), FlagSet(0x2000_0000));
         assert_eq!(c.classify(&o(Some(200), Some(14), b"")), Outcome::Failure);
-        assert_eq!(c.classify(&o(Some(200), Some(5), b"")), Outcome::Success);
+        assert_eq!(c.classify(&o(Some(200), Some(5), b"")), Outcome::BadRequest);
+        assert_eq!(c.classify(&o(Some(200), Some(8), b"")), Outcome::Success);
         // A gRPC route timeout: trailers-only 200 + grpc-status 14 + flag UT.
         let timeout = o(Some(200), Some(14), b"UT");
         assert!(timeout.needs_flags());

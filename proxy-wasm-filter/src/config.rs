@@ -212,15 +212,25 @@ impl Default for RawFailure {
     fn default() -> Self {
         RawFailure {
             status: vec![Entry::Text("5xx".into())],
-            grpc_status: ["DEADLINE_EXCEEDED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS"]
-                .iter()
-                .map(|s| Entry::Text(s.to_string()))
-                .collect(),
+            grpc_status: [
+                "UNKNOWN",
+                "DEADLINE_EXCEEDED",
+                "INTERNAL",
+                "UNAVAILABLE",
+                "DATA_LOSS",
+            ]
+            .iter()
+            .map(|s| Entry::Text(s.to_string()))
+            .collect(),
             response_flags: ["UF", "UO", "URX", "UH", "UC", "UR"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
-            timeout_flags: vec!["UT".into()],
+            // Envoy's route, stream-idle and max-stream-duration timeouts.
+            timeout_flags: ["UT", "SI", "DT", "UMSDR"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             resets: true,
         }
     }
@@ -229,12 +239,26 @@ impl Default for RawFailure {
 #[derive(Debug)]
 struct RawBadRequest {
     status: Vec<Entry>,
+    grpc_status: Vec<Entry>,
 }
 
 impl Default for RawBadRequest {
     fn default() -> Self {
         RawBadRequest {
             status: vec![Entry::Text("4xx".into())],
+            // The caller's mistakes, as 4xx are for HTTP.
+            grpc_status: [
+                "INVALID_ARGUMENT",
+                "NOT_FOUND",
+                "ALREADY_EXISTS",
+                "PERMISSION_DENIED",
+                "FAILED_PRECONDITION",
+                "OUT_OF_RANGE",
+                "UNAUTHENTICATED",
+            ]
+            .iter()
+            .map(|s| Entry::Text(s.to_string()))
+            .collect(),
         }
     }
 }
@@ -401,7 +425,7 @@ json_struct!(read RawStale { key, max_stale_ms, max_bytes, max_entries, max_body
 json_struct!(read RawMatch { route, cluster, path_prefix, method, headers });
 json_enum!(TimeoutMode { Route = "route", Tick = "tick" });
 json_struct!(read RawFailure { status, grpc_status, response_flags, timeout_flags, resets });
-json_struct!(read RawBadRequest { status });
+json_struct!(read RawBadRequest { status, grpc_status });
 json_struct!(read RawFallback {
     status, timeout_status, headers, body, grpc, grpc_status, timeout_grpc_status,
 });
@@ -599,6 +623,8 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         resets_are_failures: f.resets,
         bad_request_status: StatusSet::parse(&p.bad_request.status)
             .map_err(|(j, r)| err(at(&format!("bad_request.status[{j}]")), r))?,
+        bad_request_grpc: GrpcSet::parse(&p.bad_request.grpc_status)
+            .map_err(|(j, r)| err(at(&format!("bad_request.grpc_status[{j}]")), r))?,
     };
     // Fallback.
     let fb = p.fallback;

@@ -676,33 +676,50 @@ impl Worker {
         };
         let now = self.now();
         let rpc = is_grpc();
+        // Collapsing and stale copies are for reads: no gRPC, no request body.
+        let reads = policy.collapse.is_some() || policy.stale.is_some();
+        let method = (reads && !rpc && end)
+            .then(|| view.header(":method"))
+            .flatten();
         let mut req = Request {
             pi,
             rpc,
             grpc: policy.fallback.grpc && rpc,
-            get: policy.stale.is_some() && view.header(":method").as_deref() == Some("GET"),
+            get: policy.stale.is_some() && method.as_deref() == Some("GET"),
             creds: false,
             key: Vec::new(),
             sent: end,
         };
-        if policy.collapse.is_some() || req.get {
+        if method.is_some() {
             req.creds = view.header("authorization").is_some() || view.header("cookie").is_some();
         }
         let mut request_key = String::new();
-        if let Some(spec) = policy
+        if let Some((spec, m)) = policy
             .collapse
             .as_ref()
             .map(|c| &c.key)
             .or(policy.stale.as_ref().map(|s| &s.key))
+            .zip(method.as_deref())
         {
             spec.render(&policy.name, &mut view, &mut request_key);
+            // The method is always part of the key: a GET never follows a HEAD.
+            request_key.push('\0');
+            request_key.push_str(m);
             req.key = request_key.into_bytes();
         }
-        let collapsible = policy.collapse.as_ref().is_some_and(|c| {
-            view.header(":method")
-                .is_some_and(|m| c.methods.contains(&m))
-                && (c.allow_credentials || !req.creds)
-        });
+        // A range or conditional request is not collapsed: its 206 or 304 is not the
+        // resource a plain request asks for.
+        let collapsible = policy
+            .collapse
+            .as_ref()
+            .zip(method.as_ref())
+            .is_some_and(|(c, m)| {
+                c.methods.contains(m)
+                    && (c.allow_credentials || !req.creds)
+                    && !["range", "if-none-match", "if-modified-since"]
+                        .iter()
+                        .any(|h| view.header(h).is_some())
+            });
         let Some(engine) = self.engine.as_mut() else {
             return Action::Continue;
         };
@@ -905,7 +922,7 @@ impl Worker {
                     .any(|(k, v)| k == "vary" && !key.is_some_and(|key| key.covers_vary(v)));
                 c.response.headers = headers.into_iter().filter(|(k, _)| replayable(k)).collect();
                 // Without waiters only a shared 2xx is worth its bytes (a stale copy).
-                let keep = !c.private && !c.varies && (200..300).contains(&c.response.status);
+                let keep = !c.private && !c.varies && storable(c.response.status);
                 if lead.is_none() && !keep {
                     *capture = None;
                 }
@@ -990,7 +1007,7 @@ impl Worker {
         };
         let response = (!cap.too_large).then_some(taken);
         if let Some(r) = &response {
-            if get && (200..300).contains(&r.status) && policy.stale.is_some() {
+            if get && storable(r.status) && policy.stale.is_some() {
                 replay.keep(&req_key, r.clone(), now);
             }
         }
@@ -1142,6 +1159,12 @@ impl Worker {
 }
 
 /// `proxy_send_local_response` on the effective stream.
+/// A response worth keeping as a stale copy: a 2xx that is the whole resource (not a
+/// 206 part).
+fn storable(status: u32) -> bool {
+    (200..300).contains(&status) && status != 206
+}
+
 fn local_response(status: u32, body: &[u8], headers: &[u8], grpc_status: i32) {
     let s = host::send_local_response(status, "fusewire", body, headers, grpc_status);
     if s != host::OK {

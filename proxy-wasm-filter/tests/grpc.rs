@@ -1,0 +1,307 @@
+//! gRPC and streaming traffic through the filter (found by a review from a gRPC
+//! user's side): classification of gRPC statuses and Envoy's timeout flags, and
+//! collapsing / stale copies kept to plain reads.
+
+use std::time::Duration;
+
+use fusewire_core::engine::keys::fnv1a;
+use fusewire_core::shared::codec::{self, Kind};
+use fusewire_core::shared::{KeyState, PROBE_LIMIT};
+use fusewire_core::Phase;
+use fusewire_host_test::*;
+
+fn module() -> WasmModule {
+    let p = std::env::var("FUSEWIRE_WASM").unwrap_or_else(|_| {
+        format!(
+            "{}/../target/fusewire/wasm32-wasip1/fusewire.wasm",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    WasmModule::from_file(&p)
+        .unwrap_or_else(|e| panic!("{p}: {e} — build it with proxy-wasm-filter/build.sh"))
+}
+
+fn harness_with(json: &str, route_timeout_ms: u64) -> Harness {
+    let cfg = HarnessConfig {
+        workers: 4,
+        clock: ClockMode::Virtual,
+        cas_mode: CasMode::Envoy,
+        plugin: PluginConfig {
+            name: "fusewire".into(),
+            root_id: "fusewire".into(),
+            vm_id: "fusewire-v1".into(),
+            configuration: json.into(),
+            failure_policy: FailurePolicy::FailClosed,
+            ..Default::default()
+        },
+        routes: vec![RouteConfig {
+            name: "r1".into(),
+            prefix: "/".into(),
+            cluster: "backend".into(),
+            timeout_ms: route_timeout_ms,
+        }],
+        clusters: vec![ClusterConfig::default()],
+        seed: 1,
+        ..Default::default()
+    };
+    Harness::new(&module(), cfg).expect("plugin loads")
+}
+
+fn harness(json: &str) -> Harness {
+    harness_with(json, 15_000)
+}
+
+/// One policy "svc" on every path; `extra` is spliced into the policy object.
+fn policy(extra: &str) -> String {
+    format!(
+        r#"{{
+  "tick_ms": 100,
+  "shared": {{"lease_ttl_ms": 2000, "heartbeat_ms": 500}},
+  "policies": [{{
+    "name": "svc",
+    "match": {{"path_prefix": "/"}},
+    {extra}
+    "fallback": {{"status": 503, "body": "fallback: {{reason}}"}}
+  }}]
+}}"#
+    )
+}
+
+const BREAKER_1PROBE: &str = r#""breaker": {
+      "error_percentage": {"request_volume_threshold": 20, "threshold_percentage": 50},
+      "open": {"sleep_window_ms": 5000},
+      "half_open": {"permitted_probes": 1, "success_threshold": 1, "probe_timeout_ms": 5000}
+    },"#;
+
+fn settle(h: &mut Harness) {
+    h.run_for(Duration::from_millis(150));
+}
+
+fn counter(h: &Harness, name: &str) -> u64 {
+    match h.metric(name) {
+        Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
+        other => panic!("metric {name}: {other:?}"),
+    }
+}
+
+fn phase(h: &Harness) -> Phase {
+    (0..u64::from(PROBE_LIMIT))
+        .find_map(|step| {
+            let slot = (fnv1a(b"svc").wrapping_add(step)) % 100;
+            let (bytes, _) = h.shared_data(&format!("fusewire/v3/svc/{slot}"))?;
+            let s: KeyState = codec::decode(Kind::KeyState, &bytes).ok()?;
+            (s.name == "svc").then_some(s)
+        })
+        .map(|s| s.breaker.phase())
+        .unwrap_or(Phase::Closed)
+}
+
+fn trip(h: &mut Harness) {
+    for i in 0..20 {
+        h.request(
+            i % 4,
+            Request::grpc("/pkg.Svc/Call"),
+            UpstreamReply::grpc(14),
+        );
+    }
+    assert_eq!(phase(h), Phase::Open);
+    h.run_for(Duration::from_millis(150)); // every worker sees it (sync_ms)
+}
+
+/// UNKNOWN is what grpc-java / grpc-go servers return for an unhandled exception;
+/// Envoy's own gRPC→HTTP mapping (`Grpc::Utility::grpcToHttpStatus`) makes it a 500.
+/// It is a failure by default (it was not: a handler throwing on every call never
+/// tripped the breaker).
+#[test]
+fn grpc_unknown_counts_as_failure_by_default() {
+    let mut h = harness(&policy(BREAKER_1PROBE));
+    for i in 0..40 {
+        h.request(
+            i % 4,
+            Request::grpc("/pkg.Svc/Call"),
+            UpstreamReply::grpc(2),
+        );
+    }
+    settle(&mut h);
+    let (s, f) = (
+        counter(&h, "fusewire.svc.success"),
+        counter(&h, "fusewire.svc.failure"),
+    );
+    assert_eq!(s, 0, "UNKNOWN is never a success");
+    assert!(f >= 20, "{f} failures");
+    assert_eq!(phase(&h), Phase::Open, "the breaker trips on them");
+}
+
+/// HTTP 4xx is BAD_REQUEST (a half-open probe answered 4xx gives its turn back); so are
+/// the gRPC statuses that are the caller's mistake (INVALID_ARGUMENT, NOT_FOUND, …):
+/// they were SUCCESS, and a probe answered NOT_FOUND closed an open breaker.
+#[test]
+fn grpc_client_error_probe_does_not_close_the_breaker() {
+    // HTTP control: a 404 probe does not close.
+    let mut h = harness(&policy(BREAKER_1PROBE));
+    trip(&mut h);
+    h.run_for(Duration::from_millis(4_950));
+    let r = h.request(0, Request::get("/x"), UpstreamReply::status(404));
+    assert!(r.sent_upstream);
+    let http_phase = phase(&h);
+    // gRPC: a NOT_FOUND probe.
+    let mut h = harness(&policy(BREAKER_1PROBE));
+    trip(&mut h);
+    h.run_for(Duration::from_millis(4_950));
+    let r = h.request(0, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(5));
+    assert!(r.sent_upstream);
+    settle(&mut h);
+    let grpc_phase = phase(&h);
+    let bad = counter(&h, "fusewire.svc.bad_request");
+    assert_eq!(
+        (http_phase, grpc_phase, bad),
+        (Phase::HalfOpen, Phase::HalfOpen, 1),
+        "HTTP 404 probe → {http_phase:?}; gRPC NOT_FOUND probe → {grpc_phase:?}, bad_request {bad}"
+    );
+}
+
+/// gRPC calls and requests with a body are never collapsed, whatever
+/// `collapse.methods` says: two gRPC calls with different messages were collapsed onto
+/// one upstream call (the follower's message never sent, its reply an UNKNOWN).
+#[test]
+fn grpc_calls_are_never_collapsed() {
+    let mut h = harness(&policy(r#""collapse": {"methods": ["GET", "POST"]},"#));
+    let t0 = h.now_ns();
+    let a = h.submit_at(
+        t0,
+        0,
+        Request::grpc("/pkg.Svc/Get").body(b"\0\0\0\0\x02\x08\x01"),
+        UpstreamReply::grpc(0).after_ms(100),
+    );
+    let b = h.submit_at(
+        t0 + 1_000,
+        0,
+        Request::grpc("/pkg.Svc/Get").body(b"\0\0\0\0\x02\x08\x02"),
+        UpstreamReply::grpc(0).after_ms(100),
+    );
+    h.run_for(Duration::from_millis(500));
+    let (a, b) = (h.record(a).unwrap().clone(), h.record(b).unwrap().clone());
+    assert!(a.sent_upstream);
+    assert!(
+        b.sent_upstream,
+        "second gRPC call (other message) collapsed: tag {:?}, client saw :status {:?} grpc-status {:?} grpc-message {:?} body {:?}",
+        b.response_header("x-fusewire"),
+        b.response_status,
+        b.grpc_status(),
+        b.response_header("grpc-message"),
+        b.response_body
+    );
+}
+
+/// Range and conditional requests are not collapsed: a plain GET following them got
+/// the leader's 206 Partial Content or 304.
+#[test]
+fn range_and_conditional_requests_are_not_collapsed_with_plain_gets() {
+    for (hdr, val, status) in [
+        ("if-none-match", "\"v1\"", 304u16),
+        ("range", "bytes=0-3", 206),
+    ] {
+        let mut h = harness(&policy(r#""collapse": {},"#));
+        let t0 = h.now_ns();
+        let mut leader = UpstreamReply::status(status).after_ms(100);
+        if status == 206 {
+            leader = leader
+                .with_header("content-range", "bytes 0-3/100")
+                .with_body("abcd");
+        }
+        h.submit_at(t0, 0, Request::get("/file").header(hdr, val), leader);
+        let f = h.submit_at(
+            t0 + 1_000,
+            0,
+            Request::get("/file"),
+            UpstreamReply::status(200).after_ms(100).with_body("whole"),
+        );
+        h.run_for(Duration::from_millis(500));
+        let f = h.record(f).unwrap();
+        assert_eq!(
+            f.response_status,
+            Some(200),
+            "plain GET behind a `{hdr}` leader got {:?} {:?} tag {:?}",
+            f.response_status,
+            String::from_utf8_lossy(&f.response_body),
+            f.response_header("x-fusewire")
+        );
+    }
+}
+
+/// A 206 is not the resource: never kept as a stale copy (it was, and served to plain
+/// GETs when the breaker opened).
+#[test]
+fn a_partial_response_is_never_served_as_a_stale_copy() {
+    let mut h = harness(&policy(&format!(
+        r#"{BREAKER_1PROBE} "stale": {{"max_stale_ms": 30000}},"#
+    )));
+    h.request(
+        0,
+        Request::get("/file").header("range", "bytes=0-3"),
+        UpstreamReply::status(206)
+            .with_header("content-range", "bytes 0-3/100")
+            .with_body("abcd"),
+    );
+    trip(&mut h);
+    let r = h.request(0, Request::get("/file"), UpstreamReply::status(200));
+    assert_ne!(
+        r.response_status,
+        Some(206),
+        "plain GET during the outage got {:?} {:?} tag {:?}",
+        r.response_status,
+        String::from_utf8_lossy(&r.response_body),
+        r.response_header("x-fusewire")
+    );
+}
+
+/// Envoy's own stream timeouts other than the route's UT (the stream idle timeout SI,
+/// the max stream durations DT / UMSDR) count as TIMEOUT by default (they counted as
+/// FAILURE).
+#[test]
+fn envoy_stream_idle_timeout_counts_as_timeout() {
+    let mut h = harness_with(&policy(""), 0);
+    h.submit(
+        0,
+        Request::grpc("/pkg.Watch/Subscribe"),
+        UpstreamReply::hang(),
+    );
+    h.submit(1, Request::get("/poll"), UpstreamReply::hang());
+    h.run_for(Duration::from_millis(301_000));
+    settle(&mut h);
+    let (f, t) = (
+        counter(&h, "fusewire.svc.failure"),
+        counter(&h, "fusewire.svc.timeout"),
+    );
+    assert_eq!(
+        (f, t),
+        (0, 2),
+        "two streams ended by stream_idle_timeout (SI): failure {f}, timeout {t}"
+    );
+}
+
+/// The method is always part of the collapse key: with a template without `{method}`,
+/// a GET followed a HEAD leader and got an empty body.
+#[test]
+fn a_get_never_follows_a_head_leader() {
+    let mut h = harness(&policy(r#""collapse": {"key": "{authority}{path}"},"#));
+    let t0 = h.now_ns();
+    // An upstream answers a HEAD with headers only (end of stream on the headers).
+    let head = UpstreamReply::status(200)
+        .after_ms(100)
+        .with_header("content-length", "7");
+    h.submit_at(t0, 0, Request::get("/doc").method("HEAD"), head);
+    let reply = UpstreamReply::status(200)
+        .after_ms(100)
+        .with_body("payload");
+    let g = h.submit_at(t0 + 1_000, 0, Request::get("/doc"), reply);
+    h.run_for(Duration::from_millis(500));
+    let g = h.record(g).unwrap();
+    assert_eq!(
+        g.response_body,
+        b"payload",
+        "GET behind a HEAD leader: tag {:?}, body {:?}",
+        g.response_header("x-fusewire"),
+        String::from_utf8_lossy(&g.response_body)
+    );
+}
