@@ -128,6 +128,32 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     }
   };
 
+  test('shutdown() with calls running gives each slot back when its call ends', async () => {
+    // Found by review: the slots stayed counted process-wide until their lease
+    // expired (30 s by default), refusing every other breaker of the name meanwhile.
+    const store = new SharedStore({ entries: 8 });
+    const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 100, lease_ttl_ms: 30_000 };
+    const releases = [];
+    const slow = () => new Promise((r) => { releases.push(r); });
+    const a = new CircuitBreaker(slow, { name: 'db', capacity: 2, timeout: false, shared });
+    const running = [a.fire(), a.fire()];
+    a.shutdown();
+    const b = new CircuitBreaker(async () => 'ok', { name: 'db', capacity: 2, timeout: false, volumeThreshold: 100, shared });
+    await assert.rejects(b.fire(), { code: 'ESEMLOCKED' }, 'the running calls still hold their slots');
+    releases[0]('done');
+    await running[0];
+    await new Promise((r) => setTimeout(r, 40)); // b's view is older than sync_ms
+    assert.equal(await b.fire(), 'ok', 'the first slot came back when its call ended');
+    const c = b.fire();
+    await assert.rejects(b.fire(), { code: 'ESEMLOCKED' }, 'one call of a still holds its slot');
+    await c;
+    releases[1]('done');
+    await running[1];
+    await new Promise((r) => setTimeout(r, 40));
+    assert.deepEqual(await Promise.all([b.fire(), b.fire()]), ['ok', 'ok'], 'both slots are back');
+    b.shutdown();
+  });
+
   test('a full store, or one whose entries are too small: the local breaker trips', async () => {
     for (const [label, opts] of [['full', { entries: 1 }], ['small', { valueBytes: 32 }]]) {
       const store = new SharedStore(opts);

@@ -384,6 +384,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * `failure` and `semaphoreLocked` before it opens; the core has already moved on.
    */
   private _view = -1;
+  /**
+   * After `shutdown()` on a `SharedStore` with calls still running: they hold
+   * process-wide bulkhead slots, so the core key lives until the last one ends (each
+   * gives its slot back then), and is freed after it.
+   */
+  private _lingering = false;
   /** After `shutdown()` on an async store: the last flush being driven. */
   private _closing: { until: number; timer: Timer | undefined; release: () => void } | undefined = undefined;
   private _busy = 0;
@@ -736,6 +742,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     for (const t of this._health) globalThis.clearInterval(t as unknown as ReturnType<typeof setInterval>);
     this._health = [];
     this.clearCache();
+    const store = this._store;
+    this._lingering = store !== undefined && !(store instanceof AsyncStore) && this._busy > 0;
     // Coalescing followers share their leader's result (the leader's call still
     // settles after shutdown, as in opossum); without a leader they reject.
     for (const waiter of this._waits.values()) {
@@ -750,11 +758,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     registry.delete(this._ref);
     for (const f of watchers) f(this, false);
     finalizer?.unregister(this);
-    const store = this._store;
     if (store instanceof AsyncStore && w.fw_flushed(this._h) === 0) {
       this._closing = { until: t + CLOSE_MS, timer: undefined, release: store._hold() };
       this._closeStep();
+    } else if (this._lingering && this._busy > 0) {
+      // Freed by `_forget` when the last running call ends.
     } else {
+      this._lingering = false;
       w.fw_free(this._h);
     }
   }
@@ -1163,9 +1173,27 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const i = c.id % SLOTS;
     if (this._calls[i] === c) this._calls[i] = undefined;
     if (--this._busy === 0 && this._hold) this._refHold();
+    if (this._lingering) this._letGo(c);
     if (c.signal !== undefined && c.onAbort !== undefined) {
       c.signal.removeEventListener('abort', c.onAbort);
     }
+  }
+
+  /**
+   * After `shutdown()` on a `SharedStore`: call `c` ended, so its slot (or its place
+   * in the queue) goes back to the process at once; after the last, the pending
+   * writes go out and the core key is freed. Counts nowhere, as after any shutdown.
+   */
+  private _letGo(c: Call): void {
+    const h = this._h;
+    const t = now();
+    if (c.queued) w.fw_cancel_ticket(h, c.id, t);
+    else w.fw_complete(h, c.id, CANCELLED, t);
+    if (this._final === undefined) return; // still in shutdown(): it flushes
+    this._io(w.fw_flush(h, t), t);
+    if (this._busy > 0) return;
+    this._lingering = false;
+    w.fw_free(h);
   }
 
   /**
