@@ -846,6 +846,7 @@ impl BreakerState {
         error: bool,
     ) -> Option<Transition> {
         if self.phase != Phase::Closed || !state_machine_runs(cfg.mode) {
+            self.check_on_success = false;
             return None;
         }
         if let Some(until) = self.warm_until {

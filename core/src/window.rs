@@ -248,10 +248,13 @@ impl Window {
                     *r = r.saturating_add(u64::from(*c));
                 }
                 *past_slow = past_slow.saturating_sub(u64::from(b.slow));
+                // A success leaving can raise the error rate; a call that was not
+                // slow, the slow-call rate (only while slow calls remain).
                 let c = |k: EventKind| u64::from(b.counts[k.index()]);
                 let executions =
                     c(EventKind::Success) + c(EventKind::Failure) + c(EventKind::Timeout);
-                *dropped |= executions > u64::from(b.slow);
+                *dropped |=
+                    c(EventKind::Success) > 0 || (*past_slow > 0 && executions > u64::from(b.slow));
             });
         }
         self.latency.roll(now, |_| {});

@@ -1798,3 +1798,56 @@ fn refused_start(s: Start) -> Refusal {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// One store op of worker `w`, answered at once; false if it had none.
+fn io_step(h: &mut Host, w: usize) -> bool {
+    let now = h.now;
+    let Some(io) = h.engines[w].poll_io(now, 0) else {
+        return false;
+    };
+    let (id, a) = (io.id, h.store.exec(&io));
+    h.engines[w].io_done(id, a.as_answer(), now, 0);
+    true
+}
+
+/// Found by review: two workers create a new key at once (both probe reads, then both
+/// claim writes); with `cas_attempts: 1` the loser's round ends contended before it
+/// reads the winner's state, so its view is not fresh. That is a lost race, not a
+/// failing store: its calls are refused, not admitted on a per-worker limit.
+#[test]
+fn a_lost_race_for_a_new_key_refuses_rather_than_over_admits() {
+    for rules in [Rules::Kong, Rules::Script] {
+        let json = format!(r#"{{"bulkhead": {{"max_concurrent": 2}}, {NO_TIMEOUT}}}"#);
+        let shared = SharedConfig {
+            cas_attempts: 1,
+            ..SharedConfig::default()
+        };
+        let mut h = Host::with_shared(Mode::Shared(rules, 2), &json, shared);
+        let now = h.now;
+        let k: Vec<KeyId> = (0..2)
+            .map(|w| h.engines[w].key(h.policy, "db", now).unwrap())
+            .collect();
+        for w in 0..2 {
+            h.engines[w].prepare(k[w], now);
+        }
+        assert!(io_step(&mut h, 0));
+        assert!(io_step(&mut h, 1));
+        while io_step(&mut h, 0) {}
+        while io_step(&mut h, 1) {}
+        let mut running = 0;
+        for w in 0..2 {
+            for _ in 0..3 {
+                h.engines[w].prepare(k[w], now);
+                while io_step(&mut h, w) {}
+                if let Start::Running(_) = h.engines[w].start(k[w], now, 0) {
+                    running += 1;
+                }
+                while io_step(&mut h, w) {}
+            }
+        }
+        assert!(
+            running <= 2,
+            "{rules:?}: {running} calls against a limit of 2"
+        );
+    }
+}

@@ -154,6 +154,22 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     b.shutdown();
   });
 
+  test('shutdown() when a call is past its deadline gives its slot back too', async () => {
+    // Found by review: the call timed out inside shutdown(), after its flush.
+    const store = new SharedStore({ entries: 8 });
+    const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 100, lease_ttl_ms: 30_000 };
+    const a = new CircuitBreaker(() => new Promise(() => {}), { name: 'db', capacity: 1, timeout: 20, shared });
+    const p = a.fire().catch((e) => e.code);
+    const until = Date.now() + 50;
+    while (Date.now() < until) { /* a busy event loop: the call's timer has not run */ }
+    a.shutdown();
+    assert.equal(await p, 'ETIMEDOUT');
+    const b = new CircuitBreaker(async () => 'ok', { name: 'db', capacity: 1, timeout: false, volumeThreshold: 100, shared });
+    await new Promise((r) => setTimeout(r, 60));
+    assert.equal(await b.fire(), 'ok', 'the timed-out call\'s slot is back');
+    b.shutdown();
+  });
+
   test('a full store, or one whose entries are too small: the local breaker trips', async () => {
     for (const [label, opts] of [['full', { entries: 1 }], ['small', { valueBytes: 32 }]]) {
       const store = new SharedStore(opts);

@@ -757,7 +757,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._final = { stats, window };
     registry.delete(this._ref);
     for (const f of watchers) f(this, false);
-    finalizer?.unregister(this);
+    // A lingering key stays registered: a call that never ends must not keep it.
+    if (!this._lingering || this._busy === 0) finalizer?.unregister(this);
     if (store instanceof AsyncStore && w.fw_flushed(this._h) === 0) {
       this._closing = { until: t + CLOSE_MS, timer: undefined, release: store._hold() };
       this._closeStep();
@@ -1189,10 +1190,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const t = now();
     if (c.queued) w.fw_cancel_ticket(h, c.id, t);
     else w.fw_complete(h, c.id, CANCELLED, t);
-    if (this._final === undefined) return; // still in shutdown(): it flushes
     this._io(w.fw_flush(h, t), t);
-    if (this._busy > 0) return;
+    // (Inside `shutdown()` itself — a call past its deadline — it frees the key.)
+    if (this._busy > 0 || this._final === undefined) return;
     this._lingering = false;
+    finalizer?.unregister(this);
     w.fw_free(h);
   }
 

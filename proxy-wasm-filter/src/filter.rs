@@ -716,9 +716,7 @@ impl Worker {
             .is_some_and(|(c, m)| {
                 c.methods.contains(m)
                     && (c.allow_credentials || !req.creds)
-                    && !["range", "if-none-match", "if-modified-since"]
-                        .iter()
-                        .any(|h| view.header(h).is_some())
+                    && !CONDITIONAL.iter().any(|h| view.header(h).is_some())
             });
         let Some(engine) = self.engine.as_mut() else {
             return Action::Continue;
@@ -1159,6 +1157,17 @@ impl Worker {
 }
 
 /// `proxy_send_local_response` on the effective stream.
+/// Request headers that make a request partial or conditional: its answer (206, 304,
+/// 412) is not the resource a plain request asks for.
+const CONDITIONAL: [&str; 6] = [
+    "range",
+    "if-range",
+    "if-none-match",
+    "if-modified-since",
+    "if-match",
+    "if-unmodified-since",
+];
+
 /// A response worth keeping as a stale copy: a 2xx that is the whole resource (not a
 /// 206 part).
 fn storable(status: u32) -> bool {

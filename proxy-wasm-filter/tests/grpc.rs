@@ -305,3 +305,37 @@ fn a_get_never_follows_a_head_leader() {
         String::from_utf8_lossy(&g.response_body)
     );
 }
+
+/// `if-match` and `if-unmodified-since` make a request conditional too: a plain GET
+/// followed such a leader and got its 412 (found by review).
+#[test]
+fn a_plain_get_never_follows_an_if_match_leader() {
+    for (hdr, val) in [
+        ("if-match", "\"v0\""),
+        ("if-unmodified-since", "Mon, 01 Jan 2024 00:00:00 GMT"),
+    ] {
+        let mut h = harness(&policy(r#""collapse": {},"#));
+        let t0 = h.now_ns();
+        h.submit_at(
+            t0,
+            0,
+            Request::get("/file").header(hdr, val),
+            UpstreamReply::status(412).after_ms(100),
+        );
+        let f = h.submit_at(
+            t0 + 1_000,
+            0,
+            Request::get("/file"),
+            UpstreamReply::status(200).after_ms(100).with_body("whole"),
+        );
+        h.run_for(Duration::from_millis(500));
+        let f = h.record(f).unwrap();
+        assert_eq!(
+            f.response_status,
+            Some(200),
+            "plain GET behind a `{hdr}` leader got {:?} tag {:?}",
+            f.response_status,
+            f.response_header("x-fusewire")
+        );
+    }
+}

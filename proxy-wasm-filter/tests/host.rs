@@ -996,7 +996,11 @@ fn grpc_is_classified_in_every_shape() {
         ("trailers OK", UpstreamReply::grpc(0), "success"),
         ("trailers UNAVAILABLE", UpstreamReply::grpc(14), "failure"),
         ("trailers NOT_FOUND", UpstreamReply::grpc(5), "bad_request"),
-        ("trailers RESOURCE_EXHAUSTED", UpstreamReply::grpc(8), "success"),
+        (
+            "trailers RESOURCE_EXHAUSTED",
+            UpstreamReply::grpc(8),
+            "success",
+        ),
         (
             "trailers-only INTERNAL",
             UpstreamReply::grpc_trailers_only(13),

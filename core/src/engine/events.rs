@@ -41,8 +41,9 @@ pub enum Cause {
     QueueFull,
     /// The call waited `max_wait_ms` in the queue.
     WaitExpired,
-    /// The shared store could not grant a probe lease or a slot in time
-    /// (contention or an unavailable store): refused rather than over-admitted.
+    /// The shared store could not grant a probe lease or a slot in time (lost races):
+    /// refused rather than over-admitted. (A failing store leaves the key to its local
+    /// breaker and a per-worker bulkhead instead.)
     Degraded,
     /// The key is not (or no longer) in the table.
     UnknownKey,

@@ -599,20 +599,19 @@ impl Engine {
             }
         };
         if let Some(b) = &cfg.bulkhead {
-            let shared_slots = match (&k.replica, shared.mode) {
-                (Some(rep), SyncMode::Sync) => Some(
-                    rep.fresh(&ctx)
-                        .then(|| rep.has_free_slot(&ctx, b.max_concurrent)),
-                ),
-                _ => None,
+            // The shared ledger decides while the view is fresh. A store that fails
+            // (full, a key too long for it, down) leaves the bulkhead per worker, as
+            // the breaker is: refusing every call would turn a store problem into an
+            // outage, and the refusals into a trip. Without a fresh view for another
+            // reason (a lost race for a new key's slot) the call is refused.
+            let (shared_free, degraded) = match (&k.replica, shared.mode) {
+                (Some(rep), SyncMode::Sync) if rep.fresh(&ctx) => {
+                    (Some(rep.has_free_slot(&ctx, b.max_concurrent)), false)
+                }
+                (Some(rep), SyncMode::Sync) if !rep.store_failing() => (Some(false), true),
+                _ => (None, false),
             };
-            // Without a fresh view (the store cannot serve the key) the bulkhead is
-            // per worker, as the breaker is: refusing every call would turn a store
-            // problem into an outage, and the refusals into a trip.
-            let has_slot = match shared_slots {
-                Some(Some(free)) => free,
-                Some(None) | None => k.in_flight < b.max_concurrent,
-            };
+            let has_slot = shared_free.unwrap_or(k.in_flight < b.max_concurrent);
             if !has_slot || k.queued > 0 {
                 let raw = pass.into_raw();
                 let probe = raw.1 != NO_PROBE;
@@ -656,7 +655,9 @@ impl Engine {
                     Isolation::Semaphore => EventKind::SemaphoreRejected,
                     Isolation::Pool => EventKind::ThreadPoolRejected,
                 };
-                let cause = if b.isolation == Isolation::Pool && cap > 0 {
+                let cause = if degraded {
+                    Cause::Degraded
+                } else if b.isolation == Isolation::Pool && cap > 0 {
                     Cause::QueueFull
                 } else {
                     Cause::BulkheadFull
@@ -913,7 +914,7 @@ impl Engine {
                     if rep.fresh(&ctx) {
                         rep.has_free_slot(&ctx, b.max_concurrent)
                     } else {
-                        k.in_flight < b.max_concurrent
+                        rep.store_failing() && k.in_flight < b.max_concurrent
                     }
                 }
                 (Some(b), _, _) => k.in_flight < b.max_concurrent,

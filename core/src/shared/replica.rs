@@ -296,6 +296,12 @@ impl Replica {
         &self.written
     }
 
+    /// The store failed this key's last request, or its writes fail (a full store, a
+    /// key or value too large for it): the key runs on local state, its bulkhead too.
+    pub(crate) fn store_failing(&self) -> bool {
+        self.failures > 0 || self.write_failed_at.is_some()
+    }
+
     /// The last view of the shared state, if any.
     pub(crate) fn view(&self) -> Option<&KeyState> {
         self.view.as_ref()
