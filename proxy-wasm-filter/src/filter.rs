@@ -707,17 +707,11 @@ impl Worker {
             request_key.push_str(m);
             req.key = request_key.into_bytes();
         }
-        // A range or conditional request is not collapsed: its 206 or 304 is not the
-        // resource a plain request asks for.
         let collapsible = policy
             .collapse
             .as_ref()
             .zip(method.as_ref())
-            .is_some_and(|(c, m)| {
-                c.methods.contains(m)
-                    && (c.allow_credentials || !req.creds)
-                    && !CONDITIONAL.iter().any(|h| view.header(h).is_some())
-            });
+            .is_some_and(|(c, m)| c.methods.contains(m) && (c.allow_credentials || !req.creds));
         let Some(engine) = self.engine.as_mut() else {
             return Action::Continue;
         };
@@ -756,6 +750,14 @@ impl Worker {
                     self.by_wait.insert((pi, wait.id().to_raw()), ctx);
                     self.calls.insert(ctx, Call::Following { key, wait, req });
                     return Action::Pause;
+                }
+                // A range or conditional request never leads: its 206, 304 or 412 is
+                // not the resource a plain request asks for. (It may follow: a full
+                // 200 answers it too.) Checked here only, a header read each.
+                Some(Lookup::Lead(l)) if CONDITIONAL.iter().any(|h| view.header(h).is_some()) => {
+                    if let Some(c) = self.replays.get_mut(pi).and_then(|r| r.collapse.as_mut()) {
+                        c.cancel_lead(l, now);
+                    }
                 }
                 Some(Lookup::Lead(l)) => {
                     if let Some(m) = self.metrics(key) {
@@ -1158,10 +1160,10 @@ impl Worker {
 
 /// `proxy_send_local_response` on the effective stream.
 /// Request headers that make a request partial or conditional: its answer (206, 304,
-/// 412) is not the resource a plain request asks for.
-const CONDITIONAL: [&str; 6] = [
+/// 412) is not the resource a plain request asks for. (`if-range` counts only with
+/// `range`.)
+const CONDITIONAL: [&str; 5] = [
     "range",
-    "if-range",
     "if-none-match",
     "if-modified-since",
     "if-match",
