@@ -229,6 +229,24 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     c.shutdown();
   });
 
+  test('the longest namespace with a long name fits the default store', async () => {
+    // Found by review: 64 + 200 bytes of key went over the default keyBytes (256), and
+    // the breaker ran on local state only.
+    const store = new SharedStore({ entries: 8 });
+    const shared = { store, namespace: 'n'.repeat(64) };
+    const name = 'x'.repeat(250);
+    const a = new CircuitBreaker(async () => 'a', { name, shared });
+    const b = new CircuitBreaker(async () => 'b', { name, shared });
+    const issues = [];
+    for (const x of [a, b]) x.on('store', (e) => issues.push(e));
+    assert.equal(await a.fire(), 'a');
+    a.open();
+    await assert.rejects(b.fire(), { code: 'EOPENBREAKER' }, 'one state for both');
+    assert.deepEqual(issues, []);
+    a.shutdown();
+    b.shutdown();
+  });
+
   test('names longer than 200 bytes that share their head keep apart', async () => {
     const store = new SharedStore({ entries: 8 });
     const head = 'https://api.example.com/' + 'v'.repeat(200);

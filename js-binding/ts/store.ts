@@ -74,7 +74,7 @@ const clock: { now(): number } = globalThis.performance ?? Date;
 export interface SharedStoreOptions {
   /** Keys the store can hold (default 1024; each shared breaker uses one). */
   entries?: number;
-  /** Longest key in bytes (default 256). */
+  /** Longest key in bytes (default 288: a 64-byte `namespace` and a name of any length fit). */
   keyBytes?: number;
   /** Largest value in bytes (default 2048; a breaker's state is ≈ 100–400 bytes). */
   valueBytes?: number;
@@ -186,7 +186,9 @@ export class SharedStore {
         }
       }
       this.entries = positiveInt('entries', o.entries, 1024, 1 << 20);
-      this.keyBytes = positiveInt('keyBytes', o.keyBytes, 256, 4096);
+      // A store key is `<namespace>/v3/<name>/<slot>`: 64 + 4 + 200 (longer names
+      // are hashed down to it) + 1 + a slot number.
+      this.keyBytes = positiveInt('keyBytes', o.keyBytes, 288, 4096);
       this.valueBytes = positiveInt('valueBytes', o.valueBytes, 2048, 1 << 20);
       this.stride = (E_DATA + this.keyBytes + this.valueBytes + 7) & ~7;
       this.buffer = new SharedArrayBuffer(HEADER + this.entries * this.stride);
