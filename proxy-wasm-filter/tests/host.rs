@@ -12,20 +12,7 @@ use fusewire_core::shared::{KeyState, PROBE_LIMIT};
 use fusewire_core::Phase;
 use fusewire_host_test::*;
 
-fn module_path(target: &str) -> String {
-    std::env::var("FUSEWIRE_WASM").unwrap_or_else(|_| {
-        format!(
-            "{}/../target/fusewire/{target}/fusewire.wasm",
-            env!("CARGO_MANIFEST_DIR")
-        )
-    })
-}
-
-fn module() -> WasmModule {
-    let p = module_path("wasm32-wasip1");
-    WasmModule::from_file(&p)
-        .unwrap_or_else(|e| panic!("{p}: {e} — build it with proxy-wasm-filter/build.sh"))
-}
+mod common;
 
 const BASE: &str = r#"{
   "tick_ms": 100,
@@ -58,29 +45,8 @@ fn harness_with(
     json: &str,
     route_timeout_ms: u64,
 ) -> Harness {
-    let cfg = HarnessConfig {
-        workers: 4,
-        clock: ClockMode::Virtual,
-        cas_mode: cas,
-        plugin: PluginConfig {
-            name: "fusewire".into(),
-            root_id: "fusewire".into(),
-            vm_id: "fusewire-v1".into(),
-            configuration: json.into(),
-            failure_policy: FailurePolicy::FailClosed,
-            ..Default::default()
-        },
-        routes: vec![RouteConfig {
-            name: "r1".into(),
-            prefix: "/".into(),
-            cluster: "backend".into(),
-            timeout_ms: route_timeout_ms,
-        }],
-        clusters: vec![ClusterConfig::default()],
-        seed: 1,
-        ..Default::default()
-    };
-    let m = module();
+    let cfg = common::harness_config(cas, json, route_timeout_ms);
+    let m = common::module();
     match process {
         Some(p) => Harness::with_process(p, &m, cfg),
         None => Harness::new(&m, cfg),
@@ -573,7 +539,7 @@ fn invalid_config_is_rejected_with_field_path() {
         },
         ..Default::default()
     };
-    let m = module();
+    let m = common::module();
     let e = match Harness::new(&m, cfg) {
         Err(e) => e.to_string(),
         Ok(h) => panic!("must be rejected; logs: {:?}", h.logs()),
@@ -688,7 +654,8 @@ fn reload_on_reused_vms_keeps_shared_state_and_finishes_old_streams() {
     )));
     let reloaded = config(Some(8)).replace("\"tick_ms\": 100", "\"tick_ms\": 50");
     assert_eq!(
-        h.reload(&module(), plugin_cfg(reloaded)).expect("reloads"),
+        h.reload(&common::module(), plugin_cfg(reloaded))
+            .expect("reloads"),
         Reload::ReusedVms
     );
     for w in 0..4 {
@@ -704,7 +671,8 @@ fn reload_on_reused_vms_keeps_shared_state_and_finishes_old_streams() {
         "\"name\": \"svc\", \"key\": \"route\",",
     );
     assert_eq!(
-        h.reload(&module(), plugin_cfg(per_route)).expect("reloads"),
+        h.reload(&common::module(), plugin_cfg(per_route))
+            .expect("reloads"),
         Reload::ReusedVms
     );
     for w in 0..4 {
@@ -747,7 +715,7 @@ fn a_reload_with_calls_in_flight_hands_over_outcomes_metrics_and_slots() {
         ..Default::default()
     };
     assert_eq!(
-        h.reload(&module(), plugin).expect("reloads"),
+        h.reload(&common::module(), plugin).expect("reloads"),
         Reload::ReusedVms
     );
     h.run_for(Duration::from_millis(2_000));
@@ -784,7 +752,7 @@ fn a_reload_with_calls_in_flight_hands_over_outcomes_metrics_and_slots() {
 
 #[test]
 fn unknown_unknown_build_works_too() {
-    let p = module_path("wasm32-unknown-unknown");
+    let p = common::module_path("wasm32-unknown-unknown");
     let m = WasmModule::from_file(&p).expect("wasm32-unknown-unknown build");
     let mut h = Harness::new(
         &m,
@@ -1538,7 +1506,7 @@ fn reloads_do_not_reset_the_stats_cap() {
         if round > 0 {
             let reloaded = plugin_cfg(json(100 + round));
             assert_eq!(
-                h.reload(&module(), reloaded).expect("reloads"),
+                h.reload(&common::module(), reloaded).expect("reloads"),
                 Reload::ReusedVms
             );
         }
@@ -1635,7 +1603,7 @@ fn waiters_are_answered_with_their_leader_while_two_roots_live() {
         h.run_for(Duration::from_millis(20));
         let reloaded = plugin_cfg(json.replace("\"tick_ms\": 1000", "\"tick_ms\": 900"));
         assert_eq!(
-            h.reload(&module(), reloaded).expect("reloads"),
+            h.reload(&common::module(), reloaded).expect("reloads"),
             Reload::ReusedVms
         );
         h.run_for(Duration::from_millis(3000));

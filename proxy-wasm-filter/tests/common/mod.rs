@@ -1,0 +1,48 @@
+//! What the harness suites share.
+
+use fusewire_host_test::*;
+
+/// The harness every suite runs: 4 workers on a virtual clock, the plugin with `json`
+/// (fail closed), one route `/` to cluster `backend` with `route_timeout_ms`.
+pub fn harness_config(cas: CasMode, json: &str, route_timeout_ms: u64) -> HarnessConfig {
+    HarnessConfig {
+        workers: 4,
+        clock: ClockMode::Virtual,
+        cas_mode: cas,
+        plugin: PluginConfig {
+            name: "fusewire".into(),
+            root_id: "fusewire".into(),
+            vm_id: "fusewire-v1".into(),
+            configuration: json.into(),
+            failure_policy: FailurePolicy::FailClosed,
+            ..Default::default()
+        },
+        routes: vec![RouteConfig {
+            name: "r1".into(),
+            prefix: "/".into(),
+            cluster: "backend".into(),
+            timeout_ms: route_timeout_ms,
+        }],
+        clusters: vec![ClusterConfig::default()],
+        seed: 1,
+        ..Default::default()
+    }
+}
+
+/// Where the filter's `.wasm` for `target` is: `FUSEWIRE_WASM`, else what
+/// `proxy-wasm-filter/build.sh` writes.
+pub fn module_path(target: &str) -> String {
+    std::env::var("FUSEWIRE_WASM").unwrap_or_else(|_| {
+        format!(
+            "{}/../target/fusewire/{target}/fusewire.wasm",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    })
+}
+
+/// The filter built for `wasm32-wasip1`.
+pub fn module() -> WasmModule {
+    let p = module_path("wasm32-wasip1");
+    WasmModule::from_file(&p)
+        .unwrap_or_else(|e| panic!("{p}: {e} — build it with proxy-wasm-filter/build.sh"))
+}
