@@ -911,10 +911,12 @@ impl Engine {
                 (None, _, _) => true,
                 (Some(b), Some(rep), SyncMode::Sync) => {
                     let ctx = ctx!(self, k, &p.config, now, 0);
-                    if rep.fresh(&ctx) {
+                    // (A held reserve is safe without a fresh view; a failing
+                    // store leaves the limit per worker, as at admission.)
+                    if rep.fresh(&ctx) || !rep.store_failing() {
                         rep.has_free_slot(&ctx, b.max_concurrent)
                     } else {
-                        rep.store_failing() && k.in_flight < b.max_concurrent
+                        k.in_flight < b.max_concurrent
                     }
                 }
                 (Some(b), _, _) => k.in_flight < b.max_concurrent,
