@@ -527,8 +527,8 @@ fn a_success_reaching_the_volume_under_the_rate_does_not_trip() {
 #[test]
 fn opossum_rule_is_checked_on_errors_only() {
     let mut c = Config::default();
-    c.breaker.error_percentage.denominator = fusewire_core::config::Denominator::AllCalls;
-    c.breaker.error_percentage.comparison = fusewire_core::config::Comparison::Above;
+    c.breaker.error_percentage.denominator = Denominator::AllCalls;
+    c.breaker.error_percentage.comparison = Comparison::Above;
     let mut b = cb(c);
     calls(&mut b, T0, 0, 11);
     calls(&mut b, T0, 9, 0);
@@ -597,6 +597,15 @@ fn errors_from_the_warm_up_trip_on_the_success_that_reaches_the_volume() {
     assert_eq!(b.phase(), Phase::Open, "20 calls at 50 % errors");
 }
 
+/// The window before its first bucket leaves (at T0 + 10 s): 100 successes at T0,
+/// `failed` failures 5 s later, `ok` successes at 9 s; still closed.
+fn before_the_roll(b: &mut CircuitBreaker, failed: u32, ok: u32) {
+    calls(b, T0, 100, 0);
+    calls(b, T0 + 5_000 * MS, 0, failed);
+    calls(b, T0 + 9_000 * MS, ok, 0);
+    assert_eq!(b.phase(), Phase::Closed);
+}
+
 /// Calls leaving the window can raise its error rate with no new error: the next
 /// success runs the rules (resilience4j checks after every call, Hystrix on every
 /// health snapshot). Before, the breaker stayed closed at 50 % until the next error.
@@ -608,9 +617,7 @@ fn a_success_after_calls_left_the_window_trips_at_the_rate() {
         c.breaker.slow_call.enabled = cold;
         c.breaker.slow_call.duration_threshold_ms = 60_000;
         let mut b = cb(c);
-        calls(&mut b, T0, 100, 0);
-        calls(&mut b, T0 + 5_000 * MS, 0, 10);
-        calls(&mut b, T0 + 9_000 * MS, 9, 0);
+        before_the_roll(&mut b, 10, 9);
         assert_eq!(b.phase(), Phase::Closed, "10 errors in 119 calls");
         // 10 s on, the first bucket (100 successes) leaves: 10 errors in 20 calls.
         call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
@@ -624,19 +631,15 @@ fn a_success_after_calls_left_the_window_trips_at_the_rate() {
 #[test]
 fn calls_leaving_the_window_trip_nothing_under_the_rate_or_with_opossums_rule() {
     let mut b = cb(Config::default());
-    calls(&mut b, T0, 100, 0);
-    calls(&mut b, T0 + 5_000 * MS, 0, 9);
-    calls(&mut b, T0 + 9_000 * MS, 10, 0);
+    before_the_roll(&mut b, 9, 10);
     call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
     assert_eq!(b.phase(), Phase::Closed, "9 errors in 20 calls");
 
     let mut c = Config::default();
-    c.breaker.error_percentage.denominator = fusewire_core::config::Denominator::AllCalls;
-    c.breaker.error_percentage.comparison = fusewire_core::config::Comparison::Above;
+    c.breaker.error_percentage.denominator = Denominator::AllCalls;
+    c.breaker.error_percentage.comparison = Comparison::Above;
     let mut b = cb(c);
-    calls(&mut b, T0, 100, 0);
-    calls(&mut b, T0 + 5_000 * MS, 0, 11);
-    calls(&mut b, T0 + 9_000 * MS, 9, 0);
+    before_the_roll(&mut b, 11, 9);
     call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
     assert_eq!(
         b.phase(),
@@ -647,14 +650,6 @@ fn calls_leaving_the_window_trip_nothing_under_the_rate_or_with_opossums_rule() 
     assert_eq!(b.phase(), Phase::Open);
 }
 
-/// 100 successes at T0, 10 failures 5 s later, 9 successes at 9 s: closed.
-fn scenario(b: &mut CircuitBreaker) {
-    calls(b, T0, 100, 0);
-    calls(b, T0 + 5_000 * MS, 0, 10);
-    calls(b, T0 + 9_000 * MS, 9, 0);
-    assert_eq!(b.phase(), Phase::Closed);
-}
-
 /// The adaptive throttle reads the window at admission (which rolls it): the success
 /// recorded next still runs the rules.
 #[test]
@@ -663,9 +658,7 @@ fn a_roll_made_by_the_throttles_admission_read_still_checks() {
         let mut c = Config::default();
         c.breaker.adaptive_throttle.enabled = throttle;
         let mut b = cb(c);
-        calls(&mut b, T0, 100, 0);
-        calls(&mut b, T0 + 5_000 * MS, 0, 11);
-        calls(&mut b, T0 + 9_000 * MS, 9, 0);
+        before_the_roll(&mut b, 11, 9);
         assert_eq!(b.phase(), Phase::Closed);
         // rand = MAX: the throttle's draw (p = 2/21 at 11 errors in 20) admits.
         let now = T0 + 10_500 * MS;
@@ -686,7 +679,7 @@ fn opossums_rule_never_trips_on_a_success_with_the_slow_call_rule_on() {
         c.breaker.error_percentage.comparison = Comparison::AtOrAbove;
         c.breaker.slow_call.enabled = slow_rule; // never met: 60 s threshold
         let mut b = cb(c);
-        scenario(&mut b);
+        before_the_roll(&mut b, 10, 9);
         call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
         assert_eq!(
             b.phase(),
@@ -763,9 +756,7 @@ fn a_reconfigured_window_over_the_threshold_trips_on_the_next_success() {
 #[test]
 fn a_roll_made_by_a_non_call_event_still_checks() {
     let mut b = cb(Config::default());
-    calls(&mut b, T0, 100, 0);
-    calls(&mut b, T0 + 5_000 * MS, 0, 11);
-    calls(&mut b, T0 + 9_000 * MS, 9, 0);
+    before_the_roll(&mut b, 11, 9);
     b.record_event(EventKind::FallbackSuccess, T0 + 10_200 * MS, 0);
     call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
     assert_eq!(b.phase(), Phase::Open);
