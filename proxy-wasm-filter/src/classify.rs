@@ -245,6 +245,29 @@ impl GrpcSet {
     }
 }
 
+/// A `grpc-timeout` header in nanoseconds: 1 to 8 ASCII digits and a unit (`H`, `M`,
+/// `S`, `m`, `u`, `n`), as the gRPC over HTTP/2 spec writes it (saturating: 10⁸ hours
+/// is past `u64` nanoseconds); anything else is none.
+pub fn grpc_timeout(v: &[u8]) -> Option<u64> {
+    let (&unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits
+        .iter()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    let ns: u64 = match unit {
+        b'H' => 3_600_000_000_000,
+        b'M' => 60_000_000_000,
+        b'S' => 1_000_000_000,
+        b'm' => 1_000_000,
+        b'u' => 1_000,
+        b'n' => 1,
+        _ => return None,
+    };
+    Some(n.saturating_mul(ns))
+}
+
 /// How an upstream result is judged.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Classifier {
@@ -258,6 +281,9 @@ pub struct Classifier {
     pub timeout_flags: FlagSet,
     /// Whether a stream that ended without any response is a failure.
     pub resets_are_failures: bool,
+    /// Whether a gRPC client that gave up at its own deadline (`grpc-timeout`) with no
+    /// response yet makes a TIMEOUT (not CANCELLED).
+    pub client_deadline: bool,
     /// HTTP statuses that are the caller's fault.
     pub bad_request_status: StatusSet,
     /// gRPC statuses that are the caller's fault.
@@ -275,6 +301,8 @@ pub struct Observed {
     pub flags: FlagSet,
     /// The response reached its end of stream (headers, body or trailers).
     pub ended: bool,
+    /// The stream ended at or after the client's own deadline (`grpc-timeout`).
+    pub past_deadline: bool,
 }
 
 impl Observed {
@@ -289,11 +317,13 @@ impl Observed {
 impl Classifier {
     /// Classifies, in this order: timeout flags → TIMEOUT; failure flags → FAILURE;
     /// no response, or one cut short before its end of stream → FAILURE if resets are
-    /// failures and Envoy set a flag, CANCELLED if the client went away (flag DC or
-    /// DR, or no flag: Envoy's router answers an upstream reset or timeout itself,
-    /// with its flag, and Envoy before 1.30 set no flag for an HTTP/2 client's reset)
-    /// or resets are not failures; failure HTTP status → FAILURE; failure gRPC status
-    /// → FAILURE; bad-request HTTP or gRPC status → BAD_REQUEST; else SUCCESS.
+    /// failures and Envoy set a flag, else if the client went away (flag DC or DR, or
+    /// no flag: Envoy's router answers an upstream reset or timeout itself, with its
+    /// flag, and Envoy before 1.30 set no flag for an HTTP/2 client's reset) TIMEOUT
+    /// when it had no response headers and its own deadline had passed
+    /// (`client_deadline`), else CANCELLED; failure HTTP status → FAILURE; failure
+    /// gRPC status → FAILURE; bad-request HTTP or gRPC status → BAD_REQUEST; else
+    /// SUCCESS.
     pub fn classify(&self, o: &Observed) -> Outcome {
         if o.flags.intersects(self.timeout_flags) {
             return Outcome::Timeout;
@@ -305,6 +335,10 @@ impl Classifier {
             Some(s) if o.ended => s,
             _ => {
                 let gone = o.flags.is_empty() || o.flags.intersects(CLIENT_GONE);
+                if gone && self.client_deadline && o.past_deadline && o.status.is_none() {
+                    // The upstream did not answer within the caller's deadline.
+                    return Outcome::Timeout;
+                }
                 if gone || !self.resets_are_failures {
                     return Outcome::Cancelled;
                 }
@@ -382,6 +416,7 @@ mod tests {
             failure_flags: FlagSet::parse(&["UF".into()]).unwrap(),
             timeout_flags: FlagSet::one("UT"),
             resets_are_failures: true,
+            client_deadline: true,
             bad_request_status: set(&["4xx"]),
             bad_request_grpc: GrpcSet::parse(&[Entry::Code(5)]).unwrap(),
         };
@@ -390,6 +425,7 @@ mod tests {
             grpc,
             flags: FlagSet::from_property(flags),
             ended: status.is_some(),
+            past_deadline: false,
         };
         assert_eq!(c.classify(&o(Some(200), None, b"")), Outcome::Success);
         assert_eq!(c.classify(&o(Some(503), None, b"")), Outcome::Failure);
@@ -436,8 +472,61 @@ mod tests {
         assert_eq!(c.classify(&cut(b"")), Outcome::Cancelled, "the client left");
         let lenient = Classifier {
             resets_are_failures: false,
-            ..c
+            ..c.clone()
         };
         assert_eq!(lenient.classify(&o(None, None, b"")), Outcome::Cancelled);
+        // The client gave up at its own deadline with nothing from the upstream.
+        let late = |status, flags: &[u8]| Observed {
+            past_deadline: true,
+            ended: false,
+            ..o(status, None, flags)
+        };
+        assert_eq!(c.classify(&late(None, b"DR")), Outcome::Timeout);
+        assert_eq!(c.classify(&late(None, b"")), Outcome::Timeout);
+        assert_eq!(lenient.classify(&late(None, b"DC")), Outcome::Timeout);
+        assert_eq!(
+            c.classify(&late(None, b"UF")),
+            Outcome::Failure,
+            "flags first"
+        );
+        assert_eq!(
+            c.classify(&late(Some(200), b"DR")),
+            Outcome::Cancelled,
+            "a stream that had its headers is cut by its client's cap"
+        );
+        let off = Classifier {
+            client_deadline: false,
+            ..c
+        };
+        assert_eq!(off.classify(&late(None, b"DR")), Outcome::Cancelled);
+    }
+
+    #[test]
+    fn grpc_timeout_header() {
+        assert_eq!(grpc_timeout(b"100m"), Some(100_000_000));
+        assert_eq!(grpc_timeout(b"5S"), Some(5_000_000_000));
+        assert_eq!(grpc_timeout(b"2M"), Some(120_000_000_000));
+        assert_eq!(grpc_timeout(b"1H"), Some(3_600_000_000_000));
+        assert_eq!(grpc_timeout(b"250u"), Some(250_000));
+        assert_eq!(grpc_timeout(b"7n"), Some(7));
+        assert_eq!(grpc_timeout(b"99999999H"), Some(u64::MAX), "saturates");
+        assert_eq!(grpc_timeout(b"99999999M"), Some(5_999_999_940_000_000_000));
+        for bad in [
+            &b""[..],
+            b"m",
+            b"100",
+            b"100x",
+            b"-1S",
+            b" 1S",
+            b"123456789S",
+            b"1.5S",
+        ] {
+            assert_eq!(
+                grpc_timeout(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 }

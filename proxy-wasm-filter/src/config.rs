@@ -206,6 +206,7 @@ struct RawFailure {
     response_flags: Vec<String>,
     timeout_flags: Vec<String>,
     resets: bool,
+    client_deadline: bool,
 }
 
 impl Default for RawFailure {
@@ -232,6 +233,7 @@ impl Default for RawFailure {
                 .map(|s| s.to_string())
                 .collect(),
             resets: true,
+            client_deadline: true,
         }
     }
 }
@@ -424,7 +426,9 @@ json_enum!(OnLeaderFailure { Fail = "fail", Retry = "retry" });
 json_struct!(read RawStale { key, max_stale_ms, max_bytes, max_entries, max_body_bytes });
 json_struct!(read RawMatch { route, cluster, path_prefix, method, headers });
 json_enum!(TimeoutMode { Route = "route", Tick = "tick" });
-json_struct!(read RawFailure { status, grpc_status, response_flags, timeout_flags, resets });
+json_struct!(read RawFailure {
+    status, grpc_status, response_flags, timeout_flags, resets, client_deadline,
+});
 json_struct!(read RawBadRequest { status, grpc_status });
 json_struct!(read RawFallback {
     status, timeout_status, headers, body, grpc, grpc_status, timeout_grpc_status,
@@ -621,6 +625,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         timeout_flags: FlagSet::parse(&f.timeout_flags)
             .map_err(|(j, r)| err(at(&format!("failure.timeout_flags[{j}]")), r))?,
         resets_are_failures: f.resets,
+        client_deadline: f.client_deadline,
         bad_request_status: StatusSet::parse(&p.bad_request.status)
             .map_err(|(j, r)| err(at(&format!("bad_request.status[{j}]")), r))?,
         bad_request_grpc: GrpcSet::parse(&p.bad_request.grpc_status)

@@ -12,7 +12,7 @@ use fusewire_core::{
     TransitionReason,
 };
 
-use crate::classify::{FlagSet, Observed};
+use crate::classify::{grpc_timeout, FlagSet, Observed};
 use crate::config::{Plugin, Policy, Reason, Reply};
 use crate::host::{self, Level};
 use crate::idmap::IdMap;
@@ -92,6 +92,9 @@ struct Request {
     /// The whole request reached the filter (its end of stream): a `tick` deadline
     /// counts from there, as Envoy's route timeout does.
     sent: bool,
+    /// When the client's own deadline (`grpc-timeout`) passes, less 5 % for the
+    /// header's travel (0: none). A client reset after it is a TIMEOUT.
+    deadline: Nanos,
 }
 
 /// Per-VM state shared by the root and every stream context.
@@ -689,7 +692,16 @@ impl Worker {
             creds: false,
             key: Vec::new(),
             sent: end,
+            deadline: 0,
         };
+        if rpc && policy.classifier.client_deadline {
+            if let Some(t) = view
+                .header("grpc-timeout")
+                .and_then(|v| grpc_timeout(v.as_bytes()))
+            {
+                req.deadline = now.saturating_add(t - t / 20).max(1);
+            }
+        }
         if method.is_some() {
             req.creds = view.header("authorization").is_some() || view.header("cookie").is_some();
         }
@@ -1064,6 +1076,7 @@ impl Worker {
                         obs.flags = f;
                     }
                 }
+                obs.past_deadline = req.deadline != 0 && now >= req.deadline;
                 let outcome = self
                     .policy_of(key)
                     .map_or(Outcome::Cancelled, |p| p.classifier.classify(&obs));

@@ -278,3 +278,70 @@ fn a_get_never_follows_a_head_leader() {
         String::from_utf8_lossy(&g.response_body)
     );
 }
+
+/// 30 unary calls to a hung upstream whose HTTP/2 client sends `grpc-timeout` (if any)
+/// and resets the stream after `reset_ms`; the counters after.
+fn client_deadline_run(extra: &str, grpc_timeout: Option<&str>, reset_ms: u64) -> Harness {
+    let mut h = harness(&policy(&format!("{BREAKER_1PROBE} {extra}")));
+    let t0 = h.now_ns();
+    for i in 0..30u64 {
+        let mut req = Request::grpc("/pkg.Svc/Call")
+            .http2()
+            .client_timeout_ms(reset_ms);
+        if let Some(t) = grpc_timeout {
+            req = req.header("grpc-timeout", t);
+        }
+        h.submit_at(
+            t0 + i * 1_000_000,
+            (i % 4) as usize,
+            req,
+            UpstreamReply::hang(),
+        );
+    }
+    h.run_for(Duration::from_millis(reset_ms + 100));
+    settle(&mut h);
+    h
+}
+
+/// A gRPC client that gives up at its own deadline (`grpc-timeout`) with no response
+/// counts as TIMEOUT: the upstream did not answer in the time its caller allowed. It
+/// counted as CANCELLED, so behind a route without a timeout (Istio's default) a hung
+/// upstream never tripped the breaker while every client hit its deadline.
+#[test]
+fn a_grpc_client_resetting_at_its_deadline_is_a_timeout() {
+    let h = client_deadline_run("", Some("200m"), 200);
+    let (t, c) = (
+        counter(&h, "fusewire.svc.timeout"),
+        counter(&h, "fusewire.svc.cancelled"),
+    );
+    assert_eq!((t, c), (30, 0), "timeout {t}, cancelled {c}");
+    assert_eq!(
+        phase(&h),
+        Phase::Open,
+        "the hung upstream trips the breaker"
+    );
+
+    // Reset before its deadline, without one, or with the rule off: the caller left.
+    for (extra, header, reset) in [
+        ("", Some("1S"), 200),
+        ("", None, 200),
+        (
+            r#""failure": {"client_deadline": false},"#,
+            Some("200m"),
+            200,
+        ),
+        ("", Some("bogus"), 200),
+    ] {
+        let h = client_deadline_run(extra, header, reset);
+        let (t, c) = (
+            counter(&h, "fusewire.svc.timeout"),
+            counter(&h, "fusewire.svc.cancelled"),
+        );
+        assert_eq!(
+            (t, c),
+            (0, 30),
+            "{extra} {header:?}: timeout {t}, cancelled {c}"
+        );
+        assert_eq!(phase(&h), Phase::Closed);
+    }
+}
