@@ -40,7 +40,11 @@ use wasm_bindgen::prelude::*;
 /// a `.wasm` (one instance per JS thread: no atomics).
 #[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
 #[global_allocator]
-static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+static ALLOCATOR: talc::cell::TalcSyncCell<heap::Heap, talc::wasm::WasmBinning> =
+    talc::cell::TalcSyncCell::new_wasm(heap::Heap::new());
+
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+mod heap;
 
 /// ABI version: the JS loader refuses a `.wasm` of another version.
 pub const ABI_VERSION: u32 = 2;
