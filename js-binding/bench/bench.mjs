@@ -5,7 +5,8 @@
 //   failure path   ns per failing call with 1k / 5k / 20k failures in the window
 //   stats          one `stats` read with 20k calls in the window
 //   Collapser      per-load overhead (one load at a time) and 10 000 concurrent loads
-//   memory         bytes per breaker (JS heap + wasm memory)
+//   memory         bytes per breaker (JS heap + wasm memory), and µs to create one
+//                  while the others stay alive
 //   size           the .wasm (raw, gzipped) and the npm tarball
 //
 // Every library runs with its defaults except where a row says otherwise; times are
@@ -167,25 +168,31 @@ async function memory() {
   const keep = [];
   const h0 = heap();
   const w0 = engine.w.memory.buffer.byteLength;
+  let t0 = process.hrtime.bigint();
   for (let i = 0; i < n; i++) keep.push(new CircuitBreaker(ok, { name: `b${i}` }));
+  const fwCreate = Number(process.hrtime.bigint() - t0) / n;
   await Promise.all(keep.map((b) => b.fire()));
   const fwHeap = (heap() - h0) / n;
   const fwWasm = (engine.w.memory.buffer.byteLength - w0) / n;
   for (const b of keep) b.shutdown();
   keep.length = 0;
   const h1 = heap();
+  t0 = process.hrtime.bigint();
   for (let i = 0; i < n; i++) keep.push(new Opossum(ok, { name: `b${i}` }));
+  const opCreate = Number(process.hrtime.bigint() - t0) / n;
   await Promise.all(keep.map((b) => b.fire()));
   const opHeap = (heap() - h1) / n;
   for (const b of keep) b.shutdown();
   keep.length = 0;
   const h2 = heap();
+  t0 = process.hrtime.bigint();
   for (let i = 0; i < n; i++) {
     keep.push(cockatiel.circuitBreaker(cockatiel.handleAll, {
       halfOpenAfter: 10_000,
       breaker: new cockatiel.SamplingBreaker({ threshold: 0.5, duration: 10_000 }),
     }));
   }
+  const ckCreate = Number(process.hrtime.bigint() - t0) / n;
   await Promise.all(keep.map((b) => b.execute(ok)));
   const ckHeap = (heap() - h2) / n;
   keep.length = 0;
@@ -195,7 +202,9 @@ async function memory() {
     opossum: kb(opHeap),
     cockatiel: kb(ckHeap),
   }, `${n} breakers, after one call each${globalThis.gc ? '' : '; run with --expose-gc for steadier numbers'}`);
-  return { fwHeap, fwWasm, opHeap, ckHeap };
+  row('create a breaker, the others alive', { fusewire: fwCreate, opossum: opCreate, cockatiel: ckCreate },
+    `mean over ${n}`);
+  return { fwHeap, fwWasm, opHeap, ckHeap, fwCreate, opCreate, ckCreate };
 }
 
 // ---- package size --------------------------------------------------------------------------
