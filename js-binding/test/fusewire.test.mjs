@@ -255,6 +255,45 @@ describe('per-call AbortSignal', () => {
     b.shutdown();
   });
 
+  test('the caller\'s deadline (a TimeoutError, as from AbortSignal.timeout) counts as a timeout', async () => {
+    const b = new CircuitBreaker(() => new Promise(() => {}),
+      { timeout: false, volumeThreshold: 4, errorThresholdPercentage: 50, resetTimeout: 60_000 });
+    const log = record(b, ['timeout', 'failure', 'open', 'success']);
+    const timedOut = () => new DOMException('The operation was aborted due to timeout', 'TimeoutError');
+    for (let i = 0; i < 4; i++) {
+      const ac = new AbortController();
+      const p = b.fireWithSignal(ac.signal, i);
+      const reason = timedOut();
+      ac.abort(reason);
+      assert.equal((await settle(p)).error, reason, 'rejects with the signal\'s reason');
+    }
+    assert.deepEqual(log.map((e) => e[0]),
+      ['timeout', 'failure', 'timeout', 'failure', 'timeout', 'failure', 'timeout', 'failure', 'open']);
+    assert.equal(log[0][1].name, 'TimeoutError');
+    assert.deepEqual(log[0][3], [0], 'the call\'s arguments, as opossum\'s timeout event');
+    assert.equal(b.stats.timeouts, 4);
+    assert.equal(b.opened, true, 'a hung upstream behind callers\' deadlines trips the breaker');
+    b.shutdown();
+
+    // Queued, or aborted for another reason: the caller left; nothing counts.
+    const q = new CircuitBreaker(() => new Promise(() => {}),
+      { timeout: false, fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 1 } } });
+    void q.fire(0);
+    const ac = new AbortController();
+    const queued = q.fireWithSignal(ac.signal, 1);
+    ac.abort(timedOut());
+    await settle(queued);
+    const other = new AbortController();
+    const running = new CircuitBreaker(() => new Promise(() => {}), { timeout: false });
+    const p = running.fireWithSignal(other.signal, 2);
+    other.abort(new Error('TimeoutError in the message only'));
+    await settle(p);
+    for (const x of [q, running]) {
+      assert.equal(x.stats.timeouts + x.stats.failures, 0);
+      x.shutdown();
+    }
+  });
+
   test('an aborted probe gives its turn back', async () => {
     clock = fakeTime();
     const b = new CircuitBreaker((x) => (x === 'fail' ? Promise.reject(new Error('boom')) : new Promise(() => {})),

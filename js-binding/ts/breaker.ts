@@ -22,7 +22,7 @@ import type { Emitter, Listener } from './emitter.js';
 import {
   BAD_REQUEST, CANCELLED, EV_DEQUEUED, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
-  RUNNING, S, bytes, io, loaded, message, nextIo, out, putKey, putScratchBytes, w,
+  RUNNING, S, TIMEOUT, bytes, io, loaded, message, nextIo, out, putKey, putScratchBytes, w,
 } from './engine.js';
 import { describe, isOurError, optionError, ourError, type CircuitBreakerError } from './errors.js';
 import { tagged } from './key.js';
@@ -254,6 +254,12 @@ function guarded(sink: Sink, f: () => void): void {
       sink.error = e;
     }
   }
+}
+
+/** Whether an abort reason says the caller's deadline passed (`AbortSignal.timeout`). */
+function deadline(reason: unknown): boolean {
+  return typeof reason === 'object' && reason !== null &&
+    (reason as { name?: unknown }).name === 'TimeoutError';
 }
 
 function thenable(v: unknown): v is PromiseLike<unknown> {
@@ -1221,14 +1227,30 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       c.done = true;
       const t = now();
       this._forget(c);
+      const reason: unknown = signal.reason;
+      // The caller's own deadline (`AbortSignal.timeout`) passed with no answer: a
+      // TIMEOUT, as the Envoy filter counts a gRPC client's `grpc-timeout`. Any other
+      // abort (the caller went away) counts nowhere.
+      const late = !c.queued && !this._shutdown && deadline(reason);
+      let r = 0;
       if (!this._shutdown) {
-        const r = c.queued
+        r = c.queued
           ? w.fw_cancel_ticket(this._h, c.id, t)
-          : w.fw_complete(this._h, c.id, CANCELLED, t);
-        if (r >= 0 && (r & F_ANY) !== 0) this._after(r, t);
+          : w.fw_complete(this._h, c.id, late ? TIMEOUT : CANCELLED, t);
       }
-      c.ctl?.abort(signal.reason);
-      c.reject(signal.reason);
+      const sink: Sink = { threw: false, error: undefined };
+      if (late && r >= 0 && (r & 3) === 0) {
+        // opossum's order for a timeout: `timeout`, `failure`, then any transition.
+        const latency = t - c.t0;
+        const u = this._extra.unseen;
+        u[0]++; // its `timeout` listeners do not see the failure yet
+        guarded(sink, () => this.emit('timeout', reason, latency, c.args));
+        u[0]--;
+        guarded(sink, () => this.emit('failure', reason, latency, c.args));
+      }
+      if (r >= 0 && (r & F_ANY) !== 0) guarded(sink, () => this._after(r, t));
+      c.ctl?.abort(reason);
+      c.reject(reason);
       // A coalescing leader going away is not a failure of the call: its followers
       // are not failed by it, the first one leads now.
       const f = c.flight;
@@ -1236,6 +1258,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         c.flight = undefined;
         this._giveUp1(f.lead, f);
       }
+      if (sink.threw) throw sink.error; // a listener's error, as from the timer
     };
     signal.addEventListener('abort', c.onAbort, { once: true });
   }

@@ -79,6 +79,7 @@ export const EV_STORE = 6;
 // Outcomes.
 export const OK = 0;
 export const FAILURE = 1;
+export const TIMEOUT = 2;
 export const BAD_REQUEST = 3;
 export const CANCELLED = 4;
 
