@@ -247,7 +247,7 @@ impl GrpcSet {
 
 /// A `grpc-timeout` header in nanoseconds: 1 to 8 ASCII digits and a unit (`H`, `M`,
 /// `S`, `m`, `u`, `n`), as the gRPC over HTTP/2 spec writes it (saturating: 10⁸ hours
-/// is past `u64` nanoseconds); anything else is none.
+/// is past `u64` nanoseconds); zero or anything else is none.
 pub fn grpc_timeout(v: &[u8]) -> Option<u64> {
     let (&unit, digits) = v.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
@@ -265,7 +265,8 @@ pub fn grpc_timeout(v: &[u8]) -> Option<u64> {
         b'n' => 1,
         _ => return None,
     };
-    Some(n.saturating_mul(ns))
+    // The spec asks for a positive value; Envoy's router reads 0 as no deadline.
+    (n > 0).then(|| n.saturating_mul(ns))
 }
 
 /// How an upstream result is judged.
@@ -520,6 +521,9 @@ mod tests {
             b" 1S",
             b"123456789S",
             b"1.5S",
+            b"0S",
+            b"00000000H",
+            b"0n",
         ] {
             assert_eq!(
                 grpc_timeout(bad),

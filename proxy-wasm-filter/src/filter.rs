@@ -92,9 +92,23 @@ struct Request {
     /// The whole request reached the filter (its end of stream): a `tick` deadline
     /// counts from there, as Envoy's route timeout does.
     sent: bool,
-    /// When the client's own deadline (`grpc-timeout`) passes, less 5 % for the
-    /// header's travel (0: none). A client reset after it is a TIMEOUT.
+    /// The client's own deadline (`grpc-timeout`, ns; 0: none).
+    grpc_timeout: u64,
+    /// When that deadline, counted from when the upstream had the whole request, has
+    /// passed, less 5 % for the header's travel (0: not running with its request
+    /// sent). A client reset after it is a TIMEOUT: queue time and a slow upload are
+    /// not the upstream's.
     deadline: Nanos,
+}
+
+impl Request {
+    /// Starts the client-deadline clock: the upstream has the whole request now.
+    fn sent_at(&mut self, now: Nanos) {
+        let t = self.grpc_timeout;
+        if t > 0 {
+            self.deadline = now.saturating_add(t - t / 20).max(1);
+        }
+    }
 }
 
 /// Per-VM state shared by the root and every stream context.
@@ -692,14 +706,16 @@ impl Worker {
             creds: false,
             key: Vec::new(),
             sent: end,
+            grpc_timeout: 0,
             deadline: 0,
         };
         if rpc && policy.classifier.client_deadline {
+            // A 0 is no deadline, as Envoy's router reads it.
             if let Some(t) = view
                 .header("grpc-timeout")
                 .and_then(|v| grpc_timeout(v.as_bytes()))
             {
-                req.deadline = now.saturating_add(t - t / 20).max(1);
+                req.grpc_timeout = t;
             }
         }
         if method.is_some() {
@@ -853,11 +869,12 @@ impl Worker {
         now: Nanos,
     ) {
         self.by_call.insert(permit.id(), ctx);
-        if !req.sent {
+        let mut req = req;
+        if req.sent {
+            req.sent_at(now);
+        } else if let Some(e) = self.engine.as_mut() {
             // Its deadline starts once the request has been sent in full.
-            if let Some(e) = self.engine.as_mut() {
-                e.stop_timer(&permit);
-            }
+            e.stop_timer(&permit);
         }
         let limit = self
             .plugin
@@ -1363,6 +1380,7 @@ impl Root {
                 permit, req, obs, ..
             }) if end && !req.sent && obs.status.is_none() => {
                 req.sent = true;
+                req.sent_at(now);
                 if let Some(e) = w.engine.as_mut() {
                     e.restart_timer(permit, now);
                 }

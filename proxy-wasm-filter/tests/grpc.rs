@@ -282,25 +282,45 @@ fn a_get_never_follows_a_head_leader() {
 /// 30 unary calls to a hung upstream whose HTTP/2 client sends `grpc-timeout` (if any)
 /// and resets the stream after `reset_ms`; the counters after.
 fn client_deadline_run(extra: &str, grpc_timeout: Option<&str>, reset_ms: u64) -> Harness {
+    deadline_run(
+        extra,
+        |_| {
+            let req = Request::grpc("/pkg.Svc/Call")
+                .http2()
+                .client_timeout_ms(reset_ms);
+            match grpc_timeout {
+                Some(t) => req.header("grpc-timeout", t),
+                None => req,
+            }
+        },
+        |_| UpstreamReply::hang(),
+        reset_ms + 100,
+    )
+}
+
+/// 30 calls made by `req` (one per ms, over 4 workers) answered by `reply`; runs
+/// `run_ms`, then the counters settle.
+fn deadline_run(
+    extra: &str,
+    req: impl Fn(u64) -> Request,
+    reply: impl Fn(u64) -> UpstreamReply,
+    run_ms: u64,
+) -> Harness {
     let mut h = harness(&policy(&format!("{BREAKER_1PROBE} {extra}")));
     let t0 = h.now_ns();
     for i in 0..30u64 {
-        let mut req = Request::grpc("/pkg.Svc/Call")
-            .http2()
-            .client_timeout_ms(reset_ms);
-        if let Some(t) = grpc_timeout {
-            req = req.header("grpc-timeout", t);
-        }
-        h.submit_at(
-            t0 + i * 1_000_000,
-            (i % 4) as usize,
-            req,
-            UpstreamReply::hang(),
-        );
+        h.submit_at(t0 + i * 1_000_000, (i % 4) as usize, req(i), reply(i));
     }
-    h.run_for(Duration::from_millis(reset_ms + 100));
+    h.run_for(Duration::from_millis(run_ms));
     settle(&mut h);
     h
+}
+
+fn timeouts_and_cancels(h: &Harness) -> (u64, u64) {
+    (
+        counter(h, "fusewire.svc.timeout"),
+        counter(h, "fusewire.svc.cancelled"),
+    )
 }
 
 /// A gRPC client that gives up at its own deadline (`grpc-timeout`) with no response
@@ -331,6 +351,7 @@ fn a_grpc_client_resetting_at_its_deadline_is_a_timeout() {
             200,
         ),
         ("", Some("bogus"), 200),
+        ("", Some("0S"), 200), // 0 is no deadline (found by review: it was expired)
     ] {
         let h = client_deadline_run(extra, header, reset);
         let (t, c) = (
@@ -344,4 +365,46 @@ fn a_grpc_client_resetting_at_its_deadline_is_a_timeout() {
         );
         assert_eq!(phase(&h), Phase::Closed);
     }
+}
+
+/// The client's deadline counts from when the upstream has the whole request (found by
+/// review): a client still uploading at its deadline, or one whose call waited most of
+/// its deadline in the bulkhead queue, gave the upstream no fair chance. Both counted
+/// as TIMEOUT and tripped the breaker on a healthy upstream.
+#[test]
+fn a_client_deadline_counts_from_when_the_upstream_has_the_request() {
+    // Client streaming: still sending at 200 ms; the upstream answers 5 ms after the end.
+    let h = deadline_run(
+        "",
+        |_| {
+            Request::grpc("/pkg.Svc/Upload")
+                .http2()
+                .header("grpc-timeout", "200m")
+                .upload_ms(1_000)
+                .client_timeout_ms(200)
+        },
+        |_| UpstreamReply::grpc(0).after_ms(5),
+        400,
+    );
+    assert_eq!(timeouts_and_cancels(&h), (0, 30));
+    assert_eq!(phase(&h), Phase::Closed);
+
+    // Queued: one slot; each call holds it 100 ms and has 1 s: the later ones wait
+    // most of their deadline for the slot and reset soon after they get it.
+    let h = deadline_run(
+        r#""bulkhead": {"max_concurrent": 1, "isolation": "pool", "max_queue": 30,
+            "queue_rejection_threshold": 30, "max_wait_ms": 10000},"#,
+        |_| {
+            Request::grpc("/pkg.Svc/Call")
+                .http2()
+                .header("grpc-timeout", "1S")
+                .client_timeout_ms(1_000)
+        },
+        |_| UpstreamReply::grpc(0).after_ms(100),
+        1_500,
+    );
+    let (t, c) = timeouts_and_cancels(&h);
+    let s = counter(&h, "fusewire.svc.success");
+    assert_eq!(t, 0, "timeout {t}, cancelled {c}, success {s}");
+    assert!(c >= 1 && s >= 5, "timeout {t}, cancelled {c}, success {s}");
 }
