@@ -514,6 +514,12 @@ impl Harness {
         self.workers[w].exec(|vm| vm.alive())
     }
 
+    /// Metric definitions worker `w`'s VM has made: Envoy keeps every one (an id →
+    /// stat entry) for the VM's life, a repeated name too.
+    pub fn metric_definitions(&self, w: usize) -> usize {
+        self.workers[w].exec(|vm| vm.metric_definitions())
+    }
+
     /// Real clock only: every worker thread runs its own list of requests at the same
     /// time (offsets in ns from the call), each on its own event loop; the main thread
     /// VM and workers without a list keep running their own events (ticks, queue

@@ -248,6 +248,13 @@ impl WorkerVm {
         self.vm.is_some()
     }
 
+    /// Metric definitions the VM has made (Envoy keeps each for the VM's life).
+    pub fn metric_definitions(&self) -> usize {
+        self.vm
+            .as_ref()
+            .map_or(0, |vm| vm.store.data().metric_ids.len())
+    }
+
     fn now(&self) -> u64 {
         self.env.clock.now()
     }

@@ -34,6 +34,11 @@ use crate::vecmap::VecMap;
 struct StatNames {
     named: VecMap<String, ()>,
     per_policy: VecMap<String, usize>,
+    /// Metric ids per `<prefix>.<key>.`: Envoy keeps every definition for the VM's
+    /// life (a new id each time), so a reload's new root reuses them rather than
+    /// defining its keys' metrics again (found by review: 400 reloads with 50 keys grew
+    /// the host by 8 MB).
+    defined: VecMap<String, KeyMetrics>,
 }
 
 thread_local! {
@@ -131,8 +136,29 @@ pub fn metric_name(prefix: &str, key: &str, suffix: &str) -> String {
 }
 
 impl KeyMetrics {
-    /// Defines every metric of `key`.
+    /// Defines every metric of `key`, once per VM.
     pub fn define(prefix: &str, key: &str) -> Self {
+        let base = metric_name(prefix, key, "");
+        let known = STAT_NAMES.with(|s| Some(s.try_borrow().ok()?.defined.get(&base)?.clone()));
+        if let Some(m) = known {
+            return m;
+        }
+        let m = Self::define_now(prefix, key);
+        let complete = m.ids.iter().all(Option::is_some)
+            && m.state.is_some()
+            && m.in_flight.is_some()
+            && m.latency.is_some();
+        if complete {
+            STAT_NAMES.with(|s| {
+                if let Ok(mut s) = s.try_borrow_mut() {
+                    s.defined.insert(base, m.clone());
+                }
+            });
+        }
+        m
+    }
+
+    fn define_now(prefix: &str, key: &str) -> Self {
         let mut m = KeyMetrics::default();
         let names = EVENTS.iter().map(|k| k.snake_name()).chain(EXTRA);
         for (slot, name) in m.ids.iter_mut().zip(names) {
