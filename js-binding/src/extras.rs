@@ -50,6 +50,10 @@ pub extern "C" fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) ->
         let Some(c) = pick(p.b, which) else {
             return 0;
         };
+        if crate::heap::low() {
+            p.out[0] = bypass_code(Bypass::Full);
+            return 4 | p.b.flags();
+        }
         let code = match c.lookup(cache::ScopeId::GLOBAL, key, ns(now)) {
             Lookup::Hit { entry, failure } => {
                 p.out[0] = entry.to_raw() as f64;
@@ -109,6 +113,9 @@ pub extern "C" fn fw_cache_offer(h: u32, which: u32, key_len: u32, now: f64) -> 
         let Some(c) = pick(p.b, which) else {
             return -1;
         };
+        if crate::heap::low() {
+            return -1;
+        }
         let Some(entry) = c
             .offer(cache::ScopeId::GLOBAL, key, 0, ns(now))
             .and_then(|s| s.entry)
@@ -158,6 +165,7 @@ pub extern "C" fn fw_cache_clear(h: u32, which: u32, now: f64) -> i32 {
         if let Some(c) = pick(p.b, which) {
             c.clear(ns(now));
         }
+        crate::heap::relieve();
         0
     })
 }
@@ -218,6 +226,10 @@ pub extern "C" fn fw_col_add(h: u32, key_len: u32, now: f64) -> i32 {
         let Some(c) = p.b.collapser.as_mut() else {
             return 0;
         };
+        if crate::heap::low() {
+            p.out[0] = 2.0; // as too many items: the call runs on its own
+            return 3 | p.b.flags();
+        }
         let code = match c.add(collapser::ScopeId::GLOBAL, key, ns(now)) {
             Add::Queued(item) => {
                 p.out[0] = item.to_raw() as f64;

@@ -1,59 +1,105 @@
-//! Where the allocator gets wasm memory: talc, on memory grown in steps of at least
-//! an eighth of its size (and 1 MiB), not page by page.
+//! Where the allocator gets wasm memory, and what happens when it runs short.
 //!
-//! talc's own `WasmGrowAndExtend` grows the memory by the pages one allocation needs.
-//! Every `memory.grow` replaces the JS `ArrayBuffer` and V8 answers with a garbage
-//! collection of the whole JS heap, so with many breakers alive each creation paid for
-//! all of them: the 40 000th took 1.5 ms (73 µs for the first 5 000).
+//! talc takes memory grown in steps of at least an eighth of its size (and 1 MiB), not
+//! page by page: every `memory.grow` replaces the JS `ArrayBuffer` and V8 answers with
+//! a collection of the whole JS heap, so with many breakers alive each creation paid
+//! for all of them (the 40 000th took 1.5 ms). Near the limit a step halves until it
+//! fits.
+//!
+//! A failed allocation aborts, and the trap would poison every breaker of the process.
+//! So growth past [`limit`] (4 GiB less 128 MiB by default) marks memory as low: the
+//! exports then refuse what would keep memory (a new breaker, a cache entry, a
+//! collapser item) and the reserve serves the calls in flight. Freeing a breaker or
+//! clearing a cache lifts the mark (talc reuses what was freed before it grows again).
 
-use core::alloc::Layout;
-use core::arch::wasm32::{memory_grow, memory_size};
-use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
-use talc::base::binning::Binning;
-use talc::base::Talc;
-use talc::source::Source;
-
+/// 64 KiB wasm pages.
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
 const PAGE: usize = 64 * 1024;
+/// Pages past which memory is low.
+static LIMIT: AtomicUsize = AtomicUsize::new(65_536 - 2_048);
+static LOW: AtomicBool = AtomicBool::new(false);
 
-/// Grows wasm memory geometrically and extends talc's one heap over it.
-#[derive(Debug)]
-pub struct Heap {
-    end: Option<NonNull<u8>>,
+/// Whether memory grew past the limit since it was last lifted.
+pub fn low() -> bool {
+    LOW.load(Relaxed)
 }
 
-impl Heap {
-    /// No memory claimed yet.
-    pub const fn new() -> Self {
-        Heap { end: None }
+/// Lifts the low mark (memory was freed).
+pub fn relieve() {
+    LOW.store(false, Relaxed);
+}
+
+/// Sets the limit in MiB (tests; at most 4 096); lifts the low mark.
+pub fn set_limit(mib: u32) {
+    LIMIT.store((mib.min(4_096) as usize) * 16, Relaxed);
+    relieve();
+}
+
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+mod source {
+    use core::alloc::Layout;
+    use core::arch::wasm32::{memory_grow, memory_size};
+    use core::ptr::NonNull;
+
+    use talc::base::binning::Binning;
+    use talc::base::Talc;
+    use talc::source::Source;
+
+    use super::{Relaxed, LIMIT, LOW, PAGE};
+
+    /// Grows wasm memory geometrically and extends talc's one heap over it.
+    #[derive(Debug)]
+    pub struct Heap {
+        end: Option<NonNull<u8>>,
     }
-}
 
-// SAFETY: allocates nothing; the grown pages are claimed or extended exactly once.
-unsafe impl Source for Heap {
-    fn acquire<B: Binning>(talc: &mut Talc<Self, B>, layout: Layout) -> Result<(), ()> {
-        // Enough for the allocation with talc's chunk and heap overheads (generous:
-        // an extension too small would only come back for more).
-        let need = (layout.size() + layout.align() + 256).div_ceil(PAGE);
-        let step = need.max(memory_size::<0>() / 8).max(16);
-        let (prev, pages) = match memory_grow::<0>(step) {
-            usize::MAX => match memory_grow::<0>(need) {
-                usize::MAX => return Err(()),
-                prev => (prev, need),
-            },
-            prev => (prev, step),
-        };
-        let base = (prev * PAGE) as *mut u8;
-        let end = base.wrapping_add(pages * PAGE);
-        if let Some(old_end) = talc.source.end.take() {
-            if old_end.as_ptr() == base {
-                // SAFETY: the pages from the old end on were just grown, unused.
-                talc.source.end = Some(unsafe { talc.extend(old_end, end) });
-                return Ok(());
-            }
+    impl Heap {
+        /// No memory claimed yet.
+        pub const fn new() -> Self {
+            Heap { end: None }
         }
-        // SAFETY: the grown pages belong to no one else.
-        talc.source.end = unsafe { talc.claim(base, pages * PAGE) };
-        Ok(())
+    }
+
+    // SAFETY: allocates nothing; the grown pages are claimed or extended exactly once.
+    unsafe impl Source for Heap {
+        fn acquire<B: Binning>(talc: &mut Talc<Self, B>, layout: Layout) -> Result<(), ()> {
+            // Enough for the allocation with talc's chunk and heap overheads (generous:
+            // an extension too small would only come back for more).
+            let need = (layout.size() + layout.align() + 256).div_ceil(PAGE);
+            let size = memory_size::<0>();
+            let room = LIMIT.load(Relaxed).saturating_sub(size);
+            let mut pages = need.max(size / 8).max(16);
+            if pages > room {
+                if need <= room {
+                    pages = room;
+                } else {
+                    LOW.store(true, Relaxed);
+                }
+            }
+            let prev = loop {
+                match memory_grow::<0>(pages) {
+                    usize::MAX if pages > need => pages = (pages / 2).max(need),
+                    usize::MAX => return Err(()),
+                    prev => break prev,
+                }
+            };
+            let base = (prev * PAGE) as *mut u8;
+            let end = base.wrapping_add(pages * PAGE);
+            if let Some(old_end) = talc.source.end.take() {
+                if old_end.as_ptr() == base {
+                    // SAFETY: the pages from the old end on were just grown, unused.
+                    talc.source.end = Some(unsafe { talc.extend(old_end, end) });
+                    return Ok(());
+                }
+            }
+            // SAFETY: the grown pages belong to no one else.
+            talc.source.end = unsafe { talc.claim(base, pages * PAGE) };
+            Ok(())
+        }
     }
 }
+
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+pub use source::Heap;

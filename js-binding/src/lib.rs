@@ -43,7 +43,6 @@ use wasm_bindgen::prelude::*;
 static ALLOCATOR: talc::cell::TalcSyncCell<heap::Heap, talc::wasm::WasmBinning> =
     talc::cell::TalcSyncCell::new_wasm(heap::Heap::new());
 
-#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
 mod heap;
 
 /// ABI version: the JS loader refuses a `.wasm` of another version.
@@ -500,6 +499,14 @@ pub extern "C" fn fw_live() -> u32 {
     })
 }
 
+/// Sets the wasm memory size (MiB, at most 4 096) past which memory counts as low:
+/// new breakers, cache entries and collapser items are then refused (tests; the
+/// default is 4 GiB less 128 MiB). Lifts the low mark.
+#[no_mangle]
+pub extern "C" fn fw_memory_limit(mib: u32) {
+    heap::set_limit(mib);
+}
+
 /// Validates a config (JSON in scratch, `len` bytes) without creating anything:
 /// 0 if valid, else -1 with `path` in `out[0]` (byte length) and
 /// `path + reason` in the message.
@@ -614,6 +621,9 @@ pub extern "C" fn fw_create(
             s.set_msg("input larger than the scratch buffer");
             return -1;
         }
+        if heap::low() {
+            return s.fail(&ConfigError::new("", "wasm memory is full"));
+        }
         let seed = splitmix(&mut s.rng);
         let input = Input {
             config: s.scratch.get(..a).unwrap_or_default(),
@@ -661,6 +671,7 @@ pub extern "C" fn fw_free(h: u32) -> i32 {
         slot.breaker = None;
         slot.generation = slot.generation.wrapping_add(1) & GEN_MASK;
         s.free.push(i);
+        heap::relieve();
         1
     })
 }

@@ -33,3 +33,46 @@ test('wasm memory grows by at least an eighth of itself at a time', () => {
   assert.ok(grows <= 40, `${grows} grows for ${grown} B`);
   for (const b of keep) b.shutdown();
 });
+
+// Found by review: past 4 GiB an allocation failed, the instance trapped, and every
+// breaker of the process was dead for good (ESHUTDOWN); the default cache (10 M
+// entries) could get there. Growth past the limit (tests lower it) now refuses what
+// would keep memory — a new breaker, a cache entry, a collapser item — and the
+// instance serves everything else.
+test('wasm memory past its limit: refusals, never a trap', async () => {
+  const mib = () => engine.bytes().length / 2 ** 20;
+  const bystander = new CircuitBreaker(async (x) => x, { name: 'bystander' });
+  let runs = 0;
+  const cached = new CircuitBreaker(async (k) => {
+    runs++;
+    return k.length;
+  }, { name: 'filler', cache: true, cacheGetKey: (k) => k });
+  engine.w.fw_memory_limit(Math.ceil(mib()) + 8);
+  try {
+    const pad = 'f'.repeat(60_000);
+    let refused;
+    for (let i = 0; i < 2_000 && refused === undefined; i++) {
+      await cached.fire(`${i}${pad}`);
+      try {
+        new CircuitBreaker(async () => 1).shutdown();
+      } catch (e) {
+        refused = e;
+      }
+    }
+    assert.ok(refused instanceof RangeError, `${refused}`);
+    assert.equal(refused.message, 'fusewire: wasm memory is full');
+    // Cache entries are refused: the call runs each time.
+    const before = runs;
+    assert.equal(await cached.fire(`again${pad}`), 60_005);
+    assert.equal(await cached.fire(`again${pad}`), 60_005);
+    assert.equal(runs, before + 2, 'not cached while memory is low');
+    assert.equal(await bystander.fire(7), 7, 'other breakers serve on');
+    // Freed memory lifts the mark.
+    cached.clearCache();
+    new CircuitBreaker(async () => 1).shutdown();
+  } finally {
+    engine.w.fw_memory_limit(4096 - 128);
+    cached.shutdown();
+    bystander.shutdown();
+  }
+});

@@ -19,6 +19,7 @@ export interface Exports {
   fw_msg_len(): number;
   fw_seed(lo: number, hi: number): void;
   fw_live(): number;
+  fw_memory_limit(mib: number): void;
   fw_check(len: number): number;
   fw_create(configLen: number, sharedLen: number, nameLen: number, coalesceLen: number, ownerLo: number, ownerHi: number, now: number): number;
   fw_free(h: number): number;

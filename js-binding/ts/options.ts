@@ -389,6 +389,10 @@ export function create(parsed: Parsed, name: string, owner: [number, number], no
   const h = w.fw_create(cl!, sl!, nl!, ql!, owner[0], owner[1], now);
   if (h < 0) {
     const { path, reason } = configError();
+    // Not the options' fault: the one wasm instance is full.
+    if (path === '' && (reason === 'wasm memory is full' || reason === 'too many breakers alive')) {
+      throw new RangeError(`fusewire: ${reason}`);
+    }
     throw optionError(blame(path, parsed.fusewirePaths, parsed.sharedPaths), reason);
   }
   return h;
