@@ -40,6 +40,15 @@ export interface CollapserOptions<K, V, C = K> {
   name?: string;
 }
 
+/** A load waiting for a load of the same key in flight (the cache's flight). */
+interface Wait<K, V> {
+  id: number;
+  key: K;
+  ck: string;
+  resolve: (v: V) => void;
+  reject: (e: unknown) => void;
+}
+
 interface Item<K, V> {
   key: K;
   ck: string;
@@ -96,7 +105,9 @@ export class Collapser<K = unknown, V = unknown, C = K> {
   /** Values the breaker's fallback gave (never cached). */
   private readonly _fallen = new WeakSet<object>();
   private readonly _items = new ById<Item<K, V>>();
-  private readonly _waits = new ById<{ id: number; key: K; ck: string; resolve: (v: V) => void; reject: (e: unknown) => void }>();
+  private readonly _waits = new ById<Wait<K, V>>();
+  /** The waits of each cache key (`clear` finds a key's own, not all: found by review). */
+  private readonly _waitsOf = new Map<string, Set<number>>();
   /** The leading item of each cache lead in flight. */
   private readonly _leads = new Map<number, Item<K, V>>();
   /** Cached results by entry id: the value, or the Error of a failed load. */
@@ -203,7 +214,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
           return p.ok ? Promise.resolve(p.value as V) : Promise.reject(p.value);
         }
       } else if (kind === 3) {
-        return new Promise<V>((resolve, reject) => this._waits.set(id, { id, key, ck, resolve, reject }));
+        return new Promise<V>((resolve, reject) => this._wait({ id, key, ck, resolve, reject }));
       } else if (kind === 2) {
         lead = id;
       }
@@ -293,13 +304,28 @@ export class Collapser<K = unknown, V = unknown, C = K> {
    */
   private _keep(ck: string, lead: number, t: number): void {
     const it = this._leads.get(lead);
-    if (it === undefined) return;
-    for (const wt of this._waits.values()) {
-      if (wt.ck !== ck) continue;
-      this._waits.delete(wt.id);
+    const ids = this._waitsOf.get(ck);
+    if (it === undefined || ids === undefined) return;
+    for (const id of [...ids]) {
+      const wt = this._waits.get(id);
+      if (wt === undefined) continue;
+      this._unwait(wt);
       w.fw_cache_cancel(this._h, 0, wt.id, 0, t);
       (it.also ??= []).push(wt);
     }
+  }
+
+  private _wait(wt: Wait<K, V>): void {
+    this._waits.set(wt.id, wt);
+    let ids = this._waitsOf.get(wt.ck);
+    if (ids === undefined) this._waitsOf.set(wt.ck, (ids = new Set()));
+    ids.add(wt.id);
+  }
+
+  private _unwait(wt: Wait<K, V>): void {
+    this._waits.delete(wt.id);
+    const ids = this._waitsOf.get(wt.ck);
+    if (ids !== undefined && ids.delete(wt.id) && ids.size === 0) this._waitsOf.delete(wt.ck);
   }
 
   /** The cache key of `key`; a TypeError when it has none (a symbol, a function, a throwing toJSON). */
@@ -330,6 +356,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     for (const wt of this._waits.values()) wt.reject(err);
     this._items.clear();
     this._waits.clear();
+    this._waitsOf.clear();
     this._payloads.clear();
     this._inflight.clear();
     this._cleared.clear();
@@ -507,7 +534,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
         const wt = this._waits.get(a);
         const p = this._payloads.get(b);
         if (wt !== undefined) {
-          this._waits.delete(a);
+          this._unwait(wt);
           if (p !== undefined) {
             if (p.ok) wt.resolve(p.value as V);
             else wt.reject(p.value);
@@ -520,7 +547,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
           if (ev === 2) w.fw_cache_cancel(h, 0, a, 1, t);
           continue;
         }
-        this._waits.delete(a);
+        this._unwait(wt);
         this._add({ key: wt.key, ck: wt.ck, lead: ev === 2 ? a : -1, resolve: wt.resolve, reject: wt.reject }, t);
       } else if (ev === 4) {
         this._payloads.delete(a);
