@@ -238,12 +238,14 @@ export function register(options: PrometheusOptions): () => void {
     const has = (r as { getSingleMetric?(n: string): unknown }).getSingleMetric;
     if (old !== undefined && typeof has === 'function' && has.call(r, `${prefix}_breakers`) === undefined) old();
   }
-  const names: string[] = [];
+  // A set: a breaker's 18 names are checked against every one made (found by review:
+  // with an array, making the 8 000th breaker took 16 ms).
+  const names = new Set<string>();
   const make = (counter: boolean, name: string, suffix: string, labelNames: string[],
     collect: (this: Metric) => void) => {
     const C = (counter ? client.Counter : client.Gauge) as unknown as MetricClass;
     new C({ name, help: help(suffix), labelNames, registers, collect });
-    names.push(name);
+    names.add(name);
   };
   /** `make`, for a breaker's metric: a failure (the name is taken in a registry) warns. */
   const tryMake = (...a: Parameters<typeof make>): boolean => {
@@ -257,8 +259,7 @@ export function register(options: PrometheusOptions): () => void {
   };
   const remove = (name: string) => {
     for (const r of registers) (r as { removeSingleMetric?(n: string): void }).removeSingleMetric?.(name);
-    const i = names.indexOf(name);
-    if (i >= 0) names.splice(i, 1);
+    names.delete(name);
   };
   make(false, `${prefix}_breakers`, 'breakers', [], function () {
     this.set?.(liveBreakers().length);
@@ -278,6 +279,14 @@ export function register(options: PrometheusOptions): () => void {
     // take its counts out of its series.
     const held = new Set<Breaker>(liveBreakers());
     const seriesKey = (b: Breaker) => JSON.stringify([b.name, b.group]);
+    // Live breakers per series: a shutdown looks its series up, not every breaker.
+    const live = new Map<string, number>();
+    const count = (key: string, by: number) => {
+      const n = (live.get(key) ?? 0) + by;
+      if (n > 0) live.set(key, n);
+      else live.delete(key);
+    };
+    for (const b of held) count(seriesKey(b), 1);
     for (const suffix of suffixes) {
       const extra = suffix === 'latency_ms' ? ['quantile'] : [];
       make(COUNTERS.includes(suffix), `${prefix}_${suffix}`, suffix, ['name', 'group', ...extra], function () {
@@ -296,15 +305,16 @@ export function register(options: PrometheusOptions): () => void {
         }
       });
     }
-    watcher = (b, live) => {
-      if (live) {
+    watcher = (b, up) => {
+      const key = seriesKey(b);
+      if (up) {
+        if (!held.has(b)) count(key, 1);
         held.add(b);
         return;
       }
-      held.delete(b);
-      const key = seriesKey(b);
-      const others = liveBreakers().some((o) => o !== b && seriesKey(o) === key);
-      if (!others) {
+      if (!held.delete(b)) return;
+      count(key, -1);
+      if (!live.has(key)) {
         retired.delete(key); // the series goes with its last breaker
         return;
       }
@@ -332,7 +342,7 @@ export function register(options: PrometheusOptions): () => void {
         const name = metricName(prefix, b.name, suffix);
         // Taken by another name's metric (`a` + `half_opened`, `a_half` + `opened`):
         // the name there first keeps it.
-        if (names.includes(name)) {
+        if (names.has(name)) {
           warn(`fusewire/prometheus: breaker ${JSON.stringify(b.name)}'s metric ${name} is another breaker's; use { labels: true } to keep them apart`);
           continue;
         }
