@@ -233,6 +233,39 @@ describe('bulkhead with a bounded wait queue', () => {
   });
 });
 
+describe('long uptime', () => {
+  // Found by review: a deadline past a timer's reach (2^31 − 1 ms, 24.8 days; a local
+  // key's idle expiry is a year away) armed no timer, the core took it as armed, and
+  // after a year's uptime calls no longer timed out nor did an open breaker half-open.
+  test('after a year idle, a hung call still times out and an open breaker half-opens', async () => {
+    clock = fakeTime();
+    const DAY = 86_400_000;
+    let hang = false;
+    const b = new CircuitBreaker((x) => (x === 'fail' ? Promise.reject(new Error('boom'))
+      : hang ? new Promise(() => {}) : Promise.resolve(x)), { timeout: 1000, resetTimeout: 30_000 });
+    await b.fire(1);
+    for (let d = 0; d < 366; d++) {
+      clock.tick(DAY, 3_600_000);
+      await flush();
+    }
+    hang = true;
+    const hung = settle(b.fire(2));
+    clock.tick(1001, 1);
+    await flush();
+    assert.equal((await hung).error?.code, 'ETIMEDOUT');
+    hang = false;
+    for (let d = 0; d < 366; d++) {
+      clock.tick(DAY, 3_600_000);
+      await flush();
+    }
+    b.open();
+    clock.tick(30_001, 1000);
+    await flush();
+    assert.equal(b.halfOpen, true, 'half-open after resetTimeout');
+    b.shutdown();
+  });
+});
+
 describe('per-call AbortSignal', () => {
   test('abort while running: rejects with the reason, counts nowhere, aborts the action\'s signal', async () => {
     let seen;

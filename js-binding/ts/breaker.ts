@@ -1608,8 +1608,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (d < 0) return;
     this._due = d;
     const delay = d - t;
-    // Further than a timer reaches (weeks away, e.g. idle-key expiry): the next call re-evaluates.
-    if (delay > 2_147_483_647) return;
+    if (delay > 2_147_483_647) {
+      // Further than a timer reaches (24.8 days: e.g. idle-key expiry): a timer at its
+      // reach acts on nothing due and re-arms (found by review: with no timer, the core
+      // took the far deadline as armed, and a process up for a year stopped timing out
+      // calls and half-opening). It holds the breaker weakly: a dropped one is collected.
+      const self = new WeakRef(this);
+      this._timer = arm(() => self.deref()?._onTimer(), delay, false);
+      return;
+    }
     this._timer = arm(this._onTimer, delay, this._hold);
   }
 
