@@ -1444,13 +1444,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     for (let m = 0; m < n; m += 4) count(m, 1);
     let i = 0;
     // What the getters report from position m on: the state before the next
-    // transition (none left: the core's own state).
-    const viewAt = (m: number): number => {
-      for (; m < n; m += 4) {
-        if (evs[m] === EV_TRANSITION && evs[m + 1] !== evs[m + 2]) return evs[m + 1]! | flags;
-      }
-      return prev;
-    };
+    // transition (none left: the core's own state). Found in one backward pass (a
+    // forward scan per event made 80 000 calls timing out at once cost 7 s).
+    const views = new Array<number>(n / 4 + 1);
+    let v = prev;
+    views[n / 4] = v;
+    for (let m = n - 4; m >= 0; m -= 4) {
+      if (evs[m] === EV_TRANSITION && evs[m + 1] !== evs[m + 2]) v = evs[m + 1]! | flags;
+      views[m / 4] = v;
+    }
+    const viewAt = (m: number): number => views[m / 4] ?? prev;
     const segment = (emit: () => (() => void) | undefined): void => {
       try {
         this._view = viewAt(i);
