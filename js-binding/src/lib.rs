@@ -1030,7 +1030,7 @@ pub extern "C" fn fw_snapshot(h: u32, now: f64) -> i32 {
 pub extern "C" fn fw_buckets(h: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
         let t = ns(now);
-        let mut rows: Vec<(u64, [u32; 13])> = {
+        let rows: Vec<(u64, [u32; 13])> = {
             let Some((b, _, _)) = s.parts(h) else {
                 return E_HANDLE;
             };
@@ -1043,21 +1043,25 @@ pub extern "C" fn fw_buckets(h: u32, now: f64) -> i32 {
                 .map(|(start, bucket)| (start, bucket.counts))
                 .collect()
         };
-        // Newest first (at most MAX_BUCKETS rows: an insertion sort).
-        for i in 1..rows.len() {
-            let mut j = i;
-            while j > 0 && rows.get(j - 1).map(|r| r.0) < rows.get(j).map(|r| r.0) {
-                rows.swap(j - 1, j);
-                j -= 1;
+        // Newest first. Ring order is time order turned once (slot = epoch mod size):
+        // back from the newest, then back from the end (found by review: an
+        // insertion sort took 4.4 ms at 1 000 buckets).
+        let len = rows.len();
+        let (mut newest, mut latest) = (0, 0);
+        for (i, r) in rows.iter().enumerate() {
+            if r.0 > latest {
+                (newest, latest) = (i, r.0);
             }
         }
-        rows.truncate(MAX_BUCKETS as usize);
+        let n = len.min(MAX_BUCKETS as usize);
         s.table.clear();
-        for (start, counts) in &rows {
-            s.table.push(ms(*start));
-            s.table.extend(counts.iter().map(|&c| f64::from(c)));
+        for k in 0..n {
+            if let Some((start, counts)) = rows.get((newest + len - k) % len) {
+                s.table.push(ms(*start));
+                s.table.extend(counts.iter().map(|&c| f64::from(c)));
+            }
         }
-        rows.len() as i32
+        n as i32
     })
 }
 

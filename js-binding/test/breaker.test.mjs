@@ -944,6 +944,23 @@ describe('stats and status', () => {
     b.shutdown();
   });
 
+  test('the rolling window is newest first wherever the ring turns', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ rollingCountTimeout: 1000, rollingCountBuckets: 4, errorThresholdPercentage: 100 });
+    clock.tick(250 - (b._now() % 250) + 10);
+    const made = [];
+    for (let step = 0; step < 9; step++) {
+      const fail = step % 3 === 0;
+      await settle(b.fire(fail ? 'fail' : step));
+      made.unshift(fail ? 'f' : 's');
+      const seen = b.status.window.map((x) => (x.failures ? 'f' : x.successes ? 's' : '-'));
+      const want = [...made.slice(0, 4), '-', '-', '-'].slice(0, 4);
+      assert.deepEqual(seen, want, `step ${step}`);
+      clock.tick(250);
+    }
+    b.shutdown();
+  });
+
   test('the current bucket counts what is in progress and the cache misses, as opossum\'s (found by review: fires, fallbacks and misses were missing)', async () => {
     clock = fakeTime();
     const fb = deferred();
