@@ -439,7 +439,9 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     // ended: counted once, and they never move the breaker (an earlier generation).
     px[2].mode = 'forward';
     px[2].drop();
-    const conv = await until(f, (st) => st.members.every((m) => m.phase === 'open') &&
+    // Until its 5 are in: equal counts alone can come first, when process 2 has taken
+    // the fleet's window and its own write is still on its way (seen once in CI: 40).
+    const conv = await until(f, (st) => st.members.every((m) => m.phase === 'open' && m.successes === 45) &&
       new Set(counts(st).map(String)).size === 1, 5000);
     assert.notEqual(conv.ms, -1, `did not converge: ${JSON.stringify(conv.s.members)} ${JSON.stringify(conv.s.stores)}`);
     assert.deepEqual(conv.s.members[2].seen, ['open']);
