@@ -40,21 +40,21 @@ export interface CollapserOptions<K, V, C = K> {
   name?: string;
 }
 
-/** A load waiting for a load of the same key in flight (the cache's flight). */
-interface Wait<K, V> {
-  id: number;
+/** One `load(key)`: its key, its cache key and its promise's settlers. */
+interface Load<K, V> {
   key: K;
   ck: string;
   resolve: (v: V) => void;
   reject: (e: unknown) => void;
 }
 
-interface Item<K, V> {
-  key: K;
-  ck: string;
+/** A load waiting for a load of the same key in flight (the cache's flight). */
+interface Wait<K, V> extends Load<K, V> {
+  id: number;
+}
+
+interface Item<K, V> extends Load<K, V> {
   lead: number;
-  resolve: (v: V) => void;
-  reject: (e: unknown) => void;
   /** Loads that joined this (leading) load and keep its result after a `clear`. */
   also?: { resolve: (v: V) => void; reject: (e: unknown) => void }[];
 }
