@@ -17,7 +17,7 @@ use crate::config::{Plugin, Policy, Reason, Reply};
 use crate::host::{self, Level};
 use crate::idmap::IdMap;
 use crate::matcher::RequestView;
-use crate::metrics::{self, Extra, KeyMetrics};
+use crate::metrics::{self, Extra, KeyMetrics, MetricsTable};
 use crate::replay::{private, replayable, Capture, Replay, Response};
 use crate::slottable::SlotTable;
 use crate::vecmap::VecMap;
@@ -121,7 +121,7 @@ pub struct Worker {
     by_call: SlotTable<u32>,
     by_wait: VecMap<(usize, u64), u32>,
     replays: Vec<Replay>,
-    metrics: Vec<KeyMetrics>,
+    metrics: MetricsTable,
     metric_names: VecMap<String, usize>,
     key_metrics: VecMap<u64, usize>,
     /// The last `(key, slot)` of `key_metrics` looked up.
@@ -304,8 +304,7 @@ impl Worker {
                     .plugin
                     .as_ref()
                     .map_or("fusewire", |p| p.metrics_prefix.as_str());
-                self.metrics.push(KeyMetrics::define(prefix, &name));
-                let i = self.metrics.len() - 1;
+                let i = self.metrics.push(KeyMetrics::define(prefix, &name));
                 self.metric_names.insert(name, i);
                 i
             }
@@ -1170,9 +1169,7 @@ impl Worker {
             }
         }
         self.settle(now);
-        for m in &mut self.metrics {
-            m.flush();
-        }
+        self.metrics.flush();
     }
 
     /// Tick: deadlines, shared flushes and heartbeats, collapse waits, metrics.
@@ -1182,9 +1179,7 @@ impl Worker {
             r.tick(now);
         }
         self.settle_with(now, true);
-        for m in &mut self.metrics {
-            m.flush();
-        }
+        self.metrics.flush();
     }
 }
 

@@ -106,10 +106,49 @@ const EXTRA: [&str; 6] = [
 ];
 const N: usize = EVENTS.len() + EXTRA.len();
 
+/// Every key's metrics of a root, and which of them hold counts not yet handed to the
+/// host: a tick flushes only those, so its cost follows the keys that saw traffic
+/// since the last tick, not every key ever defined.
+#[derive(Default)]
+pub struct MetricsTable {
+    keys: Vec<KeyMetrics>,
+    dirty: Vec<usize>,
+}
+
+impl MetricsTable {
+    /// Adds a key's metrics; returns its slot.
+    pub fn push(&mut self, m: KeyMetrics) -> usize {
+        self.keys.push(m);
+        self.keys.len() - 1
+    }
+
+    /// The metrics in slot `i`, to count on: the slot is flushed on the next tick.
+    #[inline(always)]
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut KeyMetrics> {
+        let m = self.keys.get_mut(i)?;
+        if !m.dirty {
+            m.dirty = true;
+            self.dirty.push(i);
+        }
+        Some(m)
+    }
+
+    /// Hands the batched counts of the keys counted on since the last flush to the host.
+    pub fn flush(&mut self) {
+        for i in self.dirty.drain(..) {
+            if let Some(m) = self.keys.get_mut(i) {
+                m.flush();
+            }
+        }
+    }
+}
+
 /// Metric ids of one key (None where the host refused a definition) and counts not yet
 /// handed to the host.
 #[derive(Clone, Debug, Default)]
 pub struct KeyMetrics {
+    /// Listed in its table's `dirty`.
+    dirty: bool,
     ids: [Option<u32>; N],
     pending: [u32; N],
     state: Option<u32>,
@@ -225,7 +264,8 @@ impl KeyMetrics {
     }
 
     /// Hands the batched counts to the host.
-    pub fn flush(&mut self) {
+    fn flush(&mut self) {
+        self.dirty = false;
         for (p, id) in self.pending.iter_mut().zip(self.ids.iter()) {
             if *p > 0 {
                 if let Some(id) = id {
