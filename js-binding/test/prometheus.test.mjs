@@ -64,6 +64,27 @@ test('labels: true puts the name in a label', async () => {
   assert.throws(() => register({ client, prefix: 'bad-prefix' }), TypeError);
 });
 
+test('labels: true: a scrape groups each breaker once, not once per metric family (found by review: 1.2 s per scrape at 8 000 breakers)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry], labels: true });
+  const b = new CircuitBreaker(async () => 1, { name: 'counted' });
+  let reads = 0;
+  const name = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(b), 'name').get;
+  Object.defineProperty(b, 'name', { get() { reads++; return name.call(this); } });
+  await b.fire();
+  let text = await scrape(registry);
+  assert.match(text, /^fusewire_success\{name="counted",group="counted"\} 1$/m);
+  assert.ok(reads <= 2, `one scrape of 18 families read the name ${reads} times`);
+  // The next scrape reads it again: a family that read this view already makes a new one.
+  await b.fire();
+  reads = 0;
+  text = await scrape(registry);
+  assert.match(text, /^fusewire_success\{name="counted",group="counted"\} 2$/m);
+  assert.ok(reads >= 1 && reads <= 2, `the second scrape read the name ${reads} times`);
+  b.shutdown();
+  remove();
+});
+
 test('breakers sharing a name report together; a shut-down one stops masking the others (found by review: only the first reported)', async () => {
   const registry = new client.Registry();
   const remove = register({ client, registers: [registry] });

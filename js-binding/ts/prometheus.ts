@@ -287,25 +287,47 @@ export function register(options: PrometheusOptions): () => void {
       else live.delete(key);
     };
     for (const b of held) count(seriesKey(b), 1);
-    for (const suffix of suffixes) {
-      const extra = suffix === 'latency_ms' ? ['quantile'] : [];
-      make(COUNTERS.includes(suffix), `${prefix}_${suffix}`, suffix, ['name', 'group', ...extra], function () {
-        this.reset();
+    // Every series' value, computed once per scrape and read by all 18 families (found
+    // by review: each family grouped and merged every breaker itself, 1.2 s per scrape
+    // at 8 000 breakers). prom-client collects every family of a scrape in one
+    // synchronous run: the view lasts until that run ends, and is made again for a
+    // family that read it already (a second scrape in the same run) or after a
+    // breaker came or went.
+    let view: { changes: number; read: Set<string>; rows: [Record<string, string>, Sample][] } | undefined;
+    let changes = 0;
+    const rows = (suffix: string) => {
+      if (view === undefined || view.changes !== changes || view.read.has(suffix)) {
         // Breakers with one name and group share a series (see `merge`).
         const series = new Map<string, { labels: Record<string, string>; bs: Breaker[] }>();
         for (const b of liveBreakers()) {
-          const key = JSON.stringify([b.name, b.group]);
+          const key = seriesKey(b);
           const e = series.get(key);
           if (e === undefined) series.set(key, { labels: { name: b.name, group: b.group }, bs: [b] });
           else e.bs.push(b);
         }
+        const merged: [Record<string, string>, Sample][] = [];
         for (const [key, { labels, bs }] of series) {
           const s = merge(bs, retired.get(key));
-          if (s !== undefined) fill(this, suffix, s, labels);
+          if (s !== undefined) merged.push([labels, s]);
         }
+        const made = { changes, read: new Set<string>(), rows: merged };
+        view = made;
+        queueMicrotask(() => {
+          if (view === made) view = undefined;
+        });
+      }
+      view.read.add(suffix);
+      return view.rows;
+    };
+    for (const suffix of suffixes) {
+      const extra = suffix === 'latency_ms' ? ['quantile'] : [];
+      make(COUNTERS.includes(suffix), `${prefix}_${suffix}`, suffix, ['name', 'group', ...extra], function () {
+        this.reset();
+        for (const [labels, s] of rows(suffix)) fill(this, suffix, s, labels);
       });
     }
     watcher = (b, up) => {
+      changes++;
       const key = seriesKey(b);
       if (up) {
         if (!held.has(b)) count(key, 1);
