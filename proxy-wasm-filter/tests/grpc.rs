@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use fusewire_core::engine::keys::fnv1a;
 use fusewire_core::shared::codec::{self, Kind};
-use fusewire_core::shared::{KeyState, PROBE_LIMIT};
+use fusewire_core::shared::{slot_index, KeyState, LAYOUT, PROBE_LIMIT};
 use fusewire_core::Phase;
 use fusewire_host_test::*;
 
@@ -55,10 +54,10 @@ fn counter(h: &Harness, name: &str) -> u64 {
 }
 
 fn phase(h: &Harness) -> Phase {
-    (0..u64::from(PROBE_LIMIT))
+    (0..PROBE_LIMIT)
         .find_map(|step| {
-            let slot = (fnv1a(b"svc").wrapping_add(step)) % 100;
-            let (bytes, _) = h.shared_data(&format!("fusewire/v3/svc/{slot}"))?;
+            let slot = slot_index("svc", step, 100);
+            let (bytes, _) = h.shared_data(&format!("fusewire/{LAYOUT}/svc/{slot}"))?;
             let s: KeyState = codec::decode(Kind::KeyState, &bytes).ok()?;
             (s.name == "svc").then_some(s)
         })

@@ -6,9 +6,8 @@
 
 use std::time::Duration;
 
-use fusewire_core::engine::keys::fnv1a;
 use fusewire_core::shared::codec::{self, Kind};
-use fusewire_core::shared::{KeyState, PROBE_LIMIT};
+use fusewire_core::shared::{slot_index, KeyState, LAYOUT, PROBE_LIMIT};
 use fusewire_core::Phase;
 use fusewire_host_test::*;
 
@@ -89,9 +88,9 @@ fn counter(h: &Harness, name: &str) -> u64 {
 /// The stored state of `key` of policy `policy` (max_keys 100): found by probing its
 /// slots as the engine does.
 fn find_state(h: &Harness, policy: &str, key: &str) -> Option<KeyState> {
-    (0..u64::from(PROBE_LIMIT)).find_map(|step| {
-        let slot = (fnv1a(key.as_bytes()).wrapping_add(step)) % 100;
-        let (bytes, _) = h.shared_data(&format!("fusewire/v3/{policy}/{slot}"))?;
+    (0..PROBE_LIMIT).find_map(|step| {
+        let slot = slot_index(key, step, 100);
+        let (bytes, _) = h.shared_data(&format!("fusewire/{LAYOUT}/{policy}/{slot}"))?;
         let s: KeyState = codec::decode(Kind::KeyState, &bytes).ok()?;
         (s.name == key).then_some(s)
     })
@@ -569,7 +568,7 @@ fn corrupt_shared_state_is_logged_and_reset() {
     let mut h = harness(CasMode::Envoy, &config(None));
     h.request(0, Request::get("/api/x"), UpstreamReply::status(500));
     let slot = (0..100)
-        .map(|i| format!("fusewire/v3/svc/{i}"))
+        .map(|i| format!("fusewire/{LAYOUT}/svc/{i}"))
         .find(|k| h.shared_data(k).is_some())
         .expect("written");
     let (mut bytes, _) = h.shared_data(&slot).expect("written");

@@ -7,7 +7,7 @@
 use fusewire_core::config::Config;
 use fusewire_core::shared::codec::{self, Kind};
 use fusewire_core::shared::memory::{MemoryStore, Rules};
-use fusewire_core::shared::KeyState;
+use fusewire_core::shared::{KeyState, LAYOUT};
 use fusewire_core::{Engine, Outcome, SharedConfig, Start};
 use libfuzzer_sys::fuzz_target;
 
@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     let cfg = Config::from_json(r#"{"bulkhead": {"max_concurrent": 3}, "keys": {"max_keys": 4}}"#)
         .expect("valid");
     for slot in ["0", "1", "2", "3", "~overflow"] {
-        store.raw_set(&format!("fusewire/v3/p/{slot}"), data);
+        store.raw_set(&format!("fusewire/{LAYOUT}/p/{slot}"), data);
     }
     let now = u64::from_le_bytes(data.get(..8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]));
     let mut e = Engine::shared(SharedConfig::default(), 11).expect("valid");

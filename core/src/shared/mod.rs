@@ -31,5 +31,5 @@ pub use codec::DecodeError;
 pub use io::{Answer, Expect, Io, IoId, Issue, Op, OwnedAnswer};
 pub use ledger::SlotLedger;
 pub use receipts::Receipts;
-pub use replica::{LAYOUT, OVERFLOW, PROBE_LIMIT};
+pub use replica::{slot_index, LAYOUT, OVERFLOW, PROBE_LIMIT};
 pub use state::{Counts, Delta, KeyState, Streak, WireWindow};
