@@ -349,9 +349,9 @@ describe('SharedStore misuse throws instead of making a private store (found by 
 
   test('the constructor: unknown option keys and buffers that are not shared are TypeErrors', () => {
     assert.throws(() => new SharedStore({ entires: 5 }),
-      { name: 'TypeError', message: 'options.entires: not a SharedStore option (they are entries, keyBytes, valueBytes)' });
+      { name: 'TypeError', message: 'options.entires: not a SharedStore option (they are entries, keyBytes, valueBytes, ttlMs)' });
     assert.throws(() => new SharedStore({ entries: 5, valuebytes: 64 }),
-      { name: 'TypeError', message: 'options.valuebytes: not a SharedStore option (they are entries, keyBytes, valueBytes)' });
+      { name: 'TypeError', message: 'options.valuebytes: not a SharedStore option (they are entries, keyBytes, valueBytes, ttlMs)' });
     const store = new SharedStore({ entries: 4 });
     assert.throws(() => new SharedStore(store), { name: 'TypeError', message: /^options: must be an options object or a SharedArrayBuffer .*got a SharedStore \(pass its `\.buffer`\)$/ });
     assert.throws(() => new SharedStore(new ArrayBuffer(64)), { name: 'TypeError', message: /got an ArrayBuffer \(not shared memory\)$/ });

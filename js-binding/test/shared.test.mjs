@@ -186,6 +186,40 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     }
   });
 
+  test('a full store gives the entry written longest ago, ttlMs or more ago, to a new name (found by review: entries were never freed)', async () => {
+    const store = new SharedStore({ entries: 2, ttlMs: 60_000 });
+    assert.throws(() => new SharedStore({ ttlMs: 10 }), /options\.ttlMs: must be an integer in 1000\.\.=31536000000 \(ms\), got 10/);
+    for (const name of ['old-a', 'old-b']) {
+      const b = new CircuitBreaker(async () => 1, { name, shared: { store } });
+      await b.fire();
+      b.shutdown();
+    }
+    assert.equal(store.size, 2);
+    const fresh = new CircuitBreaker(async () => 1, { name: 'new', shared: { store } });
+    const issues = [];
+    fresh.on('store', (e) => issues.push(e.message));
+    await fresh.fire();
+    assert.ok(issues.some((m) => /store is full/.test(m)), `full while the others are fresh: ${JSON.stringify(issues)}`);
+    fresh.shutdown();
+    const realNow = Date.now;
+    Date.now = () => realNow() + 61_000; // the store's clock only: the breakers keep theirs
+    try {
+      const a = new CircuitBreaker(async () => 'a', { name: 'new', shared: { store } });
+      const b = new CircuitBreaker(async () => 'b', { name: 'new', shared: { store } });
+      const later = [];
+      for (const x of [a, b]) x.on('store', (e) => later.push(e.message));
+      assert.equal(await a.fire(), 'a');
+      a.open();
+      await assert.rejects(b.fire(), { code: 'EOPENBREAKER' }, 'one state for both, in a taken-over entry');
+      assert.deepEqual(later, []);
+      assert.equal(store.size, 2, 'no entry added');
+      a.shutdown();
+      b.shutdown();
+    } finally {
+      Date.now = realNow;
+    }
+  });
+
   test('a lock left held (a worker terminated inside it) is answered as busy, then taken over', { timeout: 10_000 }, async () => {
     const store = new SharedStore({ entries: 8 });
     const header = new Int32Array(store.buffer, 0, 16);

@@ -8,8 +8,11 @@
  * value).
  *
  * Layout: a 64-byte header of `Int32` words, then `entries` fixed-size entries found
- * by open addressing on an FNV-1a hash of the key. Entries are never deleted (the
- * core bounds the keys of a policy to `keys.max_keys + 1`). One lock serialises
+ * by open addressing on an FNV-1a hash of the key. Entries are never emptied (the
+ * core bounds the keys of a policy to `keys.max_keys + 1`); a new key that finds no
+ * free entry takes over the one written longest ago, if that was `ttlMs` or more ago
+ * (as `RedisStore` lets keys expire), so breaker names that come and go do not fill
+ * the store for good. One lock serialises
  * operations; each holds it for a copy of at most `valueBytes`. The lock word holds
  * its holder's id and a sequence counts acquisitions, so a waiter can tell a dead
  * holder (a worker terminated inside the lock) from a busy one: an operation waits
@@ -22,8 +25,8 @@
 import { optionError, describe } from './errors.js';
 
 const MAGIC = 0x46575331; // "FWS1"
-/** 2: the lock word holds its holder's id (1: a plain flag). */
-const VERSION = 2;
+/** 3: entries record when they were written (2: the lock word holds its holder's id). */
+const VERSION = 3;
 /** Longest probe from a key's hash: past it the store counts as full for that key. */
 const MAX_PROBE = 4096;
 const H_MAGIC = 0;
@@ -38,12 +41,16 @@ const H_USED = 8;
 const H_STRIDE = 9;
 const H_WAITERS = 10;
 const H_LOCK_SEQ = 11;
+/** Byte offset of the header's `ttlMs` (a Float64). */
+const H_TTL_MS = 48;
 const HEADER = 64;
 const E_TOKEN = 0;
 const E_KEY_LEN = 4;
 const E_VALUE_LEN = 8;
 const E_HASH = 12;
-const E_DATA = 16;
+/** When the entry was last written (`Date.now()`, a Float64: workers share no other clock). */
+const E_WRITTEN = 16;
+const E_DATA = 24;
 
 /** Store status codes reported to the core as `Answer::Failed`. */
 export const FAIL_VALUE_TOO_LARGE = 1;
@@ -57,7 +64,7 @@ export const FAIL_INTERNAL = 5;
 export function sharedStoreStatus(code: number): string {
   switch (code) {
     case FAIL_VALUE_TOO_LARGE: return 'the state is larger than the store\'s valueBytes';
-    case FAIL_FULL: return 'the store is full (every entry holds a key)';
+    case FAIL_FULL: return 'the store is full (every entry holds a key written within its ttlMs)';
     case FAIL_KEY_TOO_LARGE: return 'the key is longer than the store\'s keyBytes';
     case FAIL_BUSY: return `the store's lock stayed held for ${LOCK_WAIT_MS} ms`;
     case FAIL_INTERNAL: return 'the store failed';
@@ -80,6 +87,11 @@ export interface SharedStoreOptions {
   keyBytes?: number;
   /** Largest value in bytes (default 2048; a breaker's state is ≈ 100–400 bytes). */
   valueBytes?: number;
+  /**
+   * An entry not written for this long (ms; default 86 400 000, a day, as `RedisStore`'s
+   * `ttlMs`) may be given to a new key when no entry is free.
+   */
+  ttlMs?: number;
 }
 
 /** @internal What an operation answered (the value, if any, is in `store.value`). */
@@ -111,7 +123,7 @@ function positiveInt(name: string, v: unknown, dflt: number, max: number): numbe
   return v;
 }
 
-const OPTION_KEYS = ['entries', 'keyBytes', 'valueBytes'];
+const OPTION_KEYS = ['entries', 'keyBytes', 'valueBytes', 'ttlMs'];
 
 /** Whether `v` is a SharedArrayBuffer (of this realm or another: a worker's, a vm context's). */
 function isSharedArrayBuffer(v: unknown): v is SharedArrayBuffer {
@@ -138,6 +150,9 @@ export class SharedStore {
   private readonly keyBytes: number;
   private readonly valueBytes: number;
   private readonly stride: number;
+  private readonly ttlMs: number;
+  /** Set by `find` when no entry is free: the entry to take over, or -1. */
+  private reclaim = -1;
   private canWait = true;
   /** This view's id in the lock word (never 0). */
   private readonly id: number;
@@ -166,7 +181,8 @@ export class SharedStore {
       this.keyBytes = Atomics.load(this.i32, H_KEY_BYTES);
       this.valueBytes = Atomics.load(this.i32, H_VALUE_BYTES);
       this.stride = Atomics.load(this.i32, H_STRIDE);
-      if (!(this.entries >= 1 && this.keyBytes >= 1 && this.valueBytes >= 1 &&
+      this.ttlMs = new DataView(options).getFloat64(H_TTL_MS, true);
+      if (!(this.ttlMs >= 1_000 && this.entries >= 1 && this.keyBytes >= 1 && this.valueBytes >= 1 &&
           this.stride >= E_DATA + this.keyBytes + this.valueBytes)) {
         throw new TypeError('fusewire: the SharedStore header is damaged');
       }
@@ -192,6 +208,10 @@ export class SharedStore {
       // are hashed down to it) + 1 + a slot number.
       this.keyBytes = positiveInt('keyBytes', o.keyBytes, 288, 4096);
       this.valueBytes = positiveInt('valueBytes', o.valueBytes, 2048, 1 << 20);
+      this.ttlMs = o.ttlMs === undefined ? 86_400_000 : o.ttlMs;
+      if (typeof this.ttlMs !== 'number' || !Number.isInteger(this.ttlMs) || this.ttlMs < 1_000 || this.ttlMs > 31_536_000_000) {
+        throw optionError('options.ttlMs', `must be an integer in 1000..=31536000000 (ms), got ${describe(o.ttlMs)}`);
+      }
       this.stride = (E_DATA + this.keyBytes + this.valueBytes + 7) & ~7;
       this.buffer = new SharedArrayBuffer(HEADER + this.entries * this.stride);
       this.i32 = new Int32Array(this.buffer, 0, HEADER / 4);
@@ -200,6 +220,7 @@ export class SharedStore {
       this.i32[H_KEY_BYTES] = this.keyBytes;
       this.i32[H_VALUE_BYTES] = this.valueBytes;
       this.i32[H_STRIDE] = this.stride;
+      new DataView(this.buffer).setFloat64(H_TTL_MS, this.ttlMs, true);
       Atomics.store(this.i32, H_MAGIC, MAGIC);
     }
     this.u8 = new Uint8Array(this.buffer);
@@ -278,9 +299,10 @@ export class SharedStore {
 
   /**
    * Entry offset of `key`, or -(offset of the first free entry) - 1, or -Infinity when
-   * full: no free entry within `MAX_PROBE` of the key's hash (entries are never freed,
+   * full: no free entry within `MAX_PROBE` of the key's hash (entries are never emptied,
    * so a key is never farther; found by review: a full store scanned all its entries
-   * under the lock for every missing key, 23 ms at a million).
+   * under the lock for every missing key, 23 ms at a million). When full, `reclaim`
+   * is the entry of that run written longest ago, if `ttlMs` or more ago.
    */
   private find(key: Uint8Array, kFrom: number, kLen: number, hash: number): number {
     const n = this.entries;
@@ -288,9 +310,16 @@ export class SharedStore {
     const dv = this.dv;
     let i = hash % n;
     const probes = Math.min(n, MAX_PROBE);
+    let oldest = Date.now() - this.ttlMs;
+    this.reclaim = -1;
     for (let probe = 0; probe < probes; probe++) {
       const at = HEADER + i * this.stride;
       if (dv.getUint32(at + E_TOKEN, true) === 0) return -at - 1;
+      const written = dv.getFloat64(at + E_WRITTEN, true);
+      if (written <= oldest) {
+        oldest = written;
+        this.reclaim = at;
+      }
       if (dv.getUint32(at + E_HASH, true) === hash && dv.getUint32(at + E_KEY_LEN, true) === kLen) {
         let same = true;
         const d = at + E_DATA;
@@ -371,6 +400,7 @@ export class SharedStore {
         }
         this.u8.set(mem.subarray(vFrom, vFrom + vLen), at + E_DATA + this.keyBytes);
         this.dv.setUint32(at + E_VALUE_LEN, vLen, true);
+        this.dv.setFloat64(at + E_WRITTEN, Date.now(), true);
         const t = this.nextToken();
         this.dv.setUint32(at + E_TOKEN, t, true);
         a.kind = 2;
@@ -382,20 +412,24 @@ export class SharedStore {
         a.flag = 1; // absent now
         return a;
       }
-      if (at === -Infinity) {
+      // No free entry: take over the one idle longest (its key, if still used, finds
+      // itself absent and is written again where there is room), or answer full.
+      const taken = at === -Infinity ? this.reclaim : -at - 1;
+      if (taken < 0) {
         a.kind = 4;
         a.flag = FAIL_FULL;
         return a;
       }
-      const e = -at - 1;
+      const e = taken;
       this.u8.set(mem.subarray(kFrom, kFrom + kLen), e + E_DATA);
       this.dv.setUint32(e + E_KEY_LEN, kLen, true);
       this.dv.setUint32(e + E_HASH, hash, true);
       this.u8.set(mem.subarray(vFrom, vFrom + vLen), e + E_DATA + this.keyBytes);
       this.dv.setUint32(e + E_VALUE_LEN, vLen, true);
+      this.dv.setFloat64(e + E_WRITTEN, Date.now(), true);
       const t = this.nextToken();
       this.dv.setUint32(e + E_TOKEN, t, true);
-      Atomics.add(this.i32, H_USED, 1);
+      if (at !== -Infinity) Atomics.add(this.i32, H_USED, 1);
       a.kind = 2;
       a.token = t;
       return a;

@@ -105,7 +105,7 @@ if (CircuitBreaker.isOurError(caught)) {
 }
 if (isOurError(caught)) void caught.code;
 const fresh: Status = CircuitBreaker.newStatus({ stats: { successes: 2 } });
-const store = new SharedStore({ entries: 16 });
+const store = new SharedStore({ entries: 16, ttlMs: 3_600_000 });
 const shared = new CircuitBreaker(async () => 1, { name: 'x', shared: { store, namespace: 'app' } });
 const view: SharedStore = SharedStore.from(store.buffer);
 const unregister: () => void = register({ client, prefix: 'app', labels: true });
