@@ -829,7 +829,7 @@ impl fmt::Display for Num {
         let neg = if v < 0.0 { "-" } else { "" };
         // Up to six decimals, trailing zeros dropped (`100.0001` is not shown as the
         // bound `100`); tiny values with a decimal exponent (`1.5e-7`).
-        let (mut m, mut e) = (v.abs(), 0);
+        let (mut m, mut e) = (v.abs(), 0u64);
         while m != 0.0 && m < 1e-3 {
             m *= 10.0;
             e += 1;

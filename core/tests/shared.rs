@@ -569,6 +569,31 @@ fn combined_traffic_trips_and_exactly_n_probes_run_under_both_rule_sets() {
     }
 }
 
+/// An asynchronous store whose round trip is `flush_ms` or more still gets a probe
+/// through: the lease counts its unused time from when its grant arrived (from the
+/// write's time, every lease went back unused on arrival and half-open never probed).
+#[test]
+fn async_a_slow_round_trip_still_hands_out_the_probe() {
+    let mut h = Host::new(
+        ASYNC,
+        r#"{"breaker": {"half_open": {"permitted_probes": 1}}}"#,
+    );
+    let keys = h.keys("k");
+    h.advance(1_000);
+    async_trip(&mut h, &keys);
+    h.advance(5_000);
+    // Each answer reaches the worker 100 ms (flush_ms) after its request.
+    let probe = (0..100).find_map(|_| match h.start(0, keys[0]) {
+        Start::Running(p) => Some(p),
+        _ => {
+            h.advance(100);
+            None
+        }
+    });
+    let p = probe.expect("a probe within 10 s");
+    assert_eq!(h.complete(0, p, Outcome::Success), Completion::OnTime);
+}
+
 // ---- an asynchronous store ------------------------------------------------------------
 
 const ASYNC: Mode = Mode::Async(3);

@@ -237,7 +237,7 @@ describe('fusewire/redis: RedisStore', () => {
     assert.equal(store.stats.noscript, 1, 'loaded once');
     const cmds = client.log.filter((c) => c[0] !== 'INCR');
     assert.deepEqual(cmds[0].slice(0, 1), ['HMGET']);
-    assert.match(cmds[0][1], /^app:fusewire\/v4\/svc\{a\}\/\d+$/);
+    assert.match(cmds[0][1], /^app:fusewire\/v3\/svc\{a\}\/\d+$/);
     const sha = cmds.find((c) => c[0] === 'EVALSHA');
     const ev = cmds.find((c) => c[0] === 'EVAL');
     assert.equal(sha[1], CAS_SHA);

@@ -14,7 +14,7 @@
  * It is I/O only: the core's shared layer runs in async mode (admission never waits
  * on Redis) and says what to read and what to write; this module performs it:
  *
- * - **Layout.** The core's store key (`<namespace>/v4/<policy>/<slot>`, namespace
+ * - **Layout.** The core's store key (`<namespace>/v3/<policy>/<slot>`, namespace
  *   `shared.namespace`, default `fusewire`), behind `prefix`, is one Redis hash:
  *   `t` the CAS token (a decimal integer below 2^53), `v` the core's encoded state
  *   (versioned, checksummed). `PEXPIRE ttlMs` on every write, so abandoned breakers

@@ -204,7 +204,7 @@ export class SharedStore {
         }
       }
       this.entries = positiveInt('entries', o.entries, 1024, 1 << 20);
-      // A store key is `<namespace>/v4/<name>/<slot>`: 64 + 4 + 200 (longer names
+      // A store key is `<namespace>/v3/<name>/<slot>`: 64 + 4 + 200 (longer names
       // are hashed down to it) + 1 + a slot number.
       this.keyBytes = positiveInt('keyBytes', o.keyBytes, 288, 4096);
       this.valueBytes = positiveInt('valueBytes', o.valueBytes, 2048, 1 << 20);

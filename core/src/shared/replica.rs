@@ -10,8 +10,7 @@
 //! slot → refused, the delta and probe results are kept for the next round.
 //!
 //! **Slots.** A key lives in one of `keys.max_keys` store slots of its policy
-//! (`<namespace>/v4/<policy>/<n>`), found by hashed draws from the FNV-1a hash of
-//! its name (at most [`PROBE_LIMIT`] slots, [`slot_index`]), or in the policy's overflow slot. A slot
+//! (`<namespace>/v3/<policy>/<n>`), found from the FNV-1a hash of its name (at most [`PROBE_LIMIT`] slots, [`slot_index`]), or in the policy's overflow slot. A slot
 //! names the key it holds; a slot idle for `keys.idle_ms` may be taken over by another
 //! key. So the store never holds more than `max_keys + 1` entries per policy, however
 //! many distinct keys a high-cardinality template produces, across reloads too.
@@ -32,14 +31,15 @@ use crate::Phase;
 pub const PROBE_LIMIT: u32 = 32;
 /// Name of the overflow slot (and of the key its state names).
 pub const OVERFLOW: &str = "~overflow";
-/// Version of the store-key layout (`<namespace>/v4/...`): a layout change bumps it,
+/// Version of the store-key layout (`<namespace>/v3/...`): a layout change bumps it,
 /// so old and new code running side by side during a config drain never meet.
-/// (v4: large tables probed by independent draws; v3 probed 8 slots linearly.)
-pub const LAYOUT: &str = "v4";
+/// (Changing the probe order of [`slot_index`] is not such a change: the slots hold
+/// the same states, named by their keys.)
+pub const LAYOUT: &str = "v3";
 
 /// The slot (`0..max_keys`) that key `name` probes at `step`. In a table no larger
 /// than [`PROBE_LIMIT`], every slot in turn from the FNV-1a hash of its name; in a
-/// larger one, the hash and the step mixed (a multiply and a shift), so each step is an
+/// larger one, the hash and the step mixed (splitmix64's finaliser), so each step is an
 /// independent draw and keys whose first slots collide part ways (linear probing grew
 /// runs of taken slots: with 8 probes, 6 % of 900 live keys found no free slot among
 /// 1 000).
@@ -49,9 +49,7 @@ pub fn slot_index(name: &str, step: u32, max_keys: u32) -> u32 {
     if max_keys <= PROBE_LIMIT {
         return (h.wrapping_add(u64::from(step)) % n) as u32;
     }
-    let x = (h ^ u64::from(step).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    ((x ^ (x >> 31)) % n) as u32
+    (spread(h ^ u64::from(step) << 32) % n) as u32
 }
 
 /// Everything a replica needs from its engine for one step.
@@ -109,11 +107,15 @@ enum IoState {
     },
 }
 
+/// A probe lease granted to this worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Lease {
     generation: u32,
     slot: u8,
-    granted_at: Nanos,
+    /// When its grant reached this worker: unused for `flush_ms` from there, it goes
+    /// back. (Counted from the write's time, a store's round trip of `flush_ms` or
+    /// more used the time up before any call could take it: half-open never probed.)
+    arrived: Nanos,
 }
 
 /// What a write would do if it lands.
@@ -610,7 +612,7 @@ impl Replica {
         let mut returned = false;
         let leases = core::mem::take(&mut self.leases);
         for l in leases {
-            if now.saturating_sub(l.granted_at) >= flush {
+            if now.saturating_sub(l.arrived) >= flush {
                 self.lease_returns.push((l.generation, l.slot));
                 returned = true;
             } else {
@@ -664,7 +666,7 @@ impl Replica {
             at(self.read_at.unwrap_or(ctx.now).saturating_add(flush));
         }
         for l in &self.leases {
-            at(l.granted_at.saturating_add(flush));
+            at(l.arrived.saturating_add(flush));
         }
         if !self.poll_due {
             if let Some(d) = self.view.as_ref().and_then(|v| v.breaker.next_deadline()) {
@@ -1190,6 +1192,9 @@ impl Replica {
         if !self.probe_results.is_empty() || !self.lease_returns.is_empty() {
             self.dirty_at.get_or_insert(now);
         }
+        for l in &mut a.leases {
+            l.arrived = now;
+        }
         self.leases.extend(core::mem::take(&mut a.leases));
         if a.slots != self.slots_held || self.release_due {
             self.last_heartbeat = now;
@@ -1311,7 +1316,7 @@ impl Replica {
                     leases.push(Lease {
                         generation,
                         slot,
-                        granted_at: now,
+                        arrived: now,
                     });
                 }
                 Err(_) => break,

@@ -336,7 +336,7 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
       await f.all({ op: 'fire', n: 2 });
       const synced = await until(f, (s) => s.members.every((m) => m.successes === 6), 3000);
       assert.notEqual(synced.ms, -1, `successes: ${synced.s.members.map((m) => m.successes)} (want 6 each)`);
-      const [key] = await c1.keys('fusewire/v4/failover/*');
+      const [key] = await c1.keys('fusewire/v3/failover/*');
       assert.ok(key, 'the breaker has its key on the primary');
       assert.ok(await waitFor(async () => (await c2.hget(key, 't')) === (await c1.hget(key, 't')), 3000),
         'the replica caught up with the primary');
@@ -491,7 +491,7 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     const f = await fleet(2, { REDIS_PORT: String(port), NAME: 'corrupt', OPTIONS: JSON.stringify(BREAKER), PREFIX: 'app:' });
     await f.all({ op: 'fire', n: 3 });
     await sleep(2 * SYNC_MS);
-    const keys = await client.keys('app:fusewire/v4/corrupt/*');
+    const keys = await client.keys('app:fusewire/v3/corrupt/*');
     assert.equal(keys.length, 1, `one Redis key per breaker: ${keys}`);
     const [key] = keys;
     const healthy = async () => {
