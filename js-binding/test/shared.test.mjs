@@ -120,6 +120,41 @@ describe('worker_threads share one breaker', () => {
   });
 });
 
+describe('a terminated worker', () => {
+  test('its probes hold half-open for the shared lease, not for ever (timeout: false; found by review: every other process refused every call)', { timeout: 30_000 }, async () => {
+    const store = new SharedStore({ entries: 64 });
+    const workers = Array.from({ length: 2 }, () => spawn(store.buffer));
+    await Promise.all(workers.map((w) => w.ready));
+    const main = new CircuitBreaker(async () => 'ok', {
+      name: 'upstream', resetTimeout: 300, timeout: false, volumeThreshold: 8,
+      fusewire: { breaker: { half_open: { permitted_probes: PROBES, success_threshold: PROBES } } },
+      shared: { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 100, lease_ttl_ms: 1000 },
+    });
+    try {
+      for (let i = 0; i < 8; i++) await workers[i % 2].ask({ op: 'fire', arg: 'fail' });
+      await sleep(400);
+      // Both probes start in the workers and never end: the workers are terminated.
+      const starts = await Promise.all(workers.map((w) => w.ask({ op: 'slow' })));
+      assert.equal(starts.filter((x) => x.admitted).length, PROBES, JSON.stringify(starts));
+      await Promise.all(workers.map((w) => w.end()));
+      await assert.rejects(main.fire(), { code: 'EOPENBREAKER' }, 'the probes are out');
+      // Their leases end after lease_ttl_ms (1 s), the breaker reopens for
+      // resetTimeout (300 ms), then a live breaker probes.
+      const t0 = performance.now();
+      let value;
+      while (value === undefined && performance.now() - t0 < 5_000) {
+        value = await main.fire().catch(() => undefined);
+        if (value === undefined) await sleep(50);
+      }
+      assert.equal(value, 'ok', 'a live breaker got a probe');
+      const waited = performance.now() - t0;
+      assert.ok(waited < 2_500, `waited ${waited.toFixed(0)} ms`);
+    } finally {
+      main.shutdown();
+    }
+  });
+});
+
 describe('a SharedStore that cannot serve degrades, never hangs or throws (found by review)', () => {
   const failing = (b) => async () => {
     for (let i = 0; i < 20; i++) {

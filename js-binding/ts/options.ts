@@ -13,6 +13,8 @@ import { AsyncStore } from './async-store.js';
 
 /** One year: the core's longest duration. */
 export const MAX_MS = 365 * 24 * 3600 * 1000;
+/** The core's `shared.lease_ttl_ms` default. */
+const DEFAULT_LEASE_TTL_MS = 30_000;
 /** `keys.idle_ms` of a breaker with a shared store (10 min). */
 const SHARED_IDLE_MS = 600_000;
 
@@ -359,6 +361,14 @@ export function parse(options: Obj): Parsed {
       ? { ..._store._defaults(), ...(rest as CoreSharedConfig), mode: 'async' }
       : { ...(rest as CoreSharedConfig), mode: 'sync' };
     sharedJson = JSON.stringify(sc);
+    // `timeout: false` lets a probe run for ever (as in opossum). Shared, its probe
+    // lease would then hold every process half-open, refusing every call, once its
+    // process died (found by review): it lasts the shared lease instead, as a dead
+    // process's bulkhead slots do. (A probe running longer reopens the breaker.)
+    if (probeTimeout === MAX_MS && !fusewirePaths.has('fusewire.breaker.half_open.probe_timeout_ms')) {
+      const lease = typeof sc.lease_ttl_ms === 'number' ? sc.lease_ttl_ms : DEFAULT_LEASE_TTL_MS;
+      config = merge(config, { breaker: { half_open: { probe_timeout_ms: lease } } });
+    }
   }
 
   const configJson = JSON.stringify(config);
