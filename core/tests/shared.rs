@@ -301,6 +301,47 @@ fn healthy_traffic_is_written_on_ticks_and_errors_at_once() {
 
 // ---- bytes in the store -----------------------------------------------------------
 
+/// Damaged bytes in an open key's slot: detected and reset, and the breaker stays
+/// open in every worker (found by review: the reset closed the fleet's breaker).
+#[test]
+fn damaged_bytes_in_an_open_keys_slot_leave_it_open() {
+    for m in SYNC {
+        let mut h = Host::new(m, "{}");
+        let keys = h.keys("k");
+        for i in 0..20 {
+            assert!(h.call(i % 4, keys[i % 4], Outcome::Failure));
+        }
+        h.advance(SYNC_MS);
+        let sk = h.engines[0].store_key(keys[0]).unwrap().to_string();
+        assert_eq!(
+            decode(h.store.raw_get(&sk).unwrap()).breaker.phase(),
+            Phase::Open
+        );
+        for w in 0..4 {
+            // Every worker has seen the trip.
+            assert!(
+                refused(h.start(w, keys[w])).is_short_circuit(),
+                "{m:?} worker {w}"
+            );
+        }
+        h.store.raw_set(&sk, b"garbage");
+        h.advance(SYNC_MS);
+        for w in 0..4 {
+            assert!(
+                refused(h.start(w, keys[w])).is_short_circuit(),
+                "{m:?} worker {w}: still open"
+            );
+        }
+        let issues: Vec<Issue> = (0..4).flat_map(|w| store_events(&mut h, w)).collect();
+        assert!(
+            issues.iter().any(|i| matches!(i, Issue::Invalid(_))),
+            "{m:?}: detected: {issues:?}"
+        );
+        let now = decode(h.store.raw_get(&sk).expect("slot rewritten"));
+        assert_eq!(now.breaker.phase(), Phase::Open, "{m:?}: written back open");
+    }
+}
+
 #[test]
 fn corrupt_truncated_and_foreign_bytes_are_detected_and_reset() {
     for m in SYNC {
@@ -834,6 +875,51 @@ fn async_a_store_restarted_empty_converges() {
         assert_eq!(v.breaker.phase(), Phase::HalfOpen, "worker {w}");
         assert!(v.breaker.generation() >= 1, "the trip's generation");
         assert_eq!(h.phase(w, keys[w]), v.breaker.phase());
+    }
+}
+
+/// A store restarted empty (or flushed) while half-open: the key stays half-open, its
+/// running probe decides (found by review: the fleet closed at once, with no probe
+/// through, and sent all its traffic to an upstream that may still fail).
+#[test]
+fn async_a_store_restarted_empty_while_half_open_stays_half_open() {
+    let json = r#"{"breaker": {"half_open": {"permitted_probes": 1}},
+                   "execution": {"timeout_enabled": false}}"#;
+    let mut h = Host::new(ASYNC, json);
+    let keys = h.keys("k");
+    h.advance(1_000);
+    async_trip(&mut h, &keys);
+    h.advance(5_000);
+    let probe = (0..100).find_map(|i| match h.start(0, keys[0]) {
+        Start::Running(p) => Some(p),
+        _ => {
+            if i % 2 == 0 {
+                h.deliver();
+            } else {
+                h.advance(100);
+            }
+            None
+        }
+    });
+    let probe = probe.expect("a probe");
+    h.store.clear();
+    h.advance(2_000);
+    for w in 0..3 {
+        assert_eq!(h.phase(w, keys[w]), Phase::HalfOpen, "worker {w}");
+        assert!(
+            refused(h.start(w, keys[w])).is_short_circuit(),
+            "worker {w}: the one probe is out"
+        );
+    }
+    assert_eq!(h.complete(0, probe, Outcome::Success), Completion::OnTime);
+    h.advance(2_000);
+    for w in 0..3 {
+        assert!(h.call(w, keys[w], Outcome::Success), "worker {w}");
+        assert_eq!(
+            h.phase(w, keys[w]),
+            Phase::Closed,
+            "worker {w}: the probe closed it"
+        );
     }
 }
 

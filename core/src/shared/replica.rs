@@ -1038,7 +1038,9 @@ impl Replica {
     fn reset_invalid(&mut self, ctx: &Ctx, e: DecodeError, token: u64, fx: &mut Effects) {
         self.settle_doubt(None, ctx.now);
         fx.issue = Some(Issue::Invalid(e));
-        self.view = Some(KeyState::new(self.slot_name(), ctx.config, ctx.now));
+        // Damaged bytes say nothing about the upstream: an open or half-open breaker
+        // this worker saw stays so (found by review: it closed the fleet's).
+        self.view = Some(self.fresh_state(ctx.config, ctx.now));
         self.expect = Expect::Token(token);
         self.token_known = true;
         self.read_at = Some(ctx.now);
@@ -1241,14 +1243,16 @@ impl Replica {
     }
 
     /// A new state for the key (claimed: new, or lost by the store): an empty window
-    /// and a closed breaker, except that an open breaker stays open (the upstream it
-    /// tripped on has not recovered because the store restarted empty).
+    /// and a closed breaker, except that an open or half-open breaker stays so, its
+    /// probes running (the upstream it tripped on has not recovered because the store
+    /// restarted empty or lost the key; found by review: a half-open fleet closed at
+    /// once, with no probe through).
     fn fresh_state(&self, cfg: &Config, now: Nanos) -> KeyState {
         let mut s = KeyState::new(self.slot_name(), cfg, now);
         if let Some(v) = self
             .view
             .as_ref()
-            .filter(|v| v.breaker.phase() == Phase::Open)
+            .filter(|v| v.breaker.phase() != Phase::Closed)
         {
             s.breaker = v.breaker.clone();
         }
