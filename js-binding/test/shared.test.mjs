@@ -223,7 +223,9 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
 
   test('a full store gives the entry written longest ago, ttlMs or more ago, to a new name (found by review: entries were never freed)', async () => {
     const store = new SharedStore({ entries: 2, ttlMs: 60_000 });
-    assert.throws(() => new SharedStore({ ttlMs: 10 }), /options\.ttlMs: must be an integer in 1000\.\.=31536000000 \(ms\), got 10/);
+    assert.throws(() => new SharedStore({ ttlMs: 10 }), /options\.ttlMs: must be an integer in 60000\.\.=31536000000 \(ms\), got 10/);
+    assert.throws(() => new CircuitBreaker(async () => 1, { name: 'x', shared: { store, lease_ttl_ms: 40_000 } }),
+      { name: 'TypeError', message: "options.shared.lease_ttl_ms: must be at most half the store's ttlMs (60000 ms), got 40000" });
     for (const name of ['old-a', 'old-b']) {
       const b = new CircuitBreaker(async () => 1, { name, shared: { store } });
       await b.fire();
@@ -236,8 +238,9 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     await fresh.fire();
     assert.ok(issues.some((m) => /store is full/.test(m)), `full while the others are fresh: ${JSON.stringify(issues)}`);
     fresh.shutdown();
-    const realNow = Date.now;
-    Date.now = () => realNow() + 61_000; // the store's clock only: the breakers keep theirs
+    // The store's timeline is the thread's start plus its monotonic clock.
+    const realNow = performance.now;
+    performance.now = () => realNow.call(performance) + 61_000;
     try {
       const a = new CircuitBreaker(async () => 'a', { name: 'new', shared: { store } });
       const b = new CircuitBreaker(async () => 'b', { name: 'new', shared: { store } });
@@ -251,7 +254,7 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
       a.shutdown();
       b.shutdown();
     } finally {
-      Date.now = realNow;
+      performance.now = realNow;
     }
   });
 

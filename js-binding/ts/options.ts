@@ -361,12 +361,20 @@ export function parse(options: Obj): Parsed {
       ? { ..._store._defaults(), ...(rest as CoreSharedConfig), mode: 'async' }
       : { ...(rest as CoreSharedConfig), mode: 'sync' };
     sharedJson = JSON.stringify(sc);
+    // A SharedStore gives an entry not written for its ttlMs to a new name: a breaker
+    // in use writes more often than its lease (its heartbeat), so a lease within half
+    // of it keeps a live breaker's entry.
+    const storeTtl = (_store as { _ttlMs?: unknown } | undefined)?._ttlMs;
+    const lease = typeof sc.lease_ttl_ms === 'number' ? sc.lease_ttl_ms : DEFAULT_LEASE_TTL_MS;
+    if (typeof storeTtl === 'number' && lease * 2 > storeTtl) {
+      throw optionError('options.shared.lease_ttl_ms',
+        `must be at most half the store's ttlMs (${storeTtl} ms), got ${describe(lease)}`);
+    }
     // `timeout: false` lets a probe run for ever (as in opossum). Shared, its probe
     // lease would then hold every process half-open, refusing every call, once its
     // process died (found by review): it lasts the shared lease instead, as a dead
     // process's bulkhead slots do. (A probe running longer reopens the breaker.)
     if (probeTimeout === MAX_MS && !fusewirePaths.has('fusewire.breaker.half_open.probe_timeout_ms')) {
-      const lease = typeof sc.lease_ttl_ms === 'number' ? sc.lease_ttl_ms : DEFAULT_LEASE_TTL_MS;
       config = merge(config, { breaker: { half_open: { probe_timeout_ms: lease } } });
     }
   }

@@ -10,7 +10,8 @@
  * Layout: a 64-byte header of `Int32` words, then `entries` fixed-size entries found
  * by open addressing on an FNV-1a hash of the key. Entries are never emptied (the
  * core bounds the keys of a policy to `keys.max_keys + 1`); a new key that finds no
- * free entry takes over the one written longest ago, if that was `ttlMs` or more ago
+ * free entry takes over the one written longest ago within `MAX_PROBE` of its hash, if
+ * that was `ttlMs` or more ago
  * (as `RedisStore` lets keys expire), so breaker names that come and go do not fill
  * the store for good. One lock serialises
  * operations; each holds it for a copy of at most `valueBytes`. The lock word holds
@@ -48,7 +49,7 @@ const E_TOKEN = 0;
 const E_KEY_LEN = 4;
 const E_VALUE_LEN = 8;
 const E_HASH = 12;
-/** When the entry was last written (`Date.now()`, a Float64: workers share no other clock). */
+/** When the entry was last written (`wallNow()`, a Float64). */
 const E_WRITTEN = 16;
 const E_DATA = 24;
 
@@ -78,6 +79,20 @@ const LOCK_WAIT_MS = 20;
 const LOCK_TAKEOVER_MS = 1000;
 
 const clock: { now(): number } = globalThis.performance ?? Date;
+
+/**
+ * Time on a timeline every worker of the process shares (ms): the thread's start
+ * on the wall clock plus its monotonic clock, so a wall-clock step (NTP) or a fake
+ * `Date` in one thread does not age or rejuvenate entries. Read at each call, so
+ * a test can move it.
+ */
+function wallNow(): number {
+  const p = globalThis.performance;
+  return p === undefined ? Date.now() : p.timeOrigin + p.now();
+}
+
+/** Shortest `ttlMs`: a breaker in use writes its entry far more often. */
+const MIN_TTL_MS = 60_000;
 
 /** Options of a new store. */
 export interface SharedStoreOptions {
@@ -182,7 +197,7 @@ export class SharedStore {
       this.valueBytes = Atomics.load(this.i32, H_VALUE_BYTES);
       this.stride = Atomics.load(this.i32, H_STRIDE);
       this.ttlMs = new DataView(options).getFloat64(H_TTL_MS, true);
-      if (!(this.ttlMs >= 1_000 && this.entries >= 1 && this.keyBytes >= 1 && this.valueBytes >= 1 &&
+      if (!(this.ttlMs >= MIN_TTL_MS && this.entries >= 1 && this.keyBytes >= 1 && this.valueBytes >= 1 &&
           this.stride >= E_DATA + this.keyBytes + this.valueBytes)) {
         throw new TypeError('fusewire: the SharedStore header is damaged');
       }
@@ -209,8 +224,8 @@ export class SharedStore {
       this.keyBytes = positiveInt('keyBytes', o.keyBytes, 288, 4096);
       this.valueBytes = positiveInt('valueBytes', o.valueBytes, 2048, 1 << 20);
       this.ttlMs = o.ttlMs === undefined ? 86_400_000 : o.ttlMs;
-      if (typeof this.ttlMs !== 'number' || !Number.isInteger(this.ttlMs) || this.ttlMs < 1_000 || this.ttlMs > 31_536_000_000) {
-        throw optionError('options.ttlMs', `must be an integer in 1000..=31536000000 (ms), got ${describe(o.ttlMs)}`);
+      if (typeof this.ttlMs !== 'number' || !Number.isInteger(this.ttlMs) || this.ttlMs < MIN_TTL_MS || this.ttlMs > 31_536_000_000) {
+        throw optionError('options.ttlMs', `must be an integer in ${MIN_TTL_MS}..=31536000000 (ms), got ${describe(o.ttlMs)}`);
       }
       this.stride = (E_DATA + this.keyBytes + this.valueBytes + 7) & ~7;
       this.buffer = new SharedArrayBuffer(HEADER + this.entries * this.stride);
@@ -247,6 +262,11 @@ export class SharedStore {
   /** Keys the store can hold. */
   get capacity(): number {
     return this.entries;
+  }
+
+  /** @internal Its `ttlMs`: breakers on it keep `shared.lease_ttl_ms` below half of it. */
+  get _ttlMs(): number {
+    return this.ttlMs;
   }
 
   /** @internal A new owner id (unique among the store's users). */
@@ -310,7 +330,7 @@ export class SharedStore {
     const dv = this.dv;
     let i = hash % n;
     const probes = Math.min(n, MAX_PROBE);
-    let oldest = Date.now() - this.ttlMs;
+    let oldest = wallNow() - this.ttlMs;
     this.reclaim = -1;
     for (let probe = 0; probe < probes; probe++) {
       const at = HEADER + i * this.stride;
@@ -400,7 +420,7 @@ export class SharedStore {
         }
         this.u8.set(mem.subarray(vFrom, vFrom + vLen), at + E_DATA + this.keyBytes);
         this.dv.setUint32(at + E_VALUE_LEN, vLen, true);
-        this.dv.setFloat64(at + E_WRITTEN, Date.now(), true);
+        this.dv.setFloat64(at + E_WRITTEN, wallNow(), true);
         const t = this.nextToken();
         this.dv.setUint32(at + E_TOKEN, t, true);
         a.kind = 2;
@@ -426,7 +446,7 @@ export class SharedStore {
       this.dv.setUint32(e + E_HASH, hash, true);
       this.u8.set(mem.subarray(vFrom, vFrom + vLen), e + E_DATA + this.keyBytes);
       this.dv.setUint32(e + E_VALUE_LEN, vLen, true);
-      this.dv.setFloat64(e + E_WRITTEN, Date.now(), true);
+      this.dv.setFloat64(e + E_WRITTEN, wallNow(), true);
       const t = this.nextToken();
       this.dv.setUint32(e + E_TOKEN, t, true);
       if (at !== -Infinity) Atomics.add(this.i32, H_USED, 1);
