@@ -610,6 +610,22 @@ fn combined_traffic_trips_and_exactly_n_probes_run_under_both_rule_sets() {
     }
 }
 
+/// Trips `keys` (async host), waits out the sleep window and takes worker 0's probe,
+/// asking every 100 ms (`deliver`: and handing the store's answers back in between).
+fn async_probe(h: &mut Host, keys: &[KeyId], deliver: bool) -> Permit {
+    h.advance(1_000);
+    async_trip(h, keys);
+    h.advance(5_000);
+    for i in 0..200 {
+        match h.start(0, keys[0]) {
+            Start::Running(p) => return p,
+            _ if deliver && i % 2 == 0 => h.deliver(),
+            _ => h.advance(100),
+        }
+    }
+    panic!("no probe within 10 s")
+}
+
 /// An asynchronous store whose round trip is `flush_ms` or more still gets a probe
 /// through: the lease counts its unused time from when its grant arrived (from the
 /// write's time, every lease went back unused on arrival and half-open never probed).
@@ -620,18 +636,8 @@ fn async_a_slow_round_trip_still_hands_out_the_probe() {
         r#"{"breaker": {"half_open": {"permitted_probes": 1}}}"#,
     );
     let keys = h.keys("k");
-    h.advance(1_000);
-    async_trip(&mut h, &keys);
-    h.advance(5_000);
     // Each answer reaches the worker 100 ms (flush_ms) after its request.
-    let probe = (0..100).find_map(|_| match h.start(0, keys[0]) {
-        Start::Running(p) => Some(p),
-        _ => {
-            h.advance(100);
-            None
-        }
-    });
-    let p = probe.expect("a probe within 10 s");
+    let p = async_probe(&mut h, &keys, false);
     assert_eq!(h.complete(0, p, Outcome::Success), Completion::OnTime);
 }
 
@@ -887,21 +893,7 @@ fn async_a_store_restarted_empty_while_half_open_stays_half_open() {
                    "execution": {"timeout_enabled": false}}"#;
     let mut h = Host::new(ASYNC, json);
     let keys = h.keys("k");
-    h.advance(1_000);
-    async_trip(&mut h, &keys);
-    h.advance(5_000);
-    let probe = (0..100).find_map(|i| match h.start(0, keys[0]) {
-        Start::Running(p) => Some(p),
-        _ => {
-            if i % 2 == 0 {
-                h.deliver();
-            } else {
-                h.advance(100);
-            }
-            None
-        }
-    });
-    let probe = probe.expect("a probe");
+    let probe = async_probe(&mut h, &keys, true);
     h.store.clear();
     h.advance(2_000);
     for w in 0..3 {
