@@ -726,6 +726,14 @@ impl BreakerState {
         (r, t)
     }
 
+    /// Forgets the probes out (their leases, count and successes): a state rebuilt
+    /// from a worker's view cannot tell which still run.
+    pub(crate) fn forget_probes(&mut self) {
+        self.probe_leases = [0; MAX_PROBES as usize];
+        self.probes_issued = 0;
+        self.probe_successes = 0;
+    }
+
     /// Takes one probe lease (half-open only): the shared layer grants leases
     /// through the store with this, so exactly `permitted_probes` are out per
     /// generation process-wide.

@@ -1132,7 +1132,8 @@ mod tests {
 
     #[test]
     fn numbers_in_messages() {
-        let show = |v: f64| Num(v).to_string();
+        // `format!`, not `to_string()` (another copy of the formatting code in the .wasm).
+        let show = |v: f64| format!("{}", Num(v));
         assert_eq!(show(150.0), "150");
         assert_eq!(show(0.5), "0.5");
         assert_eq!(show(-2.25), "-2.25");

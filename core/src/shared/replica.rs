@@ -1000,12 +1000,12 @@ impl Replica {
                 }
             }
             Answer::NotFound => {
+                // The store lost the key (restarted empty) or never had it.
+                let fresh = self.fresh_state(ctx);
                 self.read_wanted = false;
                 self.failures = 0;
                 self.limit_changed = false;
-                // The store lost the key (restarted empty) or never had it.
                 self.settle_doubt(None, ctx.now);
-                let fresh = self.fresh_state(ctx.config, ctx.now);
                 if self
                     .view
                     .as_ref()
@@ -1040,7 +1040,7 @@ impl Replica {
         fx.issue = Some(Issue::Invalid(e));
         // Damaged bytes say nothing about the upstream: an open or half-open breaker
         // this worker saw stays so (found by review: it closed the fleet's).
-        self.view = Some(self.fresh_state(ctx.config, ctx.now));
+        self.view = Some(self.fresh_state(ctx));
         self.expect = Expect::Token(token);
         self.token_known = true;
         self.read_at = Some(ctx.now);
@@ -1243,18 +1243,28 @@ impl Replica {
     }
 
     /// A new state for the key (claimed: new, or lost by the store): an empty window
-    /// and a closed breaker, except that an open or half-open breaker stays so, its
-    /// probes running (the upstream it tripped on has not recovered because the store
-    /// restarted empty or lost the key; found by review: a half-open fleet closed at
-    /// once, with no probe through).
-    fn fresh_state(&self, cfg: &Config, now: Nanos) -> KeyState {
-        let mut s = KeyState::new(self.slot_name(), cfg, now);
+    /// and a closed breaker, except that an open or half-open breaker stays so if the
+    /// store confirmed it within `stale_ms` or has failed since (an outage: it is the
+    /// last state the fleet agreed on) — the upstream it tripped on has not recovered
+    /// because the store restarted empty or lost the key (found by review: a half-open
+    /// fleet closed at once), while an idle worker's old view says nothing now.
+    /// Half-open starts its probes again: which of the probes out then still run, no
+    /// worker knows (kept, leases nobody holds would refuse every call until they
+    /// expired).
+    fn fresh_state(&self, ctx: &Ctx) -> KeyState {
+        let mut s = KeyState::new(self.slot_name(), ctx.config, ctx.now);
+        let stale = ms_to_ns(ctx.shared.stale_ms);
+        let known = self.store_failing()
+            || self
+                .read_at
+                .is_some_and(|t| ctx.now.saturating_sub(t) <= stale);
         if let Some(v) = self
             .view
             .as_ref()
-            .filter(|v| v.breaker.phase() != Phase::Closed)
+            .filter(|v| known && v.breaker.phase() != Phase::Closed)
         {
             s.breaker = v.breaker.clone();
+            s.breaker.forget_probes();
         }
         s
     }
@@ -1266,7 +1276,7 @@ impl Replica {
         let rand = ctx.rand;
         let mut s = match (&self.view, self.claim) {
             (Some(v), false) => v.clone(),
-            _ => self.fresh_state(cfg, now),
+            _ => self.fresh_state(ctx),
         };
         s.conform(cfg);
         let mut ts = Vec::new();
