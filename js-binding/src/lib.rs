@@ -821,7 +821,9 @@ pub extern "C" fn fw_poll(h: u32, now: f64) -> i32 {
                         };
                         out[0] = code;
                         out[1] = status;
-                        break (EV_STORE, Some(issue.to_string()));
+                        // `format!`, not `to_string()`: its own copy of the
+                        // formatting code was ≈ 200 B of the gzipped .wasm.
+                        break (EV_STORE, Some(format!("{issue}")));
                     }
                 }
             }

@@ -121,6 +121,23 @@ describe('worker_threads share one breaker', () => {
 });
 
 describe('a terminated worker', () => {
+  test('timeout: false, shared: the probe lease is the call timeout set through options.fusewire, else shared.lease_ttl_ms', () => {
+    const store = new SharedStore({ entries: 8 });
+    const probe = (o, shared = true) => {
+      const b = new CircuitBreaker(async () => 1, {
+        name: 'p', timeout: false, fusewire: o.fusewire, shared: shared ? { store, ...o.shared } : undefined,
+      });
+      const v = b._parsed.config.breaker.half_open.probe_timeout_ms;
+      b.shutdown();
+      return v;
+    };
+    assert.equal(probe({}), 30_000);
+    assert.equal(probe({ shared: { lease_ttl_ms: 20_000 } }), 20_000);
+    assert.equal(probe({ fusewire: { execution: { timeout_enabled: true, timeout_ms: 60_000 } } }), 60_000);
+    assert.equal(probe({ fusewire: { breaker: { half_open: { probe_timeout_ms: 7_000 } } } }), 7_000);
+    assert.equal(probe({}, false), 365 * 24 * 3600 * 1000, 'a local breaker keeps opossum\'s behaviour');
+  });
+
   test('its probes hold half-open for the shared lease, not for ever (timeout: false; found by review: every other process refused every call)', { timeout: 30_000 }, async () => {
     const store = new SharedStore({ entries: 64 });
     const workers = Array.from({ length: 2 }, () => spawn(store.buffer));
@@ -238,9 +255,14 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     await fresh.fire();
     assert.ok(issues.some((m) => /store is full/.test(m)), `full while the others are fresh: ${JSON.stringify(issues)}`);
     fresh.shutdown();
-    // The store's timeline is the thread's start plus its monotonic clock.
+    // The store's timeline is performance.timeOrigin plus the monotonic clock (the
+    // breakers' clock moves too: they are new, and none has a timer armed).
+    // (Defined on the object: Node 18 makes `now` read-only.)
     const realNow = performance.now;
-    performance.now = () => realNow.call(performance) + 61_000;
+    const own = Object.getOwnPropertyDescriptor(performance, 'now');
+    Object.defineProperty(performance, 'now', {
+      value: () => realNow.call(performance) + 61_000, configurable: true, writable: true,
+    });
     try {
       const a = new CircuitBreaker(async () => 'a', { name: 'new', shared: { store } });
       const b = new CircuitBreaker(async () => 'b', { name: 'new', shared: { store } });
@@ -254,7 +276,8 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
       a.shutdown();
       b.shutdown();
     } finally {
-      performance.now = realNow;
+      if (own === undefined) delete performance.now;
+      else Object.defineProperty(performance, 'now', own);
     }
   });
 

@@ -372,10 +372,14 @@ export function parse(options: Obj): Parsed {
     }
     // `timeout: false` lets a probe run for ever (as in opossum). Shared, its probe
     // lease would then hold every process half-open, refusing every call, once its
-    // process died (found by review): it lasts the shared lease instead, as a dead
-    // process's bulkhead slots do. (A probe running longer reopens the breaker.)
+    // process died (found by review): it lasts the call timeout set through
+    // `options.fusewire`, else the shared lease, as a dead process's bulkhead slots
+    // do. (A probe running longer reopens the breaker.)
     if (probeTimeout === MAX_MS && !fusewirePaths.has('fusewire.breaker.half_open.probe_timeout_ms')) {
-      config = merge(config, { breaker: { half_open: { probe_timeout_ms: lease } } });
+      const exec = get(config, 'execution.timeout_enabled') === false ? undefined : get(config, 'execution.timeout_ms');
+      const bound = typeof exec === 'number' ? exec : lease;
+      // Not an integer: the core names the option that is wrong.
+      if (Number.isInteger(bound)) config = merge(config, { breaker: { half_open: { probe_timeout_ms: bound } } });
     }
   }
 

@@ -81,10 +81,10 @@ const LOCK_TAKEOVER_MS = 1000;
 const clock: { now(): number } = globalThis.performance ?? Date;
 
 /**
- * Time on a timeline every worker of the process shares (ms): the thread's start
- * on the wall clock plus its monotonic clock, so a wall-clock step (NTP) or a fake
- * `Date` in one thread does not age or rejuvenate entries. Read at each call, so
- * a test can move it.
+ * Time on a timeline every worker of the process shares (ms): `performance.timeOrigin`
+ * (the process's start on the wall clock, in Node's workers too) plus the monotonic
+ * clock, so a wall-clock step (NTP) or a fake `Date` in one thread does not age or
+ * rejuvenate entries. Read at each call, so a test can move it.
  */
 function wallNow(): number {
   const p = globalThis.performance;
