@@ -526,9 +526,9 @@ fn the_store_footprint_stays_within_max_keys_plus_one_across_reloads() {
 fn keys_get_their_own_slot_while_the_table_has_room() {
     for (max_keys, live, most) in [
         (1000, 750, 1),
-        (1000, 900, 5),
-        (1000, 1000, 40),
-        (100, 90, 2),
+        (1000, 900, 4),
+        (1000, 1000, 25),
+        (100, 90, 1),
     ] {
         let mut h = Host::new(
             Mode::Shared(Rules::Envoy, 4),
