@@ -1,7 +1,8 @@
 // Runs the browser scenario in headless Chromium (Debian's /usr/bin/chromium, driven
 // by playwright-core; never a downloaded browser), served from a local server: once
 // as plain ESM (import map → fusewire's browser entry) and once bundled by esbuild
-// (resolving 'fusewire' through the package's exports map, browser condition).
+// (resolving 'fusewire' through the package's exports map, browser condition); a
+// cross-origin isolated page whose two Web Workers share one breaker (SharedStore).
 // Then examples/browser (its own server, the page's buttons) as a user runs it: the
 // upstream goes down → the page shows the breaker open; healthy again → closed.
 // Usage: node run.mjs <app dir> <playwright-core dir> <esbuild dir> [examples/browser/serve.mjs]
@@ -63,7 +64,13 @@ const server = createServer((req, res) => {
     res.writeHead(404).end();
     return;
   }
-  res.writeHead(200, { 'content-type': TYPES[extname(file)] ?? 'application/octet-stream' }).end(readFileSync(file));
+  // Cross-origin isolated (COOP + COEP), as a page must be to share a
+  // SharedArrayBuffer with its Web Workers; every resource here is same-origin.
+  res.writeHead(200, {
+    'content-type': TYPES[extname(file)] ?? 'application/octet-stream',
+    'cross-origin-opener-policy': 'same-origin',
+    'cross-origin-embedder-policy': 'require-corp',
+  }).end(readFileSync(file));
 });
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const base = `http://127.0.0.1:${server.address().port}`;
@@ -100,6 +107,34 @@ try {
     ];
     for (const [what, pass] of checks) {
       console.log(`${pass ? 'ok  ' : 'FAIL'} ${page}: ${what}`);
+      if (!pass) failed++;
+    }
+    if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors);
+    await p.close();
+  }
+  // One breaker across two Web Workers through a SharedStore (cross-origin isolated).
+  {
+    const p = await browser.newPage();
+    const errors = [];
+    p.on('pageerror', (e) => errors.push(String(e)));
+    p.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+    await p.goto(`${base}/test/browser/workers.html`);
+    await p.waitForFunction(() => window.__result !== undefined, null, { timeout: 20_000 });
+    const r = await p.evaluate(() => window.__result);
+    const checks = [
+      ['the page is cross-origin isolated', r.isolated === true],
+      ['ran to the end', r.ok === true],
+      ['both workers made their breaker', r.started?.every((s) => s.ok === true) === true],
+      ['a call runs', r.first === 'ok'],
+      ['worker 1 trips', r.tripped === true],
+      ['worker 2 rejects after the trip', r.otherRejects === 'EOPENBREAKER' && r.otherOpen === true],
+      ['one probe across both workers', r.probes === 1],
+      ['the probe closes both', r.closed?.every((c) => c === true) === true],
+      ['one store entry', r.storeSize === 1],
+      ['no page errors', errors.length === 0],
+    ];
+    for (const [what, pass] of checks) {
+      console.log(`${pass ? 'ok  ' : 'FAIL'} Web Workers: ${what}`);
       if (!pass) failed++;
     }
     if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors);
@@ -178,4 +213,4 @@ if (failed > 0) {
   console.error(`browser tests: ${failed} check(s) failed`);
   process.exit(1);
 }
-console.log(`browser tests: ok (Chromium, plain ESM and esbuild bundle${exampleServer ? ', examples/browser' : ''})`);
+console.log(`browser tests: ok (Chromium, plain ESM and esbuild bundle, two Web Workers sharing a breaker${exampleServer ? ', examples/browser' : ''})`);
