@@ -726,9 +726,11 @@ impl BreakerState {
         (r, t)
     }
 
-    /// Forgets the probes out (their leases, count and successes): a state rebuilt
-    /// from a worker's view cannot tell which still run.
-    pub(crate) fn forget_probes(&mut self) {
+    /// Half-open again under a new generation, no probe out: a state rebuilt from a
+    /// worker's view cannot tell which probes still run, and passes of the old
+    /// generation must not settle the new leases (found by review).
+    pub(crate) fn restart_probes(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
         self.probe_leases = [0; MAX_PROBES as usize];
         self.probes_issued = 0;
         self.probe_successes = 0;

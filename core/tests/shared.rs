@@ -920,6 +920,57 @@ fn async_a_store_restarted_empty_while_half_open_stays_half_open() {
     }
 }
 
+/// A probe that fails after the store lost the key still reopens the breaker: its
+/// worker applies its own result to the view it rebuilds from (found by review: the
+/// result was dropped, and the fleet stayed half-open on a failing upstream).
+#[test]
+fn async_a_probe_failing_after_the_key_was_lost_reopens() {
+    let json = r#"{"breaker": {"half_open": {"permitted_probes": 1, "probe_timeout_ms": 60000}},
+                   "execution": {"timeout_enabled": false}}"#;
+    let mut h = Host::new(ASYNC, json);
+    let keys = h.keys("k");
+    let probe = async_probe(&mut h, &keys, true);
+    h.advance(1_100);
+    h.store.clear();
+    assert_eq!(h.complete(0, probe, Outcome::Failure), Completion::OnTime);
+    h.advance(2_500);
+    for w in 0..3 {
+        assert_eq!(
+            refused(h.start(w, keys[w])).cause,
+            Cause::ShortCircuit(ShortCircuit::Open),
+            "worker {w}: open again"
+        );
+    }
+}
+
+/// After the key was rebuilt half-open, probes from before the loss cannot settle the
+/// new leases (a new generation): one probe at a time still (found by review: an old
+/// probe's cancel freed the new probe's lease, and a second ran beside it).
+#[test]
+fn async_probes_from_before_the_loss_leave_the_new_leases_alone() {
+    let json = r#"{"breaker": {"half_open": {"permitted_probes": 1, "probe_timeout_ms": 60000}},
+                   "execution": {"timeout_enabled": false}}"#;
+    let mut h = Host::new(ASYNC, json);
+    let keys = h.keys("k");
+    let old = async_probe(&mut h, &keys, true);
+    h.advance(1_100);
+    h.store.clear();
+    h.advance(2_000);
+    let p = async_probe_on(&mut h, 1, keys[1], true, 20).expect("worker 1 probes");
+    let _ = h.complete(0, old, Outcome::Cancelled);
+    h.advance(300);
+    assert!(
+        async_probe_on(&mut h, 2, keys[2], true, 10).is_none(),
+        "one probe at a time"
+    );
+    assert_eq!(h.complete(1, p, Outcome::Success), Completion::OnTime);
+    h.advance(2_000);
+    for w in 0..3 {
+        assert!(h.call(w, keys[w], Outcome::Success), "worker {w}");
+        assert_eq!(h.phase(w, keys[w]), Phase::Closed, "worker {w}");
+    }
+}
+
 #[test]
 fn no_delta_is_lost_while_the_store_is_up() {
     let json = r#"{"metrics": {"rolling_window_ms": 60000, "rolling_buckets": 60}}"#;

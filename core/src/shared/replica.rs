@@ -189,6 +189,8 @@ pub(crate) struct Replica {
     last_heartbeat: Nanos,
     backoff_until: Nanos,
     failures: u32,
+    /// When the store's current run of failures began (none while it answers).
+    failing_since: Option<Nanos>,
     io: IoState,
     attempts: u32,
     attempt: Option<Attempt>,
@@ -261,6 +263,7 @@ impl Replica {
             last_heartbeat: now,
             backoff_until: 0,
             failures: 0,
+            failing_since: None,
             io: IoState::Idle,
             attempts: 0,
             attempt: None,
@@ -793,6 +796,7 @@ impl Replica {
 
     fn fail(&mut self, ctx: &Ctx, code: u32, fx: &mut Effects) {
         self.failures = self.failures.saturating_add(1);
+        self.failing_since.get_or_insert(ctx.now);
         let base = ms_to_ns(ctx.shared.flush_ms.min(ctx.shared.sync_ms()).max(1));
         let shift = self.failures.min(6);
         let cap = ms_to_ns(ctx.shared.sync_ms()).saturating_mul(8).max(base);
@@ -942,6 +946,7 @@ impl Replica {
         self.read_at = Some(ctx.now);
         self.written_is_view = false;
         self.failures = 0;
+        self.failing_since = None;
         // The store holds this key's state: the next write builds on it. (A claim
         // pending from a lost key — another worker re-created it first, and the
         // claim's write conflicted — would otherwise write a fresh state over it
@@ -955,6 +960,7 @@ impl Replica {
             Answer::Found { value, token } => {
                 self.read_wanted = false;
                 self.failures = 0;
+                self.failing_since = None;
                 self.limit_changed = false;
                 if self.delta.is_empty() && self.attempt.is_none() && self.doubt.is_none() {
                     // Nothing of ours is missing from the stored state: it decides.
@@ -1004,6 +1010,7 @@ impl Replica {
                 let fresh = self.fresh_state(ctx);
                 self.read_wanted = false;
                 self.failures = 0;
+                self.failing_since = None;
                 self.limit_changed = false;
                 self.settle_doubt(None, ctx.now);
                 if self
@@ -1111,6 +1118,7 @@ impl Replica {
                 self.claim = false;
                 self.attempts = 0;
                 self.failures = 0;
+                self.failing_since = None;
             }
             Answer::Conflict { current, absent } => {
                 self.attempt = None;
@@ -1244,27 +1252,39 @@ impl Replica {
 
     /// A new state for the key (claimed: new, or lost by the store): an empty window
     /// and a closed breaker, except that an open or half-open breaker stays so if the
-    /// store confirmed it within `stale_ms` or has failed since (an outage: it is the
-    /// last state the fleet agreed on) — the upstream it tripped on has not recovered
-    /// because the store restarted empty or lost the key (found by review: a half-open
-    /// fleet closed at once), while an idle worker's old view says nothing now.
-    /// Half-open starts its probes again: which of the probes out then still run, no
-    /// worker knows (kept, leases nobody holds would refuse every call until they
-    /// expired).
+    /// store confirmed it within `stale_ms` of now or of when the store began failing
+    /// (an outage: it is the last state the fleet agreed on) — the upstream it tripped
+    /// on has not recovered because the store restarted empty or lost the key (found by
+    /// review: a half-open fleet closed at once), while an idle worker's old view says
+    /// nothing now. This worker's own probe results settle the leases the view holds
+    /// first (a failed probe still reopens); then half-open starts its probes again
+    /// under a new generation.
     fn fresh_state(&self, ctx: &Ctx) -> KeyState {
         let mut s = KeyState::new(self.slot_name(), ctx.config, ctx.now);
         let stale = ms_to_ns(ctx.shared.stale_ms);
-        let known = self.store_failing()
-            || self
-                .read_at
-                .is_some_and(|t| ctx.now.saturating_sub(t) <= stale);
+        let known = self.read_at.is_some_and(|r| {
+            ctx.now.saturating_sub(r) <= stale
+                || self
+                    .failing_since
+                    .is_some_and(|f| f.saturating_sub(r) <= stale)
+        });
         if let Some(v) = self
             .view
             .as_ref()
             .filter(|v| known && v.breaker.phase() != Phase::Closed)
         {
+            let b = &ctx.config.breaker;
             s.breaker = v.breaker.clone();
-            s.breaker.forget_probes();
+            // (Returned leases need not be: half-open gives every lease up below.)
+            for &(pass, outcome, at) in &self.probe_results {
+                let p = Pass::from_raw(pass);
+                let _ = s
+                    .breaker
+                    .on_result(b, &mut s.window, p, outcome, at.max(pass.2), ctx.rand);
+            }
+            if s.breaker.phase() == Phase::HalfOpen {
+                s.breaker.restart_probes();
+            }
         }
         s
     }
@@ -1274,9 +1294,11 @@ impl Replica {
         let cfg = ctx.config;
         let now = ctx.now;
         let rand = ctx.rand;
-        let mut s = match (&self.view, self.claim) {
-            (Some(v), false) => v.clone(),
-            _ => self.fresh_state(ctx),
+        // A claim's view is already the state to claim (new, or rebuilt once by
+        // `fresh_state` when the key was lost or damaged).
+        let mut s = match &self.view {
+            Some(v) => v.clone(),
+            None => self.fresh_state(ctx),
         };
         s.conform(cfg);
         let mut ts = Vec::new();
