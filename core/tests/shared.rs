@@ -890,19 +890,26 @@ fn async_a_store_restarted_empty_converges() {
     }
 }
 
+/// An async host whose worker 0 runs the one half-open probe (probe timeout a minute,
+/// no call timeout) when the store loses the key (every worker's view had the lease).
+fn async_probe_then_lose() -> (Host, Vec<KeyId>, Permit) {
+    let json = r#"{"breaker": {"half_open": {"permitted_probes": 1, "probe_timeout_ms": 60000}},
+                   "execution": {"timeout_enabled": false}}"#;
+    let mut h = Host::new(ASYNC, json);
+    let keys = h.keys("k");
+    let probe = async_probe(&mut h, &keys, true);
+    h.advance(1_100);
+    h.store.clear();
+    (h, keys, probe)
+}
+
 /// A store restarted empty (or flushed) while half-open: the key stays half-open
 /// (found by review: the fleet closed at once, with no probe through), and probes
 /// start again at once: the leases out before, used or not, are forgotten (kept, one
 /// whose worker had let it go refused every call until it expired).
 #[test]
 fn async_a_store_restarted_empty_while_half_open_stays_half_open() {
-    let json = r#"{"breaker": {"half_open": {"permitted_probes": 1, "probe_timeout_ms": 60000}},
-                   "execution": {"timeout_enabled": false}}"#;
-    let mut h = Host::new(ASYNC, json);
-    let keys = h.keys("k");
-    let _running = async_probe(&mut h, &keys, true);
-    h.advance(1_100); // every worker's view has the lease out
-    h.store.clear();
+    let (mut h, keys, _running) = async_probe_then_lose();
     h.advance(2_000);
     for w in 0..3 {
         assert_eq!(h.phase(w, keys[w]), Phase::HalfOpen, "worker {w}");
@@ -925,13 +932,7 @@ fn async_a_store_restarted_empty_while_half_open_stays_half_open() {
 /// result was dropped, and the fleet stayed half-open on a failing upstream).
 #[test]
 fn async_a_probe_failing_after_the_key_was_lost_reopens() {
-    let json = r#"{"breaker": {"half_open": {"permitted_probes": 1, "probe_timeout_ms": 60000}},
-                   "execution": {"timeout_enabled": false}}"#;
-    let mut h = Host::new(ASYNC, json);
-    let keys = h.keys("k");
-    let probe = async_probe(&mut h, &keys, true);
-    h.advance(1_100);
-    h.store.clear();
+    let (mut h, keys, probe) = async_probe_then_lose();
     assert_eq!(h.complete(0, probe, Outcome::Failure), Completion::OnTime);
     h.advance(2_500);
     for w in 0..3 {
@@ -948,13 +949,7 @@ fn async_a_probe_failing_after_the_key_was_lost_reopens() {
 /// probe's cancel freed the new probe's lease, and a second ran beside it).
 #[test]
 fn async_probes_from_before_the_loss_leave_the_new_leases_alone() {
-    let json = r#"{"breaker": {"half_open": {"permitted_probes": 1, "probe_timeout_ms": 60000}},
-                   "execution": {"timeout_enabled": false}}"#;
-    let mut h = Host::new(ASYNC, json);
-    let keys = h.keys("k");
-    let old = async_probe(&mut h, &keys, true);
-    h.advance(1_100);
-    h.store.clear();
+    let (mut h, keys, old) = async_probe_then_lose();
     h.advance(2_000);
     let p = async_probe_on(&mut h, 1, keys[1], true, 20).expect("worker 1 probes");
     let _ = h.complete(0, old, Outcome::Cancelled);
