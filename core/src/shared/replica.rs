@@ -10,8 +10,9 @@
 //! slot → refused, the delta and probe results are kept for the next round.
 //!
 //! **Slots.** A key lives in one of `keys.max_keys` store slots of its policy
-//! (`<namespace>/v3/<policy>/<n>`), found from the FNV-1a hash of its name (at most [`PROBE_LIMIT`] slots, [`slot_index`]), or in the policy's overflow slot. A slot
-//! names the key it holds; a slot idle for `keys.idle_ms` may be taken over by another
+//! (`<namespace>/v3/<policy>/<n>`), found from the FNV-1a hash of its name (at most
+//! [`PROBE_LIMIT`] slots, in [`slot_index`]'s order), or in the policy's overflow
+//! slot. A slot names the key it holds; a slot idle for `keys.idle_ms` may be taken over by another
 //! key. So the store never holds more than `max_keys + 1` entries per policy, however
 //! many distinct keys a high-cardinality template produces, across reloads too.
 
