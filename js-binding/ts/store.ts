@@ -10,11 +10,10 @@
  * Layout: a 64-byte header of `Int32` words, then `entries` fixed-size entries found
  * by open addressing on an FNV-1a hash of the key. Entries are never emptied (the
  * core bounds the keys of a policy to `keys.max_keys + 1`); a new key that finds no
- * free entry takes over the one written longest ago within `MAX_PROBE` of its hash, if
- * that was `ttlMs` or more ago
- * (as `RedisStore` lets keys expire), so breaker names that come and go do not fill
- * the store for good. One lock serialises
- * operations; each holds it for a copy of at most `valueBytes`. The lock word holds
+ * free entry takes over the one written longest ago within `MAX_PROBE` of its hash,
+ * if that was `ttlMs` or more ago (as `RedisStore` lets keys expire), so breaker names
+ * that come and go do not fill the store for good. One lock serialises operations;
+ * each holds it for a copy of at most `valueBytes`. The lock word holds
  * its holder's id and a sequence counts acquisitions, so a waiter can tell a dead
  * holder (a worker terminated inside the lock) from a busy one: an operation waits
  * at most `LOCK_WAIT_MS` (spinning, with `Atomics.wait` back-off off the browser
@@ -322,7 +321,8 @@ export class SharedStore {
    * full: no free entry within `MAX_PROBE` of the key's hash (entries are never emptied,
    * so a key is never farther; found by review: a full store scanned all its entries
    * under the lock for every missing key, 23 ms at a million). When full, `reclaim`
-   * is the entry of that run written longest ago, if `ttlMs` or more ago.
+   * is the entry of that run written longest ago, if `ttlMs` or more ago (the clock
+   * is read only then).
    */
   private find(key: Uint8Array, kFrom: number, kLen: number, hash: number): number {
     const n = this.entries;
@@ -330,13 +330,13 @@ export class SharedStore {
     const dv = this.dv;
     let i = hash % n;
     const probes = Math.min(n, MAX_PROBE);
-    let oldest = wallNow() - this.ttlMs;
+    let oldest = Infinity;
     this.reclaim = -1;
     for (let probe = 0; probe < probes; probe++) {
       const at = HEADER + i * this.stride;
       if (dv.getUint32(at + E_TOKEN, true) === 0) return -at - 1;
       const written = dv.getFloat64(at + E_WRITTEN, true);
-      if (written <= oldest) {
+      if (written < oldest) {
         oldest = written;
         this.reclaim = at;
       }
@@ -353,6 +353,7 @@ export class SharedStore {
       }
       i = i + 1 === n ? 0 : i + 1;
     }
+    if (oldest > wallNow() - this.ttlMs) this.reclaim = -1;
     return -Infinity;
   }
 
