@@ -109,7 +109,9 @@ export interface Options<TI extends unknown[] = unknown[], TR = any> { // eslint
   /** No opening during the first `rollingCountTimeout` (default false). */
   allowWarmUp?: boolean;
   /** An error it returns a truthy value for is not a failure (the call still rejects). */
-  errorFilter?: (err: any, ...args: TI) => unknown; // eslint-disable-line @typescript-eslint/no-explicit-any
+  // Callbacks of the call's arguments are methods (checked bivariantly), so a breaker of
+  // any action is still a `CircuitBreaker` (`let b: CircuitBreaker = new CircuitBreaker(readFile)`).
+  errorFilter?(err: any, ...args: TI): unknown; // eslint-disable-line @typescript-eslint/no-explicit-any
   /** Whether the breaker protects calls (default true; false: the action runs unprotected). */
   enabled?: boolean;
   /** Name in stats and metrics (default: the action's name, else a random id). */
@@ -127,7 +129,7 @@ export interface Options<TI extends unknown[] = unknown[], TR = any> { // eslint
   /** Entries of the built-in cache at most. */
   cacheSize?: number;
   /** The cache key of a call (default `JSON.stringify(args)`); not only a string (see `CacheKey`). */
-  cacheGetKey?: (...args: TI) => CacheKey;
+  cacheGetKey?(...args: TI): CacheKey;
   /** Where results are cached (default: in memory). */
   cacheTransport?: CacheTransport<TR>;
   /** Share one in-flight call among concurrent calls with the same key (default false). */
@@ -138,6 +140,8 @@ export interface Options<TI extends unknown[] = unknown[], TR = any> { // eslint
   coalesceSize?: number;
   /** Outcomes that end sharing early. */
   coalesceResetOn?: ('error' | 'success' | 'timeout')[];
+  /** @deprecated opossum's: ignored, with opossum's warning; use `errorThresholdPercentage`. */
+  maxFailures?: number;
   /** Whether `snapshot` events are emitted (default true; only while someone listens). */
   enableSnapshots?: boolean;
   /** Accepted for opossum code (buckets roll by time here; see README). */

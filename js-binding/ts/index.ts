@@ -16,7 +16,7 @@ export {
 } from './breaker.js';
 export type { CoreConfig, CoreSharedConfig, BreakerMode, OpenSchedule } from './config.js';
 export { isOurError, type CircuitBreakerError, type ErrorCode } from './errors.js';
-export { Status, PERCENTILES, type Bucket, type Stats } from './status.js';
+export { Status, PERCENTILES, type Bucket, type Stats, type Window } from './status.js';
 export { SharedStore, type SharedStoreOptions } from './store.js';
 export { Collapser, type BatchFn, type CollapserOptions } from './collapser.js';
 export { ready } from './platform.js';

@@ -30,6 +30,9 @@ export interface Bucket {
   latencyTimes: number[];
 }
 
+/** The rolling window's buckets, newest first (opossum's `status.window`). */
+export type Window = Bucket[];
+
 /** Totals over the rolling window (opossum's `stats`). */
 export interface Stats extends Bucket {
   /** Latency (ms) at 0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 1; -1 when disabled. */
@@ -222,7 +225,7 @@ export class Status extends (EventEmitter as new () => Emitter) {
   }
 
   /** The window's buckets, newest first. */
-  get window(): Bucket[] {
+  get window(): Window {
     return readWindow(this._src);
   }
 

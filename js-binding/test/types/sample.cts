@@ -13,4 +13,12 @@ const ours: boolean = CircuitBreaker.isOurError(null);
 const unregister: () => void = prometheus.register({ client });
 // Options without type arguments leave the action's types alone.
 const fromOptions: Promise<number> = new CircuitBreaker(async (x: number) => x * 3, o).fire(1);
-void [p, o, s, store, ready, ours, unregister, fromOptions];
+// @types/opossum code: a variable of the bare type holds a breaker of any action (the
+// callbacks of the call's arguments are checked bivariantly), `Window`, `maxFailures`.
+let any: CircuitBreaker = b;
+any = new CircuitBreaker(async (path: string, enc?: 'utf8') => path + enc, {
+  errorFilter: (e, path) => path === '', cacheGetKey: (path) => path,
+});
+const w: CircuitBreaker.Window = any.status.window;
+const deprecated: CircuitBreaker.Options = { maxFailures: 5 };
+void [p, o, s, store, ready, ours, unregister, fromOptions, w, deprecated];
