@@ -118,6 +118,32 @@ describe('worker_threads share one breaker', () => {
       await Promise.all(workers.map((w) => w.end()));
     }
   });
+
+  test('a breaker that meets the fleet half-open tells open, then halfOpen (it was closed before: opossum\'s order)', async () => {
+    const store = new SharedStore();
+    const make = () => {
+      const b = new CircuitBreaker(async (x) => { if (x === 'fail') throw new Error('down'); return x; },
+        { name: 'joins-late', resetTimeout: 200, volumeThreshold: 2, shared: { store, flush_ms: 20, sync_ms: 20 } });
+      const seen = [];
+      for (const e of ['open', 'halfOpen', 'close']) b.on(e, () => seen.push(e));
+      return { b, seen };
+    };
+    const first = make();
+    const late = { b: undefined };
+    try {
+      for (let i = 0; i < 3; i++) await first.b.fire('fail').catch(() => {});
+      await sleep(300);
+      assert.deepEqual(first.seen, ['open', 'halfOpen']);
+      Object.assign(late, make());
+      await sleep(50);
+      assert.equal(late.b.halfOpen, true);
+      assert.equal(await late.b.fire('ok'), 'ok', 'its probe runs');
+      assert.deepEqual(late.seen, ['open', 'halfOpen', 'close']);
+    } finally {
+      first.b.shutdown();
+      late.b?.shutdown();
+    }
+  });
 });
 
 describe('a terminated worker', () => {

@@ -1522,6 +1522,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._transitions.opened += own;
       this.emit('open');
     } else if (to === HALF_OPEN) {
+      // A shared breaker that meets the fleet half-open (it joined then, or was not
+      // looking while the fleet was open) tells its listeners the open it missed: they
+      // see opossum's order, open before halfOpen.
+      if (from === CLOSED) this.emit('open');
       this._transitions.halfOpened += own;
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
         this.options.abortController = new AbortController();
