@@ -621,8 +621,9 @@ fn in_range(path: &str, v: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Largest `cache.max_entries`.
-pub const MAX_CACHE_ENTRIES: u32 = 10_000_000;
+/// Largest `cache.max_entries`: 2^24 − 1, opossum's default `cacheSize` (so opossum code
+/// that spells its default out is accepted), one below the slab's slot count.
+pub const MAX_CACHE_ENTRIES: u32 = (1 << 24) - 1;
 /// Largest `cache.max_bytes` (1 TiB).
 pub const MAX_CACHE_BYTES: u64 = 1 << 40;
 /// Largest `max_key_bytes` of the cache and the collapser.

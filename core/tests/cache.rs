@@ -609,7 +609,7 @@ fn reconfigure_keeps_entries_and_applies_new_bounds_and_ttls() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "cache.max_entries: must be in 1..=10000000, got 0"
+        "cache.max_entries: must be in 1..=16777215, got 0"
     );
     assert_eq!(c.config().max_entries, 10);
 }
@@ -674,7 +674,7 @@ fn config_defaults_and_field_path_errors() {
     let err = |json: &str| Config::from_json(json).unwrap_err().to_string();
     assert_eq!(
         err(r#"{"cache": {"max_entries": 0}}"#),
-        "cache.max_entries: must be in 1..=10000000, got 0"
+        "cache.max_entries: must be in 1..=16777215, got 0"
     );
     assert_eq!(
         err(r#"{"cache": {"max_bytes": 10}}"#),

@@ -647,7 +647,9 @@ describe('fractional milliseconds', () => {
     clock.tick(10);
     assert.equal(log.length, 0, 'not at 10 ms');
     clock.tick(1);
-    assert.equal((await p).error?.code, 'ETIMEDOUT');
+    const timedOut = (await p).error;
+    assert.equal(timedOut?.code, 'ETIMEDOUT');
+    assert.equal(timedOut?.message, 'Timed out after 10.5ms', 'as opossum words it: options.timeout as given');
     assert.equal(b.opened, true);
     clock.tick(2);
     assert.equal(b.opened, true, 'still open at 2 ms');

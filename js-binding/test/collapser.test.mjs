@@ -119,7 +119,7 @@ describe('Collapser', () => {
     assert.throws(() => new Collapser(async () => [], { maxBatchSize: 2.5 }), { message: 'options.maxBatchSize: must be an integer in 1..=100000, got 2.5' });
     assert.throws(() => new Collapser(async () => [], { maxBatchSize: -Infinity }), { message: 'options.maxBatchSize: must be a finite number, got -Infinity' });
     assert.throws(() => new Collapser(async () => [], { windowMs: -1 }), { message: 'options.windowMs: must be an integer in 0..=31536000000, got -1' });
-    assert.throws(() => new Collapser(async () => [], { cacheSize: 0 }), { message: 'options.cacheSize: must be an integer in 1..=10000000, got 0' });
+    assert.throws(() => new Collapser(async () => [], { cacheSize: 0 }), { message: 'options.cacheSize: must be an integer in 1..=16777215, got 0' });
     assert.throws(() => new Collapser(async () => [], { breaker: { timeout: 'x' } }), { message: 'options.breaker.timeout: must be a number, got "x"' });
     // As DataLoader: thrown from the call, not a rejected promise.
     assert.throws(() => new Collapser(async () => []).loadMany('x'), TypeError);
@@ -132,12 +132,12 @@ describe('Collapser', () => {
 
   test('numeric options past the core\'s ranges (past 2^32 too) are named with their range, as the breaker\'s (found by review)', () => {
     const range = (o, message) => assert.throws(() => new Collapser(async () => [], o), { name: 'TypeError', message });
-    range({ cacheSize: 2 ** 32 }, 'options.cacheSize: must be an integer in 1..=10000000, got 4294967296');
-    range({ cacheSize: 10_000_001 }, 'options.cacheSize: must be an integer in 1..=10000000, got 10000001');
+    range({ cacheSize: 2 ** 32 }, 'options.cacheSize: must be an integer in 1..=16777215, got 4294967296');
+    range({ cacheSize: 2 ** 24 }, 'options.cacheSize: must be an integer in 1..=16777215, got 16777216');
     range({ maxBatchSize: 2 ** 32 }, 'options.maxBatchSize: must be an integer in 1..=100000, got 4294967296');
     range({ windowMs: 2 ** 53 }, 'options.windowMs: must be an integer in 0..=31536000000, got 9007199254740992');
     range({ windowMs: 1.5 }, 'options.windowMs: must be an integer in 0..=31536000000, got 1.5');
-    for (const o of [{ cacheSize: 10_000_000 }, { maxBatchSize: 100_000 }, { windowMs: 31_536_000_000 }]) {
+    for (const o of [{ cacheSize: 2 ** 24 - 1 }, { maxBatchSize: 100_000 }, { windowMs: 31_536_000_000 }]) {
       new Collapser(async () => [], o).shutdown();
     }
   });

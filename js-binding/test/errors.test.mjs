@@ -50,8 +50,11 @@ describe('TypeErrors name the option and the reason', () => {
     typeError({ volumeThreshold: -1 }, 'options.volumeThreshold: must be an integer in 0..=4294967295, got -1');
     typeError({ volumeThreshold: 1.5 }, 'options.volumeThreshold: must be an integer in 0..=4294967295, got 1.5');
     typeError({ volumeThreshold: 2 ** 40 }, 'options.volumeThreshold: must be an integer in 0..=4294967295, got 1099511627776');
-    typeError({ cache: true, cacheSize: 2.5 }, 'options.cacheSize: must be an integer in 1..=10000000, got 2.5');
-    typeError({ coalesce: true, coalesceSize: 0 }, 'options.coalesceSize: must be an integer in 1..=10000000, got 0');
+    typeError({ cache: true, cacheSize: 2.5 }, 'options.cacheSize: must be an integer in 1..=16777215, got 2.5');
+    typeError({ coalesce: true, coalesceSize: 0 }, 'options.coalesceSize: must be an integer in 1..=16777215, got 0');
+    typeError({ cache: true, cacheSize: 2 ** 24 }, 'options.cacheSize: must be an integer in 1..=16777215, got 16777216');
+    // opossum's default cache bound (2^24 − 1), spelled out by opossum code, is taken (found by review: the bound was 10 000 000).
+    new CircuitBreaker(ok, { cache: true, cacheSize: 2 ** 24 - 1, coalesce: true, coalesceSize: 2 ** 24 - 1 }).shutdown();
     // Fractional milliseconds are taken (opossum passes them to setTimeout), rounded up.
     for (const o of [{ timeout: 1.5 }, { resetTimeout: 2.5 }, { rollingCountTimeout: 10_000.5 }, { cacheTTL: 0.5, cache: true },
       { coalesceTTL: 99.9, coalesce: true }, { allowWarmUp: true, rollingCountTimeout: 999.5 }, { capacity: Infinity }]) {

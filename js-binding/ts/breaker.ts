@@ -1546,7 +1546,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     c.done = true;
     this._forget(c);
     const latency = t - c.t0;
-    const err = ourError(`Timed out after ${this._parsed.timeout === false ? 0 : this._parsed.timeout}ms`, 'ETIMEDOUT');
+    // opossum's message names `options.timeout` as given (10.5, not the 11 ms it runs).
+    const ms = this._parsed.timeout === false ? 0 : this._parsed.timeout;
+    const given = this.options.timeout;
+    const err = ourError(`Timed out after ${typeof given === 'number' && Math.ceil(given) === ms ? given : ms}ms`, 'ETIMEDOUT');
     const u = this._extra.unseen;
     u[0]++; // its `timeout` listeners do not see the failure yet
     guarded(sink, () => this.emit('timeout', err, latency, c.args));

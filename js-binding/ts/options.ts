@@ -102,8 +102,8 @@ export function int(name: string, v: unknown, lo: number, hi: number): number | 
 
 /** The core's largest `metrics.rolling_buckets` (fusewire-core `MAX_BUCKETS`). */
 const MAX_BUCKETS = 1000;
-/** The core's largest `cache.max_entries`. */
-export const MAX_CACHE_ENTRIES = 10_000_000;
+/** The core's largest `cache.max_entries`: 2^24 − 1, opossum's default `cacheSize`. */
+export const MAX_CACHE_ENTRIES = 16_777_215;
 
 /** A boolean option (or undefined). */
 export function bool(name: string, v: unknown): boolean | undefined {
