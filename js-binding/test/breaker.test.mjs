@@ -90,6 +90,16 @@ describe('construction', () => {
 });
 
 describe('fire and call', () => {
+  test('action: the protected function, as in opossum; assigning one protects it', async () => {
+    const b = new CircuitBreaker(ok);
+    assert.equal(b.action, ok);
+    b.action = async () => 'other';
+    assert.equal(await b.fire(), 'other');
+    assert.throws(() => { b.action = 5; }, { name: 'TypeError', message: 'action: must be a function, got 5' });
+    assert.equal(await b.fire(), 'other', 'a refused assignment changes nothing');
+    b.shutdown();
+  });
+
   test('fire and success listeners added late, removed and added again see exactly their calls', async () => {
     const b = new CircuitBreaker(ok);
     await b.fire(0); // nobody listens: nothing to see
@@ -690,6 +700,22 @@ describe('capacity', () => {
     await Promise.all([a, c]);
     b.shutdown();
   });
+
+  test('semaphore.count: the free slots (opossum\'s semaphore, to read)', async () => {
+    const { b, hangs } = flaky({ capacity: 2, timeout: false });
+    assert.equal(b.semaphore.count, 2);
+    const a = b.fire('hang');
+    assert.equal(b.semaphore.count, 1);
+    assert.equal(b.semaphore.test(), true);
+    const c = b.fire('hang');
+    assert.equal(b.semaphore.count, 0);
+    assert.equal(b.semaphore.test(), false);
+    hangs.forEach((h) => h.resolve(1));
+    await Promise.all([a, c]);
+    assert.equal(b.semaphore.count, b.options.capacity, 'every slot back, as opossum\'s test checks');
+    assert.equal(new CircuitBreaker(ok).semaphore.count, Number.MAX_SAFE_INTEGER, 'unbounded, as opossum\'s default capacity');
+    b.shutdown();
+  });
 });
 
 describe('capacity: Infinity', () => {
@@ -1066,10 +1092,37 @@ describe('stats and status', () => {
     assert.equal(s.rejects, 2);
     assert.equal(s.fallbacks, 1);
     const st = CircuitBreaker.newStatus({ stats: { successes: 9 } });
+    assert.equal(st.stats.failures, 0, 'counters not given are 0, as in opossum');
+    assert.equal(st.stats.semaphoreRejections, 0);
     const c = new CircuitBreaker(ok, { status: st });
     assert.equal(c.stats.successes, 9);
+    assert.equal(c.stats.failures, 0);
     b.shutdown();
     c.shutdown();
+  });
+
+  test('status.rollingPercentilesEnabled and status.enableSnapshots, as opossum has them', () => {
+    const a = new CircuitBreaker(ok);
+    assert.equal(a.status.rollingPercentilesEnabled, true);
+    assert.equal(a.status.enableSnapshots, true);
+    const b = new CircuitBreaker(ok, { rollingPercentilesEnabled: false, enableSnapshots: false });
+    assert.equal(b.status.rollingPercentilesEnabled, false);
+    assert.equal(b.status.enableSnapshots, false);
+    a.shutdown();
+    b.shutdown();
+  });
+
+  test('snapshot events keep the phase of the breaker\'s creation, as opossum\'s interval does', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ rollingCountTimeout: 1000, rollingCountBuckets: 10 });
+    clock.tick(150);
+    const at = [];
+    const t0 = Date.now() - 150;
+    b.on('snapshot', () => at.push(Date.now() - t0));
+    await flush();
+    clock.tick(300);
+    assert.deepEqual(at, [200, 300, 400], 'on the 100 ms ticks since creation, not 100 ms after the listener');
+    b.shutdown();
   });
 
   test('rotateBucketController is accepted', async () => {

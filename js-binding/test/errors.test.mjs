@@ -82,7 +82,8 @@ describe('TypeErrors name the option and the reason', () => {
     typeError({ group: {} }, 'options.group: must be a string, got an object');
     typeError({ cacheTTL: 'x' }, 'options.cacheTTL: must be a number, got "x"');
     typeError({ coalesceTTL: NaN }, 'options.coalesceTTL: must be a finite number, got NaN');
-    typeError({ coalesceResetOn: ['boom'] }, /^options\.coalesceResetOn: must be an array of/);
+    typeError({ coalesceResetOn: 'error' }, /^options\.coalesceResetOn: must be an array of/);
+    typeError({ coalesceResetOn: ['error', 'success', 'timeout', 'foobar'] }, 'options.coalesceResetOn[3]: must be "error", "success" or "timeout", got "foobar"');
     typeError({ state: 'open' }, 'options.state: must be an object (toJSON().state), got "open"');
     typeError({ status: 7 }, 'options.status: must be a Status or a stats object, got 7');
     typeError({ abortController: { abort: 1 } }, 'options.abortController: must be an AbortController (with an `abort()` method), got an object');

@@ -29,7 +29,7 @@ import { tagged } from './key.js';
 import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, listening, ready } from './platform.js';
 import {
-  Status, countMiss, extraCounts, readStats, readWindow, type Bucket, type ExtraCounts, type Stats,
+  Status, countMiss, emptyBucket, extraCounts, readStats, readWindow, type Bucket, type ExtraCounts, type Stats,
   type StatusSource,
 } from './status.js';
 import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
@@ -87,6 +87,12 @@ export type NoInferOf<T> = [T][T extends any ? 0 : never]; // eslint-disable-lin
 export type SignalArgs<TI extends unknown[]> = TI extends [...infer A, infer L]
   ? (unknown extends L ? A | TI : ([L] extends [AbortSignal | undefined] ? A : TI))
   : TI;
+
+/**
+ * A breaker's action, typed as a method is (its parameters checked bivariantly), so a
+ * breaker of any action is still a `CircuitBreaker`.
+ */
+export type Action<TI extends unknown[]> = { action(...args: TI): unknown }['action'];
 
 /** The options: opossum's, with opossum's names and defaults, plus fusewire's. */
 export interface Options<TI extends unknown[] = unknown[], TR = any> { // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -342,11 +348,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** A `Status` primed with `options.stats`, to pass as another breaker's `options.status`. */
   static newStatus(options: { stats?: Partial<Stats> } = {}): Status {
-    const stats = { ...(options.stats ?? {}) } as Stats;
+    // Counters not given are 0, as in opossum.
+    const stats = { ...emptyBucket(), latencyMean: 0, ...(options.stats ?? {}) } as Stats;
     const src: StatusSource = {
       _h: -1,
       _now: now,
       _percentilesEnabled: true,
+      _snapshotsEnabled: true,
       _bucketMs: 1000,
       _buckets: 10,
       _extra: extraCounts(0),
@@ -359,6 +367,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   readonly options: Options<TI, TR>;
   /** @internal */ _h: number;
   /** @internal */ readonly _percentilesEnabled: boolean;
+  /** @internal */ readonly _snapshotsEnabled: boolean;
   /** @internal */ readonly _bucketMs: number;
   /** @internal */ readonly _buckets: number;
   /** @internal */ readonly _extra: ExtraCounts;
@@ -370,7 +379,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** This breaker in `registry`. */
   private readonly _ref: Ref = weak(this);
 
-  private readonly _action: (...args: TI) => unknown;
+  private _action: (...args: TI) => unknown;
   private readonly _name: string;
   private readonly _group: string;
   private readonly _parsed: Parsed;
@@ -380,6 +389,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private readonly _syncStore: boolean = false;
   private readonly _status: Status;
   private readonly _createdAtWall: number;
+  /** When it was made (monotonic ms): `snapshot` events keep opossum's phase from here. */
+  private readonly _bornAt: number;
   private _enabled: boolean;
   private _shutdown = false;
   private _fallbackFn: ((...args: unknown[]) => unknown) | undefined = undefined;
@@ -451,6 +462,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._errorFilter = fn<(err: unknown, ...args: TI) => unknown>('errorFilter', o['errorFilter']) ?? (() => false);
     this._percentilesEnabled = this._parsed.config.metrics?.percentiles_enabled !== false;
     const enableSnapshots = bool('enableSnapshots', o['enableSnapshots']) ?? true;
+    this._snapshotsEnabled = enableSnapshots;
     this._enabled = bool('enabled', o['enabled']) ?? true;
     const autoRenew = bool('autoRenewAbortController', o['autoRenewAbortController']) ?? false;
     const ac = o['abortController'];
@@ -491,6 +503,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     const owner = this._store?.nextOwner() ?? 0;
     const t = now();
+    this._bornAt = t;
     this._createdAtWall = wallNow();
     this._h = create(this._parsed, name, [owner >>> 0, Math.floor(Math.random() * 0x1_0000_0000) >>> 0], t);
     this._status = new Status(this);
@@ -560,6 +573,31 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** The breaker's group. */
   get group(): string {
     return this._group;
+  }
+
+  /** The protected function (opossum's `action`); assigning one protects it from the next call on. */
+  get action(): Action<TI> {
+    return this._action;
+  }
+
+  set action(fn: Action<TI>) {
+    if (typeof fn !== 'function') throw new TypeError(`action: must be a function, got ${describe(fn)}`);
+    this._action = fn;
+  }
+
+  /**
+   * opossum's `semaphore`, to read: `count` is the free slots of `capacity`
+   * (`Number.MAX_SAFE_INTEGER` unbounded), `test()` whether one is free. Slots are
+   * taken and given back by the breaker's own calls, so it has no `take` / `release`.
+   */
+  get semaphore(): { readonly count: number; test(): boolean } {
+    const free = (): number => {
+      const b = this._parsed.config.bulkhead;
+      const limit = b === undefined || b === null ? Number.MAX_SAFE_INTEGER : b.max_concurrent ?? 10;
+      if (this._shutdown || w.fw_snapshot(this._h, now()) !== 0) return limit;
+      return Math.max(0, limit - out()[S.IN_FLIGHT]!);
+    };
+    return { get count() { return free(); }, test: () => free() > 0 };
   }
 
   /** Whether the breaker is closed (calls flow). */
@@ -1749,6 +1787,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     if (this._snapTimer !== undefined) return;
     const every = Math.max(1, Math.floor(this._parsed.rollingCountTimeout / Math.max(1, this._parsed.rollingCountBuckets)));
+    // opossum's interval runs from the breaker's creation: a listener added later
+    // hears the next tick of that phase, not one a whole interval after it joined.
+    const next = (): number => every - ((now() - this._bornAt) % every);
     const tick = (): void => {
       this._snapTimer = undefined;
       if (this._shutdown) return;
@@ -1758,10 +1799,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._snapshots();
       if (this._snapTimer === undefined && !this._shutdown &&
           (this.listenerCount('snapshot') > 0 || this._status.listenerCount('snapshot') > 0)) {
-        this._snapTimer = arm(tick, every, false);
+        this._snapTimer = arm(tick, next(), false);
       }
     };
-    this._snapTimer = arm(tick, every, false);
+    this._snapTimer = arm(tick, next(), false);
   }
 
   // ---- cache and coalescing (on the core's request caches) -------------------------------

@@ -313,8 +313,13 @@ export function parse(options: Obj): Parsed {
   const coalesceTTL = cttl === false ? 0 : ms('coalesceTTL', cttl);
   const coalesceSize = num('coalesceSize', options['coalesceSize']);
   const ro = options['coalesceResetOn'];
-  if (ro !== undefined && (!Array.isArray(ro) || ro.some((x) => x !== 'error' && x !== 'success' && x !== 'timeout'))) {
+  if (ro !== undefined && !Array.isArray(ro)) {
     throw optionError('options.coalesceResetOn', `must be an array of "error", "success", "timeout", got ${describe(ro)}`);
+  }
+  // opossum drops other entries silently; a misspelt one would never reset: refused, by index.
+  const bad = ro === undefined ? -1 : (ro as unknown[]).findIndex((x) => x !== 'error' && x !== 'success' && x !== 'timeout');
+  if (bad >= 0) {
+    throw optionError(`options.coalesceResetOn[${bad}]`, `must be "error", "success" or "timeout", got ${describe((ro as unknown[])[bad])}`);
   }
   const coalesceResetOn = (ro as string[] | undefined) ?? [];
   let coalesceJson = '';

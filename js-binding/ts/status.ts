@@ -140,6 +140,8 @@ export interface StatusSource {
   readonly _h: number;
   _now(): number;
   readonly _percentilesEnabled: boolean;
+  /** Whether `snapshot` events are emitted (opossum's `enableSnapshots`). */
+  readonly _snapshotsEnabled: boolean;
   readonly _bucketMs: number;
   readonly _buckets: number;
   readonly _extra: ExtraCounts;
@@ -227,6 +229,16 @@ export class Status extends (EventEmitter as new () => Emitter) {
   /** The window's buckets, newest first. */
   get window(): Window {
     return readWindow(this._src);
+  }
+
+  /** Whether `stats` reports latency percentiles (opossum's `rollingPercentilesEnabled`). */
+  get rollingPercentilesEnabled(): boolean {
+    return this._src._percentilesEnabled;
+  }
+
+  /** Whether `snapshot` events are emitted (opossum's `enableSnapshots`). */
+  get enableSnapshots(): boolean {
+    return this._src._snapshotsEnabled;
   }
 
   /** Removes listeners (the breaker keeps its own snapshot hooks). */
