@@ -1091,6 +1091,16 @@ describe('stats and status', () => {
     assert.equal(s.timeouts, 1);
     assert.equal(s.rejects, 2);
     assert.equal(s.fallbacks, 1);
+    // Read back as given (found running opossum's own tests): `fires` (not derived from
+    // the outcomes) and `failures`, even when fewer than timeouts + semaphoreRejections.
+    const given = { fires: 9, successes: 1, failures: 1, timeouts: 1, semaphoreRejections: 1, rejects: 1, fallbacks: 1 };
+    const g = new CircuitBreaker(ok, { status: CircuitBreaker.newStatus({ stats: given }) });
+    for (const [k, v] of Object.entries(given)) assert.equal(g.stats[k], v, k);
+    assert.equal(g.status.window[0].fires, 9, 'in the current bucket');
+    await g.fire(1);
+    assert.equal(g.stats.fires, 10);
+    assert.equal(g.stats.successes, 2);
+    g.shutdown();
     const st = CircuitBreaker.newStatus({ stats: { successes: 9 } });
     assert.equal(st.stats.failures, 0, 'counters not given are 0, as in opossum');
     assert.equal(st.stats.semaphoreRejections, 0);

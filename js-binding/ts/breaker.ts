@@ -29,7 +29,7 @@ import { tagged } from './key.js';
 import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, listening, ready } from './platform.js';
 import {
-  Status, countMiss, emptyBucket, extraCounts, readStats, readWindow, type Bucket, type ExtraCounts, type Stats,
+  CACHE_MISSES, COALESCE_MISSES, FAILURES, FIRES, Status, countMiss, emptyBucket, extraCounts, readStats, readWindow, type Bucket, type ExtraCounts, type Stats,
   type StatusSource,
 } from './status.js';
 import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
@@ -516,7 +516,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (!this._shutdown) finalizer?.register(this, { h: this._h, ref: this._ref }, this);
     // Snapshots only while someone listens.
     this._hooks = (ev: string | symbol) => {
-      if (ev === 'snapshot' && enableSnapshots) queueMicrotask(() => this._snapshots());
+      // Armed at once (the listener is added right after this), so its ticks come before
+      // those of timers the caller arms next, as with opossum's interval.
+      if (ev === 'snapshot' && enableSnapshots) this._snapshots(true);
     };
     this._unhooks = (ev: string | symbol) => {
       if (ev === 'snapshot') queueMicrotask(() => this._snapshots());
@@ -1763,8 +1765,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       [K.COLLAPSED, n(s.coalesceCacheHits)],
     ];
     for (const [k, v] of counts) if (v > 0) w.fw_record(this._h, k, v, t);
-    countMiss(this, 0, t, n(s.cacheMisses));
-    countMiss(this, 1, t, n(s.coalesceCacheMisses));
+    countMiss(this, CACHE_MISSES, t, n(s.cacheMisses));
+    countMiss(this, COALESCE_MISSES, t, n(s.coalesceCacheMisses));
+    // Read back as given: `fires` (derived from the outcomes here; opossum counts each
+    // fire) and `failures` when fewer than `timeouts` + `semaphoreRejections`.
+    const failures = Math.max(n(s.failures), timeouts + sem);
+    if (s.failures !== undefined) countMiss(this, FAILURES, t, n(s.failures) - failures);
+    const derived = n(s.successes) + failures + n(s.rejects) + n(s.cacheHits) + n(s.coalesceCacheHits);
+    if (s.fires !== undefined) countMiss(this, FIRES, t, n(s.fires) - derived);
   }
 
   /** @internal Adds the snapshot hooks to the breaker and its status, once each. */
@@ -1776,10 +1784,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
   }
 
-  /** Runs the snapshot timer while anyone listens for `snapshot`. */
-  private _snapshots(): void {
+  /** Runs the snapshot timer while anyone listens for `snapshot` (`adding`: a listener is being added). */
+  private _snapshots(adding = false): void {
     const listening = !this._shutdown && (this.options.enableSnapshots !== false) &&
-      (this.listenerCount('snapshot') > 0 || this._status.listenerCount('snapshot') > 0);
+      (adding || this.listenerCount('snapshot') > 0 || this._status.listenerCount('snapshot') > 0);
     if (!listening) {
       disarm(this._snapTimer);
       this._snapTimer = undefined;
@@ -1860,7 +1868,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           this.emit('cacheHit');
           return Promise.resolve(cached);
         }
-        countMiss(this, 0, t);
+        countMiss(this, CACHE_MISSES, t);
         this._told('cacheMiss');
         const ttl = this.options.cacheTTL ?? 0;
         // opossum caches the action's successful result (never a fallback's).
@@ -1881,7 +1889,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         // Another call of this key is running (no lead): a success still fills the
         // key, as every success does in opossum (unless one arrived first).
         else if (kind === 4) store = (v) => this._offer(key, v);
-        countMiss(this, 0, t);
+        countMiss(this, CACHE_MISSES, t);
         this._told('cacheMiss');
       }
     }
@@ -1907,7 +1915,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         }
         return this._wait(id, context, args, signal, key, store);
       }
-      countMiss(this, 1, t);
+      countMiss(this, COALESCE_MISSES, t);
       this._told('coalesceCacheMiss');
       p = kind === 2
         ? this._protected(context, args, signal, lead0, store, id, key)

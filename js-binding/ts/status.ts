@@ -44,10 +44,13 @@ export interface Stats extends Bucket {
 /** Extra counts the cache and collapser keep outside the core's event kinds. @internal */
 export interface ExtraCounts {
   /**
-   * Cache and coalescing misses per bucket (the core has no miss event kind): a ring
-   * of the window's buckets, `[bucket number, cacheMisses, coalesceCacheMisses]` each.
+   * Counts per bucket the core does not keep: a ring of the window's buckets,
+   * `[bucket number, cacheMisses, coalesceCacheMisses, fires, failures]` each — cache
+   * and coalescing misses (the core has no miss event kind), and what makes primed
+   * stats (`options.status`) read back as given where the core derives them
+   * differently (`fires`; `failures` below `timeouts` + `semaphoreRejections`).
    */
-  misses: number[];
+  perBucket: number[];
   /**
    * Calls told to `fire` (or `cacheMiss`, `coalesceCacheMiss`) listeners right now,
    * not yet started in the core: opossum counts a fire in its own `fire` listener,
@@ -67,37 +70,45 @@ export interface ExtraCounts {
 
 /** @internal */
 export function extraCounts(buckets: number): ExtraCounts {
-  const misses: number[] = [];
-  for (let i = 0; i < Math.max(1, buckets); i++) misses.push(-1, 0, 0);
-  return { misses, firing: 0, fallingBack: 0, unseen: [0, 0, 0] };
+  const perBucket: number[] = [];
+  for (let i = 0; i < Math.max(1, buckets); i++) perBucket.push(-1, 0, 0, 0, 0);
+  return { perBucket, firing: 0, fallingBack: 0, unseen: [0, 0, 0] };
 }
 
-/** @internal Counts `n` misses of cache `which` (0: cache, 1: coalescing) in the bucket of `t`. */
-export function countMiss(src: StatusSource, which: 0 | 1, t: number, n = 1): void {
+/** Columns of `ExtraCounts.perBucket`. @internal */
+export const CACHE_MISSES = 0;
+export const COALESCE_MISSES = 1;
+export const FIRES = 2;
+export const FAILURES = 3;
+const STRIDE = 5;
+
+/** @internal Adds `n` to column `col` (`CACHE_MISSES` …) of the bucket of `t`. */
+export function countMiss(src: StatusSource, col: number, t: number, n = 1): void {
   const b = Math.floor(t / src._bucketMs);
-  const m = src._extra.misses;
+  const m = src._extra.perBucket;
   const i = slot(b, m);
   if (m[i] !== b) {
     m[i] = b;
-    m[i + 1] = 0;
-    m[i + 2] = 0;
+    m.fill(0, i + 1, i + STRIDE);
   }
-  m[i + 1 + which]! += n;
+  m[i + 1 + col]! += n;
 }
 
 /** Where bucket number `b` is in the ring `m`. */
 function slot(b: number, m: number[]): number {
-  const n = m.length / 3;
-  return (((b % n) + n) % n) * 3;
+  const n = m.length / STRIDE;
+  return (((b % n) + n) % n) * STRIDE;
 }
 
-/** Adds the misses of bucket number `b` to `into`. */
+/** Adds the counts kept here for bucket number `b` to `into`. */
 function addMisses(src: StatusSource, b: number, into: Bucket): void {
-  const m = src._extra.misses;
+  const m = src._extra.perBucket;
   const i = slot(b, m);
   if (m[i] !== b) return;
-  into.cacheMisses += m[i + 1]!;
-  into.coalesceCacheMisses += m[i + 2]!;
+  into.cacheMisses += m[i + 1 + CACHE_MISSES]!;
+  into.coalesceCacheMisses += m[i + 1 + COALESCE_MISSES]!;
+  into.fires += m[i + 1 + FIRES]!;
+  into.failures += m[i + 1 + FAILURES]!;
 }
 
 /**
