@@ -125,7 +125,7 @@ describe('worker_threads share one breaker', () => {
       const b = new CircuitBreaker(async (x) => { if (x === 'fail') throw new Error('down'); return x; },
         { name: 'joins-late', resetTimeout: 200, volumeThreshold: 2, shared: { store, flush_ms: 20, sync_ms: 20 } });
       const seen = [];
-      for (const e of ['open', 'halfOpen', 'close']) b.on(e, () => seen.push(e));
+      for (const e of ['open', 'halfOpen', 'close']) b.on(e, () => seen.push(e === 'open' ? `open (opened: ${b.opened})` : e));
       return { b, seen };
     };
     const first = make();
@@ -133,12 +133,12 @@ describe('worker_threads share one breaker', () => {
     try {
       for (let i = 0; i < 3; i++) await first.b.fire('fail').catch(() => {});
       await sleep(300);
-      assert.deepEqual(first.seen, ['open', 'halfOpen']);
+      assert.deepEqual(first.seen, ['open (opened: true)', 'halfOpen']);
       Object.assign(late, make());
       await sleep(50);
       assert.equal(late.b.halfOpen, true);
       assert.equal(await late.b.fire('ok'), 'ok', 'its probe runs');
-      assert.deepEqual(late.seen, ['open', 'halfOpen', 'close']);
+      assert.deepEqual(late.seen, ['open (opened: true)', 'halfOpen', 'close'], 'its open listeners see it open, as then');
     } finally {
       first.b.shutdown();
       late.b?.shutdown();

@@ -591,11 +591,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * opossum's `semaphore`, to read: `count` is the free slots of `capacity`
    * (`Number.MAX_SAFE_INTEGER` unbounded), `test()` whether one is free. Slots are
    * taken and given back by the breaker's own calls, so it has no `take` / `release`.
+   * A shared breaker counts its own calls only (other workers' are in the store).
    */
   get semaphore(): { readonly count: number; test(): boolean } {
     const free = (): number => {
       const b = this._parsed.config.bulkhead;
-      const limit = b === undefined || b === null ? Number.MAX_SAFE_INTEGER : b.max_concurrent ?? 10;
+      const cap = this.options.capacity;
+      const limit = b !== undefined && b !== null ? b.max_concurrent ?? 10
+        : typeof cap === 'number' && cap >= 1 && cap < Number.MAX_SAFE_INTEGER ? Math.floor(cap) : Number.MAX_SAFE_INTEGER;
       if (this._shutdown || w.fw_snapshot(this._h, now()) !== 0) return limit;
       return Math.max(0, limit - out()[S.IN_FLIGHT]!);
     };
@@ -1565,7 +1568,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // A shared breaker that meets the fleet half-open (it joined then, or was not
       // looking while the fleet was open) tells its listeners the open it missed: they
       // see opossum's order, open before halfOpen.
-      if (from === CLOSED) this.emit('open');
+      if (from === CLOSED) {
+        // Its listeners see the breaker open, as they would have then.
+        const view = this._view;
+        this._view = OPEN;
+        try {
+          this.emit('open');
+        } finally {
+          this._view = view;
+        }
+      }
       this._transitions.halfOpened += own;
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
         this.options.abortController = new AbortController();
@@ -1796,21 +1808,19 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._snapTimer !== undefined) return;
     const every = Math.max(1, Math.floor(this._parsed.rollingCountTimeout / Math.max(1, this._parsed.rollingCountBuckets)));
     // opossum's interval runs from the breaker's creation: a listener added later
-    // hears the next tick of that phase, not one a whole interval after it joined.
-    const next = (): number => every - ((now() - this._bornAt) % every);
+    // hears the next tick of that phase, not one a whole interval after it joined;
+    // from there every `every` ms (a timer may fire a little early by the clock, so
+    // the phase is not read again after a tick).
     const tick = (): void => {
       this._snapTimer = undefined;
       if (this._shutdown) return;
+      this._snapTimer = arm(tick, every, false);
       const stats = this.stats;
       this._status.emit('snapshot', stats);
       this.emit('snapshot', stats);
-      this._snapshots();
-      if (this._snapTimer === undefined && !this._shutdown &&
-          (this.listenerCount('snapshot') > 0 || this._status.listenerCount('snapshot') > 0)) {
-        this._snapTimer = arm(tick, next(), false);
-      }
+      this._snapshots(); // stops it if no one listens any more
     };
-    this._snapTimer = arm(tick, next(), false);
+    this._snapTimer = arm(tick, every - ((now() - this._bornAt) % every), false);
   }
 
   // ---- cache and coalescing (on the core's request caches) -------------------------------

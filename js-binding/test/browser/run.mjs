@@ -133,7 +133,9 @@ try {
     ['esbuild', `${base}/test/browser/bundle.html`, /^\/bundle\/fusewire\.wasm$/],
     ['vite build', `${base}/vite-dist/vite.html`, /^\/vite-dist\/assets\/fusewire-[\w-]+\.wasm$/],
     ['webpack 5', `${base}/test/browser/webpack.html`, /^\/webpack\/\w+\.wasm$/],
-    ...devServers.map(([label, dev]) => [label, dev.url, /\.wasm$/]),
+    // A dev server serves the package's own file (Vite 8's pre-bundle points at it; Vite
+    // 7 without `exclude` would look next to its pre-bundle and fail).
+    ...devServers.map(([label, dev]) => [label, dev.url, /^(\/@fs\/.*)?\/node_modules\/fusewire\/dist\/fusewire\.wasm$/]),
   ];
   for (const [page, url, wasmPath] of pages) {
     const p = await browser.newPage();
@@ -166,6 +168,7 @@ try {
       if (!pass) failed++;
     }
     if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors, wasm);
+    if (process.env.FUSEWIRE_SHOW_WASM) console.log(page, wasm);
     await p.close();
   }
   // One breaker across two Web Workers through a SharedStore (cross-origin isolated).
