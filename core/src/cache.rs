@@ -37,8 +37,9 @@
 //!   ([`CacheEvent::Promoted`]). A cancelled follower leaves; a cancelled leader hands
 //!   leadership to the first follower (a caller going away is not a failure of the
 //!   call, so nobody else is failed by it). A flight running longer than
-//!   `max_wait_ms` is abandoned: its followers get [`CacheEvent::Abandoned`] (a safety
-//!   net; normally the leader's own call timeout ends it first).
+//!   `max_wait_ms` from its first leader's start (promotions do not restart it) is
+//!   abandoned: its followers get [`CacheEvent::Abandoned`] (a safety net; normally
+//!   the leader's own call timeout ends it first).
 //! - **Payload life**: every [`EntryId`] handed out (by `fill`, `fail` or a `Ready`
 //!   event) is later named by exactly one [`CacheEvent::Removed`], after every `Ready`
 //!   that names it; keep the payload until then. An uncached result (too large, or a
@@ -626,7 +627,7 @@ impl RequestCache {
             && !self.config.cache_failures
             && self.config.on_leader_failure == LeaderFailure::Promote;
         if promote && has_followers {
-            self.promote(slot, now);
+            self.promote(slot);
             return Some(Settled {
                 entry: None,
                 cached: false,
@@ -691,8 +692,10 @@ impl RequestCache {
         })
     }
 
-    /// The first follower of `slot` leads now; the flight restarts at `now`.
-    fn promote(&mut self, slot: u32, now: Nanos) {
+    /// The first follower of `slot` leads now. The flight keeps its start: the
+    /// followers' `max_wait_ms` counts from the first leader's start, so a run of
+    /// failing leaders cannot hold them one leader's call after another.
+    fn promote(&mut self, slot: u32) {
         let Some(first) = self.nodes.at(slot).map(|n| n.first) else {
             return;
         };
@@ -705,12 +708,9 @@ impl RequestCache {
             cm.prev = NIL;
             cm.next = NIL;
         }
-        unlink(&mut self.nodes, &mut self.flights, slot, QUEUE);
         if let Some(n) = self.nodes.at_mut(slot) {
             n.leader = first;
-            n.at = now;
         }
-        push_newest(&mut self.nodes, &mut self.flights, slot, QUEUE);
         if let Some(id) = self.callers.id_at(first) {
             self.events.push_back(CacheEvent::Promoted {
                 lead: Lead(CallerId(id)),
@@ -749,13 +749,13 @@ impl RequestCache {
     /// ([`CacheEvent::Promoted`]); with no followers the flight ends. `false`: stale
     /// or forged lead.
     pub fn cancel_lead(&mut self, lead: Lead, now: Nanos) -> bool {
-        let now = self.clock.advance(now);
+        self.clock.advance(now);
         let Some(slot) = self.lead_node(&lead) else {
             return false;
         };
         self.callers.remove_at(lead.0 .0.slot);
         if self.nodes.at(slot).is_some_and(|n| n.waiters > 0) {
-            self.promote(slot, now);
+            self.promote(slot);
         } else {
             self.remove_node(slot);
         }

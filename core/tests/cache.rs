@@ -476,6 +476,39 @@ fn a_flight_past_max_wait_abandons_its_followers() {
 }
 
 #[test]
+fn promotions_keep_the_flights_max_wait() {
+    // Found by review: each promotion restarted the flight, so behind failing leaders
+    // a follower waited one leader's call after another (8 × max_wait_ms seen).
+    for cancelled in [false, true] {
+        let mut c = cache(r#"{"max_wait_ms": 500, "on_leader_failure": "promote"}"#);
+        let l = lead(c.lookup(G, b"k", T0));
+        let w1 = wait(c.lookup(G, b"k", T0 + 100 * MS));
+        let w2 = wait(c.lookup(G, b"k", T0 + 200 * MS));
+        if cancelled {
+            assert!(c.cancel_lead(l, T0 + 400 * MS));
+        } else {
+            c.fail(l, 1, T0 + 400 * MS).unwrap();
+        }
+        let Some(CacheEvent::Promoted { lead: l2 }) = events(&mut c, T0 + 400 * MS).pop() else {
+            panic!("promoted")
+        };
+        assert_eq!(l2.id(), w1.id());
+        assert_eq!(
+            c.next_deadline(),
+            Some(T0 + 500 * MS),
+            "from the first leader's start"
+        );
+        assert_eq!(
+            events(&mut c, T0 + 500 * MS),
+            vec![CacheEvent::Abandoned {
+                wait: w2.id(),
+                reason: Abandon::WaitExpired
+            }]
+        );
+    }
+}
+
+#[test]
 fn dedup_can_be_turned_off() {
     let mut c = cache(r#"{"max_waiters": 0}"#);
     let _l = lead(c.lookup(G, b"k", T0));

@@ -392,7 +392,11 @@ impl Worker {
                     return;
                 };
                 let Some(Call::Running {
-                    permit, req, lead, ..
+                    permit,
+                    req,
+                    lead,
+                    started,
+                    ..
                 }) = self.calls.remove(ctx)
                 else {
                     return;
@@ -405,6 +409,9 @@ impl Worker {
                 );
                 if let Some(m) = self.metrics(key) {
                     m.event(EventKind::Timeout);
+                    // Its latency is the time it was given (found by review: left out,
+                    // the slowest calls were missing from `latency_ms`).
+                    m.latency(now.saturating_sub(started) / 1_000_000);
                     m.in_flight(-1);
                 }
                 self.fall_back(ctx, key, Reason::Timeout, &req, lead, now);
@@ -515,6 +522,9 @@ impl Worker {
                 self.send_response(ctx, &resp, "collapsed", None);
             }
             CacheEvent::Promoted { lead } => {
+                if let Some(m) = self.metrics(key) {
+                    m.extra(Extra::CollapseLeader);
+                }
                 self.admit(ctx, key, req, Some(lead), now, true);
             }
             _ => {

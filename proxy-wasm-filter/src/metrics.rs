@@ -8,7 +8,7 @@
 //! | --- | --- | --- |
 //! | `<prefix>.<key>.<event>` | counter | `success`, `failure`, `timeout`, `bad_request`, `short_circuited`, `semaphore_rejected`, `thread_pool_rejected`, `fallback_success` (fallback reply sent): the core's event kinds |
 //! | `<prefix>.<key>.collapsed` | counter | requests answered with an identical in-flight request's response (the core's `COLLAPSED`) |
-//! | `<prefix>.<key>.collapse_leader` | counter | requests that went upstream for identical waiters |
+//! | `<prefix>.<key>.collapse_leader` | counter | requests that took the collapse lead (a waiter handed it included) |
 //! | `<prefix>.<key>.stale_served` | counter | stale copies served instead of the fallback body |
 //! | `<prefix>.<key>.cancelled` | counter | stream ended with no verdict |
 //! | `<prefix>.<key>.opened` / `half_opened` / `closed` | counter | transitions this VM made (each counted once process-wide) |
@@ -90,7 +90,7 @@ pub enum Extra {
     HalfOpened,
     /// `closed`.
     Closed,
-    /// `collapse_leader`: a request that went upstream for identical waiters.
+    /// `collapse_leader`: a request that took the collapse lead (a waiter handed it too).
     CollapseLeader,
     /// `stale_served`: a stale copy served instead of the fallback body.
     StaleServed,

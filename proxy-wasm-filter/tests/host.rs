@@ -490,6 +490,13 @@ fn tick_timeout_replies_504_and_counts_timeout_once() {
         "late result discarded"
     );
     assert_eq!(state(&h, "svc").window.counts_at(wall_ns(&h)).timeout, 1);
+    // Its latency is the 200 ms it was given (found by review: it was left out).
+    match h.metric("fusewire.svc.latency_ms") {
+        Some(MetricValue::Histogram { count: 1, sum, .. }) => {
+            assert!((200..=300).contains(&sum), "{sum} ms")
+        }
+        other => panic!("latency_ms: {other:?}"),
+    }
     h.run_for(Duration::from_millis(200));
     assert_eq!(in_flight(&h, "svc"), 0);
     // A fast call is not touched.
@@ -1242,6 +1249,40 @@ fn failing_leader_follows_the_configured_rule() {
                 (Some(200), b"up".as_slice())
             );
         }
+        settle(&mut h);
+        assert_eq!(
+            counter(&h, "fusewire.svc.collapse_leader"),
+            want_sent as u64,
+            "a waiter handed the lead counts (found by review)"
+        );
+    }
+}
+
+/// Behind failing leaders (`"retry"`), a waiter waits at most `max_wait_ms` from the
+/// first leader's start, not one leader's call after another (found by review: 8 ×
+/// `max_wait_ms` seen).
+#[test]
+fn retry_behind_failing_leaders_keeps_max_wait() {
+    let json = collapse_config(r#""on_leader_failure": "retry", "max_wait_ms": 1000"#);
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..6)
+        .map(|i| {
+            h.submit_at(
+                t0 + i * 1_000_000,
+                0,
+                Request::get("/api/x"),
+                UpstreamReply::status(503).after_ms(400),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(5_000));
+    for r in records(&h, &ids) {
+        assert!(
+            r.latency_ns() <= 1_000_000_000 + 400_000_000 + 50_000_000,
+            "waited past max_wait_ms + one call: {} ms",
+            r.latency_ns() / 1_000_000
+        );
     }
 }
 
