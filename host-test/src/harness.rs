@@ -100,11 +100,27 @@ impl PluginKey {
 
 /// `WasmHandleBase::canary`: a throwaway clone (start functions, context create,
 /// on_vm_start, on_configure), destroyed afterwards.
+/// A rejection names what the plugin logged at warn or above, as Envoy's log shows
+/// the canary's own lines before its "Unable to create Wasm HTTP filter".
 fn canary(module: &WasmModule, env: &Arc<Env>) -> anyhow::Result<()> {
     let mut canary = Vm::new(module, env.clone(), usize::MAX, "canary").context("canary VM")?;
-    canary
-        .start_root(&env.plugin)
-        .map_err(|e| anyhow::anyhow!("plugin config rejected by the canary VM: {e}"))?;
+    canary.start_root(&env.plugin).map_err(|e| {
+        let said: Vec<String> = env
+            .process
+            .logs()
+            .into_iter()
+            .filter(|l| l.vm == "canary" && l.level >= 3)
+            .map(|l| l.message)
+            .collect();
+        if said.is_empty() {
+            anyhow::anyhow!("plugin config rejected by the canary VM: {e}")
+        } else {
+            anyhow::anyhow!(
+                "plugin config rejected by the canary VM: {e}; it logged: {}",
+                said.join("; ")
+            )
+        }
+    })?;
     Ok(())
 }
 

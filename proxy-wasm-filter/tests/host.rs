@@ -551,6 +551,15 @@ fn invalid_config_is_rejected_with_field_path() {
         Ok(h) => panic!("must be rejected; logs: {:?}", h.logs()),
     };
     assert!(e.contains("rejected"), "{e}");
+    // The error names what the filter logged (found by review: `fusewire-host check`
+    // said only "on_configure returned false").
+    assert!(
+        e.contains("it logged: ")
+            && e.contains(
+                "policies[0].breaker.half_open.permitted_probes: must be in 1..=16, got 0"
+            ),
+        "{e}"
+    );
     let p = Process::new();
     let cfg = HarnessConfig {
         workers: 1,
