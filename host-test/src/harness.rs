@@ -103,12 +103,15 @@ impl PluginKey {
 /// A rejection names what the plugin logged at warn or above, as Envoy's log shows
 /// the canary's own lines before its "Unable to create Wasm HTTP filter".
 fn canary(module: &WasmModule, env: &Arc<Env>) -> anyhow::Result<()> {
+    // Only this canary's lines (an earlier config's canary logged before these).
+    let before = env.process.logs().len();
     let mut canary = Vm::new(module, env.clone(), usize::MAX, "canary").context("canary VM")?;
     canary.start_root(&env.plugin).map_err(|e| {
         let said: Vec<String> = env
             .process
             .logs()
             .into_iter()
+            .skip(before)
             .filter(|l| l.vm == "canary" && l.level >= 3)
             .map(|l| l.message)
             .collect();
