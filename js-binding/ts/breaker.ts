@@ -29,8 +29,8 @@ import { tagged } from './key.js';
 import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, listening, ready } from './platform.js';
 import {
-  CACHE_MISSES, COALESCE_MISSES, FAILURES, FIRES, Status, countMiss, emptyBucket, extraCounts, readStats, readWindow, type Bucket, type ExtraCounts, type Stats,
-  type StatusSource,
+  CACHE_MISSES, COALESCE_MISSES, FAILURES, FIRES, Status, countPerBucket, emptyBucket, extraCounts, readStats,
+  readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
 } from './status.js';
 import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
 import { AsyncStore, FAIL_REFUSED, deliver } from './async-store.js';
@@ -577,7 +577,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     return this._group;
   }
 
-  /** The protected function (opossum's `action`); assigning one protects it from the next call on. */
+  /** The protected function (opossum's `action`); calls that start running after an assignment run the new one. */
   get action(): Action<TI> {
     return this._action;
   }
@@ -1777,14 +1777,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       [K.COLLAPSED, n(s.coalesceCacheHits)],
     ];
     for (const [k, v] of counts) if (v > 0) w.fw_record(this._h, k, v, t);
-    countMiss(this, CACHE_MISSES, t, n(s.cacheMisses));
-    countMiss(this, COALESCE_MISSES, t, n(s.coalesceCacheMisses));
+    countPerBucket(this, CACHE_MISSES, t, n(s.cacheMisses));
+    countPerBucket(this, COALESCE_MISSES, t, n(s.coalesceCacheMisses));
     // Read back as given: `fires` (derived from the outcomes here; opossum counts each
     // fire) and `failures` when fewer than `timeouts` + `semaphoreRejections`.
     const failures = Math.max(n(s.failures), timeouts + sem);
-    if (s.failures !== undefined) countMiss(this, FAILURES, t, n(s.failures) - failures);
+    if (s.failures !== undefined) countPerBucket(this, FAILURES, t, n(s.failures) - failures);
     const derived = n(s.successes) + failures + n(s.rejects) + n(s.cacheHits) + n(s.coalesceCacheHits);
-    if (s.fires !== undefined) countMiss(this, FIRES, t, n(s.fires) - derived);
+    if (s.fires !== undefined) countPerBucket(this, FIRES, t, n(s.fires) - derived);
   }
 
   /** @internal Adds the snapshot hooks to the breaker and its status, once each. */
@@ -1878,7 +1878,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           this.emit('cacheHit');
           return Promise.resolve(cached);
         }
-        countMiss(this, CACHE_MISSES, t);
+        countPerBucket(this, CACHE_MISSES, t);
         this._told('cacheMiss');
         const ttl = this.options.cacheTTL ?? 0;
         // opossum caches the action's successful result (never a fallback's).
@@ -1899,7 +1899,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         // Another call of this key is running (no lead): a success still fills the
         // key, as every success does in opossum (unless one arrived first).
         else if (kind === 4) store = (v) => this._offer(key, v);
-        countMiss(this, CACHE_MISSES, t);
+        countPerBucket(this, CACHE_MISSES, t);
         this._told('cacheMiss');
       }
     }
@@ -1925,7 +1925,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         }
         return this._wait(id, context, args, signal, key, store);
       }
-      countMiss(this, COALESCE_MISSES, t);
+      countPerBucket(this, COALESCE_MISSES, t);
       this._told('coalesceCacheMiss');
       p = kind === 2
         ? this._protected(context, args, signal, lead0, store, id, key)

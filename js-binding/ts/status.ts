@@ -83,7 +83,7 @@ export const FAILURES = 3;
 const STRIDE = 5;
 
 /** @internal Adds `n` to column `col` (`CACHE_MISSES` …) of the bucket of `t`. */
-export function countMiss(src: StatusSource, col: number, t: number, n = 1): void {
+export function countPerBucket(src: StatusSource, col: number, t: number, n = 1): void {
   const b = Math.floor(t / src._bucketMs);
   const m = src._extra.perBucket;
   const i = slot(b, m);
@@ -101,7 +101,7 @@ function slot(b: number, m: number[]): number {
 }
 
 /** Adds the counts kept here for bucket number `b` to `into`. */
-function addMisses(src: StatusSource, b: number, into: Bucket): void {
+function addPerBucket(src: StatusSource, b: number, into: Bucket): void {
   const m = src._extra.perBucket;
   const i = slot(b, m);
   if (m[i] !== b) return;
@@ -181,7 +181,7 @@ export function readStats(src: StatusSource): Stats {
   s.timeouts -= u[1];
   s.semaphoreRejections -= u[2];
   const newest = Math.floor(now / src._bucketMs);
-  for (let i = 0; i < src._buckets; i++) addMisses(src, newest - i, s);
+  for (let i = 0; i < src._buckets; i++) addPerBucket(src, newest - i, s);
   if (src._percentilesEnabled) {
     PERCENTILES.forEach((p, i) => {
       s.percentiles[p] = o[S.PERCENTILES + i]!;
@@ -209,7 +209,7 @@ export function readWindow(src: StatusSource): Bucket[] {
     const b = emptyBucket();
     const r = rows.get(newest - i);
     if (table !== undefined && r !== undefined) fromCounts(b, table, r * 14 + 1);
-    addMisses(src, newest - i, b);
+    addPerBucket(src, newest - i, b);
     buckets.push(b);
   }
   // The current bucket: the calls and fallbacks in progress (read after the table:
