@@ -1112,6 +1112,22 @@ describe('stats and status', () => {
     c.shutdown();
   });
 
+  test('window buckets carry isCircuitBreakerOpen where the breaker opened or closed, as opossum\'s', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ rollingCountTimeout: 1000, rollingCountBuckets: 10, resetTimeout: 5000 });
+    await b.fire(1);
+    assert.equal('isCircuitBreakerOpen' in b.status.window[0], false, 'absent: no open or close in it');
+    b.open();
+    assert.equal(b.status.window[0].isCircuitBreakerOpen, true);
+    clock.tick(100);
+    assert.equal('isCircuitBreakerOpen' in b.status.window[0], false, 'a new bucket');
+    assert.equal(b.status.window[1].isCircuitBreakerOpen, true);
+    b.close();
+    assert.equal(b.status.window[0].isCircuitBreakerOpen, false);
+    assert.equal('isCircuitBreakerOpen' in b.stats, false, 'not in the totals');
+    b.shutdown();
+  });
+
   test('status.rollingPercentilesEnabled and status.enableSnapshots, as opossum has them', () => {
     const a = new CircuitBreaker(ok);
     assert.equal(a.status.rollingPercentilesEnabled, true);

@@ -29,7 +29,7 @@ import { tagged } from './key.js';
 import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, listening, ready } from './platform.js';
 import {
-  CACHE_MISSES, COALESCE_MISSES, FAILURES, FIRES, Status, countPerBucket, emptyBucket, extraCounts, readStats,
+  CACHE_MISSES, COALESCE_MISSES, FAILURES, FIRES, Status, countPerBucket, emptyBucket, extraCounts, markOpen, readStats,
   readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
 } from './status.js';
 import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
@@ -1563,6 +1563,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const own = reason !== REASON_OBSERVED ? 1 : 0;
     if (to === OPEN) {
       this._transitions.opened += own;
+      markOpen(this, now(), true);
       this.emit('open');
     } else if (to === HALF_OPEN) {
       // A shared breaker that meets the fleet half-open (it joined then, or was not
@@ -1572,6 +1573,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         // Its listeners see the breaker open, as they would have then.
         const view = this._view;
         this._view = OPEN;
+        markOpen(this, now(), true);
         try {
           this.emit('open');
         } finally {
@@ -1588,6 +1590,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
         this.options.abortController = new AbortController();
       }
+      markOpen(this, now(), false);
       this.emit('close');
     }
   }

@@ -28,6 +28,8 @@ export interface Bucket {
   percentiles: Record<string, number>;
   /** Always empty: latencies live in fixed-memory histograms (see `stats.percentiles`). */
   latencyTimes: number[];
+  /** In `window` only, as opossum's: whether the last `open` / `close` in this bucket was an open (absent: neither). */
+  isCircuitBreakerOpen?: boolean;
 }
 
 /** The rolling window's buckets, newest first (opossum's `status.window`). */
@@ -45,10 +47,12 @@ export interface Stats extends Bucket {
 export interface ExtraCounts {
   /**
    * Counts per bucket the core does not keep: a ring of the window's buckets,
-   * `[bucket number, cacheMisses, coalesceCacheMisses, fires, failures]` each — cache
-   * and coalescing misses (the core has no miss event kind), and what makes primed
+   * `[bucket number, cacheMisses, coalesceCacheMisses, fires, failures, open]` each —
+   * cache and coalescing misses (the core has no miss event kind), what makes primed
    * stats (`options.status`) read back as given where the core derives them
-   * differently (`fires`; `failures` below `timeouts` + `semaphoreRejections`).
+   * differently (`fires`; `failures` below `timeouts` + `semaphoreRejections`), and
+   * the last `open` (1) or `close` (2) emitted in the bucket (opossum's
+   * `isCircuitBreakerOpen`; 0: neither).
    */
   perBucket: number[];
   /**
@@ -71,7 +75,7 @@ export interface ExtraCounts {
 /** @internal */
 export function extraCounts(buckets: number): ExtraCounts {
   const perBucket: number[] = [];
-  for (let i = 0; i < Math.max(1, buckets); i++) perBucket.push(-1, 0, 0, 0, 0);
+  for (let i = 0; i < Math.max(1, buckets); i++) perBucket.push(-1, 0, 0, 0, 0, 0);
   return { perBucket, firing: 0, fallingBack: 0, unseen: [0, 0, 0] };
 }
 
@@ -80,7 +84,8 @@ export const CACHE_MISSES = 0;
 export const COALESCE_MISSES = 1;
 export const FIRES = 2;
 export const FAILURES = 3;
-const STRIDE = 5;
+export const OPEN = 4;
+const STRIDE = 6;
 
 /** @internal Adds `n` to column `col` (`CACHE_MISSES` …) of the bucket of `t`. */
 export function countPerBucket(src: StatusSource, col: number, t: number, n = 1): void {
@@ -92,6 +97,13 @@ export function countPerBucket(src: StatusSource, col: number, t: number, n = 1)
     m.fill(0, i + 1, i + STRIDE);
   }
   m[i + 1 + col]! += n;
+}
+
+/** @internal Marks the bucket of `t`: the breaker was opened (`open`) or closed in it. */
+export function markOpen(src: StatusSource, t: number, open: boolean): void {
+  countPerBucket(src, OPEN, t, 0);
+  const m = src._extra.perBucket;
+  m[slot(Math.floor(t / src._bucketMs), m) + 1 + OPEN] = open ? 1 : 2;
 }
 
 /** Where bucket number `b` is in the ring `m`. */
@@ -210,6 +222,10 @@ export function readWindow(src: StatusSource): Bucket[] {
     const r = rows.get(newest - i);
     if (table !== undefined && r !== undefined) fromCounts(b, table, r * 14 + 1);
     addPerBucket(src, newest - i, b);
+    const m = src._extra.perBucket;
+    const at = slot(newest - i, m);
+    // As opossum's bucket: set only in a bucket where the breaker opened or closed.
+    if (m[at] === newest - i && m[at + 1 + OPEN] !== 0) b.isCircuitBreakerOpen = m[at + 1 + OPEN] === 1;
     buckets.push(b);
   }
   // The current bucket: the calls and fallbacks in progress (read after the table:
