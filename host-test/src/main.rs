@@ -125,6 +125,9 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         for (k, v) in &t.outcomes {
             println!("  {k:<18} {v}");
         }
+        for r in &report.reloads {
+            println!("reload @ {} s: {}", r.at_s, r.result);
+        }
         if !t.local_by_tag.is_empty() {
             println!("local replies by x-fusewire tag: {:?}", t.local_by_tag);
         }

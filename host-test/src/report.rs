@@ -145,6 +145,15 @@ pub struct PhaseInfo {
     pub degraded: bool,
 }
 
+/// A plugin reload during the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReloadInfo {
+    /// Second of the run.
+    pub at_s: u64,
+    /// Applied (how) or rejected (why).
+    pub result: String,
+}
+
 /// Counts for one second of the timeline (by request start time).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Second {
@@ -200,6 +209,9 @@ pub struct Report {
     pub duration_s: u64,
     /// Upstream phases in order.
     pub phases: Vec<PhaseInfo>,
+    /// The scenario's plugin reloads and what became of each.
+    #[serde(default)]
+    pub reloads: Vec<ReloadInfo>,
     /// Totals.
     pub totals: Totals,
     /// Latency percentiles: `all`, and per class name.
@@ -250,6 +262,7 @@ impl ReportBuilder {
                                 .any(|(k, w)| *w > 0.0 && k.as_str() >= "500"),
                     })
                     .collect(),
+                reloads: vec![],
                 totals: Totals::default(),
                 latency: BTreeMap::new(),
                 timeline: (0..n as u64)
@@ -268,6 +281,11 @@ impl ReportBuilder {
             lat_by_sec: vec![vec![]; n],
             seconds_done: 0,
         }
+    }
+
+    /// Notes a plugin reload at second `at_s`.
+    pub fn reload(&mut self, at_s: u64, result: String) {
+        self.report.reloads.push(ReloadInfo { at_s, result });
     }
 
     /// Adds one finished stream.

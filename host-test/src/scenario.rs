@@ -8,7 +8,7 @@ use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{ClockMode, Rng};
-use crate::harness::{Harness, HarnessConfig};
+use crate::harness::{Harness, HarnessConfig, Reload};
 use crate::report::{Report, ReportBuilder};
 use crate::shared::CasMode;
 use crate::types::{ClusterConfig, PluginConfig, Request, ResetReason, RouteConfig, UpstreamReply};
@@ -54,6 +54,24 @@ pub struct Scenario {
     pub traffic: Traffic,
     /// Upstream behaviour phases, by start time (the first must start at 0).
     pub upstream: Vec<UpstreamPhase>,
+    /// Plugin configuration changes during the run, as Envoy applies a new listener
+    /// config: `{ at_s, configuration }` or `{ at_s, configuration_file }`.
+    #[serde(default)]
+    pub reloads: Vec<ScenarioReload>,
+}
+
+/// A plugin configuration change at second `at_s` (the rest of `plugin` stays).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioReload {
+    /// Second of the run (whole seconds, below `duration_s`).
+    pub at_s: u64,
+    /// The new plugin configuration.
+    #[serde(default)]
+    pub configuration: String,
+    /// Read `configuration` from this file (relative to the scenario file).
+    #[serde(default)]
+    pub configuration_file: Option<String>,
 }
 
 fn default_name() -> String {
@@ -208,6 +226,15 @@ pub struct UpstreamPhase {
     /// Fraction of requests the upstream never answers (route timeout 504 / client reset).
     #[serde(default)]
     pub hang_ratio: f64,
+    /// Headers on every response, e.g. `[["content-type", "application/grpc"]]`.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// Trailers on every response, e.g. `[["grpc-status", "14"]]`.
+    #[serde(default)]
+    pub trailers: Vec<(String, String)>,
+    /// Response body.
+    #[serde(default)]
+    pub body: String,
 }
 
 fn default_status() -> BTreeMap<String, f64> {
@@ -312,6 +339,14 @@ impl Scenario {
             s.plugin.config.configuration = std::fs::read_to_string(&p)
                 .with_context(|| format!("plugin.configuration_file: reading {}", p.display()))?;
         }
+        for (i, r) in s.reloads.iter_mut().enumerate() {
+            if let Some(f) = r.configuration_file.take() {
+                let p = dir.join(&f);
+                r.configuration = std::fs::read_to_string(&p).with_context(|| {
+                    format!("reloads[{i}].configuration_file: reading {}", p.display())
+                })?;
+            }
+        }
         Ok(s)
     }
 
@@ -377,6 +412,14 @@ impl Scenario {
             }
             if p.reset_ratio + p.hang_ratio < 1.0 && p.status.values().all(|w| *w == 0.0) {
                 bail!("upstream[{i}].status: needs a positive weight");
+            }
+        }
+        for (i, r) in self.reloads.iter().enumerate() {
+            if r.at_s >= self.duration_s || (i > 0 && r.at_s <= self.reloads[i - 1].at_s) {
+                bail!(
+                    "reloads[{i}].at_s: must be below duration_s and increasing, got {}",
+                    r.at_s
+                );
             }
         }
         for r in &self.routes {
@@ -453,7 +496,23 @@ impl Scenario {
                 runner.submit(&mut h, 0);
             }
         }
+        let mut reloads = self.reloads.iter().peekable();
         for sec in 0..self.duration_s {
+            if let Some(r) = reloads.next_if(|r| r.at_s == sec) {
+                // At the start of second `sec` (the run is there): the new config as
+                // Envoy applies it; a rejected one leaves the old one running.
+                let plugin = PluginConfig {
+                    configuration: r.configuration.clone(),
+                    ..self.plugin.config.clone()
+                };
+                let result = match h.reload(module, plugin) {
+                    Ok(Reload::ReusedVms) => "applied (same VMs, a new root context)".to_string(),
+                    Ok(Reload::SamePlugin) => "unchanged (the same plugin config)".to_string(),
+                    Ok(Reload::FreshVms) => "applied (fresh VMs)".to_string(),
+                    Err(e) => format!("rejected, the old config keeps running: {e:#}"),
+                };
+                report.reload(sec, result);
+            }
             let sec_end = (sec + 1) * 1_000_000_000;
             if !closed {
                 while next_arrival < sec_end && next_arrival < end {
@@ -568,7 +627,16 @@ impl Runner<'_> {
                 }
                 x -= w;
             }
-            UpstreamReply::status(status).after_ns(latency)
+            let mut reply = UpstreamReply::status(status)
+                .after_ns(latency)
+                .with_body(&phase.body);
+            for (k, v) in &phase.headers {
+                reply = reply.with_header(k, v);
+            }
+            for (k, v) in &phase.trailers {
+                reply = reply.with_trailer(k, v);
+            }
+            reply
         };
         let worker = match t.workers {
             WorkerChoice::RoundRobin => {

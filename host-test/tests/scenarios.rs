@@ -199,3 +199,45 @@ latency = { dist = "uniform", min_ms = 10, max_ms = 30 }
         (42.0, 42.0)
     );
 }
+
+#[test]
+fn reloads_apply_at_their_second_and_a_rejected_one_keeps_the_old_config() {
+    let toml = BASE.replace("duration_s = 20", "duration_s = 6")
+        + r#"
+[[reloads]]
+at_s = 2
+configuration = "tick_ms=500"
+[[reloads]]
+at_s = 3
+configuration = "reject_configure=1"
+[[reloads]]
+at_s = 4
+configuration = "tick_ms=500"
+"#;
+    let s = Scenario::from_toml(&toml).unwrap();
+    let r = s.run(probe()).unwrap();
+    let got: Vec<(u64, &str)> = r
+        .reloads
+        .iter()
+        .map(|x| (x.at_s, x.result.split(':').next().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (2, "applied (same VMs, a new root context)"),
+            (3, "rejected, the old config keeps running"),
+            (4, "unchanged (the same plugin config)"),
+        ],
+        "{:?}",
+        r.reloads
+    );
+    assert!(r.reloads[1].result.contains("on_configure returned false"));
+    assert_eq!(r.totals.unfinished, 0, "traffic runs through the reloads");
+    let late = Scenario::from_toml(
+        &(BASE.replace("duration_s = 20", "duration_s = 6")
+            + "[[reloads]]\nat_s = 6\nconfiguration = \"x\"\n"),
+    );
+    assert!(
+        format!("{:#}", late.unwrap_err()).contains("reloads[0].at_s: must be below duration_s")
+    );
+}

@@ -407,3 +407,59 @@ fn a_client_deadline_counts_from_when_the_upstream_has_the_request() {
     assert_eq!(t, 0, "timeout {t}, cancelled {c}, success {s}");
     assert!(c >= 1 && s >= 5, "timeout {t}, cancelled {c}, success {s}");
 }
+
+/// A scenario file can describe a gRPC upstream (found by review: the scenario format
+/// had no response headers, trailers or bodies): `grpc-status` 14 in the trailers is a
+/// failure and trips the breaker; 0 is a success.
+#[test]
+fn a_scenario_describes_grpc_replies_with_headers_and_trailers() {
+    let toml = format!(
+        r#"
+duration_s = 10
+workers = 2
+[plugin]
+configuration = '''{}'''
+[traffic]
+rate_per_s = 40
+methods = [{{ value = "POST", weight = 1 }}]
+paths = [{{ value = "/pkg.Svc/Call", weight = 1 }}]
+headers = [["content-type", "application/grpc"], ["te", "trailers"]]
+[[upstream]]
+from_s = 0
+headers = [["content-type", "application/grpc"]]
+trailers = [["grpc-status", "0"]]
+body = "\u0000\u0000\u0000\u0000\u0000"
+[[upstream]]
+from_s = 1
+headers = [["content-type", "application/grpc"]]
+trailers = [["grpc-status", "14"]]
+"#,
+        policy(BREAKER_1PROBE)
+    );
+    let s = Scenario::from_toml(&toml).expect("scenario");
+    let r = s.run(&common::module()).expect("runs");
+    let m = |name: &str| match r.metrics.get(name) {
+        Some(MetricValue::Counter { value }) => *value,
+        other => panic!("{name}: {other:?}"),
+    };
+    assert!(
+        m("fusewire.svc.success") >= 40,
+        "{}",
+        m("fusewire.svc.success")
+    );
+    assert!(
+        m("fusewire.svc.failure") >= 20,
+        "{}",
+        m("fusewire.svc.failure")
+    );
+    let all: Vec<(String, u64)> = r
+        .metrics
+        .iter()
+        .map(|(k, v)| (k.clone(), v.scalar()))
+        .collect();
+    assert!(
+        m("fusewire.svc.short_circuited") > 0,
+        "the UNAVAILABLE phase trips it: {all:?} {:?}",
+        r.totals
+    );
+}
