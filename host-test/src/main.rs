@@ -131,6 +131,13 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         if !t.local_by_tag.is_empty() {
             println!("local replies by x-fusewire tag: {:?}", t.local_by_tag);
         }
+        for (tag, l) in &t.local_samples {
+            let body: String = l.body.chars().take(120).collect();
+            println!(
+                "  first {tag:?} reply: {} {:?} body {body:?}",
+                l.status, l.headers
+            );
+        }
         if let Some(p) = report.latency.get("all") {
             println!(
                 "latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}",

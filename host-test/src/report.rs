@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::harness::Harness;
 use crate::scenario::Scenario;
 use crate::stats::MetricValue;
-use crate::types::{LocalReplySource, Outcome, StreamRecord};
+use crate::types::{LocalReply, LocalReplySource, Outcome, StreamRecord};
 
 /// The header a filter sets on its local replies to say what they are, e.g.
 /// `x-fusewire: short-circuited | rejected | timeout | fallback`.
@@ -188,6 +188,10 @@ pub struct Totals {
     pub local_by_status: BTreeMap<String, u64>,
     /// Filter local replies by `x-fusewire` tag (`-` when absent).
     pub local_by_tag: BTreeMap<String, u64>,
+    /// The first filter local reply of each tag (status, headers, body), to see what
+    /// clients got.
+    #[serde(default)]
+    pub local_samples: BTreeMap<String, LocalReply>,
     /// Requests still unfinished after the drain time.
     pub unfinished: u64,
 }
@@ -310,6 +314,11 @@ impl ReportBuilder {
                 .entry(r.response_status.unwrap_or(0).to_string())
                 .or_default() += 1;
             *t.local_by_tag.entry(tag.clone()).or_default() += 1;
+            if let Some(l) = &r.local_reply {
+                t.local_samples
+                    .entry(tag.clone())
+                    .or_insert_with(|| l.clone());
+            }
         }
         let lat = r.latency_ns();
         self.lat_all.push(lat);

@@ -91,6 +91,12 @@ fn report_counts_every_outcome_per_second() {
         t.local_by_status.keys().cloned().collect::<Vec<_>>(),
         ["200", "429"]
     );
+    // One sample reply per tag, as the client got it.
+    assert_eq!(
+        t.local_samples.keys().collect::<Vec<_>>(),
+        t.local_by_tag.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(t.local_samples["rejected"].status, 429);
     // Phase 2 (resets and hangs) fails upstream requests; phase 1 mostly succeeds.
     let ok = |s: &report::Second| *s.outcomes.get("upstream_ok").unwrap_or(&0);
     assert!(r.timeline[..10].iter().all(|s| ok(s) > 0));
