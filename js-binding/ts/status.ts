@@ -89,6 +89,16 @@ const STRIDE = 6;
 
 /** @internal Adds `n` to column `col` (`CACHE_MISSES` …) of the bucket of `t`. */
 export function countPerBucket(src: StatusSource, col: number, t: number, n = 1): void {
+  src._extra.perBucket[rowAt(src, t) + 1 + col]! += n;
+}
+
+/** @internal Marks the bucket of `t`: the breaker was opened (`open`) or closed in it. */
+export function markOpen(src: StatusSource, t: number, open: boolean): void {
+  src._extra.perBucket[rowAt(src, t) + 1 + OPEN] = open ? 1 : 2;
+}
+
+/** The ring row of the bucket of `t`, taken over (zeroed) if it held an older bucket. */
+function rowAt(src: StatusSource, t: number): number {
   const b = Math.floor(t / src._bucketMs);
   const m = src._extra.perBucket;
   const i = slot(b, m);
@@ -96,14 +106,7 @@ export function countPerBucket(src: StatusSource, col: number, t: number, n = 1)
     m[i] = b;
     m.fill(0, i + 1, i + STRIDE);
   }
-  m[i + 1 + col]! += n;
-}
-
-/** @internal Marks the bucket of `t`: the breaker was opened (`open`) or closed in it. */
-export function markOpen(src: StatusSource, t: number, open: boolean): void {
-  countPerBucket(src, OPEN, t, 0);
-  const m = src._extra.perBucket;
-  m[slot(Math.floor(t / src._bucketMs), m) + 1 + OPEN] = open ? 1 : 2;
+  return i;
 }
 
 /** Where bucket number `b` is in the ring `m`. */
