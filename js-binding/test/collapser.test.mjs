@@ -114,10 +114,13 @@ describe('Collapser', () => {
     c.shutdown();
     assert.throws(() => new Collapser(42), TypeError);
     assert.throws(() => new Collapser(async () => [], { windowMs: 'x' }), { message: 'options.windowMs: must be a number, got "x"' });
-    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 0 }), { message: 'options.maxBatchSize: must be an integer in 1..=100000, got 0' });
-    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 100_001 }), { message: 'options.maxBatchSize: must be an integer in 1..=100000, got 100001' });
-    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 2.5 }), { message: 'options.maxBatchSize: must be an integer in 1..=100000, got 2.5' });
-    assert.throws(() => new Collapser(async () => [], { maxBatchSize: -Infinity }), { message: 'options.maxBatchSize: must be a finite number, got -Infinity' });
+    const batchSize = 'options.maxBatchSize: must be a number >= 1 (Infinity: the largest batch, 100000), got';
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 0 }), { message: `${batchSize} 0` });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: 0.5 }), { message: `${batchSize} 0.5` });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: NaN }), { message: `${batchSize} NaN` });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: null }), { message: `${batchSize} null` });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: '2' }), { message: `${batchSize} "2"` });
+    assert.throws(() => new Collapser(async () => [], { maxBatchSize: -Infinity }), { message: `${batchSize} -Infinity` });
     assert.throws(() => new Collapser(async () => [], { windowMs: -1 }), { message: 'options.windowMs: must be an integer in 0..=31536000000, got -1' });
     assert.throws(() => new Collapser(async () => [], { cacheSize: 0 }), { message: 'options.cacheSize: must be an integer in 1..=16777215, got 0' });
     assert.throws(() => new Collapser(async () => [], { breaker: { timeout: 'x' } }), { message: 'options.breaker.timeout: must be a number, got "x"' });
@@ -134,12 +137,43 @@ describe('Collapser', () => {
     const range = (o, message) => assert.throws(() => new Collapser(async () => [], o), { name: 'TypeError', message });
     range({ cacheSize: 2 ** 32 }, 'options.cacheSize: must be an integer in 1..=16777215, got 4294967296');
     range({ cacheSize: 2 ** 24 }, 'options.cacheSize: must be an integer in 1..=16777215, got 16777216');
-    range({ maxBatchSize: 2 ** 32 }, 'options.maxBatchSize: must be an integer in 1..=100000, got 4294967296');
     range({ windowMs: 2 ** 53 }, 'options.windowMs: must be an integer in 0..=31536000000, got 9007199254740992');
     range({ windowMs: 1.5 }, 'options.windowMs: must be an integer in 0..=31536000000, got 1.5');
     for (const o of [{ cacheSize: 2 ** 24 - 1 }, { maxBatchSize: 100_000 }, { windowMs: 31_536_000_000 }]) {
       new Collapser(async () => [], o).shutdown();
     }
+  });
+
+  test('maxBatchSize as DataLoader reads it: a fraction rounds up (a batch holds fewer keys than it), past the largest batch is the largest (found running DataLoader\'s tests)', async () => {
+    const { c, batches } = loader({ windowMs: 0, maxBatchSize: 2.5 });
+    await Promise.all([1, 2, 3, 4, 5, 6, 7].map((k) => c.load(k)));
+    assert.deepEqual(batches, [[1, 2, 3], [4, 5, 6], [7]]);
+    c.shutdown();
+    for (const maxBatchSize of [100_001, 2 ** 32, Number.MAX_VALUE]) {
+      const { c: big, batches: b } = loader({ windowMs: 0, maxBatchSize });
+      const keys = Array.from({ length: 1500 }, (_, i) => i);
+      await Promise.all(keys.map((k) => big.load(k)));
+      assert.deepEqual(b.map((x) => x.length), [1500], String(maxBatchSize));
+      big.shutdown();
+    }
+  });
+
+  test('cacheKeyFn runs with the loader as `this`, as DataLoader\'s (found running DataLoader\'s tests)', async () => {
+    let that;
+    const c = new Collapser(async (keys) => keys, { windowMs: 0, cacheKeyFn(k) { that = this; return k; } });
+    assert.equal(await c.load(1), 1);
+    assert.equal(that, c);
+    c.shutdown();
+  });
+
+  test('a batch result that is not an array says what it got; a wrong length says both lengths', async () => {
+    const { c } = loader({ windowMs: 0 }, () => null);
+    await assert.rejects(c.load(1), { name: 'TypeError', message: /did not return a Promise of an Array: got null\.$/ });
+    c.shutdown();
+    const { c: short } = loader({ windowMs: 0 }, () => ['only one']);
+    await assert.rejects(Promise.all([short.load(1), short.load(2)]),
+      { name: 'TypeError', message: /of the same length as the Array of keys \(2 keys, 1 values\)\.$/ });
+    short.shutdown();
   });
 
   test('prime(key, promise): loads get what it settles with (DataLoader 2.2.3 types it so)', async () => {

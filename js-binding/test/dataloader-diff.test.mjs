@@ -314,20 +314,20 @@ const FW = {
   "a batch resolving to a non-array or an array of the wrong length: DataLoader's TypeError message": [
     "-- a string",
     "batch [1, 2]",
-    "load 1 ! TypeError#1(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2).)",
-    "load 2 ! TypeError#1(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2).)",
+    "load 1 ! TypeError#1(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array: got \"ab\".)",
+    "load 2 ! TypeError#1(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array: got \"ab\".)",
     "-- null",
     "batch [1, 2]",
-    "load 1 ! TypeError#2(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2).)",
-    "load 2 ! TypeError#2(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2).)",
+    "load 1 ! TypeError#2(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array: got null.)",
+    "load 2 ! TypeError#2(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array: got null.)",
     "-- too short",
     "batch [1, 2]",
-    "load 1 ! TypeError#3(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2).)",
-    "load 2 ! TypeError#3(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2).)",
+    "load 1 ! TypeError#3(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2 keys, 1 values).)",
+    "load 2 ! TypeError#3(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2 keys, 1 values).)",
     "-- { length } without elements",
     "batch [1, 2]",
-    "load 1 ! TypeError#4(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2).)",
-    "load 2 ! TypeError#4(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (2).)"
+    "load 1 ! TypeError#4(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array: got an object.)",
+    "load 2 ! TypeError#4(Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array: got an object.)"
   ],
   "a cacheKeyFn that throws: load() throws its Error": [
     "load 2 ! TypeError#1(cacheKeyFn: threw for the key 2: bad key)",

@@ -25,7 +25,7 @@ export interface CollapserOptions<K, V, C = K> {
   maxBatchSize?: number;
   /** Memoise results per key, failures included, until `clear` (DataLoader's `cache`, default true). */
   cache?: boolean;
-  /** Cached keys at most (default 10000, at most 10 000 000; the core evicts with SIEVE). */
+  /** Cached keys at most (default 10000, at most 16 777 215; the core evicts with SIEVE). */
   cacheSize?: number;
   /**
    * The cache key of a key (default: the key itself). Keys of different types never
@@ -69,6 +69,18 @@ const postPromiseJobs: (f: () => void) => void =
 
 /** The core's largest batch (`collapser.max_batch_size`): what `maxBatchSize: Infinity` means. */
 const MAX_BATCH = 100_000;
+
+/**
+ * `maxBatchSize`, as DataLoader reads it: any number >= 1 (a batch holds fewer keys
+ * than it, so 2.5 means 3); past the core's largest batch, that (as `Infinity`).
+ */
+function batchSize(v: unknown): number {
+  if (v === undefined) return 1000;
+  if (typeof v !== 'number' || !(v >= 1)) {
+    throw optionError('options.maxBatchSize', `must be a number >= 1 (Infinity: the largest batch, ${MAX_BATCH}), got ${describe(v)}`);
+  }
+  return Math.min(Math.ceil(v), MAX_BATCH);
+}
 
 const KNOWN = new Set(['windowMs', 'maxBatchSize', 'cache', 'cacheSize', 'cacheKeyFn', 'breaker', 'name']);
 
@@ -136,10 +148,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     // Whole numbers in the core's ranges, checked here as the breaker's options are
     // (the core's own check names a u32 for numbers past 2^32).
     const windowMs = int('windowMs', options.windowMs, 0, MAX_MS) ?? 10;
-    // DataLoader's default, Infinity, is accepted: the core's largest batch.
-    const maxBatchSize = options.maxBatchSize === Infinity
-      ? MAX_BATCH
-      : int('maxBatchSize', options.maxBatchSize, 1, MAX_BATCH) ?? 1000;
+    const maxBatchSize = batchSize(options.maxBatchSize);
     this._cache = bool('cache', options.cache) ?? true;
     const cacheSize = int('cacheSize', options.cacheSize, 1, MAX_CACHE_ENTRIES) ?? 10_000;
     this._keyFn = fn<(key: K) => C>('cacheKeyFn', options.cacheKeyFn);
@@ -333,7 +342,8 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     const f = this._keyFn;
     let ck: string | undefined;
     try {
-      ck = tagged(f === undefined ? key : f(key));
+      // DataLoader calls it with the loader as `this`.
+      ck = tagged(f === undefined ? key : f.call(this, key));
     } catch (e) {
       const what = f === undefined ? 'the key has no JSON' : 'cacheKeyFn: threw';
       throw new TypeError(`${what} for the key ${describe(key)}: ${e instanceof Error ? e.message : String(e)}`);
@@ -448,8 +458,11 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     }
     fired.then((values) => {
       if (!arrayLike(values) || values.length !== keys.length) {
+        const got = arrayLike(values)
+          ? ` of the same length as the Array of keys (${keys.length} keys, ${values.length} values)`
+          : `: got ${describe(values)}`;
         this._failed(items, batch, new TypeError('Collapser must be constructed with a function which accepts Array<key> and returns ' +
-          `Promise<Array<value>>, but the function did not return a Promise of an Array of the same length as the Array of keys (${keys.length}).`));
+          `Promise<Array<value>>, but the function did not return a Promise of an Array${got}.`));
       } else {
         this._done(items, batch, values, this._fallen.has(values));
       }
