@@ -414,7 +414,16 @@ impl Scenario {
                 bail!("upstream[{i}].status: needs a positive weight");
             }
         }
+        if self.plugin.configuration_file.is_some() && !self.plugin.config.configuration.is_empty()
+        {
+            bail!("plugin.configuration_file: set together with plugin.configuration; give one");
+        }
         for (i, r) in self.reloads.iter().enumerate() {
+            if r.configuration_file.is_some() && !r.configuration.is_empty() {
+                bail!(
+                    "reloads[{i}].configuration_file: set together with reloads[{i}].configuration; give one"
+                );
+            }
             if r.at_s >= self.duration_s || (i > 0 && r.at_s <= self.reloads[i - 1].at_s) {
                 bail!(
                     "reloads[{i}].at_s: must be below duration_s and increasing, got {}",

@@ -246,4 +246,17 @@ configuration = "tick_ms=500"
     assert!(
         format!("{:#}", late.unwrap_err()).contains("reloads[0].at_s: must be below duration_s")
     );
+    let both = Scenario::from_toml(
+        &(BASE.replace("duration_s = 20", "duration_s = 6")
+            + "[[reloads]]\nat_s = 2\nconfiguration = \"x\"\nconfiguration_file = \"y.json\"\n"),
+    );
+    assert!(format!("{:#}", both.unwrap_err()).contains(
+        "reloads[0].configuration_file: set together with reloads[0].configuration; give one"
+    ));
+    let plugin = Scenario::from_toml(&BASE.replace(
+        "configuration = \"tick_ms=250\"",
+        "configuration = \"tick_ms=250\"\nconfiguration_file = \"p.json\"",
+    ));
+    assert!(format!("{:#}", plugin.unwrap_err())
+        .contains("plugin.configuration_file: set together with plugin.configuration; give one"));
 }
