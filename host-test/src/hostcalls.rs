@@ -173,7 +173,8 @@ fn set_buffer(c: &mut C, ty: i32, start: i32, size: i32, ptr: i32, len: i32) -> 
 fn send_local_response(c: &mut C, a: [i32; 8]) -> HR<()> {
     let details = read_str(c, a[1], a[2])?;
     let body = read_str(c, a[3], a[4])?;
-    let headers = HeaderMap::decode(&read(c, a[5], a[6])?).map_err(|_| Status::BadArgument)?;
+    // cpp-host's `PairsUtil::toPairs` reads malformed pairs as none: the reply still goes.
+    let headers = HeaderMap::decode(&read(c, a[5], a[6])?).unwrap_or_default();
     let d = c.data_mut();
     // cpp-host `exports::send_local_response` raises the VM-wide stop flag on success.
     d.stop_next = true;

@@ -2,19 +2,36 @@
 //! context.cc, `RequestWrapper` / `ResponseWrapper` / `XdsWrapper`, and the wasm
 //! `Context::findValue` plugin tokens).
 //!
-//! Everything but `plugin_*` and `node.*` needs a stream's info, so root contexts
+//! Everything but `plugin_*` and `xds.node` needs a stream's info, so root contexts
 //! (ticks, callouts, configure) see only those. Header-derived `request.*` values read
 //! the live request header map (strict lifetimes: NOT_FOUND once the request headers
 //! have continued, readable again in `on_log`); `response.code` is set when the
 //! upstream response starts, for a local reply only once its headers left the filter;
 //! `response.code_details` and `response.flags` as soon as Envoy sets them. The bare
-//! `cluster_name` / `route_name` no longer exist.
+//! `cluster_name` / `route_name` no longer exist, nor does a top-level `node`;
+//! `xds.route_name` is NOT_FOUND when no route matched and `xds.cluster_name` also
+//! when the route's cluster does not exist (Envoy keeps no cluster info for it).
 
 use crate::headers::HeaderMap;
 use crate::vm::{Phase, StreamData, VmState};
 
 fn u64le(v: u64) -> Vec<u8> {
     v.to_le_bytes().to_vec()
+}
+
+/// The harness's node `id` and `cluster`.
+const NODE_NAME: &str = "fusewire-host-test";
+
+/// `xds.node` as Envoy serializes a message attribute: the protobuf wire bytes of
+/// `envoy.config.core.v3.Node { id: 1, cluster: 2 }`.
+fn node_message() -> Vec<u8> {
+    let mut m = Vec::with_capacity(2 * (NODE_NAME.len() + 2));
+    for field in [0x0a, 0x12] {
+        m.push(field);
+        m.push(NODE_NAME.len() as u8);
+        m.extend_from_slice(NODE_NAME.as_bytes());
+    }
+    m
 }
 
 /// A map-valued attribute in the pairs encoding (an empty map is the 4-byte count 0).
@@ -65,7 +82,9 @@ pub(crate) fn get(d: &VmState, path: &[u8]) -> Option<Vec<u8>> {
         ["plugin_name"] if !init => return text(&p.name),
         ["plugin_root_id"] => return text(if init { "" } else { &p.root_id }),
         ["plugin_vm_id"] => return text(&p.vm_id),
-        ["node", "id"] | ["node", "cluster"] if !init => return text("fusewire-host-test"),
+        // The bootstrap's `node` (a core.v3.Node message: its wire bytes, or a field).
+        ["xds", "node"] if !init => return Some(node_message()),
+        ["xds", "node", "id"] | ["xds", "node", "cluster"] if !init => return text(NODE_NAME),
         _ => {}
     }
     let s = s?;
@@ -78,8 +97,8 @@ pub(crate) fn get(d: &VmState, path: &[u8]) -> Option<Vec<u8>> {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["xds", "cluster_name"] => text(&s.cluster_name),
-        ["xds", "route_name"] => text(&s.route_name),
+        ["xds", "cluster_name"] => s.cluster_name.as_deref().and_then(text),
+        ["xds", "route_name"] => s.route_name.as_deref().and_then(text),
         ["upstream", "address"] => s
             .upstream_address
             .as_ref()

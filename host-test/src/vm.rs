@@ -165,8 +165,11 @@ pub(crate) enum Phase {
 pub(crate) struct StreamData {
     /// Root context that created this stream.
     pub root: u32,
-    pub route_name: String,
-    pub cluster_name: String,
+    /// `xds.route_name`: None when no route matched (NOT_FOUND, as Envoy's).
+    pub route_name: Option<String>,
+    /// `xds.cluster_name`: None without a route or when the route's cluster does not
+    /// exist (Envoy keeps no cluster info for it: NOT_FOUND).
+    pub cluster_name: Option<String>,
     pub upstream_address: Option<String>,
     pub upstream_port: u16,
     pub start_wall_ns: u64,

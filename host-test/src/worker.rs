@@ -436,11 +436,11 @@ impl WorkerVm {
                 ctl.rec.context_id = ctx;
                 let data = StreamData {
                     root: self.root,
-                    route_name: route.as_ref().map(|r| r.name.clone()).unwrap_or_default(),
+                    route_name: route.as_ref().map(|r| r.name.clone()),
                     cluster_name: route
                         .as_ref()
-                        .map(|r| r.cluster.clone())
-                        .unwrap_or_default(),
+                        .filter(|r| self.env.clusters.contains_key(&r.cluster))
+                        .map(|r| r.cluster.clone()),
                     start_wall_ns: self.env.clock.wall(),
                     req_headers: headers,
                     req_headers_live: true,

@@ -238,6 +238,21 @@ fn on_log_runs_before_on_done() {
 }
 
 #[test]
+fn a_local_reply_with_malformed_header_pairs_is_sent_without_them() {
+    // cpp-host's `send_local_response` reads bad pairs as none (`PairsUtil::toPairs`)
+    // and returns OK: the reply goes out.
+    let mut h = harness(1, "");
+    let r = get(&mut h, 0, "/probe/bad-pairs");
+    assert_eq!(
+        (r.outcome, r.response_status, r.body_text().as_str()),
+        (Outcome::LocalReply, Some(418), "still sent")
+    );
+    assert_eq!(r.code_details, "bad_pairs");
+    let logs: Vec<String> = h.logs().into_iter().map(|l| l.message).collect();
+    assert!(logs.iter().any(|l| l == "bad-pairs status=0"), "{logs:?}");
+}
+
+#[test]
 fn local_reply_travels_through_the_response_phase() {
     let mut h = harness(1, "");
     let r = get(&mut h, 0, "/probe/local");
@@ -592,7 +607,7 @@ fn properties_use_envoy_attribute_names() {
     assert_eq!(
         body,
         "cluster=backend route=default plugin=fusewire root_id=fusewire vm_id=fusewire-v1 path=/probe/props \
-         method=GET code=<none> flat=<none> bare_cluster=<none>"
+         method=GET code=<none> flat=<none> bare_cluster=<none> node=fusewire-host-test node_bytes=40 top_node=<none>"
     );
     get(&mut h, 0, "/ok");
     assert_eq!(
@@ -682,6 +697,40 @@ fn no_route_is_a_router_404() {
     assert!(!r.sent_upstream);
     assert_eq!(r.code_details, "route_not_found");
     assert_eq!(r.response_header("x-probe-resp").as_deref(), Some("404"));
+    // No route: `xds.route_name` and `xds.cluster_name` are NOT_FOUND, not empty.
+    let r = get(&mut h, 0, "/probe/props");
+    assert!(
+        r.body_text().starts_with("cluster=<none> route=<none> "),
+        "{}",
+        r.body_text()
+    );
+}
+
+#[test]
+fn a_route_to_an_unknown_cluster_has_no_cluster_name() {
+    // Envoy keeps no cluster info for a route whose cluster does not exist
+    // (`ActiveStream::refreshCachedRoute`), so `xds.cluster_name` is NOT_FOUND while
+    // `xds.route_name` is the route's; the router then answers 503 NC.
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        routes: vec![RouteConfig {
+            name: "ghost".into(),
+            cluster: "missing".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let r = get(&mut h, 0, "/probe/props");
+    assert!(
+        r.body_text().starts_with("cluster=<none> route=ghost "),
+        "{}",
+        r.body_text()
+    );
+    let r = get(&mut h, 0, "/other");
+    assert_eq!(
+        (r.response_status, r.response_flags),
+        (Some(503), flags::NO_CLUSTER_FOUND)
+    );
 }
 
 #[test]
