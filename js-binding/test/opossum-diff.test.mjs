@@ -1053,6 +1053,21 @@ scenario('coalesceResetOn: error ends the sharing of a failure', [
   ['the next call is new', (c) => { c.fire('c', 'k'); c.g.gates[1]?.resolve('y'); }],
 ]);
 
+scenario('coalesceResetOn: [\'error\'] keeps a timed-out result for coalesceTTL (found running opossum\'s README examples)', [
+  ['make', (c) => { c.make(act, { coalesce: true, timeout: 30, coalesceTTL: 5000, coalesceResetOn: ['error'], errorThresholdPercentage: 99 }); }],
+  ['leader hangs; a follower', (c) => { c.fire('a', 'hang').catch(() => {}); c.fire('b', 'hang').catch(() => {}); }],
+  ['t=30: both time out', (c) => c.advance(30)],
+  ['a later call gets the kept timeout', (c) => { c.fire('c', 'hang').catch(() => {}); }],
+  ['t=60', (c) => c.advance(30)],
+]);
+
+scenario('coalesceResetOn: [\'timeout\'] keeps a failure for coalesceTTL', [
+  ['make', (c) => { c.g = gated(); c.make(c.g.action, { coalesce: true, coalesceTTL: 5000, coalesceResetOn: ['timeout'], timeout: false, errorThresholdPercentage: 99 }); }],
+  ['leader + follower', (c) => { c.fire('a', 'k').catch(() => {}); c.fire('b', 'k').catch(() => {}); }],
+  ['the leader fails', (c) => { c.g.gates[0].reject(new Error('leader failed')); }],
+  ['a later call gets the kept failure', (c) => { c.fire('c', 'k').catch(() => {}); c.g.gates[1]?.resolve('y'); }],
+]);
+
 scenario('no trip without a failure: successes leaving the window do not open it', [
   ['make', (c) => { c.make(act, { rollingCountTimeout: 1000, rollingCountBuckets: 10 }); }],
   ['t=0: ok ×3', async (c) => { for (const l of ['a', 'b', 'c']) await c.fire(l, 'x'); }],

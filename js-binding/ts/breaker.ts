@@ -1988,7 +1988,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         if (this._leading.get(key) === flight) this._leading.delete(key);
         if (flight.gone) return;
         const timeout = isOurError(e) && (e as CircuitBreakerError).code === 'ETIMEDOUT';
-        this._settleLead(1, lead, false, p, timeout && reset.includes('timeout') ? key : undefined);
+        this._settleLead(1, lead, false, p, reset.includes(timeout ? 'timeout' : 'error') ? key : undefined);
       },
     );
     return flight;

@@ -332,7 +332,9 @@ export function parse(options: Obj): Parsed {
       max_entries: int('coalesceSize', coalesceSize, 1, MAX_CACHE_ENTRIES) ?? MAX_CACHE_ENTRIES,
       max_bytes: 2 ** 40,
       ttl_ms: ttl,
-      cache_failures: !coalesceResetOn.includes('error'),
+      // Kept as opossum keeps them; `coalesceResetOn` forgets each kind after its
+      // followers got it (errors and timeouts apart: `Breaker._lead1`).
+      cache_failures: true,
       failure_ttl_ms: ttl > 0 ? ttl : MAX_MS,
       on_leader_failure: 'fail_followers',
       max_waiters: 1_000_000,
