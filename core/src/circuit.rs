@@ -14,8 +14,10 @@ use crate::window::{Health, HealthSnapshot, Window};
 pub struct Snapshot {
     /// Breaker phase as reported (`forced_open` reports Open).
     pub phase: Phase,
-    /// Whether the breaker rejects calls now (Hystrix `isOpen()`).
-    pub open: bool,
+    /// Whether the breaker rejects calls now: open with its sleep window not over, or
+    /// half-open with no probe turn free. (Hystrix's `isOpen()` stays true until a probe
+    /// closes the breaker: that is `phase != Closed`.)
+    pub rejecting: bool,
     /// Whether a call now would be admitted by the breaker (ignoring the random
     /// throttle and ramp).
     pub would_admit: bool,
@@ -188,7 +190,7 @@ impl Circuit {
         let would_admit = self.state.would_admit(&config.breaker, now);
         Snapshot {
             phase,
-            open: !would_admit && phase != Phase::Closed,
+            rejecting: !would_admit && phase != Phase::Closed,
             would_admit,
             generation: self.state.generation(),
             health: self.window.health_at(now),

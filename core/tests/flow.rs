@@ -500,11 +500,44 @@ fn forced_open_reports_itself_open() {
         let k = h.key(0, "k");
         assert_eq!(h.phase(0, k), Phase::Open, "{m:?}");
         let s = h.snapshot(0, k);
-        assert!(s.open && !s.would_admit && s.phase == Phase::Open);
+        assert!(s.rejecting && !s.would_admit && s.phase == Phase::Open);
         assert_eq!(
             refused(h.start(0, k)).cause,
             Cause::ShortCircuit(ShortCircuit::ForcedOpen)
         );
+    });
+}
+
+#[test]
+fn rejecting_is_now_and_the_phase_is_hystrix_is_open() {
+    // `rejecting` is true while the sleep window runs and false once a probe may go;
+    // Hystrix's `isOpen()` stays true until a probe closes, which is `phase != Closed`
+    // (found porting HystrixCircuitBreakerTest: the field was documented as isOpen()).
+    each_mode(|m| {
+        let mut h = Host::new(m, BASE);
+        let keys = h.keys("orders");
+        trip(&mut h, &keys);
+        let w = 19 % h.engines.len(); // the worker that tripped it (a snapshot reads no store)
+        let s = h.snapshot(w, keys[w]);
+        assert!(s.rejecting && s.phase == Phase::Open, "{m:?}: {s:?}");
+        h.advance(5_000);
+        let s = h.snapshot(w, keys[w]);
+        assert!(
+            !s.rejecting && s.would_admit,
+            "{m:?}: a probe may go: {s:?}"
+        );
+        assert_ne!(s.phase, Phase::Closed, "{m:?}: Hystrix isOpen() still true");
+        let probes = [running(h.start(w, keys[w])), running(h.start(w, keys[w]))];
+        let s = h.snapshot(w, keys[w]);
+        assert!(
+            s.rejecting && s.phase == Phase::HalfOpen,
+            "{m:?}: both probe turns are taken: {s:?}"
+        );
+        for p in probes {
+            h.complete(w, p, Outcome::Success);
+        }
+        let s = h.snapshot(w, keys[w]);
+        assert!(!s.rejecting && s.phase == Phase::Closed, "{m:?}: {s:?}");
     });
 }
 

@@ -783,7 +783,10 @@ fn async_store_outage_keeps_local_breakers_and_views_converge_after() {
     // Status reports the breaker that decides (the local one while the view is stale).
     assert_eq!(h.phase(0, keys[0]), Phase::Open);
     let s = h.snapshot(0, keys[0]);
-    assert!(s.open && !s.would_admit && s.phase == Phase::Open, "{s:?}");
+    assert!(
+        s.rejecting && !s.would_admit && s.phase == Phase::Open,
+        "{s:?}"
+    );
     assert_eq!(h.phase(1, keys[1]), Phase::Closed);
     for w in 1..3 {
         for _ in 0..5 {

@@ -952,7 +952,7 @@ pub extern "C" fn fw_state(h: u32, now: f64) -> i32 {
 }
 
 /// Fills `out` with the snapshot at `now`:
-/// `[0]` phase, `[1]` open, `[2]` would admit, `[3]` generation,
+/// `[0]` phase, `[1]` rejecting, `[2]` would admit, `[3]` generation,
 /// `[4..17]` live counts per event kind (the rolling window), `[17..30]` cumulative
 /// counts, `[30..39]` latency percentiles in ms (p0 p25 p50 p75 p90 p95 p99 p99.5
 /// p100, over the percentile window), `[39]` mean latency (ms), `[40]` latencies
@@ -974,7 +974,7 @@ pub extern "C" fn fw_snapshot(h: u32, now: f64) -> i32 {
             return E_HANDLE;
         };
         out[0] = phase_code(snap.phase);
-        out[1] = f64::from(u8::from(snap.open));
+        out[1] = f64::from(u8::from(snap.rejecting));
         out[2] = f64::from(u8::from(snap.would_admit));
         out[3] = f64::from(snap.generation);
         for (i, (c, cum)) in snap

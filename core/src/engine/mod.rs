@@ -1045,8 +1045,9 @@ impl Engine {
         }
     }
 
-    /// Forces a key's breaker open or closed (an operator's `open()` / `close()`),
-    /// process-wide for a shared key (written through the store).
+    /// Forces a key's breaker open or closed (an operator's `open()` / `close()`), or
+    /// half-open (a host restoring a saved state); process-wide for a shared key
+    /// (written through the store).
     pub fn force(&mut self, key: KeyId, to: Phase, now: Nanos, rand: u64) {
         let now = self.clock.advance(now);
         let Some(k) = live_mut(&mut self.keys, key) else {
@@ -1536,7 +1537,7 @@ impl Engine {
         if let Some(v) = self.deciding_view(k, now) {
             s.phase = v.breaker.reported_phase(cfg.breaker.mode);
             s.would_admit = v.breaker.would_admit(&cfg.breaker, now);
-            s.open = !s.would_admit && s.phase != Phase::Closed;
+            s.rejecting = !s.would_admit && s.phase != Phase::Closed;
             s.generation = v.breaker.generation();
             s.health = v.window.counts_at(now).health();
         }
