@@ -143,6 +143,8 @@ pub(crate) struct Env {
     pub strict_lifetimes: bool,
     /// The connection manager's stream idle timeout (0: none).
     pub stream_idle_timeout_ns: u64,
+    /// Largest linear memory of a VM.
+    pub max_vm_memory_bytes: u64,
 }
 
 impl Env {
@@ -162,6 +164,7 @@ impl Env {
             records: self.records,
             strict_lifetimes: self.strict_lifetimes,
             stream_idle_timeout_ns: self.stream_idle_timeout_ns,
+            max_vm_memory_bytes: self.max_vm_memory_bytes,
         }
     }
 

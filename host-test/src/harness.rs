@@ -55,6 +55,10 @@ pub struct HarnessConfig {
     /// Bootstrap (`envoy.bootstrap.wasm`, `singleton: true`) service: one VM on the
     /// main thread only; worker threads run no filter (requests pass untouched).
     pub singleton: bool,
+    /// Largest linear memory of a VM in bytes (proxy-wasm-cpp-host's
+    /// `PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES`, 1 GiB): `memory.grow` past it fails,
+    /// so the guest's allocator sees an out-of-memory as it would in Envoy.
+    pub max_vm_memory_bytes: u64,
 }
 
 impl Default for HarnessConfig {
@@ -72,6 +76,7 @@ impl Default for HarnessConfig {
             strict_lifetimes: true,
             stream_idle_timeout_ms: 300_000,
             singleton: false,
+            max_vm_memory_bytes: 1 << 30,
         }
     }
 }
@@ -187,6 +192,7 @@ impl Harness {
             records: cfg.records,
             strict_lifetimes: cfg.strict_lifetimes,
             stream_idle_timeout_ns: cfg.stream_idle_timeout_ms.saturating_mul(1_000_000),
+            max_vm_memory_bytes: cfg.max_vm_memory_bytes,
         });
         let base = Vm::new(module, env.clone(), usize::MAX, "base").context("base VM")?;
         canary(module, &env)?;

@@ -5,7 +5,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{anyhow, bail, Context as _};
-use wasmtime::{Engine, InstancePre, Linker, Memory, Module, Store, TypedFunc};
+use wasmtime::{
+    Engine, InstancePre, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, TypedFunc,
+};
 
 use crate::clock::Rng;
 use crate::env::{Env, LifecycleCall};
@@ -290,6 +292,8 @@ pub struct VmState {
     /// flag set is in here (stale entries are pruned by the worker), so applying them
     /// costs per flagged stream, not per live stream.
     pub(crate) effects: BTreeSet<u32>,
+    /// The VM's memory cap (`Env::max_vm_memory_bytes`).
+    limits: StoreLimits,
 }
 
 impl VmState {
@@ -386,6 +390,7 @@ impl Vm {
         vm_name: &str,
     ) -> anyhow::Result<Vm> {
         let seed = env.seed ^ (worker as u64).wrapping_mul(0x9E37_79B9);
+        let max_memory = env.max_vm_memory_bytes;
         let state = VmState {
             env,
             worker,
@@ -413,8 +418,12 @@ impl Vm {
             switched_context: false,
             stop_next: false,
             effects: BTreeSet::new(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(usize::try_from(max_memory).unwrap_or(usize::MAX))
+                .build(),
         };
         let mut store = Store::new(engine(), state);
+        store.limiter(|s| &mut s.limits);
         let inst = module
             .pre
             .instantiate(&mut store)

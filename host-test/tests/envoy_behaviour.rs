@@ -238,6 +238,24 @@ fn on_log_runs_before_on_done() {
 }
 
 #[test]
+fn a_vm_memory_stops_growing_at_its_cap() {
+    // Envoy caps a VM's memory at 1 GiB (proxy-wasm-cpp-host limits.h); past the cap
+    // `memory.grow` fails and the guest sees out-of-memory.
+    let mut h = harness(1, "");
+    assert_eq!(get(&mut h, 0, "/probe/alloc-200mb").body_text(), "alloc=ok");
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        max_vm_memory_bytes: 128 << 20,
+        ..Default::default()
+    });
+    assert_eq!(
+        get(&mut h, 0, "/probe/alloc-200mb").body_text(),
+        "alloc=failed"
+    );
+    assert!(h.worker_alive(0), "a failed try_reserve is not a trap");
+}
+
+#[test]
 fn a_local_reply_with_malformed_header_pairs_is_sent_without_them() {
     // cpp-host's `send_local_response` reads bad pairs as none (`PairsUtil::toPairs`)
     // and returns OK: the reply goes out.

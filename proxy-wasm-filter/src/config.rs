@@ -448,6 +448,28 @@ impl FromJson for RawHeader {
     }
 }
 
+/// `body` with each `{reason}` replaced by `reason` (by hand: `str::replace` with a
+/// string pattern brings the substring searcher and its panic paths, ≈ 4 KB of code).
+fn with_reason(body: &str, reason: &str) -> String {
+    let mut out = String::with_capacity(body.len());
+    let mut rest = body;
+    while let Some((head, tail)) = rest.split_once('{') {
+        out.push_str(head);
+        match tail.strip_prefix("reason}") {
+            Some(after) => {
+                out.push_str(reason);
+                rest = after;
+            }
+            None => {
+                out.push('{');
+                rest = tail;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn err(path: String, reason: impl Into<String>) -> ConfigError {
     ConfigError {
         path,
@@ -684,7 +706,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         Reply {
             status,
             headers,
-            body: fb.body.replace("{reason}", reason.as_str()).into_bytes(),
+            body: with_reason(&fb.body, reason.as_str()).into_bytes(),
             grpc_status,
         }
     };
@@ -798,6 +820,27 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hand-written substitution matches `str::replace` (which the shipped code
+    /// avoids for its size), also on braces that are not `{reason}`.
+    #[test]
+    fn with_reason_replaces_every_placeholder_as_str_replace_does() {
+        for body in [
+            "",
+            "{reason}",
+            "{\"error\":\"{reason}\"}",
+            "{reason}{reason} and {reason",
+            "{{reason}} {rea son} }{ {",
+            "no placeholder",
+            "ünïcode {reason} ✓",
+        ] {
+            assert_eq!(
+                super::with_reason(body, "timeout"),
+                body.replace("{reason}", "timeout"),
+                "{body}"
+            );
+        }
+    }
 
     fn parse(s: &str) -> Result<Plugin, ConfigError> {
         Plugin::parse(s.as_bytes())

@@ -18,7 +18,7 @@ use crate::host::{self, Level};
 use crate::idmap::IdMap;
 use crate::matcher::RequestView;
 use crate::metrics::{self, Extra, KeyMetrics, MetricsTable};
-use crate::replay::{private, replayable, Capture, Replay, Response};
+use crate::replay::{private, replay_headers, replayable, Capture, Replay, Response};
 use crate::slottable::SlotTable;
 use crate::vecmap::VecMap;
 
@@ -149,8 +149,8 @@ pub struct Worker {
 struct Deferred {
     ctx: u32,
     status: u32,
-    body: Vec<u8>,
-    headers: Vec<u8>,
+    body: Rc<Vec<u8>>,
+    headers: Rc<Vec<u8>>,
     grpc_status: i32,
 }
 
@@ -503,12 +503,8 @@ impl Worker {
         };
         match ev {
             CacheEvent::Ready { entry, .. } => {
-                let Some(resp) = self
-                    .replays
-                    .get(pi)
-                    .and_then(|r| r.collapsed(entry))
-                    .cloned()
-                else {
+                let fan = self.replays.get_mut(pi).and_then(|r| r.collapsed(entry));
+                let Some(fan) = fan else {
                     self.admit(ctx, key, req, None, now, true);
                     return;
                 };
@@ -519,7 +515,18 @@ impl Worker {
                 if let Some(m) = self.metrics(key) {
                     m.event(EventKind::Collapsed);
                 }
-                self.send_response(ctx, &resp, "collapsed", None);
+                // Every waiter holds the same bytes, not a copy.
+                if self.deferring(ctx) {
+                    self.deferred.push(Deferred {
+                        ctx,
+                        status: fan.status,
+                        body: fan.body.clone(),
+                        headers: fan.headers.clone(),
+                        grpc_status: -1,
+                    });
+                } else if host::set_effective_context(ctx) == host::OK {
+                    local_response(fan.status, &fan.body, &fan.headers, -1);
+                }
             }
             CacheEvent::Promoted { lead } => {
                 if let Some(m) = self.metrics(key) {
@@ -610,31 +617,24 @@ impl Worker {
     /// Replays a stored response on stream `ctx`, tagged `x-fusewire: <tag>` (and
     /// `age`, in seconds, for a stale copy).
     fn send_response(&mut self, ctx: u32, r: &Response, tag: &str, age: Option<u64>) {
-        let age = age.map(|a| a.to_string());
-        let mut pairs: Vec<(&str, &str)> = r
-            .headers
-            .iter()
-            .filter(|(k, _)| replayable(k) && *k != "age")
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        pairs.push(("x-fusewire", tag));
-        if let Some(a) = &age {
-            pairs.push(("age", a));
-        }
-        let mut buf = Vec::new();
-        host::serialize_map(&pairs, &mut buf);
-        self.reply(ctx, r.status, &r.body, buf, -1);
+        let headers = replay_headers(r, tag, age);
+        self.reply(ctx, r.status, &r.body, headers, -1);
     }
 
-    /// Sends a local reply on stream `ctx` now, or — from another stream's callback,
-    /// which Envoy would stop too — keeps it for [`Worker::send_deferred`].
+    /// Whether a reply for stream `ctx` waits for [`Worker::send_deferred`]: it was
+    /// decided in another stream's callback, which Envoy would stop too.
+    fn deferring(&self, ctx: u32) -> bool {
+        self.current.is_some_and(|c| c != ctx)
+    }
+
+    /// Sends a local reply on stream `ctx` now, or keeps it (see [`Worker::deferring`]).
     fn reply(&mut self, ctx: u32, status: u32, body: &[u8], headers: Vec<u8>, grpc_status: i32) {
-        if self.current.is_some_and(|c| c != ctx) {
+        if self.deferring(ctx) {
             self.deferred.push(Deferred {
                 ctx,
                 status,
-                body: body.to_vec(),
-                headers,
+                body: Rc::new(body.to_vec()),
+                headers: Rc::new(headers),
                 grpc_status,
             });
         } else if host::set_effective_context(ctx) == host::OK {
@@ -984,7 +984,14 @@ impl Worker {
             return;
         };
         if let Some(c) = capture.as_mut().filter(|c| !c.too_large) {
-            host::response_body(size, |b| c.body(b));
+            if c.fits(size) {
+                host::response_body(size, |b| match b {
+                    Some(b) => c.body(b),
+                    None => c.give_up(),
+                });
+            } else {
+                c.give_up();
+            }
         }
         if end {
             obs.ended = true;

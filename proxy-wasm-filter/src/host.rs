@@ -108,7 +108,9 @@ static SCRATCH_BUF: Scratch = Scratch {
 };
 
 /// Memory for a host answer of `size` bytes (`proxy_on_memory_allocate`): the scratch
-/// buffer when it is free and large enough, else heap memory that [`fetch`] frees.
+/// buffer when it is free and large enough, else heap memory that [`fetch`] frees;
+/// null when the heap cannot grow by that much (the host call then fails with
+/// INVALID_MEMORY_ACCESS instead of the VM aborting).
 pub fn allocate(size: usize) -> *mut u8 {
     // SAFETY: one thread, no reentrancy (see `Scratch`).
     unsafe {
@@ -118,10 +120,15 @@ pub fn allocate(size: usize) -> *mut u8 {
             return SCRATCH_BUF.bytes.get().cast();
         }
     }
-    let mut v: Vec<u8> = Vec::with_capacity(size);
-    let p = v.as_mut_ptr();
-    std::mem::forget(v);
-    p
+    if size == 0 {
+        return core::ptr::NonNull::dangling().as_ptr();
+    }
+    match std::alloc::Layout::array::<u8>(size) {
+        // SAFETY: a non-zero size; freed by `fetch` as a `Vec<u8>` of capacity `size`
+        // (the same layout).
+        Ok(layout) => unsafe { std::alloc::alloc(layout) },
+        Err(_) => core::ptr::null_mut(),
+    }
 }
 
 /// Calls a getter that returns host-allocated bytes and hands them to `f`;
@@ -229,19 +236,14 @@ pub fn parse_map(raw: &[u8]) -> Option<Vec<(String, String)>> {
     Some(out)
 }
 
-/// `f` of the current response body chunk (`size` bytes; empty on any host error).
-pub fn response_body(size: usize, f: impl FnOnce(&[u8])) {
-    let mut f = Some(f);
+/// `f` of the current response body chunk: `Some` of its `size` bytes, `None` when
+/// the host gave fewer (the call failed: the VM had no memory for them).
+pub fn response_body(size: usize, f: impl FnOnce(Option<&[u8]>)) {
     // SAFETY: valid out-pointers.
-    let r = fetch(
+    let _ = fetch(
         |p, n| unsafe { proxy_get_buffer_bytes(RESPONSE_BODY, 0, size, p, n) },
-        |b| f.take().map(|f| f(b)),
+        |b| f((b.len() == size).then_some(b)),
     );
-    if r.is_err() {
-        if let Some(f) = f {
-            f(&[]);
-        }
-    }
 }
 
 /// A header parsed as a number.
@@ -455,5 +457,20 @@ mod tests {
             super::fetch(host_writes(&[1], 0), |b| b.as_ptr() == scratch),
             Ok(true)
         );
+    }
+
+    /// Memory the heap cannot give is a null pointer (the host call fails), not an
+    /// abort that kills the VM (found by review: a response chunk larger than the
+    /// memory left trapped in `proxy_on_memory_allocate`).
+    #[test]
+    fn an_allocation_that_cannot_be_had_is_null() {
+        // black_box: an allocation whose pointer is only compared with null may be
+        // elided by the optimizer (natively; in the VM the pointer goes to the host).
+        let huge = |n: usize| std::hint::black_box(super::allocate(std::hint::black_box(n)));
+        assert!(huge(usize::MAX / 2).is_null());
+        assert!(huge(isize::MAX as usize + 1).is_null());
+        assert!(!super::allocate(0).is_null(), "nothing to free, never null");
+        let big = super::fetch(host_writes(&[super::SCRATCH + 3], 5), <[u8]>::len);
+        assert_eq!(big, Ok(super::SCRATCH + 3), "heap answers still work");
     }
 }

@@ -161,7 +161,7 @@ impl KeySpec {
                 "authority" => Part::Authority,
                 "path" => Part::Path,
                 h if h.len() > 7 && h.starts_with("header:") => {
-                    Part::Header(h.trim_start_matches("header:").to_ascii_lowercase())
+                    Part::Header(h.get(7..).unwrap_or_default().to_ascii_lowercase())
                 }
                 other => {
                     return Err(format!(

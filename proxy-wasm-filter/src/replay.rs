@@ -7,11 +7,13 @@
 //! concurrent requests reach the upstream at most 4 times.
 
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::rc::Rc;
 
 use fusewire_core::cache::{CacheEvent, EntryId, Lead, Lookup, RequestCache, ScopeId};
 use fusewire_core::Nanos;
 
 use crate::config::Policy;
+use crate::host;
 use crate::vecmap::VecMap;
 
 /// A response as the filter saw it (and will replay it).
@@ -25,6 +27,37 @@ pub struct Response {
     pub body: Vec<u8>,
     /// When it was received (ns).
     pub at: Nanos,
+}
+
+/// A leader's response as its waiters get it: the `x-fusewire: collapsed` headers
+/// serialized and the body, each held once however many waiters it goes to.
+#[derive(Clone)]
+pub struct Collapsed {
+    /// `:status`.
+    pub status: u32,
+    /// Serialized headers ([`replay_headers`]).
+    pub headers: Rc<Vec<u8>>,
+    /// Body.
+    pub body: Rc<Vec<u8>>,
+}
+
+/// The serialized headers of a replayed response, tagged `x-fusewire: <tag>` (and
+/// `age`, in seconds, for a stale copy).
+pub fn replay_headers(r: &Response, tag: &str, age: Option<u64>) -> Vec<u8> {
+    let age = age.map(|a| a.to_string());
+    let mut pairs: Vec<(&str, &str)> = r
+        .headers
+        .iter()
+        .filter(|(k, _)| replayable(k) && *k != "age")
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    pairs.push(("x-fusewire", tag));
+    if let Some(a) = &age {
+        pairs.push(("age", a));
+    }
+    let mut buf = Vec::new();
+    host::serialize_map(&pairs, &mut buf);
+    buf
 }
 
 /// Headers a proxy never replays (RFC 9110 §7.6.1 hop-by-hop, plus the ones Envoy
@@ -106,21 +139,30 @@ impl Capture {
         }
     }
 
-    /// Appends a body chunk.
+    /// Whether `n` more body bytes are within the limit and the VM's budget (checked
+    /// before fetching a chunk: a chunk that cannot be kept is never copied in).
+    pub fn fits(&self, n: usize) -> bool {
+        !self.too_large
+            && (self.response.body.len() as u64).saturating_add(n as u64) <= self.limit
+            && CAPTURING.load(Relaxed).saturating_add(n) <= CAPTURE_BUDGET
+    }
+
+    /// Appends a body chunk (one that does not fit, or finds no memory, ends the
+    /// capture).
     pub fn body(&mut self, chunk: &[u8]) {
-        if self.too_large {
-            return;
-        }
-        let held = self.response.body.len();
-        let fits = (held + chunk.len()) as u64 <= self.limit
-            && CAPTURING.load(Relaxed).saturating_add(chunk.len()) <= CAPTURE_BUDGET
-            && self.response.body.try_reserve(chunk.len()).is_ok();
-        if fits {
+        if self.fits(chunk.len()) && self.response.body.try_reserve(chunk.len()).is_ok() {
             self.response.body.extend_from_slice(chunk);
             CAPTURING.fetch_add(chunk.len(), Relaxed);
         } else {
+            self.give_up();
+        }
+    }
+
+    /// Ends the capture: the response is too large to replay.
+    pub fn give_up(&mut self) {
+        if !self.too_large {
             self.too_large = true;
-            CAPTURING.fetch_sub(held, Relaxed);
+            CAPTURING.fetch_sub(self.response.body.len(), Relaxed);
             self.response.body = Vec::new();
         }
     }
@@ -152,6 +194,8 @@ pub struct Replay {
     pub stale: Option<RequestCache>,
     /// Leaders' responses handed to their waiters, by entry.
     collapsed: VecMap<u64, Response>,
+    /// The collapsed reply last handed out, prepared once for all of its waiters.
+    fan: Option<(u64, Collapsed)>,
     /// Stale copies, by entry.
     kept: VecMap<u64, Response>,
 }
@@ -264,16 +308,34 @@ impl Replay {
             let ev = self.collapse.as_mut()?.poll(now)?;
             match ev {
                 CacheEvent::Removed { entry, .. } => {
-                    self.collapsed.remove(&entry.to_raw());
+                    let id = entry.to_raw();
+                    self.collapsed.remove(&id);
+                    if self.fan.as_ref().is_some_and(|(e, _)| *e == id) {
+                        self.fan = None;
+                    }
                 }
                 ev => return Some(ev),
             }
         }
     }
 
-    /// A leader's response kept for its waiters.
-    pub fn collapsed(&self, entry: EntryId) -> Option<&Response> {
-        self.collapsed.get(&entry.to_raw())
+    /// A leader's response kept for its waiters, as they get it: prepared at the
+    /// first waiter, the same bytes for every other one (not a copy each).
+    pub fn collapsed(&mut self, entry: EntryId) -> Option<Collapsed> {
+        let id = entry.to_raw();
+        match &self.fan {
+            Some((e, c)) if *e == id => Some(c.clone()),
+            _ => {
+                let r = self.collapsed.get(&id)?;
+                let c = Collapsed {
+                    status: r.status,
+                    headers: Rc::new(replay_headers(r, "collapsed", None)),
+                    body: Rc::new(r.body.clone()),
+                };
+                self.fan = Some((id, c.clone()));
+                Some(c)
+            }
+        }
     }
 
     /// Time-driven work: expired waits.
@@ -324,8 +386,9 @@ mod tests {
         c.body(b"ab");
         c.body(b"cd");
         assert_eq!(c.response.body, b"abcd");
+        assert!(c.fits(0) && !c.fits(1), "4 of 4 bytes held");
         c.body(b"e");
-        assert!(c.too_large && c.response.body.is_empty());
+        assert!(c.too_large && c.response.body.is_empty() && !c.fits(0));
         assert_eq!(Capture::in_vm(), 0);
         let chunk = vec![7u8; 1 << 20];
         let mut held: Vec<Capture> = Vec::new();

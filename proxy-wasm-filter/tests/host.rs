@@ -1194,6 +1194,41 @@ fn identical_concurrent_gets_are_collapsed_per_worker() {
     assert_eq!(r.response_body, b"v2");
 }
 
+/// Found by review: every collapsed waiter's reply held its own copy of the leader's
+/// body until the leader's callback returned (and a clone on the way), so 400 waiters
+/// of a 512 KiB response needed 200 MiB at once — past a VM's memory, an allocation
+/// failure and a trap. The waiters now share one body: in a VM capped at 96 MiB
+/// (Envoy caps one at 1 GiB) all of them get it and the VM lives.
+#[test]
+fn collapsed_waiters_share_one_body() {
+    let body = "x".repeat(512 << 10);
+    let json = collapse_only(r#""max_body_bytes": 1048576, "max_waiters": 1000"#);
+    let mut cfg = common::harness_config(CasMode::Envoy, &json, 15_000);
+    cfg.max_vm_memory_bytes = 96 << 20;
+    let mut h = Harness::new(&common::module(), cfg).expect("plugin loads");
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..400)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/big"),
+                UpstreamReply::status(200).after_ms(100).with_body(&body),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(1_000));
+    assert!(h.worker_alive(0), "no trap");
+    let recs = records(&h, &ids);
+    assert_eq!(recs.iter().filter(|r| r.sent_upstream).count(), 1);
+    for r in &recs {
+        assert_eq!(
+            (r.response_status, r.response_body.len()),
+            (Some(200), 512 << 10)
+        );
+    }
+}
+
 /// POSTs and requests carrying `authorization` or `cookie` are never collapsed.
 #[test]
 fn posts_and_credentials_are_never_collapsed() {
