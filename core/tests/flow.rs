@@ -542,6 +542,26 @@ fn rejecting_is_now_and_the_phase_is_hystrix_is_open() {
 }
 
 #[test]
+fn key_bytes_bound_what_a_key_holds_and_grow_with_its_buckets() {
+    let small = config("{}");
+    let big = config(r#"{"metrics": {"rolling_buckets": 1000, "percentile_buckets": 100}}"#);
+    for c in [&small, &big] {
+        let mut e = Engine::local();
+        let p = e.add_policy("p", c.clone()).expect("valid");
+        let k = e.key(p, "k", 0).expect("a key");
+        let held = e.circuit(k).expect("live").memory_bytes();
+        assert!(Engine::key_bytes(c, false) >= held, "{held}");
+        assert!(Engine::key_bytes(c, true) > Engine::key_bytes(c, false));
+    }
+    // A host bounding 10 000 keys by memory sees the product of keys and buckets.
+    let (s, b) = (
+        Engine::key_bytes(&small, true),
+        Engine::key_bytes(&big, true),
+    );
+    assert!(b > 20 * s, "{s} {b}");
+}
+
+#[test]
 fn fallback_limit_and_events() {
     let mut h = Host::new(
         Mode::Local,

@@ -448,6 +448,55 @@ impl FromJson for RawHeader {
     }
 }
 
+/// What a worker's VM may keep for the policies' key tables and stale copies: half of
+/// the 1 GiB Envoy lets a VM grow to (proxy-wasm-cpp-host's
+/// `PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES`); the other half is for requests in
+/// flight, response captures and collapsed replies.
+pub const KEPT_MEMORY_BUDGET: u64 = 512 << 20;
+
+/// Bytes a stale copy holds beyond its counted bytes (its entry, index slot and
+/// allocations), for the budget.
+const STALE_ENTRY_BYTES: u64 = 512;
+
+/// Refuses policies whose key tables (`keys.max_keys` keys and an overflow key, each
+/// as large as its window makes it) and stale stores could outgrow a VM: past its
+/// memory an allocation fails and the VM is gone.
+fn check_memory(policies: &[Policy]) -> Result<(), ConfigError> {
+    let mut total = 0u64;
+    let mut largest = (0u64, 0usize);
+    for (i, p) in policies.iter().enumerate() {
+        let key = fusewire_core::Engine::key_bytes(&p.core, true) as u64;
+        let keys = u64::from(p.core.keys.max_keys)
+            .saturating_add(1)
+            .saturating_mul(key);
+        let stale = p.stale.as_ref().map_or(0, |s| {
+            let entries = u64::from(s.cache.max_entries).saturating_mul(STALE_ENTRY_BYTES);
+            s.cache.max_bytes.saturating_add(entries)
+        });
+        let bytes = keys.saturating_add(stale);
+        if bytes > largest.0 {
+            largest = (bytes, i);
+        }
+        total = total.saturating_add(bytes);
+    }
+    if total <= KEPT_MEMORY_BUDGET {
+        return Ok(());
+    }
+    let mib = |b: u64| b.div_ceil(1 << 20);
+    Err(err(
+        format!("policies[{}]", largest.1),
+        format!(
+            "the policies' key tables and stale copies may hold {} MiB in a worker's VM \
+             ({} MiB of it this policy's), over the {} MiB kept for them (Envoy caps a VM \
+             at 1 GiB); lower keys.max_keys, metrics.rolling_buckets, \
+             metrics.percentile_buckets or stale.max_bytes",
+            mib(total),
+            mib(largest.0),
+            mib(KEPT_MEMORY_BUDGET)
+        ),
+    ))
+}
+
 /// `body` with each `{reason}` replaced by `reason` (by hand: `str::replace` with a
 /// string pattern brings the substring searcher and its panic paths, ≈ 4 KB of code).
 fn with_reason(body: &str, reason: &str) -> String {
@@ -548,6 +597,7 @@ impl Plugin {
             }
             policies.push(policy);
         }
+        check_memory(&policies)?;
         Ok(Plugin {
             tick_ms: raw.tick_ms,
             metrics_prefix: prefix,
@@ -844,6 +894,32 @@ mod tests {
 
     fn parse(s: &str) -> Result<Plugin, ConfigError> {
         Plugin::parse(s.as_bytes())
+    }
+
+    /// Found by review: 10 000 keys of 1 000 buckets each (≈ 2.6 GiB) or stale stores
+    /// of 1 GiB per policy were valid configs, and a key template on a client's header
+    /// or path filled the VM until an allocation failed and it trapped. What the
+    /// policies may keep is now bounded together, naming the largest policy.
+    #[test]
+    fn policies_that_could_outgrow_a_vm_are_refused() {
+        fails(
+            r#"{"policies":[{"name":"a","keys":{"max_keys":10000},"metrics":{"rolling_buckets":1000}}]}"#,
+            "policies[0]",
+            "MiB of it this policy's), over the 512 MiB kept for them (Envoy caps a VM at 1 GiB)",
+        );
+        let stale = |n: &str| format!(r#"{{"name":"{n}","stale":{{"max_bytes":314572800}}}}"#);
+        fails(
+            &format!(r#"{{"policies":[{},{}]}}"#, stale("a"), stale("b")),
+            "policies[0]",
+            "lower keys.max_keys, metrics.rolling_buckets, metrics.percentile_buckets or stale.max_bytes",
+        );
+        for ok in [
+            r#"{"policies":[{"name":"a","keys":{"max_keys":10000}}]}"#.to_string(),
+            r#"{"policies":[{"name":"a","keys":{"max_keys":1000},"metrics":{"rolling_buckets":1000}}]}"#.to_string(),
+            format!(r#"{{"policies":[{}]}}"#, stale("a")),
+        ] {
+            parse(&ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
     }
 
     fn fails(s: &str, path: &str, reason_part: &str) {

@@ -221,10 +221,12 @@ impl Replay {
         let Some(c) = self.stale.as_mut() else { return };
         let _ = c.invalidate(ScopeId::GLOBAL, key, now);
         if let Lookup::Lead(lead) = c.lookup(ScopeId::GLOBAL, key, now) {
+            // Each pair also costs its two strings and their allocations (≈ 48 B in a
+            // wasm32 VM): many tiny headers must not slip past `max_bytes`.
             let headers: usize = response
                 .headers
                 .iter()
-                .map(|(k, v)| k.len() + v.len())
+                .map(|(k, v)| k.len() + v.len() + 48)
                 .sum();
             let bytes = (response.body.len() + headers + key.len()) as u64;
             if let Some(entry) = c.fill(lead, bytes, now).and_then(|s| s.entry) {

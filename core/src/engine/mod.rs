@@ -220,6 +220,22 @@ impl Engine {
         Ok(PolicyId(self.policies.len() as u32 - 1))
     }
 
+    /// Bytes one key of a policy with `config` holds at most: its entry, name, breaker,
+    /// window and histograms, and on shared state its replica (two delta windows and
+    /// its view of the stored one). For hosts that bound a key table by memory
+    /// (`keys.max_keys` of them per policy, and an overflow key).
+    pub fn key_bytes(config: &Config, shared: bool) -> usize {
+        let local =
+            core::mem::size_of::<KeyEntry>() + MAX_KEY_LEN + Circuit::new(config, 0).memory_bytes();
+        if !shared {
+            return local;
+        }
+        let wire = crate::shared::WireWindow::new(config, 0).0.heap_bytes()
+            + core::mem::size_of::<crate::shared::WireWindow>();
+        // The view's name and ledger: a stored name and one slot count per worker.
+        local + core::mem::size_of::<Replica>() + 3 * wire + 2 * MAX_KEY_LEN + 1024
+    }
+
     /// The policy called `name`.
     pub fn policy(&self, name: &str) -> Option<PolicyId> {
         self.policies
