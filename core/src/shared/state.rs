@@ -109,6 +109,11 @@ impl Wire for WireWindow {
     fn take(r: &mut Reader<'_>) -> Option<Self> {
         let width_ns = u64::take(r)?;
         let len = u16::take(r)?;
+        // No writer makes more buckets: more is corruption, not an allocation to make
+        // (65 535 slots of a few bytes' input).
+        if u32::from(len) > crate::ring::MAX_BUCKETS {
+            return None;
+        }
         let current = u64::take(r)?;
         let n = u64::from(len.max(1));
         let mut slots = vec![Slot::<Counts>::default(); n as usize];
@@ -405,5 +410,28 @@ impl KeyState {
             || self.breaker.consecutive_failures() > 0
             || c.errors() > 0
             || c.slow > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::codec::{put_varint, Reader, Wire};
+    use super::WireWindow;
+
+    /// A window claiming more buckets than any writer makes is refused before its
+    /// slots are allocated (found by review: 65 535 slots from a 64 KiB value).
+    #[test]
+    fn a_window_of_more_buckets_than_the_limit_is_corrupt() {
+        let bytes = |len: u64| {
+            let mut b = Vec::new();
+            for v in [1_000_000, len, 7, 0] {
+                put_varint(&mut b, v); // width, buckets, current epoch, no slots
+            }
+            b
+        };
+        let take = |b: &[u8]| WireWindow::take(&mut Reader::new(b));
+        assert_eq!(take(&bytes(1_000)).map(|w| w.0.len()), Some(1_000));
+        assert!(take(&bytes(1_001)).is_none());
+        assert!(take(&bytes(65_535)).is_none());
     }
 }
