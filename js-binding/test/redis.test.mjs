@@ -278,6 +278,35 @@ describe('fusewire/redis: RedisStore', () => {
     store.close();
   });
 
+  test('a value over the scratch buffer (17 MiB) reads as unreadable state, not an unhandled rejection that stops the syncs (found by review)', async () => {
+    const big = Buffer.alloc(17 << 20, 1);
+    const client = fakeClient((cmd) => {
+      if (cmd === 'HMGET') return Promise.resolve([Buffer.from('5'), big]);
+      return Promise.resolve([0, Date.now(), 6]);
+    });
+    const store = new RedisStore({ client });
+    const b = new CircuitBreaker(async (x) => x, { name: 'huge', shared: { store, sync_ms: 50, stale_ms: 200 } });
+    const issues = [];
+    b.on('store', (s) => issues.push(s.issue));
+    const rejections = [];
+    const onRejection = (e) => rejections.push(e);
+    process.on('unhandledRejection', onRejection);
+    try {
+      for (let i = 0; i < 5; i++) {
+        assert.equal(await b.fire(i), i);
+        await sleep(60);
+      }
+      assert.deepEqual(rejections, []);
+      assert.ok(issues.includes('invalid'), JSON.stringify(issues));
+      const writes = client.log.filter((c) => c[0] === 'EVALSHA' || c[0] === 'EVAL').length;
+      assert.ok(writes >= 1, 'the key is reset and written again');
+    } finally {
+      process.off('unhandledRejection', onRejection);
+      b.shutdown();
+      store.close();
+    }
+  });
+
   test('an idle breaker stops reading Redis once its key expires, and reads again when used (found by review: every idle breaker read every sync_ms forever)', async () => {
     const client = emptyStoreClient();
     const store = new RedisStore({ client });

@@ -126,7 +126,23 @@ function answer(b: AsyncHost, id: number, kind: number, token: number, value: Ui
 /** @internal Hands the store's answer to request `id` to the core (`fw_io_done`); returns its flags. */
 export function deliver(h: number, id: number, kind: number, token: number, value: Uint8Array | undefined,
   flag: number, t: number): number {
-  const len = value === undefined ? 0 : value.length;
-  if (len > 0) putScratchBytes(value!);
+  // Past 64 KiB a value is not fusewire state (the core's encoding limit): its first
+  // 64 KiB + 1 bytes tell the core so (it reports and resets the key) without copying
+  // the rest. A value that still finds no room is a failed read, not a lost answer
+  // (the core would wait for it forever).
+  const v = value !== undefined && value.length > MAX_STATE + 1 ? value.subarray(0, MAX_STATE + 1) : value;
+  const len = v === undefined ? 0 : v.length;
+  if (len > 0) {
+    try {
+      putScratchBytes(v!);
+    } catch {
+      return w.fw_io_done(h, id, FAILED, token, 0, 0, t);
+    }
+  }
   return w.fw_io_done(h, id, kind, token, len, flag, t);
 }
+
+/** The core's largest encoded state (`shared::codec::MAX_ENCODED_LEN`). */
+const MAX_STATE = 64 * 1024;
+/** `fw_io_done` kind: the store call failed. */
+const FAILED = 4;
