@@ -15,26 +15,79 @@
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 /// 64 KiB wasm pages.
-#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
 const PAGE: usize = 64 * 1024;
 /// Pages past which memory is low.
 static LIMIT: AtomicUsize = AtomicUsize::new(65_536 - 2_048);
 static LOW: AtomicBool = AtomicBool::new(false);
 
-/// Whether memory grew past the limit since it was last lifted.
+/// Whether memory grew past the limit and what is allocated has not dropped well
+/// below it since (see [`relieve`]; looked at again here, as memory is also freed
+/// where no export says so: a cache's cleared entries go as their events are taken).
 pub fn low() -> bool {
+    if LOW.load(Relaxed) {
+        relieve();
+    }
     LOW.load(Relaxed)
 }
 
-/// Lifts the low mark (memory was freed).
+/// How far below the limit what is allocated must drop for the low mark to lift.
+const RELIEF: usize = 4 << 20;
+
+/// Lifts the low mark (memory was freed) once what is allocated is [`RELIEF`] bytes
+/// below the limit. (Lifting it on any freeing — an empty cache cleared, one breaker
+/// freed — let each free-then-insert cycle grow memory into the reserve until an
+/// allocation failed: found by review. Counting free heap bytes instead is fooled by
+/// fragments too small for what comes next.)
 pub fn relieve() {
-    LOW.store(false, Relaxed);
+    if allocated().saturating_add(RELIEF) <= LIMIT.load(Relaxed) * PAGE {
+        LOW.store(false, Relaxed);
+    }
+}
+
+/// Bytes allocated and not freed (kept by [`Counted`]).
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+/// Bytes allocated now (none counted off wasm, where [`Counted`] is not the allocator).
+fn allocated() -> usize {
+    ALLOCATED.load(Relaxed)
+}
+
+/// An allocator that keeps [`ALLOCATED`] (for [`relieve`]).
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+pub struct Counted<A>(pub A);
+
+// SAFETY: every call is `A`'s; only the count is added.
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+unsafe impl<A: core::alloc::GlobalAlloc> core::alloc::GlobalAlloc for Counted<A> {
+    unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { self.0.alloc(layout) };
+        if !p.is_null() {
+            ALLOCATED.fetch_add(layout.size(), Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: core::alloc::Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.0.dealloc(ptr, layout) };
+        ALLOCATED.fetch_sub(layout.size(), Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: core::alloc::Layout, new: usize) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { self.0.realloc(ptr, layout, new) };
+        if !p.is_null() {
+            ALLOCATED.fetch_add(new, Relaxed);
+            ALLOCATED.fetch_sub(layout.size(), Relaxed);
+        }
+        p
+    }
 }
 
 /// Sets the limit in MiB (tests; at most 4 096); lifts the low mark.
 pub fn set_limit(mib: u32) {
     LIMIT.store((mib.min(4_096) as usize) * 16, Relaxed);
-    relieve();
+    LOW.store(false, Relaxed);
 }
 
 #[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
@@ -75,7 +128,10 @@ mod source {
                 if need <= room {
                     pages = room;
                 } else {
+                    // Past the limit: only what this allocation needs (an eighth of
+                    // memory here left room that lifted the mark again at once).
                     LOW.store(true, Relaxed);
+                    pages = need;
                 }
             }
             let prev = loop {

@@ -40,8 +40,8 @@ use wasm_bindgen::prelude::*;
 /// a `.wasm` (one instance per JS thread: no atomics).
 #[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
 #[global_allocator]
-static ALLOCATOR: talc::cell::TalcSyncCell<heap::Heap, talc::wasm::WasmBinning> =
-    talc::cell::TalcSyncCell::new_wasm(heap::Heap::new());
+static ALLOCATOR: heap::Counted<talc::cell::TalcSyncCell<heap::Heap, talc::wasm::WasmBinning>> =
+    heap::Counted(talc::cell::TalcSyncCell::new_wasm(heap::Heap::new()));
 
 mod heap;
 

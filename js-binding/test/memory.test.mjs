@@ -67,8 +67,11 @@ test('wasm memory past its limit: refusals, never a trap', async () => {
     assert.equal(await cached.fire(`again${pad}`), 60_005);
     assert.equal(runs, before + 2, 'not cached while memory is low');
     assert.equal(await bystander.fire(7), 7, 'other breakers serve on');
-    // Freed memory lifts the mark.
+    // Memory given back lifts the mark (a cleared cache keeps its slots for reuse:
+    // it gives nothing back, so its breaker goes).
     cached.clearCache();
+    assert.throws(() => new CircuitBreaker(async () => 1), { message: 'fusewire: wasm memory is full' });
+    cached.shutdown();
     new CircuitBreaker(async () => 1).shutdown();
   } finally {
     engine.w.fw_memory_limit(4096 - 128);
@@ -76,3 +79,34 @@ test('wasm memory past its limit: refusals, never a trap', async () => {
     bystander.shutdown();
   }
 });
+
+test('a freeing that returns little does not lift the low mark (found by review: an empty cache cleared or one breaker freed per insert grew memory into the reserve until it trapped)', async () => {
+  const mib = () => engine.bytes().length / 2 ** 20;
+  const other = new CircuitBreaker(async (x) => x, { name: 'empty cache', cache: true });
+  const filler = new CircuitBreaker((k) => k.length, { name: 'filler', cache: true, cacheGetKey: (k) => k });
+  const limit = Math.ceil(mib()) + 8;
+  engine.w.fw_memory_limit(limit);
+  try {
+    const pad = 'f'.repeat(60_000);
+    let top = 0;
+    let refused = 0;
+    for (let i = 0; i < 1_500; i++) {
+      await filler.fire(`${i}${pad}`);
+      other.clearCache(); // frees nothing
+      try {
+        new CircuitBreaker(async () => 1, { name: `b${i}` }).shutdown(); // frees one breaker
+      } catch (e) {
+        assert.equal(e.message, 'fusewire: wasm memory is full');
+        refused++;
+      }
+      top = Math.max(top, mib());
+    }
+    assert.ok(refused > 0, 'memory reached its limit');
+    assert.ok(top < limit + 16, `memory stopped near its limit (${limit} MiB): ${top} MiB`);
+  } finally {
+    engine.w.fw_memory_limit(4096 - 128);
+    filler.shutdown();
+    other.shutdown();
+  }
+});
+
