@@ -22,7 +22,7 @@ static LOW: AtomicBool = AtomicBool::new(false);
 
 /// Whether memory grew past the limit and what is allocated has not dropped well
 /// below it since (see [`relieve`]; looked at again here, as memory is also freed
-/// where no export says so: a cache's cleared entries go as their events are taken).
+/// where no export says so, e.g. a call table or queue emptied by calls ending).
 pub fn low() -> bool {
     if LOW.load(Relaxed) {
         relieve();
