@@ -165,7 +165,6 @@ pub extern "C" fn fw_cache_clear(h: u32, which: u32, now: f64) -> i32 {
         if let Some(c) = pick(p.b, which) {
             c.clear(ns(now));
         }
-        crate::heap::relieve();
         0
     })
 }

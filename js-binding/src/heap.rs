@@ -7,10 +7,11 @@
 //! fits.
 //!
 //! A failed allocation aborts, and the trap would poison every breaker of the process.
-//! So growth past [`limit`] (4 GiB less 128 MiB by default) marks memory as low: the
+//! So growth past [`LIMIT`] (4 GiB less 128 MiB by default) marks memory as low: the
 //! exports then refuse what would keep memory (a new breaker, a cache entry, a
-//! collapser item) and the reserve serves the calls in flight. Freeing a breaker or
-//! clearing a cache lifts the mark (talc reuses what was freed before it grows again).
+//! collapser item) and the reserve serves the calls in flight. Past the limit memory
+//! grows only by what an allocation needs; the mark lifts once what is allocated is
+//! 4 MiB below the limit again (talc reuses what was freed before it grows again).
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
@@ -21,8 +22,8 @@ static LIMIT: AtomicUsize = AtomicUsize::new(65_536 - 2_048);
 static LOW: AtomicBool = AtomicBool::new(false);
 
 /// Whether memory grew past the limit and what is allocated has not dropped well
-/// below it since (see [`relieve`]; looked at again here, as memory is also freed
-/// where no export says so, e.g. a call table or queue emptied by calls ending).
+/// below it since (see [`relieve`]; looked at here, when an export asks, however the
+/// memory was freed: a breaker, a call table or queue emptied by calls ending).
 pub fn low() -> bool {
     if LOW.load(Relaxed) {
         relieve();
@@ -38,7 +39,7 @@ const RELIEF: usize = 4 << 20;
 /// freed — let each free-then-insert cycle grow memory into the reserve until an
 /// allocation failed: found by review. Counting free heap bytes instead is fooled by
 /// fragments too small for what comes next.)
-pub fn relieve() {
+fn relieve() {
     if allocated().saturating_add(RELIEF) <= LIMIT.load(Relaxed) * PAGE {
         LOW.store(false, Relaxed);
     }

@@ -671,7 +671,6 @@ pub extern "C" fn fw_free(h: u32) -> i32 {
         slot.breaker = None;
         slot.generation = slot.generation.wrapping_add(1) & GEN_MASK;
         s.free.push(i);
-        heap::relieve();
         1
     })
 }
