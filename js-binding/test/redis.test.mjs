@@ -100,6 +100,36 @@ describe('fusewire/redis: RedisStore', () => {
     store.close();
   });
 
+  test('shutdown() called again by a \'shutdown\' listener: the listener runs once and close() still ends (found by review: the flush was held twice, close() never ended)', async () => {
+    const now = Date.now();
+    let token = 0;
+    const client = fakeClient((cmd) => {
+      if (cmd === 'HMGET') return Promise.resolve([null, null]);
+      if (cmd === 'EVALSHA') return sleep(5).then(() => [0, now, ++token]);
+      return Promise.reject(new Error(`unexpected ${cmd}`));
+    });
+    const store = new RedisStore({ client });
+    const b = new CircuitBreaker(async () => 'ok', { name: 'again', shared: { store, flush_ms: 10_000 } });
+    assert.equal(await b.fire(), 'ok');
+    let heard = 0;
+    b.on('shutdown', () => {
+      heard++;
+      b.shutdown();
+    });
+    b.shutdown();
+    assert.equal(heard, 1);
+    assert.equal(b.isShutdown, true);
+    // With `once` (no endless emit), the inner call used to free the breaker and the
+    // outer one held the store's last flush a second time, never released.
+    const once = new CircuitBreaker(async () => 'ok', { name: 'once', shared: { store, flush_ms: 10_000 } });
+    assert.equal(await once.fire(), 'ok');
+    once.once('shutdown', () => once.shutdown());
+    once.shutdown();
+    assert.equal(once.isShutdown, true);
+    const closed = await Promise.race([store.close().then(() => 'closed'), sleep(2_000).then(() => 'hung')]);
+    assert.equal(closed, 'closed');
+  });
+
   test('shutdown(): a last write that meets another process\'s write is merged and sent again; close() waits for it (found by review: it was dropped)', async () => {
     // One fake Redis with the CAS script's semantics, two processes' stores on it.
     const db = new Map();

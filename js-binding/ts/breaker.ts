@@ -393,6 +393,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private readonly _bornAt: number;
   private _enabled: boolean;
   private _shutdown = false;
+  /** Inside `shutdown()`'s `shutdown` event. */
+  private _stopping = false;
   private _fallbackFn: ((...args: unknown[]) => unknown) | undefined = undefined;
   private _timer: Timer | undefined = undefined;
   /** The core deadline (ms) the timer was last armed for. */
@@ -774,8 +776,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** Shuts the breaker down: emits `shutdown`, removes listeners, stops timers; later calls fail with `ESHUTDOWN`. */
   shutdown(): void {
-    if (this._shutdown) return;
-    this.emit('shutdown');
+    // A `shutdown` listener may call shutdown() again: that call does nothing (it
+    // would emit again without end, and shut down twice under the outer call).
+    if (this._shutdown || this._stopping) return;
+    this._stopping = true;
+    try {
+      this.emit('shutdown');
+    } finally {
+      this._stopping = false;
+    }
     this.disable();
     const stats = this.stats;
     const window = this.status.window;
