@@ -903,6 +903,9 @@ impl RequestCache {
             }
             self.remove_entry(slot, Removal::Cleared);
         }
+        // Freed slots keep their key buffers for reuse; a clear gives them back.
+        self.nodes.shed();
+        self.index.shed();
     }
 
     /// Whether `entry` is still stored (a hit could still return it).
@@ -927,7 +930,12 @@ impl RequestCache {
             let slot = self.flights.oldest;
             self.drop_flight(slot, Abandon::WaitExpired);
         }
-        self.events.pop_front()
+        let e = self.events.pop_front();
+        // A burst (a clear, a shrinking reconfigure) queued many: give that back.
+        if e.is_none() && self.events.capacity() > 4096 {
+            self.events = VecDeque::new();
+        }
+        e
     }
 
     /// When [`RequestCache::poll`] has work: now if events are queued, else the

@@ -171,6 +171,13 @@ impl KeyIndex {
         true
     }
 
+    /// Gives the table back when nothing is stored.
+    pub(crate) fn shed(&mut self) {
+        if self.len == 0 {
+            self.buckets = Vec::new();
+        }
+    }
+
     /// Heap bytes held.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.buckets.capacity() * core::mem::size_of::<Bucket>()

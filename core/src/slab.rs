@@ -104,6 +104,9 @@ pub(crate) struct Slab<T> {
     slots: Vec<Slot<T>>,
     free: Vec<u32>,
     len: u32,
+    /// The generation of a slot made anew: above that of every slot [`Slab::shed`]
+    /// dropped, so no id of those matches the new one.
+    floor: u32,
 }
 
 impl<T> Default for Slab<T> {
@@ -112,6 +115,7 @@ impl<T> Default for Slab<T> {
             slots: Vec::new(),
             free: Vec::new(),
             len: 0,
+            floor: 0,
         }
     }
 }
@@ -127,7 +131,7 @@ impl<T: Default> Slab<T> {
             Some(s) => s,
             None => {
                 self.slots.push(Slot {
-                    generation: 0,
+                    generation: self.floor,
                     live: false,
                     value: T::default(),
                 });
@@ -217,6 +221,27 @@ impl<T> Slab<T> {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Gives back the memory of freed slots (after a mass removal such as a cache
+    /// clear): their values' buffers, and the whole table when no slot is live.
+    pub(crate) fn shed(&mut self)
+    where
+        T: Default,
+    {
+        if self.len == 0 {
+            for s in &self.slots {
+                self.floor = self.floor.max(s.generation);
+            }
+            *self = Slab {
+                floor: self.floor,
+                ..Slab::default()
+            };
+            return;
+        }
+        for s in self.slots.iter_mut().filter(|s| !s.live) {
+            s.value = T::default();
         }
     }
 
@@ -311,5 +336,41 @@ mod tests {
         assert_eq!(s.get(Id::from_raw(b.to_raw() | 1 << 60)), None, "forged");
         assert_eq!(s.get(Id::from_raw(u64::MAX)), None);
         assert!(s.insert(1, |_| {}).is_none(), "limit");
+    }
+
+    #[test]
+    fn shed_drops_freed_buffers_and_the_free_tail_and_stale_ids_stay_stale() {
+        let mut s: Slab<Vec<u8>> = Slab::default();
+        let ids: Vec<Id> = (0..8u8)
+            .map(|i| s.insert(100, |v| v.extend_from_slice(&[i; 1000])).unwrap())
+            .collect();
+        for id in &ids {
+            if id.slot != 2 {
+                assert!(s.remove_at(id.slot));
+            }
+        }
+        let held = |s: &Slab<Vec<u8>>| s.values().map(Vec::capacity).sum::<usize>();
+        assert_eq!(held(&s), 8000);
+        s.shed();
+        assert_eq!(held(&s), 1000, "only the live slot's buffer is kept");
+        assert_eq!(s.get(ids[2]).map(Vec::len), Some(1000));
+        assert!(s.remove_at(2));
+        let table = s.table_bytes();
+        s.shed();
+        assert_eq!(
+            (s.values().count(), held(&s)),
+            (0, 0),
+            "no live slot: the table went"
+        );
+        assert!(s.table_bytes() < table);
+        let fresh: Vec<Id> = (0..8).map(|_| s.insert(100, |_| {}).unwrap()).collect();
+        assert_eq!(s.len(), 8);
+        for old in &ids {
+            assert_eq!(s.get(*old), None, "{old:?} matched a new slot");
+        }
+        assert!(fresh.iter().all(|f| s.get(*f).is_some()));
+        assert!(fresh
+            .iter()
+            .all(|f| ids.iter().all(|o| o.generation < f.generation)));
     }
 }

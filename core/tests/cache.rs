@@ -596,6 +596,34 @@ fn invalidate_and_clear() {
 }
 
 #[test]
+fn clear_gives_the_keys_memory_back_and_old_entries_stay_unknown() {
+    let mut c = cache(r#"{"max_entries": 100000, "ttl_ms": 0}"#);
+    let empty = c.memory_bytes();
+    let mut stored = Vec::new();
+    for i in 0..20_000u32 {
+        let mut key = [0u8; 200];
+        key[..4].copy_from_slice(&i.to_le_bytes());
+        let l = lead(c.lookup(G, &key, T0));
+        stored.push(c.fill(l, 1, T0).unwrap().entry.unwrap());
+    }
+    let full = c.memory_bytes();
+    assert!(full > 20_000 * 200, "{full}");
+    c.clear(T0);
+    assert_eq!(events(&mut c, T0).len(), 20_000);
+    let cleared = c.memory_bytes();
+    assert!(
+        cleared < empty + (64 << 10),
+        "kept {cleared} bytes after clear (was {full}, empty {empty})"
+    );
+    // The slots are made anew: no entry of before the clear is found again.
+    for i in 0..20_000u32 {
+        let l = lead(c.lookup(G, &i.to_le_bytes(), T0));
+        assert!(c.fill(l, 1, T0).unwrap().cached);
+    }
+    assert!(stored.iter().all(|e| !c.contains(*e)));
+}
+
+#[test]
 fn reconfigure_keeps_entries_and_applies_new_bounds_and_ttls() {
     let mut c = cache(r#"{"max_entries": 100, "ttl_ms": 0}"#);
     let mut stored = Vec::new();

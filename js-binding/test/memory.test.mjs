@@ -67,12 +67,12 @@ test('wasm memory past its limit: refusals, never a trap', async () => {
     assert.equal(await cached.fire(`again${pad}`), 60_005);
     assert.equal(runs, before + 2, 'not cached while memory is low');
     assert.equal(await bystander.fire(7), 7, 'other breakers serve on');
-    // Memory given back lifts the mark (a cleared cache keeps its slots for reuse:
-    // it gives nothing back, so its breaker goes).
+    // Memory given back lifts the mark: the cleared cache's keys (≈ 60 KB each).
     cached.clearCache();
-    assert.throws(() => new CircuitBreaker(async () => 1), { message: 'fusewire: wasm memory is full' });
-    cached.shutdown();
     new CircuitBreaker(async () => 1).shutdown();
+    assert.equal(await cached.fire(`again${pad}`), 60_005);
+    assert.equal(await cached.fire(`again${pad}`), 60_005);
+    assert.equal(runs, before + 3, 'cached again');
   } finally {
     engine.w.fw_memory_limit(4096 - 128);
     cached.shutdown();
@@ -110,3 +110,24 @@ test('a freeing that returns little does not lift the low mark (found by review:
   }
 });
 
+
+test('clearCache() gives the keys\' memory back to the instance (found by review: the cleared slots kept their key buffers until the breaker was freed)', async () => {
+  const pad = 'k'.repeat(2000);
+  const fill = async (b, tag) => {
+    for (let i = 0; i < 20_000; i++) await b.fire(`${tag}${i}${pad}`);
+  };
+  const a = new CircuitBreaker(async () => 1, { cache: true, name: 'clear-a' });
+  await fill(a, 'a');
+  assert.equal(a.stats.cacheMisses, 20_000);
+  a.clearCache();
+  const before = engine.bytes().length;
+  // 40 MB of keys: without the memory the clear gave back, the instance grows by that.
+  const b = new CircuitBreaker(async () => 1, { cache: true, name: 'clear-b' });
+  await fill(b, 'b');
+  const grown = engine.bytes().length - before;
+  assert.ok(grown < 16 << 20, `grew ${grown} B for a second cache of the same size`);
+  assert.equal(await a.fire(`a0${pad}`), 1);
+  assert.equal(a.stats.cacheHits, 0, 'the cleared entries are gone');
+  a.shutdown();
+  b.shutdown();
+});
