@@ -316,11 +316,10 @@ fn pick<'a>(items: &'a [Weighted], rng: &mut Rng) -> &'a str {
 }
 
 impl Scenario {
-    /// Parses a scenario from TOML text.
+    /// Parses a scenario from TOML text; `configuration_file`s are read relative to
+    /// the current directory (as `module` is).
     pub fn from_toml(text: &str) -> anyhow::Result<Self> {
-        let s: Scenario = toml::from_str(text).context("parsing scenario TOML")?;
-        s.validate()?;
-        Ok(s)
+        Self::parse(text, Path::new(""))
     }
 
     /// Reads a scenario file; `module` and `configuration_file` are resolved relative
@@ -329,8 +328,14 @@ impl Scenario {
         let path = path.as_ref();
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let mut s = Self::from_toml(&text).with_context(|| format!("in {}", path.display()))?;
-        let dir = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, path.parent().unwrap_or(Path::new("")))
+            .with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Parses and checks `text`; relative paths are resolved against `dir`.
+    fn parse(text: &str, dir: &Path) -> anyhow::Result<Self> {
+        let mut s: Scenario = toml::from_str(text).context("parsing scenario TOML")?;
+        s.validate()?;
         if let Some(m) = &s.module {
             s.module = Some(dir.join(m).display().to_string());
         }

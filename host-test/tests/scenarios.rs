@@ -260,3 +260,30 @@ configuration = "tick_ms=500"
     assert!(format!("{:#}", plugin.unwrap_err())
         .contains("plugin.configuration_file: set together with plugin.configuration; give one"));
 }
+
+#[test]
+fn from_toml_reads_configuration_files_too() {
+    // Found by review: `from_toml` left `configuration_file` unread, so the plugin
+    // silently ran with an empty configuration.
+    let dir = std::env::temp_dir().join(format!("fusewire-scenario-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plugin.conf");
+    std::fs::write(&file, "tick_ms=250").unwrap();
+    let text = BASE.replace("duration_s = 20", "duration_s = 6").replace(
+        "configuration = \"tick_ms=250\"",
+        &format!("configuration_file = {:?}", file.display().to_string()),
+    ) + &format!(
+        "[[reloads]]\nat_s = 2\nconfiguration_file = {:?}\n",
+        file.display().to_string()
+    );
+    let s = Scenario::from_toml(&text).unwrap();
+    assert_eq!(s.plugin.config.configuration, "tick_ms=250");
+    assert_eq!(s.reloads[0].configuration, "tick_ms=250");
+    std::fs::remove_file(&file).unwrap();
+    let missing = format!("{:#}", Scenario::from_toml(&text).unwrap_err());
+    assert!(
+        missing.contains("plugin.configuration_file: reading"),
+        "{missing}"
+    );
+    std::fs::remove_dir(&dir).unwrap();
+}
