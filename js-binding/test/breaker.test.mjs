@@ -920,6 +920,18 @@ describe('shutdown: the calls still running', () => {
 });
 
 describe('stats and status', () => {
+  test('a Status serialises as opossum\'s: its two flags, no internals (found in real code: an endpoint sent it)', () => {
+    const b = new CircuitBreaker(async () => 1, { rollingPercentilesEnabled: false });
+    assert.deepEqual(Object.keys(b.status), ['_events', '_eventsCount', '_maxListeners', 'rollingPercentilesEnabled', 'enableSnapshots']);
+    const json = JSON.parse(JSON.stringify(b.status));
+    assert.equal(json.rollingPercentilesEnabled, false);
+    assert.equal(json.enableSnapshots, true);
+    assert.equal('_src' in json, false);
+    assert.deepEqual(JSON.parse(JSON.stringify(CircuitBreaker.newStatus({ enableSnapshots: false }))),
+      { _events: {}, _eventsCount: 0, rollingPercentilesEnabled: true, enableSnapshots: false });
+    b.shutdown();
+  });
+
   test('the shape of stats; percentiles; latencyTimes', async () => {
     const { b } = flaky();
     for (let i = 0; i < 20; i++) await b.fire(i);

@@ -90,6 +90,17 @@ describe('TypeErrors name the option and the reason', () => {
     assert.throws(() => new CircuitBreaker(ok, 'options'), { name: 'TypeError', message: 'options: must be an object, got "options"' });
   });
 
+  test('an array given properties is an options object, as opossum reads it (found in real code: it threw)', () => {
+    const options = [];
+    options.name = 'fetch-origin';
+    options.timeout = 1000;
+    const b = new CircuitBreaker(ok, options);
+    assert.equal(b.name, 'fetch-origin');
+    assert.equal(b.options, options);
+    assert.equal(b.options.timeout, 1000);
+    b.shutdown();
+  });
+
   test('null means "not given", as opossum\'s ?? reads it; opossum\'s defaults are written into options', () => {
     const options = { timeout: null, resetTimeout: null, errorThresholdPercentage: null, errorFilter: null,
       rollingPercentilesEnabled: null, state: null, status: null, capacity: null, name: null };

@@ -1075,3 +1075,27 @@ scenario('no trip without a failure: successes leaving the window do not open it
   ['t=1100: the successes left (1/1 in the window), still closed', (c) => c.advance(600, 10)],
   ['fail (2/2): open', (c) => { c.fire('e', 'fail').catch(() => {}); }],
 ]);
+
+// Found running real users' opossum code: a gateway records proxied 5xx responses with
+// `breaker.emit('failure', err)`, a decorator emits `fallback` itself, and
+// opossum-prometheus wires one counter to each name of `eventNames()` (fusewire
+// listed only its own `newListener` / `removeListener` hooks: no counter got any event).
+scenario('events emitted from outside count as opossum\'s listeners count them; eventNames() lists those', [
+  ['make', (c) => {
+    c.make(act, { errorThresholdPercentage: 50 });
+    c.note('eventNames', c.b.eventNames());
+  }],
+  ['emit each counted event', (c) => {
+    for (const e of ['success', 'fire', 'fallback', 'timeout', 'reject', 'cacheHit', 'cacheMiss',
+      'coalesceCacheHit', 'coalesceCacheMiss', 'semaphoreLocked']) c.b.emit(e, new Error(e), 3, []);
+  }],
+  ['a gateway records two 502s', (c) => {
+    c.b.emit('failure', new Error('upstream returned 502'), 12, ['/a']);
+    c.b.emit('failure', new Error('upstream returned 502'), 15, ['/b']);
+  }],
+  ['a call that fails: the recorded failures count toward the trip', (c) => { c.fire('a', 'fail').catch(() => {}); }],
+  ['eventNames() with a listener of another event', (c) => {
+    c.b.on('custom', () => {});
+    c.note('eventNames', c.b.eventNames());
+  }],
+]);

@@ -338,6 +338,26 @@ class Call {
   err = (e: unknown): void => this.cb._err(this, e);
 }
 
+/** `toJSON().state` by @types/opossum's name (`CircuitBreaker.State`). */
+export type State = BreakerStateJSON;
+
+/**
+ * What `CircuitBreaker.newStatus` takes (@types/opossum's `StatusOptions`): `stats`
+ * primes the counters; the window options are accepted and change nothing (the
+ * `Status` it makes is a fixed snapshot, to pass as a breaker's `options.status`).
+ */
+export interface StatusOptions {
+  /** Counters to start from (those not given are 0). */
+  stats?: Partial<Stats>;
+  rollingCountBuckets?: number;
+  rollingCountTimeout?: number;
+  /** The status's `rollingPercentilesEnabled` (default true). */
+  rollingPercentilesEnabled?: boolean;
+  /** The status's `enableSnapshots` (default true). */
+  enableSnapshots?: boolean;
+  rotateBucketController?: Options['rotateBucketController'];
+}
+
 /** opossum-compatible circuit breaker on the fusewire core. */
 export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   extends (EventEmitter as new () => Emitter) implements StatusSource {
@@ -347,14 +367,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   /** A `Status` primed with `options.stats`, to pass as another breaker's `options.status`. */
-  static newStatus(options: { stats?: Partial<Stats> } = {}): Status {
+  static newStatus(options: StatusOptions = {}): Status {
     // Counters not given are 0, as in opossum.
     const stats = { ...emptyBucket(), latencyMean: 0, ...(options.stats ?? {}) } as Stats;
     const src: StatusSource = {
       _h: -1,
       _now: now,
-      _percentilesEnabled: true,
-      _snapshotsEnabled: true,
+      _percentilesEnabled: options.rollingPercentilesEnabled !== false,
+      _snapshotsEnabled: options.enableSnapshots !== false,
       _bucketMs: 1000,
       _buckets: 10,
       _extra: extraCounts(0),
@@ -448,7 +468,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           : `action: must be a function, got ${describe(action)}`,
       );
     }
-    if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    // Any object, as opossum reads it (real code passes an array given properties).
+    if (typeof options !== 'object' || options === null) {
       throw optionError('options', `must be an object, got ${describe(options)}`);
     }
     if (!loaded()) {
@@ -764,7 +785,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         .then(() => func.apply(this))
         .catch((e: unknown) => {
           if (this._shutdown) return;
-          this.emit('healthCheckFailed', e);
+          this._emitOwn('healthCheckFailed', e);
           this.open();
         });
     };
@@ -781,7 +802,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown || this._stopping) return;
     this._stopping = true;
     try {
-      this.emit('shutdown');
+      this._emitOwn('shutdown');
     } finally {
       this._stopping = false;
     }
@@ -942,6 +963,43 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (sink.threw) throw sink.error;
   }
 
+  /**
+   * Emits `event`. opossum keeps its stats in listeners of its own events, so an
+   * event emitted from outside the breaker counts there (a gateway records a proxied
+   * 502 with `emit('failure', err)`): here too, in the current bucket — see
+   * `EMITTED`. The breaker's own events do not come through here.
+   */
+  override emit(event: string | symbol, ...args: unknown[]): boolean {
+    const counts = typeof event === 'string' && !this._shutdown ? EMITTED.get(event) : undefined;
+    if (counts !== undefined) {
+      const t = now();
+      const [kind, fires, failures] = counts;
+      if (kind >= 0) w.fw_record(this._h, kind, 1, t);
+      else if (kind > -3) countPerBucket(this, kind === -1 ? CACHE_MISSES : COALESCE_MISSES, t);
+      if (fires !== 0) countPerBucket(this, FIRES, t, fires);
+      if (failures !== 0) countPerBucket(this, FAILURES, t, failures);
+    }
+    return super.emit(event, ...args);
+  }
+
+  /** Emits one of the breaker's own events (counted already). */
+  private _emitOwn(event: string, ...args: unknown[]): boolean {
+    return super.emit(event, ...args);
+  }
+
+  /**
+   * The events listened to: first the 13 opossum's own listeners count (tools such
+   * as opossum-prometheus wire a counter to each name listed), then the rest, without
+   * fusewire's own `newListener` / `removeListener` hooks.
+   */
+  override eventNames(): (string | symbol)[] {
+    const names = super.eventNames();
+    if (this._shutdown) return names;
+    const hook = (f: Listener): boolean => f === this._hooks || f === this._unhooks;
+    return [...EMITTED_NAMES, ...names.filter((n) => !EMITTED_NAMES.includes(n as string) &&
+      !((n === 'newListener' || n === 'removeListener') && this.listeners(n).every(hook)))];
+  }
+
   /** Removes listeners (fusewire keeps its own snapshot hooks). */
   override removeAllListeners(event?: string | symbol): this {
     // Node's emitter tells "no argument" (every event) from an explicit `undefined`
@@ -1009,8 +1067,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const n = this._enabled ? 1 : 0;
     x.firing += n;
     try {
-      if (args !== undefined) this.emit(event, args);
-      else this.emit(event);
+      if (args !== undefined) this._emitOwn(event, args);
+      else this._emitOwn(event);
     } finally {
       x.firing -= n;
     }
@@ -1059,7 +1117,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (event === K.SHORT_CIRCUITED) {
       if ((r & F_ANY) !== 0) this._after(r, t);
       const err = ourError('Breaker is open', 'EOPENBREAKER');
-      this.emit('reject', err);
+      this._emitOwn('reject', err);
       return this._fallback(err, args) ?? Promise.reject(err);
     }
     // Bulkhead: opossum's order is semaphoreLocked, failure, open, fallback.
@@ -1068,11 +1126,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const u = this._extra.unseen;
       u[0]++; // its `semaphoreLocked` listeners do not see the failure yet
       try {
-        this.emit('semaphoreLocked', err, 0);
+        this._emitOwn('semaphoreLocked', err, 0);
       } finally {
         u[0]--;
       }
-      this.emit('failure', err, 0, args);
+      this._emitOwn('failure', err, 0, args);
     };
     if ((r & F_ANY) !== 0) this._after(r, t, own);
     else own();
@@ -1126,7 +1184,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown) {
       // As opossum's: told to listeners added since, counted nowhere.
       try {
-        if (listening(this, 'success')) this.emit('success', v, now() - c.t0);
+        if (listening(this, 'success')) this._emitOwn('success', v, now() - c.t0);
       } catch (e) {
         this._threw(c, e);
         return;
@@ -1148,7 +1206,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if ((r & F_ANY) !== 0 || heard) {
       try {
         if ((r & F_ANY) !== 0) this._after(r, t);
-        if (heard) this.emit('success', v, t - c.t0);
+        if (heard) this._emitOwn('success', v, t - c.t0);
       } catch (e) {
         this._threw(c, e);
         return;
@@ -1191,13 +1249,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     try {
       if (filtered) {
         if ((r & F_ANY) !== 0) this._after(r, t);
-        this.emit('success', e, latency);
+        this._emitOwn('success', e, latency);
         c.reject(e);
         return;
       }
       // Its listeners see the state before the failure's transition (see `_drain`).
-      if ((r & F_ANY) !== 0) this._after(r, t, () => this.emit('failure', e, latency, c.args));
-      else this.emit('failure', e, latency, c.args);
+      if ((r & F_ANY) !== 0) this._after(r, t, () => this._emitOwn('failure', e, latency, c.args));
+      else this._emitOwn('failure', e, latency, c.args);
       fb = this._fallback(e, c.args);
     } catch (x) {
       // A listener threw: the call rejects with that error.
@@ -1300,9 +1358,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         const latency = t - c.t0;
         const u = this._extra.unseen;
         u[0]++; // its `timeout` listeners do not see the failure yet
-        guarded(sink, () => this.emit('timeout', reason, latency, c.args));
+        guarded(sink, () => this._emitOwn('timeout', reason, latency, c.args));
         u[0]--;
-        guarded(sink, () => this.emit('failure', reason, latency, c.args));
+        guarded(sink, () => this._emitOwn('failure', reason, latency, c.args));
       }
       if (r >= 0 && (r & F_ANY) !== 0) guarded(sink, () => this._after(r, t));
       c.ctl?.abort(reason);
@@ -1354,7 +1412,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     } else {
       this._fallbackDone(fid, 1);
     }
-    this.emit('fallback', result, err);
+    this._emitOwn('fallback', result, err);
     const seen = this._onFallbackValue;
     if (seen !== undefined) {
       if (p !== undefined) {
@@ -1453,7 +1511,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           const why = this._store._describe(status);
           if (why !== undefined) text += ` (${why})`;
         }
-        guarded(sink, () => this.emit('store', { issue, status, message: text }));
+        guarded(sink, () => this._emitOwn('store', { issue, status, message: text }));
       }
     }
     if (evs === undefined) {
@@ -1573,7 +1631,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (to === OPEN) {
       this._transitions.opened += own;
       markOpen(this, now(), true);
-      this.emit('open');
+      this._emitOwn('open');
     } else if (to === HALF_OPEN) {
       // A shared breaker that meets the fleet half-open (it joined then, or was not
       // looking while the fleet was open) tells its listeners the open it missed: they
@@ -1584,7 +1642,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this._view = OPEN;
         markOpen(this, now(), true);
         try {
-          this.emit('open');
+          this._emitOwn('open');
         } finally {
           this._view = view;
         }
@@ -1593,14 +1651,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
         this.options.abortController = new AbortController();
       }
-      this.emit('halfOpen', this._parsed.resetTimeout);
+      this._emitOwn('halfOpen', this._parsed.resetTimeout);
     } else {
       this._transitions.closed += own;
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
         this.options.abortController = new AbortController();
       }
       markOpen(this, now(), false);
-      this.emit('close');
+      this._emitOwn('close');
     }
   }
 
@@ -1616,7 +1674,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const err = ourError(`Timed out after ${typeof given === 'number' && Math.ceil(given) === ms ? given : ms}ms`, 'ETIMEDOUT');
     const u = this._extra.unseen;
     u[0]++; // its `timeout` listeners do not see the failure yet
-    guarded(sink, () => this.emit('timeout', err, latency, c.args));
+    guarded(sink, () => this._emitOwn('timeout', err, latency, c.args));
     u[0]--;
     let filtered = false;
     try {
@@ -1625,8 +1683,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       filtered = false;
     }
     guarded(sink, () => {
-      if (filtered) this.emit('success', err, latency);
-      else this.emit('failure', err, latency, c.args);
+      if (filtered) this._emitOwn('success', err, latency);
+      else this._emitOwn('failure', err, latency, c.args);
     });
     return () => {
       try {
@@ -1655,9 +1713,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const err = ourError(`Semaphore locked${waited}`, 'ESEMLOCKED');
     const u = this._extra.unseen;
     u[0]++;
-    guarded(sink, () => this.emit('semaphoreLocked', err, latency));
+    guarded(sink, () => this._emitOwn('semaphoreLocked', err, latency));
     u[0]--;
-    guarded(sink, () => this.emit('failure', err, latency, c.args));
+    guarded(sink, () => this._emitOwn('failure', err, latency, c.args));
     return () => {
       // Refused, as one refused at once: not shared, its followers lead in its place.
       const f = c.flight;
@@ -1829,7 +1887,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._snapTimer = arm(tick, every, false);
       const stats = this.stats;
       this._status.emit('snapshot', stats);
-      this.emit('snapshot', stats);
+      this._emitOwn('snapshot', stats);
       this._snapshots(); // stops it if no one listens any more
     };
     this._snapTimer = arm(tick, every - ((now() - this._bornAt) % every), false);
@@ -1887,7 +1945,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         if (cached) {
           // Counted before the event (opossum counts in its own listener, first).
           w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
-          this.emit('cacheHit');
+          this._emitOwn('cacheHit');
           return Promise.resolve(cached);
         }
         countPerBucket(this, CACHE_MISSES, t);
@@ -1902,7 +1960,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           const p = this._payloads[0].get(out()[0]!);
           if (p !== undefined) {
             w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
-            this.emit('cacheHit');
+            this._emitOwn('cacheHit');
             return p;
           }
         }
@@ -1922,13 +1980,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const id = out()[0]!;
       if (kind === 1 && this._payloads[1].has(id)) {
         w.fw_record(h, K.COLLAPSED, 1, t);
-        this.emit('coalesceCacheHit');
+        this._emitOwn('coalesceCacheHit');
         if (lead0 >= 0) this._settleLead(0, lead0, false, undefined);
         return this._payloads[1].get(id)!;
       }
       if (kind === 3) {
         w.fw_record(h, K.COLLAPSED, 1, t);
-        this.emit('coalesceCacheHit');
+        this._emitOwn('coalesceCacheHit');
         if (lead0 >= 0) {
           this._settleLead(0, lead0, false, undefined);
           // Should it run its own call after all (its leader went away), its success
@@ -2163,6 +2221,31 @@ function fill(o: Record<string, unknown>, k: string, v: unknown): void {
     // Frozen or sealed options: nothing to write back.
   }
 }
+
+/**
+ * An event emitted from outside the breaker, as opossum's listeners count it: the core
+ * event kind recorded (-1: a cache miss, -2: a coalescing miss, kept beside the core;
+ * -3: none),
+ * then what to take back from `fires` and `failures`, which the core derives from the
+ * kinds (opossum counts a `fire` only when one is emitted, and a `timeout` or
+ * `semaphoreLocked` is not a `failure` until that is emitted too).
+ */
+const EMITTED = new Map<string, readonly [number, number, number]>([
+  ['success', [K.SUCCESS, -1, 0]],
+  ['failure', [K.FAILURE, -1, 0]],
+  ['fallback', [K.FALLBACK_SUCCESS, 0, 0]],
+  ['timeout', [K.TIMEOUT, -1, -1]],
+  ['fire', [-3, 1, 0]],
+  ['reject', [K.SHORT_CIRCUITED, -1, 0]],
+  ['cacheHit', [K.RESPONSE_FROM_CACHE, -1, 0]],
+  ['cacheMiss', [-1, 0, 0]],
+  ['coalesceCacheHit', [K.COLLAPSED, -1, 0]],
+  ['coalesceCacheMiss', [-2, 0, 0]],
+  ['semaphoreLocked', [K.SEMAPHORE_REJECTED, -1, -1]],
+]);
+/** opossum's `eventNames()` of a new breaker, in its order. */
+const EMITTED_NAMES = ['success', 'failure', 'fallback', 'timeout', 'fire', 'reject', 'cacheHit', 'cacheMiss',
+  'coalesceCacheHit', 'coalesceCacheMiss', 'open', 'close', 'semaphoreLocked'];
 
 function defaultKey(...args: unknown[]): string {
   return JSON.stringify(args);

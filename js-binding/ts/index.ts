@@ -10,6 +10,8 @@ export {
   type CacheKey,
   type CacheTransport,
   type BreakerStateJSON,
+  type State,
+  type StatusOptions,
   type CircuitBreakerEvents,
   type Options,
   type SharedOptions,

@@ -242,13 +242,19 @@ export function readWindow(src: StatusSource): Bucket[] {
  * `snapshot` event (emitted once per bucket interval while someone listens).
  */
 export class Status extends (EventEmitter as new () => Emitter) {
-  /** @internal */
-  readonly _src: StatusSource;
+  /** @internal Not enumerable: `JSON.stringify(status)` shows what opossum's shows. */
+  declare readonly _src: StatusSource;
+  /** Whether `stats` reports latency percentiles (opossum's `rollingPercentilesEnabled`). */
+  readonly rollingPercentilesEnabled: boolean;
+  /** Whether `snapshot` events are emitted (opossum's `enableSnapshots`). */
+  readonly enableSnapshots: boolean;
 
   /** @internal */
   constructor(src: StatusSource) {
     super();
-    this._src = src;
+    Object.defineProperty(this, '_src', { value: src });
+    this.rollingPercentilesEnabled = src._percentilesEnabled;
+    this.enableSnapshots = src._snapshotsEnabled;
   }
 
   /** Totals over the rolling window. */
@@ -259,16 +265,6 @@ export class Status extends (EventEmitter as new () => Emitter) {
   /** The window's buckets, newest first. */
   get window(): Window {
     return readWindow(this._src);
-  }
-
-  /** Whether `stats` reports latency percentiles (opossum's `rollingPercentilesEnabled`). */
-  get rollingPercentilesEnabled(): boolean {
-    return this._src._percentilesEnabled;
-  }
-
-  /** Whether `snapshot` events are emitted (opossum's `enableSnapshots`). */
-  get enableSnapshots(): boolean {
-    return this._src._snapshotsEnabled;
   }
 
   /** Removes listeners (the breaker keeps its own snapshot hooks). */

@@ -21,4 +21,8 @@ any = new CircuitBreaker(async (path: string, enc?: 'utf8') => path + enc, {
 });
 const w: CircuitBreaker.Window = any.status.window;
 const deprecated: CircuitBreaker.Options = { maxFailures: 5 };
-void [p, o, s, store, ready, ours, unregister, fromOptions, w, deprecated];
+// @types/opossum's names for the saved state and newStatus's options.
+const state: CircuitBreaker.State = b.toJSON().state;
+const statusOptions: CircuitBreaker.StatusOptions = { stats: { fires: 1 }, rollingCountBuckets: 10 };
+const primed: CircuitBreaker.Status = CircuitBreaker.newStatus(statusOptions);
+void [p, o, s, store, ready, ours, unregister, fromOptions, w, deprecated, state, primed];

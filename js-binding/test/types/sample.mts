@@ -159,6 +159,8 @@ users.fire('1');
 const nsOptions: CircuitBreaker.Options = { timeout: 1000 };
 const typed: CircuitBreaker<[number], User> = new CircuitBreaker(getUser, nsOptions);
 const nsStats: CircuitBreaker.Stats = typed.stats;
+const nsState: CircuitBreaker.State = typed.toJSON().state;
+const nsStatus: CircuitBreaker.StatusOptions = { stats: nsStats, enableSnapshots: false };
 // errorFilter may return any value: a truthy one filters, as in opossum.
 new CircuitBreaker(getUser, {
   errorFilter: (err: { response?: { status: number } }) => err.response && err.response.status < 500 && err.response,
@@ -185,7 +187,7 @@ users.healthCheck(() => true, 1000);
 users.healthCheck(async function () {
   await this.fire(1);
 });
-void [user, nsStats, fetched, viaOptional];
+void [user, nsStats, nsState, nsStatus, fetched, viaOptional];
 users.shutdown();
 typed.shutdown();
 fetcher.shutdown();
