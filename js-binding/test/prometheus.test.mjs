@@ -304,3 +304,36 @@ test('a breaker dropped without shutdown() is collected, unless an exporter hold
   assert.match(await scrape(registry), /^fusewire_success\{name="exported199",group="exported199"\} 0$/m);
   remove();
 });
+
+// Found running real users' code (americanexpress/one-app): opossum's own exporter makes
+// one counter per name of `eventNames()`, which listed only fusewire's two hooks, so
+// it exported `newListener` and nothing else.
+test('opossum-prometheus exports the same counters for fusewire as for opossum', async (t) => {
+  let PrometheusMetrics;
+  let Opossum;
+  try {
+    PrometheusMetrics = (await import('opossum-prometheus')).default;
+    Opossum = (await import('opossum')).default;
+  } catch (e) {
+    t.skip(`opossum-prometheus and opossum are installed by scripts/test-js.sh (${e.code ?? e.message})`);
+    return;
+  }
+  const exported = async (CB) => {
+    const registry = new client.Registry();
+    const b = new CB(async (x) => {
+      if (x) throw new Error('boom');
+      return 'ok';
+    }, { name: 'svc' });
+    const metrics = new PrometheusMetrics({ circuits: [b], registry });
+    await b.fire(0);
+    await b.fire(1).catch(() => {});
+    b.emit('failure', new Error('upstream returned 502'), 3);
+    const text = await registry.metrics();
+    b.shutdown();
+    metrics.clear();
+    return text.split('\n').filter((l) => /^circuit(_perf_count)?\{/.test(l)).sort();
+  };
+  const ours = await exported(CircuitBreaker);
+  assert.deepEqual(ours, await exported(Opossum));
+  assert.ok(ours.includes('circuit{name="svc",event="failure"} 2'), ours.join('\n'));
+});
