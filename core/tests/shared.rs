@@ -610,6 +610,49 @@ fn combined_traffic_trips_and_exactly_n_probes_run_under_both_rule_sets() {
     }
 }
 
+/// Found by a worker_threads stress test of the npm package: reading a shared
+/// breaker's phase went through `prepare`, which asks for the probe lease the next
+/// admission will need, so every status read in half-open took a turn no call used
+/// (held until the next flush): the other workers got fewer than N probes and a
+/// probe timeout shorter than the flush reopened the breaker.
+#[test]
+fn status_reads_in_half_open_take_no_probe_turn() {
+    let json = r#"{"breaker": {"half_open": {"permitted_probes": 3, "success_threshold": 3}}}"#;
+    for m in SYNC {
+        let mut h = Host::new(m, json);
+        let keys = h.keys("pay");
+        for i in 0..20 {
+            assert!(
+                h.call(i % 4, keys[i % 4], Outcome::Failure),
+                "{m:?} call {i}"
+            );
+        }
+        h.advance(5_000);
+        // Workers 0 and 1 only read the phase, again and again, past `sync_ms`.
+        for _ in 0..5 {
+            for w in 0..2 {
+                let now = h.now;
+                h.engines[w].refresh(keys[w], now);
+                h.drive(w);
+                assert_eq!(h.phase(w, keys[w]), Phase::HalfOpen, "{m:?} worker {w}");
+            }
+            h.advance(SYNC_MS);
+        }
+        let mut probes = Vec::new();
+        for _round in 0..3 {
+            for w in 2..4 {
+                if let Start::Running(p) = h.start(w, keys[w]) {
+                    probes.push((w, p));
+                }
+            }
+        }
+        assert_eq!(probes.len(), 3, "{m:?}: the readers took no probe turn");
+        for (w, p) in probes {
+            assert_eq!(h.complete(w, p, Outcome::Success), Completion::OnTime);
+        }
+    }
+}
+
 /// Trips `keys` (async host), waits out the sleep window and takes worker 0's probe
 /// (see [`async_probe_on`]).
 fn async_probe(h: &mut Host, keys: &[KeyId], deliver: bool) -> Permit {

@@ -677,13 +677,18 @@ pub extern "C" fn fw_free(h: u32) -> i32 {
 
 // ---- the call flow ------------------------------------------------------------------------
 
-/// Before [`fw_start`] on a shared breaker: asks for the store reads the decision
-/// wants. Returns flags ([`F_IO`]: drive [`fw_io`]). A no-op on local breakers.
+/// Before [`fw_start`] (`admitting` 1) or a read of the phase (0) on a shared
+/// breaker: asks for the store reads the decision wants (a read takes no probe
+/// lease). Returns flags ([`F_IO`]: drive [`fw_io`]). A no-op on local breakers.
 #[no_mangle]
-pub extern "C" fn fw_prepare(h: u32, now: f64) -> i32 {
+pub extern "C" fn fw_prepare(h: u32, admitting: u32, now: f64) -> i32 {
     on_breaker(h, |b| {
         b.revive(ns(now));
-        b.engine.prepare(b.key, ns(now));
+        if admitting != 0 {
+            b.engine.prepare(b.key, ns(now));
+        } else {
+            b.engine.refresh(b.key, ns(now));
+        }
         b.flags()
     })
 }

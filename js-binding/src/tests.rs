@@ -144,7 +144,7 @@ fn hostile_numbers_never_panic() {
             let _ = fw_state(i, n);
             let _ = fw_snapshot(h, n);
             let _ = fw_buckets(h, n);
-            let _ = fw_prepare(h, n);
+            let _ = fw_prepare(h, 1, n);
             let _ = fw_io(h, n);
             let _ = fw_io_done(h, n, i, n, i, i, n);
             let _ = fw_has_io(i);
@@ -261,12 +261,12 @@ fn shared_breakers_drive_the_store_protocol() {
         }
     };
     for &h in &hs {
-        fw_prepare(h, 20.0);
+        fw_prepare(h, 1, 20.0);
         drive(h, &mut store, 20.0);
     }
     // Worker 0 fails one call: the trip is written through the store.
     let h0 = hs[0];
-    fw_prepare(h0, 30.0);
+    fw_prepare(h0, 1, 30.0);
     drive(h0, &mut store, 30.0);
     assert_eq!(fw_start(h0, 30.0) & 0xf, RUNNING);
     let id = out(0);
@@ -277,7 +277,7 @@ fn shared_breakers_drive_the_store_protocol() {
     drive(h0, &mut store, 31.0);
     // Worker 1 sees it on its first call after one refresh interval (sync_ms 100).
     let h1 = hs[1];
-    fw_prepare(h1, 121.0);
+    fw_prepare(h1, 1, 121.0);
     drive(h1, &mut store, 121.0);
     let r = fw_start(h1, 121.0);
     assert_eq!(r & 0xf, REFUSED, "worker 1 rejects after worker 0's trip");

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 
-import { CircuitBreaker } from 'fusewire';
+import { CircuitBreaker, SharedStore } from 'fusewire';
 
 import { deferred, fakeTime, flush, record } from './helpers.mjs';
 
@@ -286,6 +286,32 @@ describe('per-call AbortSignal', () => {
     const s = b.stats;
     assert.equal(s.failures + s.successes, 0, 'a cancelled call is neither');
     b.shutdown();
+  });
+
+  test('an aborted call\'s action is told before a queued call takes its slot (found by a stress test: two actions ran on one slot)', async () => {
+    for (const shared of [undefined, { store: new SharedStore({ entries: 8 }) }]) {
+      const order = [];
+      const b = new CircuitBreaker((name, signal) => new Promise((resolve, reject) => {
+        order.push(`${name} starts`);
+        const t = setTimeout(() => resolve(name), 20);
+        signal.addEventListener('abort', () => {
+          clearTimeout(t);
+          order.push(`${name} told`);
+          reject(signal.reason);
+        });
+      }), {
+        name: 'one-slot', timeout: false,
+        fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 1, queue_rejection_threshold: 1, max_wait_ms: 1000 } },
+        ...(shared === undefined ? {} : { shared }),
+      });
+      const ac = new AbortController();
+      const a = b.fireWithSignal(ac.signal, 'A').catch((e) => e.name);
+      const next = b.fireWithSignal(new AbortController().signal, 'B');
+      ac.abort();
+      assert.deepEqual(await Promise.all([a, next]), ['AbortError', 'B']);
+      assert.deepEqual(order, ['A starts', 'A told', 'B starts'], shared === undefined ? 'local' : 'shared');
+      b.shutdown();
+    }
   });
 
   test('the caller\'s deadline (a TimeoutError, as from AbortSignal.timeout) counts as a timeout', async () => {

@@ -232,6 +232,64 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     b.shutdown();
   });
 
+  test('timeout: false: the slots of running calls are renewed past their lease, and given back within a flush when they end (found by a stress test: no timer was armed, so the limit was exceeded after lease_ttl_ms and freed slots came back only then)', async () => {
+    const store = new SharedStore({ entries: 8 });
+    const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 60, lease_ttl_ms: 250 };
+    const options = { name: 'db', timeout: false, volumeThreshold: 1000, fusewire: { bulkhead: { max_concurrent: 2 } }, shared };
+    const releases = [];
+    const a = new CircuitBreaker(() => new Promise((r) => { releases.push(r); }), options);
+    const b = new CircuitBreaker(async () => 'ok', options);
+    const running = [a.fire(), a.fire()];
+    const until = Date.now() + 700;
+    let tries = 0;
+    while (Date.now() < until) {
+      tries++;
+      await assert.rejects(b.fire(), { code: 'ESEMLOCKED' }, `after ${tries} tries: a's calls hold both slots`);
+      await sleep(20);
+    }
+    for (const r of releases) r('done');
+    await Promise.all(running);
+    const ended = Date.now();
+    let got;
+    while (Date.now() - ended < 2_000 && got === undefined) {
+      got = await b.fire().catch(() => undefined);
+      if (got === undefined) await sleep(5);
+    }
+    assert.equal(got, 'ok');
+    assert.ok(Date.now() - ended < 150, `a slot came back ${Date.now() - ended} ms after the calls ended`);
+    a.shutdown();
+    b.shutdown();
+  });
+
+  test('reading the state in half-open takes no probe turn (found by a stress test: each read held one until the next flush)', async () => {
+    const store = new SharedStore({ entries: 8 });
+    let healthy = false;
+    const options = {
+      name: 'up', timeout: false, resetTimeout: 100, volumeThreshold: 2, errorThresholdPercentage: 50,
+      fusewire: { breaker: { half_open: { permitted_probes: 2, success_threshold: 2 } } },
+      shared: { store, flush_ms: 1_000, sync_ms: 20, heartbeat_ms: 100, lease_ttl_ms: 2_000 },
+    };
+    const b = new CircuitBreaker(async () => {
+      if (!healthy) throw new Error('down');
+      return 'ok';
+    }, options);
+    // Another breaker of the name (another worker's) only reads the state.
+    const reader = new CircuitBreaker(async () => 'unused', options);
+    for (let i = 0; i < 3; i++) await b.fire().catch(() => {});
+    assert.equal(b.opened, true);
+    await sleep(130);
+    healthy = true;
+    for (let i = 0; i < 5; i++) {
+      assert.equal(reader.halfOpen, true);
+      assert.equal(reader.toJSON().state.halfOpen, true);
+      await sleep(25);
+    }
+    assert.deepEqual([await b.fire(), await b.fire()], ['ok', 'ok'], 'both probe turns are there');
+    assert.equal(b.closed, true);
+    b.shutdown();
+    reader.shutdown();
+  });
+
   test('shutdown() when a call is past its deadline gives its slot back too', async () => {
     // Found by review: the call timed out inside shutdown(), after its flush.
     const store = new SharedStore({ entries: 8 });

@@ -586,7 +586,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._view >= 0) return this._view;
     const t = now();
     // A shared breaker reads the store first: a trip by another worker shows at once.
-    if (this._store !== undefined) this._after(w.fw_prepare(this._h, t), t);
+    if (this._store !== undefined) this._after(w.fw_prepare(this._h, 0, t), t);
     return w.fw_state(this._h, t);
   }
 
@@ -1084,9 +1084,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const t = now();
     const h = this._h;
     // A sync store answers the refresh before the decision; an async one is asked by
-    // `start` itself (admission never waits on it).
-    if (this._syncStore) this._io(w.fw_prepare(h, t), t);
-    const r = w.fw_start(h, t);
+    // `start` itself (admission never waits on it). The answers may schedule a wake
+    // (a granted slot's heartbeat) that `start` no longer reports: its REARM is kept
+    // (found by a stress test: with `timeout: false` nothing else armed the timer,
+    // so held slots were never released or renewed).
+    const pre = this._syncStore ? this._io(w.fw_prepare(h, 1, t), t) & F_REARM : 0;
+    const r = w.fw_start(h, t) | pre;
     const kind = r & KIND_MASK;
     if (kind === RUNNING) {
       const id = out()[0]!;
@@ -1362,8 +1365,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         u[0]--;
         guarded(sink, () => this._emitOwn('failure', reason, latency, c.args));
       }
-      if (r >= 0 && (r & F_ANY) !== 0) guarded(sink, () => this._after(r, t));
+      // The action is told before its slot goes to a queued call (found by a stress
+      // test: the next action started while this one had not been told to stop).
       c.ctl?.abort(reason);
+      if (r >= 0 && (r & F_ANY) !== 0) guarded(sink, () => this._after(r, t));
       c.reject(reason);
       // A coalescing leader going away is not a failure of the call: its followers
       // are not failed by it, the first one leads now.
@@ -1788,7 +1793,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown) return;
     this._forces++;
     const t = now();
-    if (this._store !== undefined) this._io(w.fw_prepare(this._h, t), t);
+    if (this._store !== undefined) this._io(w.fw_prepare(this._h, 0, t), t);
     const r = w.fw_force(this._h, phase, t);
     if (r >= 0) this._after(r | F_REARM, t);
   }

@@ -23,7 +23,7 @@ export interface Exports {
   fw_check(len: number): number;
   fw_create(configLen: number, sharedLen: number, nameLen: number, coalesceLen: number, ownerLo: number, ownerHi: number, now: number): number;
   fw_free(h: number): number;
-  fw_prepare(h: number, now: number): number;
+  fw_prepare(h: number, admitting: number, now: number): number;
   fw_flush(h: number, now: number): number;
   fw_start(h: number, now: number): number;
   fw_complete(h: number, id: number, outcome: number, now: number): number;

@@ -508,6 +508,18 @@ impl Engine {
     /// answers land before `start`; an async host may skip it (`start` asks for the
     /// due refresh itself: admission never waits). A no-op on local keys.
     pub fn prepare(&mut self, key: KeyId, now: Nanos) {
+        self.prepare_for(key, now, true);
+    }
+
+    /// Before reading a shared key's phase or status: asks for a read when the view
+    /// is older than `sync_ms`, and for nothing an admission would need (a probe
+    /// lease taken for a read is a turn no call uses, held until the next flush).
+    /// Drive [`Engine::poll_io`] after, as for [`Engine::prepare`]. A no-op on local keys.
+    pub fn refresh(&mut self, key: KeyId, now: Nanos) {
+        self.prepare_for(key, now, false);
+    }
+
+    fn prepare_for(&mut self, key: KeyId, now: Nanos, admitting: bool) {
         let now = self.clock.advance(now);
         let Some(k) = live_mut(&mut self.keys, key) else {
             return;
@@ -517,7 +529,7 @@ impl Engine {
         };
         let ctx = ctx!(self, k, &p.config, now, 0);
         if let Some(r) = k.replica.as_deref_mut() {
-            r.prepare(&ctx);
+            r.prepare(&ctx, admitting);
         }
         self.queue_io(key.index);
     }

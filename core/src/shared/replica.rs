@@ -363,10 +363,10 @@ impl Replica {
         self.slots_held
     }
 
-    /// Before an admission: asks for a read when the view is older than `sync_ms`;
-    /// a sync host with a recent view asks only for the lease or slot the admission
-    /// is about to need.
-    pub(crate) fn prepare(&mut self, ctx: &Ctx) {
+    /// Before an admission (`admitting`) or a status read: asks for a read when the
+    /// view is older than `sync_ms`; before an admission, a sync host with a recent
+    /// view asks only for the lease or slot the admission is about to need.
+    pub(crate) fn prepare(&mut self, ctx: &Ctx, admitting: bool) {
         match ctx.shared.mode {
             SyncMode::Sync => {
                 let due = self
@@ -374,8 +374,8 @@ impl Replica {
                     .is_none_or(|t| ctx.now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms()));
                 if due || self.view.is_none() {
                     self.read_wanted = true;
-                    self.anticipate = true;
-                } else {
+                    self.anticipate |= admitting;
+                } else if admitting {
                     self.anticipate(ctx);
                 }
             }
