@@ -2088,3 +2088,101 @@ fn a_lost_race_for_a_new_key_refuses_rather_than_over_admits() {
         );
     }
 }
+
+/// Found by a fleet stress test (Redis, 6 processes): a worker whose write lost its CAS
+/// races `cas_attempts` times backed off 0.5–1.5 × `flush_ms` and read nothing
+/// meanwhile, so a trip by another worker went unseen for up to 1.85 s with
+/// `sync_ms` 200, and a view gone stale probed on its local breaker beside the fleet.
+/// Now only its writes wait; it reads every `sync_ms`.
+#[test]
+fn async_a_contended_worker_still_reads_every_sync_ms() {
+    let json = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 4, "threshold_percentage": 50}}}"#;
+    let shared = SharedConfig {
+        flush_ms: 1_000,
+        sync_ms: Some(100),
+        stale_ms: 5_000,
+        cas_attempts: 1,
+        ..SharedConfig::default()
+    };
+    let mut h = Host::with_shared(Mode::Async(2), json, shared);
+    let keys = h.keys("pay");
+    // Worker 0 is driven by hand: its writes lose their race, its reads are answered.
+    let mut contended_at = None;
+    let mut writes = Vec::new();
+    let step = |h: &mut Host, contended_at: &mut Option<u64>, writes: &mut Vec<u64>| {
+        let now = h.now;
+        for e in h.take_events(0) {
+            if matches!(
+                e,
+                Event::Store {
+                    issue: shared::Issue::Contended,
+                    ..
+                }
+            ) {
+                contended_at.get_or_insert(writes.last().copied().unwrap_or(now));
+            }
+        }
+        while let Some(io) = h.engines[0].poll_io(now, 0) {
+            let id = io.id;
+            if let shared::Op::Write { .. } = io.op {
+                writes.push(now);
+                h.engines[0].io_done(
+                    id,
+                    shared::Answer::Conflict {
+                        current: None,
+                        absent: false,
+                    },
+                    now,
+                    0,
+                );
+            } else {
+                let answer = h.store.exec(&io);
+                h.engines[0].io_done(id, answer.as_answer(), now, 0);
+            }
+        }
+    };
+    // The key exists in the store (worker 1 wrote it).
+    assert!(h.call(1, keys[1], Outcome::Success));
+    h.advance(1_500);
+    // A success on worker 0: its outcome is written at `flush_ms`, and loses.
+    let now = h.now;
+    let p = running(h.engines[0].start(keys[0], now, 0));
+    h.engines[0].complete(p, Outcome::Success, now, 0);
+    for _ in 0..15 {
+        h.now += 100 * MS;
+        step(&mut h, &mut contended_at, &mut writes);
+        h.drive(1);
+        h.deliver();
+    }
+    let contended = contended_at.expect("worker 0's write was contended");
+    // Worker 1 trips the breaker; the trip lands in the store.
+    for _ in 0..6 {
+        assert!(h.call(1, keys[1], Outcome::Failure));
+    }
+    let (mut tripped, mut seen) = (None, None);
+    for _ in 0..40 {
+        h.now += 50 * MS;
+        step(&mut h, &mut contended_at, &mut writes);
+        if seen.is_none() && h.phase(0, keys[0]) == Phase::Open {
+            seen = Some(h.now);
+        }
+        h.drive(1);
+        h.deliver();
+        if tripped.is_none() && h.phase(1, keys[1]) == Phase::Open {
+            tripped = Some(h.now);
+        }
+    }
+    let tripped = tripped.expect("worker 1 tripped");
+    let seen = seen.expect("worker 0 saw the trip");
+    assert!(
+        seen - tripped <= 150 * MS,
+        "seen {} ms after the trip (sync_ms 100)",
+        (seen - tripped) / MS
+    );
+    assert!(
+        writes
+            .iter()
+            .all(|&t| t <= contended || t >= contended + 500 * MS),
+        "its writes still wait at least half a flush after the contended one: {writes:?}"
+    );
+}

@@ -188,7 +188,11 @@ pub(crate) struct Replica {
     anticipate: bool,
     dirty_at: Option<Nanos>,
     last_heartbeat: Nanos,
+    /// After a failed round nothing goes out until then.
     backoff_until: Nanos,
+    /// After a contended round no write goes out until then; reads go on, so the
+    /// view stays within `sync_ms` of the store (a trip elsewhere is seen).
+    write_after: Nanos,
     failures: u32,
     /// When the store's current run of failures began (none while it answers).
     failing_since: Option<Nanos>,
@@ -263,6 +267,7 @@ impl Replica {
             dirty_at: None,
             last_heartbeat: now,
             backoff_until: 0,
+            write_after: 0,
             failures: 0,
             failing_since: None,
             io: IoState::Idle,
@@ -677,6 +682,9 @@ impl Replica {
                 at(d);
             }
         }
+        // All of the above ends in a write: none before a contended round's wait ends.
+        let mut next = next.map(|n| n.max(self.write_after));
+        let mut at = |t: Nanos| next = Some(next.map_or(t, |n: Nanos| n.min(t)));
         if ctx.shared.mode == SyncMode::Async && !self.read_wanted {
             let sync = ms_to_ns(ctx.shared.sync_ms());
             at(self.read_at.map_or(ctx.now, |t| t.saturating_add(sync)));
@@ -684,6 +692,9 @@ impl Replica {
         if ctx.now < self.backoff_until && self.io == IoState::Idle && self.io_pending() {
             // A request held back by the backoff goes out when it ends.
             at(self.backoff_until);
+        }
+        if ctx.now < self.write_after && self.io == IoState::Idle && self.write_wanted() {
+            at(self.write_after);
         }
         next.map(|n| n.max(self.backoff_until))
     }
@@ -747,7 +758,8 @@ impl Replica {
             self.io = IoState::InFlight { seq, write: false };
             return Some(None);
         }
-        if self.write_wanted() && self.token_known && self.doubt.is_none() {
+        let writes = self.write_wanted() && ctx.now >= self.write_after;
+        if writes && self.token_known && self.doubt.is_none() {
             self.seq = self.seq.wrapping_add(1);
             let attempt = self.apply(ctx);
             let buf = core::mem::take(&mut self.written);
@@ -764,7 +776,7 @@ impl Replica {
             self.io = IoState::InFlight { seq, write: true };
             return Some(Some(self.expect));
         }
-        if self.read_wanted || self.write_wanted() || self.doubt.is_some() {
+        if self.read_wanted || writes || self.doubt.is_some() {
             self.io = IoState::InFlight { seq, write: false };
             return Some(None);
         }
@@ -1142,11 +1154,14 @@ impl Replica {
                     let flush = ms_to_ns(ctx.shared.flush_ms);
                     // Writers that lost together must not come back together: an
                     // async store's contended round backs off 0.5–1.5 × `flush_ms`.
+                    // Only its writes: reads go on every `sync_ms` (found by a fleet
+                    // stress test: with reads held back too, a trip elsewhere went
+                    // unseen for up to 1.5 × `flush_ms` and a stale view probed alone).
                     let wait = match ctx.shared.mode {
                         SyncMode::Sync => flush,
                         SyncMode::Async => flush / 2 + ctx.rand % flush.max(1),
                     };
-                    self.backoff_until = ctx.now.saturating_add(wait);
+                    self.write_after = ctx.now.saturating_add(wait);
                     return;
                 }
                 match current {
