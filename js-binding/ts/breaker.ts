@@ -973,9 +973,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const counts = typeof event === 'string' && !this._shutdown ? EMITTED.get(event) : undefined;
     if (counts !== undefined) {
       const t = now();
-      const [kind, fires, failures] = counts;
+      const [kind, col, fires, failures] = counts;
       if (kind >= 0) w.fw_record(this._h, kind, 1, t);
-      else if (kind > -3) countPerBucket(this, kind === -1 ? CACHE_MISSES : COALESCE_MISSES, t);
+      if (col >= 0) countPerBucket(this, col, t);
       if (fires !== 0) countPerBucket(this, FIRES, t, fires);
       if (failures !== 0) countPerBucket(this, FAILURES, t, failures);
     }
@@ -2229,24 +2229,24 @@ function fill(o: Record<string, unknown>, k: string, v: unknown): void {
 
 /**
  * An event emitted from outside the breaker, as opossum's listeners count it: the core
- * event kind recorded (-1: a cache miss, -2: a coalescing miss, kept beside the core;
- * -3: none),
- * then what to take back from `fires` and `failures`, which the core derives from the
- * kinds (opossum counts a `fire` only when one is emitted, and a `timeout` or
- * `semaphoreLocked` is not a `failure` until that is emitted too).
+ * event kind recorded (-1: none), the column kept beside the core (`CACHE_MISSES`,
+ * `COALESCE_MISSES`; -1: none), then what to take back from `fires` and `failures`,
+ * which the core derives from the kinds (opossum counts a `fire` only when one is
+ * emitted, and a `timeout` or `semaphoreLocked` is not a `failure` until that is
+ * emitted too).
  */
-const EMITTED = new Map<string, readonly [number, number, number]>([
-  ['success', [K.SUCCESS, -1, 0]],
-  ['failure', [K.FAILURE, -1, 0]],
-  ['fallback', [K.FALLBACK_SUCCESS, 0, 0]],
-  ['timeout', [K.TIMEOUT, -1, -1]],
-  ['fire', [-3, 1, 0]],
-  ['reject', [K.SHORT_CIRCUITED, -1, 0]],
-  ['cacheHit', [K.RESPONSE_FROM_CACHE, -1, 0]],
-  ['cacheMiss', [-1, 0, 0]],
-  ['coalesceCacheHit', [K.COLLAPSED, -1, 0]],
-  ['coalesceCacheMiss', [-2, 0, 0]],
-  ['semaphoreLocked', [K.SEMAPHORE_REJECTED, -1, -1]],
+const EMITTED = new Map<string, readonly [number, number, number, number]>([
+  ['success', [K.SUCCESS, -1, -1, 0]],
+  ['failure', [K.FAILURE, -1, -1, 0]],
+  ['fallback', [K.FALLBACK_SUCCESS, -1, 0, 0]],
+  ['timeout', [K.TIMEOUT, -1, -1, -1]],
+  ['fire', [-1, -1, 1, 0]],
+  ['reject', [K.SHORT_CIRCUITED, -1, -1, 0]],
+  ['cacheHit', [K.RESPONSE_FROM_CACHE, -1, -1, 0]],
+  ['cacheMiss', [-1, CACHE_MISSES, 0, 0]],
+  ['coalesceCacheHit', [K.COLLAPSED, -1, -1, 0]],
+  ['coalesceCacheMiss', [-1, COALESCE_MISSES, 0, 0]],
+  ['semaphoreLocked', [K.SEMAPHORE_REJECTED, -1, -1, -1]],
 ]);
 /** opossum's `eventNames()` of a new breaker, in its order. */
 const EMITTED_NAMES = ['success', 'failure', 'fallback', 'timeout', 'fire', 'reject', 'cacheHit', 'cacheMiss',
