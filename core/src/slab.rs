@@ -339,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn shed_drops_freed_buffers_and_the_free_tail_and_stale_ids_stay_stale() {
+    fn shed_drops_freed_buffers_and_an_empty_table_and_stale_ids_stay_stale() {
         let mut s: Slab<Vec<u8>> = Slab::default();
         let ids: Vec<Id> = (0..8u8)
             .map(|i| s.insert(100, |v| v.extend_from_slice(&[i; 1000])).unwrap())
