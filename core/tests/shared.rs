@@ -2186,3 +2186,46 @@ fn async_a_contended_worker_still_reads_every_sync_ms() {
         "its writes still wait at least half a flush after the contended one: {writes:?}"
     );
 }
+
+/// Found by a Redis stress test: on an asynchronous store, `open()` reported the
+/// transition at once but the key kept admitting from its view until the write
+/// landed (a round trip later), and `close()` kept refusing. A forced open or closed
+/// phase decides from the moment it is forced; the write makes it the fleet's.
+#[test]
+fn a_forced_phase_decides_before_its_write_lands() {
+    let mut h = Host::new(Mode::Async(2), "{}");
+    let keys = h.keys("k");
+    for w in 0..keys.len() {
+        assert!(h.call(w, keys[w], Outcome::Success));
+    }
+    h.advance(200);
+    let now = h.now;
+    h.engines[0].force(keys[0], Phase::Open, now, 0);
+    h.drive(0);
+    assert!(!h.pending.is_empty(), "the write is still in flight");
+    assert_eq!(h.phase(0, keys[0]), Phase::Open);
+    assert!(h.snapshot(0, keys[0]).rejecting);
+    assert_eq!(
+        refused(h.start(0, keys[0])).event,
+        EventKind::ShortCircuited,
+        "open() refuses before the store answers"
+    );
+    // Every worker sees it at its next refresh (1 s on an asynchronous store).
+    h.advance(1_200);
+    for w in 0..keys.len() {
+        assert!(!h.call(w, keys[w], Outcome::Success), "worker {w}: open");
+    }
+    let now = h.now;
+    h.engines[0].force(keys[0], Phase::Closed, now, 0);
+    h.drive(0);
+    assert!(!h.pending.is_empty(), "the write is still in flight");
+    assert_eq!(h.phase(0, keys[0]), Phase::Closed);
+    assert!(
+        h.call(0, keys[0], Outcome::Success),
+        "close() admits before the store answers"
+    );
+    h.advance(1_200);
+    for w in 0..keys.len() {
+        assert!(h.call(w, keys[w], Outcome::Success), "worker {w}: closed");
+    }
+}

@@ -78,6 +78,37 @@ describe('fusewire/redis: RedisStore', () => {
     assert.equal(store.stats.pending, 0);
   });
 
+  test('open() and close() take effect at once, before Redis confirms the write (found by a stress test: the action still ran for a round trip)', async () => {
+    const now = Date.now();
+    let token = 0;
+    const slow = [];
+    const client = fakeClient((cmd) => {
+      if (cmd === 'HMGET') return Promise.resolve([null, null]);
+      // Writes land 150 ms later (a slow link).
+      return new Promise((resolve) => slow.push(setTimeout(() => resolve([0, now, ++token]), 150)));
+    });
+    const store = new RedisStore({ client, timeoutMs: 1000 });
+    let runs = 0;
+    const b = new CircuitBreaker(async () => { runs++; return 'ok'; }, { name: 'op', shared: { store } });
+    assert.equal(await b.fire(), 'ok');
+    await sleep(200);
+    const events = [];
+    for (const e of ['open', 'close']) b.on(e, () => events.push(e));
+    b.open();
+    assert.deepEqual(events, ['open']);
+    assert.equal(b.opened, true);
+    await assert.rejects(b.fire(), (e) => e.code === 'EOPENBREAKER');
+    assert.equal(runs, 1, 'the action did not run after open()');
+    b.close();
+    assert.deepEqual(events, ['open', 'close']);
+    assert.equal(b.closed, true);
+    assert.equal(await b.fire(), 'ok');
+    assert.equal(runs, 2);
+    b.shutdown();
+    for (const t of slow) clearTimeout(t);
+    store.close();
+  });
+
   test('shutdown() writes the outcomes still waiting for their flush', async () => {
     const now = Date.now();
     let token = 0;

@@ -599,7 +599,7 @@ impl Engine {
                     // refresh here saves the host its `prepare` call.
                     rep.prepare_async(&ctx);
                 }
-                fresh = rep.fresh(&ctx);
+                fresh = rep.fresh(&ctx) && !rep.forcing();
                 rep.admit(&ctx, fresh, &mut k.circuit)
             }
             None => k
@@ -1581,7 +1581,7 @@ impl Engine {
     ) -> Option<&'a crate::shared::KeyState> {
         k.replica
             .as_deref()
-            .filter(|r| r.fresh_at(&self.shared, now.max(self.clock.now())))
+            .filter(|r| !r.forcing() && r.fresh_at(&self.shared, now.max(self.clock.now())))
             .and_then(Replica::view)
     }
 

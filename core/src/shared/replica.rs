@@ -562,6 +562,15 @@ impl Replica {
         self.mark(now, true);
     }
 
+    /// A forced open or closed phase waits to be written: the key's local breaker,
+    /// forced at once, decides until the write lands (an operator's `open()` refuses
+    /// from that moment, not a round trip later). A forced half-open (a host's
+    /// restore) waits for the store: its probes need the fleet's leases.
+    #[inline]
+    pub(crate) fn forcing(&self) -> bool {
+        matches!(self.forced, Some(Phase::Open | Phase::Closed))
+    }
+
     /// The phase a pending forced write already reported, if any.
     pub(crate) fn announced(&self) -> Option<Phase> {
         self.announced
