@@ -14,7 +14,9 @@
 //! - the queue is FIFO (`Dequeued` in ticket order per key) and work-conserving;
 //! - late results (and results of an earlier generation) never move the breaker;
 //! - half-open probes per generation (started minus turns given back) ≤
-//!   `permitted_probes`, process-wide.
+//!   `permitted_probes`, process-wide;
+//! - each worker is told one unbroken chain of phases per key (a transition starts
+//!   where the last one ended, and never restates it).
 //!
 //! Local mode also predicts every bulkhead decision exactly (running / queued /
 //! `QueueFull` / `BulkheadFull`).
@@ -234,6 +236,8 @@ struct Sim {
     probes: BTreeMap<(usize, u32), i64>,
     /// Admissions (running starts, dequeues) in the current step, per key.
     admitted: Vec<u32>,
+    /// The phase each worker was last told per key (transitions form one chain).
+    told: BTreeMap<(usize, KeyId), Phase>,
     log: Vec<String>,
 }
 
@@ -265,6 +269,7 @@ impl Sim {
             clock,
             probes: BTreeMap::new(),
             admitted: vec![0; s.keys],
+            told: BTreeMap::new(),
             log: Vec::new(),
         };
         for w in 0..mode.workers() {
@@ -376,7 +381,16 @@ impl Sim {
                 self.calls[i].st = St::Gone;
                 self.remove(w);
             }
-            Event::Transition { .. } => {}
+            Event::Transition { key, transition: t } => {
+                let told = self.told.entry((w, key)).or_insert(Phase::Closed);
+                assert!(
+                    t.from == *told && t.to != t.from,
+                    "w{w}: told {told:?}, then {:?} -> {:?}",
+                    t.from,
+                    t.to
+                );
+                *told = t.to;
+            }
             Event::KeyExpired { key } => panic!("no key is idle long enough to expire: {key:?}"),
             Event::Store { key, issue } => {
                 panic!("a synchronous in-memory store has no issues: {key:?} {issue:?}")

@@ -78,6 +78,8 @@ struct KeyEntry {
     wake: Nanos,
     stamp: u32,
     io_queued: bool,
+    /// The phase the host was last told (see [`tell`]).
+    told: Phase,
     replica: Option<Box<Replica>>,
 }
 
@@ -340,12 +342,14 @@ impl Engine {
                 now,
             ))
         });
+        let circuit = Circuit::new(&p.config, now);
         let entry = KeyEntry {
             generation: 0,
             live: true,
             policy,
             name: name.into(),
-            circuit: Circuit::new(&p.config, now),
+            told: circuit.state.phase(),
+            circuit,
             in_flight: 0,
             queued: 0,
             queue: VecDeque::new(),
@@ -607,8 +611,8 @@ impl Engine {
                 .state
                 .admit(&cfg.breaker, &mut k.circuit.window, now, rand),
         };
-        if let Some(transition) = t {
-            self.events.push_back(Event::Transition { key, transition });
+        if let Some(t) = t {
+            tell(&mut self.events, &mut k.told, key, t);
         }
         let pass = match r {
             Ok(pass) => pass,
@@ -704,8 +708,8 @@ impl Engine {
                             .record_rejection(cfg, event, k.in_flight, now, rand)
                     }
                 };
-                if let Some(transition) = transition {
-                    self.events.push_back(Event::Transition { key, transition });
+                if let Some(t) = transition {
+                    tell(&mut self.events, &mut k.told, key, t);
                 }
                 self.after(i, now);
                 self.touch(i, now);
@@ -906,11 +910,8 @@ impl Engine {
             index: key,
             generation: k.generation,
         };
-        if let Some(transition) = t {
-            self.events.push_back(Event::Transition {
-                key: id,
-                transition,
-            });
+        if let Some(t) = t {
+            tell(&mut self.events, &mut k.told, id, t);
         }
         // A local key left closed has no wake (its breaker's timers are open-phase
         // ones) and no I/O: nothing to schedule.
@@ -1084,13 +1085,12 @@ impl Engine {
         let Some(p) = self.policies.get(k.policy as usize) else {
             return;
         };
-        let told = k.circuit.force(&p.config, to, now, rand);
-        if let Some(t) = told {
-            self.events
-                .push_back(Event::Transition { key, transition: t });
+        let t = k.circuit.force(&p.config, to, now, rand);
+        if let Some(t) = t {
+            tell(&mut self.events, &mut k.told, key, t);
         }
         if let Some(r) = k.replica.as_deref_mut() {
-            r.force(to, told.is_some(), now);
+            r.force(to, now);
         }
         self.after(key.index, now);
     }
@@ -1237,11 +1237,8 @@ impl Engine {
                 cause: Cause::WaitExpired,
             },
         });
-        if let Some(transition) = t {
-            self.events.push_back(Event::Transition {
-                key: kid,
-                transition,
-            });
+        if let Some(t) = t {
+            tell(&mut self.events, &mut k.told, kid, t);
         }
         self.compact_queue(key);
         self.after(key, now);
@@ -1301,11 +1298,8 @@ impl Engine {
                     if let Some(rep) = rep {
                         rep.tick(&ctx);
                     }
-                    if let Some(transition) = k.circuit.poll(cfg, now, rand) {
-                        self.events.push_back(Event::Transition {
-                            key: id,
-                            transition,
-                        });
+                    if let Some(t) = k.circuit.poll(cfg, now, rand) {
+                        tell(&mut self.events, &mut k.told, id, t);
                     }
                 }
             }
@@ -1481,67 +1475,47 @@ impl Engine {
         if !rep.awaits(id.seq()) {
             return;
         }
-        // The phase this worker reported so far: a forced one still being written,
-        // else its fresh view's, else its local breaker's.
-        let before = match (rep.announced(), rep.view()) {
-            (Some(phase), _) => phase,
-            (None, Some(v)) if rep.fresh_at(&self.shared, now) => v.breaker.phase(),
-            _ => k.circuit.state.phase(),
-        };
-        let forcing = rep.announced().is_some();
+        let forcing = rep.force_pending();
         let fx = rep.on_answer(&ctx, answer);
-        // The local breaker mirrors the last view, the state a stale key falls back to
-        // (also after this worker's own writes, or it would fall back to an older one);
-        // not a view that does not decide (read while writes fail: it lacks the
-        // outcomes the local breaker counted).
-        let mut after = None;
         // While a forced phase is being written, a view read meanwhile is older than
         // the force: the write will bring the forced phase (and the local breaker
         // keeps it until then).
         let older = forcing && !fx.written;
-        if (fx.adopted || fx.written) && !older && rep.fresh_at(&self.shared, now) {
-            if let Some(v) = rep.view() {
-                k.circuit.state = v.breaker.clone();
-                // The local rules never saw this window: should the view go stale,
-                // the local breaker's first success runs them.
-                k.circuit.state.check_next_success();
-                after = Some((v.breaker.phase(), v.breaker.generation()));
-            }
-        }
+        // Whether the view decides now: only then are its transitions this worker's
+        // (a view that does not decide — stale, or read while writes fail: it lacks
+        // the outcomes the local breaker counted — is told when it decides again;
+        // found by a fleet stress test: told at once and again then, `open` twice).
+        let decides = !older && rep.fresh_at(&self.shared, now);
         let kid = KeyId {
             index: i,
             generation: k.generation,
         };
-        // Transitions as this worker saw them: each starts where the last one it
-        // reported ended (a restatement of the phase it already reported is dropped),
-        // and a view that differs from what it reported ends with one more (its own
-        // trip undone by the merged state, a phase met on adopting a view).
-        let mut seen = before;
-        for transition in fx.transitions {
-            if transition.to == seen {
-                continue;
+        if decides {
+            for t in fx.transitions {
+                tell(&mut self.events, &mut k.told, kid, t);
             }
-            self.events.push_back(Event::Transition {
-                key: kid,
-                transition: Transition {
-                    from: seen,
-                    ..transition
-                },
-            });
-            seen = transition.to;
-        }
-        if let Some((phase, generation)) = after {
-            if phase != seen {
-                self.events.push_back(Event::Transition {
-                    key: kid,
-                    transition: Transition {
-                        from: seen,
-                        to: phase,
-                        at: now,
-                        generation,
-                        reason: TransitionReason::Observed,
-                    },
-                });
+            // The local breaker mirrors the last view, the state a stale key falls
+            // back to (also after this worker's own writes, or it would fall back to
+            // an older one), and a view that differs from what the host was told ends
+            // with one more transition (its own trip undone by the merged state, a
+            // phase met on adopting a view, a view adopted while it did not decide).
+            let told = k.told;
+            if let Some(v) = rep
+                .view()
+                .filter(|v| fx.adopted || fx.written || v.breaker.phase() != told)
+            {
+                k.circuit.state = v.breaker.clone();
+                // The local rules never saw this window: should the view go stale,
+                // the local breaker's first success runs them.
+                k.circuit.state.check_next_success();
+                let observed = Transition {
+                    from: k.told,
+                    to: v.breaker.phase(),
+                    at: now,
+                    generation: v.breaker.generation(),
+                    reason: TransitionReason::Observed,
+                };
+                tell(&mut self.events, &mut k.told, kid, observed);
             }
         }
         if let Some(issue) = fx.issue {
@@ -1651,6 +1625,21 @@ impl Default for Engine {
     fn default() -> Self {
         Engine::local()
     }
+}
+
+/// Queues a transition of `key` for the host as a step from the phase it was last
+/// told, `told` (a restatement of that phase is dropped): whichever part of the
+/// engine made it — the local breaker, the shared view, an operator's force — the
+/// host sees one unbroken chain of phases per key, each announced once.
+fn tell(events: &mut VecDeque<Event>, told: &mut Phase, key: KeyId, t: Transition) {
+    if t.to == *told {
+        return;
+    }
+    events.push_back(Event::Transition {
+        key,
+        transition: Transition { from: *told, ..t },
+    });
+    *told = t.to;
 }
 
 /// The live entry of `key` (a stale or forged id finds nothing).

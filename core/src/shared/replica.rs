@@ -178,10 +178,8 @@ pub(crate) struct Replica {
     /// until the next read or write lands (see [`Replica::has_free_slot`]).
     limit_changed: bool,
     poll_due: bool,
+    /// An operator's phase, until the write carrying it lands.
     forced: Option<Phase>,
-    /// The phase a local force already reported to the host: until the write
-    /// carrying it lands, transitions are told from it (not from the older view).
-    announced: Option<Phase>,
     claim: bool,
     flush_now: bool,
     read_wanted: bool,
@@ -259,7 +257,6 @@ impl Replica {
             limit_changed: false,
             poll_due: false,
             forced: None,
-            announced: None,
             claim: false,
             flush_now: false,
             read_wanted: true,
@@ -551,14 +548,9 @@ impl Replica {
         }
     }
 
-    /// Forces the shared breaker open or closed (written at once).
-    /// Writes `to` as the key's phase at the next write; `announced`: the host was
-    /// already told the key is in that phase (the local breaker's transition).
-    pub(crate) fn force(&mut self, to: Phase, announced: bool, now: Nanos) {
+    /// Writes `to` as the key's phase at the next write (at once).
+    pub(crate) fn force(&mut self, to: Phase, now: Nanos) {
         self.forced = Some(to);
-        if announced {
-            self.announced = Some(to);
-        }
         self.mark(now, true);
     }
 
@@ -571,9 +563,10 @@ impl Replica {
         matches!(self.forced, Some(Phase::Open | Phase::Closed))
     }
 
-    /// The phase a pending forced write already reported, if any.
-    pub(crate) fn announced(&self) -> Option<Phase> {
-        self.announced
+    /// A forced phase waits to be written.
+    #[inline]
+    pub(crate) fn force_pending(&self) -> bool {
+        self.forced.is_some()
     }
 
     #[inline]
@@ -1206,7 +1199,6 @@ impl Replica {
         self.write_failed_at = None;
         if self.forced == a.forced {
             self.forced = None;
-            self.announced = None;
         }
         if a.delta {
             let g = a.state.breaker.generation();
