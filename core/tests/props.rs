@@ -28,6 +28,9 @@ struct Model {
     /// The last check found the rate at its threshold, short only of the volume: a
     /// success checks again (it adds volume).
     short: bool,
+    /// Successes left the window since the last counted call: the next call checks
+    /// again (the rate can rise without an error).
+    dropped: bool,
 }
 
 impl Model {
@@ -54,7 +57,13 @@ impl Model {
 
     /// Returns whether the call was admitted.
     fn call(&mut self, now: u64, outcome: Outcome) -> bool {
+        let before = (self.current + 1).saturating_sub(10);
         self.current = self.current.max(now / (1_000 * MS));
+        let from = (self.current + 1).saturating_sub(10);
+        self.dropped |= self
+            .events
+            .iter()
+            .any(|&(e, err)| !err && e >= before && e < from);
         let probe = match self.phase {
             Phase::Closed => false,
             Phase::Open if now >= self.open_until => {
@@ -77,6 +86,7 @@ impl Model {
                     self.phase = Phase::Closed;
                     self.events.clear();
                     self.short = false;
+                    self.dropped = false;
                 }
                 // A caller's mistake says nothing about the upstream: the probe
                 // turn is given back and the breaker stays half-open.
@@ -88,7 +98,8 @@ impl Model {
                 }
                 _ => {}
             }
-        } else if outcome != Outcome::Success || self.short {
+        } else if outcome != Outcome::Success || self.short || self.dropped {
+            self.dropped = false;
             let (total, errors) = self.live();
             let rate = errors > 0 && errors * 100 >= 50 * total;
             self.short = rate && total < 20;
