@@ -461,6 +461,25 @@ impl RequestCache {
         lookup
     }
 
+    /// The ready, unexpired entry of `key` in `scope`, if any — counted as a hit, as
+    /// [`RequestCache::lookup`] counts one — while a miss registers nothing: no lead,
+    /// and nothing evicted to make room for one. For a host that reads a store it
+    /// fills elsewhere (the filter's stale copies: a lookup per miss evicted a kept
+    /// copy, so with `max_entries` 1 none was ever served). O(1).
+    pub fn get(&mut self, scope: ScopeId, key: &[u8], now: Nanos) -> Option<EntryId> {
+        let now = self.clock.advance(now);
+        self.scopes.get(scope.0)?;
+        let slot = self.find(scope.0.slot, key).1?;
+        let n = self.nodes.at(slot)?;
+        if !n.ready || self.expired(n, now) {
+            return None;
+        }
+        let (id, n) = self.nodes.entry_at(slot)?;
+        n.visited = true;
+        self.stats.hits += 1;
+        Some(EntryId(id))
+    }
+
     /// The successful result of a call that did not lead its key (its lookup was a
     /// [`Lookup::Bypass`], e.g. `max_waiters` reached): kept as if a leader had
     /// delivered it while the key has no ready entry — a flight still in progress

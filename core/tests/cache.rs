@@ -1058,3 +1058,27 @@ proptest! {
         prop_assert_eq!(s.entries as usize, m.live_entries.len());
     }
 }
+
+/// Found by a stress run of the filter's stale copies: a read-only host asked with
+/// `lookup` and cancelled the lead of a miss, and the lead had evicted a kept entry to
+/// make room (with `max_entries` 1, every miss dropped the only copy). `get` reads
+/// only: a hit counts, a miss leaves the store as it was.
+#[test]
+fn get_reads_without_leading_or_evicting() {
+    let mut c = cache(r#"{"max_entries": 1, "ttl_ms": 1000}"#);
+    let l = lead(c.lookup(G, b"a", T0));
+    let entry = c.fill(l, 10, T0).unwrap().entry.unwrap();
+    assert_eq!(c.get(G, b"b", T0 + MS), None, "a miss");
+    assert!(c.contains(entry), "the kept entry survives a miss");
+    assert_eq!(c.get(G, b"a", T0 + 2 * MS), Some(entry));
+    let st = c.stats();
+    assert_eq!((st.hits, st.misses, st.entries, st.evictions), (1, 1, 1, 0));
+    // In flight (a lead, not ready) and expired entries are not served.
+    let mut c = cache(r#"{"ttl_ms": 1000}"#);
+    let _b = lead(c.lookup(G, b"b", T0));
+    assert_eq!(c.get(G, b"b", T0), None, "in flight");
+    let l = lead(c.lookup(G, b"c", T0));
+    let e = c.fill(l, 1, T0).unwrap().entry.unwrap();
+    assert_eq!(c.get(G, b"c", T0 + 999 * MS), Some(e));
+    assert_eq!(c.get(G, b"c", T0 + 1_000 * MS), None, "expired");
+}

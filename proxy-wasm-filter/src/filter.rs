@@ -304,7 +304,12 @@ impl Worker {
                     .plugin
                     .as_ref()
                     .map_or("fusewire", |p| p.metrics_prefix.as_str());
-                let i = self.metrics.push(KeyMetrics::define(prefix, &name));
+                let m = KeyMetrics::define(prefix, &name);
+                // A breaker that never transitions (`forced_open`) still reports its phase.
+                if let Some(phase) = self.engine.as_ref().and_then(|e| e.phase(key)) {
+                    m.state(phase);
+                }
+                let i = self.metrics.push(m);
                 self.metric_names.insert(name, i);
                 i
             }
@@ -1056,8 +1061,13 @@ impl Worker {
                 replay.keep(&req_key, r.clone(), now);
             }
         }
-        if let Some(lead) = lead {
-            replay.settle(lead, &req_key, response, true, now);
+        match (lead, response) {
+            (Some(lead), Some(r)) => replay.settle(lead, &req_key, Some(r), true, now),
+            // Too large to replay: the waiters go upstream on their own, at once (one
+            // after another, each waiting for the last, they took seconds; found by a
+            // stress run).
+            (Some(lead), None) => replay.release(lead, &req_key, now),
+            (None, _) => {}
         }
         self.settle(now);
     }

@@ -238,19 +238,7 @@ impl Replay {
 
     /// The stale copy for `key`, if one no older than the store's TTL is kept.
     pub fn stale(&mut self, key: &[u8], now: Nanos) -> Option<&Response> {
-        let c = self.stale.as_mut()?;
-        let entry = match c.lookup(ScopeId::GLOBAL, key, now) {
-            Lookup::Hit { entry, .. } => Some(entry),
-            Lookup::Lead(lead) => {
-                c.cancel_lead(lead, now);
-                None
-            }
-            Lookup::Wait(w) => {
-                c.cancel_wait(w, now);
-                None
-            }
-            Lookup::Bypass(_) => None,
-        };
+        let entry = self.stale.as_mut()?.get(ScopeId::GLOBAL, key, now);
         self.drain_stale(now);
         self.kept.get(&entry?.to_raw())
     }

@@ -1883,3 +1883,74 @@ fn a_varying_response_cut_short_releases_its_waiters() {
         assert!(ms <= 200, "released together at 100 ms, ended at {ms} ms");
     }
 }
+
+/// Found by a stress run: identical GETs whose response is too large to replay
+/// (over `max_body_bytes`) went upstream one after another, each waiter led only once
+/// the previous one had finished (p50 1.6 s behind a 100 ms upstream). Such waiters
+/// now go upstream on their own at once, as without collapsing.
+#[test]
+fn waiters_of_a_response_too_large_to_replay_go_upstream_at_once() {
+    let json = collapse_only(r#""max_body_bytes": 4"#);
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..10)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/big"),
+                UpstreamReply::status(200)
+                    .after_ms(100)
+                    .with_body("0123456789"),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(1_500));
+    let recs = records(&h, &ids);
+    for r in &recs {
+        assert_eq!(r.response_status, Some(200), "{r:?}");
+        assert!(r.sent_upstream, "{r:?}");
+        let ms = (r.end_ns - t0) / 1_000_000;
+        assert!(ms <= 250, "answered {ms} ms after it arrived: {r:?}");
+    }
+}
+
+/// Found by a stress run: the state gauge is set on transitions, and a `forced_open`
+/// breaker never makes one: it read 0 (closed) while every call was refused.
+#[test]
+fn a_forced_open_breaker_reports_open_in_its_state_gauge() {
+    let json = config(None).replace(r#""breaker": {"#, r#""breaker": {"mode": "forced_open","#);
+    let mut h = harness(CasMode::Envoy, &json);
+    let r = h.request(0, Request::get("/api/x"), UpstreamReply::status(200));
+    assert!(short_circuited(&r), "{r:?}");
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 1);
+}
+
+/// Found by a stress run: looking for a stale copy of a request that had none took a
+/// place in the store, evicting a kept copy: with `stale.max_entries` 1, the failures
+/// of another path dropped the only copy. A miss now leaves the store as it was.
+#[test]
+fn looking_for_a_missing_stale_copy_keeps_the_others() {
+    let json = config(None).replace(
+        "\"fallback\": {",
+        "\"stale\": {\"max_stale_ms\": 30000, \"max_entries\": 1}, \"fallback\": {",
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let good = UpstreamReply::status(200).with_body("seven");
+    h.request(0, Request::get("/api/item/7"), good);
+    fail_20(
+        &mut h,
+        1,
+        |_| Request::get("/api/other"),
+        UpstreamReply::status(503),
+    );
+    let r = h.request(0, Request::get("/api/item/7"), UpstreamReply::status(200));
+    assert!(!r.sent_upstream, "breaker open");
+    assert_eq!(
+        r.response_header("x-fusewire").as_deref(),
+        Some("stale"),
+        "{r:?}"
+    );
+    assert_eq!(r.response_body, b"seven");
+}
