@@ -1301,7 +1301,14 @@ impl Root {
     pub fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let bytes = match host::plugin_configuration() {
             Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => b,
-            Ok(_) | Err(host::NOT_FOUND) => b"{\"policies\":[]}".to_vec(),
+            Ok(_) | Err(host::NOT_FOUND) => {
+                // Accepted (a filter with nothing to do), but never silently.
+                host::log(
+                    Level::Warn,
+                    "fusewire: no plugin configuration: no policies, every request passes",
+                );
+                b"{\"policies\":[]}".to_vec()
+            }
             Err(s) => {
                 host::log(
                     Level::Error,
