@@ -52,6 +52,9 @@ export interface CacheTransport<R = unknown> {
   delete?(key: CacheKey): void;
 }
 
+/** @types/opossum's name for the cache transport interface (`CacheTransport = MemoryCache` there). */
+export type MemoryCache<R = unknown> = CacheTransport<R>;
+
 /** What `toJSON().state` holds and `options.state` restores. */
 export interface BreakerStateJSON {
   name?: string;

@@ -9,6 +9,7 @@ export {
   CircuitBreaker,
   type CacheKey,
   type CacheTransport,
+  type MemoryCache,
   type BreakerStateJSON,
   type State,
   type StatusOptions,

@@ -25,4 +25,7 @@ const deprecated: CircuitBreaker.Options = { maxFailures: 5 };
 const state: CircuitBreaker.State = b.toJSON().state;
 const statusOptions: CircuitBreaker.StatusOptions = { stats: { fires: 1 }, rollingCountBuckets: 10 };
 const primed: CircuitBreaker.Status = CircuitBreaker.newStatus(statusOptions);
-void [p, o, s, store, ready, ours, unregister, fromOptions, w, deprecated, state, primed];
+// @types/opossum's MemoryCache: the cache transport interface.
+const transport: CircuitBreaker.MemoryCache = { get: (k) => void k, set: () => {}, flush: () => {} };
+const cached = new CircuitBreaker(async (x: number) => x, { cache: true, cacheTransport: transport });
+void [p, o, s, store, ready, ours, unregister, fromOptions, w, deprecated, state, primed, cached];

@@ -187,7 +187,8 @@ users.healthCheck(() => true, 1000);
 users.healthCheck(async function () {
   await this.fire(1);
 });
-void [user, nsStats, nsState, nsStatus, fetched, viaOptional];
+const nsCache: CircuitBreaker.MemoryCache<number> = { get: () => 1, set: () => {}, flush: () => {} };
+void [user, nsStats, nsState, nsStatus, fetched, viaOptional, nsCache];
 users.shutdown();
 typed.shutdown();
 fetcher.shutdown();
