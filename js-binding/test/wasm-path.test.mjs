@@ -5,7 +5,7 @@
 // fixes; a fusewire.wasm next to the code, or FUSEWIRE_WASM, loads it.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -18,7 +18,7 @@ mkdirSync(join(tmp, 'app'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
 /** Runs a script (in its own directory) that requires the copied code; its stdout/stderr. */
-function run(code, env = {}) {
+function run(code, env = {}, node = process.execPath, flags = []) {
   const script = join(tmp, 'app', 'main.cjs');
   writeFileSync(script, `
 try {
@@ -31,7 +31,7 @@ try {
 }`);
   const env2 = { ...process.env, ...env };
   if (!('FUSEWIRE_WASM' in env)) delete env2.FUSEWIRE_WASM;
-  const r = spawnSync(process.execPath, [script], { env: env2, encoding: 'utf8' });
+  const r = spawnSync(node, [...flags, script], { env: env2, encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   return r.stdout.trim();
 }
@@ -63,4 +63,34 @@ test('FUSEWIRE_WASM names the file; a wrong path is reported as such', () => {
   const missing = join(tmp, 'nowhere', 'fusewire.wasm');
   assert.equal(run(code, { FUSEWIRE_WASM: missing }),
     `error Error fusewire: FUSEWIRE_WASM is ${JSON.stringify(missing)}, which does not exist (point it at a copy of fusewire/dist/fusewire.wasm)`);
+});
+
+test('a single executable (its entry path virtual) finds a fusewire.wasm next to itself (found by review: `bun build --compile`)', () => {
+  const code = join(tmp, 'exe', 'bundle');
+  cpSync(join(dist, 'cjs'), code, { recursive: true });
+  const bin = join(tmp, 'exe', 'bin');
+  mkdirSync(bin);
+  const node = join(bin, 'node');
+  copyFileSync(process.execPath, node);
+  chmodSync(node, 0o755);
+  const out = run(code, {}, node);
+  assert.match(out, /^error Error /);
+  assert.ok(out.includes(join(bin, 'fusewire.wasm')), `names the executable's directory: ${out}`);
+  assert.match(out, /next to the bundle \(or the executable\)/);
+  copyFileSync(join(dist, 'fusewire.wasm'), join(bin, 'fusewire.wasm'));
+  assert.equal(run(code, {}, node), 'loaded function');
+});
+
+test('an environment that refuses to be read is no FUSEWIRE_WASM (found by review: Deno without --allow-env threw NotCapable at import)', () => {
+  const preload = join(tmp, 'app', 'no-env.cjs');
+  writeFileSync(preload, `
+const env = process.env;
+process.env = new Proxy(env, {
+  get(t, k) {
+    if (k === 'FUSEWIRE_WASM') throw new Error('NotCapable: Requires env access to "FUSEWIRE_WASM"');
+    return Reflect.get(t, k);
+  },
+});`);
+  assert.equal(run(join(dist, 'cjs'), { FUSEWIRE_WASM: join(tmp, 'nowhere.wasm') }, process.execPath, ['--require', preload]),
+    'loaded function');
 });

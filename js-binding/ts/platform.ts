@@ -30,33 +30,48 @@ export function listening(e: Emitter, name: string): boolean {
 }
 
 /**
+ * `FUSEWIRE_WASM`, or undefined where the runtime refuses to read the environment
+ * (Deno without `--allow-env`: reading throws `NotCapable`).
+ */
+function fromEnv(): string | undefined {
+  try {
+    const path = process.env['FUSEWIRE_WASM'];
+    return path === '' ? undefined : path;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * Where the `.wasm` is: `FUSEWIRE_WASM` (a path) if set; else the package's own
  * `dist/fusewire.wasm`; else, when this code was bundled (esbuild/webpack/rollup for
  * Node, where `__dirname` is the bundle's directory or undefined), a `fusewire.wasm`
- * next to the bundle or next to the entry script.
+ * next to the bundle, next to the entry script or next to the executable (a single
+ * executable: Node's SEA, `bun build --compile`, whose entry path is virtual).
  */
 function wasmPath(): string {
-  const fromEnv = process.env['FUSEWIRE_WASM'];
-  if (fromEnv !== undefined && fromEnv !== '') {
-    if (!existsSync(fromEnv)) {
-      throw new Error(`fusewire: FUSEWIRE_WASM is ${JSON.stringify(fromEnv)}, which does not exist (point it at a copy of fusewire/dist/fusewire.wasm)`);
+  const env = fromEnv();
+  if (env !== undefined) {
+    if (!existsSync(env)) {
+      throw new Error(`fusewire: FUSEWIRE_WASM is ${JSON.stringify(env)}, which does not exist (point it at a copy of fusewire/dist/fusewire.wasm)`);
     }
-    return fromEnv;
+    return env;
   }
   const dir = typeof __dirname === 'string' ? __dirname : undefined;
   const tried: string[] = [];
   const candidates = dir !== undefined ? [join(dir, '..', 'fusewire.wasm'), join(dir, 'fusewire.wasm')] : [];
   const entry = process.argv[1];
   if (entry !== undefined && entry !== '') candidates.push(join(dirname(entry), 'fusewire.wasm'));
+  candidates.push(join(dirname(process.execPath), 'fusewire.wasm'));
   for (const path of candidates) {
     if (tried.includes(path)) continue;
     tried.push(path);
     if (existsSync(path)) return path;
   }
-  throw new Error(`fusewire: its WebAssembly module fusewire.wasm was not found (tried ${tried.join(', ') || 'no path: no __dirname'}). ` +
+  throw new Error(`fusewire: its WebAssembly module fusewire.wasm was not found (tried ${tried.join(', ')}). ` +
     'This happens when fusewire is bundled for Node (esbuild --platform=node, webpack target node): ' +
     'mark fusewire as external (esbuild --external:fusewire, webpack externals) so it loads from node_modules, ' +
-    'or copy node_modules/fusewire/dist/fusewire.wasm next to the bundle, or set FUSEWIRE_WASM to its path.');
+    'or copy node_modules/fusewire/dist/fusewire.wasm next to the bundle (or the executable), or set FUSEWIRE_WASM to its path.');
 }
 
 instantiate(new WebAssembly.Module(readFileSync(wasmPath())));
