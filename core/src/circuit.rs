@@ -89,6 +89,7 @@ impl Circuit {
         pass: Pass,
         outcome: Outcome,
         concurrency: u32,
+        queued: u32,
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
@@ -96,10 +97,10 @@ impl Circuit {
         if self.window.take_dropped() {
             self.state.check_next_success();
         }
-        // The other calls still running count for the `all_calls` denominator.
+        // The other calls still running or queued count for the `all_calls` denominator.
         let mut window = Running {
             window: &mut self.window,
-            running: concurrency.saturating_sub(1),
+            running: concurrency.saturating_sub(1) + queued,
         };
         self.state
             .on_result(&config.breaker, &mut window, pass, outcome, now, rand)
@@ -128,7 +129,7 @@ impl Circuit {
 
     /// Records a bulkhead rejection (`SEMAPHORE_REJECTED` / `THREAD_POOL_REJECTED`):
     /// it counts as an error, so the trip rules run. `running`: calls of the key still
-    /// running (the `all_calls` denominator counts them).
+    /// running or queued (the `all_calls` denominator counts them).
     pub fn record_rejection(
         &mut self,
         config: &Config,
@@ -142,7 +143,7 @@ impl Circuit {
     }
 
     /// Runs the trip rules now (closed phase only). `running`: calls of the key still
-    /// running (the `all_calls` denominator counts them); `error`: an error prompted
+    /// running or queued (the `all_calls` denominator counts them); `error`: an error prompted
     /// the check.
     pub fn check_trip(
         &mut self,
@@ -381,7 +382,7 @@ impl CircuitBreaker {
         }
         let t = self
             .circuit
-            .record(&self.config, pass, outcome, concurrency, now, rand);
+            .record(&self.config, pass, outcome, concurrency, 0, now, rand);
         self.note(t)
     }
 

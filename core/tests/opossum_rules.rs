@@ -155,6 +155,30 @@ fn engine_counts_running_calls_and_bulkhead_rejections() {
 }
 
 #[test]
+fn all_calls_counts_queued_calls() {
+    // opossum's `fires` counts every call fired, and the npm package shows queued
+    // calls in it: with 1 call running, 5 queued and 2 refused, the 2 refusals are 2 of
+    // 8 calls (found by review: the queued ones were left out, 2 of 3 tripped at 50 %).
+    let json = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 0,
+        "threshold_percentage": 50, "denominator": "all_calls", "comparison": "above"}},
+        "bulkhead": {"isolation": "pool", "max_concurrent": 1, "max_queue": 5,
+                     "queue_rejection_threshold": 5, "max_wait_ms": 60000},
+        "execution": {"timeout_enabled": false}}"#;
+    let mut h = Host::new(Mode::Local, json);
+    let k = h.key(0, "svc");
+    let a = running(h.start(0, k));
+    for i in 0..5 {
+        assert!(matches!(h.start(0, k), Start::Queued(_)), "call {i} waits");
+    }
+    assert!(matches!(h.start(0, k), Start::Refused(_)));
+    assert!(matches!(h.start(0, k), Start::Refused(_)));
+    assert_eq!(h.phase(0, k), Phase::Closed, "2 refusals of 8 calls = 25 %");
+    // The running call fails: 3 errors of 8 calls (the next one took its slot).
+    h.complete(0, a, Outcome::Failure);
+    assert_eq!(h.phase(0, k), Phase::Closed, "3 of 8 = 37.5 %");
+}
+
+#[test]
 fn no_trip_during_the_warm_up() {
     let json = r#"{"breaker": {"warm_up_ms": 10000,
         "error_percentage": {"request_volume_threshold": 0}}}"#;

@@ -165,6 +165,104 @@ describe('options.fusewire', () => {
   });
 });
 
+describe('options.fusewire over the opossum options it replaces (found by a review from the native schema)', () => {
+  test('a call timeout set there turns the timeout on and is the probe timeout', async () => {
+    clock = fakeTime();
+    const { b, pending } = controlled({ timeout: false, resetTimeout: 1000, fusewire: { execution: { timeout_ms: 5000 } } });
+    const timedOut = settle(b.fire(1));
+    clock.tick(5001);
+    assert.equal((await timedOut).error?.code, 'ETIMEDOUT', 'timeout: false gave way to execution.timeout_ms');
+    // Opened by the timeout; the probe may take the call timeout (not opossum's 10 s).
+    assert.equal(b.opened, true);
+    clock.tick(1001);
+    assert.equal(b.halfOpen, true);
+    const probe = b.fire(2);
+    clock.tick(4000);
+    pending[1].resolve('slow but healthy');
+    assert.equal(await probe, 'slow but healthy');
+    assert.equal(b.closed, true, 'a 4 s probe within the 5 s call timeout closes');
+    b.shutdown();
+
+    const c = new CircuitBreaker(async () => 1, { fusewire: { execution: { timeout_ms: 60_000 } } });
+    const d = controlled({ resetTimeout: 1000, fusewire: { execution: { timeout_ms: 60_000 } } });
+    await settle(d.b.fire('fail'));
+    clock.tick(1001);
+    const slowProbe = d.b.fire(1);
+    clock.tick(15_000);
+    d.pending[0].resolve('ok');
+    assert.equal(await slowProbe, 'ok');
+    assert.equal(d.b.closed, true, 'a 15 s probe closes: opossum\'s default timeout (10 s) is not its limit');
+    c.shutdown();
+    d.b.shutdown();
+  });
+
+  test('open and window settings there: the halfOpen argument, restoring an open state, the snapshot interval', async () => {
+    clock = fakeTime();
+    const b = new CircuitBreaker(async () => {
+      throw new Error('x');
+    }, { fusewire: { breaker: { open: { sleep_window_ms: 2000 } }, metrics: { rolling_window_ms: 1000, rolling_buckets: 4 } } });
+    const log = record(b, ['halfOpen', 'snapshot']);
+    await settle(b.fire());
+    clock.tick(2001);
+    const half = log.find((e) => e[0] === 'halfOpen');
+    assert.deepEqual(half?.slice(1), [2000], 'halfOpen carries the open period in effect');
+    const snaps = log.filter((e) => e[0] === 'snapshot').length;
+    assert.ok(snaps >= 7 && snaps <= 9, `a snapshot per 250 ms bucket over 2 s: ${snaps}`);
+    b.shutdown();
+
+    // A saved open state is half-open once the native open period has passed since
+    // it opened, and still open before.
+    const opened = new CircuitBreaker(async () => 1, { fusewire: { breaker: { mode: 'forced_open' } } });
+    const state = { ...opened.toJSON().state, closed: false, open: true, lastTimerAt: Date.now() - 40_000 };
+    opened.shutdown();
+    const long = new CircuitBreaker(async () => 1, { state, fusewire: { breaker: { open: { sleep_window_ms: 60_000 } } } });
+    assert.equal(long.opened, true, '40 s of a 60 s open period');
+    const short = new CircuitBreaker(async () => 1, { state, fusewire: { breaker: { open: { sleep_window_ms: 1000 } } } });
+    assert.equal(short.halfOpen, true, '40 s past a 1 s open period');
+    long.shutdown();
+    short.shutdown();
+  });
+
+  test('a bulkhead set to none there leaves the semaphore unbounded; a cache section there turns the cache on', async () => {
+    const b = new CircuitBreaker(async (x) => x, { capacity: 2, fusewire: { bulkhead: null } });
+    assert.equal(b.semaphore.count, Number.MAX_SAFE_INTEGER);
+    assert.equal(b.semaphore.test(), true);
+    b.shutdown();
+    let runs = 0;
+    const c = new CircuitBreaker(async (x) => {
+      runs++;
+      return x;
+    }, { fusewire: { cache: { ttl_ms: 60_000 } } });
+    const log = record(c, ['cacheHit', 'cacheMiss']);
+    assert.deepEqual([await c.fire(1), await c.fire(1), await c.fire(1)], [1, 1, 1]);
+    assert.equal(runs, 1);
+    assert.deepEqual(log.map((e) => e[0]), ['cacheMiss', 'cacheHit', 'cacheHit']);
+    c.shutdown();
+    assert.throws(() => new CircuitBreaker(async () => 1, { fusewire: { collapser: { window_ms: 5 } } }),
+      { name: 'TypeError', message: /^options\.fusewire\.collapser: a CircuitBreaker has no collapser/ });
+  });
+
+  test('queued calls count among the fires the error percentage is taken over', async () => {
+    const { b, pending } = controlled({
+      timeout: false,
+      errorThresholdPercentage: 50,
+      fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 5, queue_rejection_threshold: 5, max_wait_ms: 60_000 } },
+    });
+    const calls = [];
+    for (let i = 0; i < 8; i++) calls.push(settle(b.fire(i)));
+    await flush();
+    assert.equal(b.stats.fires, 8);
+    assert.equal(b.stats.semaphoreRejections, 2);
+    assert.equal(b.closed, true, '2 refusals of 8 fires = 25 %, not above 50 %');
+    for (let i = 0; i < 6; i++) {
+      pending[i].resolve(i);
+      await flush();
+    }
+    await Promise.all(calls);
+    b.shutdown();
+  });
+});
+
 describe('bulkhead with a bounded wait queue', () => {
   test('queued calls run as slots free up; past the queue: ESEMLOCKED', async () => {
     const { b, pending } = controlled({

@@ -621,10 +621,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    */
   get semaphore(): { readonly count: number; test(): boolean } {
     const free = (): number => {
+      // The bulkhead in effect (`capacity`, or `options.fusewire.bulkhead`, which may
+      // set none: found by review), with the core's default limit.
       const b = this._parsed.config.bulkhead;
-      const cap = this.options.capacity;
-      const limit = b !== undefined && b !== null ? b.max_concurrent ?? 10
-        : typeof cap === 'number' && cap >= 1 && cap < Number.MAX_SAFE_INTEGER ? Math.floor(cap) : Number.MAX_SAFE_INTEGER;
+      const limit = b !== undefined && b !== null ? b.max_concurrent ?? 10 : Number.MAX_SAFE_INTEGER;
       if (this._shutdown || w.fw_snapshot(this._h, now()) !== 0) return limit;
       return Math.max(0, limit - out()[S.IN_FLIGHT]!);
     };
@@ -1915,7 +1915,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _polling = 0;
 
   private _setupCache(o: Record<string, unknown>): void {
-    const cache = this._parsed.coreCache || (o['cache'] === true);
+    const cache = this._parsed.cache;
     fn('cacheGetKey', o['cacheGetKey']);
     const tr = o['cacheTransport'];
     if (cache && tr !== undefined) {

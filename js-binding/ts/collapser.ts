@@ -12,7 +12,7 @@ import type { CoreConfig } from './config.js';
 import { F_REARM, K, KIND_MASK, f64s, out, putKey, w } from './engine.js';
 import { describe, optionError } from './errors.js';
 import { tagged } from './key.js';
-import { MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './options.js';
+import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './options.js';
 
 /** The batch function: one result (or Error) per key, in order. */
 export type BatchFn<K, V> = (keys: K[]) => PromiseLike<ArrayLike<V | Error>> | ArrayLike<V | Error>;
@@ -173,7 +173,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
         (keys: K[]) => batchFn.call(this, keys) as PromiseLike<ArrayLike<V | Error>>,
         // A batch is one call: Hystrix's volume threshold (20) keeps one failed batch
         // from opening the breaker (opossum's default of 0 would).
-        { name: this.name ?? 'collapser', volumeThreshold: 20, ...bo, fusewire: fw as CoreConfig },
+        { name: this.name ?? 'collapser', volumeThreshold: 20, ...bo, fusewire: fw as CoreConfig, [FOR_COLLAPSER]: true } as Options<[K[]], ArrayLike<V | Error>>,
       );
     } catch (e) {
       if (e instanceof TypeError) {

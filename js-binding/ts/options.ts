@@ -11,6 +11,9 @@ import { configError, putScratch, w } from './engine.js';
 import { describe, optionError } from './errors.js';
 import { AsyncStore } from './async-store.js';
 
+/** Set (to true) in the options of a `Collapser`'s breaker, whose `fusewire` carries the collapser and its cache. @internal */
+export const FOR_COLLAPSER: unique symbol = Symbol('fusewire.forCollapser');
+
 /** One year: the core's longest duration. */
 export const MAX_MS = 365 * 24 * 3600 * 1000;
 /** The core's `shared.lease_ttl_ms` default. */
@@ -48,6 +51,8 @@ export interface Parsed {
   coalesceJson: string;
   /** Whether the core request cache serves `cache: true` (no custom transport). */
   coreCache: boolean;
+  /** Whether the breaker caches (`cache: true` or an `options.fusewire.cache` section). */
+  cache: boolean;
   /** Outcomes that end coalescing early (opossum's `coalesceResetOn`). */
   coalesceResetOn: string[];
   /** Effective call timeout (ms), false when disabled. */
@@ -292,7 +297,16 @@ export function parse(options: Obj): Parsed {
   // opossum's cache: the first successful result per key, for cacheTTL (0: until
   // evicted), cacheSize entries; no in-flight sharing (that is `coalesce`). A custom
   // cacheTransport replaces it (opossum's pluggable transport).
-  const cache = bool('cache', options['cache']) ?? false;
+  const fw = options['fusewire'];
+  const forCollapser = options[FOR_COLLAPSER as unknown as string] === true;
+  if (!forCollapser && isPlain(fw) && fw['collapser'] !== undefined && fw['collapser'] !== null) {
+    throw optionError('options.fusewire.collapser',
+      'a CircuitBreaker has no collapser: batch loads with the Collapser class (its options windowMs, maxBatchSize, …)');
+  }
+  // A `cache` section in `options.fusewire` turns the cache on, as `cache: true` does
+  // (found by review: it was taken and did nothing); the Collapser's is its own.
+  const cache = (bool('cache', options['cache']) ?? false) ||
+    (!forCollapser && isPlain(fw) && isPlain(fw['cache']));
   const cacheTTL = ms('cacheTTL', options['cacheTTL']);
   const cacheSize = num('cacheSize', options['cacheSize']);
   const coreCache = cache && options['cacheTransport'] === undefined;
@@ -346,11 +360,11 @@ export function parse(options: Obj): Parsed {
 
   const fusewirePaths = new Set<string>();
   let config = base as Obj;
-  const fw = options['fusewire'];
   if (fw !== undefined) {
     if (!isPlain(fw)) throw optionError('options.fusewire', `must be an object (the core config schema), got ${describe(fw)}`);
     walk(fw, 'fusewire', fusewirePaths);
     config = merge(config, fw);
+    config = derived(config, fusewirePaths, warmUp);
   }
 
   const sharedPaths = new Set<string>();
@@ -382,7 +396,8 @@ export function parse(options: Obj): Parsed {
     // process died (found by review): it lasts the call timeout set through
     // `options.fusewire`, else the shared lease, as a dead process's bulkhead slots
     // do. (A probe running longer reopens the breaker.)
-    if (probeTimeout === MAX_MS && !fusewirePaths.has('fusewire.breaker.half_open.probe_timeout_ms')) {
+    if (get(config, 'breaker.half_open.probe_timeout_ms') === MAX_MS &&
+        !fusewirePaths.has('fusewire.breaker.half_open.probe_timeout_ms')) {
       const exec = get(config, 'execution.timeout_enabled') === false ? undefined : get(config, 'execution.timeout_ms');
       const bound = typeof exec === 'number' ? exec : lease;
       // Not an integer: the core names the option that is wrong.
@@ -394,22 +409,53 @@ export function parse(options: Obj): Parsed {
   const effTimeout = get(config, 'execution.timeout_enabled') === false
     ? false
     : (get(config, 'execution.timeout_ms') as number);
+  // The values in effect, where `options.fusewire` set them: the `halfOpen` event's
+  // argument, a restored open state, the snapshot interval.
+  const open = get(config, 'breaker.open');
+  const ladder = get(config, 'breaker.open.ladder_ms');
+  const firstOpen = isPlain(open) && open['schedule'] === 'ladder' && Array.isArray(ladder) ? ladder[0] : get(config, 'breaker.open.sleep_window_ms');
+  const rolling = get(config, 'metrics.rolling_window_ms');
+  const buckets = get(config, 'metrics.rolling_buckets');
+  const native = (path: string): boolean => fusewirePaths.has(`fusewire.${path}`);
   return {
     config: config as CoreConfig,
     configJson,
     sharedJson,
     coalesceJson,
     coreCache,
+    cache,
     coalesceResetOn,
     timeout: effTimeout,
-    resetTimeout,
-    rollingCountTimeout,
-    rollingCountBuckets,
+    resetTimeout: native('breaker.open') && typeof firstOpen === 'number' ? firstOpen : resetTimeout,
+    rollingCountTimeout: native('metrics') && typeof rolling === 'number' ? rolling : rollingCountTimeout,
+    rollingCountBuckets: native('metrics') && typeof buckets === 'number' ? buckets : rollingCountBuckets,
     volumeThreshold,
     warmUp,
     fusewirePaths,
     sharedPaths,
   };
+}
+
+/**
+ * The settings opossum's options derive from one another, following what
+ * `options.fusewire` set in their place (found by review): a call timeout set there
+ * turns the timeout on and is the probe timeout too, unless those are set as well; a
+ * window set there is the warm-up of `allowWarmUp`.
+ */
+function derived(config: Obj, paths: Set<string>, warmUp: boolean): Obj {
+  const set = (path: string): boolean => paths.has(`fusewire.${path}`);
+  let out = config;
+  if (set('execution.timeout_ms') && !set('execution.timeout_enabled')) {
+    out = merge(out, { execution: { timeout_enabled: true } });
+  }
+  if ((set('execution.timeout_ms') || set('execution.timeout_enabled')) && !set('breaker.half_open.probe_timeout_ms')) {
+    const t = get(out, 'execution.timeout_enabled') === false ? MAX_MS : get(out, 'execution.timeout_ms');
+    if (typeof t === 'number') out = merge(out, { breaker: { half_open: { probe_timeout_ms: t } } });
+  }
+  if (warmUp && set('metrics.rolling_window_ms') && !set('breaker.warm_up_ms')) {
+    out = merge(out, { breaker: { warm_up_ms: get(out, 'metrics.rolling_window_ms') } });
+  }
+  return out;
 }
 
 /** Creates the engine for `parsed` (the core validates); throws a TypeError naming the option. */

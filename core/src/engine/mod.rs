@@ -705,7 +705,7 @@ impl Engine {
                             rep.record_refusal(event, now);
                         }
                         k.circuit
-                            .record_rejection(cfg, event, k.in_flight, now, rand)
+                            .record_rejection(cfg, event, k.in_flight + k.queued, now, rand)
                     }
                 };
                 if let Some(t) = transition {
@@ -903,7 +903,7 @@ impl Engine {
                     rep.record(&ctx, pass, outcome);
                 }
                 k.circuit
-                    .record(cfg, Pass::from_raw(pass), outcome, concurrency, now, rand)
+                    .record(cfg, Pass::from_raw(pass), outcome, concurrency, k.queued, now, rand)
             }
         };
         let id = KeyId {
@@ -1223,7 +1223,7 @@ impl Engine {
             }
             None => k
                 .circuit
-                .record_rejection(&p.config, event, k.in_flight, now, rand),
+                .record_rejection(&p.config, event, k.in_flight + k.queued, now, rand),
         };
         let kid = KeyId {
             index: key,
