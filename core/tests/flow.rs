@@ -786,6 +786,59 @@ fn a_half_open_local_key_stays_idle_ms_past_its_open_period() {
     assert!(expired(&mut h), "idle_ms past the open period: expired");
 }
 
+/// Found by review (Envoy's `breaker_state` gauge read open for good): a shared key
+/// that tripped and went quiet expired before its open period ended, and its host,
+/// told nothing more, still reported it open. In every mode a quiet tripped key is
+/// told it half-opened before it expires.
+#[test]
+fn a_quiet_tripped_key_is_told_it_half_opened_before_it_expires() {
+    each_mode(|m| {
+        let cfg = r#"{"keys": {"idle_ms": 1000}, "breaker": {"open": {"sleep_window_ms": 5000}}}"#;
+        let mut h = Host::new(m, cfg);
+        let keys = h.keys("orders");
+        trip(&mut h, &keys);
+        h.advance(SYNC_MS);
+        for w in 0..h.engines.len() {
+            refused(h.start(w, keys[w])); // every worker has seen the trip
+        }
+        let mut told_open = Vec::new();
+        for w in 0..h.engines.len() {
+            h.take_events(w);
+            told_open.push(h.phase(w, keys[w]) == Phase::Open);
+        }
+        assert!(
+            told_open.iter().all(|&o| o),
+            "{m:?}: every worker saw the trip"
+        );
+        let mut expired = 0;
+        for step in 0..80 {
+            h.advance(100);
+            for (w, told_open) in told_open.iter_mut().enumerate() {
+                for e in h.take_events(w) {
+                    match e {
+                        Event::Transition { transition: t, .. } => {
+                            *told_open = t.to == Phase::Open;
+                        }
+                        Event::KeyExpired { .. } => {
+                            assert!(
+                                !*told_open,
+                                "{m:?} worker {w}: expired while open, at {step}"
+                            );
+                            expired += 1;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            expired,
+            h.engines.len(),
+            "{m:?}: each worker's quiet key expired"
+        );
+    });
+}
+
 #[test]
 fn one_million_distinct_keys_stay_within_the_bound() {
     let mut e = Engine::local();

@@ -1927,6 +1927,32 @@ fn a_forced_open_breaker_reports_open_in_its_state_gauge() {
     assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 1);
 }
 
+/// Found by an observability review: a key that tripped and went quiet expired after
+/// `keys.idle_ms` while still open, and its `breaker_state` gauge read open for good
+/// (27 s on, with no traffic). It now half-opens before it expires.
+#[test]
+fn a_quiet_tripped_key_reports_half_open_in_its_state_gauge() {
+    let json = config(None).replace(
+        "\"fallback\": {",
+        "\"keys\": {\"idle_ms\": 1000}, \"fallback\": {",
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    fail_20(
+        &mut h,
+        1,
+        |_| Request::get("/api/x"),
+        UpstreamReply::status(503),
+    );
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 1, "open");
+    h.run_for(Duration::from_millis(6_000));
+    assert_eq!(
+        counter(&h, "fusewire.svc.breaker_state"),
+        2,
+        "half-open after the 5 s open period, no traffic since"
+    );
+}
+
 /// Found by a stress run: looking for a stale copy of a request that had none took a
 /// place in the store, evicting a kept copy: with `stale.max_entries` 1, the failures
 /// of another path dropped the only copy. A miss now leaves the store as it was.

@@ -435,26 +435,22 @@ impl Engine {
     }
 
     /// Whether a key unused for `idle_ms` may expire: nothing running, queued or
-    /// waiting to be written, and — its state living nowhere else — a local breaker
-    /// that is closed, or whose open period ended `idle_ms` ago (found by review: an
-    /// open breaker expired and came back closed before its open period ended, and
+    /// waiting to be written, and a breaker (a shared key's: its last view) that is
+    /// closed, or whose open period ended `idle_ms` ago. Local keys: found by review,
+    /// an open breaker expired and came back closed before its open period ended, and
     /// then a half-open one as soon as it half-opened; tripped keys that went quiet
-    /// must still go, else they would fill `max_keys` for good). A shared key's state
-    /// is in the store.
+    /// must still go, else they would fill `max_keys` for good. Shared keys (their
+    /// state is in the store): found by review, an open key expired before it
+    /// half-opened, and the host, told nothing more, reported it open for good.
     fn idle(k: &KeyEntry, now: Nanos, idle_ns: Nanos) -> bool {
         let state = &k.circuit.state;
         k.in_flight == 0
             && k.queued == 0
             && k.fallbacks == 0
-            && match k.replica.as_deref() {
-                Some(r) => r.is_quiet(),
-                // Not while open, nor until `idle_ms` after its open period ended: a
-                // key that half-opened unseen would otherwise expire at once and come
-                // back closed with its open schedule reset.
-                None => match state.phase() {
-                    Phase::Closed => true,
-                    _ => now >= state.open_until().saturating_add(idle_ns),
-                },
+            && k.replica.as_deref().is_none_or(Replica::is_quiet)
+            && match state.phase() {
+                Phase::Closed => true,
+                _ => now >= state.open_until().saturating_add(idle_ns),
             }
     }
 
@@ -902,8 +898,15 @@ impl Engine {
                 if let Some(rep) = rep {
                     rep.record(&ctx, pass, outcome);
                 }
-                k.circuit
-                    .record(cfg, Pass::from_raw(pass), outcome, concurrency, k.queued, now, rand)
+                k.circuit.record(
+                    cfg,
+                    Pass::from_raw(pass),
+                    outcome,
+                    concurrency,
+                    k.queued,
+                    now,
+                    rand,
+                )
             }
         };
         let id = KeyId {
