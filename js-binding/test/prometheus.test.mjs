@@ -2,6 +2,7 @@
 // prom-client, named as the Envoy filter's metrics are.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { Worker } from 'node:worker_threads';
 
 import * as client from 'prom-client';
 import { CircuitBreaker, SharedStore } from 'fusewire';
@@ -271,6 +272,54 @@ test('transitions are counted by the breaker that made them, not by every one th
   assert.equal(bOpened, 1, "and emits 'open'");
   assert.match(await scrape(registry), /^fusewire_seen_opened 1$/m);
   a.shutdown();
+  b.shutdown();
+  remove();
+});
+
+test('worker_threads: the threads\' registries add up to the process\'s counts with AggregatorRegistry.aggregate (found by review: a scrape saw its own thread only)', async () => {
+  const store = new SharedStore();
+  const source = `
+const { parentPort, workerData } = require('node:worker_threads');
+const client = require('prom-client');
+const { CircuitBreaker, SharedStore } = require('fusewire');
+const { register } = require('fusewire/prometheus');
+const registry = new client.Registry();
+register({ client, registers: [registry] });
+const b = new CircuitBreaker(async (x) => { if (x) throw new Error('x'); return 1; },
+  { name: 'pay', volumeThreshold: 1000, shared: { store: SharedStore.from(workerData.buffer) } });
+(async () => {
+  for (let i = 0; i < workerData.n; i++) await b.fire(i % 4 === 0).catch(() => {});
+  parentPort.postMessage('fired');
+  parentPort.once('message', async () => {
+    b.open();
+    parentPort.postMessage(await registry.getMetricsAsJSON());
+    b.shutdown();
+  });
+})();
+`;
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const b = new CircuitBreaker(async () => 1, { name: 'pay', volumeThreshold: 1000, shared: { store } });
+  for (let i = 0; i < 10; i++) await b.fire();
+  // Each worker fires, then (once all have) opens the breaker and reports.
+  const workers = [40, 80].map((n) => new Worker(source, { eval: true, workerData: { buffer: store.buffer, n } }));
+  const next = (w) => new Promise((resolve, reject) => {
+    w.once('message', resolve);
+    w.once('error', reject);
+  });
+  await Promise.all(workers.map(next));
+  const fromWorkers = await Promise.all(workers.map((w) => {
+    const report = next(w);
+    w.postMessage('report');
+    return report;
+  }));
+  b.open();
+  const all = [await registry.getMetricsAsJSON(), ...fromWorkers];
+  const text = await client.AggregatorRegistry.aggregate(all).metrics();
+  assert.match(text, /^fusewire_pay_success 100$/m, '10 here, 30 and 60 in the workers');
+  assert.match(text, /^fusewire_pay_failure 30$/m);
+  assert.match(text, /^fusewire_pay_breaker_state 1$/m, 'open: the highest state of the threads, not their sum');
+  assert.match(text, /^fusewire_breakers 3$/m);
   b.shutdown();
   remove();
 });

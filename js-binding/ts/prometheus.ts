@@ -32,6 +32,17 @@ interface MetricConfig {
   labelNames?: string[];
   registers?: unknown[];
   collect?: (this: Metric) => void;
+  aggregator?: string;
+}
+
+/**
+ * How prom-client's `AggregatorRegistry.aggregate` merges one metric of several
+ * threads' registries (each `worker_threads` worker has its own): counts, calls in
+ * flight and breakers add up (the default, `sum`); the state is the highest a thread
+ * reports; latencies are averaged.
+ */
+function aggregator(suffix: string): string {
+  return suffix === 'breaker_state' ? 'max' : suffix === 'latency_ms' ? 'average' : 'sum';
 }
 
 interface Metric {
@@ -244,7 +255,7 @@ export function register(options: PrometheusOptions): () => void {
   const make = (counter: boolean, name: string, suffix: string, labelNames: string[],
     collect: (this: Metric) => void) => {
     const C = (counter ? client.Counter : client.Gauge) as unknown as MetricClass;
-    new C({ name, help: help(suffix), labelNames, registers, collect });
+    new C({ name, help: help(suffix), labelNames, registers, collect, aggregator: aggregator(suffix) });
     names.add(name);
   };
   /** `make`, for a breaker's metric: a failure (the name is taken in a registry) warns. */
