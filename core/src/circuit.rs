@@ -79,28 +79,27 @@ impl Circuit {
     }
 
     /// Hands back a pass with the call's outcome at `now`; latency is
-    /// `now - pass.started_at()`, `concurrency` the calls executing when it ended
-    /// (for the rolling maximum). A result from an earlier generation is counted but
-    /// never moves the breaker; a cancelled call counts nowhere. O(1), no allocation.
+    /// `now - pass.started_at()`, `load` the key's calls when it ended. A result from
+    /// an earlier generation is counted but never moves the breaker; a cancelled call
+    /// counts nowhere. O(1), no allocation.
     #[inline(always)]
     pub fn record(
         &mut self,
         config: &Config,
         pass: Pass,
         outcome: Outcome,
-        concurrency: u32,
-        queued: u32,
+        load: Load,
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        self.record_metrics(config, pass.started_at(), outcome, concurrency, now);
+        self.record_metrics(config, pass.started_at(), outcome, load.in_flight, now);
         if self.window.take_dropped() {
             self.state.check_next_success();
         }
         // The other calls still running or queued count for the `all_calls` denominator.
         let mut window = Running {
             window: &mut self.window,
-            running: concurrency.saturating_sub(1) + queued,
+            running: load.in_flight.saturating_sub(1) + load.queued,
         };
         self.state
             .on_result(&config.breaker, &mut window, pass, outcome, now, rand)
@@ -216,6 +215,26 @@ impl Circuit {
     /// Bytes per key: breaker state + window + histograms.
     pub fn memory_bytes(&self) -> usize {
         core::mem::size_of::<BreakerState>() + self.window.memory_bytes()
+    }
+}
+
+/// A key's calls as one of them ends.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    /// Calls executing, the ending one included (the rolling maximum concurrency).
+    pub in_flight: u32,
+    /// Calls waiting in the bulkhead's queue (with the other calls executing, the
+    /// `all_calls` denominator counts them).
+    pub queued: u32,
+}
+
+impl Load {
+    /// `in_flight` calls executing, none queued.
+    pub fn running(in_flight: u32) -> Self {
+        Load {
+            in_flight,
+            queued: 0,
+        }
     }
 }
 
@@ -380,9 +399,14 @@ impl CircuitBreaker {
             }
             return None;
         }
-        let t = self
-            .circuit
-            .record(&self.config, pass, outcome, concurrency, 0, now, rand);
+        let t = self.circuit.record(
+            &self.config,
+            pass,
+            outcome,
+            Load::running(concurrency),
+            now,
+            rand,
+        );
         self.note(t)
     }
 

@@ -30,7 +30,7 @@ pub use events::{Cause, Completion, Event, Refusal, Start};
 pub use keys::KeyId;
 
 use crate::breaker::{Pass, Phase, RawPass, Transition, TransitionReason, NO_PROBE};
-use crate::circuit::{Circuit, Snapshot};
+use crate::circuit::{Circuit, Load, Snapshot};
 use crate::config::{Config, ConfigError, Isolation, SharedConfig, SyncMode, MAX_KEY_LEN};
 use crate::event::{EventKind, Outcome};
 use crate::shared::io::{Answer, Io, IoId, Op};
@@ -898,15 +898,12 @@ impl Engine {
                 if let Some(rep) = rep {
                     rep.record(&ctx, pass, outcome);
                 }
-                k.circuit.record(
-                    cfg,
-                    Pass::from_raw(pass),
-                    outcome,
-                    concurrency,
-                    k.queued,
-                    now,
-                    rand,
-                )
+                let load = Load {
+                    in_flight: concurrency,
+                    queued: k.queued,
+                };
+                k.circuit
+                    .record(cfg, Pass::from_raw(pass), outcome, load, now, rand)
             }
         };
         let id = KeyId {
