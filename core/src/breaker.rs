@@ -414,10 +414,6 @@ pub const fn probe_verdict(outcome: Outcome, slow: bool) -> Option<bool> {
     }
 }
 
-fn state_machine_runs(mode: BreakerMode) -> bool {
-    matches!(mode, BreakerMode::Normal | BreakerMode::MetricsOnly)
-}
-
 impl BreakerState {
     /// A closed breaker, generation 0.
     pub const fn new() -> Self {
@@ -618,7 +614,7 @@ impl BreakerState {
     /// Time-driven transitions: open → half-open when the open period is over,
     /// half-open → open when a probe lease expired. Cheap when closed.
     pub fn poll(&mut self, cfg: &BreakerConfig, now: Nanos, rand: u64) -> Option<Transition> {
-        if !state_machine_runs(cfg.mode) {
+        if !cfg.mode.runs_state_machine() {
             return None;
         }
         match self.phase {
@@ -797,7 +793,7 @@ impl BreakerState {
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        if pass.generation() != self.generation || !state_machine_runs(cfg.mode) {
+        if pass.generation() != self.generation || !cfg.mode.runs_state_machine() {
             return None;
         }
         let slow = cfg.slow_call.enabled
@@ -855,7 +851,7 @@ impl BreakerState {
         rand: u64,
         error: bool,
     ) -> Option<Transition> {
-        if self.phase != Phase::Closed || !state_machine_runs(cfg.mode) {
+        if self.phase != Phase::Closed || !cfg.mode.runs_state_machine() {
             self.check_on_success = false;
             return None;
         }

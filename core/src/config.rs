@@ -53,6 +53,14 @@ pub enum BreakerMode {
     MetricsOnly,
 }
 
+impl BreakerMode {
+    /// Whether the state machine runs (`Normal`, `MetricsOnly`): in the other modes the
+    /// phase is pinned, and neither the rules nor an operator's force move it.
+    pub fn runs_state_machine(self) -> bool {
+        matches!(self, BreakerMode::Normal | BreakerMode::MetricsOnly)
+    }
+}
+
 /// Circuit breaker rules. Any enabled trip rule can open the breaker.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BreakerConfig {

@@ -508,6 +508,34 @@ fn forced_open_reports_itself_open() {
     });
 }
 
+/// Found by review (the npm package's `open()` in `forced_closed` emitted `open`
+/// while the breaker stayed closed): a mode that pins the phase ignores a force — no
+/// transition, no write.
+#[test]
+fn a_pinned_mode_ignores_a_force() {
+    for mode in ["forced_open", "forced_closed", "disabled"] {
+        each_mode(|m| {
+            let json = format!(r#"{{"breaker": {{"mode": "{mode}"}}}}"#);
+            let mut h = Host::new(m, &json);
+            let k = h.key(0, "k");
+            let before = h.phase(0, k);
+            h.take_events(0);
+            for to in [Phase::Open, Phase::Closed, Phase::HalfOpen, Phase::Open] {
+                let now = h.now;
+                h.engines[0].force(k, to, now, 0);
+                assert_eq!(h.phase(0, k), before, "{m:?} {mode}: forced {to:?}");
+            }
+            h.advance(10_000);
+            let told: Vec<_> = h
+                .take_events(0)
+                .into_iter()
+                .filter(|e| matches!(e, Event::Transition { .. }))
+                .collect();
+            assert!(told.is_empty(), "{m:?} {mode}: {told:?}");
+        });
+    }
+}
+
 #[test]
 fn rejecting_is_now_and_the_phase_is_hystrix_is_open() {
     // `rejecting` is true while the sleep window runs and false once a probe may go;

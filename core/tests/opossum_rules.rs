@@ -173,7 +173,8 @@ fn all_calls_counts_queued_calls() {
     assert!(matches!(h.start(0, k), Start::Refused(_)));
     assert!(matches!(h.start(0, k), Start::Refused(_)));
     assert_eq!(h.phase(0, k), Phase::Closed, "2 refusals of 8 calls = 25 %");
-    // The running call fails: 3 errors of 8 calls (the next one took its slot).
+    // The running call fails: 3 errors of 8 calls (the other 5 still queued: the
+    // next takes its slot after the rules ran).
     h.complete(0, a, Outcome::Failure);
     assert_eq!(h.phase(0, k), Phase::Closed, "3 of 8 = 37.5 %");
 }

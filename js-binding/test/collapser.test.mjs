@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 
-import { Collapser } from 'fusewire';
+import { CircuitBreaker, Collapser } from 'fusewire';
 
 import { fakeTime, flush } from './helpers.mjs';
 
@@ -316,4 +316,13 @@ describe('Collapser', () => {
     assert.deepEqual(batches, [[3, 4], [5]]);
     c.shutdown();
   });
+});
+
+test('a copy of a Collapser breaker\'s options makes a plain breaker (found by review: the internal mark came along)', async () => {
+  const c = new Collapser(async (keys) => keys);
+  const copy = { ...c.breaker.options };
+  assert.throws(() => new CircuitBreaker(async () => 1, copy),
+    { name: 'TypeError', message: /^options\.fusewire\.collapser: a CircuitBreaker has no collapser/ });
+  assert.deepEqual(await c.loadMany([1, 2]), [1, 2]);
+  c.shutdown();
 });

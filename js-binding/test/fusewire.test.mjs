@@ -183,7 +183,6 @@ describe('options.fusewire over the opossum options it replaces (found by a revi
     assert.equal(b.closed, true, 'a 4 s probe within the 5 s call timeout closes');
     b.shutdown();
 
-    const c = new CircuitBreaker(async () => 1, { fusewire: { execution: { timeout_ms: 60_000 } } });
     const d = controlled({ resetTimeout: 1000, fusewire: { execution: { timeout_ms: 60_000 } } });
     await settle(d.b.fire('fail'));
     clock.tick(1001);
@@ -192,8 +191,25 @@ describe('options.fusewire over the opossum options it replaces (found by a revi
     d.pending[0].resolve('ok');
     assert.equal(await slowProbe, 'ok');
     assert.equal(d.b.closed, true, 'a 15 s probe closes: opossum\'s default timeout (10 s) is not its limit');
-    c.shutdown();
     d.b.shutdown();
+
+    // A bad value is named as the user set it, not as what it was copied to (found by
+    // review: `options.timeout` for a probe timeout copied from execution.timeout_ms).
+    for (const bad of [0, 1.5, -1]) {
+      assert.throws(() => new CircuitBreaker(async () => 1, { fusewire: { execution: { timeout_ms: bad } } }),
+        { name: 'TypeError', message: /^options\.fusewire\.execution\.timeout_ms: / }, String(bad));
+    }
+    assert.throws(() => new CircuitBreaker(async () => 1, { allowWarmUp: true, fusewire: { metrics: { rolling_window_ms: 4e10 } } }),
+      { name: 'TypeError', message: /^options\.fusewire\.metrics\.rolling_window_ms: / });
+    // `timeout: false` turned on there runs opossum's default timeout, 10 s.
+    const e = controlled({ timeout: false, fusewire: { execution: { timeout_enabled: true } } });
+    const late = settle(e.b.fire(1));
+    clock.tick(9_999);
+    await flush();
+    assert.equal(e.b.stats.timeouts, 0);
+    clock.tick(2);
+    assert.equal((await late).error?.code, 'ETIMEDOUT');
+    e.b.shutdown();
   });
 
   test('open and window settings there: the halfOpen argument, restoring an open state, the snapshot interval', async () => {
@@ -240,6 +256,41 @@ describe('options.fusewire over the opossum options it replaces (found by a revi
     c.shutdown();
     assert.throws(() => new CircuitBreaker(async () => 1, { fusewire: { collapser: { window_ms: 5 } } }),
       { name: 'TypeError', message: /^options\.fusewire\.collapser: a CircuitBreaker has no collapser/ });
+    // `cache: false` keeps it off; a custom transport gets the section's ttl_ms; past
+    // the core's limit `capacity` reads back as given (found by review).
+    let runs2 = 0;
+    const off = new CircuitBreaker(async () => ++runs2, { cache: false, fusewire: { cache: { ttl_ms: 60_000 } } });
+    await off.fire();
+    await off.fire();
+    assert.equal(runs2, 2);
+    off.shutdown();
+    const sets = [];
+    const transport = { get: () => undefined, set: (k, v, expiresAt) => sets.push(expiresAt), flush: () => {} };
+    const t = new CircuitBreaker(async (x) => x, { cacheTransport: transport, fusewire: { cache: { ttl_ms: 1000 } } });
+    const before = Date.now();
+    await t.fire(1);
+    await flush();
+    assert.equal(sets.length, 1);
+    assert.ok(sets[0] >= before + 1000 && sets[0] <= Date.now() + 1000, `expires in 1 s: ${sets[0] - before}`);
+    t.shutdown();
+    const big = new CircuitBreaker(async () => 1, { capacity: 2 ** 33 });
+    assert.equal(big.semaphore.count, 2 ** 33);
+    big.shutdown();
+  });
+
+  test('open() and close() in a mode that pins the phase do nothing, silently (found by review: open() in forced_closed emitted open)', async () => {
+    for (const mode of ['forced_open', 'forced_closed', 'disabled']) {
+      const b = new CircuitBreaker(async () => 1, { fusewire: { breaker: { mode } } });
+      const log = record(b, ['open', 'close', 'halfOpen']);
+      const was = [b.opened, b.closed];
+      b.open();
+      b.close();
+      b.open();
+      await flush();
+      assert.deepEqual(log, [], mode);
+      assert.deepEqual([b.opened, b.closed], was, mode);
+      b.shutdown();
+    }
   });
 
   test('queued calls count among the fires the error percentage is taken over', async () => {

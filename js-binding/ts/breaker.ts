@@ -26,7 +26,7 @@ import {
 } from './engine.js';
 import { describe, isOurError, optionError, ourError, type CircuitBreakerError } from './errors.js';
 import { tagged } from './key.js';
-import { bool, create, fn, num, parse, str, type Parsed } from './options.js';
+import { FOR_COLLAPSER, bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, listening, ready } from './platform.js';
 import {
   CACHE_MISSES, COALESCE_MISSES, FAILURES, FIRES, Status, countPerBucket, emptyBucket, extraCounts, markOpen, readStats,
@@ -481,7 +481,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this.options = options;
     this._action = action;
     const o = opossumView(options as Record<string, unknown>);
-    this._parsed = parse(o);
+    this._parsed = parse(o, (options as Record<PropertyKey, unknown>)[FOR_COLLAPSER] === true);
     const name = str('name', o['name']) || action.name || nextName();
     this._name = name;
     this._group = str('group', o['group']) || name;
@@ -621,10 +621,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    */
   get semaphore(): { readonly count: number; test(): boolean } {
     const free = (): number => {
-      // The bulkhead in effect (`capacity`, or `options.fusewire.bulkhead`, which may
-      // set none: found by review), with the core's default limit.
+      // The bulkhead in effect, with the core's default limit; without one, `capacity`
+      // (past the core's limit it runs unbounded, but reads back as opossum's), unless
+      // `options.fusewire.bulkhead` set none (found by review).
       const b = this._parsed.config.bulkhead;
-      const limit = b !== undefined && b !== null ? b.max_concurrent ?? 10 : Number.MAX_SAFE_INTEGER;
+      const cap = this.options.capacity;
+      const limit = b !== undefined && b !== null ? b.max_concurrent ?? 10
+        : !this._parsed.fusewirePaths.has('fusewire.bulkhead') && typeof cap === 'number' && cap >= 1 &&
+          cap < Number.MAX_SAFE_INTEGER ? Math.floor(cap) : Number.MAX_SAFE_INTEGER;
       if (this._shutdown || w.fw_snapshot(this._h, now()) !== 0) return limit;
       return Math.max(0, limit - out()[S.IN_FLIGHT]!);
     };
@@ -1958,7 +1962,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         }
         countPerBucket(this, CACHE_MISSES, t);
         this._told('cacheMiss');
-        const ttl = this.options.cacheTTL ?? 0;
+        const ttl = this._parsed.cacheTtl;
         // opossum caches the action's successful result (never a fallback's).
         store = (v) => tr.set(raw as CacheKey, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
       } else {

@@ -167,13 +167,17 @@ export class Collapser<K = unknown, V = unknown, C = K> {
         : null,
     };
     const fw = isPlain(bo.fusewire) ? merge(ours as Record<string, unknown>, bo.fusewire) : ours;
+    // A batch is one call: Hystrix's volume threshold (20) keeps one failed batch
+    // from opening the breaker (opossum's default of 0 would).
+    const breakerOptions = { name: this.name ?? 'collapser', volumeThreshold: 20, ...bo, fusewire: fw as CoreConfig };
+    // Its `fusewire` carries the collapser and its cache. Not enumerable: a copy of
+    // `breaker.options` makes a plain breaker.
+    Object.defineProperty(breakerOptions, FOR_COLLAPSER, { value: true });
     try {
       this.breaker = new CircuitBreaker<[K[]], ArrayLike<V | Error>>(
         // Called as a method of the collapser (DataLoader calls it with the loader as `this`).
         (keys: K[]) => batchFn.call(this, keys) as PromiseLike<ArrayLike<V | Error>>,
-        // A batch is one call: Hystrix's volume threshold (20) keeps one failed batch
-        // from opening the breaker (opossum's default of 0 would).
-        { name: this.name ?? 'collapser', volumeThreshold: 20, ...bo, fusewire: fw as CoreConfig, [FOR_COLLAPSER]: true } as Options<[K[]], ArrayLike<V | Error>>,
+        breakerOptions,
       );
     } catch (e) {
       if (e instanceof TypeError) {

@@ -64,6 +64,10 @@ export interface Parsed {
   warmUp: boolean;
   /** Paths set through `options.fusewire` / `options.shared` (error messages). */
   fusewirePaths: Set<string>;
+  /** Core paths `options.fusewire` set through another (`derived`): the one set. */
+  derivedFrom: Map<string, string>;
+  /** The cache's time to live (ms, 0: none), for a custom `cacheTransport`. */
+  cacheTtl: number;
   sharedPaths: Set<string>;
 }
 
@@ -180,7 +184,9 @@ function get(o: unknown, path: string): unknown {
 }
 
 /** Maps a core error path to the option it came from. */
-function blame(path: string, fusewirePaths: Set<string>, sharedPaths: Set<string>): string {
+function blame(path: string, fusewirePaths: Set<string>, sharedPaths: Set<string>, from: Map<string, string>): string {
+  const source = from.get(path);
+  if (source !== undefined) return `options.fusewire.${source}`;
   if (path.startsWith('shared.')) {
     void sharedPaths;
     return `options.${path}`;
@@ -215,7 +221,7 @@ export function checkCore(config: unknown, label: string): void {
  * schema, merges `options.fusewire` over it, and serialises both sections. Throws a
  * TypeError for a bad type; the core's range checks run in `create`.
  */
-export function parse(options: Obj): Parsed {
+export function parse(options: Obj, forCollapser = false): Parsed {
   const timeoutOpt = options['timeout'];
   let timeout: number | false;
   if (timeoutOpt === undefined) timeout = 10_000;
@@ -278,7 +284,8 @@ export function parse(options: Obj): Parsed {
       percentiles_enabled: percentiles,
     },
     execution: timeout === false
-      ? { timeout_enabled: false, timeout_ms: 1_000 }
+      // opossum's default, should `options.fusewire` turn the timeout on.
+      ? { timeout_enabled: false, timeout_ms: 10_000 }
       : { timeout_enabled: true, timeout_ms: timeout },
     bulkhead: capacity === undefined || capacity > 0xffff_ffff
       ? null
@@ -298,14 +305,14 @@ export function parse(options: Obj): Parsed {
   // evicted), cacheSize entries; no in-flight sharing (that is `coalesce`). A custom
   // cacheTransport replaces it (opossum's pluggable transport).
   const fw = options['fusewire'];
-  const forCollapser = options[FOR_COLLAPSER as unknown as string] === true;
   if (!forCollapser && isPlain(fw) && fw['collapser'] !== undefined && fw['collapser'] !== null) {
     throw optionError('options.fusewire.collapser',
       'a CircuitBreaker has no collapser: batch loads with the Collapser class (its options windowMs, maxBatchSize, …)');
   }
   // A `cache` section in `options.fusewire` turns the cache on, as `cache: true` does
-  // (found by review: it was taken and did nothing); the Collapser's is its own.
-  const cache = (bool('cache', options['cache']) ?? false) ||
+  // (found by review: it was taken and did nothing), unless `cache: false` is given;
+  // the Collapser's is its own.
+  const cache = bool('cache', options['cache']) ??
     (!forCollapser && isPlain(fw) && isPlain(fw['cache']));
   const cacheTTL = ms('cacheTTL', options['cacheTTL']);
   const cacheSize = num('cacheSize', options['cacheSize']);
@@ -359,13 +366,16 @@ export function parse(options: Obj): Parsed {
   }
 
   const fusewirePaths = new Set<string>();
+  const derivedFrom = new Map<string, string>();
   let config = base as Obj;
   if (fw !== undefined) {
     if (!isPlain(fw)) throw optionError('options.fusewire', `must be an object (the core config schema), got ${describe(fw)}`);
     walk(fw, 'fusewire', fusewirePaths);
     config = merge(config, fw);
-    config = derived(config, fusewirePaths, warmUp);
+    config = derived(config, fusewirePaths, warmUp, derivedFrom);
   }
+  // A custom cacheTransport is the cache: the core keeps none.
+  if (cache && options['cacheTransport'] !== undefined) config = merge(config, { cache: null });
 
   const sharedPaths = new Set<string>();
   let sharedJson = '';
@@ -417,6 +427,7 @@ export function parse(options: Obj): Parsed {
   const rolling = get(config, 'metrics.rolling_window_ms');
   const buckets = get(config, 'metrics.rolling_buckets');
   const native = (path: string): boolean => fusewirePaths.has(`fusewire.${path}`);
+  const cacheTtl = get(isPlain(fw) ? fw : undefined, 'cache.ttl_ms');
   return {
     config: config as CoreConfig,
     configJson,
@@ -432,6 +443,8 @@ export function parse(options: Obj): Parsed {
     volumeThreshold,
     warmUp,
     fusewirePaths,
+    derivedFrom,
+    cacheTtl: native('cache.ttl_ms') && typeof cacheTtl === 'number' ? cacheTtl : Math.ceil(cacheTTL ?? 0),
     sharedPaths,
   };
 }
@@ -442,18 +455,22 @@ export function parse(options: Obj): Parsed {
  * turns the timeout on and is the probe timeout too, unless those are set as well; a
  * window set there is the warm-up of `allowWarmUp`.
  */
-function derived(config: Obj, paths: Set<string>, warmUp: boolean): Obj {
+function derived(config: Obj, paths: Set<string>, warmUp: boolean, from: Map<string, string>): Obj {
   const set = (path: string): boolean => paths.has(`fusewire.${path}`);
   let out = config;
   if (set('execution.timeout_ms') && !set('execution.timeout_enabled')) {
     out = merge(out, { execution: { timeout_enabled: true } });
   }
   if ((set('execution.timeout_ms') || set('execution.timeout_enabled')) && !set('breaker.half_open.probe_timeout_ms')) {
-    const t = get(out, 'execution.timeout_enabled') === false ? MAX_MS : get(out, 'execution.timeout_ms');
+    const on = get(out, 'execution.timeout_enabled') !== false;
+    const t = on ? get(out, 'execution.timeout_ms') : MAX_MS;
     if (typeof t === 'number') out = merge(out, { breaker: { half_open: { probe_timeout_ms: t } } });
+    // A bad value is reported under the option that was set (found by review).
+    if (on) from.set('breaker.half_open.probe_timeout_ms', 'execution.timeout_ms');
   }
   if (warmUp && set('metrics.rolling_window_ms') && !set('breaker.warm_up_ms')) {
     out = merge(out, { breaker: { warm_up_ms: get(out, 'metrics.rolling_window_ms') } });
+    from.set('breaker.warm_up_ms', 'metrics.rolling_window_ms');
   }
   return out;
 }
@@ -468,7 +485,7 @@ export function create(parsed: Parsed, name: string, owner: [number, number], no
     if (path === '' && (reason === 'wasm memory is full' || reason === 'too many breakers alive')) {
       throw new RangeError(`fusewire: ${reason}`);
     }
-    throw optionError(blame(path, parsed.fusewirePaths, parsed.sharedPaths), reason);
+    throw optionError(blame(path, parsed.fusewirePaths, parsed.sharedPaths, parsed.derivedFrom), reason);
   }
   return h;
 }

@@ -1076,13 +1076,18 @@ impl Engine {
 
     /// Forces a key's breaker open or closed (an operator's `open()` / `close()`), or
     /// half-open (a host restoring a saved state); process-wide for a shared key
-    /// (written through the store).
+    /// (written through the store). Nothing in a mode that pins the phase
+    /// (`forced_open`, `forced_closed`, `disabled`).
     pub fn force(&mut self, key: KeyId, to: Phase, now: Nanos, rand: u64) {
         let now = self.clock.advance(now);
         let Some(k) = live_mut(&mut self.keys, key) else {
             return;
         };
-        let Some(p) = self.policies.get(k.policy as usize) else {
+        let Some(p) = self
+            .policies
+            .get(k.policy as usize)
+            .filter(|p| p.config.breaker.mode.runs_state_machine())
+        else {
             return;
         };
         let t = k.circuit.force(&p.config, to, now, rand);
