@@ -27,6 +27,7 @@ cat > "$out/app/package.json" <<'JSON'
 JSON
 (cd "$out/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error \
   "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 fast-check@4.11.0 opossum@10.0.0 opossum-prometheus@0.3.0 dataloader@2.2.3 \
+  @sinonjs/fake-timers@15.5.0 \
   vite@8.4.1 vite7@npm:vite@7.3.8 webpack@5.113.0 >/dev/null)
 cp -r js-binding/test "$out/app/test"
 

@@ -161,7 +161,8 @@ write('redis.d.mts', `
 export * from './cjs/redis.js';
 `);
 
-// The browser bundle: platform-browser.ts in place of platform.ts.
+// The browser bundle: platform-browser.ts in place of platform.ts, monotonic-browser.ts
+// in place of monotonic.ts.
 await esbuild.build({
   entryPoints: [join(root, 'ts', 'browser.ts')],
   outfile: join(dist, 'browser.js'),
@@ -175,6 +176,7 @@ await esbuild.build({
     name: 'fusewire-platform',
     setup(b) {
       b.onResolve({ filter: /^\.\/platform\.js$/ }, () => ({ path: join(root, 'ts', 'platform-browser.ts') }));
+      b.onResolve({ filter: /^\.\/monotonic\.js$/ }, () => ({ path: join(root, 'ts', 'monotonic-browser.ts') }));
     },
   }],
 });

@@ -12,11 +12,7 @@
  *   timer per call, never a per-instance `setInterval`;
  * - events are polled from the core only when a call says some are queued.
  */
-import { arm, disarm, now, ref, unref, wallNow, type Timer } from './clock.js';
-
-/** Node's `setImmediate` (none in browsers, where no timer holds anything). */
-const setImmediate_: ((f: () => void) => unknown) | undefined =
-  typeof globalThis.setImmediate === 'function' ? globalThis.setImmediate : undefined;
+import { arm, disarm, fired, now, recheck, ref, unref, wallNow, type Timer } from './clock.js';
 import type { CoreConfig, CoreSharedConfig } from './config.js';
 import type { Emitter, Listener } from './emitter.js';
 import {
@@ -451,8 +447,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   _hold = false;
   /** A `Collapser` batch waits on the timer. */
   private _waiting = false;
-  /** A check of the calls in flight is scheduled (see `_enter`). */
+  /** A check of the calls in flight is scheduled (see `_enter`), by this immediate. */
   private _checking = false;
+  private _immediate: unknown = undefined;
   private readonly _check = (): void => {
     this._checking = false;
     this._refHold();
@@ -547,7 +544,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (ev === 'snapshot' && enableSnapshots) this._snapshots(true);
     };
     this._unhooks = (ev: string | symbol) => {
-      if (ev === 'snapshot') queueMicrotask(() => this._snapshots());
+      // Not while shutting down (its listeners go then): no task is left behind.
+      if (ev === 'snapshot' && !this._shutdown) queueMicrotask(() => this._snapshots());
     };
     this._hook();
     if (this._shutdown) return;
@@ -827,6 +825,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._status.removeAllListeners();
     disarm(this._timer);
     this._timer = undefined;
+    if (this._checking) {
+      // Moot now: the running calls' timer (`_adrift`) holds the process itself.
+      this._checking = false;
+      globalThis.clearImmediate?.(this._immediate as Parameters<typeof clearImmediate>[0]);
+    }
     disarm(this._snapTimer);
     this._snapTimer = undefined;
     for (const t of this._health) globalThis.clearInterval(t as unknown as ReturnType<typeof setInterval>);
@@ -1335,9 +1338,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * its own turn never touches the timer's ref: toggling it per call cost ~20 %).
    */
   private _enter(): void {
-    if (this._busy++ === 0 && !this._hold && !this._checking && setImmediate_ !== undefined) {
+    // Node's `setImmediate`, looked up now (a fake saved at load would never run once
+    // real timers are back; browsers have none, and no timer holds anything there).
+    if (this._busy++ === 0 && !this._hold && !this._checking && typeof globalThis.setImmediate === 'function') {
       this._checking = true;
-      setImmediate_(this._check);
+      this._immediate = globalThis.setImmediate(this._check);
     }
   }
 
@@ -1772,9 +1777,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._timer = undefined;
     if (this._shutdown) return;
     // The deadline it was armed for has come, whatever a clock of coarser resolution
-    // reads (Node fires timers up to 1 ms early); a timer firing far earlier (faked
-    // timers over a real clock) acts at the clock's time and re-arms.
-    const n = now();
+    // reads (Node fires timers up to 1 ms early); a timer firing far earlier (a busy
+    // event loop, or faked timers the clock does not follow yet: looked for again)
+    // acts at the clock's time and re-arms.
+    let n = now();
+    if (this._due - n > 1) {
+      recheck();
+      fired(this._due);
+      n = now();
+    }
     const t = this._due - n <= 1 ? Math.max(n, this._due) : n;
     try {
       if ((this._cached & 1) !== 0 && this._cache === undefined) this._cacheEvents(0, t);
@@ -1902,7 +1913,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._emitOwn('snapshot', stats);
       this._snapshots(); // stops it if no one listens any more
     };
-    this._snapTimer = arm(tick, every - ((now() - this._bornAt) % every), false);
+    // Whole milliseconds: a clock continued across sources is fractional, and a
+    // hair under the phase must not make the first tick a millisecond late.
+    this._snapTimer = arm(tick, every - (Math.round(now() - this._bornAt) % every), false);
   }
 
   // ---- cache and coalescing (on the core's request caches) -------------------------------

@@ -2,19 +2,34 @@
  * The host clock, read once per call: milliseconds (fractional) on a monotonic
  * clock (`performance.now()`), handed to the core, which converts to nanoseconds.
  *
- * Test fakes: when the global `Date` is a fake (node:test `mock.timers` with
- * `apis: ['Date', 'setTimeout', …]`, sinon / jest fake timers) — installed before or
- * after this module was loaded — the clock follows `Date.now()` instead, continuing
- * from where it was, so code under fake timers sees time move exactly as the fake
- * says. A `Date` is a fake when its `now` is not the engine's own (its source is not
- * `[native code]`); that is checked again only when `globalThis.Date` is replaced,
- * so a call pays one identity compare. Timers are always looked up on `globalThis`
- * when armed, so faked `setTimeout` drives the breaker's one timer.
+ * Test fakes are followed, so code under fake timers sees time move exactly as the
+ * fake says:
+ * - sinon's fake timers (Jest's modern timers, Vitest's, `@sinonjs/fake-timers`)
+ *   stamp the `setTimeout` they install with their clock: its monotonic time is
+ *   read (advanced by `tick` / `advanceTimersByTime`, not by `setSystemTime`), with
+ *   or without a faked `Date`;
+ * - else a fake global `Date` (node:test `mock.timers`, others): `Date.now()`. A
+ *   `Date` is a fake when its `now` is not the engine's own (its source is not
+ *   `[native code]`).
+ * - Jest's legacy timers keep no clock: a breaker timer they fire moves the time to
+ *   its deadline (`fired`).
+ * The source is chosen again when `globalThis.Date` is replaced, when a timer is
+ * armed or fires early, and (while following a sinon clock) when that clock is gone;
+ * a call pays one identity compare. Whatever the source, time continues from the
+ * last reading and never goes back. Timers are always looked up on `globalThis` when
+ * armed, so a faked `setTimeout` drives the breaker's one timer.
  * @internal
  */
 
-const perf: { now(): number } =
-  (globalThis as { performance?: { now(): number } }).performance ?? Date;
+import { performance } from './monotonic.js';
+
+type Perf = { now(): number };
+/** A sinon fake clock, as its fake `setTimeout` carries it. */
+type FakeClock = { now: number; performance?: Perf };
+
+/** The engine's monotonic clock (a constant: read on every call). */
+const monotonic: Perf = performance;
+
 const fnSource = Function.prototype.toString;
 
 /** Whether `D` is a fake `Date`: its `now` is not native code. */
@@ -27,12 +42,61 @@ function isFake(D: DateConstructor): boolean {
   }
 }
 
+/** The sinon clock behind the global `setTimeout`, if it is one of sinon's fakes. */
+function sinonClock(): FakeClock | undefined {
+  const c = (globalThis.setTimeout as unknown as { clock?: FakeClock } | undefined)?.clock;
+  return typeof c === 'object' && c !== null && typeof c.now === 'number' ? c : undefined;
+}
+
+const REAL = 0;
+const SINON = 1;
+const DATE = 2;
+
 /** The `Date` last looked at, and whether it is a fake. */
 let seen: DateConstructor = globalThis.Date;
 let seenFake = isFake(seen);
-let faked = false;
-let offset = 0;
+let source = REAL;
+let sinon: FakeClock | undefined;
+/** The source changed: the next reading continues from the last. */
+let rebase = false;
+/**
+ * Time is `base + (source reading − origin)`: the difference of two readings is exact
+ * even where a fake `Date` reads 1.7e12 (an offset added to it would round to 0.2 µs).
+ */
+let origin = 0;
+let base = 0;
 let last = 0;
+
+/** Chooses the source. */
+function pick(): void {
+  sinon = sinonClock();
+  const next = sinon !== undefined ? SINON : seenFake ? DATE : REAL;
+  if (next !== source) {
+    source = next;
+    rebase = true;
+  }
+}
+pick();
+
+/** Looks for a fake clock again (a timer armed, or one that fired early). */
+export function recheck(): void {
+  if (sinonClock() !== sinon) pick();
+}
+
+/**
+ * The timer armed for `due` fired early by the clock. Under fake timers that keep no
+ * clock to read (Jest's legacy timers: a mock `setTimeout`) the time is then at least
+ * `due`: the clock moves there. Returns whether it did (real timers: never, as a busy
+ * event loop also fires them early).
+ */
+export function fired(due: number): boolean {
+  if ((globalThis.setTimeout as unknown as { _isMockFunction?: unknown })._isMockFunction !== true) return false;
+  const t = now();
+  if (t >= due) return false;
+  base += due - t;
+  last = due;
+  return true;
+}
 
 /** Now, in milliseconds. */
 export function now(): number {
@@ -40,15 +104,26 @@ export function now(): number {
   if (D !== seen) {
     seen = D;
     seenFake = isFake(D);
+    pick();
+  } else if (source === SINON && sinonClock() !== sinon) {
+    pick();
   }
-  const fake = seenFake;
-  const raw = fake ? D.now() : perf.now();
-  if (fake !== faked) {
-    // The source changed: continue from the last reading.
-    faked = fake;
-    offset = last - raw;
+  let raw: number;
+  if (source === REAL) raw = monotonic.now();
+  else if (source === SINON) raw = sinon!.performance?.now() ?? sinon!.now;
+  else raw = D.now();
+  if (rebase) {
+    rebase = false;
+    origin = raw;
+    base = last;
   }
-  const t = raw + offset;
+  let t = base + (raw - origin);
+  if (t < last) {
+    // A fake Date set back: time stands still until it passes the last reading.
+    origin = raw;
+    base = last;
+    t = last;
+  }
   last = t;
   return t;
 }
@@ -62,6 +137,7 @@ type Timer = { ref?(): unknown; unref?(): unknown } | number;
 
 /** Arms a timer through the current global `setTimeout` (delay clamped to its range). */
 export function arm(fn: () => void, delayMs: number, ref: boolean): Timer {
+  recheck();
   // A float excess of a nanosecond (a deadline read back in ms) is no extra ms.
   let d = Math.ceil(delayMs - 1e-6);
   if (!(d >= 1)) d = 1;
