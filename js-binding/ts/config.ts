@@ -1,8 +1,10 @@
 /**
  * The core's one config schema (fusewire-core `Config`, snake_case JSON), as
- * TypeScript types: every field optional, defaults as in core/README.md. Pass it as
- * `options.fusewire` to configure what opossum's options cannot express; it is
- * merged over what the opossum options map to, and validated by the core.
+ * TypeScript types; every field is optional. Pass it as `options.fusewire` to
+ * configure what opossum's options cannot express: it is merged over what the opossum
+ * options (and their defaults) map to — a field left out keeps that value, not the
+ * core's default (README, "How opossum's options map onto the core") — and validated
+ * by the core. Counts, sizes and durations (ms) are whole numbers.
  */
 
 export type BreakerMode = 'normal' | 'forced_open' | 'forced_closed' | 'disabled' | 'metrics_only';
@@ -73,13 +75,58 @@ export interface CoreConfig {
     fallback_max_concurrent?: number;
   } | null;
   keys?: { max_keys?: number; idle_ms?: number };
-  /** Request cache section (the core's `cache`); used by `cache: true`. */
-  cache?: Record<string, unknown> | null;
-  /** Request collapser section (the core's `collapser`). */
-  collapser?: Record<string, unknown> | null;
+  /** The request cache: turns the cache on, as `cache: true` does, over what `cacheTTL` / `cacheSize` map to. */
+  cache?: CoreCacheConfig | null;
+  /**
+   * The request collapser: the `Collapser` class's (set from its own options; its
+   * `breaker.fusewire.collapser` is merged over them). A `CircuitBreaker` refuses it.
+   */
+  collapser?: CoreCollapserConfig | null;
 }
 
-/** The core's `SharedConfig`: how breakers keep one state across workers. */
+/** The core's `CacheConfig` (core defaults in brackets; a breaker's come from `cacheTTL` / `cacheSize`). */
+export interface CoreCacheConfig {
+  /** Entries at most, keys in flight included [10 000]. */
+  max_entries?: number;
+  /** Bytes at most: keys plus the sizes of values [16 MiB]. */
+  max_bytes?: number;
+  /** How long a result is served (ms; 0: until evicted) [60 000]. */
+  ttl_ms?: number;
+  /** Whether failures are kept too [false]. */
+  cache_failures?: boolean;
+  /** How long a kept failure is served (ms) [1 000]. */
+  failure_ttl_ms?: number;
+  /** Callers waiting on a failed leader: fail with it, or the first runs the call again ['fail_followers']. */
+  on_leader_failure?: 'fail_followers' | 'promote';
+  /** Callers waiting per key in flight; 0: no de-duplication [1 000]. */
+  max_waiters?: number;
+  /** A call in flight longer than this abandons its waiters (ms) [10 000]. */
+  max_wait_ms?: number;
+  /** Longest cacheable key in bytes; longer keys bypass the cache [1 024]. */
+  max_key_bytes?: number;
+  /** Request scopes open at once; 0: global only [10 000]. */
+  max_scopes?: number;
+}
+
+/** The core's `CollapserConfig` (core defaults in brackets; the `Collapser` class sets its own). */
+export interface CoreCollapserConfig {
+  /** How long a batch collects loads after its first (ms) [10]. */
+  window_ms?: number;
+  /** Loads per batch; a full batch runs at once [1 000]. */
+  max_batch_size?: number;
+  /** Loads not yet answered, over all batches [100 000]. */
+  max_items?: number;
+  /** Longest collapser key in bytes [1 024]. */
+  max_key_bytes?: number;
+  /** Request scopes open at once; 0: global only [10 000]. */
+  max_scopes?: number;
+}
+
+/**
+ * The core's `SharedConfig`: how breakers keep one state across workers. Its `mode`
+ * comes from the store (`sync` for a `SharedStore`, `async` for an async store such
+ * as `RedisStore`), not from these options.
+ */
 export interface CoreSharedConfig {
   /** Prefix of every store key (breakers with the same name and namespace share state). */
   namespace?: string;

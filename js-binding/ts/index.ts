@@ -17,7 +17,7 @@ export {
   type Options,
   type SharedOptions,
 } from './breaker.js';
-export type { CoreConfig, CoreSharedConfig, BreakerMode, OpenSchedule } from './config.js';
+export type { CoreConfig, CoreCacheConfig, CoreCollapserConfig, CoreSharedConfig, BreakerMode, OpenSchedule } from './config.js';
 export { isOurError, type CircuitBreakerError, type ErrorCode } from './errors.js';
 export { Status, PERCENTILES, type Bucket, type Stats, type Window } from './status.js';
 export { SharedStore, type SharedStoreOptions } from './store.js';

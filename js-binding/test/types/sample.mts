@@ -1,7 +1,7 @@
 // tsc --noEmit over the whole public API (ESM consumer).
 import CircuitBreaker, {
   CircuitBreaker as Named, Collapser, SharedStore, Status, isOurError, ready, version,
-  type CacheKey, type CacheTransport, type CircuitBreakerError, type CollapserOptions, type CoreConfig,
+  type CacheKey, type CacheTransport, type CircuitBreakerError, type CollapserOptions, type CoreCacheConfig, type CoreCollapserConfig, type CoreConfig,
   type Options, type Stats,
 } from 'fusewire';
 import { register, metricName } from 'fusewire/prometheus';
@@ -188,6 +188,15 @@ users.healthCheck(async function () {
   await this.fire(1);
 });
 const nsCache: CircuitBreaker.MemoryCache<number> = { get: () => 1, set: () => {}, flush: () => {} };
+// The cache and collapser sections are typed field by field (found by review: any object passed).
+const cacheSection: CoreCacheConfig = { max_entries: 100, ttl_ms: 1000, on_leader_failure: 'promote' };
+// @ts-expect-error: a count is a number
+const badCache: CoreCacheConfig = { max_entries: 'lots' };
+// @ts-expect-error: not one of the core's leader-failure rules
+const badRule: CoreConfig = { cache: { on_leader_failure: 'retry' } };
+// @ts-expect-error: not a field of the core's collapser
+const badCollapser: CoreCollapserConfig = { window: 10 };
+void [cacheSection, badCache, badRule, badCollapser];
 void [user, nsStats, nsState, nsStatus, fetched, viaOptional, nsCache];
 users.shutdown();
 typed.shutdown();
