@@ -62,10 +62,12 @@ let rebase = false;
 /**
  * Time is `base + (source reading − origin)`: the difference of two readings is exact
  * even where a fake `Date` reads 1.7e12 (an offset added to it would round to 0.2 µs).
+ * In a typed array: stored unboxed on every reading.
  */
-let origin = 0;
-let base = 0;
-let last = 0;
+const ORIGIN = 0;
+const BASE = 1;
+const LAST = 2;
+const at = new Float64Array(3);
 
 /** Chooses the source. */
 function pick(): void {
@@ -93,14 +95,15 @@ export function fired(due: number): boolean {
   if ((globalThis.setTimeout as unknown as { _isMockFunction?: unknown })._isMockFunction !== true) return false;
   const t = now();
   if (t >= due) return false;
-  base += due - t;
-  last = due;
+  at[BASE]! += due - t;
+  at[LAST] = due;
   return true;
 }
 
 /** Now, in milliseconds. */
 export function now(): number {
-  const D = globalThis.Date;
+  // The global `Date` as a free name: a faster load than through `globalThis`.
+  const D = Date;
   if (D !== seen) {
     seen = D;
     seenFake = isFake(D);
@@ -112,19 +115,20 @@ export function now(): number {
   if (source === REAL) raw = monotonic.now();
   else if (source === SINON) raw = sinon!.performance?.now() ?? sinon!.now;
   else raw = D.now();
+  const a = at;
   if (rebase) {
     rebase = false;
-    origin = raw;
-    base = last;
+    a[ORIGIN] = raw;
+    a[BASE] = a[LAST]!;
   }
-  let t = base + (raw - origin);
-  if (t < last) {
+  let t = a[BASE]! + (raw - a[ORIGIN]!);
+  if (t < a[LAST]!) {
     // A fake Date set back: time stands still until it passes the last reading.
-    origin = raw;
-    base = last;
-    t = last;
+    a[ORIGIN] = raw;
+    a[BASE] = a[LAST]!;
+    t = a[LAST]!;
   }
-  last = t;
+  a[LAST] = t;
   return t;
 }
 
