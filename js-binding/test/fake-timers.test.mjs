@@ -115,6 +115,34 @@ test('fakes installed before fusewire loads, then uninstalled: real time flows (
   assert.equal(r.stdout.trim(), 'ETIMEDOUT true', 'the hung call times out in real time, keeping the process alive until then');
 });
 
+test('fakes gone before shutdown(): immediates still run, and a later hung call holds the process until it times out (found by review: a fake handle given to Node\'s clearImmediate stopped every immediate)', () => {
+  const require = createRequire(import.meta.url);
+  const script = `
+    const FakeTimers = require(${JSON.stringify(require.resolve('@sinonjs/fake-timers'))});
+    const { CircuitBreaker } = require(${JSON.stringify(require.resolve('fusewire'))});
+    const clock = FakeTimers.install({ toFake: ['setTimeout', 'clearTimeout', 'setImmediate', 'clearImmediate', 'Date', 'performance'] });
+    const a = new CircuitBreaker(async () => 1, { timeout: 50 });
+    const b = new CircuitBreaker((x) => x === 'hang' ? new Promise(() => {}) : Promise.resolve(x), { timeout: 50 });
+    a.fire(); // each schedules its check of the calls in flight through the fakes
+    b.fire(1);
+    clock.uninstall(); // a test's afterEach
+    a.shutdown();
+    setImmediate(() => {
+      console.log('immediate ran');
+      // b's check was scheduled through the fakes: its hung call must still hold the
+      // process until it times out.
+      b.fire('hang').catch((e) => {
+        console.log(e.code);
+        b.shutdown();
+      });
+    });
+    setTimeout(() => { console.log('no immediate within 1 s'); process.exit(1); }, 1000).unref();
+  `;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 10_000 });
+  assert.equal(r.status, 0, r.stderr || `signal ${r.signal}`);
+  assert.equal(r.stdout.trim(), 'immediate ran\nETIMEDOUT');
+});
+
 test("Jest's legacy timers (a mock setTimeout, no clock): a timer they fire moves the breaker's time to its deadline", async () => {
   const real = { setTimeout: globalThis.setTimeout, clearTimeout: globalThis.clearTimeout };
   const timers = new Map();
@@ -144,6 +172,11 @@ test("Jest's legacy timers (a mock setTimeout, no clock): a timer they fire move
     const hung = settle(b.fire('hang'));
     advance(500);
     assert.equal((await hung).code, 'ETIMEDOUT');
+    // An idle breaker's far timer (a timer's reach, 24.8 days, short of its deadline a
+    // year away) moves the time by its reach only (found by review: by the year).
+    const before = b._now();
+    advance(Infinity);
+    assert.ok(b._now() - before <= 2_147_483_647 + 1000, `moved ${b._now() - before} ms`);
     b.shutdown();
   } finally {
     Object.assign(globalThis, real);

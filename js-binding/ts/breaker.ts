@@ -12,7 +12,7 @@
  *   timer per call, never a per-instance `setInterval`;
  * - events are polled from the core only when a call says some are queued.
  */
-import { arm, disarm, fired, now, recheck, ref, unref, wallNow, type Timer } from './clock.js';
+import { arm, disarm, epoch, fired, now, recheck, ref, unref, wallNow, type Timer } from './clock.js';
 import type { CoreConfig, CoreSharedConfig } from './config.js';
 import type { Emitter, Listener } from './emitter.js';
 import {
@@ -244,10 +244,16 @@ function nextName(): string {
  * The resolving functions of the promise `new Promise(capture)` has just made: one
  * module-level executor instead of a closure per call.
  */
+const noop = (): void => {};
 const captured: { resolve: (v: unknown) => void; reject: (e: unknown) => void } = {
-  resolve: () => {},
-  reject: () => {},
+  resolve: noop,
+  reject: noop,
 };
+/** The captured functions, handed over (kept, they would hold the last call's result). */
+function release(): void {
+  captured.resolve = noop;
+  captured.reject = noop;
+}
 function capture(resolve: (v: unknown) => void, reject: (e: unknown) => void): void {
   captured.resolve = resolve;
   captured.reject = reject;
@@ -428,6 +434,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _timer: Timer | undefined = undefined;
   /** The core deadline (ms) the timer was last armed for. */
   private _due = 0;
+  /** The clock's `epoch` when the timer was armed. */
+  private _armEpoch = 0;
+  /** When the armed timer fires: `_due`, or a far timer's reach. */
+  private _firesAt = 0;
   /** `open()` / `close()` calls so far: queued transitions from before one are stale. */
   private _forces = 0;
   /**
@@ -457,9 +467,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   _hold = false;
   /** A `Collapser` batch waits on the timer. */
   private _waiting = false;
-  /** A check of the calls in flight is scheduled (see `_enter`), by this immediate. */
+  /**
+   * A check of the calls in flight is scheduled (see `_enter`): by this immediate,
+   * with the clock's `epoch` then, cancelled with the `clearImmediate` of the
+   * `setImmediate` used (found by review: a fake's handle given to Node's own stopped
+   * every later immediate of the process).
+   */
   private _checking = false;
+  private _checkEpoch = 0;
   private _immediate: unknown = undefined;
+  private _unschedule: ((h: never) => void) | undefined = undefined;
   private readonly _check = (): void => {
     this._checking = false;
     this._refHold();
@@ -838,7 +855,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._checking) {
       // Moot now: the running calls' timer (`_adrift`) holds the process itself.
       this._checking = false;
-      globalThis.clearImmediate?.(this._immediate as Parameters<typeof clearImmediate>[0]);
+      this._unschedule?.(this._immediate as never);
     }
     disarm(this._snapTimer);
     this._snapTimer = undefined;
@@ -1109,7 +1126,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // (found by a stress test: with `timeout: false` nothing else armed the timer,
     // so held slots were never released or renewed).
     const pre = this._syncStore ? this._io(w.fw_prepare(h, 1, t), t) & F_REARM : 0;
-    const r = w.fw_start(h, t) | pre;
+    // A timer armed through fake timers since gone never fires: armed again (found by
+    // review: the core took it as armed, and later calls never timed out).
+    const r = w.fw_start(h, t) | pre | (this._armEpoch === epoch ? 0 : F_REARM);
     const kind = r & KIND_MASK;
     if (kind === RUNNING) {
       const id = out()[0]!;
@@ -1121,6 +1140,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if ((r & F_ANY) !== 0) this._after(r, t);
       const p = new Promise(capture);
       const c = new Call(this, id, t, context, args, captured.resolve, captured.reject);
+      release();
       c.queued = true;
       c.lead = lead;
       c.store = store;
@@ -1164,6 +1184,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     lead: number, store: ((v: unknown) => void) | undefined, lead1: number, key1: string): Promise<unknown> {
     const p = new Promise(capture);
     const c = new Call(this, id, t0, context, args, captured.resolve, captured.reject);
+    release();
     c.lead = lead;
     c.store = store;
     // Before the action runs: one that aborts its own call at once gives the lead up.
@@ -1350,8 +1371,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _enter(): void {
     // Node's `setImmediate`, looked up now (a fake saved at load would never run once
     // real timers are back; browsers have none, and no timer holds anything there).
-    if (this._busy++ === 0 && !this._hold && !this._checking && typeof globalThis.setImmediate === 'function') {
+    // One scheduled through fake timers since gone never runs: scheduled again.
+    if (this._busy++ === 0 && !this._hold && (!this._checking || this._checkEpoch !== epoch) &&
+        typeof globalThis.setImmediate === 'function') {
       this._checking = true;
+      this._checkEpoch = epoch;
+      this._unschedule = globalThis.clearImmediate;
       this._immediate = globalThis.setImmediate(this._check);
     }
   }
@@ -1764,6 +1789,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** (Re)arms the one timer at the core's next deadline. */
   private _arm(t: number): void {
+    this._armEpoch = epoch;
     disarm(this._timer);
     this._timer = undefined;
     if (this._shutdown) return;
@@ -1771,6 +1797,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (d < 0) return;
     this._due = d;
     const delay = d - t;
+    // Where the clock is when the timer fires (`fired`: Jest's legacy timers).
+    this._firesAt = t + Math.min(delay, 2_147_483_647);
     if (delay > 2_147_483_647) {
       // Further than a timer reaches (24.8 days: e.g. idle-key expiry): a timer at its
       // reach acts on nothing due and re-arms (found by review: with no timer, the core
@@ -1794,7 +1822,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     let n = now();
     if (this._due - n > 1) {
       recheck();
-      fired(this._due);
+      fired(this._firesAt);
       n = now();
     }
     const t = this._due - n <= 1 ? Math.max(n, this._due) : n;

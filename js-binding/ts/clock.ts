@@ -69,6 +69,13 @@ const BASE = 1;
 const LAST = 2;
 const at = new Float64Array(3);
 
+/**
+ * How many times the source changed: fake timers came or went, and with them the
+ * scheduling functions a breaker found (a task scheduled through fakes that are gone
+ * never runs).
+ */
+export let epoch = 0;
+
 /** Chooses the source. */
 function pick(): void {
   sinon = sinonClock();
@@ -76,6 +83,7 @@ function pick(): void {
   if (next !== source) {
     source = next;
     rebase = true;
+    epoch++;
   }
 }
 pick();
