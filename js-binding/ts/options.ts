@@ -49,8 +49,6 @@ export interface Parsed {
   sharedJson: string;
   /** The core `CacheConfig` of the coalescing cache ('' without `coalesce`). */
   coalesceJson: string;
-  /** Whether the core request cache serves `cache: true` (no custom transport). */
-  coreCache: boolean;
   /** Whether the breaker caches (`cache: true` or an `options.fusewire.cache` section). */
   cache: boolean;
   /** Outcomes that end coalescing early (opossum's `coalesceResetOn`). */
@@ -433,7 +431,6 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     configJson,
     sharedJson,
     coalesceJson,
-    coreCache,
     cache,
     coalesceResetOn,
     timeout: effTimeout,
@@ -444,7 +441,7 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     warmUp,
     fusewirePaths,
     derivedFrom,
-    cacheTtl: native('cache.ttl_ms') && typeof cacheTtl === 'number' ? cacheTtl : Math.ceil(cacheTTL ?? 0),
+    cacheTtl: native('cache.ttl_ms') && typeof cacheTtl === 'number' ? cacheTtl : cacheTTL ?? 0,
     sharedPaths,
   };
 }
