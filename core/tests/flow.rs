@@ -737,7 +737,7 @@ fn key_table_overflow_and_idle_expiry() {
 
 /// Found by review: an open local breaker unused for `idle_ms` expired, and its name
 /// came back as a fresh, closed breaker before the open period ended. In every mode
-/// the trip outlives `idle_ms` (a shared key's state is in the store anyway).
+/// the trip outlives `idle_ms` (a shared key too: see the test after the next).
 #[test]
 fn an_open_breaker_outlives_idle_expiry() {
     each_mode(|m| {
