@@ -87,6 +87,39 @@ test('fakes uninstalled: real time flows again for a breaker made under them', a
   b.shutdown();
 });
 
+test('fakes uninstalled: snapshots armed under them run again in real time from the next call', async () => {
+  clock = FakeTimers.install({ toFake: ALL });
+  const b = breaker({ rollingCountTimeout: 200, rollingCountBuckets: 10 }); // every 20 ms
+  let heard = 0;
+  b.on('snapshot', () => heard++);
+  await clock.tickAsync(100);
+  assert.equal(heard, 5, 'on the fake clock');
+  clock.uninstall();
+  clock = undefined;
+  await b.fire(1);
+  await sleep(150);
+  assert.ok(heard >= 8, `snapshots in real time after the fakes are gone (heard ${heard})`);
+  b.shutdown();
+});
+
+test('timers armed before fakes came are cancelled with the real clearTimeout (the fake one warns and leaves them running)', () => {
+  const require = createRequire(import.meta.url);
+  const script = `
+    const FakeTimers = require(${JSON.stringify(require.resolve('@sinonjs/fake-timers'))});
+    const { CircuitBreaker } = require(${JSON.stringify(require.resolve('fusewire'))});
+    const b = new CircuitBreaker(() => new Promise(() => {}), { timeout: 50 });
+    b.on('snapshot', () => {});
+    b.fire().catch(() => {}); // arms real timers: the call's deadline, snapshots
+    const clock = FakeTimers.install({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval'] });
+    b.healthCheck(async () => {}, 1000);
+    b.shutdown(); // a test's cleanup under fakes
+    clock.uninstall();
+  `;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 10_000 });
+  assert.equal(r.status, 0, r.stderr || `signal ${r.signal}`);
+  assert.doesNotMatch(r.stderr, /native timer/);
+});
+
 test('a shut-down breaker leaves no fake timer or task behind', async () => {
   clock = FakeTimers.install({ toFake: [...ALL, 'queueMicrotask'] });
   const b = breaker({ timeout: false });

@@ -12,7 +12,7 @@
  *   timer per call, never a per-instance `setInterval`;
  * - events are polled from the core only when a call says some are queued.
  */
-import { arm, disarm, epoch, fired, now, recheck, ref, unref, wallNow, type Timer } from './clock.js';
+import { epoch, fired, now, recheck, ref, TimerSlot, unref, wallNow, type Timer } from './clock.js';
 import type { CoreConfig, CoreSharedConfig } from './config.js';
 import type { Emitter, Listener } from './emitter.js';
 import {
@@ -221,13 +221,13 @@ export const watchers: Set<(b: CircuitBreaker<any, any>, live: boolean) => void>
  * timer): cleared when it is collected (found by a soak review: each dropped breaker
  * left its far timer, 24.8 days, on the heap).
  */
-type WeakTimers = { far: Timer | undefined; snap: Timer | undefined };
+type WeakTimers = { far: TimerSlot; snap: TimerSlot };
 
 const finalizer = typeof FinalizationRegistry === 'function'
   ? new FinalizationRegistry<{ h: number; ref: Ref; timers: WeakTimers }>(({ h, ref, timers }) => {
       registry.delete(ref);
-      disarm(timers.far);
-      disarm(timers.snap);
+      timers.far.cancel();
+      timers.snap.cancel();
       w.fw_free(h);
     })
   : undefined;
@@ -412,7 +412,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   _primed: number[] | undefined;
   /** This breaker in `registry`. */
   private readonly _ref: Ref = weak(this);
-  private readonly _weakTimers: WeakTimers = { far: undefined, snap: undefined };
+  private readonly _weakTimers: WeakTimers = { far: new TimerSlot(), snap: new TimerSlot() };
 
   private _action: (...args: TI) => unknown;
   private readonly _name: string;
@@ -431,7 +431,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** Inside `shutdown()`'s `shutdown` event. */
   private _stopping = false;
   private _fallbackFn: ((...args: unknown[]) => unknown) | undefined = undefined;
-  private _timer: Timer | undefined = undefined;
+  /** The timer at the core's next deadline (within a timer's reach). */
+  private readonly _timer = new TimerSlot();
   /** The core deadline (ms) the timer was last armed for. */
   private _due = 0;
   /** The clock's `epoch` when the timer was armed. */
@@ -453,12 +454,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    */
   private _lingering = false;
   /** After `shutdown()` on an async store: the last flush being driven. */
-  private _closing: { until: number; timer: Timer | undefined; release: () => void } | undefined = undefined;
+  private _closing: { until: number; timer: TimerSlot; release: () => void } | undefined = undefined;
   private _busy = 0;
 
   private _calls: (Call | undefined)[] = [];
-  private _snapTimer: Timer | undefined = undefined;
-  private _health: Timer[] = [];
+  /** `healthCheck` intervals, each with the `clearInterval` that goes with it. */
+  private _health: [Timer, (t: never) => void][] = [];
   private _cache: CacheTransport<TR> | undefined = undefined;
   private readonly _onTimer = (): void => this._tick();
   /** @internal The Collapser's hook: runs on every timer tick. */
@@ -823,7 +824,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     };
     const t = globalThis.setInterval(check, Math.min(Math.max(iv, 1), 2_147_483_647)) as unknown as Timer;
     unref(t);
-    this._health.push(t);
+    this._health.push([t, globalThis.clearInterval as (t: never) => void]);
     check();
   }
 
@@ -850,16 +851,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._shutdown = true;
     super.removeAllListeners();
     this._status.removeAllListeners();
-    disarm(this._timer);
-    this._timer = undefined;
+    this._timer.cancel();
+    this._weakTimers.far.cancel();
     if (this._checking) {
       // Moot now: the running calls' timer (`_adrift`) holds the process itself.
       this._checking = false;
       this._unschedule?.(this._immediate as never);
     }
-    disarm(this._snapTimer);
-    this._snapTimer = undefined;
-    for (const t of this._health) globalThis.clearInterval(t as unknown as ReturnType<typeof setInterval>);
+    this._weakTimers.snap.cancel();
+    for (const [t, clear] of this._health) clear(t as never);
     this._health = [];
     this.clearCache();
     const store = this._store;
@@ -880,7 +880,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // A lingering key stays registered: a call that never ends must not keep it.
     if (!this._lingering || this._busy === 0) finalizer?.unregister(this);
     if (store instanceof AsyncStore && w.fw_flushed(this._h) === 0) {
-      this._closing = { until: t + CLOSE_MS, timer: undefined, release: store._hold() };
+      this._closing = { until: t + CLOSE_MS, timer: new TimerSlot(), release: store._hold() };
       this._closeStep();
     } else if (this._lingering && this._busy > 0) {
       // Freed by `_forget` when the last running call ends.
@@ -899,8 +899,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   _closeStep(): void {
     const c = this._closing;
     if (c === undefined) return;
-    disarm(c.timer);
-    c.timer = undefined;
+    c.timer.cancel();
     const h = this._h;
     const t = now();
     if (t < c.until && w.fw_flushed(h) === 0) {
@@ -918,7 +917,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         // Wait for the answer, or the core's next retry time, within the bound.
         const d = w.fw_next(h);
         const left = c.until - t;
-        c.timer = arm(() => this._closeStep(), d < 0 ? left : Math.min(Math.max(d - t, 1), left), false);
+        c.timer.arm(() => this._closeStep(), d < 0 ? left : Math.min(Math.max(d - t, 1), left), false);
         return;
       }
     }
@@ -982,7 +981,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * is thrown after the batch, as from the timer before shutdown.
    */
   private _lateTick(late: Call[], t: number): void {
-    this._timer = undefined;
+    this._timer.timer = undefined;
     const timeout = this._parsed.timeout;
     if (timeout === false) return;
     const sink: Sink = { threw: false, error: undefined };
@@ -996,7 +995,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     late.splice(0, i);
     while (late.length > 0 && late[0]!.done) late.shift();
-    if (late.length > 0) this._timer = arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, this._hold);
+    if (late.length > 0) this._timer.arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, this._hold);
     if (sink.threw) throw sink.error;
   }
 
@@ -1496,8 +1495,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const on = this._waiting || (this._busy > 0 && this._parsed.timeout !== false);
     if (this._hold === on) return;
     this._hold = on;
-    if (on) ref(this._timer);
-    else unref(this._timer);
+    if (on) ref(this._timer.timer);
+    else unref(this._timer.timer);
   }
 
   /**
@@ -1790,8 +1789,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** (Re)arms the one timer at the core's next deadline. */
   private _arm(t: number): void {
     this._armEpoch = epoch;
-    disarm(this._timer);
-    this._timer = undefined;
+    this._timer.cancel();
+    this._weakTimers.far.cancel();
+    // The snapshot timer, armed through fake timers since gone, is armed again.
+    if (this._weakTimers.snap.stale) {
+      this._weakTimers.snap.cancel();
+      this._snapshots();
+    }
     if (this._shutdown) return;
     const d = w.fw_next(this._h);
     if (d < 0) return;
@@ -1805,15 +1809,18 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // took the far deadline as armed, and a process up for a year stopped timing out
       // calls and half-opening). It holds the breaker weakly: a dropped one is collected.
       const self = this._ref as { deref(): { _onTimer(): void } | undefined };
-      this._timer = arm(() => self.deref()?._onTimer(), delay, false);
-      this._weakTimers.far = this._timer;
+      const far = this._weakTimers.far;
+      far.arm(() => {
+        far.timer = undefined;
+        self.deref()?._onTimer();
+      }, delay, false);
       return;
     }
-    this._timer = arm(this._onTimer, delay, this._hold);
+    this._timer.arm(this._onTimer, delay, this._hold);
   }
 
   private _tick(): void {
-    this._timer = undefined;
+    this._timer.timer = undefined;
     if (this._shutdown) return;
     // The deadline it was armed for has come, whatever a clock of coarser resolution
     // reads (Node fires timers up to 1 ms early); a timer firing far earlier (a busy
@@ -1932,12 +1939,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _snapshots(adding = false): void {
     const listening = !this._shutdown && (this.options.enableSnapshots !== false) &&
       (adding || this.listenerCount('snapshot') > 0 || this._status.listenerCount('snapshot') > 0);
+    const slot = this._weakTimers.snap;
     if (!listening) {
-      disarm(this._snapTimer);
-      this._snapTimer = undefined;
+      slot.cancel();
       return;
     }
-    if (this._snapTimer !== undefined) return;
+    if (slot.timer !== undefined) return;
     const every = Math.max(1, Math.floor(this._parsed.rollingCountTimeout / Math.max(1, this._parsed.rollingCountBuckets)));
     // opossum's interval runs from the breaker's creation: a listener added later
     // hears the next tick of that phase, not one a whole interval after it joined;
@@ -1949,9 +1956,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const tick = (): void => {
       const b = self.deref();
       if (b === undefined) return;
-      b._snapTimer = undefined;
+      slot.timer = undefined;
       if (b._shutdown) return;
-      b._snapTimer = b._weakTimers.snap = arm(tick, every, false);
+      slot.arm(tick, every, false);
       const stats = b.stats;
       b._status.emit('snapshot', stats);
       b._emitOwn('snapshot', stats);
@@ -1959,7 +1966,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     };
     // Whole milliseconds: a clock continued across sources is fractional, and a
     // hair under the phase must not make the first tick a millisecond late.
-    this._snapTimer = this._weakTimers.snap = arm(tick, every - (Math.round(now() - this._bornAt) % every), false);
+    slot.arm(tick, every - (Math.round(now() - this._bornAt) % every), false);
   }
 
   // ---- cache and coalescing (on the core's request caches) -------------------------------

@@ -147,20 +147,45 @@ export function wallNow(): number {
 
 type Timer = { ref?(): unknown; unref?(): unknown } | number;
 
-/** Arms a timer through the current global `setTimeout` (delay clamped to its range). */
-export function arm(fn: () => void, delayMs: number, ref: boolean): Timer {
-  recheck();
-  // A float excess of a nanosecond (a deadline read back in ms) is no extra ms.
-  let d = Math.ceil(delayMs - 1e-6);
-  if (!(d >= 1)) d = 1;
-  if (d > 2_147_483_647) d = 2_147_483_647;
-  const t = globalThis.setTimeout(fn, d) as unknown as Timer;
-  if (!ref) unref(t);
-  return t;
-}
+/**
+ * One timer, cancelled with the `clearTimeout` of the `setTimeout` that armed it:
+ * fake timers come and go, and a fake's `clearTimeout` given a real handle leaves it
+ * running (and warns), as Node's given a fake one does nothing.
+ */
+export class TimerSlot {
+  /** The armed timer, if any. */
+  timer: Timer | undefined = undefined;
+  /** The clock's `epoch` when it was armed. */
+  epoch = -1;
+  private _clear: ((t: never) => void) | undefined = undefined;
 
-export function disarm(t: Timer | undefined): void {
-  if (t !== undefined) globalThis.clearTimeout(t as unknown as ReturnType<typeof setTimeout>);
+  /** Arms it through the current global `setTimeout` (delay clamped to its range), cancelling the one before. */
+  arm(fn: () => void, delayMs: number, ref: boolean): void {
+    this.cancel();
+    recheck();
+    // A float excess of a nanosecond (a deadline read back in ms) is no extra ms.
+    let d = Math.ceil(delayMs - 1e-6);
+    if (!(d >= 1)) d = 1;
+    if (d > 2_147_483_647) d = 2_147_483_647;
+    this._clear = globalThis.clearTimeout as (t: never) => void;
+    this.epoch = epoch;
+    const t = globalThis.setTimeout(fn, d) as unknown as Timer;
+    if (!ref) unref(t);
+    this.timer = t;
+  }
+
+  /** Cancels the armed timer, if any. */
+  cancel(): void {
+    const t = this.timer;
+    if (t === undefined) return;
+    this.timer = undefined;
+    this._clear!(t as never);
+  }
+
+  /** Whether a timer is armed through scheduling functions that are gone since (it never fires). */
+  get stale(): boolean {
+    return this.timer !== undefined && this.epoch !== epoch;
+  }
 }
 
 export function ref(t: Timer | undefined): void {
