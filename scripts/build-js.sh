@@ -21,12 +21,16 @@ if [ ! -f "$stamp" ] || ! cmp -s js-binding/package-lock.json "$stamp"; then
 fi
 # opt-level z: the package's .wasm budget is 60 000 B gzipped (check-wasm.mjs); "s" is
 # 4 KB over it gzipped. strip=false: wasm-bindgen reads the target_features section;
-# wasm-opt strips after.
+# wasm-opt strips after. -Zlocation-detail=none (unstable, on the stable compiler
+# through RUSTC_BOOTSTRAP) drops the source paths and lines a panic would name: the
+# module aborts on a panic and reports no location, and they were ≈ 265 B gzipped.
+# Its own target directory: other RUSTFLAGS there would rebuild the filter's crates.
 CARGO_PROFILE_WASM_OPT_LEVEL=z CARGO_PROFILE_WASM_STRIP=false \
+  RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Zlocation-detail=none" CARGO_TARGET_DIR=target/js-wasm \
   cargo build --quiet -p fusewire-js --profile wasm --target wasm32-unknown-unknown
 out=target/fusewire-js
 rm -rf "$out" && mkdir -p "$out" js-binding/dist
-"$WB" --target web --no-typescript --out-dir "$out" target/wasm32-unknown-unknown/wasm/fusewire_js.wasm
+"$WB" --target web --no-typescript --out-dir "$out" target/js-wasm/wasm32-unknown-unknown/wasm/fusewire_js.wasm
 # --low-memory-unused: Rust's wasm32 layout puts the shadow stack at the bottom of
 # memory, growing down from 1 MiB, and the data above it: the low 1 KiB is touched
 # only by a stack about to overflow, so wasm-opt may fold address offsets (≈ 300 B
