@@ -292,14 +292,21 @@ pub(crate) fn ns(ms: f64) -> u64 {
     if ms.is_nan() || ms <= 0.0 {
         return 0;
     }
-    // Rounded, not truncated: `t0 + 30` ms must come out 30 ms after `t0` (a product
-    // like 1234566999.9999998 would put a deadline's own timer 1 ns short of it).
-    // `as` saturates at u64::MAX for huge values and +∞.
-    (ms * 1_000_000.0 + 0.5) as u64
+    // Whole milliseconds and the fraction apart: host times lie on the wall-clock
+    // timeline (1.8e12 ms), where a product in nanoseconds is past 2^53 and rounds to
+    // 256 ns — `t0 + 30` ms must come out exactly 30 ms after `t0` (or a timer armed
+    // for a deadline finds it short of due). The fraction is rounded, not truncated
+    // (0.9999998 ms is 1 ms). `as` saturates at u64::MAX for huge values and +∞.
+    let whole = ms.floor();
+    (whole as u64)
+        .saturating_mul(1_000_000)
+        .saturating_add(((ms - whole) * 1_000_000.0 + 0.5) as u64)
 }
 
+/// Core nanoseconds → host milliseconds, the nearest `f64` (a host time of the
+/// wall-clock timeline reads back as itself).
 pub(crate) fn ms(ns: u64) -> f64 {
-    ns as f64 / 1_000_000.0
+    (ns / 1_000_000) as f64 + (ns % 1_000_000) as f64 / 1_000_000.0
 }
 
 /// A JS number that should be an id below 2^53 → the raw id (anything else: an id

@@ -429,13 +429,26 @@ fn timing_of_the_engine_alone() {
 fn a_deadline_read_back_in_milliseconds_is_exactly_that_far_in_nanoseconds() {
     // performance.now() readings are fractional; `t0 + 30` must be 30 ms after `t0` in
     // the core, or a timer armed for a deadline finds it 1 ns short of due.
+    // Host times lie on the wall-clock timeline (`timeOrigin + now()`, 1.8e12 ms),
+    // where nanoseconds pass 2^53: a product `ms * 1e6` rounds to 256 ns there.
     let mut short = 0;
-    for i in 0..100_000u32 {
-        let t0 = 1_000.0 + f64::from(i) * 1.234_567;
-        if ns(t0 + 30.0) - ns(t0) != 30_000_000 {
-            short += 1;
+    for base in [1_000.0, 1_796_477_150_670.097, 4.1e12] {
+        for i in 0..100_000u32 {
+            let t0 = base + f64::from(i) * 1.234_567;
+            for (d, d_ns) in [(30.0, 30_000_000), (10.5, 10_500_000), (1.0, 1_000_000)] {
+                if ns(t0 + d) - ns(t0) != d_ns {
+                    short += 1;
+                }
+            }
+            assert_eq!(ns(ms(ns(t0))), ns(t0), "round trip of {t0}");
+            if base > 1e9 {
+                // Past a nanosecond's resolution: a time reads back as itself.
+                assert_eq!(ms(ns(t0)), t0, "read back: {t0}");
+            }
         }
-        assert_eq!(ns(ms(ns(t0))), ns(t0), "round trip of {t0}");
     }
     assert_eq!(short, 0);
+    assert_eq!(ns(f64::INFINITY), u64::MAX);
+    assert_eq!(ns(1e300), u64::MAX);
+    assert_eq!(ns(-5.0), 0);
 }

@@ -68,6 +68,17 @@ const ORIGIN = 0;
 const BASE = 1;
 const LAST = 2;
 const at = new Float64Array(3);
+// Time starts on the timeline every process, thread and Web Worker shares: the
+// wall clock at this one's start, then monotonic (`timeOrigin` + `now()`). Breakers
+// sharing a store compare each other's times (found by review: with each process's
+// or Web Worker's own `now()`, which counts from its start, a trip by one started
+// later was over at once for the others, or not counted at all).
+at[BASE] = at[LAST] = timeOrigin();
+
+function timeOrigin(): number {
+  const t = (monotonic as { timeOrigin?: unknown }).timeOrigin;
+  return typeof t === 'number' && Number.isFinite(t) && t > 0 ? t : 0;
+}
 
 /**
  * How many times the source changed: fake timers came or went, and with them the
@@ -179,7 +190,10 @@ export class TimerSlot {
     const t = this.timer;
     if (t === undefined) return;
     this.timer = undefined;
-    this._clear!(t as never);
+    // Called as a plain function: a browser's `clearTimeout` throws "Illegal
+    // invocation" when called on another object.
+    const clear = this._clear!;
+    clear(t as never);
   }
 
   /** Whether a timer is armed through scheduling functions that are gone since (it never fires). */

@@ -1,6 +1,9 @@
 // Two Web Workers share one breaker through a SharedStore on a SharedArrayBuffer (the
 // page is cross-origin isolated: COOP + COEP): a trip in one rejects in the other, and
-// half-open admits one probe across both. Results go to window.__result.
+// half-open admits one probe across both. The second starts 1.5 s after the first
+// (found by review: each Web Worker's `performance.now()` counts from its own start,
+// so a trip by the later one was over at once for the earlier one). Results go to
+// window.__result.
 import { SharedStore } from '/node_modules/fusewire/dist/browser.js';
 
 const result = { isolated: globalThis.crossOriginIsolated === true };
@@ -17,14 +20,17 @@ function spawn(buffer) {
 }
 try {
   const store = new SharedStore({ entries: 16 });
-  const [a, b] = [spawn(store.buffer), spawn(store.buffer)];
+  const a = spawn(store.buffer);
+  await a.ready;
+  await new Promise((r) => setTimeout(r, 1500));
+  const b = spawn(store.buffer);
   result.started = await Promise.all([a.ready, b.ready]);
-  result.first = (await b.ask({ op: 'fire', arg: 'ok' })).value;
-  for (let i = 0; i < 2; i++) await a.ask({ op: 'fire', arg: 'fail' });
-  result.tripped = (await a.ask({ op: 'state' })).opened;
-  await new Promise((r) => setTimeout(r, 60)); // b's view is older than sync_ms (20 ms)
-  result.otherRejects = (await b.ask({ op: 'fire', arg: 'ok' })).code;
-  result.otherOpen = (await b.ask({ op: 'state' })).opened;
+  result.first = (await a.ask({ op: 'fire', arg: 'ok' })).value;
+  for (let i = 0; i < 2; i++) await b.ask({ op: 'fire', arg: 'fail' });
+  result.tripped = (await b.ask({ op: 'state' })).opened;
+  await new Promise((r) => setTimeout(r, 60)); // a's view is older than sync_ms (20 ms)
+  result.otherRejects = (await a.ask({ op: 'fire', arg: 'ok' })).code;
+  result.otherOpen = (await a.ask({ op: 'state' })).opened;
   await new Promise((r) => setTimeout(r, 400)); // resetTimeout: half-open
   // Both start a slow call at once: one probe across the two workers.
   const starts = await Promise.all([a.ask({ op: 'slow' }), b.ask({ op: 'slow' })]);

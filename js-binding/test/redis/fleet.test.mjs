@@ -121,9 +121,11 @@ after(async () => {
 async function fleet(n, env) {
   const members = [];
   for (let i = 0; i < n; i++) {
+    const own = typeof env === 'function' ? env(i) : env;
     const child = fork(join(here, 'member.mjs'), [], {
-      env: { ...process.env, TIMEOUT_MS: String(TIMEOUT_MS), SHARED: JSON.stringify(SHARED),
-        ...(typeof env === 'function' ? env(i) : env) },
+      env: { ...process.env, TIMEOUT_MS: String(TIMEOUT_MS), SHARED: JSON.stringify(SHARED), ...own },
+      // AGE_MS: the process looks that much older (its perf_hooks clock started earlier).
+      execArgv: own.AGE_MS ? ['--require', join(here, 'age.cjs')] : [],
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     children.add(child);
@@ -223,6 +225,25 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     for (const m of closed.s.members) assert.deepEqual(m.seen.slice(-1), ['close']);
     const stats = await f.stop();
     for (const s of stats.flatMap((x) => x.stats)) assert.equal(s.pending, 0);
+    await kill(redis);
+  });
+
+  test('processes started an hour apart share one timeline: the younger one trips both, both half-open after resetTimeout (found by review: each stamped the shared state with its own uptime)', async () => {
+    const port = await freePort();
+    const redis = await redisServer(port);
+    const options = { resetTimeout: 1000, volumeThreshold: 5, errorThresholdPercentage: 50, rollingCountTimeout: 10000 };
+    const f = await fleet(2, (i) => ({ REDIS_PORT: String(port), NAME: 'aged', OPTIONS: JSON.stringify(options),
+      AGE_MS: i === 0 ? '3600000' : '' }));
+    // Only the younger process fails: the older one must see the trip and reject.
+    await f.members[1].ask({ op: 'fire', n: 8, arg: 'fail', gap: 5 });
+    const tripped = await until(f, (s) => s.members.every((m) => m.phase === 'open'), 3000);
+    assert.notEqual(tripped.ms, -1, `not every process opened: ${JSON.stringify(tripped.s.members)}`);
+    const older = await f.members[0].ask({ op: 'fire', n: 1 });
+    assert.equal(older.rejected, 1, 'the older process rejects while open');
+    // Half-open after resetTimeout in both (not an hour early or late).
+    const half = await until(f, (s) => s.members.every((m) => m.phase === 'halfOpen'), 3000);
+    assert.notEqual(half.ms, -1, `not every process half-opened: ${JSON.stringify(half.s.members)}`);
+    await f.stop();
     await kill(redis);
   });
 
