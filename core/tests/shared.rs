@@ -617,6 +617,82 @@ fn keys_get_their_own_slot_while_the_table_has_room() {
     }
 }
 
+/// A key that found every slot taken looks again: once the keys holding the slots go
+/// idle (a new key template renamed every key), it gets a slot of its own within a
+/// heartbeat — its own breaker, no longer the overflow one (found by review: such keys
+/// stayed in the overflow slot, sharing one breaker and bulkhead, while they had
+/// traffic).
+#[test]
+fn a_key_in_the_overflow_slot_moves_to_a_slot_freed_by_idle_keys() {
+    for m in [SYNC[0], SYNC[1], Mode::Async(2)] {
+        let mut h = Host::new(
+            m,
+            r#"{"keys": {"max_keys": 2, "idle_ms": 1000},
+                "breaker": {"error_percentage": {"request_volume_threshold": 4}}}"#,
+        );
+        let in_overflow = |h: &Host, w: usize, k| {
+            h.engines[w]
+                .store_key(k)
+                .is_some_and(|s| s.ends_with(OVERFLOW))
+        };
+        // The old template's keys take both slots (through worker 1), then go quiet.
+        for old in ["old-a", "old-b"] {
+            let k = h.key(1, old);
+            assert!(h.call(1, k, Outcome::Success), "{m:?}");
+            h.deliver();
+            h.advance(10);
+        }
+        // A host resolves the key of every request.
+        let names = ["new-a", "new-b"];
+        for n in names {
+            let k = h.key(0, n);
+            assert!(h.call(0, k, Outcome::Success), "{m:?}");
+            h.deliver();
+        }
+        h.advance(10);
+        for n in names {
+            let k = h.key(0, n);
+            assert_eq!(
+                h.engines[0].key_name(k),
+                Some(n),
+                "{m:?}: a key of its own in the worker"
+            );
+            assert!(in_overflow(&h, 0, k), "{m:?}: no slot free yet");
+        }
+        // Steady traffic on the new keys while the old ones pass idle_ms, and a
+        // heartbeat (5 s) more.
+        for _ in 0..80 {
+            for n in names {
+                let k = h.key(0, n);
+                h.call(0, k, Outcome::Success);
+            }
+            h.deliver();
+            h.advance(100);
+        }
+        for n in names {
+            let k = h.key(0, n);
+            assert!(
+                !in_overflow(&h, 0, k),
+                "{m:?}: {:?}",
+                h.engines[0].store_key(k)
+            );
+        }
+        // Each has its own breaker now: new-a trips, new-b stays closed.
+        for _ in 0..100 {
+            let k = h.key(0, "new-a");
+            h.call(0, k, Outcome::Failure);
+            h.deliver();
+            h.advance(10);
+        }
+        h.advance(SYNC_MS);
+        let (a, b) = (h.key(0, "new-a"), h.key(0, "new-b"));
+        assert!(h.call(0, b, Outcome::Success), "{m:?}");
+        h.deliver();
+        assert_eq!(h.phase(0, a), Phase::Open, "{m:?}");
+        assert_eq!(h.phase(0, b), Phase::Closed, "{m:?}");
+    }
+}
+
 // ---- breaker across workers -------------------------------------------------------
 
 #[test]

@@ -188,6 +188,9 @@ pub(crate) struct Replica {
     last_heartbeat: Nanos,
     /// After a failed round nothing goes out until then.
     backoff_until: Nanos,
+    /// Bound to the overflow slot when probing found no free slot: when to look for
+    /// one again (never for the policy's own overflow key).
+    reprobe_at: Nanos,
     /// After a contended round no write goes out until then; reads go on, so the
     /// view stays within `sync_ms` of the store (a trip elsewhere is seen).
     write_after: Nanos,
@@ -264,6 +267,7 @@ impl Replica {
             dirty_at: None,
             last_heartbeat: now,
             backoff_until: 0,
+            reprobe_at: if overflow { Nanos::MAX } else { 0 },
             write_after: 0,
             failures: 0,
             failing_since: None,
@@ -371,6 +375,7 @@ impl Replica {
     pub(crate) fn prepare(&mut self, ctx: &Ctx, admitting: bool) {
         match ctx.shared.mode {
             SyncMode::Sync => {
+                self.reprobe(ctx);
                 let due = self
                     .read_at
                     .is_none_or(|t| ctx.now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms()));
@@ -385,9 +390,30 @@ impl Replica {
         }
     }
 
+    /// A key in the overflow slot looks for a slot of its own again every
+    /// `heartbeat_ms` (slots free up as other keys go idle: found by review, keys
+    /// renamed by a new key template stayed in the overflow slot, sharing one breaker
+    /// and bulkhead, for as long as they had traffic) — when the shared breaker there
+    /// is closed and nothing of this worker's is pending or held in it, so the move
+    /// loses nothing and changes no phase (a slot found starts closed).
+    #[inline(never)]
+    fn reprobe(&mut self, ctx: &Ctx) {
+        if self.bind == Bind::Overflow
+            && ctx.now >= self.reprobe_at
+            && self.is_quiet()
+            && self
+                .view
+                .as_ref()
+                .is_some_and(|v| v.breaker.phase() == Phase::Closed)
+        {
+            self.restart_probing();
+        }
+    }
+
     /// [`Replica::prepare`] for an asynchronous store: asks for the due refresh.
     #[inline]
     pub(crate) fn prepare_async(&mut self, ctx: &Ctx) {
+        self.reprobe(ctx);
         let due = self
             .read_at
             .is_none_or(|t| ctx.now.saturating_sub(t) >= ms_to_ns(ctx.shared.sync_ms()));
@@ -929,6 +955,7 @@ impl Replica {
             None => {
                 self.bind = Bind::Overflow;
                 self.read_wanted = true;
+                self.reprobe_at = ctx.now.saturating_add(ms_to_ns(ctx.shared.heartbeat_ms));
             }
         }
         self.set_store_key();
@@ -937,6 +964,7 @@ impl Replica {
         }
     }
 
+    #[inline(never)]
     fn restart_probing(&mut self) {
         if self.doubt.take().is_some() {
             // The slot holds another state now: whatever landed there is gone.
