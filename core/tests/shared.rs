@@ -880,6 +880,36 @@ fn async_trip(h: &mut Host, keys: &[KeyId]) {
     panic!("worker 0 never saw the trip");
 }
 
+/// Sparse traffic still probes: a worker whose calls come further apart than
+/// `flush_ms` keeps the lease its refused call asked for long enough for the next
+/// call to use it (found by review: with calls 1.5 s apart, every call was refused
+/// and each lease went back unused before the next one: half-open for good).
+#[test]
+fn async_calls_further_apart_than_flush_ms_get_to_probe() {
+    let mut h = Host::new(ASYNC, "{}");
+    let keys = h.keys("k");
+    h.advance(1_000);
+    async_trip(&mut h, &keys);
+    h.advance(6_000); // the 5 s open period
+    let mut refused = 0;
+    for _ in 0..20 {
+        if h.phase(0, keys[0]) == Phase::Closed {
+            break;
+        }
+        if !h.call(0, keys[0], Outcome::Success) {
+            refused += 1;
+        }
+        h.deliver();
+        h.advance(1_500);
+    }
+    assert_eq!(
+        h.phase(0, keys[0]),
+        Phase::Closed,
+        "{refused} calls refused"
+    );
+    assert!(refused <= 6, "{refused} calls refused before the probe");
+}
+
 #[test]
 fn async_a_trip_reaches_every_worker_within_one_sync_interval_and_n_probes_run() {
     let json = r#"{"breaker": {"half_open": {"permitted_probes": 2, "success_threshold": 2}}}"#;

@@ -188,6 +188,9 @@ pub(crate) struct Replica {
     last_heartbeat: Nanos,
     /// After a failed round nothing goes out until then.
     backoff_until: Nanos,
+    /// Probe leases handed back unused in a row: each doubles how long the next is
+    /// kept (see [`Replica::lease_hold`]).
+    lease_misses: u8,
     /// Bound to the overflow slot when probing found no free slot: when to look for
     /// one again (never for the policy's own overflow key).
     reprobe_at: Nanos,
@@ -268,6 +271,7 @@ impl Replica {
             last_heartbeat: now,
             backoff_until: 0,
             reprobe_at: if overflow { Nanos::MAX } else { 0 },
+            lease_misses: 0,
             write_after: 0,
             failures: 0,
             failing_since: None,
@@ -410,6 +414,20 @@ impl Replica {
         }
     }
 
+    /// How long a probe lease granted to this worker is kept unused before it goes
+    /// back: `flush_ms`, doubled for each lease handed back unused in a row, up to half
+    /// the probe timeout (the lease's deadline). A worker whose calls come further
+    /// apart than `flush_ms` keeps the next lease long enough to use it (found by
+    /// review: with calls 1.5 s apart and `flush_ms` 1 000, every call was refused and
+    /// each lease went back before the next call: half-open never probed).
+    fn lease_hold(&self, ctx: &Ctx) -> Nanos {
+        let flush = ms_to_ns(ctx.shared.flush_ms);
+        flush
+            .saturating_mul(1 << self.lease_misses)
+            .min(ms_to_ns(ctx.config.breaker.half_open.probe_timeout_ms) / 2)
+            .max(flush)
+    }
+
     /// [`Replica::prepare`] for an asynchronous store: asks for the due refresh.
     #[inline]
     pub(crate) fn prepare_async(&mut self, ctx: &Ctx) {
@@ -458,6 +476,7 @@ impl Replica {
             let g = trial.generation();
             self.leases.retain(|l| l.generation == g);
             if let Some(l) = self.leases.pop() {
+                self.lease_misses = 0;
                 return (Ok(Pass::new(l.generation, l.slot, now)), None);
             }
             if matches!(&r, Ok(p) if p.is_probe()) {
@@ -666,9 +685,10 @@ impl Replica {
             self.slots_wanted = ctx.waiters;
         }
         let mut returned = false;
+        let hold = self.lease_hold(ctx);
         let leases = core::mem::take(&mut self.leases);
         for l in leases {
-            if now.saturating_sub(l.arrived) >= flush {
+            if now.saturating_sub(l.arrived) >= hold {
                 self.lease_returns.push((l.generation, l.slot));
                 returned = true;
             } else {
@@ -676,6 +696,7 @@ impl Replica {
             }
         }
         if returned {
+            self.lease_misses = self.lease_misses.saturating_add(1).min(16);
             self.mark(now, true);
         }
         if let Some(v) = &self.view {
@@ -721,8 +742,9 @@ impl Replica {
             // `flush_ms` (a slot freed by another worker is used within one tick).
             at(self.read_at.unwrap_or(ctx.now).saturating_add(flush));
         }
+        let hold = self.lease_hold(ctx);
         for l in &self.leases {
-            at(l.arrived.saturating_add(flush));
+            at(l.arrived.saturating_add(hold));
         }
         if !self.poll_due {
             if let Some(d) = self.view.as_ref().and_then(|v| v.breaker.next_deadline()) {
