@@ -2399,3 +2399,63 @@ fn a_forced_phase_decides_before_its_write_lands() {
         assert!(h.call(w, keys[w], Outcome::Success), "worker {w}: closed");
     }
 }
+
+/// A process whose local breaker trips while its first write is out (a new key on
+/// an asynchronous store: calls are decided locally until the key's state is
+/// claimed) keeps its trip until a write carrying those failures lands — whatever
+/// order the store's answers come in (found by review against Redis: `open`, then
+/// `close` when the claim's state without them arrived, more failing calls admitted,
+/// then `open` again).
+#[test]
+fn async_a_local_trip_is_not_undone_by_a_state_that_lacks_its_failures() {
+    let json = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5, "denominator": "all_calls", "comparison": "at_or_above"}, "open": {"sleep_window_ms": 60000}}}"#;
+    // Bit i % 6 of `pattern`: the store answers after call i.
+    for pattern in 0u32..64 {
+        let shared = SharedConfig {
+            flush_ms: 1000,
+            sync_ms: Some(200),
+            stale_ms: 2000,
+            ..SharedConfig::default()
+        };
+        let mut h = Host::with_shared(Mode::Async(1), json, shared);
+        let k = h.key(0, "k");
+        let mut ran_while_open = 0;
+        let mut opened = false;
+
+        for i in 0..15 {
+            let outcome = if i < 3 {
+                Outcome::Success
+            } else {
+                Outcome::Failure
+            };
+            let ran = h.call(0, k, outcome);
+            opened |= h.phase(0, k) == Phase::Open && !ran;
+
+            if opened && ran {
+                ran_while_open += 1;
+            }
+            if pattern & (1 << (i % 6)) != 0 {
+                h.deliver();
+            }
+            h.now += MS / 2;
+        }
+        for _ in 0..5 {
+            h.deliver();
+        }
+        assert_eq!(
+            transitions(&mut h, 0),
+            [(Phase::Closed, Phase::Open)],
+            "pattern {pattern:06b}: one open"
+        );
+        assert_eq!(
+            ran_while_open, 0,
+            "pattern {pattern:06b}: calls admitted while open"
+        );
+        let v = h.engines[0].shared_view(k).expect("a view");
+        assert_eq!(
+            v.breaker.phase(),
+            Phase::Open,
+            "pattern {pattern:06b}: the store has the trip"
+        );
+    }
+}

@@ -883,7 +883,7 @@ impl Engine {
         let ctx = ctx!(self, k, cfg, now, rand);
         let mut quiet = false;
         let t = match k.replica.as_deref_mut() {
-            Some(rep) if rep.fresh(&ctx) => {
+            Some(rep) if rep.fresh(&ctx) && !rep.behind() => {
                 // The shared state decides; the local window keeps the metrics.
                 let was_dirty = rep.is_dirty();
                 let urgent = rep.record(&ctx, pass, outcome);
@@ -895,15 +895,20 @@ impl Engine {
                 None
             }
             rep => {
-                if let Some(rep) = rep {
-                    rep.record(&ctx, pass, outcome);
-                }
                 let load = Load {
                     in_flight: concurrency,
                     queued: k.queued,
                 };
-                k.circuit
-                    .record(cfg, Pass::from_raw(pass), outcome, load, now, rand)
+                let t = k
+                    .circuit
+                    .record(cfg, Pass::from_raw(pass), outcome, load, now, rand);
+                if let Some(rep) = rep {
+                    rep.record(&ctx, pass, outcome);
+                    if t.is_some() {
+                        rep.moved_locally();
+                    }
+                }
+                t
             }
         };
         let id = KeyId {
@@ -1484,8 +1489,9 @@ impl Engine {
         let fx = rep.on_answer(&ctx, answer);
         // While a forced phase is being written, a view read meanwhile is older than
         // the force: the write will bring the forced phase (and the local breaker
-        // keeps it until then).
-        let older = forcing && !fx.written;
+        // keeps it until then). So is one met before the outcomes the local breaker
+        // moved on are written.
+        let older = (forcing && !fx.written) || rep.behind();
         // Whether the view decides now: only then are its transitions this worker's
         // (a view that does not decide — stale, or read while writes fail: it lacks
         // the outcomes the local breaker counted — is told when it decides again;

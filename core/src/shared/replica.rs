@@ -188,6 +188,11 @@ pub(crate) struct Replica {
     last_heartbeat: Nanos,
     /// After a failed round nothing goes out until then.
     backoff_until: Nanos,
+    /// The key's local breaker moved on outcomes the store does not have yet (it
+    /// decided while there was no fresh view): 1 until a write is built with them, 2
+    /// while that write is out; it decides until the write lands (see
+    /// [`Replica::forcing`]).
+    behind: u8,
     /// Probe leases handed back unused in a row: each doubles how long the next is
     /// kept (see [`Replica::lease_hold`]).
     lease_misses: u8,
@@ -272,6 +277,7 @@ impl Replica {
             backoff_until: 0,
             reprobe_at: if overflow { Nanos::MAX } else { 0 },
             lease_misses: 0,
+            behind: 0,
             write_after: 0,
             failures: 0,
             failing_since: None,
@@ -624,7 +630,21 @@ impl Replica {
     /// restore) waits for the store: its probes need the fleet's leases.
     #[inline]
     pub(crate) fn forcing(&self) -> bool {
-        matches!(self.forced, Some(Phase::Open | Phase::Closed))
+        matches!(self.forced, Some(Phase::Open | Phase::Closed)) || self.behind != 0
+    }
+
+    /// The key's local breaker moved (a trip, a close) on outcomes the store does not
+    /// have yet: it decides until a write carrying them lands. A view met meanwhile
+    /// lacks them (found by review: a process that tripped while its first write was
+    /// out met that write's closed state and reported `close`, admitted more failing
+    /// calls, then `open` again).
+    pub(crate) fn moved_locally(&mut self) {
+        self.behind = 1;
+    }
+
+    /// Whether the local breaker still decides after [`Replica::moved_locally`].
+    pub(crate) fn behind(&self) -> bool {
+        self.behind != 0
     }
 
     /// A forced phase waits to be written.
@@ -842,6 +862,9 @@ impl Replica {
                 self.flush_now = false;
             }
             self.attempt = Some(attempt);
+            if self.behind == 1 {
+                self.behind = 2;
+            }
             self.io = IoState::InFlight { seq, write: true };
             return Some(Some(self.expect));
         }
@@ -1181,6 +1204,9 @@ impl Replica {
                     return;
                 };
                 self.landed(&mut a, ctx.now, false);
+                if self.behind == 2 {
+                    self.behind = 0;
+                }
                 fx.transitions = a.transitions;
                 self.hot = a.state.is_hot(ctx.now);
                 self.view = Some(a.state);
