@@ -161,6 +161,13 @@ write('redis.d.mts', `
 export * from './cjs/redis.js';
 `);
 
+// fusewire/prometheus and fusewire/redis in a browser bundle (their `browser`
+// condition): a clear error, not a Node build bundled in that fails on `process`.
+write('node-only.js', `
+throw new Error('fusewire/prometheus and fusewire/redis run in Node only (prom-client, ioredis): ' +
+  'in a browser, import { CircuitBreaker, SharedStore } from "fusewire"');
+`);
+
 // The browser bundle: platform-browser.ts in place of platform.ts, monotonic-browser.ts
 // in place of monotonic.ts.
 await esbuild.build({

@@ -18,7 +18,7 @@ import type { Emitter, Listener } from './emitter.js';
 import {
   BAD_REQUEST, CANCELLED, EV_DEQUEUED, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
-  RUNNING, S, TIMEOUT, bytes, io, loaded, message, nextIo, out, putKey, putScratchBytes, w,
+  RUNNING, S, TIMEOUT, bytes, io, loaded, message, nextIo, notLoaded, out, putKey, putScratchBytes, w,
 } from './engine.js';
 import { describe, isOurError, optionError, ourError, type CircuitBreakerError } from './errors.js';
 import { tagged } from './key.js';
@@ -500,9 +500,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (typeof options !== 'object' || options === null) {
       throw optionError('options', `must be an object, got ${describe(options)}`);
     }
-    if (!loaded()) {
-      throw new Error('fusewire: the WebAssembly module is still loading; `await ready` (exported by fusewire) before creating breakers');
-    }
+    if (!loaded()) throw notLoaded();
     this.options = options;
     this._action = action;
     const o = opossumView(options as Record<string, unknown>);

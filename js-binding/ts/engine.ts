@@ -124,9 +124,26 @@ let f64: Float64Array = new Float64Array(0);
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
+/** Why the module could not be loaded (browsers: `ready` rejected). */
+let loadError: unknown;
+
 /** Whether the instance is ready. */
 export function loaded(): boolean {
   return w !== undefined;
+}
+
+/** Records why loading failed (`ready`'s rejection). @internal */
+export function failed(e: unknown): void {
+  loadError = e;
+}
+
+/** The error for a breaker made before the instance is ready. */
+export function notLoaded(): Error {
+  if (loadError === undefined) {
+    return new Error('fusewire: the WebAssembly module is still loading; `await ready` (exported by fusewire) before creating breakers');
+  }
+  const why = loadError instanceof Error ? loadError.message : String(loadError);
+  return new Error(`fusewire: the WebAssembly module failed to load (\`ready\` rejected): ${why}`, { cause: loadError });
 }
 
 /**

@@ -6,7 +6,7 @@
  * @internal
  */
 import type { Emitter, Listener } from './emitter.js';
-import { instantiate } from './engine.js';
+import { failed, instantiate } from './engine.js';
 
 class BrowserEmitter implements Emitter {
   private _ev: Map<string | symbol, Listener[]> = new Map();
@@ -135,7 +135,16 @@ function preview(bytes: ArrayBuffer): string {
 }
 
 async function load(): Promise<void> {
-  const url = new URL('./fusewire.wasm', import.meta.url);
+  let url: URL;
+  try {
+    url = new URL('./fusewire.wasm', import.meta.url);
+  } catch (e) {
+    // esbuild's default (iife) output empties `import.meta` (found by review: a bare
+    // "Invalid URL").
+    throw new Error(`fusewire: cannot locate fusewire.wasm: import.meta.url is ${String(import.meta.url)}; ` +
+      'the bundle must be an ES module (esbuild: --format=esm; Rollup, webpack: output format "es" / module). ' +
+      HINT, { cause: e });
+  }
   let res: Response;
   try {
     res = await fetch(url);
@@ -155,7 +164,11 @@ async function load(): Promise<void> {
   try {
     module = await WebAssembly.compile(bytes);
   } catch (e) {
-    throw new Error(`fusewire: compiling ${url.href} failed (a damaged or truncated file?): ${String(e)}`, { cause: e });
+    // A page's Content-Security-Policy without 'wasm-unsafe-eval' refuses to compile.
+    const why = /Content.Security.Policy|unsafe-eval/i.test(String(e))
+      ? "the page's Content-Security-Policy must allow WebAssembly: script-src 'wasm-unsafe-eval'"
+      : 'a damaged or truncated file?';
+    throw new Error(`fusewire: compiling ${url.href} failed (${why}): ${String(e)}`, { cause: e });
   }
   instantiate(module);
 }
@@ -164,7 +177,10 @@ async function load(): Promise<void> {
  * Resolves when the WebAssembly module is compiled and instantiated; rejects with the
  * cause when it cannot be (a missing or unreachable `.wasm`).
  */
-export const ready: Promise<void> = load();
+export const ready: Promise<void> = load().catch((e: unknown) => {
+  failed(e);
+  throw e;
+});
 // Marked handled here: a page that awaits `ready` later, or never (it creates no
 // breaker), gets no unhandled rejection; `await ready` still throws the cause.
 ready.catch(() => {});

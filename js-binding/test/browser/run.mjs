@@ -105,10 +105,13 @@ function serveFile(req, res) {
   }
   // Cross-origin isolated (COOP + COEP), as a page must be to share a
   // SharedArrayBuffer with its Web Workers; every resource here is same-origin.
+  // ?csp=…: the page's Content-Security-Policy (csp.html).
+  const csp = url.searchParams.get('csp');
   res.writeHead(200, {
     'content-type': TYPES[extname(file)] ?? 'application/octet-stream',
     'cross-origin-opener-policy': 'same-origin',
     'cross-origin-embedder-policy': 'require-corp',
+    ...(csp === null ? {} : { 'content-security-policy': csp }),
   }).end(readFileSync(file));
 }
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
@@ -199,6 +202,22 @@ try {
     if (checks.some((c) => !c[1])) console.log(JSON.stringify(r, null, 2), errors);
     await p.close();
   }
+  // A Content-Security-Policy without 'wasm-unsafe-eval' refuses to compile the .wasm:
+  // `ready` says what to add (found by review: it blamed a damaged file); with it,
+  // breakers work.
+  for (const [csp, want] of [
+    ["script-src 'self'", /Content-Security-Policy must allow WebAssembly: script-src 'wasm-unsafe-eval'/],
+    ["script-src 'self' 'wasm-unsafe-eval'", /^ran$/],
+  ]) {
+    const p = await browser.newPage();
+    await p.goto(`${base}/test/browser/csp.html?csp=${encodeURIComponent(csp)}`);
+    await p.waitForFunction(() => window.__result !== undefined, null, { timeout: 20_000 });
+    const r = await p.evaluate(() => window.__result);
+    const pass = want.test(r);
+    console.log(`${pass ? 'ok  ' : 'FAIL'} CSP ${csp}: ${pass ? want.source.slice(0, 60) : r}`);
+    if (!pass) failed++;
+    await p.close();
+  }
   // Found by review: a missing .wasm made an unhandled rejection on pages that do not
   // await `ready` at once; an HTML page answered in its place (Vite's dev server)
   // failed with WebAssembly's "expected magic word" and no hint.
@@ -215,7 +234,8 @@ try {
     const checks = [
       ['no unhandled rejection', r.unhandled === 0 && errors.length === 0],
       ['await ready throws the cause, with the URL and what to do', cause.test(r.cause)],
-      ['a breaker is refused with an Error', r.before !== ''],
+      // Found by review: it said "still loading" after `ready` had rejected.
+      ['a breaker is refused with the load error', /failed to load \(`ready` rejected\).*fusewire\.wasm/.test(r.before)],
     ];
     for (const [what, pass] of checks) {
       console.log(`${pass ? 'ok  ' : 'FAIL'} ${label}: ${what}`);
