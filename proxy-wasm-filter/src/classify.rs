@@ -33,7 +33,11 @@ pub enum Entry {
 impl FromJson for Entry {
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
         match v {
-            Value::U64(n) => Ok(Entry::Code((*n).min(u64::from(u32::MAX)) as u32)),
+            // The number as written in the error (found by review: a saturated
+            // 4294967295 was reported).
+            Value::U64(n) => u32::try_from(*n)
+                .map(Entry::Code)
+                .map_err(|_| at.error(format!("is not a status code, got {n}"))),
             Value::Str(s) => Ok(Entry::Text(s.clone())),
             _ => Err(json::wrong_type(v, at, "a code or a string")),
         }

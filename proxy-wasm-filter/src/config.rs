@@ -165,11 +165,21 @@ struct OneOrMany(Vec<String>);
 
 impl FromJson for OneOrMany {
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
-        match v {
-            Value::Str(s) => Ok(OneOrMany(vec![s.clone()])),
-            Value::Array(_) => Vec::from_json(v, at).map(OneOrMany),
-            _ => Err(json::wrong_type(v, at, "a string or a list of strings")),
+        // An empty list or name matches nothing a request has: refused, not taken as
+        // "any" (found by review: `"cluster": []` rendered from empty Helm values put
+        // the breaker on all traffic, and `""` matched requests with no cluster).
+        let list = match v {
+            Value::Str(s) => vec![s.clone()],
+            Value::Array(a) if a.is_empty() => {
+                return Err(at.error("must not be empty (leave the field out to match any)"))
+            }
+            Value::Array(_) => Vec::from_json(v, at)?,
+            _ => return Err(json::wrong_type(v, at, "a string or a list of strings")),
+        };
+        if list.iter().any(String::is_empty) {
+            return Err(at.error("must not contain an empty name"));
         }
+        Ok(OneOrMany(list))
     }
 }
 
@@ -740,7 +750,15 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         return Err(err(at("fallback.body"), "must be at most 64 KiB"));
     }
     let grpc = |field: &str, e: Entry| {
-        GrpcSet::code(&e).map_err(|r| err(at(&format!("fallback.{field}")), r))
+        let path = || at(&format!("fallback.{field}"));
+        match GrpcSet::code(&e).map_err(|r| err(path(), r))? {
+            // A refused call answered as a success (found by review).
+            0 => Err(err(
+                path(),
+                "must not be 0 (OK): a fallback reply reports a failure",
+            )),
+            c => Ok(c),
+        }
     };
     let (grpc_sc, grpc_to) = (
         grpc("grpc_status", fb.grpc_status)?,
@@ -1166,6 +1184,36 @@ mod tests {
             r#"{"policies":[{"name":"a","fallback":{"grpc_status":"NOPE"}}]}"#,
             "policies[0].fallback.grpc_status",
             "unknown gRPC",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","failure":{"status":[500, 4294967296000]}}]}"#,
+            "policies[0].failure.status[1]",
+            "got 4294967296000",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","fallback":{"grpc_status":"OK"}}]}"#,
+            "policies[0].fallback.grpc_status",
+            "must not be 0 (OK)",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","fallback":{"timeout_grpc_status":0}}]}"#,
+            "policies[0].fallback.timeout_grpc_status",
+            "must not be 0 (OK)",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","match":{"cluster":[]}}]}"#,
+            "policies[0].match.cluster",
+            "must not be empty (leave the field out",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","match":{"route":""}}]}"#,
+            "policies[0].match.route",
+            "must not contain an empty name",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","match":{"path_prefix":["/a", ""]}}]}"#,
+            "policies[0].match.path_prefix",
+            "must not contain an empty name",
         );
         fails(
             r#"{"metrics_prefix":"9x","policies":[]}"#,
