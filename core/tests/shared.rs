@@ -907,7 +907,45 @@ fn async_calls_further_apart_than_flush_ms_get_to_probe() {
         Phase::Closed,
         "{refused} calls refused"
     );
-    assert!(refused <= 6, "{refused} calls refused before the probe");
+    assert!(refused <= 1, "{refused} calls refused before the probe");
+}
+
+/// The same for a fleet: three workers, each calling every 1.5 s (500 ms apart), with
+/// a Redis-like `flush_ms` of 1 s: the lease one of them asked for is still held at
+/// its next call (found by review: 23 of 24 calls refused, the first probe 14.5 s
+/// after the trip, while each lease's hold only doubled per worker).
+#[test]
+fn async_a_fleet_of_sparse_callers_probes_within_a_round() {
+    let shared = SharedConfig {
+        flush_ms: 1000,
+        sync_ms: Some(200),
+        stale_ms: 2000,
+        ..SharedConfig::default()
+    };
+    let mut h = Host::with_shared(ASYNC, "{}", shared);
+    let keys = h.keys("k");
+    h.advance(1_000);
+    async_trip(&mut h, &keys);
+    h.advance(6_000); // the 5 s open period
+    let mut refused = 0;
+    'rounds: for _ in 0..10 {
+        for w in 0..3 {
+            if (0..3).all(|w| h.phase(w, keys[w]) == Phase::Closed) {
+                break 'rounds;
+            }
+            if !h.call(w, keys[w], Outcome::Success) {
+                refused += 1;
+            }
+            h.deliver();
+            h.advance(500);
+        }
+    }
+    assert_eq!(
+        h.phase(0, keys[0]),
+        Phase::Closed,
+        "{refused} calls refused"
+    );
+    assert!(refused <= 3, "{refused} calls refused before the probe");
 }
 
 #[test]

@@ -165,7 +165,7 @@ async function load(): Promise<void> {
     module = await WebAssembly.compile(bytes);
   } catch (e) {
     // A page's Content-Security-Policy without 'wasm-unsafe-eval' refuses to compile.
-    const why = /Content.Security.Policy|unsafe-eval/i.test(String(e))
+    const why = /Content.Security.Policy|unsafe-eval|\bCSP\b|disallowed by embedder/i.test(String(e))
       ? "the page's Content-Security-Policy must allow WebAssembly: script-src 'wasm-unsafe-eval'"
       : 'a damaged or truncated file?';
     throw new Error(`fusewire: compiling ${url.href} failed (${why}): ${String(e)}`, { cause: e });

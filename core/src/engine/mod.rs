@@ -645,8 +645,9 @@ impl Engine {
                 let probe = raw.1 != NO_PROBE;
                 if probe {
                     // The probe never reaches the upstream: hand its turn back.
+                    // (The breaker that admitted it: the view's, or the local one.)
                     match k.replica.as_deref_mut() {
-                        Some(rep) if rep.fresh(&ctx) => rep.return_probe(raw, now),
+                        Some(rep) if fresh => rep.return_probe(raw, now),
                         _ => {
                             let _ = k.circuit.state.on_result(
                                 &cfg.breaker,
@@ -691,7 +692,7 @@ impl Engine {
                     Cause::BulkheadFull
                 };
                 let transition = match k.replica.as_deref_mut() {
-                    Some(rep) if rep.fresh(&ctx) => {
+                    Some(rep) if fresh => {
                         k.circuit.record_event(event, now);
                         rep.record_refusal(event, now);
                         None
@@ -1302,8 +1303,10 @@ impl Engine {
                 index: i,
                 generation: k.generation,
             };
+            // The local breaker's timers run while it decides (no fresh view, a
+            // forced phase or a local move not written yet).
             match k.replica.as_deref_mut() {
-                Some(rep) if rep.fresh(&ctx) => rep.tick(&ctx),
+                Some(rep) if rep.fresh(&ctx) && !rep.forcing() => rep.tick(&ctx),
                 rep => {
                     if let Some(rep) = rep {
                         rep.tick(&ctx);
@@ -1330,7 +1333,7 @@ impl Engine {
         let ctx = ctx!(self, k, cfg, now, 0);
         let wake = match k.replica.as_deref() {
             Some(rep) => {
-                let own = if rep.fresh(&ctx) {
+                let own = if rep.fresh(&ctx) && !rep.forcing() {
                     None
                 } else {
                     k.circuit.state.next_deadline()

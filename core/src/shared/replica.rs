@@ -193,9 +193,10 @@ pub(crate) struct Replica {
     /// while that write is out; it decides until the write lands (see
     /// [`Replica::forcing`]).
     behind: u8,
-    /// Probe leases handed back unused in a row: each doubles how long the next is
-    /// kept (see [`Replica::lease_hold`]).
-    lease_misses: u8,
+    /// When this worker's last call asked for admission, and the time between its
+    /// last two (how long an unused probe lease is kept: [`Replica::lease_hold`]).
+    last_admit: Nanos,
+    admit_gap: Nanos,
     /// Bound to the overflow slot when probing found no free slot: when to look for
     /// one again (never for the policy's own overflow key).
     reprobe_at: Nanos,
@@ -276,7 +277,8 @@ impl Replica {
             last_heartbeat: now,
             backoff_until: 0,
             reprobe_at: if overflow { Nanos::MAX } else { 0 },
-            lease_misses: 0,
+            last_admit: now,
+            admit_gap: 0,
             behind: 0,
             write_after: 0,
             failures: 0,
@@ -421,16 +423,20 @@ impl Replica {
     }
 
     /// How long a probe lease granted to this worker is kept unused before it goes
-    /// back: `flush_ms`, doubled for each lease handed back unused in a row, up to half
-    /// the probe timeout (the lease's deadline). A worker whose calls come further
-    /// apart than `flush_ms` keeps the next lease long enough to use it (found by
-    /// review: with calls 1.5 s apart and `flush_ms` 1 000, every call was refused and
-    /// each lease went back before the next call: half-open never probed).
+    /// back: twice the time between its last two calls, at least `flush_ms`, and
+    /// leaving at least `flush_ms` of the probe timeout (the lease's deadline, counted
+    /// from the grant) to the probe. A worker whose calls come further apart than
+    /// `flush_ms` keeps its lease until its next call (found by review: with calls
+    /// 1.5 s apart and `flush_ms` 1 000, every call was refused and each lease went
+    /// back before the next call: half-open never probed); one whose calls stopped
+    /// gives it back soon. A probe started late in the hold has less of the probe
+    /// timeout left: one that outruns its lease reopens the breaker.
     fn lease_hold(&self, ctx: &Ctx) -> Nanos {
         let flush = ms_to_ns(ctx.shared.flush_ms);
-        flush
-            .saturating_mul(1 << self.lease_misses)
-            .min(ms_to_ns(ctx.config.breaker.half_open.probe_timeout_ms) / 2)
+        let deadline = ms_to_ns(ctx.config.breaker.half_open.probe_timeout_ms);
+        self.admit_gap
+            .saturating_mul(2)
+            .min(deadline.saturating_sub(flush))
             .max(flush)
     }
 
@@ -459,6 +465,8 @@ impl Replica {
         self.anticipate = false;
         let cfg = &ctx.config.breaker;
         let now = ctx.now;
+        self.admit_gap = now.saturating_sub(self.last_admit);
+        self.last_admit = now;
         if !fresh {
             return local.state.admit(cfg, &mut local.window, now, ctx.rand);
         }
@@ -482,7 +490,6 @@ impl Replica {
             let g = trial.generation();
             self.leases.retain(|l| l.generation == g);
             if let Some(l) = self.leases.pop() {
-                self.lease_misses = 0;
                 return (Ok(Pass::new(l.generation, l.slot, now)), None);
             }
             if matches!(&r, Ok(p) if p.is_probe()) {
@@ -716,7 +723,6 @@ impl Replica {
             }
         }
         if returned {
-            self.lease_misses = self.lease_misses.saturating_add(1).min(16);
             self.mark(now, true);
         }
         if let Some(v) = &self.view {
@@ -1204,9 +1210,6 @@ impl Replica {
                     return;
                 };
                 self.landed(&mut a, ctx.now, false);
-                if self.behind == 2 {
-                    self.behind = 0;
-                }
                 fx.transitions = a.transitions;
                 self.hot = a.state.is_hot(ctx.now);
                 self.view = Some(a.state);
@@ -1295,6 +1298,12 @@ impl Replica {
         if self.forced == a.forced {
             self.forced = None;
         }
+        // A write built after the local breaker moved has landed (its reply, or its
+        // receipt read back after the reply was lost: found by review, the key stayed
+        // on its local breaker for good), or what it moved on is gone (a delta of an
+        // older generation is dropped below): the store decides again.
+        let behind = self.behind;
+        self.behind = 0;
         if a.delta {
             let g = a.state.breaker.generation();
             self.sent.reset(g);
@@ -1322,6 +1331,11 @@ impl Replica {
             self.last_heartbeat = now;
         }
         self.slots_held = a.slots;
+        // Built before the move, with the outcomes it moved on still to write: it
+        // waits for their write.
+        if behind == 1 && !self.delta.is_empty() {
+            self.behind = 1;
+        }
     }
 
     /// Ends the doubt about a write whose reply was lost, from the sequence number of
