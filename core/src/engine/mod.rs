@@ -698,11 +698,20 @@ impl Engine {
                         None
                     }
                     rep => {
+                        let t = k.circuit.record_rejection(
+                            cfg,
+                            event,
+                            k.in_flight + k.queued,
+                            now,
+                            rand,
+                        );
                         if let Some(rep) = rep {
                             rep.record_refusal(event, now);
+                            if t.is_some() {
+                                rep.moved_locally();
+                            }
                         }
-                        k.circuit
-                            .record_rejection(cfg, event, k.in_flight + k.queued, now, rand)
+                        t
                     }
                 };
                 if let Some(t) = transition {

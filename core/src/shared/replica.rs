@@ -117,6 +117,9 @@ struct Lease {
     /// back. (Counted from the write's time, a store's round trip of `flush_ms` or
     /// more used the time up before any call could take it: half-open never probed.)
     arrived: Nanos,
+    /// When the write granting it was built (its deadline in the store counts from
+    /// there).
+    granted: Nanos,
 }
 
 /// What a write would do if it lands.
@@ -193,10 +196,15 @@ pub(crate) struct Replica {
     /// while that write is out; it decides until the write lands (see
     /// [`Replica::forcing`]).
     behind: u8,
-    /// When this worker's last call asked for admission, and the time between its
-    /// last two (how long an unused probe lease is kept: [`Replica::lease_hold`]).
+    /// When this worker's last call asked for admission, the time since the one
+    /// before, and the shorter of the last two such gaps (how long an unused probe
+    /// lease is kept: [`Replica::lease_hold`]).
     last_admit: Nanos,
+    last_gap: Nanos,
     admit_gap: Nanos,
+    /// Searches for a slot that ended in the overflow slot again (each doubles the
+    /// wait before the next, up to `idle_ms`).
+    reprobes: u8,
     /// Bound to the overflow slot when probing found no free slot: when to look for
     /// one again (never for the policy's own overflow key).
     reprobe_at: Nanos,
@@ -278,7 +286,9 @@ impl Replica {
             backoff_until: 0,
             reprobe_at: if overflow { Nanos::MAX } else { 0 },
             last_admit: now,
+            last_gap: 0,
             admit_gap: 0,
+            reprobes: 0,
             behind: 0,
             write_after: 0,
             failures: 0,
@@ -423,21 +433,29 @@ impl Replica {
     }
 
     /// How long a probe lease granted to this worker is kept unused before it goes
-    /// back: twice the time between its last two calls, at least `flush_ms`, and
-    /// leaving at least `flush_ms` of the probe timeout (the lease's deadline, counted
-    /// from the grant) to the probe. A worker whose calls come further apart than
-    /// `flush_ms` keeps its lease until its next call (found by review: with calls
-    /// 1.5 s apart and `flush_ms` 1 000, every call was refused and each lease went
-    /// back before the next call: half-open never probed); one whose calls stopped
-    /// gives it back soon. A probe started late in the hold has less of the probe
-    /// timeout left: one that outruns its lease reopens the breaker.
+    /// back (and at the latest [`Replica::lease_due`]): twice the shorter of the gaps
+    /// between its last three calls, at least `flush_ms`. A worker whose calls come
+    /// further apart than `flush_ms` keeps its lease until its next call (found by
+    /// review: with calls 1.5 s apart and `flush_ms` 1 000, every call was refused and
+    /// each lease went back before the next call: half-open never probed); a stray
+    /// call after a long quiet, or one whose calls stopped, gives it back soon.
     fn lease_hold(&self, ctx: &Ctx) -> Nanos {
-        let flush = ms_to_ns(ctx.shared.flush_ms);
-        let deadline = ms_to_ns(ctx.config.breaker.half_open.probe_timeout_ms);
         self.admit_gap
             .saturating_mul(2)
-            .min(deadline.saturating_sub(flush))
-            .max(flush)
+            .max(ms_to_ns(ctx.shared.flush_ms))
+    }
+
+    /// The latest an unused lease goes back, counted from its grant (its deadline in
+    /// the store counts from there, not from when the grant reached this worker):
+    /// `flush_ms` before that deadline, or at half of the probe timeout if that is
+    /// later. A probe started late in the hold has less of the probe timeout left:
+    /// one that outruns its lease reopens the breaker.
+    fn lease_due(&self, ctx: &Ctx, l: &Lease) -> Nanos {
+        let deadline = ms_to_ns(ctx.config.breaker.half_open.probe_timeout_ms);
+        let keep = deadline
+            .saturating_sub(ms_to_ns(ctx.shared.flush_ms))
+            .max(deadline / 2);
+        l.granted.saturating_add(keep)
     }
 
     /// [`Replica::prepare`] for an asynchronous store: asks for the due refresh.
@@ -465,7 +483,9 @@ impl Replica {
         self.anticipate = false;
         let cfg = &ctx.config.breaker;
         let now = ctx.now;
-        self.admit_gap = now.saturating_sub(self.last_admit);
+        let gap = now.saturating_sub(self.last_admit);
+        self.admit_gap = gap.min(self.last_gap);
+        self.last_gap = gap;
         self.last_admit = now;
         if !fresh {
             return local.state.admit(cfg, &mut local.window, now, ctx.rand);
@@ -715,7 +735,7 @@ impl Replica {
         let hold = self.lease_hold(ctx);
         let leases = core::mem::take(&mut self.leases);
         for l in leases {
-            if now.saturating_sub(l.arrived) >= hold {
+            if now.saturating_sub(l.arrived) >= hold || now >= self.lease_due(ctx, &l) {
                 self.lease_returns.push((l.generation, l.slot));
                 returned = true;
             } else {
@@ -770,7 +790,7 @@ impl Replica {
         }
         let hold = self.lease_hold(ctx);
         for l in &self.leases {
-            at(l.arrived.saturating_add(hold));
+            at(l.arrived.saturating_add(hold).min(self.lease_due(ctx, l)));
         }
         if !self.poll_due {
             if let Some(d) = self.view.as_ref().and_then(|v| v.breaker.next_deadline()) {
@@ -1006,7 +1026,13 @@ impl Replica {
             None => {
                 self.bind = Bind::Overflow;
                 self.read_wanted = true;
-                self.reprobe_at = ctx.now.saturating_add(ms_to_ns(ctx.shared.heartbeat_ms));
+                // Every `heartbeat_ms`, then less often while every slot stays taken
+                // (each search reads up to 32 slots; found by review).
+                let wait = ms_to_ns(ctx.shared.heartbeat_ms)
+                    .saturating_mul(1 << self.reprobes.min(10))
+                    .min(ms_to_ns(ctx.config.keys.idle_ms).max(ms_to_ns(ctx.shared.heartbeat_ms)));
+                self.reprobes = self.reprobes.saturating_add(1);
+                self.reprobe_at = ctx.now.saturating_add(wait);
             }
         }
         self.set_store_key();
@@ -1435,7 +1461,11 @@ impl Replica {
         };
         let b = &cfg.breaker;
         let delta = !self.delta.is_empty();
-        let same = self.delta.generation == s.breaker.generation();
+        // A state this write creates (claimed: new, or re-created after the store
+        // lost the key) has no history the delta's generation could be older or newer
+        // than: the outcomes recorded under the last state are its.
+        let same = self.delta.generation == s.breaker.generation()
+            || (self.claim && s.breaker.phase() == Phase::Closed);
         if delta && (same || newer(s.breaker.generation(), self.delta.generation)) {
             // Outcomes of an earlier generation (one another worker's trip ended) are
             // counted; they never move the breaker.
@@ -1479,6 +1509,7 @@ impl Replica {
                         generation,
                         slot,
                         arrived: now,
+                        granted: now,
                     });
                 }
                 Err(_) => break,

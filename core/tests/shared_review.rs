@@ -1,0 +1,297 @@
+//! The shared layer's corner cases found by a review of its local moves, probe-lease
+//! hold and overflow re-probe (2026-12-05): each test failed before its fix.
+
+mod common;
+use common::*;
+use fusewire_core::*;
+
+fn transitions(h: &mut Host, w: usize) -> Vec<(Phase, Phase)> {
+    h.take_events(w)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Transition { transition: t, .. } => Some((t.from, t.to)),
+            _ => None,
+        })
+        .collect()
+}
+
+const TRIP5: &str = r#""breaker": {"error_percentage": {"request_volume_threshold": 5, "denominator": "all_calls", "comparison": "at_or_above"}, "open": {"sleep_window_ms": 60000}}"#;
+
+/// a local trip on bulkhead rejections (decided by the local breaker while the
+/// new key's claim write is out) is not a "local move": the claim's state, which
+/// lacks the rejections, undoes it (`close`), then the next write trips it again.
+#[test]
+fn a_local_trip_on_bulkhead_rejections_is_not_undone_by_the_claim() {
+    let json = format!(
+        r#"{{"bulkhead": {{"max_concurrent": 1}}, "execution": {{"timeout_enabled": false}}, {TRIP5}}}"#
+    );
+    let shared = SharedConfig {
+        flush_ms: 1000,
+        sync_ms: Some(200),
+        stale_ms: 2000,
+        ..SharedConfig::default()
+    };
+    let mut h = Host::with_shared(Mode::Async(1), &json, shared);
+    let k = h.key(0, "k");
+    // The probe read answers: the claim write (nothing to carry yet) goes out.
+    h.deliver();
+    // One call holds the only slot; the next ones are rejected and trip the local
+    // breaker (rejections count as errors).
+    let Start::Running(p) = h.start(0, k) else {
+        panic!("first call runs")
+    };
+    let mut rejected = 0;
+    for _ in 0..8 {
+        match h.start(0, k) {
+            Start::Refused(_) => rejected += 1,
+            s => panic!("{s:?}"),
+        }
+        h.now += MS / 2;
+    }
+    assert_eq!(h.phase(0, k), Phase::Open, "{rejected} rejections trip it");
+    assert_eq!(h.complete(0, p, Outcome::Success), Completion::OnTime);
+    let mut admitted_while_open = 0;
+    for _ in 0..6 {
+        h.deliver();
+        if h.call(0, k, Outcome::Failure) {
+            admitted_while_open += 1;
+        }
+        h.now += MS / 2;
+    }
+    for _ in 0..5 {
+        h.deliver();
+    }
+    let t = transitions(&mut h, 0);
+    assert_eq!(
+        (t.as_slice(), admitted_while_open),
+        (&[(Phase::Closed, Phase::Open)][..], 0),
+        "transitions and failing calls admitted after the local trip"
+    );
+}
+
+fn trip_from(h: &mut Host, w: usize, k: KeyId) {
+    for _ in 0..25 {
+        let _ = h.call(w, k, Outcome::Failure);
+    }
+    for _ in 0..10 {
+        h.deliver();
+        if h.phase(w, k) == Phase::Open {
+            return;
+        }
+    }
+    panic!("worker {w} never saw the trip");
+}
+
+/// the hold is twice the gap between the worker's last two admissions, however
+/// long ago they were: a worker that was idle through the open period and gets one
+/// stray call in half-open keeps the fleet's only probe lease ~probe_timeout unused,
+/// while a busy worker is refused all along.
+#[test]
+fn a_stray_call_after_a_long_quiet_does_not_hold_the_fleets_lease() {
+    let mut h = Host::new(Mode::Async(2), "{}");
+    let keys = h.keys("k");
+    h.advance(1_000);
+    trip_from(&mut h, 1, keys[1]);
+    h.advance(6_000); // the 5 s open period
+                      // Worker 0's first call in 7 s: refused (no lease yet), asks for one.
+    assert!(!h.call(0, keys[0], Outcome::Success));
+    h.deliver();
+    // Worker 1 is busy: a call every 100 ms.
+    let mut refused = 0;
+    for _ in 0..100 {
+        if h.call(1, keys[1], Outcome::Success) {
+            break;
+        }
+        refused += 1;
+        h.deliver();
+        h.advance(100);
+    }
+    let t = transitions(&mut h, 1);
+    assert!(
+        refused <= 5,
+        "worker 1 refused {refused} calls ({} ms) while worker 0 held the lease unused; worker 1's transitions: {t:?}",
+        refused * 100
+    );
+}
+
+/// a lease known from its receipt (the grant's reply was lost) "arrives" at the
+/// read that settles it; kept `probe_timeout − flush_ms` from there, it outlives its
+/// deadline in the store (counted from the grant): the fleet's breaker reopens on a
+/// probe that never ran (ProbeLeaseExpired) instead of the lease going back.
+#[test]
+fn a_lease_known_by_its_receipt_goes_back_before_its_deadline() {
+    let mut h = Host::new(Mode::Async(1), "{}");
+    let k = h.key(0, "k");
+    h.advance(1_000);
+    trip_from(&mut h, 0, k);
+    h.advance(6_000); // the open period: no calls, so the next gap is ~6 s
+    let _ = transitions(&mut h, 0);
+    // The call is refused and asks for a lease; the write granting it lands, its
+    // reply is lost.
+    h.store.replies_lost = Some(7);
+    assert!(!h.call(0, k, Outcome::Success));
+    h.store.replies_lost = None;
+    h.deliver(); // Failed: in doubt, backoff
+    h.advance(400); // the read settles it from the receipt: the lease is held
+    let lease = h.engines[0]
+        .shared_view(k)
+        .unwrap()
+        .breaker
+        .probe_leases()
+        .to_vec();
+    // No more calls.
+    h.advance(6_000);
+    let t = transitions(&mut h, 0);
+    assert!(
+        !t.contains(&(Phase::HalfOpen, Phase::Open)),
+        "leases {lease:?}: the unused lease reopened the breaker: {t:?}"
+    );
+}
+
+const SHORT: &str = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5, "denominator": "all_calls", "comparison": "at_or_above"}, "open": {"sleep_window_ms": 1000}}}"#;
+
+fn short_shared() -> SharedConfig {
+    SharedConfig {
+        flush_ms: 100,
+        sync_ms: Some(200),
+        stale_ms: 2000,
+        ..SharedConfig::default()
+    }
+}
+
+/// Trips the key's shared breaker and closes it again (generation 3).
+fn trip_and_recover(h: &mut Host, k: KeyId) {
+    trip_from(h, 0, k);
+    h.advance(1_500);
+    for _ in 0..20 {
+        let _ = h.call(0, k, Outcome::Success);
+        h.deliver();
+        h.advance(100);
+        if h.phase(0, k) == Phase::Closed {
+            break;
+        }
+    }
+    assert_eq!(h.phase(0, k), Phase::Closed);
+    let g = h.engines[0].shared_view(k).unwrap().breaker.generation();
+    assert!(g > 0, "generation {g}");
+    h.advance(12_000); // the trip's failures leave the rolling window
+}
+
+/// the store restarts empty while the key's local breaker has tripped on
+/// failures it could not write: the re-created state (generation 0) drops the delta
+/// (recorded under the old generation) in `apply`, the claim lands, `behind` clears
+/// and the fleet's fresh closed state undoes the trip (`close`), admitting failing
+/// calls again.
+#[test]
+fn a_local_trip_survives_the_store_recreating_the_key() {
+    let mut h = Host::with_shared(Mode::Async(1), SHORT, short_shared());
+    let k = h.key(0, "k");
+    h.advance(500);
+    trip_and_recover(&mut h, k);
+    let _ = transitions(&mut h, 0);
+    // The store goes down; past stale_ms the local breaker decides and trips.
+    h.store.down = Some(1);
+    h.advance(3_000);
+    for _ in 0..10 {
+        let _ = h.call(0, k, Outcome::Failure);
+    }
+    assert_eq!(h.phase(0, k), Phase::Open);
+    // It comes back empty.
+    h.store.down = None;
+    h.store.clear();
+    h.advance(3_000);
+    let stored = h.engines[0]
+        .shared_view(k)
+        .map(|v| (v.breaker.phase(), v.window.counts_at(h.now).health()));
+    let phase = h.phase(0, k);
+    let ran = h.call(0, k, Outcome::Failure);
+    let t = transitions(&mut h, 0);
+    assert!(
+        phase != Phase::Closed && !ran && !t.contains(&(Phase::Open, Phase::Closed)),
+        "phase {phase:?}, ran {ran}, transitions {t:?}, stored {stored:?}"
+    );
+}
+
+/// With a full table (no slot idle), a key in the overflow slot with traffic
+/// searches all PROBE_LIMIT slots again, first after heartbeat_ms, then less and less
+/// often (every heartbeat, its reads were several times a slotted key's). Measured
+/// as the reads of 120 s of traffic on an overflow key against a slotted key's.
+fn reads_with_traffic_on(name: &str) -> u64 {
+    let mut h = Host::new(
+        Mode::Async(2),
+        r#"{"keys": {"max_keys": 32, "idle_ms": 600000}}"#,
+    );
+    // Worker 1's keys take every slot.
+    for i in 0..32 {
+        let k = h.key(1, &format!("k{i}"));
+        assert!(h.call(1, k, Outcome::Success));
+        for _ in 0..40 {
+            h.deliver();
+        }
+    }
+    let x = h.key(0, "x");
+    for _ in 0..40 {
+        h.deliver();
+    }
+    assert!(h.engines[0]
+        .store_key(x)
+        .unwrap()
+        .ends_with(shared::OVERFLOW));
+    let k = h.key(0, "k0");
+    for _ in 0..40 {
+        h.deliver();
+    }
+    assert!(!h.engines[0]
+        .store_key(k)
+        .unwrap()
+        .ends_with(shared::OVERFLOW));
+    let reads = h.store.reads;
+    for _ in 0..1200 {
+        let x = h.key(0, name);
+        let _ = h.call(0, x, Outcome::Success);
+        h.deliver();
+        h.advance(100);
+    }
+    assert!(h.engines[0]
+        .store_key(x)
+        .unwrap()
+        .ends_with(shared::OVERFLOW));
+    h.store.reads - reads
+}
+
+#[test]
+fn a_key_in_a_full_table_searches_for_a_slot_less_and_less_often() {
+    let slotted = reads_with_traffic_on("k0");
+    let overflow = reads_with_traffic_on("k39");
+    // Its first search, then after 5, 15, 35 and 75 s: 5 searches of 32 reads
+    // (measured: 285 reads more than the slotted key). Every heartbeat (5 s) would be
+    // 25 searches, 800 reads.
+    assert!(
+        overflow <= slotted + 10 * 32,
+        "120 s of traffic: {slotted} reads on a slotted key, {overflow} on an overflow key"
+    );
+}
+
+/// with probe_timeout_ms ≤ 2 × flush_ms the clamp's floor wins (`max(flush)`):
+/// an unused lease is kept `flush_ms`, past its deadline when probe_timeout_ms <
+/// flush_ms, and reopens the fleet's breaker. (Nothing validates the two together.)
+#[test]
+fn an_unused_lease_goes_back_before_a_probe_timeout_shorter_than_flush_ms() {
+    let shared = SharedConfig {
+        flush_ms: 1000,
+        sync_ms: Some(200),
+        ..SharedConfig::default()
+    };
+    let json = r#"{"breaker": {"half_open": {"probe_timeout_ms": 800}}}"#;
+    let mut h = Host::with_shared(Mode::Async(1), json, shared);
+    let k = h.key(0, "k");
+    h.advance(1_000);
+    trip_from(&mut h, 0, k);
+    h.advance(6_000);
+    let _ = transitions(&mut h, 0);
+    assert!(!h.call(0, k, Outcome::Success), "refused: asks for a lease");
+    h.deliver();
+    h.advance(3_000);
+    let t = transitions(&mut h, 0);
+    assert!(!t.contains(&(Phase::HalfOpen, Phase::Open)), "{t:?}");
+}
