@@ -412,8 +412,9 @@ impl Replica {
         }
     }
 
-    /// A key in the overflow slot looks for a slot of its own again every
-    /// `heartbeat_ms` (slots free up as other keys go idle: found by review, keys
+    /// A key in the overflow slot looks for a slot of its own again after
+    /// `heartbeat_ms`, then after twice as long each time it found none, up to
+    /// `idle_ms` (slots free up as other keys go idle: found by review, keys
     /// renamed by a new key template stayed in the overflow slot, sharing one breaker
     /// and bulkhead, for as long as they had traffic) — when the shared breaker there
     /// is closed and nothing of this worker's is pending or held in it, so the move
