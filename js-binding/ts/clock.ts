@@ -1,6 +1,8 @@
 /**
  * The host clock, read once per call: milliseconds (fractional) on a monotonic
- * clock (`performance.now()`), handed to the core, which converts to nanoseconds.
+ * clock (`performance.now()`) on the timeline every process and worker shares
+ * (`performance.timeOrigin` + `now()`), handed to the core, which converts to
+ * nanoseconds.
  *
  * Test fakes are followed, so code under fake timers sees time move exactly as the
  * fake says:
