@@ -342,6 +342,13 @@ fn unsigned(v: &Value, at: &Path<'_>, max: u64, what: &str) -> Result<u64, Confi
     match v {
         Value::U64(n) if *n <= max => Ok(*n),
         Value::U64(_) | Value::I64(_) => Err(wrong_value(v, at, what)),
+        // A whole number written with a fraction or an exponent (`100.0`, `1e+06`, as
+        // some templating prints numbers): say how to write it (found by review).
+        Value::F64(f) if f.fract() == 0.0 => Err(wrong_type(
+            v,
+            at,
+            &format!("{what} (an integer: write it without a fraction or exponent)"),
+        )),
         _ => Err(wrong_type(v, at, what)),
     }
 }

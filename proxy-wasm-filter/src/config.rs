@@ -1191,6 +1191,11 @@ mod tests {
             "got 4294967296000",
         );
         fails(
+            r#"{"tick_ms":1e+02,"policies":[]}"#,
+            "tick_ms",
+            "floating point `100`, expected u64 (an integer: write it without a fraction or exponent)",
+        );
+        fails(
             r#"{"policies":[{"name":"a","fallback":{"grpc_status":"OK"}}]}"#,
             "policies[0].fallback.grpc_status",
             "must not be 0 (OK)",
