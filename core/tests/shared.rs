@@ -2003,16 +2003,6 @@ fn a_store_failing_at_once_is_not_asked_again_before_the_backoff_ends() {
 /// denominator, so a fleet's merged window can disagree with a local trip.
 const OPOSSUM: &str = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5, "denominator": "all_calls", "comparison": "above"}, "open": {"sleep_window_ms": 60000}}, "keys": {"max_keys": 1}}"#;
 
-fn transitions(h: &mut Host, w: usize) -> Vec<(Phase, Phase)> {
-    h.take_events(w)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Transition { transition: t, .. } => Some((t.from, t.to)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Found by review: a process that tripped on its own failures before its first
 /// view (the key was still being looked up) wrote a closed state when it claimed the
 /// key: the calls its local breaker then refused were merged too and diluted the

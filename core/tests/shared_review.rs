@@ -5,16 +5,6 @@ mod common;
 use common::*;
 use fusewire_core::*;
 
-fn transitions(h: &mut Host, w: usize) -> Vec<(Phase, Phase)> {
-    h.take_events(w)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Transition { transition: t, .. } => Some((t.from, t.to)),
-            _ => None,
-        })
-        .collect()
-}
-
 const TRIP5: &str = r#""breaker": {"error_percentage": {"request_volume_threshold": 5, "denominator": "all_calls", "comparison": "at_or_above"}, "open": {"sleep_window_ms": 60000}}"#;
 
 /// a local trip on bulkhead rejections (decided by the local breaker while the

@@ -265,6 +265,17 @@ impl Host {
 }
 
 /// Runs `f` against every mode.
+/// Worker `w`'s transitions since the last take, as (from, to).
+pub fn transitions(h: &mut Host, w: usize) -> Vec<(Phase, Phase)> {
+    h.take_events(w)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Transition { transition: t, .. } => Some((t.from, t.to)),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn each_mode(f: impl Fn(Mode)) {
     for m in Mode::all() {
         f(m);
