@@ -2114,9 +2114,10 @@ fn a_store_that_refuses_writes_leaves_the_key_to_its_local_breaker() {
                 .any(|i| matches!(i, Issue::Failed(2) | Issue::Stale)),
             "{mode:?}: the host is told: {issues:?}"
         );
-        // Writes land again: the key is shared again and its trip reaches the store.
+        // Writes land again: the key is shared again and its trip reaches the store
+        // (an asynchronous store's retry waits out its backoff: up to 8 × sync_ms).
         h.store.writes_down = None;
-        h.advance(2_000);
+        h.advance(if mode == ASYNC { 10_000 } else { 2_000 });
         let v = h.engines[0].shared_view(keys[0]).expect("a view again");
         assert_eq!(
             v.breaker.phase(),
@@ -2489,6 +2490,51 @@ fn async_a_local_trip_is_not_undone_by_a_state_that_lacks_its_failures() {
             v.breaker.phase(),
             Phase::Open,
             "pattern {pattern:06b}: the store has the trip"
+        );
+    }
+}
+
+/// A store that answers reads but refuses writes (Redis out of memory): the key goes
+/// to its local breaker once a failed write's retry failed too, as documented, and
+/// the failures are reported less and less often — a read that works does not reset
+/// their count (found by review: `failed` every 400 ms, and the view, which lacked
+/// this worker's outcomes, decided until `stale_ms`).
+#[test]
+fn async_writes_refused_while_reads_work_back_off() {
+    let shared = SharedConfig {
+        flush_ms: 1000,
+        sync_ms: Some(200),
+        stale_ms: 10_000,
+        ..SharedConfig::default()
+    };
+    // A key the store holds, and a new one (its reads answer "not found").
+    for existing in [true, false] {
+        let mut h = Host::with_shared(ASYNC, OPOSSUM, shared.clone());
+        let keys = h.keys("k");
+        if existing {
+            assert!(h.call(0, keys[0], Outcome::Success));
+            h.advance(2_000);
+        }
+        let _ = store_events(&mut h, 0);
+        h.store.writes_down = Some(2);
+        let mut tripped_at = None;
+        for i in 0..100 {
+            let _ = h.call(0, keys[0], Outcome::Failure);
+            h.deliver();
+            h.advance(100);
+            if tripped_at.is_none() && h.phase(0, keys[0]) == Phase::Open {
+                tripped_at = Some(i);
+            }
+        }
+        let reported = store_events(&mut h, 0).len();
+        assert!(
+            reported <= 8,
+            "existing {existing}: {reported} store events in 10 s"
+        );
+        let at = tripped_at.expect("the local breaker trips");
+        assert!(
+            at <= 10,
+            "existing {existing}: the local breaker tripped after {at} failing calls, 100 ms apart"
         );
     }
 }

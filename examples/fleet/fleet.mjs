@@ -98,7 +98,13 @@ async function main() {
   await new Promise((r) => setTimeout(r, RUN_MS));
   clearInterval(tick);
   const totals = await Promise.all(members.map((c) => new Promise((r) => {
-    c.once('message', (m) => r(m));
+    // The totals, not a transition reported as the run ends.
+    const onTotals = (m) => {
+      if (m?.store === undefined) return;
+      c.off('message', onTotals);
+      r(m);
+    };
+    c.on('message', onTotals);
     c.send('stop');
   })));
   for (const [i, t] of totals.entries()) {

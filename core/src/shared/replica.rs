@@ -1059,6 +1059,18 @@ impl Replica {
         self.leases.clear();
     }
 
+    /// A read was answered: the store's failures are over — unless a write of ours
+    /// failed and nothing has landed since (found by review: Redis refusing writes,
+    /// out of memory, while reads worked; each read reset the count, so the failed
+    /// write's retry never counted as the second failure and `failed` came every
+    /// 400 ms).
+    fn reads_worked(&mut self) {
+        if self.write_failed_at.is_none() {
+            self.failures = 0;
+            self.failing_since = None;
+        }
+    }
+
     fn adopt_state(&mut self, ctx: &Ctx, s: KeyState, token: u64, fx: &mut Effects) {
         self.settle_doubt(s.receipts.seq(ctx.owner ^ self.salt), ctx.now);
         let before = self
@@ -1085,8 +1097,7 @@ impl Replica {
         self.token_known = true;
         self.read_at = Some(ctx.now);
         self.written_is_view = false;
-        self.failures = 0;
-        self.failing_since = None;
+        self.reads_worked();
         // The store holds this key's state: the next write builds on it. (A claim
         // pending from a lost key — another worker re-created it first, and the
         // claim's write conflicted — would otherwise write a fresh state over it
@@ -1099,13 +1110,12 @@ impl Replica {
         match answer {
             Answer::Found { value, token } => {
                 self.read_wanted = false;
-                self.failures = 0;
-                self.failing_since = None;
                 self.limit_changed = false;
                 if self.delta.is_empty() && self.attempt.is_none() && self.doubt.is_none() {
                     // Nothing of ours is missing from the stored state: it decides.
                     self.write_failed_at = None;
                 }
+                self.reads_worked();
                 if self.token_known && self.expect == Expect::Token(token) && self.view.is_some() {
                     self.read_at = Some(ctx.now);
                 } else if self.written_is_view && value == self.written.as_slice() {
@@ -1149,8 +1159,7 @@ impl Replica {
                 // The store lost the key (restarted empty) or never had it.
                 let fresh = self.fresh_state(ctx);
                 self.read_wanted = false;
-                self.failures = 0;
-                self.failing_since = None;
+                self.reads_worked();
                 self.limit_changed = false;
                 self.settle_doubt(None, ctx.now);
                 if self
