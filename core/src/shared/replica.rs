@@ -419,10 +419,17 @@ impl Replica {
     /// and bulkhead, for as long as they had traffic) — when the shared breaker there
     /// is closed and nothing of this worker's is pending or held in it, so the move
     /// loses nothing and changes no phase (a slot found starts closed).
-    #[inline(never)]
+    #[inline(always)]
     fn reprobe(&mut self, ctx: &Ctx) {
-        if self.bind == Bind::Overflow
-            && ctx.now >= self.reprobe_at
+        // One compare on the admission path; the rest only for overflow keys.
+        if self.bind == Bind::Overflow {
+            self.reprobe_overflow(ctx);
+        }
+    }
+
+    #[inline(never)]
+    fn reprobe_overflow(&mut self, ctx: &Ctx) {
+        if ctx.now >= self.reprobe_at
             && self.is_quiet()
             && self
                 .view
