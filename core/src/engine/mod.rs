@@ -695,7 +695,7 @@ impl Engine {
                     Some(rep) if fresh => {
                         k.circuit.record_event(event, now);
                         rep.record_refusal(event, now);
-                        None
+                        trip_ahead(&mut k.circuit, rep, &ctx, true)
                     }
                     rep => {
                         let t = k.circuit.record_rejection(
@@ -902,7 +902,11 @@ impl Engine {
                 quiet = was_dirty && !urgent && ctx.waiters == 0 && rep.idle();
                 k.circuit
                     .record_metrics(cfg, pass.2, outcome, concurrency, now);
-                None
+                if urgent {
+                    trip_ahead(&mut k.circuit, rep, &ctx, outcome.is_error())
+                } else {
+                    None
+                }
             }
             rep => {
                 let load = Load {
@@ -1654,6 +1658,16 @@ impl Default for Engine {
 /// told, `told` (a restatement of that phase is dropped): whichever part of the
 /// engine made it — the local breaker, the shared view, an operator's force — the
 /// host sees one unbroken chain of phases per key, each announced once.
+/// A shared key whose view, with this worker's outcomes not yet in the store, trips
+/// (asynchronous stores: [`Replica::trips_ahead`]): its local breaker takes that
+/// state and decides until the write carrying them lands.
+fn trip_ahead(c: &mut Circuit, rep: &mut Replica, ctx: &Ctx, error: bool) -> Option<Transition> {
+    let (state, t) = rep.trips_ahead(ctx, error)?;
+    c.state = state;
+    rep.moved_locally();
+    Some(t)
+}
+
 fn tell(events: &mut VecDeque<Event>, told: &mut Phase, key: KeyId, t: Transition) {
     if t.to == *told {
         return;

@@ -18,13 +18,17 @@
 
 use super::codec::{self, DecodeError, Kind};
 use super::io::{Answer, Expect, Issue};
-use super::state::{Delta, KeyState};
-use crate::breaker::{Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE};
+use super::state::{Counts, Delta, KeyState};
+use crate::breaker::{
+    BreakerState, Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE,
+};
 use crate::circuit::Circuit;
 use crate::config::{BreakerMode, Config, SharedConfig, SyncMode};
 use crate::engine::keys::fnv1a;
 use crate::event::{EventKind, Outcome};
+use crate::ring::Bucket;
 use crate::time::{ms_to_ns, Nanos};
+use crate::window::{Health, HealthSnapshot};
 use crate::Phase;
 
 /// Slots probed for a new key before it goes to the overflow slot (reads made once,
@@ -600,6 +604,38 @@ impl Replica {
         ctx.bulkhead_shared().is_some_and(|max| {
             self.slots_held > ctx.in_flight && !self.has_free_slot(ctx, max.saturating_sub(1) / 4)
         })
+    }
+
+    /// Asynchronous stores: whether the view, with this worker's outcomes the store
+    /// does not have yet (those of the write in flight and the delta), trips now
+    /// (`error`: the last outcome is an error) — and the state the local breaker then
+    /// decides on until the write carrying them lands ([`Replica::moved_locally`]).
+    /// The view lags this worker's own outcomes by a round trip or more (found by
+    /// review: a lone process on Redis ran about ten failing calls where the rule
+    /// said five, and any number while no answer came back). The write still decides
+    /// for the fleet: merged with other workers' successes it may not trip.
+    pub(crate) fn trips_ahead(&self, ctx: &Ctx, error: bool) -> Option<(BreakerState, Transition)> {
+        if ctx.shared.mode != SyncMode::Async || self.forced.is_some() {
+            return None;
+        }
+        let v = self.view.as_ref()?;
+        let g = v.breaker.generation();
+        if v.breaker.phase() != Phase::Closed || self.delta.generation != g {
+            return None;
+        }
+        let now = ctx.now;
+        let mut counts = v.window.counts_at(now);
+        let mut run = v.breaker.consecutive_failures();
+        if self.sent.generation == g {
+            counts.join(&self.sent.window.counts_at(now));
+            run = self.sent.streak.apply(run);
+        }
+        counts.join(&self.delta.window.counts_at(now));
+        let mut trial = v.breaker.clone();
+        trial.set_consecutive_failures(self.delta.streak.apply(run));
+        let cfg = &ctx.config.breaker;
+        let t = trial.check_trip(cfg, &mut Pending(counts), now, ctx.rand, error)?;
+        Some((trial, t))
     }
 
     /// Records a refusal (`SHORT_CIRCUITED` or a bulkhead rejection, which is an
@@ -1611,4 +1647,18 @@ fn spread(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// The counts of a view with a worker's pending outcomes added: the window a trial
+/// trip rule reads ([`Replica::trips_ahead`]).
+struct Pending(Counts);
+
+impl Health for Pending {
+    fn health(&mut self, _now: Nanos) -> HealthSnapshot {
+        self.0.health()
+    }
+
+    fn reset_counts(&mut self) {
+        self.0 = Counts::default();
+    }
 }

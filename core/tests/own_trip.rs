@@ -1,0 +1,98 @@
+//! A process on an asynchronous store (Redis) trips on its own failures as soon as a
+//! local breaker would, though its writes are still on their way: its view of the
+//! shared state lags its own outcomes by a round trip or more (found by review: a
+//! single process needed about ten failures where the rule said five).
+
+mod common;
+use common::*;
+use fusewire_core::*;
+
+const CFG: &str = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5, "threshold_percentage": 50}, "open": {"sleep_window_ms": 60000}}}"#;
+
+/// Calls failing back to back while no store answer comes back; returns how many ran.
+fn failures_until_refused(h: &mut Host, k: KeyId, answer_every: usize) -> usize {
+    for n in 0..50 {
+        if !h.call(0, k, Outcome::Failure) {
+            return n;
+        }
+        if answer_every != 0 && (n + 1) % answer_every == 0 {
+            h.deliver();
+        }
+    }
+    50
+}
+
+fn fresh_key(h: &mut Host) -> KeyId {
+    let k = h.key(0, "k");
+    // The first read answers: the view is fresh and decides.
+    h.advance(300);
+    assert!(h.call(0, k, Outcome::Success));
+    h.advance(1_500);
+    assert!(h.engines[0].shared_view(k).is_some(), "a fresh view");
+    k
+}
+
+/// Where a local breaker trips on the same calls: one success and four failures (4
+/// of 5 errors, volume 5).
+fn local_reference() -> usize {
+    let mut h = Host::new(Mode::Local, CFG);
+    let k = h.key(0, "k");
+    assert!(h.call(0, k, Outcome::Success));
+    let n = failures_until_refused(&mut h, k, 0);
+    assert_eq!(n, 4);
+    n
+}
+
+#[test]
+fn a_lone_process_trips_on_its_own_failures_with_its_writes_out() {
+    let mut h = Host::new(Mode::Async(1), CFG);
+    let k = fresh_key(&mut h);
+    let ran = failures_until_refused(&mut h, k, 0);
+    assert_eq!(
+        ran,
+        local_reference(),
+        "the rule trips where a local breaker does"
+    );
+    assert_eq!(h.phase(0, k), Phase::Open);
+    let t = transitions(&mut h, 0);
+    assert_eq!(t, vec![(Phase::Closed, Phase::Open)]);
+    // The write carrying them lands: the fleet's state is open too, no second event.
+    h.advance(1_000);
+    assert_eq!(
+        h.engines[0].shared_view(k).map(|v| v.breaker.phase()),
+        Some(Phase::Open)
+    );
+    assert_eq!(h.phase(0, k), Phase::Open);
+    assert!(!h.call(0, k, Outcome::Success));
+    assert_eq!(transitions(&mut h, 0), vec![]);
+}
+
+#[test]
+fn a_lone_process_trips_at_the_rule_whatever_the_answers_interleave() {
+    for every in 1..=6 {
+        let mut h = Host::new(Mode::Async(1), CFG);
+        let k = fresh_key(&mut h);
+        let ran = failures_until_refused(&mut h, k, every);
+        assert_eq!(ran, local_reference(), "answers after every {every} calls");
+    }
+}
+
+#[test]
+fn the_fleet_still_outvotes_a_trip_its_successes_dilute() {
+    // Worker 1's successes are in the store; worker 0's five failures are not enough.
+    let mut h = Host::new(Mode::Async(2), CFG);
+    let k0 = fresh_key(&mut h);
+    let k1 = h.key(1, "k");
+    h.advance(300);
+    for _ in 0..20 {
+        assert!(h.call(1, k1, Outcome::Success));
+    }
+    h.advance(2_500);
+    assert!(h.call(0, k0, Outcome::Success));
+    h.advance(2_500);
+    for _ in 0..5 {
+        assert!(h.call(0, k0, Outcome::Failure));
+    }
+    assert_eq!(h.phase(0, k0), Phase::Closed, "5 errors in 27 calls");
+    assert_eq!(transitions(&mut h, 0), vec![]);
+}
