@@ -902,8 +902,14 @@ impl Engine {
                 quiet = was_dirty && !urgent && ctx.waiters == 0 && rep.idle();
                 k.circuit
                     .record_metrics(cfg, pass.2, outcome, concurrency, now);
-                if urgent {
-                    trip_ahead(&mut k.circuit, rep, &ctx, outcome.is_error())
+                // An error, a slow call, or a success that brings a rule up to its
+                // volume (as a local breaker's `check_on_success`): one flag on the
+                // quiet path.
+                if rep.ahead_due() {
+                    let t = trip_ahead(&mut k.circuit, rep, &ctx, outcome.is_error());
+                    // A trip on a quiet success: its wake and write are scheduled below.
+                    quiet &= t.is_none();
+                    t
                 } else {
                     None
                 }
@@ -1239,15 +1245,28 @@ impl Engine {
             return;
         };
         let event = EventKind::ThreadPoolRejected;
+        let cfg = &p.config;
+        let ctx = ctx!(self, k, cfg, now, rand);
+        // As a bulkhead refusal at admission: the view decides (and its own trip runs
+        // on what the store does not have yet), or the local breaker does.
         let t = match k.replica.as_deref_mut() {
-            Some(rep) => {
-                rep.record_refusal(event, now);
+            Some(rep) if rep.fresh(&ctx) && !rep.forcing() => {
                 k.circuit.record_event(event, now);
-                None
+                rep.record_refusal(event, now);
+                trip_ahead(&mut k.circuit, rep, &ctx, true)
             }
-            None => k
-                .circuit
-                .record_rejection(&p.config, event, k.in_flight + k.queued, now, rand),
+            rep => {
+                let t = k
+                    .circuit
+                    .record_rejection(cfg, event, k.in_flight + k.queued, now, rand);
+                if let Some(rep) = rep {
+                    rep.record_refusal(event, now);
+                    if t.is_some() {
+                        rep.moved_locally();
+                    }
+                }
+                t
+            }
         };
         let kid = KeyId {
             index: key,

@@ -200,6 +200,12 @@ pub(crate) struct Replica {
     /// while that write is out; it decides until the write lands (see
     /// [`Replica::forcing`]).
     behind: u8,
+    /// The last outcome recorded may trip the view ahead of the store (an error, a
+    /// slow call, or a success while `check_ahead`): [`Replica::trips_ahead`] is due.
+    ahead_due: bool,
+    /// [`Replica::trips_ahead`] found errors short of a rule's volume: a success
+    /// (which adds volume) runs it again, as a local breaker's next success does.
+    check_ahead: bool,
     /// When this worker's last call asked for admission, the time since the one
     /// before, and the shorter of the last two such gaps (how long an unused probe
     /// lease is kept: [`Replica::lease_hold`]).
@@ -294,6 +300,8 @@ impl Replica {
             admit_gap: 0,
             reprobes: 0,
             behind: 0,
+            ahead_due: false,
+            check_ahead: false,
             write_after: 0,
             failures: 0,
             failing_since: None,
@@ -563,6 +571,14 @@ impl Replica {
             self.probe_results.push((pass, outcome, now));
             urgent = true;
         }
+        // A generation only the local breaker has (a trip ahead, a move while the
+        // view did not decide) is not the store's: its outcomes are counted under the
+        // view's (reset to it, the unwritten outcomes that moved it were dropped and a
+        // delta of a generation the store never had is never merged).
+        let generation = match &self.view {
+            Some(v) if newer(generation, v.breaker.generation()) => v.breaker.generation(),
+            _ => generation,
+        };
         if generation != self.delta.generation {
             if newer(generation, self.delta.generation) || self.delta.is_empty() {
                 self.delta.reset(generation);
@@ -571,6 +587,7 @@ impl Replica {
                 return self.mark(now, urgent);
             }
         }
+        let mut slow = false;
         if let Some(kind) = outcome.event() {
             self.delta.window.record(kind, now);
             self.delta.streak.record(outcome);
@@ -580,9 +597,12 @@ impl Replica {
                 && now.saturating_sub(started_at) >= ms_to_ns(sc.duration_threshold_ms)
             {
                 self.delta.window.record_slow(now);
+                slow = true;
                 urgent = true;
             }
         }
+        self.ahead_due =
+            outcome.is_error() || slow || (self.check_ahead && outcome == Outcome::Success);
         urgent |= outcome.is_error() || self.hot;
         if self.surplus_goes_back(ctx) {
             self.release_due = true;
@@ -614,7 +634,13 @@ impl Replica {
     /// review: a lone process on Redis ran about ten failing calls where the rule
     /// said five, and any number while no answer came back). The write still decides
     /// for the fleet: merged with other workers' successes it may not trip.
-    pub(crate) fn trips_ahead(&self, ctx: &Ctx, error: bool) -> Option<(BreakerState, Transition)> {
+    pub(crate) fn trips_ahead(
+        &mut self,
+        ctx: &Ctx,
+        error: bool,
+    ) -> Option<(BreakerState, Transition)> {
+        self.ahead_due = false;
+        self.check_ahead = false;
         if ctx.shared.mode != SyncMode::Async || self.forced.is_some() {
             return None;
         }
@@ -634,8 +660,20 @@ impl Replica {
         let mut trial = v.breaker.clone();
         trial.set_consecutive_failures(self.delta.streak.apply(run));
         let cfg = &ctx.config.breaker;
-        let t = trial.check_trip(cfg, &mut Pending(counts), now, ctx.rand, error)?;
+        // As in `apply`: a shared window holds outcomes only (no calls running).
+        let t = trial.check_trip(cfg, &mut Pending(counts), now, ctx.rand, error);
+        // Short of a volume (or warming up): the next success runs the rules again.
+        self.check_ahead = t.is_none() && trial.check_on_success();
+        let t = t?;
+        // The write carrying them goes at once (a success that tripped is not urgent).
+        self.flush_now = true;
         Some((trial, t))
+    }
+
+    /// [`Replica::trips_ahead`] is due after the outcome just recorded.
+    #[inline(always)]
+    pub(crate) fn ahead_due(&self) -> bool {
+        self.ahead_due
     }
 
     /// Records a refusal (`SHORT_CIRCUITED` or a bulkhead rejection, which is an
