@@ -10,6 +10,8 @@ import { dirname, join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import Redis from 'ioredis';
+import { CircuitBreaker } from 'fusewire';
+import { RedisStore } from 'fusewire/redis';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const SYNC_MS = 200;
@@ -75,11 +77,11 @@ const proxies = new Set();
  * connection through it (ioredis reconnects); `mode = 'blackhole'` is a partition:
  * connections are accepted (and kept) but nothing is forwarded either way;
  * `mode = 'deaf'` forwards requests but drops every reply (writes land, their
- * replies are lost).
+ * replies are lost). `delay`: ms each reply is held back (a slow or distant Redis).
  */
 async function proxy(target) {
   const conns = new Set();
-  const p = { target, mode: 'forward', port: 0 };
+  const p = { target, mode: 'forward', port: 0, delay: 0 };
   const server = createServer((down) => {
     conns.add(down);
     down.on('error', () => {});
@@ -94,7 +96,9 @@ async function proxy(target) {
     up.on('close', () => { conns.delete(up); down.destroy(); });
     down.on('close', () => up.destroy());
     down.on('data', (d) => { if (p.mode !== 'blackhole') up.write(d); });
-    up.on('data', (d) => { if (p.mode === 'forward') down.write(d); });
+    const reply = (d) => { if (p.mode === 'forward') down.write(d); };
+    // Replies held back by one fixed delay keep their order.
+    up.on('data', (d) => { if (p.delay > 0) setTimeout(reply, p.delay, d); else reply(d); });
   });
   await new Promise((resolve, reject) => {
     server.once('error', reject);
@@ -244,6 +248,58 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     const half = await until(f, (s) => s.members.every((m) => m.phase === 'halfOpen'), 3000);
     assert.notEqual(half.ms, -1, `not every process half-opened: ${JSON.stringify(half.s.members)}`);
     await f.stop();
+    await kill(redis);
+  });
+
+  test('a lone process trips on the call a per-process breaker would, though Redis answers 80 ms later (found by review: its view lagged its own failures, ~10 calls where volumeThreshold said 5, any number while no answer came)', async () => {
+    const port = await freePort();
+    const redis = await redisServer(port);
+    const px = await proxy(port);
+    px.delay = 80;
+    const clients = [new Redis({ port: px.port }), new Redis({ port: px.port })];
+    for (const c of clients) c.on('error', () => {});
+    const stores = clients.map((client) => new RedisStore({ client, timeoutMs: 1000 }));
+    await Promise.all(stores.map((s) => s.ready));
+    const options = { timeout: false, resetTimeout: 10000, volumeThreshold: 5, errorThresholdPercentage: 50 };
+    const shared = { sync_ms: 200, stale_ms: 2000, flush_ms: 50 };
+    const action = async (x) => {
+      if (x === 'fail') throw new Error('upstream down');
+      return x;
+    };
+    const lone = new CircuitBreaker(action, { ...options, name: 'lone', shared: { store: stores[0], ...shared } });
+    const local = new CircuitBreaker(action, { ...options, name: 'lone-local' });
+    const events = [];
+    for (const e of ['open', 'halfOpen', 'close']) lone.on(e, () => events.push(e));
+    /** Failing calls one after another until one is refused: how many ran. */
+    const ranUntilOpen = async (b) => {
+      for (let n = 0; n < 50; n++) {
+        try {
+          await b.fire('fail');
+        } catch (e) {
+          if (e.code === 'EOPENBREAKER') return n;
+        }
+      }
+      return 50;
+    };
+    // A first call, written and read back: the process decides from the shared state.
+    for (const b of [lone, local]) assert.equal(await b.fire('ok'), 'ok');
+    await sleep(600);
+    const ran = await ranUntilOpen(lone);
+    assert.equal(ran, await ranUntilOpen(local), 'as many failing calls as a per-process breaker runs');
+    assert.deepEqual(events, ['open']);
+    // The write carrying them trips the fleet: a second process sees the key open.
+    const other = new CircuitBreaker(action, { ...options, name: 'lone', shared: { store: stores[1], ...shared } });
+    const seen = await waitFor(async () => {
+      await other.fire('ok').catch(() => {});
+      return other.opened;
+    }, 3000);
+    assert.ok(seen, 'the other process sees the trip');
+    await sleep(400);
+    assert.deepEqual(events, ['open'], 'no flap when the write lands');
+    for (const b of [lone, local, other]) b.shutdown();
+    for (const s of stores) await s.close();
+    for (const c of clients) c.disconnect();
+    await px.close();
     await kill(redis);
   });
 
