@@ -691,29 +691,8 @@ impl Engine {
                 } else {
                     Cause::BulkheadFull
                 };
-                let transition = match k.replica.as_deref_mut() {
-                    Some(rep) if fresh => {
-                        k.circuit.record_event(event, now);
-                        rep.record_refusal(event, now);
-                        trip_ahead(&mut k.circuit, rep, &ctx, true)
-                    }
-                    rep => {
-                        let t = k.circuit.record_rejection(
-                            cfg,
-                            event,
-                            k.in_flight + k.queued,
-                            now,
-                            rand,
-                        );
-                        if let Some(rep) = rep {
-                            rep.record_refusal(event, now);
-                            if t.is_some() {
-                                rep.moved_locally();
-                            }
-                        }
-                        t
-                    }
-                };
+                let transition =
+                    count_refusal(&mut k.circuit, k.replica.as_deref_mut(), fresh, &ctx, event);
                 if let Some(t) = transition {
                     tell(&mut self.events, &mut k.told, key, t);
                 }
@@ -1245,29 +1224,12 @@ impl Engine {
             return;
         };
         let event = EventKind::ThreadPoolRejected;
-        let cfg = &p.config;
-        let ctx = ctx!(self, k, cfg, now, rand);
-        // As a bulkhead refusal at admission: the view decides (and its own trip runs
-        // on what the store does not have yet), or the local breaker does.
-        let t = match k.replica.as_deref_mut() {
-            Some(rep) if rep.fresh(&ctx) && !rep.forcing() => {
-                k.circuit.record_event(event, now);
-                rep.record_refusal(event, now);
-                trip_ahead(&mut k.circuit, rep, &ctx, true)
-            }
-            rep => {
-                let t = k
-                    .circuit
-                    .record_rejection(cfg, event, k.in_flight + k.queued, now, rand);
-                if let Some(rep) = rep {
-                    rep.record_refusal(event, now);
-                    if t.is_some() {
-                        rep.moved_locally();
-                    }
-                }
-                t
-            }
-        };
+        let ctx = ctx!(self, k, &p.config, now, rand);
+        let fresh = k
+            .replica
+            .as_deref()
+            .is_some_and(|r| r.fresh(&ctx) && !r.forcing());
+        let t = count_refusal(&mut k.circuit, k.replica.as_deref_mut(), fresh, &ctx, event);
         let kid = KeyId {
             index: key,
             generation: k.generation,
@@ -1677,6 +1639,37 @@ impl Default for Engine {
 /// told, `told` (a restatement of that phase is dropped): whichever part of the
 /// engine made it — the local breaker, the shared view, an operator's force — the
 /// host sees one unbroken chain of phases per key, each announced once.
+/// Counts a bulkhead or queue refusal (an error) of a key: into its fresh view's
+/// delta (which may trip ahead of the store), or on its local breaker, which then
+/// decides (`fresh`: the view decides).
+fn count_refusal(
+    c: &mut Circuit,
+    rep: Option<&mut Replica>,
+    fresh: bool,
+    ctx: &Ctx,
+    event: EventKind,
+) -> Option<Transition> {
+    let now = ctx.now;
+    match rep {
+        Some(rep) if fresh => {
+            c.record_event(event, now);
+            rep.record_refusal(event, now);
+            trip_ahead(c, rep, ctx, true)
+        }
+        rep => {
+            let load = ctx.in_flight + ctx.waiters;
+            let t = c.record_rejection(ctx.config, event, load, now, ctx.rand);
+            if let Some(rep) = rep {
+                rep.record_refusal(event, now);
+                if t.is_some() {
+                    rep.moved_locally();
+                }
+            }
+            t
+        }
+    }
+}
+
 /// A shared key whose view, with this worker's outcomes not yet in the store, trips
 /// (asynchronous stores: [`Replica::trips_ahead`]): its local breaker takes that
 /// state and decides until the write carrying them lands.
