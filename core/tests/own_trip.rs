@@ -96,3 +96,60 @@ fn the_fleet_still_outvotes_a_trip_its_successes_dilute() {
     assert_eq!(h.phase(0, k0), Phase::Closed, "5 errors in 27 calls");
     assert_eq!(transitions(&mut h, 0), vec![]);
 }
+
+/// What a shared key's snapshot counts (`stats` in the npm package): the kinds the
+/// store shares are the fleet's window as this worker knows it — its own outcomes
+/// count at once, not when their write lands, and never go down when it does — and
+/// the rest (fallbacks, cache hits) are its own (found by review: `fallbacks` and
+/// `cacheHits` read 0 once the view decided). Refusals its local breaker decided
+/// ahead of the store stay its own: in the fleet's window they would dilute the
+/// error rate (opossum's `all_calls` denominator counts them).
+#[test]
+fn a_shared_keys_snapshot_counts_its_own_outcomes_at_once_and_keeps_its_own_kinds() {
+    let mut h = Host::new(Mode::Async(1), CFG);
+    let k = fresh_key(&mut h);
+    let count = |h: &Host, kind: EventKind| h.snapshot(0, k).health.count(kind);
+    assert_eq!(count(&h, EventKind::Success), 1, "the flushed success");
+    for _ in 0..3 {
+        assert!(h.call(0, k, Outcome::Success));
+    }
+    let now = h.now;
+    h.engines[0].record(k, EventKind::FallbackSuccess, now);
+    h.engines[0].record(k, EventKind::ResponseFromCache, now);
+    assert_eq!(
+        count(&h, EventKind::Success),
+        4,
+        "its own successes count at once"
+    );
+    assert_eq!(count(&h, EventKind::FallbackSuccess), 1);
+    assert_eq!(count(&h, EventKind::ResponseFromCache), 1);
+    // A trip ahead (4 errors of 8), then refusals while its write is out.
+    let ran = failures_until_refused(&mut h, k, 0);
+    assert_eq!(ran, 4);
+    for _ in 0..6 {
+        assert!(!h.call(0, k, Outcome::Failure));
+    }
+    let before = h.snapshot(0, k).health;
+    assert_eq!(before.count(EventKind::Failure), 4);
+    assert_eq!(before.count(EventKind::ShortCircuited), 7);
+    h.advance(1_000);
+    assert_eq!(
+        h.engines[0].shared_view(k).map(|v| v.breaker.phase()),
+        Some(Phase::Open),
+        "the write landed"
+    );
+    let after = h.snapshot(0, k).health;
+    assert_eq!(
+        after.count(EventKind::ShortCircuited),
+        0,
+        "the fleet's window"
+    );
+    for kind in [
+        EventKind::Success,
+        EventKind::Failure,
+        EventKind::FallbackSuccess,
+        EventKind::ResponseFromCache,
+    ] {
+        assert_eq!(after.count(kind), before.count(kind), "{kind:?}");
+    }
+}

@@ -36,6 +36,7 @@ use crate::event::{EventKind, Outcome};
 use crate::shared::io::{Answer, Io, IoId, Op};
 use crate::shared::replica::{Ctx, Replica};
 use crate::time::{ms_to_ns, Monotonic, Nanos};
+use crate::window::HealthSnapshot;
 use calls::{Call, Calls, Deadlines};
 use keys::{Linked, Links, Lru, NameIndex, MAX_TABLE_KEYS};
 
@@ -615,9 +616,10 @@ impl Engine {
             Err(reason) => {
                 k.circuit.record_event(EventKind::ShortCircuited, now);
                 // A refusal the shared view decided is the fleet's; one the local
-                // breaker decided (no fresh view) stays local: carried into the
-                // shared window it would dilute the error rate the merged state
-                // trips on (opossum's denominator counts refusals).
+                // breaker decided (no fresh view, or ahead of the store) stays local:
+                // carried into the shared window it would dilute the error rate the
+                // merged state trips on (opossum's denominator counts refusals; a
+                // trip ahead was then outvoted by its own refusals).
                 if let Some(rep) = k.replica.as_deref_mut().filter(|_| fresh) {
                     rep.record_refusal(EventKind::ShortCircuited, now);
                 }
@@ -1544,12 +1546,23 @@ impl Engine {
         let k = self.live(key)?;
         let cfg = &self.policies.get(k.policy as usize)?.config;
         let mut s = k.circuit.snapshot(cfg, k.in_flight, k.queued, now);
-        if let Some(v) = self.deciding_view(k, now) {
+        if let (Some(v), Some(rep)) = (self.deciding_view(k, now), k.replica.as_deref()) {
             s.phase = v.breaker.reported_phase(cfg.breaker.mode);
             s.would_admit = v.breaker.would_admit(&cfg.breaker, now);
             s.rejecting = !s.would_admit && s.phase != Phase::Closed;
             s.generation = v.breaker.generation();
-            s.health = v.window.counts_at(now).health();
+            // The kinds the store shares are the fleet's, as this worker knows them
+            // (its own outcomes count at once, not when their write lands); the rest
+            // (fallbacks, cache hits, collapsed calls) and latencies are this
+            // worker's own (found by review: `fallbacks` and `cacheHits` read 0 once
+            // the view decided, and counts went down when it began to).
+            let c = rep.known_counts(v, now, false);
+            let mut counts = s.health.counts;
+            let fleet = c.health().counts;
+            for kind in SHARED_KINDS {
+                counts[kind.index()] = fleet[kind.index()];
+            }
+            s.health = HealthSnapshot::from_counts(&counts, u64::from(c.slow));
         }
         Some(s)
     }
@@ -1639,6 +1652,18 @@ impl Default for Engine {
 /// told, `told` (a restatement of that phase is dropped): whichever part of the
 /// engine made it — the local breaker, the shared view, an operator's force — the
 /// host sees one unbroken chain of phases per key, each announced once.
+/// The event kinds a shared key's window holds (bulkhead rejections of both kinds in
+/// one count, reported as semaphore rejections).
+const SHARED_KINDS: [EventKind; 7] = [
+    EventKind::Success,
+    EventKind::Failure,
+    EventKind::Timeout,
+    EventKind::SemaphoreRejected,
+    EventKind::ThreadPoolRejected,
+    EventKind::ShortCircuited,
+    EventKind::BadRequest,
+];
+
 /// Counts a bulkhead or queue refusal (an error) of a key: into its fresh view's
 /// delta (which may trip ahead of the store), or on its local breaker, which then
 /// decides (`fresh`: the view decides).

@@ -371,6 +371,21 @@ impl Replica {
         self.view.as_ref()
     }
 
+    /// The counts of view `v`'s window at `now` with this worker's outcomes the store
+    /// does not have yet (the write in flight, the delta): the fleet's window as this
+    /// worker knows it. `same`: only outcomes of the view's generation (those that may
+    /// move its breaker).
+    pub(crate) fn known_counts(&self, v: &KeyState, now: Nanos, same: bool) -> Counts {
+        let g = v.breaker.generation();
+        let mut counts = v.window.counts_at(now);
+        for d in [&self.sent, &self.delta] {
+            if !same || d.generation == g {
+                counts.join(&d.window.counts_at(now));
+            }
+        }
+        counts
+    }
+
     /// Whether decisions come from the shared view (bound, and confirmed by the store
     /// within `stale_ms`); otherwise the key runs on its local breaker.
     #[inline]
@@ -650,13 +665,11 @@ impl Replica {
             return None;
         }
         let now = ctx.now;
-        let mut counts = v.window.counts_at(now);
+        let counts = self.known_counts(v, now, true);
         let mut run = v.breaker.consecutive_failures();
         if self.sent.generation == g {
-            counts.join(&self.sent.window.counts_at(now));
             run = self.sent.streak.apply(run);
         }
-        counts.join(&self.delta.window.counts_at(now));
         let mut trial = v.breaker.clone();
         trial.set_consecutive_failures(self.delta.streak.apply(run));
         let cfg = &ctx.config.breaker;
