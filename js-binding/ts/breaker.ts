@@ -577,6 +577,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown) return;
     registry.add(this._ref);
     for (const f of watchers) f(this, true);
+    // An asynchronous store is read at once, not at the first call (found by review:
+    // a breaker not fired yet did no reads, so a process started during an outage ran
+    // its whole first burst on its local breaker, all of it to the failing upstream).
+    if (this._store instanceof AsyncStore) this._after(w.fw_prepare(this._h, 0, t), t);
     if (o['maxFailures'] !== undefined) {
       console.error('options.maxFailures is deprecated. Please use options.errorThresholdPercentage');
     }

@@ -303,6 +303,36 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     await kill(redis);
   });
 
+  test('a breaker made after the fleet tripped rejects its first burst (found by review: one not fired yet did no reads, and 10 concurrent calls all ran against the failing upstream)', async () => {
+    const port = await freePort();
+    const redis = await redisServer(port);
+    const clients = [new Redis({ port }), new Redis({ port })];
+    for (const c of clients) c.on('error', () => {});
+    const stores = clients.map((client) => new RedisStore({ client, timeoutMs: 1000 }));
+    await Promise.all(stores.map((s) => s.ready));
+    const options = { timeout: false, resetTimeout: 30000, volumeThreshold: 5, errorThresholdPercentage: 50 };
+    const shared = { sync_ms: 200, stale_ms: 2000, flush_ms: 50 };
+    let upstream = 0;
+    const action = async () => {
+      upstream++;
+      throw new Error('upstream down');
+    };
+    const a = new CircuitBreaker(action, { ...options, name: 'late', shared: { store: stores[0], ...shared } });
+    for (let i = 0; i < 5; i++) await a.fire().catch(() => {});
+    assert.ok(a.opened, 'the first process tripped');
+    await sleep(300); // its write lands
+    const b = new CircuitBreaker(action, { ...options, name: 'late', shared: { store: stores[1], ...shared } });
+    await sleep(300); // not fired yet
+    upstream = 0;
+    const out = await Promise.all(Array.from({ length: 10 }, () => b.fire().then(() => 'S', (e) => (e.code === 'EOPENBREAKER' ? 'R' : 'F'))));
+    assert.equal(out.join(''), 'RRRRRRRRRR');
+    assert.equal(upstream, 0);
+    for (const x of [a, b]) x.shutdown();
+    for (const s of stores) await s.close();
+    for (const c of clients) c.disconnect();
+    await kill(redis);
+  });
+
   test('8 writers flooding CAS conflicts: no call blocks, no delta lost, views converge', async () => {
     const port = await freePort();
     const redis = await redisServer(port);
