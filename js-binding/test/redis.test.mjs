@@ -46,10 +46,16 @@ describe('fusewire/redis: RedisStore', () => {
     bad({ client, ttlMs: 10 }, /^options\.ttlMs: must be an integer in 1000\.\.=31536000000, got 10/);
     bad({ client, timeoutMs: 1.5 }, /^options\.timeoutMs: must be an integer in 1\.\.=60000, got 1\.5/);
     bad({ client, prefix: 7 }, /^options\.prefix: must be a string/);
+    // A misspelt option would leave its default in place unseen (found by review).
+    bad({ client, timeout: 5 }, /^options\.timeout: not a RedisStore option \(they are client, prefix, ttlMs, timeoutMs\)$/);
     const store = new RedisStore({ client });
     // The shared config is still the core's to check (async mode: stale_ms ≥ 2 × sync_ms).
     assert.throws(() => new CircuitBreaker(async () => 1, { name: 'x', shared: { store, sync_ms: 1000, stale_ms: 1500 } }),
       /^TypeError: options\.shared\.stale_ms: must be at least twice sync_ms \(1000\), got 1500/);
+    // The store sets the mode: another one would be overridden unseen (found by review).
+    assert.throws(() => new CircuitBreaker(async () => 1, { name: 'x', shared: { store, mode: 'bogus' } }),
+      /^TypeError: options\.shared\.mode: must be left out \(the store sets it: 'async' for a RedisStore\), got "bogus"$/);
+    assert.doesNotThrow(() => new CircuitBreaker(async () => 1, { name: 'y', shared: { store, mode: 'async' } }).shutdown());
     store.close();
   });
 

@@ -384,6 +384,12 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     }
     const { store: _store, ...rest } = shared as Obj;
     walk(rest, 'shared', sharedPaths);
+    // The store decides the mode: another one given would be overridden unseen.
+    const mode = _store instanceof AsyncStore ? 'async' : 'sync';
+    if (rest['mode'] !== undefined && rest['mode'] !== mode) {
+      const kind = _store instanceof AsyncStore ? 'a RedisStore' : 'a SharedStore';
+      throw optionError('options.shared.mode', `must be left out (the store sets it: '${mode}' for ${kind}), got ${describe(rest['mode'])}`);
+    }
     // A SharedStore answers at once (sync mode); an AsyncStore (Redis) later: async
     // mode, with the store's defaults under the user's options.
     const sc: CoreSharedConfig & { mode: 'sync' | 'async' } = _store instanceof AsyncStore

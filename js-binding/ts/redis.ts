@@ -179,6 +179,9 @@ interface Op {
   settled: boolean;
 }
 
+/** The options `RedisStore` takes (any other key is a TypeError: a misspelt one would be ignored). */
+const REDIS_OPTION_KEYS = ['client', 'prefix', 'ttlMs', 'timeoutMs'];
+
 /** Breaker state kept in Redis; pass it as `options.shared.store` (see the module doc). */
 export class RedisStore extends AsyncStore {
   /** The client this store sends its commands through. */
@@ -215,6 +218,11 @@ export class RedisStore extends AsyncStore {
     for (const m of ['callBuffer', 'incr']) {
       if (typeof c[m] !== 'function') {
         throw optionError('options.client', `must be an ioredis client (Redis or Cluster): it has no ${m}()`);
+      }
+    }
+    for (const key of Object.keys(options)) {
+      if (!REDIS_OPTION_KEYS.includes(key)) {
+        throw optionError(`options.${key}`, `not a RedisStore option (they are ${REDIS_OPTION_KEYS.join(', ')})`);
       }
     }
     this.client = options.client;
