@@ -232,6 +232,29 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     b.shutdown();
   });
 
+  test('shutdown() with calls running longer than the lease: their slots are still renewed until they end (found by review: they lapsed after lease_ttl_ms, and other workers went past the limit)', async () => {
+    const store = new SharedStore({ entries: 8 });
+    const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 60, lease_ttl_ms: 250 };
+    const options = { name: 'db', capacity: 2, timeout: false, volumeThreshold: 1000, shared };
+    const releases = [];
+    const a = new CircuitBreaker(() => new Promise((r) => { releases.push(r); }), options);
+    const running = [a.fire(), a.fire()];
+    a.shutdown();
+    const b = new CircuitBreaker(async () => 'ok', options);
+    const until = Date.now() + 700;
+    let tries = 0;
+    while (Date.now() < until) {
+      tries++;
+      await assert.rejects(b.fire(), { code: 'ESEMLOCKED' }, `after ${tries} tries: a's calls hold both slots`);
+      await sleep(20);
+    }
+    for (const r of releases) r('done');
+    await Promise.all(running);
+    await sleep(40);
+    assert.deepEqual(await Promise.all([b.fire(), b.fire()]), ['ok', 'ok'], 'both slots are back');
+    b.shutdown();
+  });
+
   test('timeout: false: the slots of running calls are renewed past their lease, and given back within a flush when they end (found by a stress test: no timer was armed, so the limit was exceeded after lease_ttl_ms and freed slots came back only then)', async () => {
     const store = new SharedStore({ entries: 8 });
     const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 60, lease_ttl_ms: 250 };

@@ -453,6 +453,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * gives its slot back then), and is freed after it.
    */
   private _lingering = false;
+  /** While lingering: the core's next time-driven work (see `_lingerStep`). */
+  private readonly _lingerTimer = new TimerSlot();
   /** After `shutdown()` on an async store: the last flush being driven. */
   private _closing: { until: number; timer: TimerSlot; release: () => void } | undefined = undefined;
   private _busy = 0;
@@ -886,6 +888,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._closeStep();
     } else if (this._lingering && this._busy > 0) {
       // Freed by `_forget` when the last running call ends.
+      this._lingerStep();
     } else {
       this._lingering = false;
       w.fw_free(this._h);
@@ -926,6 +929,29 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._closing = undefined;
     c.release();
     w.fw_free(h);
+  }
+
+  /**
+   * After `shutdown()` on a `SharedStore` with calls still running: the core's
+   * time-driven work goes on until the last of them ends — the heartbeat that keeps
+   * their slots' lease (found by review: the slots lapsed after `lease_ttl_ms` while
+   * the calls ran, and other workers went past the limit). Its events are dropped.
+   */
+  private _lingerStep(): void {
+    const slot = this._lingerTimer;
+    slot.cancel();
+    if (!this._lingering) return;
+    const h = this._h;
+    const t = now();
+    if (w.fw_next(h) <= t) {
+      for (let guard = 0; guard < 10_000; guard++) {
+        const ev = w.fw_poll(h, t);
+        if (ev === EV_NONE || ev < 0) break;
+      }
+    }
+    if (w.fw_has_io(h) === 1) this._io(F_IO, t);
+    const d = w.fw_next(h);
+    if (d >= 0) slot.arm(() => this._lingerStep(), Math.max(d - t, 1), false);
   }
 
   /** @internal A store answer after `shutdown()` (see `_closeStep`). */
@@ -1359,6 +1385,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // (Inside `shutdown()` itself — a call past its deadline — it frees the key.)
     if (this._busy > 0 || this._final === undefined) return;
     this._lingering = false;
+    this._lingerTimer.cancel();
     finalizer?.unregister(this);
     w.fw_free(h);
   }
