@@ -255,6 +255,31 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     b.shutdown();
   });
 
+  test('stats on a shared breaker: the shared window for outcomes, read fresh even by an idle worker; its own for fallbacks and the buckets (found by review: an idle worker read 0 for good, fallbacks read 0 once the shared state decided)', async () => {
+    const store = new SharedStore({ entries: 8 });
+    const shared = { store, flush_ms: 20, sync_ms: 20 };
+    const options = { name: 'st', timeout: false, volumeThreshold: 1000, shared };
+    const a = new CircuitBreaker(async (x) => {
+      if (x) throw new Error('down');
+      return 'ok';
+    }, options);
+    a.fallback(() => 'fb');
+    const idle = new CircuitBreaker(async () => 'unused', options);
+    await sleep(40);
+    for (let i = 0; i < 8; i++) await a.fire();
+    for (let i = 0; i < 2; i++) assert.equal(await a.fire(true), 'fb');
+    const own = a.stats;
+    assert.deepEqual([own.fires, own.successes, own.failures, own.fallbacks], [10, 8, 2, 2], 'at once, with its fallbacks');
+    await sleep(60); // written, and the idle worker's view is older than sync_ms
+    const seen = idle.stats;
+    assert.deepEqual([seen.fires, seen.successes, seen.failures, seen.fallbacks], [10, 8, 2, 0], 'the idle worker reads the shared window');
+    const after = a.stats;
+    assert.deepEqual([after.fires, after.successes, after.failures, after.fallbacks], [10, 8, 2, 2], 'no count went down once written');
+    assert.equal(idle.status.window.reduce((n, b) => n + b.fires, 0), 0, 'the buckets are its own');
+    a.shutdown();
+    idle.shutdown();
+  });
+
   test('timeout: false: the slots of running calls are renewed past their lease, and given back within a flush when they end (found by a stress test: no timer was armed, so the limit was exceeded after lease_ttl_ms and freed slots came back only then)', async () => {
     const store = new SharedStore({ entries: 8 });
     const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 60, lease_ttl_ms: 250 };

@@ -618,9 +618,17 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown) return -1;
     if (this._view >= 0) return this._view;
     const t = now();
-    // A shared breaker reads the store first: a trip by another worker shows at once.
-    if (this._store !== undefined) this._after(w.fw_prepare(this._h, 0, t), t);
+    this._refresh(t);
     return w.fw_state(this._h, t);
+  }
+
+  /**
+   * @internal A shared breaker reads the store before its state, `stats` or metrics
+   * are read (a `SharedStore` at once: a trip by another worker shows; a `RedisStore`
+   * asks, for the next read; found by review: an idle worker's `stats` read 0 for good).
+   */
+  _refresh(t: number): void {
+    if (this._store !== undefined && !this._shutdown) this._after(w.fw_prepare(this._h, 0, t), t);
   }
 
   /** The breaker's name. */

@@ -142,6 +142,7 @@ function sample(b: Breaker, last = false): Sample | undefined {
   const t = b._now();
   const cached = samples.get(b);
   if (cached !== undefined && t - cached.at < 10) return cached;
+  if (!last) b._refresh(t);
   if (w.fw_snapshot(b._h, t) !== 0) return undefined;
   const o = out();
   const counters: Record<string, number> = {};

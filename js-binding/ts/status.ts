@@ -174,12 +174,15 @@ export interface StatusSource {
   readonly _final?: { stats: Stats; window: Bucket[] } | undefined;
   /** Puts back the breaker's own listeners after a `removeAllListeners`. */
   _hook?(): void;
+  /** Reads a shared breaker's store first. */
+  _refresh?(t: number): void;
 }
 
 /** @internal Stats of breaker `src` at `now`. */
 export function readStats(src: StatusSource): Stats {
   if (src._final !== undefined) return { ...src._final.stats };
   const now = src._now();
+  src._refresh?.(now);
   const s = emptyBucket() as Stats;
   if (w.fw_snapshot(src._h, now) !== 0) {
     s.latencyMean = src._percentilesEnabled ? 0 : -1;
@@ -213,6 +216,7 @@ export function readStats(src: StatusSource): Stats {
 export function readWindow(src: StatusSource): Bucket[] {
   if (src._final !== undefined) return src._final.window.map((b) => ({ ...b }));
   const now = src._now();
+  src._refresh?.(now);
   const n = w.fw_buckets(src._h, now);
   const width = src._bucketMs;
   const buckets: Bucket[] = [];
