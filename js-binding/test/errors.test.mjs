@@ -164,6 +164,13 @@ describe('TypeErrors name the option and the reason', () => {
     typeError({ name: 'x', shared: { store, cas_attempts: 0 } }, 'options.shared.cas_attempts: must be in 1..=1000, got 0');
     assert.throws(() => new CircuitBreaker(async () => 1, { shared: { store } }),
       { name: 'TypeError', message: 'options.name: a shared breaker needs a name (the same in every worker)' });
+    // Found by review: '' fell back to the action's name, and a buffer got "an object".
+    assert.throws(() => new CircuitBreaker(async function named() { return 1; }, { name: '', shared: { store } }),
+      { name: 'TypeError', message: 'options.name: a shared breaker needs a name (the same in every worker)' });
+    typeError({ name: 'x', shared: { store: store.buffer } },
+      'options.shared.store: must be a SharedStore or a RedisStore, got a SharedArrayBuffer (in a worker, pass SharedStore.from(buffer))');
+    typeError({ name: 'x', shared: { store, mode: 'async' } },
+      "options.shared.mode: must be left out (the store sets it: 'sync' for a SharedStore), got \"async\"");
     assert.throws(() => new SharedStore({ entries: 0 }), { name: 'TypeError', message: 'options.entries: must be an integer in 1..=1048576, got 0' });
     assert.throws(() => new SharedStore(new SharedArrayBuffer(128)), { name: 'TypeError', message: 'fusewire: the buffer is not a SharedStore' });
   });

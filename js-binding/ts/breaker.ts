@@ -530,13 +530,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // The store, if shared.
     const shared = o['shared'] as Record<string, unknown> | undefined;
     if (shared !== undefined) {
-      if (!(shared['store'] instanceof SharedStore) && !(shared['store'] instanceof AsyncStore)) {
-        throw optionError('options.shared.store', `must be a SharedStore or a RedisStore, got ${describe(shared['store'])}`);
+      const st = shared['store'];
+      if (!(st instanceof SharedStore) && !(st instanceof AsyncStore)) {
+        const sab = typeof SharedArrayBuffer === 'function' && st instanceof SharedArrayBuffer;
+        throw optionError('options.shared.store', `must be a SharedStore or a RedisStore, got ${sab
+          ? 'a SharedArrayBuffer (in a worker, pass SharedStore.from(buffer))' : describe(st)}`);
       }
-      if (o['name'] === undefined && action.name === '') {
+      if ((o['name'] === undefined && action.name === '') || o['name'] === '') {
         throw optionError('options.name', 'a shared breaker needs a name (the same in every worker)');
       }
-      this._store = shared['store'];
+      this._store = st;
       this._syncStore = this._store instanceof SharedStore;
     }
     const cfg = this._parsed.config;
