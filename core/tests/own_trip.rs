@@ -153,3 +153,100 @@ fn a_shared_keys_snapshot_counts_its_own_outcomes_at_once_and_keeps_its_own_kind
         assert_eq!(after.count(kind), before.count(kind), "{kind:?}");
     }
 }
+
+const SHORT: &str = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5, "threshold_percentage": 50}, "open": {"sleep_window_ms": 500}}}"#;
+
+/// A lone process, tripped, whose open period is over: returns its key with a probe
+/// running and no store answer pending.
+fn probing(h: &mut Host) -> (KeyId, Permit) {
+    let k = fresh_key(h);
+    assert_eq!(failures_until_refused(h, k, 0), 4);
+    h.advance(1_000);
+    let _ = transitions(h, 0);
+    for _ in 0..20 {
+        if let Start::Running(p) = h.start(0, k) {
+            h.deliver();
+            assert!(h.pending.is_empty());
+            return (k, p);
+        }
+        h.advance(100);
+    }
+    panic!("no probe ran");
+}
+
+/// Found by review (Redis 200 ms away): a failed probe's `open` came a round trip
+/// after its `failure` (its fallback ran while the breaker read half-open, where
+/// opossum emits `open` first), and a probe that closed the breaker was followed by
+/// refused calls until the write landed. The probe's result moves the local breaker
+/// at once; the write makes it the fleet's.
+#[test]
+fn a_probe_result_moves_a_lone_process_before_its_write_lands() {
+    let mut h = Host::new(Mode::Async(1), SHORT);
+    let (k, p) = probing(&mut h);
+    let _ = transitions(&mut h, 0);
+    let now = h.now;
+    h.engines[0].complete(p, Outcome::Failure, now, 0);
+    assert_eq!(transitions(&mut h, 0), vec![(Phase::HalfOpen, Phase::Open)]);
+    assert!(!h.call(0, k, Outcome::Success), "open at once");
+    h.advance(300);
+    assert_eq!(
+        h.engines[0].shared_view(k).map(|v| v.breaker.phase()),
+        Some(Phase::Open),
+        "the write reopened the fleet's breaker"
+    );
+    assert_eq!(transitions(&mut h, 0), vec![]);
+
+    let mut h = Host::new(Mode::Async(1), SHORT);
+    let (k, p) = probing(&mut h);
+    let _ = transitions(&mut h, 0);
+    let now = h.now;
+    h.engines[0].complete(p, Outcome::Success, now, 0);
+    assert_eq!(
+        transitions(&mut h, 0),
+        vec![(Phase::HalfOpen, Phase::Closed)]
+    );
+    assert!(h.call(0, k, Outcome::Success), "closed at once");
+    h.advance(300);
+    assert_eq!(
+        h.engines[0].shared_view(k).map(|v| v.breaker.phase()),
+        Some(Phase::Closed)
+    );
+    assert!(h.call(0, k, Outcome::Success));
+    assert_eq!(transitions(&mut h, 0), vec![]);
+}
+
+/// Two probes of one process reach a success threshold of two together, before the
+/// write carrying them lands.
+#[test]
+fn a_lone_processs_probes_close_it_together() {
+    const TWO: &str = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5, "threshold_percentage": 50}, "open": {"sleep_window_ms": 500},
+        "half_open": {"permitted_probes": 2, "success_threshold": 2}}}"#;
+    let mut h = Host::new(Mode::Async(1), TWO);
+    let (k, p1) = probing(&mut h);
+    let mut p2 = None;
+    for _ in 0..20 {
+        if let Start::Running(p) = h.start(0, k) {
+            p2 = Some(p);
+            break;
+        }
+        h.advance(100);
+    }
+    let p2 = p2.expect("a second probe");
+    h.deliver();
+    assert!(h.pending.is_empty());
+    let _ = transitions(&mut h, 0);
+    let now = h.now;
+    h.engines[0].complete(p1, Outcome::Success, now, 0);
+    assert_eq!(transitions(&mut h, 0), vec![]);
+    h.engines[0].complete(p2, Outcome::Success, now, 0);
+    assert_eq!(
+        transitions(&mut h, 0),
+        vec![(Phase::HalfOpen, Phase::Closed)]
+    );
+    h.advance(300);
+    assert_eq!(
+        h.engines[0].shared_view(k).map(|v| v.breaker.phase()),
+        Some(Phase::Closed)
+    );
+    assert_eq!(transitions(&mut h, 0), vec![]);
+}

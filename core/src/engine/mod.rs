@@ -29,7 +29,7 @@ pub use calls::{CallId, FallbackPermit, Permit, Ticket};
 pub use events::{Cause, Completion, Event, Refusal, Start};
 pub use keys::KeyId;
 
-use crate::breaker::{Pass, Phase, RawPass, Transition, TransitionReason, NO_PROBE};
+use crate::breaker::{BreakerState, Pass, Phase, RawPass, Transition, TransitionReason, NO_PROBE};
 use crate::circuit::{Circuit, Load, Snapshot};
 use crate::config::{Config, ConfigError, Isolation, SharedConfig, SyncMode, MAX_KEY_LEN};
 use crate::event::{EventKind, Outcome};
@@ -883,11 +883,15 @@ impl Engine {
                 quiet = was_dirty && !urgent && ctx.waiters == 0 && rep.idle();
                 k.circuit
                     .record_metrics(cfg, pass.2, outcome, concurrency, now);
-                // An error, a slow call, or a success that brings a rule up to its
-                // volume (as a local breaker's `check_on_success`): one flag on the
-                // quiet path.
-                if rep.ahead_due() {
-                    let t = trip_ahead(&mut k.circuit, rep, &ctx, outcome.is_error());
+                // A probe's result, an error, a slow call, or a success that brings a
+                // rule up to its volume (as a local breaker's `check_on_success`):
+                // one compare and one flag on the quiet path.
+                if pass.1 != NO_PROBE {
+                    let ahead = rep.probe_ahead(&ctx);
+                    move_ahead(&mut k.circuit, rep, ahead)
+                } else if rep.ahead_due() {
+                    let ahead = rep.trips_ahead(&ctx, outcome.is_error());
+                    let t = move_ahead(&mut k.circuit, rep, ahead);
                     // A trip on a quiet success: its wake and write are scheduled below.
                     quiet &= t.is_none();
                     t
@@ -1679,7 +1683,8 @@ fn count_refusal(
         Some(rep) if fresh => {
             c.record_event(event, now);
             rep.record_refusal(event, now);
-            trip_ahead(c, rep, ctx, true)
+            let ahead = rep.trips_ahead(ctx, true);
+            move_ahead(c, rep, ahead)
         }
         rep => {
             let load = ctx.in_flight + ctx.waiters;
@@ -1695,11 +1700,15 @@ fn count_refusal(
     }
 }
 
-/// A shared key whose view, with this worker's outcomes not yet in the store, trips
-/// (asynchronous stores: [`Replica::trips_ahead`]): its local breaker takes that
+/// A shared key's view moved ahead of the store on this worker's outcomes
+/// ([`Replica::trips_ahead`], [`Replica::probe_ahead`]): its local breaker takes that
 /// state and decides until the write carrying them lands.
-fn trip_ahead(c: &mut Circuit, rep: &mut Replica, ctx: &Ctx, error: bool) -> Option<Transition> {
-    let (state, t) = rep.trips_ahead(ctx, error)?;
+fn move_ahead(
+    c: &mut Circuit,
+    rep: &mut Replica,
+    ahead: Option<(BreakerState, Transition)>,
+) -> Option<Transition> {
+    let (state, t) = ahead?;
     c.state = state;
     rep.moved_locally();
     Some(t)

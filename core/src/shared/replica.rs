@@ -683,6 +683,36 @@ impl Replica {
         Some((trial, t))
     }
 
+    /// Asynchronous stores: this worker's probe result applied to the view ahead of
+    /// the store (a failed probe reopens it, the last success it needs closes it) —
+    /// the state the local breaker decides on until the write carrying the result
+    /// lands. Without it the transition came a round trip later: after the call's
+    /// `failure` its fallback ran while the breaker still read half-open (opossum
+    /// emits `open` first), and a process whose probe closed the breaker refused its
+    /// next call (found by review, with Redis 200 ms away).
+    pub(crate) fn probe_ahead(&self, ctx: &Ctx) -> Option<(BreakerState, Transition)> {
+        if ctx.shared.mode != SyncMode::Async || self.forced.is_some() {
+            return None;
+        }
+        let v = self.view.as_ref()?;
+        if v.breaker.phase() != Phase::HalfOpen {
+            return None;
+        }
+        let mut trial = v.breaker.clone();
+        let mut window = Pending(self.known_counts(v, ctx.now, true));
+        let cfg = &ctx.config.breaker;
+        // Every result of this worker's the store does not have yet, as `apply` will
+        // (two probes of one worker reach a success threshold of two together).
+        let mut moved = None;
+        for &(pass, outcome, at) in &self.probe_results {
+            let p = Pass::from_raw(pass);
+            moved = trial
+                .on_result(cfg, &mut window, p, outcome, at.max(pass.2), ctx.rand)
+                .or(moved);
+        }
+        Some((trial, moved?))
+    }
+
     /// [`Replica::trips_ahead`] is due after the outcome just recorded.
     #[inline(always)]
     pub(crate) fn ahead_due(&self) -> bool {
