@@ -132,6 +132,10 @@ struct Attempt {
     state: KeyState,
     transitions: Vec<Transition>,
     leases: Vec<Lease>,
+    /// The probe leases it asked for: asks made while it was out stay (found by a
+    /// test against Redis 80 ms away: every ask met a flush in flight, whose landing
+    /// forgot it, and a process calling more often than the round trip never probed).
+    asked: u32,
     slots: u32,
     probes: usize,
     returns: usize,
@@ -1370,6 +1374,7 @@ impl Replica {
                     return;
                 };
                 self.landed(&mut a, ctx.now, false);
+                let asked = a.asked;
                 fx.transitions = a.transitions;
                 self.hot = a.state.is_hot(ctx.now);
                 self.view = Some(a.state);
@@ -1383,7 +1388,7 @@ impl Replica {
                     None => self.token_known = false,
                 }
                 self.read_at = Some(ctx.now);
-                self.leases_wanted = 0;
+                self.leases_wanted = self.leases_wanted.saturating_sub(asked);
                 self.slots_wanted = 0;
                 self.release_due = false;
                 self.limit_changed = false;
@@ -1681,6 +1686,7 @@ impl Replica {
             state: s,
             transitions: ts,
             leases,
+            asked: self.leases_wanted,
             slots,
             probes: self.probe_results.len(),
             returns: self.lease_returns.len(),

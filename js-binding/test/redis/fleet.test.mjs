@@ -303,6 +303,57 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     await kill(redis);
   });
 
+  test('a lone process behind an 80 ms Redis: a failed probe emits failure, open, then its fallback runs (opossum\'s order); a probe that closes lets the next call run at once (found by review)', async () => {
+    const port = await freePort();
+    const redis = await redisServer(port);
+    const px = await proxy(port);
+    px.delay = 80;
+    const client = new Redis({ port: px.port });
+    client.on('error', () => {});
+    const store = new RedisStore({ client, timeoutMs: 1000 });
+    await store.ready;
+    let healthy = false;
+    const b = new CircuitBreaker(async () => {
+      if (!healthy) throw new Error('upstream down');
+      return 'ok';
+    }, { timeout: false, resetTimeout: 300, volumeThreshold: 3, errorThresholdPercentage: 50, name: 'probe-order',
+      shared: { store, sync_ms: 200, stale_ms: 2000, flush_ms: 50 } });
+    const events = [];
+    for (const e of ['open', 'halfOpen', 'close', 'failure', 'success', 'reject']) b.on(e, () => events.push(e));
+    b.fallback(() => {
+      events.push(`fallback(${b.opened ? 'open' : b.halfOpen ? 'halfOpen' : 'closed'})`);
+      return 'fb';
+    });
+    await sleep(400); // a fresh view
+    for (let i = 0; i < 3; i++) await b.fire();
+    assert.ok(b.opened);
+    /** Fires until a call runs (the first after the open period asks for a lease). */
+    const probe = async () => {
+      for (let i = 0; i < 40; i++) {
+        events.length = 0;
+        const before = b.halfOpen;
+        const r = await b.fire();
+        if (before && !events.includes('reject')) return r;
+        await sleep(50);
+      }
+      throw new Error(`no probe ran: ${events}`);
+    };
+    await sleep(500);
+    await probe();
+    const at = events.indexOf('failure');
+    assert.deepEqual(events.slice(at), ['failure', 'open', 'fallback(open)'], events.join(' '));
+    await sleep(500);
+    healthy = true;
+    assert.equal(await probe(), 'ok');
+    assert.deepEqual(events, ['close', 'success'], 'close before success, as opossum');
+    assert.equal(await b.fire(), 'ok', 'the next call runs before Redis confirms');
+    b.shutdown();
+    await store.close();
+    client.disconnect();
+    await px.close();
+    await kill(redis);
+  });
+
   test('a breaker made after the fleet tripped rejects its first burst (found by review: one not fired yet did no reads, and 10 concurrent calls all ran against the failing upstream)', async () => {
     const port = await freePort();
     const redis = await redisServer(port);
