@@ -68,6 +68,17 @@ function spawn(buffer) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/** Fires `b` every 20 ms for `ms`: every call is refused (another breaker's calls hold every slot). */
+async function lockedFor(b, ms) {
+  const until = Date.now() + ms;
+  let tries = 0;
+  while (Date.now() < until) {
+    tries++;
+    await assert.rejects(b.fire(), { code: 'ESEMLOCKED' }, `after ${tries} tries: the other calls hold every slot`);
+    await sleep(20);
+  }
+}
+
 describe('worker_threads share one breaker', () => {
   test('trip seen by all, exactly N probes, recovery closes all', { timeout: 30_000 }, async () => {
     const store = new SharedStore({ entries: 64 });
@@ -241,13 +252,7 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     const running = [a.fire(), a.fire()];
     a.shutdown();
     const b = new CircuitBreaker(async () => 'ok', options);
-    const until = Date.now() + 700;
-    let tries = 0;
-    while (Date.now() < until) {
-      tries++;
-      await assert.rejects(b.fire(), { code: 'ESEMLOCKED' }, `after ${tries} tries: a's calls hold both slots`);
-      await sleep(20);
-    }
+    await lockedFor(b, 700);
     for (const r of releases) r('done');
     await Promise.all(running);
     await sleep(40);
@@ -288,13 +293,7 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     const a = new CircuitBreaker(() => new Promise((r) => { releases.push(r); }), options);
     const b = new CircuitBreaker(async () => 'ok', options);
     const running = [a.fire(), a.fire()];
-    const until = Date.now() + 700;
-    let tries = 0;
-    while (Date.now() < until) {
-      tries++;
-      await assert.rejects(b.fire(), { code: 'ESEMLOCKED' }, `after ${tries} tries: a's calls hold both slots`);
-      await sleep(20);
-    }
+    await lockedFor(b, 700);
     for (const r of releases) r('done');
     await Promise.all(running);
     const ended = Date.now();
