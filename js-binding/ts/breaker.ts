@@ -585,7 +585,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // An asynchronous store is read at once, not at the first call (found by review:
     // a breaker not fired yet did no reads, so a process started during an outage ran
     // its whole first burst on its local breaker, all of it to the failing upstream).
-    if (this._store instanceof AsyncStore) this._after(w.fw_prepare(this._h, 0, t), t);
+    if (this._store instanceof AsyncStore) this._refresh(t);
     if (o['maxFailures'] !== undefined) {
       console.error('options.maxFailures is deprecated. Please use options.errorThresholdPercentage');
     }
@@ -920,15 +920,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const t = now();
     if (t < c.until && w.fw_flushed(h) === 0) {
       // The core's time-driven work (a retry after its backoff) queues the next
-      // request: run it, its events dropped (nothing is emitted after shutdown).
-      // Without it a refused last write was never sent again (found by review).
-      if (w.fw_next(h) <= t) {
-        for (let guard = 0; guard < 10_000; guard++) {
-          const ev = w.fw_poll(h, t);
-          if (ev === EV_NONE || ev < 0) break;
-        }
-      }
-      if (w.fw_has_io(h) === 1) this._io(F_IO, t);
+      // request: run it. Without it a refused last write was never sent again
+      // (found by review).
+      this._runDue(t);
       if (w.fw_flushed(h) === 0) {
         // Wait for the answer, or the core's next retry time, within the bound.
         const d = w.fw_next(h);
@@ -954,6 +948,17 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (!this._lingering) return;
     const h = this._h;
     const t = now();
+    this._runDue(t);
+    const d = w.fw_next(h);
+    if (d >= 0) slot.arm(() => this._lingerStep(), Math.max(d - t, 1), false);
+  }
+
+  /**
+   * After `shutdown()`: runs the core's time-driven work due at `t` and the store
+   * requests it queues; its events are dropped (nothing is emitted after shutdown).
+   */
+  private _runDue(t: number): void {
+    const h = this._h;
     if (w.fw_next(h) <= t) {
       for (let guard = 0; guard < 10_000; guard++) {
         const ev = w.fw_poll(h, t);
@@ -961,8 +966,6 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       }
     }
     if (w.fw_has_io(h) === 1) this._io(F_IO, t);
-    const d = w.fw_next(h);
-    if (d >= 0) slot.arm(() => this._lingerStep(), Math.max(d - t, 1), false);
   }
 
   /** @internal A store answer after `shutdown()` (see `_closeStep`). */

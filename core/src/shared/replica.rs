@@ -591,9 +591,10 @@ impl Replica {
             urgent = true;
         }
         // A generation only the local breaker has (a trip ahead, a move while the
-        // view did not decide) is not the store's: its outcomes are counted under the
-        // view's (reset to it, the unwritten outcomes that moved it were dropped and a
-        // delta of a generation the store never had is never merged).
+        // view did not decide) is not the store's: its outcomes count under the
+        // view's (found by review: a delta reset to it dropped the unwritten outcomes
+        // that moved it, and a delta of a generation the store never had is never
+        // merged).
         let generation = match &self.view {
             Some(v) if newer(generation, v.breaker.generation()) => v.breaker.generation(),
             _ => generation,
