@@ -25,6 +25,22 @@ function counted(options) {
 }
 
 describe('cache', () => {
+  test('arguments with no JSON key reject the call instead of throwing from fire (found by review)', async () => {
+    for (const options of [{ cache: true }, { coalesce: true }]) {
+      const { b, calls } = counted(options);
+      const cycle = {};
+      cycle.self = cycle;
+      let p;
+      assert.doesNotThrow(() => { p = b.fire(cycle); });
+      await assert.rejects(p, { name: 'TypeError', message: /^cacheGetKey: the arguments have no JSON key \(.*circular.*\); pass cacheGetKey$/ });
+      await assert.rejects(b.fire(1n), { name: 'TypeError', message: /BigInt/ });
+      assert.deepEqual(calls, []);
+      assert.equal(await b.fire('a'), 'v:a:1', 'the breaker goes on');
+      assert.equal(b.stats.failures, 0);
+      b.shutdown();
+    }
+  });
+
   test('the first successful result per key is served from the cache', async () => {
     const { b, calls } = counted({ cache: true });
     const log = record(b, ['cacheHit', 'cacheMiss', 'fire', 'success']);

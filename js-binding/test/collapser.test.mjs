@@ -220,6 +220,9 @@ describe('Collapser', () => {
     assert.deepEqual(await Promise.all([byId.c.load({ id: 1 }), byId.c.load({ id: 1, x: 2 })]), ['v:[object Object]', 'v:[object Object]']);
     assert.equal(byId.batches[0].length, 1, 'one id, one key');
     await assert.rejects(c.load(Symbol('s')), { name: 'TypeError', message: /has no cache key/ });
+    const cycle = {};
+    cycle.self = cycle;
+    await assert.rejects(c.load(cycle), { name: 'TypeError', message: /^the key an object has no JSON \(.*circular.*\); pass cacheKeyFn$/ });
     c.shutdown();
     byId.c.shutdown();
   });

@@ -34,6 +34,25 @@ async function settle(p) {
 }
 
 describe('options.fusewire', () => {
+  test('consecutive failures alone trip only with the error rate off, as README says (found by review: its example tripped on the first failure)', async () => {
+    const run = async (breaker) => {
+      const b = new CircuitBreaker(async (ok) => {
+        if (!ok) throw new Error('down');
+        return 'up';
+      }, { fusewire: { breaker } });
+      let seq = '';
+      for (const ok of [false, true, false, false, true, false, false, false, false, false, false]) {
+        seq += await b.fire(ok).then(() => 'S', (e) => (e.code === 'EOPENBREAKER' ? 'R' : 'F'));
+      }
+      b.shutdown();
+      return seq;
+    };
+    const consecutive = { enabled: true, threshold: 5 };
+    assert.equal(await run({ consecutive_failures: consecutive }), 'FRRRRRRRRRR', 'the 50 % rule trips first');
+    assert.equal(await run({ consecutive_failures: consecutive, error_percentage: { enabled: false } }), 'FSFFSFFFFFR',
+      'cockatiel\'s ConsecutiveBreaker(5)');
+  });
+
   test('N half-open probes and a success threshold', async () => {
     clock = fakeTime();
     const { b, pending } = controlled({
@@ -437,6 +456,46 @@ describe('per-call AbortSignal', () => {
     b.shutdown();
   });
 
+  test('errorFilter, cacheGetKey, the fallback and the events get the arguments as the action does, signal last (found by review: one argument less than their types said)', async () => {
+    const seen = {};
+    const b = new CircuitBreaker(async (sku, signal) => {
+      seen.action = signal;
+      throw new Error(`503 for ${sku}`);
+    }, {
+      volumeThreshold: 100,
+      errorFilter: (err, sku, signal) => {
+        seen.filter = [sku, signal];
+        return false;
+      },
+      cache: true,
+      cacheGetKey: (sku, signal) => {
+        seen.key = [sku, signal];
+        return sku;
+      },
+    });
+    b.on('fire', (args) => { seen.fire = args; });
+    b.on('failure', (err, ms, args) => { seen.failure = args; });
+    b.fallback((sku, signal, err) => `fallback ${sku} ${signal instanceof AbortSignal} ${err.message}`);
+    const ac = new AbortController();
+    assert.equal(await b.fireWithSignal(ac.signal, 'a'), 'fallback a true 503 for a');
+    assert.ok(seen.action instanceof AbortSignal && seen.action !== ac.signal, 'the action gets its own signal');
+    assert.deepEqual(seen.filter, ['a', seen.action]);
+    assert.deepEqual(seen.failure, ['a', seen.action]);
+    // Before the call runs it has no signal of its own: the caller's.
+    assert.deepEqual(seen.fire, ['a', ac.signal]);
+    assert.deepEqual(seen.key, ['a', ac.signal]);
+    // The same fallback finds the error in the same place after `fire`.
+    assert.equal(await b.fire('b', new AbortController().signal), 'fallback b true 503 for b');
+    // Refused (open): the fallback gets the caller's signal.
+    b.open();
+    assert.equal(await b.fireWithSignal(ac.signal, 'c'), 'fallback c true Breaker is open');
+    // Disabled: the action runs with the caller's signal (it got none).
+    b.disable();
+    await b.fireWithSignal(ac.signal, 'd').catch(() => {});
+    assert.equal(seen.action, ac.signal);
+    b.shutdown();
+  });
+
   test('an aborted call\'s action is told before a queued call takes its slot (found by a stress test: two actions ran on one slot)', async () => {
     for (const shared of [undefined, { store: new SharedStore({ entries: 8 }) }]) {
       const order = [];
@@ -478,7 +537,8 @@ describe('per-call AbortSignal', () => {
     assert.deepEqual(log.map((e) => e[0]),
       ['timeout', 'failure', 'timeout', 'failure', 'timeout', 'failure', 'timeout', 'failure', 'open']);
     assert.equal(log[0][1].name, 'TimeoutError');
-    assert.deepEqual(log[0][3], [0], 'the call\'s arguments, as opossum\'s timeout event');
+    assert.equal(log[0][3][0], 0, 'the call\'s arguments, as opossum\'s timeout event');
+    assert.ok(log[0][3][1] instanceof AbortSignal, 'with the signal the action got last');
     assert.equal(b.stats.timeouts, 4);
     assert.equal(b.opened, true, 'a hung upstream behind callers\' deadlines trips the breaker');
     b.shutdown();

@@ -349,8 +349,10 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       // DataLoader calls it with the loader as `this`.
       ck = tagged(f === undefined ? key : f.call(this, key));
     } catch (e) {
-      const what = f === undefined ? 'the key has no JSON' : 'cacheKeyFn: threw';
-      throw new TypeError(`${what} for the key ${describe(key)}: ${e instanceof Error ? e.message : String(e)}`);
+      const why = (e instanceof Error ? e.message : String(e)).split('\n')[0];
+      throw new TypeError(f === undefined
+        ? `the key ${describe(key)} has no JSON (${why}); pass cacheKeyFn`
+        : `cacheKeyFn: threw for the key ${describe(key)}: ${why}`);
     }
     if (ck === undefined) {
       throw new TypeError(f === undefined
