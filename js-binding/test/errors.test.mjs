@@ -204,6 +204,29 @@ async function healthy() {
   b.shutdown();
 }
 
+describe('unknown options are ignored, as in opossum, with a warning (found by a cockatiel user\'s review)', () => {
+  test('one FusewireWarning per name, with the option meant where it is a typo or cockatiel\'s name', async () => {
+    const seen = [];
+    const listen = (w) => { if (w.name === 'FusewireWarning') seen.push(w.message); };
+    process.on('warning', listen);
+    try {
+      const opts = { timout: 5, halfOpenAfter: 1000, resetTimeotu: 1, ErrorThresholdPercentage: 3, valueOf: 1, zzTop: 1 };
+      new CircuitBreaker(async () => 1, opts).shutdown();
+      new CircuitBreaker(async () => 1, { timout: 5 }).shutdown();
+      // opossum's own options, fusewire's, the ones a breaker fills in, and an array's indices: no warning.
+      const known = new CircuitBreaker(async () => 1, Object.assign([1], { timeout: 10, coalesceCache: undefined, stats: undefined, fusewire: {} }));
+      new CircuitBreaker(async () => 1, known.options).shutdown();
+      known.shutdown();
+      await new Promise((r) => setImmediate(r)); // process warnings are emitted on the next tick
+    } finally {
+      process.off('warning', listen);
+    }
+    const ours = (name, like) => `fusewire: options.${name} is not an option of CircuitBreaker and is ignored${like ? ` (did you mean ${like}?)` : ''}`;
+    assert.deepEqual(seen, [ours('timout', 'timeout'), ours('halfOpenAfter', 'resetTimeout'), ours('resetTimeotu', 'resetTimeout'),
+      ours('ErrorThresholdPercentage', 'errorThresholdPercentage'), ours('valueOf'), ours('zzTop')]);
+  });
+});
+
 describe('the wasm instance survives hostile input', () => {
   test('every option with every hostile value', async () => {
     const before = engine.w.fw_live();

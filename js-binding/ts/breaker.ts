@@ -20,7 +20,7 @@ import {
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
   RUNNING, S, TIMEOUT, bytes, io, loaded, message, nextIo, notLoaded, out, putKey, putScratchBytes, w,
 } from './engine.js';
-import { describe, isOurError, optionError, ourError, type CircuitBreakerError } from './errors.js';
+import { describe, isOurError, optionError, ourError, warn, type CircuitBreakerError } from './errors.js';
 import { tagged } from './key.js';
 import { FOR_COLLAPSER, bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, listening, ready } from './platform.js';
@@ -504,6 +504,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       throw optionError('options', `must be an object, got ${describe(options)}`);
     }
     if (!loaded()) throw notLoaded();
+    unknownOptions(options as Record<string, unknown>);
     this.options = options;
     this._action = action;
     const o = opossumView(options as Record<string, unknown>);
@@ -2342,6 +2343,43 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
  * The options as opossum reads them: `null` means "not given" (opossum uses `??`),
  * except for `cacheTransport`, which opossum checks for `undefined` only.
  */
+/** The options a breaker reads: opossum's (also those it reads and fusewire ignores) and fusewire's. */
+const OPTION_NAMES = new Set(['timeout', 'resetTimeout', 'errorThresholdPercentage', 'rollingCountTimeout',
+  'rollingCountBuckets', 'rollingPercentilesEnabled', 'volumeThreshold', 'capacity', 'allowWarmUp', 'errorFilter',
+  'enabled', 'name', 'group', 'abortController', 'autoRenewAbortController', 'cache', 'cacheTTL', 'cacheSize',
+  'cacheGetKey', 'cacheTransport', 'coalesce', 'coalesceTTL', 'coalesceSize', 'coalesceResetOn', 'coalesceCache',
+  'maxFailures', 'enableSnapshots', 'rotateBucketController', 'state', 'status', 'stats', 'fusewire', 'shared']);
+/** cockatiel's names for what an option here sets. */
+const COCKATIEL = new Map([['halfOpenAfter', 'resetTimeout'], ['breaker', 'fusewire.breaker'],
+  ['threshold', 'errorThresholdPercentage'], ['duration', 'rollingCountTimeout'], ['minimumRps', 'volumeThreshold']]);
+
+/**
+ * Warns once per name about an option no breaker reads (a typo, another library's
+ * name): ignored, as opossum ignores it, but not unseen (found by review: `timout`
+ * and cockatiel's `halfOpenAfter` changed nothing without a word).
+ */
+function unknownOptions(options: Record<string, unknown>): void {
+  for (const k in options) {
+    if (OPTION_NAMES.has(k) || /^\d+$/.test(k)) continue;
+    const lower = k.toLowerCase();
+    let like = COCKATIEL.get(k);
+    for (const n of OPTION_NAMES) if (like === undefined && near(lower, n.toLowerCase())) like = n;
+    warn(`fusewire: options.${k} is not an option of CircuitBreaker and is ignored${like === undefined ? '' : ` (did you mean ${like}?)`}`);
+  }
+}
+
+/** Whether `a` becomes `b` by one edit: a letter added, dropped, changed or two swapped. */
+function near(a: string, b: string): boolean {
+  if (a === b) return true;
+  if (Math.abs(a.length - b.length) > 1) return false;
+  let i = 0;
+  while (i < a.length && a[i] === b[i]) i++;
+  if (a.length === b.length) {
+    return a.slice(i + 1) === b.slice(i + 1) || (a[i] === b[i + 1] && a[i + 1] === b[i] && a.slice(i + 2) === b.slice(i + 2));
+  }
+  return a.length > b.length ? a.slice(i + 1) === b.slice(i) : a.slice(i) === b.slice(i + 1);
+}
+
 function opossumView(options: Record<string, unknown>): Record<string, unknown> {
   let o = options;
   for (const k in options) {

@@ -41,3 +41,17 @@ export function describe(v: unknown): string {
 export function optionError(path: string, reason: string): TypeError {
   return new TypeError(`${path}: ${reason}`);
 }
+
+const warned = new Set<string>();
+
+/**
+ * @internal Warns once per text, without throwing (a `FusewireWarning` process
+ * warning in Node, `console.warn` elsewhere): for mistakes that must not fail a call.
+ */
+export function warn(text: string): void {
+  if (warned.has(text)) return;
+  warned.add(text);
+  const p = (globalThis as { process?: { emitWarning?(m: string, t: string): void } }).process;
+  if (typeof p?.emitWarning === 'function') p.emitWarning(text, 'FusewireWarning');
+  else console.warn(`FusewireWarning: ${text}`);
+}

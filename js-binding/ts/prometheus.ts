@@ -24,6 +24,7 @@
  */
 import { CircuitBreaker, liveBreakers, watchers } from './breaker.js';
 import { KIND_NAMES, S, out, w } from './engine.js';
+import { warn } from './errors.js';
 import { PERCENTILES } from './status.js';
 
 interface MetricConfig {
@@ -213,16 +214,6 @@ function fill(m: Metric, suffix: string, s: Sample, labels: Record<string, strin
   else if (suffix === 'latency_ms') {
     for (const [q, v] of Object.entries(s.latency)) m.set?.({ ...labels, quantile: q }, v);
   } else m.inc?.(labels, s.counters[suffix] ?? 0);
-}
-
-/** Warns (once per text) without throwing: a metric problem must not fail a breaker. */
-const warned = new Set<string>();
-function warn(text: string): void {
-  if (warned.has(text)) return;
-  warned.add(text);
-  const p = (globalThis as { process?: { emitWarning?(m: string, t: string): void } }).process;
-  if (typeof p?.emitWarning === 'function') p.emitWarning(text, 'FusewireWarning');
-  else console.warn(`FusewireWarning: ${text}`);
 }
 
 /** Live registrations by registry and prefix: the function that removes each. */
