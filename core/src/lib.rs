@@ -8,6 +8,42 @@
 //! in-flight de-duplication) and [`Collapser`] (batch accumulator) run beside it:
 //! the host keeps the payloads, the core keeps the index and the rules. See the
 //! crate README for the host contract and the config schema.
+//!
+//! A host on local state, with a simulated clock (a real host passes its monotonic
+//! clock in ns and a random `u64` per decision):
+//!
+//! ```
+//! use fusewire_core::{Completion, Config, Engine, Event, Outcome, Phase, Start};
+//!
+//! const MS: u64 = 1_000_000;
+//! let mut engine = Engine::local();
+//! let config = Config::from_json(
+//!     r#"{ "breaker": { "error_percentage": { "request_volume_threshold": 2 } },
+//!          "execution": { "timeout_ms": 1000 } }"#,
+//! )?;
+//! let policy = engine.add_policy("payments", config)?;
+//! let key = engine.key(policy, "payments", 0).expect("a policy of this engine");
+//! let mut now = 0;
+//! for _ in 0..2 {
+//!     match engine.start(key, now, 7) {
+//!         // Run the call; on its result:
+//!         Start::Running(permit) => {
+//!             now += 5 * MS;
+//!             assert_eq!(engine.complete(permit, Outcome::Failure, now, 7), Completion::OnTime);
+//!         }
+//!         Start::Queued(_ticket) => unreachable!("no queue configured"),
+//!         Start::Refused(_refusal) => unreachable!("closed until the second failure"),
+//!     }
+//! }
+//! // Events decided by the calls (`poll` on the host's timer at `next_deadline`).
+//! while let Some(event) = engine.poll(now, 7) {
+//!     if let Event::Transition { transition, .. } = event {
+//!         assert_eq!(transition.to, Phase::Open);
+//!     }
+//! }
+//! assert!(matches!(engine.start(key, now, 7), Start::Refused(_)), "short-circuited");
+//! # Ok::<(), fusewire_core::ConfigError>(())
+//! ```
 
 #![warn(missing_docs)]
 

@@ -86,18 +86,22 @@ pub struct HealthSnapshot {
 impl HealthSnapshot {
     /// Builds the snapshot from raw counts.
     pub fn from_counts(counts: &[u64; EVENT_KINDS], slow: u64) -> Self {
+        // Saturating: the counts may come from a host (found by review: u64::MAX
+        // overflowed).
         let c = |k: EventKind| counts[k.index()];
-        let executions = c(EventKind::Success) + c(EventKind::Failure) + c(EventKind::Timeout);
+        let executions = c(EventKind::Success)
+            .saturating_add(c(EventKind::Failure))
+            .saturating_add(c(EventKind::Timeout));
         let errors = c(EventKind::Failure)
-            + c(EventKind::Timeout)
-            + c(EventKind::SemaphoreRejected)
-            + c(EventKind::ThreadPoolRejected);
-        let total = c(EventKind::Success) + errors;
+            .saturating_add(c(EventKind::Timeout))
+            .saturating_add(c(EventKind::SemaphoreRejected))
+            .saturating_add(c(EventKind::ThreadPoolRejected));
+        let total = c(EventKind::Success).saturating_add(errors);
         let calls = total
-            + c(EventKind::ShortCircuited)
-            + c(EventKind::BadRequest)
-            + c(EventKind::ResponseFromCache)
-            + c(EventKind::Collapsed);
+            .saturating_add(c(EventKind::ShortCircuited))
+            .saturating_add(c(EventKind::BadRequest))
+            .saturating_add(c(EventKind::ResponseFromCache))
+            .saturating_add(c(EventKind::Collapsed));
         let error_percentage = if total == 0 {
             0.0
         } else {

@@ -33,7 +33,7 @@ use crate::breaker::{BreakerState, Pass, Phase, RawPass, Transition, TransitionR
 use crate::circuit::{Circuit, Load, Snapshot};
 use crate::config::{Config, ConfigError, Isolation, SharedConfig, SyncMode, MAX_KEY_LEN};
 use crate::event::{EventKind, Outcome};
-use crate::shared::io::{Answer, Io, IoId, Op};
+use crate::shared::io::{Answer, Io, IoId, Op, LOST};
 use crate::shared::replica::{Ctx, Replica};
 use crate::time::{ms_to_ns, Monotonic, Nanos};
 use crate::window::HealthSnapshot;
@@ -47,7 +47,7 @@ pub struct PolicyId(pub u32);
 /// Most policies one engine holds.
 pub const MAX_POLICIES: usize = 4096;
 
-/// Keys sweeps look at per `poll` (keeps `poll` O(1)).
+/// Keys a sweep looks at per policy and `poll` (bounds a poll's work per policy).
 const SWEEP_PER_POLL: usize = 64;
 
 #[derive(Debug)]
@@ -1294,6 +1294,13 @@ impl Engine {
                 continue;
             }
             k.wake = Nanos::MAX;
+            if let Some(seq) = k.replica.as_deref().and_then(|r| r.lost(&self.shared, now)) {
+                let lost = Answer::Failed { code: LOST };
+                self.io_done(IoId::new(i, seq), lost, now, rand);
+            }
+            let Some(k) = self.keys.get_mut(i as usize) else {
+                continue;
+            };
             let Some(p) = self.policies.get(k.policy as usize) else {
                 continue;
             };
@@ -1345,17 +1352,26 @@ impl Engine {
             }
             None => k.circuit.state.next_deadline(),
         };
+        let shared = k.replica.is_some();
         if let Some(w) = wake {
-            if w < k.wake {
-                self.stamp = self.stamp.wrapping_add(1);
-                k.stamp = self.stamp;
-                k.wake = w;
-                self.wakes.push(Reverse((w, i, self.stamp)));
-                self.new_wake = self.new_wake.min(w);
-            }
+            self.wake_at(i, w);
         }
-        if k.replica.is_some() {
+        if shared {
             self.queue_io(i);
+        }
+    }
+
+    /// Schedules key `i`'s wake at `w` unless one comes earlier.
+    fn wake_at(&mut self, i: u32, w: Nanos) {
+        let Some(k) = self.keys.get_mut(i as usize) else {
+            return;
+        };
+        if w < k.wake {
+            self.stamp = self.stamp.wrapping_add(1);
+            k.stamp = self.stamp;
+            k.wake = w;
+            self.wakes.push(Reverse((w, i, self.stamp)));
+            self.new_wake = self.new_wake.min(w);
         }
     }
 
@@ -1452,6 +1468,8 @@ impl Engine {
             }
         };
         let (i, seq, kind) = found;
+        // A wake to give the request up if no answer comes (`Replica::lost`).
+        self.wake_at(i, now.saturating_add(ms_to_ns(self.shared.stale_ms)));
         let rep = self.keys.get(i as usize)?.replica.as_deref()?;
         let op = match kind {
             None => Op::Read,
@@ -1467,9 +1485,14 @@ impl Engine {
         })
     }
 
-    /// The store's answer to request `id` (stale or unknown ids are ignored).
+    /// The store's answer to request `id` (stale or unknown ids are ignored). A
+    /// request not answered within `stale_ms` is given up as failed (an
+    /// [`Issue::Stale`] event) and the key asks again; its answer is then ignored.
     pub fn io_done(&mut self, id: IoId, answer: Answer<'_>, now: Nanos, rand: u64) {
         let now = self.clock.advance(now);
+        if !id.in_range() {
+            return;
+        }
         let i = id.key_index();
         let Some(k) = self.keys.get_mut(i as usize) else {
             return;

@@ -31,11 +31,22 @@ impl IoId {
         self.0
     }
 
-    /// From [`IoId::to_raw`] (an unknown or stale id is ignored by `io_done`).
+    /// From [`IoId::to_raw`] (an unknown or stale id is ignored by `io_done`; so is
+    /// one at or above 2^53, which no request has).
     pub fn from_raw(raw: u64) -> Self {
         IoId(raw)
     }
+
+    /// Whether any request could have this id (below 2^53; found by review: the
+    /// bits above were dropped, so a forged id matched a live request).
+    pub(crate) fn in_range(self) -> bool {
+        self.0 >> 53 == 0
+    }
 }
+
+/// The status of a request the host never answered within `stale_ms`: the engine
+/// gives it up as [`Answer::Failed`] with this status, reported as [`Issue::Stale`].
+pub const LOST: u32 = u32::MAX;
 
 /// What the write expects to find in the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

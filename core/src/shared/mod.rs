@@ -28,7 +28,7 @@ pub(crate) mod replica;
 pub mod state;
 
 pub use codec::DecodeError;
-pub use io::{Answer, Expect, Io, IoId, Issue, Op, OwnedAnswer};
+pub use io::{Answer, Expect, Io, IoId, Issue, Op, OwnedAnswer, LOST};
 pub use ledger::SlotLedger;
 pub use receipts::Receipts;
 pub use replica::{slot_index, LAYOUT, OVERFLOW, PROBE_LIMIT};

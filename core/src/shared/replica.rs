@@ -17,7 +17,7 @@
 //! many distinct keys a high-cardinality template produces, across reloads too.
 
 use super::codec::{self, DecodeError, Kind};
-use super::io::{Answer, Expect, Issue};
+use super::io::{Answer, Expect, Issue, LOST};
 use super::state::{Counts, Delta, KeyState};
 use crate::breaker::{
     BreakerState, Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE,
@@ -109,6 +109,8 @@ enum IoState {
     InFlight {
         seq: u32,
         write: bool,
+        /// When it was handed out.
+        at: Nanos,
     },
 }
 
@@ -941,6 +943,10 @@ impl Replica {
         if ctx.now < self.write_after && self.io == IoState::Idle && self.write_wanted() {
             at(self.write_after);
         }
+        if let IoState::InFlight { at: sent, .. } = self.io {
+            // Given up if not answered by then (`Replica::lost`).
+            at(sent.saturating_add(ms_to_ns(ctx.shared.stale_ms)));
+        }
         next.map(|n| n.max(self.backoff_until))
     }
 
@@ -1000,7 +1006,11 @@ impl Replica {
         }
         if let Bind::Probing { step, .. } = self.bind {
             self.set_probe_key(step, ctx.config.keys.max_keys);
-            self.io = IoState::InFlight { seq, write: false };
+            self.io = IoState::InFlight {
+                seq,
+                write: false,
+                at: ctx.now,
+            };
             return Some(None);
         }
         let writes = self.write_wanted() && ctx.now >= self.write_after;
@@ -1021,14 +1031,37 @@ impl Replica {
             if self.behind == 1 {
                 self.behind = 2;
             }
-            self.io = IoState::InFlight { seq, write: true };
+            self.io = IoState::InFlight {
+                seq,
+                write: true,
+                at: ctx.now,
+            };
             return Some(Some(self.expect));
         }
         if self.read_wanted || writes || self.doubt.is_some() {
-            self.io = IoState::InFlight { seq, write: false };
+            self.io = IoState::InFlight {
+                seq,
+                write: false,
+                at: ctx.now,
+            };
             return Some(None);
         }
         None
+    }
+
+    /// The request in flight if the host has not answered it within `stale_ms`: it
+    /// is given up as failed, and a late answer is ignored (found by review: a host
+    /// that dropped one answer — a Redis call abandoned by its own timeout — left the
+    /// key off the store for good, never expiring, with nothing reported).
+    pub(crate) fn lost(&self, shared: &SharedConfig, now: Nanos) -> Option<u32> {
+        match self.io {
+            IoState::InFlight { seq, at, .. }
+                if now.saturating_sub(at) >= ms_to_ns(shared.stale_ms) =>
+            {
+                Some(seq)
+            }
+            _ => None,
+        }
     }
 
     /// Whether `seq` is the request this replica waits for.
@@ -1067,7 +1100,7 @@ impl Replica {
         let stale = self.read_at.is_some()
             && self.stale_told != self.read_at
             && !self.fresh_at(ctx.shared, self.backoff_until);
-        fx.issue = Some(if stale {
+        fx.issue = Some(if stale || code == LOST {
             self.stale_told = self.read_at;
             Issue::Stale
         } else {
