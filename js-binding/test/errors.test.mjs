@@ -227,6 +227,25 @@ describe('unknown options are ignored, as in opossum, with a warning (found by a
   });
 });
 
+describe('an errorFilter that throws (found by review: its exception was lost)', () => {
+  test('the error counts as a failure, and the breaker warns once', async () => {
+    const seen = [];
+    const listen = (w) => { if (w.name === 'FusewireWarning') seen.push(w.message); };
+    process.on('warning', listen);
+    try {
+      const b = new CircuitBreaker(async () => { throw new Error('503'); },
+        { name: 'filtered', volumeThreshold: 100, errorFilter: () => { throw new TypeError('filter bug'); } });
+      for (let i = 0; i < 3; i++) await assert.rejects(b.fire(), { message: '503' });
+      assert.equal(b.stats.failures, 3);
+      b.shutdown();
+      await new Promise((r) => setImmediate(r));
+    } finally {
+      process.off('warning', listen);
+    }
+    assert.deepEqual(seen, ['fusewire: breaker "filtered": errorFilter threw (filter bug); the error counts as a failure']);
+  });
+});
+
 describe('the wasm instance survives hostile input', () => {
   test('every option with every hostile value', async () => {
     const before = engine.w.fw_live();

@@ -1315,18 +1315,34 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     c.resolve(v);
   }
 
+  /**
+   * Whether `errorFilter` lets the error pass (a bad request, not a failure). One
+   * that throws does not: the error counts as a failure, and a warning (the
+   * breaker's first) says why (found by review: the filter's exception was lost).
+   */
+  private _filters(e: unknown, args: unknown[]): boolean {
+    try {
+      return Boolean(this._errorFilter(e, ...(args as TI)));
+    } catch (thrown) {
+      if (!this._filterThrew) {
+        this._filterThrew = true;
+        const why = (thrown instanceof Error ? thrown.message : String(thrown)).split('\n')[0];
+        warn(`fusewire: breaker ${JSON.stringify(this._name)}: errorFilter threw (${why}); the error counts as a failure`);
+      }
+      return false;
+    }
+  }
+
+  /** Whether `errorFilter` has thrown (warned once). */
+  private _filterThrew = false;
+
   /** @internal The action failed. */
   _err(c: Call, e: unknown): void {
     if (c.done) return;
     c.done = true;
     this._forget(c);
-    let filtered = false;
-    try {
-      // Any truthy value filters, as opossum tests it (`if (errorFilter(…))`).
-      filtered = Boolean(this._errorFilter(e, ...(c.args as TI)));
-    } catch {
-      filtered = false;
-    }
+    // Any truthy value filters, as opossum tests it (`if (errorFilter(…))`).
+    const filtered = this._filters(e, c.args);
     const t = now();
     // After shutdown the core is gone: as in opossum, the events go to listeners
     // added since and the fallback runs, but nothing is counted.
@@ -1780,12 +1796,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     u[0]++; // its `timeout` listeners do not see the failure yet
     guarded(sink, () => this._emitOwn('timeout', err, latency, c.args));
     u[0]--;
-    let filtered = false;
-    try {
-      filtered = Boolean(this._errorFilter(err, ...(c.args as TI)));
-    } catch {
-      filtered = false;
-    }
+    const filtered = this._filters(err, c.args);
     guarded(sink, () => {
       if (filtered) this._emitOwn('success', err, latency);
       else this._emitOwn('failure', err, latency, c.args);
