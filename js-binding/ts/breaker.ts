@@ -2350,10 +2350,6 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 }
 
-/**
- * The options as opossum reads them: `null` means "not given" (opossum uses `??`),
- * except for `cacheTransport`, which opossum checks for `undefined` only.
- */
 /** The options a breaker reads: opossum's (also those it reads and fusewire ignores) and fusewire's. */
 const OPTION_NAMES = new Set(['timeout', 'resetTimeout', 'errorThresholdPercentage', 'rollingCountTimeout',
   'rollingCountBuckets', 'rollingPercentilesEnabled', 'volumeThreshold', 'capacity', 'allowWarmUp', 'errorFilter',
@@ -2391,6 +2387,10 @@ function near(a: string, b: string): boolean {
   return a.length > b.length ? a.slice(i + 1) === b.slice(i) : a.slice(i) === b.slice(i + 1);
 }
 
+/**
+ * The options as opossum reads them: `null` means "not given" (opossum uses `??`),
+ * except for `cacheTransport`, which opossum checks for `undefined` only.
+ */
 function opossumView(options: Record<string, unknown>): Record<string, unknown> {
   let o = options;
   for (const k in options) {
