@@ -35,12 +35,14 @@
 //!         Start::Refused(_refusal) => unreachable!("closed until the second failure"),
 //!     }
 //! }
-//! // Events decided by the calls (`poll` on the host's timer at `next_deadline`).
-//! while let Some(event) = engine.poll(now, 7) {
+//! // Events the calls decided (time-driven ones: `poll` at `next_deadline`).
+//! let mut phase = Phase::Closed;
+//! while let Some(event) = engine.take_event() {
 //!     if let Event::Transition { transition, .. } = event {
-//!         assert_eq!(transition.to, Phase::Open);
+//!         phase = transition.to; // e.g. emit `open`
 //!     }
 //! }
+//! assert_eq!(phase, Phase::Open);
 //! assert!(matches!(engine.start(key, now, 7), Start::Refused(_)), "short-circuited");
 //! # Ok::<(), fusewire_core::ConfigError>(())
 //! ```
