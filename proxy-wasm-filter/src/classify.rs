@@ -64,6 +64,11 @@ impl StatusSet {
         }
     }
 
+    /// Whether every code of `self` is in `other`.
+    pub fn within(&self, other: &StatusSet) -> bool {
+        self.bits.iter().zip(&other.bits).all(|(a, b)| a & !b == 0)
+    }
+
     /// Whether `code` is in the set.
     #[inline]
     pub fn contains(&self, code: u32) -> bool {

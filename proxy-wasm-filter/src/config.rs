@@ -714,6 +714,23 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         bad_request_grpc: GrpcSet::parse(&p.bad_request.grpc_status)
             .map_err(|(j, r)| err(at(&format!("bad_request.grpc_status[{j}]")), r))?,
     };
+    // Failures are checked first: a bad-request entry whose every code is a failure
+    // never applies (found by review: `bad_request.status: [503]` changed nothing).
+    let shadowed = |field: &str, j: usize| {
+        let msg = format!("never applies: failure.{field} has it, and is checked first");
+        err(at(&format!("bad_request.{field}[{j}]")), msg)
+    };
+    for (j, e) in p.bad_request.status.iter().enumerate() {
+        let one = StatusSet::parse(core::slice::from_ref(e)).unwrap_or(StatusSet::empty());
+        if one.within(&classifier.failure_status) {
+            return Err(shadowed("status", j));
+        }
+    }
+    for (j, e) in p.bad_request.grpc_status.iter().enumerate() {
+        if GrpcSet::code(e).is_ok_and(|c| classifier.failure_grpc.contains(c)) {
+            return Err(shadowed("grpc_status", j));
+        }
+    }
     // Fallback.
     let fb = p.fallback;
     for (field, s) in [("status", fb.status), ("timeout_status", fb.timeout_status)] {
@@ -1134,6 +1151,22 @@ mod tests {
             "policies[0].bad_request.status[0]",
             "class",
         );
+        // Found by review: a bad-request entry the failure list shadows changed nothing.
+        fails(
+            r#"{"policies":[{"name":"a","bad_request":{"status":["4xx",503]}}]}"#,
+            "policies[0].bad_request.status[1]",
+            "never applies: failure.status has it, and is checked first",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","bad_request":{"grpc_status":["NOT_FOUND","UNAVAILABLE"]}}]}"#,
+            "policies[0].bad_request.grpc_status[1]",
+            "never applies: failure.grpc_status has it",
+        );
+        // A failure more specific than a bad-request class is what the order is for.
+        let narrow = r#"{"policies":[{"name":"a","failure":{"status":["5xx",429]}}]}"#;
+        let p = parse(narrow).expect("429 a failure, other 4xx bad requests");
+        let c = &p.policies[0].classifier;
+        assert!(c.failure_status.contains(429) && c.bad_request_status.contains(404));
         fails(
             r#"{"policies":[{"name":"a","fallback":{"status":99}}]}"#,
             "policies[0].fallback.status",

@@ -1341,7 +1341,13 @@ impl Root {
                 &format!("fusewire: set_tick_period failed ({s}): no deadlines or flushes"),
             );
         }
-        host::log(Level::Info, &format!("fusewire: configured {n} policies"));
+        // No policy: every request passes untouched, as with an empty configuration
+        // (found by review: a template rendering an empty list was told at info).
+        let (level, none) = match n {
+            0 => (Level::Warn, ": every request passes untouched"),
+            _ => (Level::Info, ""),
+        };
+        host::log(level, &format!("fusewire: configured {n} policies{none}"));
         true
     }
 

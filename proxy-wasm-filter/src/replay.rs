@@ -41,14 +41,20 @@ pub struct Collapsed {
     pub body: Rc<Vec<u8>>,
 }
 
-/// The serialized headers of a replayed response, tagged `x-fusewire: <tag>` (and
-/// `age`, in seconds, for a stale copy).
-pub fn replay_headers(r: &Response, tag: &str, age: Option<u64>) -> Vec<u8> {
-    let age = age.map(|a| a.to_string());
+/// The serialized headers of a replayed response, tagged `x-fusewire: <tag>`. A
+/// stale copy kept for `kept` seconds gets `age`: the upstream's own `age` plus
+/// `kept` (RFC 9111 §4.2.3; found by review: the upstream's was dropped, so a cache
+/// in front took an old copy for fresh).
+pub fn replay_headers(r: &Response, tag: &str, kept: Option<u64>) -> Vec<u8> {
+    let upstream = || {
+        let age = r.headers.iter().find(|(k, _)| k == "age")?;
+        age.1.trim().parse::<u64>().ok()
+    };
+    let age = kept.map(|s| s.saturating_add(upstream().unwrap_or(0)).to_string());
     let mut pairs: Vec<(&str, &str)> = r
         .headers
         .iter()
-        .filter(|(k, _)| replayable(k) && *k != "age")
+        .filter(|(k, _)| replayable(k) && !(age.is_some() && *k == "age"))
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     pairs.push(("x-fusewire", tag));

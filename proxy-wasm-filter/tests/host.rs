@@ -1339,9 +1339,11 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
     let good = UpstreamReply::status(200)
         .with_header("content-type", "application/json")
         .with_header("connection", "keep-alive")
+        .with_header("age", "100")
         .with_body(r#"{"id":7}"#);
     for w in 0..4 {
-        h.request(w, Request::get("/api/item/7"), good.clone());
+        let r = h.request(w, Request::get("/api/item/7"), good.clone());
+        assert_eq!(r.response_header("age").as_deref(), Some("100"));
     }
     h.run_for(Duration::from_millis(3_000));
     fail_20(
@@ -1354,7 +1356,8 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
     assert!(!r.sent_upstream, "breaker open");
     assert_eq!(r.response_status, Some(200));
     assert_eq!(r.response_header("x-fusewire").as_deref(), Some("stale"));
-    assert_eq!(r.response_header("age").as_deref(), Some("3"));
+    // The upstream's own age plus the 3 s it was kept (found by review: 3).
+    assert_eq!(r.response_header("age").as_deref(), Some("103"));
     assert_eq!(r.response_header("connection"), None, "hop-by-hop dropped");
     assert_eq!(r.response_body, br#"{"id":7}"#);
     let r = h.request(
@@ -1993,4 +1996,13 @@ fn an_empty_configuration_passes_every_request_and_warns() {
         .into_iter()
         .any(|l| l.level == 3 && l.message.contains("no plugin configuration"));
     assert!(warned, "a warning is logged");
+    // So does an empty policy list (found by review: told at info level).
+    let mut h = harness(CasMode::Envoy, r#"{"policies": []}"#);
+    let r = h.request(0, Request::get("/api/x"), UpstreamReply::status(503));
+    assert!(r.sent_upstream && r.response_status == Some(503), "{r:?}");
+    let warned = h.logs().into_iter().any(|l| {
+        l.level == 3
+            && l.message == "fusewire: configured 0 policies: every request passes untouched"
+    });
+    assert!(warned, "{:?}", h.logs());
 }
