@@ -211,7 +211,7 @@ pub struct Report {
     pub workers: usize,
     /// Traffic seconds.
     pub duration_s: u64,
-    /// Upstream phases in order.
+    /// Upstream phases by start (a cluster's own phases among them, labelled with it).
     pub phases: Vec<PhaseInfo>,
     /// The scenario's plugin reloads and what became of each.
     #[serde(default)]
@@ -253,9 +253,7 @@ impl ReportBuilder {
                 clock: format!("{:?}", s.clock).to_lowercase(),
                 workers: s.workers,
                 duration_s: s.duration_s,
-                phases: s
-                    .upstream
-                    .iter()
+                phases: phases_by_start(&s.upstream)
                     .map(|p| PhaseInfo {
                         from_s: p.from_s,
                         label: phase_label(p),
@@ -373,7 +371,23 @@ impl ReportBuilder {
     }
 }
 
+/// Every cluster's phases and the general ones on one timeline, by start (stable).
+fn phases_by_start(
+    phases: &[crate::scenario::UpstreamPhase],
+) -> impl Iterator<Item = &crate::scenario::UpstreamPhase> {
+    let mut v: Vec<_> = phases.iter().collect();
+    v.sort_by(|a, b| a.from_s.total_cmp(&b.from_s));
+    v.into_iter()
+}
+
 fn phase_label(p: &crate::scenario::UpstreamPhase) -> String {
+    match &p.cluster {
+        Some(c) => format!("{c}: {}", general_label(p)),
+        None => general_label(p),
+    }
+}
+
+fn general_label(p: &crate::scenario::UpstreamPhase) -> String {
     if !p.label.is_empty() {
         return p.label.clone();
     }

@@ -134,6 +134,10 @@ pub struct Traffic {
     /// Headers added to every request.
     #[serde(default)]
     pub headers: Vec<(String, String)>,
+    /// Headers with a value drawn per request: `{ name, values = [{ value, weight }] }`
+    /// (tenants, users: keys that vary from request to request).
+    #[serde(default)]
+    pub header_choices: Vec<HeaderChoice>,
     /// Clients reset requests without a response after this long (0 = never).
     #[serde(default)]
     pub client_timeout_ms: u64,
@@ -153,6 +157,16 @@ fn default_methods() -> Vec<Weighted> {
         value: "GET".into(),
         weight: 1.0,
     }]
+}
+
+/// A request header whose value is drawn per request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderChoice {
+    /// Header name (lower case).
+    pub name: String,
+    /// Values with weights.
+    pub values: Vec<Weighted>,
 }
 
 /// A rate change.
@@ -210,6 +224,10 @@ pub struct UpstreamPhase {
     /// Label shown on the timeline.
     #[serde(default)]
     pub label: String,
+    /// The cluster whose requests this phase answers: a cluster with phases of its own
+    /// follows them; every other cluster follows the phases without `cluster`.
+    #[serde(default)]
+    pub cluster: Option<String>,
     /// Status mix: status code (as a string key) → weight, e.g. `{ "200" = 95, "503" = 5 }`.
     #[serde(default = "default_status")]
     pub status: BTreeMap<String, f64>,
@@ -391,15 +409,37 @@ impl Scenario {
         {
             bail!("traffic.methods: need at least one method with a positive weight");
         }
+        for (i, h) in t.header_choices.iter().enumerate() {
+            if h.name.is_empty() || h.name != h.name.to_ascii_lowercase() {
+                bail!("traffic.header_choices[{i}].name: must be a lower-case header name");
+            }
+            if h.values.iter().any(|w| w.weight.is_nan() || w.weight < 0.0)
+                || h.values.iter().all(|w| w.weight == 0.0)
+            {
+                bail!("traffic.header_choices[{i}].values: need a value with a positive weight");
+            }
+        }
         if self.upstream.is_empty() {
             bail!("upstream: at least one phase is required");
         }
-        if self.upstream[0].from_s != 0.0 {
-            bail!("upstream[0].from_s: the first phase must start at 0");
-        }
+        // Each cluster's phases (and the general ones) start at 0 and increase.
+        let mut last: BTreeMap<Option<&str>, f64> = BTreeMap::new();
         for (i, p) in self.upstream.iter().enumerate() {
-            if i > 0 && p.from_s <= self.upstream[i - 1].from_s {
-                bail!("upstream[{i}].from_s: phases must be in increasing from_s order");
+            let group = p.cluster.as_deref();
+            if let Some(c) = group {
+                if !self.clusters.iter().any(|k| k.name == c) {
+                    bail!("upstream[{i}].cluster: no cluster named {c:?}");
+                }
+            }
+            match last.insert(group, p.from_s) {
+                None if p.from_s != 0.0 => bail!(
+                    "upstream[{i}].from_s: the first phase{} must start at 0",
+                    group.map_or(String::new(), |c| format!(" of cluster {c:?}"))
+                ),
+                Some(before) if p.from_s <= before => {
+                    bail!("upstream[{i}].from_s: phases must be in increasing from_s order")
+                }
+                _ => {}
             }
             if !(0.0..=1.0).contains(&p.reset_ratio)
                 || !(0.0..=1.0).contains(&p.hang_ratio)
@@ -444,16 +484,37 @@ impl Scenario {
                     r.cluster
                 );
             }
+            if !last.contains_key(&None) && !last.contains_key(&Some(r.cluster.as_str())) {
+                bail!(
+                    "upstream: cluster {:?} (route {:?}) has no phase: add phases without `cluster`",
+                    r.cluster,
+                    r.name
+                );
+            }
         }
         Ok(())
     }
 
-    fn phase_at(&self, t_s: f64) -> &UpstreamPhase {
-        self.upstream
+    /// The phase answering a request to `cluster` at `t_s`: the cluster's own
+    /// phases if it has any, else the general ones.
+    fn phase_at(&self, t_s: f64, cluster: &str) -> &UpstreamPhase {
+        let own = self
+            .upstream
             .iter()
-            .rev()
-            .find(|p| p.from_s <= t_s)
-            .unwrap_or(&self.upstream[0])
+            .any(|p| p.cluster.as_deref() == Some(cluster));
+        let group = |p: &&UpstreamPhase| match &p.cluster {
+            Some(c) => own && c == cluster,
+            None => !own,
+        };
+        let mut phases = self.upstream.iter().filter(group);
+        let first = phases.clone().next().unwrap_or(&self.upstream[0]);
+        phases.rfind(|p| p.from_s <= t_s).unwrap_or(first)
+    }
+
+    /// The cluster a request for `path` goes to (first route whose prefix matches).
+    fn cluster_of(&self, path: &str) -> &str {
+        let route = self.routes.iter().find(|r| path.starts_with(&r.prefix));
+        route.map_or("", |r| r.cluster.as_str())
     }
 
     fn rate_at(&self, t_s: f64) -> f64 {
@@ -631,6 +692,12 @@ impl Runner<'_> {
     }
 
     fn submit(&mut self, h: &mut Harness, at: u64) {
+        let (req, reply, worker) = self.draw(at);
+        h.submit_at(at, worker, req, reply);
+    }
+
+    /// The request arriving at `at`, the upstream's reply to it, and its worker.
+    fn draw(&mut self, at: u64) -> (Request, UpstreamReply, usize) {
         let t = &self.s.traffic;
         let path = pick(&t.paths, &mut self.rng).to_string();
         let method = pick(&t.methods, &mut self.rng).to_string();
@@ -638,10 +705,13 @@ impl Runner<'_> {
         for (k, v) in &t.headers {
             req = req.header(k, v);
         }
+        for h in &t.header_choices {
+            req = req.header(&h.name, pick(&h.values, &mut self.rng));
+        }
         if t.client_timeout_ms > 0 {
             req = req.client_timeout_ms(t.client_timeout_ms);
         }
-        let phase = self.s.phase_at(at as f64 / 1e9);
+        let phase = self.s.phase_at(at as f64 / 1e9, self.s.cluster_of(&path));
         let latency = phase.latency.sample_ns(&mut self.rng);
         let u = self.rng.f64();
         let reply = if u < phase.reset_ratio {
@@ -680,6 +750,116 @@ impl Runner<'_> {
             }
             WorkerChoice::Random => (self.rng.next_u64() % self.s.workers as u64) as usize,
         };
-        h.submit_at(at, worker, req, reply);
+        (req, reply, worker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO_SERVICES: &str = r#"
+duration_s = 10
+[[routes]]
+name = "pay"
+prefix = "/pay"
+cluster = "payments"
+[[routes]]
+name = "rest"
+prefix = "/"
+cluster = "backend"
+[[clusters]]
+name = "payments"
+[[clusters]]
+name = "backend"
+[traffic]
+rate_per_s = 10
+paths = [{ value = "/pay/charge" }, { value = "/catalog" }]
+header_choices = [{ name = "x-tenant", values = [{ value = "acme", weight = 3 }, { value = "zeta" }] }]
+[[upstream]]
+from_s = 0
+[[upstream]]
+from_s = 0
+label = "payments ok"
+[[upstream]]
+from_s = 5
+label = "payments down"
+status = { "503" = 1 }
+"#;
+
+    /// The scenario with the payments phases on `cluster`, the first from `first_s`.
+    fn two_services(cluster: &str, first_s: u32) -> String {
+        let on = format!("cluster = \"{cluster}\"\nlabel = \"payments");
+        TWO_SERVICES.replace("label = \"payments", &on).replace(
+            "from_s = 0\ncluster",
+            &format!("from_s = {first_s}\ncluster"),
+        )
+    }
+
+    fn status(r: &UpstreamReply) -> u16 {
+        match r {
+            UpstreamReply::Response { status, .. } => *status,
+            _ => 0,
+        }
+    }
+
+    /// A cluster with phases of its own follows them, the others the general ones;
+    /// a header choice draws its values by weight (found by review: a scenario could
+    /// not fail one upstream while others stayed healthy, nor vary a key header).
+    #[test]
+    fn a_cluster_follows_its_own_phases_and_header_choices_vary_per_request() {
+        let s = Scenario::from_toml(&two_services("payments", 0)).expect("valid");
+        let mut r = Runner {
+            s: &s,
+            rng: Rng::new(3),
+            rr: 0,
+        };
+        let (mut acme, mut n) = (0, 0);
+        for i in 0..2_000u64 {
+            let at = i * 5_000_000; // 0 .. 10 s
+            let (req, reply, _) = r.draw(at);
+            let failing = req.path.starts_with("/pay") && at >= 5_000_000_000;
+            assert_eq!(
+                status(&reply),
+                if failing { 503 } else { 200 },
+                "{} at {at}",
+                req.path
+            );
+            let tenant = req
+                .headers
+                .iter()
+                .find(|(k, _)| k == "x-tenant")
+                .map(|(_, v)| v.as_str());
+            acme += usize::from(tenant == Some("acme"));
+            n += usize::from(tenant.is_some());
+        }
+        assert_eq!(n, 2_000);
+        assert!(
+            (1_350..1_650).contains(&acme),
+            "3:1 weights, got {acme} acme of 2000"
+        );
+    }
+
+    #[test]
+    fn cluster_phases_are_checked() {
+        let err = |t: String| format!("{:#}", Scenario::from_toml(&t).expect_err("must fail"));
+        let e = err(two_services("nope", 0));
+        assert!(
+            e.contains("upstream[1].cluster: no cluster named \"nope\""),
+            "{e}"
+        );
+        let e = err(two_services("payments", 1));
+        assert!(
+            e.contains(
+                "upstream[1].from_s: the first phase of cluster \"payments\" must start at 0"
+            ),
+            "{e}"
+        );
+        let no_general = two_services("payments", 0).replacen("[[upstream]]\nfrom_s = 0\n", "", 1);
+        let e = err(no_general);
+        assert!(
+            e.contains("cluster \"backend\" (route \"rest\") has no phase"),
+            "{e}"
+        );
     }
 }
