@@ -34,6 +34,32 @@ async function settle(p) {
 }
 
 describe('options.fusewire', () => {
+  test('the README\'s resilience4j settings trip as resilience4j does: 5 failures then 5 successes open at the 10th call', async () => {
+    const breaker = new CircuitBreaker(async (ok) => {
+      if (!ok) throw new Error('down');
+      return 'up';
+    }, {
+      timeout: 2000,
+      fusewire: {
+        breaker: {
+          error_percentage: { threshold_percentage: 50, request_volume_threshold: 10,
+            denominator: 'total', comparison: 'at_or_above' },
+          slow_call: { enabled: true, duration_threshold_ms: 1000, rate_threshold_percentage: 100 },
+          half_open: { permitted_probes: 10, success_threshold: 10, probe_timeout_ms: 5000, reset_window_on_close: true },
+          open: { sleep_window_ms: 60_000 },
+        },
+        metrics: { rolling_window_ms: 10_000, rolling_buckets: 10 },
+      },
+    });
+    let seq = '';
+    for (const ok of [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1]) {
+      seq += await breaker.fire(ok).then(() => 'S', (e) => (e.code === 'EOPENBREAKER' ? 'R' : 'F'));
+    }
+    assert.equal(seq, 'FFFFFSSSSSR');
+    assert.equal(breaker.opened, true);
+    breaker.shutdown();
+  });
+
   test('consecutive failures alone trip only with the error rate off, as README says (found by review: its example tripped on the first failure)', async () => {
     const run = async (breaker) => {
       const b = new CircuitBreaker(async (ok) => {

@@ -48,6 +48,24 @@ test('Envoy-style names: <prefix>_<name>_<suffix>', async () => {
   assert.equal(await registry.getSingleMetric('fusewire_breakers'), undefined);
 });
 
+test('metrics_only\'s would-be rejections are a counter (found by a review from resilience4j\'s side: nowhere to be seen)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const b = new CircuitBreaker(async () => {
+    throw new Error('down');
+  }, { name: 'shadow', fusewire: { breaker: { mode: 'metrics_only' } } });
+  await b.fire().catch(() => {});
+  assert.equal(b.opened, true, 'the shadow state machine tripped on the first failure');
+  const codes = [];
+  for (let i = 0; i < 5; i++) codes.push(await b.fire().catch((e) => e.message));
+  assert.deepEqual(codes, ['down', 'down', 'down', 'down', 'down'], 'every call admitted');
+  const text = await scrape(registry);
+  assert.match(text, /^# TYPE fusewire_shadow_shadow_rejections counter$/m);
+  assert.match(text, /^fusewire_shadow_shadow_rejections 5$/m);
+  b.shutdown();
+  remove();
+});
+
 test('labels: true puts the name in a label', async () => {
   const registry = new client.Registry();
   const remove = register({ client, registers: [registry], prefix: 'app', labels: true });

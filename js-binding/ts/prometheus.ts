@@ -82,7 +82,14 @@ type Breaker = CircuitBreaker<any, any>; // eslint-disable-line @typescript-esli
 
 const EVENTS = [0, 1, 2, 12, 3, 4, 5, 6, 7, 8, 10, 11];
 const QUANTILES = PERCENTILES.map(String);
-const COUNTERS = [...EVENTS.map((k) => KIND_NAMES[k]!), 'opened', 'half_opened', 'closed'];
+/**
+ * Counts of the core's snapshot beside the event kinds: `metrics_only`'s would-be
+ * rejections (found by a review from resilience4j's side: a shadow breaker's
+ * rejections were nowhere to be seen).
+ */
+const EXTRA = [S.SHADOW];
+const EXTRA_NAMES = ['shadow_rejections'];
+const COUNTERS = [...EVENTS.map((k) => KIND_NAMES[k]!), ...EXTRA_NAMES, 'opened', 'half_opened', 'closed'];
 const GAUGES = ['breaker_state', 'in_flight', 'latency_ms'];
 
 /**
@@ -122,9 +129,10 @@ const counts = new WeakMap<Breaker, Counts>();
 function cumulative(b: Breaker, o: Float64Array): number[] {
   const key = o[S.KEY_ID]!;
   let c = counts.get(b);
-  if (c === undefined) counts.set(b, (c = { key, last: EVENTS.map(() => 0), carried: EVENTS.map(() => 0) }));
+  const n = EVENTS.length + EXTRA.length;
+  if (c === undefined) counts.set(b, (c = { key, last: Array(n).fill(0), carried: Array(n).fill(0) }));
   const base = b._primed;
-  const raw = EVENTS.map((k) => o[S.CUMULATIVE + k]! - (base?.[k] ?? 0));
+  const raw = [...EVENTS.map((k) => o[S.CUMULATIVE + k]! - (base?.[k] ?? 0)), ...EXTRA.map((at) => o[at]!)];
   if (key !== c.key || raw.some((v, i) => v < c.last[i]!)) {
     c.key = key;
     c.carried = c.carried.map((v, i) => v + c.last[i]!);
@@ -151,6 +159,9 @@ function sample(b: Breaker, last = false): Sample | undefined {
   EVENTS.forEach((k, i) => {
     counters[KIND_NAMES[k]!] = total[i]!;
   });
+  EXTRA_NAMES.forEach((name, i) => {
+    counters[name] = total[EVENTS.length + i]!;
+  });
   counters['opened'] = b._transitions.opened;
   counters['half_opened'] = b._transitions.halfOpened;
   counters['closed'] = b._transitions.closed;
@@ -173,6 +184,7 @@ function help(suffix: string): string {
   if (suffix === 'in_flight') return 'calls holding a slot';
   if (suffix === 'latency_ms') return 'latency percentiles over the rolling window (ms)';
   if (suffix === 'breakers') return 'live fusewire breakers';
+  if (suffix === 'shadow_rejections') return 'calls metrics_only would have refused, since the breaker was created';
   return `${suffix} since the breaker was created`;
 }
 
