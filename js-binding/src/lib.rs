@@ -970,7 +970,8 @@ pub extern "C" fn fw_state(h: u32, now: f64) -> i32 {
 /// `[44]` probes issued, `[45]` warming up, `[46]` opened at (ms), `[47]` open until
 /// (ms), `[48]` late results, `[49]` shadow rejections, `[50]` open step,
 /// `[51]` slots held (shared), `[52]` memory bytes of the key, `[53]` the key's id
-/// (another id: the key expired and was made again, its counts from 0).
+/// (another id: the key expired and was made again, its counts from 0), `[54]` slow
+/// calls in the rolling window (the `slow_call` rule on).
 /// Returns 0, or [`E_HANDLE`].
 #[no_mangle]
 pub extern "C" fn fw_snapshot(h: u32, now: f64) -> i32 {
@@ -1031,6 +1032,7 @@ pub extern "C" fn fw_snapshot(h: u32, now: f64) -> i32 {
             .circuit(b.key)
             .map_or(0.0, |c| c.memory_bytes() as f64);
         out[53] = b.key.to_raw() as f64;
+        out[54] = snap.health.slow as f64;
         0
     })
 }

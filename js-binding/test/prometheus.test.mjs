@@ -66,6 +66,21 @@ test('metrics_only\'s would-be rejections are a counter (found by a review from 
   remove();
 });
 
+test('slow_calls: the calls in the rolling window the slow-call rule counts (found by the same review: no slow-call figure anywhere)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const b = new CircuitBreaker((ms) => sleep(ms), {
+    name: 'slowish',
+    fusewire: { breaker: { slow_call: { enabled: true, duration_threshold_ms: 15, rate_threshold_percentage: 100 } } },
+  });
+  for (const ms of [0, 30, 0, 30, 30]) await b.fire(ms);
+  const text = await scrape(registry);
+  assert.match(text, /^# TYPE fusewire_slowish_slow_calls gauge$/m);
+  assert.match(text, /^fusewire_slowish_slow_calls 3$/m);
+  b.shutdown();
+  remove();
+});
+
 test('labels: true puts the name in a label', async () => {
   const registry = new client.Registry();
   const remove = register({ client, registers: [registry], prefix: 'app', labels: true });

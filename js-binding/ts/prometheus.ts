@@ -90,7 +90,7 @@ const QUANTILES = PERCENTILES.map(String);
 const EXTRA = [S.SHADOW];
 const EXTRA_NAMES = ['shadow_rejections'];
 const COUNTERS = [...EVENTS.map((k) => KIND_NAMES[k]!), ...EXTRA_NAMES, 'opened', 'half_opened', 'closed'];
-const GAUGES = ['breaker_state', 'in_flight', 'latency_ms'];
+const GAUGES = ['breaker_state', 'in_flight', 'slow_calls', 'latency_ms'];
 
 /**
  * `<prefix>_<name>_<suffix>` with each character (code point) outside `[A-Za-z0-9_]`
@@ -105,6 +105,8 @@ interface Sample {
   counters: Record<string, number>;
   state: number;
   inFlight: number;
+  /** Slow calls in the rolling window (the `slow_call` rule on). */
+  slow: number;
   latency: Record<string, number>;
 }
 
@@ -174,7 +176,7 @@ function sample(b: Breaker, last = false): Sample | undefined {
     });
     latency['mean'] = o[S.MEAN]!;
   }
-  const s = { at: t, counters, state: o[S.PHASE]!, inFlight: o[S.IN_FLIGHT]!, latency };
+  const s = { at: t, counters, state: o[S.PHASE]!, inFlight: o[S.IN_FLIGHT]!, slow: o[S.SLOW]!, latency };
   samples.set(b, s);
   return s;
 }
@@ -182,6 +184,7 @@ function sample(b: Breaker, last = false): Sample | undefined {
 function help(suffix: string): string {
   if (suffix === 'breaker_state') return 'breaker state: 0 closed, 1 open, 2 half-open';
   if (suffix === 'in_flight') return 'calls holding a slot';
+  if (suffix === 'slow_calls') return 'calls in the rolling window at or over slow_call.duration_threshold_ms (the slow_call rule on)';
   if (suffix === 'latency_ms') return 'latency percentiles over the rolling window (ms)';
   if (suffix === 'breakers') return 'live fusewire breakers';
   if (suffix === 'shadow_rejections') return 'calls metrics_only would have refused, since the breaker was created';
@@ -193,7 +196,7 @@ const OPENNESS = [0, 2, 1];
 
 /**
  * The value of several breakers that report under one series (the same name, or
- * names equal once sanitised): counters and `in_flight` add up, `breaker_state` is
+ * names equal once sanitised): counters, `in_flight` and `slow_calls` add up, `breaker_state` is
  * the most open one's (open, then half-open, then closed), latency is the newest
  * breaker's (percentiles do not add up). `retired`: the final counters of breakers
  * that shut down while others of the series lived on, so a counter never goes down
@@ -205,11 +208,12 @@ function merge(bs: Iterable<Breaker>, retired?: Record<string, number>): Sample 
     const s = sample(b);
     if (s === undefined) continue;
     if (m === undefined) {
-      m = { at: s.at, counters: { ...s.counters }, state: s.state, inFlight: s.inFlight, latency: s.latency };
+      m = { ...s, counters: { ...s.counters } };
       continue;
     }
     for (const [k, v] of Object.entries(s.counters)) m.counters[k] = (m.counters[k] ?? 0) + v;
     m.inFlight += s.inFlight;
+    m.slow += s.slow;
     if (OPENNESS[s.state]! > OPENNESS[m.state]!) m.state = s.state;
     m.latency = s.latency;
   }
@@ -223,6 +227,7 @@ function merge(bs: Iterable<Breaker>, retired?: Record<string, number>): Sample 
 function fill(m: Metric, suffix: string, s: Sample, labels: Record<string, string>): void {
   if (suffix === 'breaker_state') m.set?.(labels, s.state);
   else if (suffix === 'in_flight') m.set?.(labels, s.inFlight);
+  else if (suffix === 'slow_calls') m.set?.(labels, s.slow);
   else if (suffix === 'latency_ms') {
     for (const [q, v] of Object.entries(s.latency)) m.set?.({ ...labels, quantile: q }, v);
   } else m.inc?.(labels, s.counters[suffix] ?? 0);
