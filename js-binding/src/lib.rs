@@ -411,15 +411,15 @@ impl Breaker {
     }
 
     fn next_deadline(&self) -> Option<u64> {
-        [
-            self.engine.next_deadline(),
-            self.cache.as_ref().and_then(RequestCache::next_deadline),
-            self.coalesce.as_ref().and_then(RequestCache::next_deadline),
-            self.collapser.as_ref().and_then(Collapser::next_deadline),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        let caches = [&self.cache, &self.coalesce];
+        let mut next = self.engine.next_deadline().unwrap_or(u64::MAX);
+        for d in caches.into_iter().flatten().filter_map(RequestCache::next_deadline) {
+            next = next.min(d);
+        }
+        if let Some(d) = self.collapser.as_ref().and_then(Collapser::next_deadline) {
+            next = next.min(d);
+        }
+        (next != u64::MAX).then_some(next)
     }
 
     fn rekey(&mut self, now: u64) {
