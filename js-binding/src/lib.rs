@@ -413,7 +413,11 @@ impl Breaker {
     fn next_deadline(&self) -> Option<u64> {
         let caches = [&self.cache, &self.coalesce];
         let mut next = self.engine.next_deadline().unwrap_or(u64::MAX);
-        for d in caches.into_iter().flatten().filter_map(RequestCache::next_deadline) {
+        for d in caches
+            .into_iter()
+            .flatten()
+            .filter_map(RequestCache::next_deadline)
+        {
             next = next.min(d);
         }
         if let Some(d) = self.collapser.as_ref().and_then(Collapser::next_deadline) {
