@@ -56,6 +56,17 @@ test('a fusewire.wasm next to the bundled code is found', () => {
   assert.equal(run(code), 'loaded function');
 });
 
+test('the file next to the bundle wins over one above it, and a file that is not the module is named (found by a library author\'s review)', () => {
+  const code = join(tmp, 'stale', 'bundle');
+  cpSync(join(dist, 'cjs'), code, { recursive: true });
+  writeFileSync(join(tmp, 'stale', 'fusewire.wasm'), 'not wasm');
+  copyFileSync(join(dist, 'fusewire.wasm'), join(code, 'fusewire.wasm'));
+  assert.equal(run(code), 'loaded function', 'the one beside the bundle');
+  const junk = join(tmp, 'stale', 'fusewire.wasm');
+  const out = run(code, { FUSEWIRE_WASM: junk });
+  assert.match(out, /^error Error fusewire: .*stale\/fusewire\.wasm is not fusewire's WebAssembly module \(.*\); copy node_modules\/fusewire\/dist\/fusewire\.wasm of this version there, or point FUSEWIRE_WASM at it$/);
+});
+
 test('FUSEWIRE_WASM names the file; a wrong path is reported as such', () => {
   const code = join(tmp, 'env', 'bundle');
   cpSync(join(dist, 'cjs'), code, { recursive: true });

@@ -11,6 +11,7 @@
 import { now } from './clock.js';
 import type { CoreSharedConfig } from './config.js';
 import { bytes, io, nextIo, putScratchBytes, w } from './engine.js';
+import { brand } from './errors.js';
 
 /** @internal What a breaker gives its async store. */
 export interface AsyncHost {
@@ -146,3 +147,5 @@ export function deliver(h: number, id: number, kind: number, token: number, valu
 const MAX_STATE = 64 * 1024;
 /** `fw_io_done` kind: the store call failed. */
 const FAILED = 4;
+
+brand(AsyncStore, 'AsyncStore');

@@ -20,7 +20,7 @@ import {
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
   RUNNING, S, TIMEOUT, bytes, io, loaded, message, nextIo, notLoaded, out, putKey, putScratchBytes, w,
 } from './engine.js';
-import { describe, isOurError, optionError, ourError, warn, type CircuitBreakerError } from './errors.js';
+import { brand, describe, isOurError, kindOf, optionError, ourError, warn, type CircuitBreakerError } from './errors.js';
 import { tagged } from './key.js';
 import { FOR_COLLAPSER, bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, listening, ready } from './platform.js';
@@ -532,11 +532,20 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // The store, if shared.
     const shared = o['shared'] as Record<string, unknown> | undefined;
     if (shared !== undefined) {
-      const st = shared['store'];
+      let st = shared['store'];
+      // Another copy of fusewire (bundled into a dependency, or another version):
+      // its SharedStore is used through its memory, whose layout version is checked
+      // (found by review: refused as "an object").
+      if (!(st instanceof SharedStore) && kindOf(st) === 'SharedStore') {
+        st = SharedStore.from((st as { buffer: SharedArrayBuffer }).buffer);
+      }
       if (!(st instanceof SharedStore) && !(st instanceof AsyncStore)) {
         const sab = typeof SharedArrayBuffer === 'function' && st instanceof SharedArrayBuffer;
         throw optionError('options.shared.store', `must be a SharedStore or a RedisStore, got ${sab
-          ? 'a SharedArrayBuffer (in a worker, pass SharedStore.from(buffer))' : describe(st)}`);
+          ? 'a SharedArrayBuffer (in a worker, pass SharedStore.from(buffer))'
+          : kindOf(st) === 'AsyncStore'
+            ? 'a RedisStore of another copy of fusewire (a bundled copy, or another version): make it with the fusewire that makes this breaker'
+            : describe(st)}`);
       }
       if ((o['name'] === undefined && action.name === '') || o['name'] === '') {
         throw optionError('options.name', 'a shared breaker needs a name (the same in every worker)');
@@ -793,8 +802,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (!func) {
       // opossum keeps whatever it is given and runs a fallback only when it is truthy.
       this._fallbackFn = undefined;
-    } else if (func instanceof CircuitBreaker) {
-      const other = func;
+    } else if (func instanceof CircuitBreaker || kindOf(func) === 'CircuitBreaker') {
+      // Also one of another copy of fusewire (found by review: refused as "an object").
+      const other = func as CircuitBreaker<unknown[], unknown>;
       this._fallbackFn = (...args: unknown[]) => other.fire(...args);
     } else if (typeof func === 'function') {
       this._fallbackFn = func;
@@ -1950,7 +1960,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     const pre = o['status'];
     if (pre !== undefined) {
-      const stats: Partial<Stats> = pre instanceof Status ? pre.stats : (pre as Partial<Stats>);
+      // Also a Status of another copy of fusewire (found by review: it primed nothing).
+      const stats: Partial<Stats> = pre instanceof Status || kindOf(pre) === 'Status'
+        ? (pre as Status).stats : (pre as Partial<Stats>);
       this._prime(stats, t);
       if (w.fw_snapshot(this._h, t) === 0) {
         const o = out();
@@ -2436,6 +2448,8 @@ const EMITTED = new Map<string, readonly [number, number, number, number]>([
 /** opossum's `eventNames()` of a new breaker, in its order. */
 const EMITTED_NAMES = ['success', 'failure', 'fallback', 'timeout', 'fire', 'reject', 'cacheHit', 'cacheMiss',
   'coalesceCacheHit', 'coalesceCacheMiss', 'open', 'close', 'semaphoreLocked'];
+
+brand(CircuitBreaker, 'CircuitBreaker');
 
 function defaultKey(...args: unknown[]): string {
   return JSON.stringify(args);

@@ -55,3 +55,22 @@ export function warn(text: string): void {
   if (typeof p?.emitWarning === 'function') p.emitWarning(text, 'FusewireWarning');
   else console.warn(`FusewireWarning: ${text}`);
 }
+
+/**
+ * @internal What a fusewire object is, readable across copies of the package (one
+ * bundled into a dependency, two versions installed), where `instanceof` fails: a
+ * `Symbol.for` key, as `isOurError`'s mark.
+ */
+export const KIND = Symbol.for('fusewire.kind');
+
+/** @internal Marks a class's instances as `kind` (not enumerable). */
+export function brand(cls: { prototype: object }, kind: string): void {
+  Object.defineProperty(cls.prototype, KIND, { value: kind });
+}
+
+/** @internal The kind of a fusewire object from any copy of the package, if it is one. */
+export function kindOf(v: unknown): string | undefined {
+  if ((typeof v !== 'object' && typeof v !== 'function') || v === null) return undefined;
+  const k = (v as { [KIND]?: unknown })[KIND];
+  return typeof k === 'string' ? k : undefined;
+}

@@ -59,7 +59,9 @@ function wasmPath(): string {
   }
   const dir = typeof __dirname === 'string' ? __dirname : undefined;
   const tried: string[] = [];
-  const candidates = dir !== undefined ? [join(dir, '..', 'fusewire.wasm'), join(dir, 'fusewire.wasm')] : [];
+  // Next to this file first (a bundle), then the package's own dist/ above dist/cjs
+  // (found by review: a stale file above a bundle won over the one beside it).
+  const candidates = dir !== undefined ? [join(dir, 'fusewire.wasm'), join(dir, '..', 'fusewire.wasm')] : [];
   const entry = process.argv[1];
   if (entry !== undefined && entry !== '') candidates.push(join(dirname(entry), 'fusewire.wasm'));
   candidates.push(join(dirname(process.execPath), 'fusewire.wasm'));
@@ -71,10 +73,26 @@ function wasmPath(): string {
   throw new Error(`fusewire: its WebAssembly module fusewire.wasm was not found (tried ${tried.join(', ')}). ` +
     'This happens when fusewire is bundled for Node (esbuild --platform=node, webpack target node): ' +
     'mark fusewire as external (esbuild --external:fusewire, webpack externals) so it loads from node_modules, ' +
-    'or copy node_modules/fusewire/dist/fusewire.wasm next to the bundle (or the executable), or set FUSEWIRE_WASM to its path.');
+    (dir === undefined
+      // An ES module bundle has no __dirname (found by review: told to copy the file
+      // next to the bundle, where it was never looked for).
+      ? 'or, as this is an ES module bundle (no __dirname), copy node_modules/fusewire/dist/fusewire.wasm next to the entry script ' +
+        'or the executable, define __dirname in the bundle (esbuild --banner, tsup shims: true), or set FUSEWIRE_WASM to its path.'
+      : 'or copy node_modules/fusewire/dist/fusewire.wasm next to the bundle (or the executable), or set FUSEWIRE_WASM to its path.'));
 }
 
-instantiate(new WebAssembly.Module(readFileSync(wasmPath())));
+function load(path: string): WebAssembly.Module {
+  try {
+    return new WebAssembly.Module(readFileSync(path));
+  } catch (e) {
+    // Name the file (found by review: a stale or foreign file gave a bare CompileError).
+    throw new Error(`fusewire: ${path} is not fusewire's WebAssembly module (${e instanceof Error ? e.message : String(e)}); ` +
+      'copy node_modules/fusewire/dist/fusewire.wasm of this version there' +
+      (fromEnv() === path ? ', or point FUSEWIRE_WASM at it' : ''), { cause: e });
+  }
+}
+
+instantiate(load(wasmPath()));
 
 /** Resolved: Node compiles the module synchronously at load. */
 export const ready: Promise<void> = Promise.resolve();

@@ -6,6 +6,7 @@
  */
 import { K, S, out, w } from './engine.js';
 import type { Emitter } from './emitter.js';
+import { brand } from './errors.js';
 import { EventEmitter } from './platform.js';
 
 /** The percentiles opossum reports (keys of `stats.percentiles`). */
@@ -280,3 +281,5 @@ export class Status extends (EventEmitter as new () => Emitter) {
     return this;
   }
 }
+
+brand(Status, 'Status');

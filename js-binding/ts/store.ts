@@ -22,7 +22,7 @@
  * `LOCK_TAKEOVER_MS` is taken over (a value it left half-written fails the state's
  * checksum and is reset by the core).
  */
-import { optionError, describe } from './errors.js';
+import { brand, optionError, describe } from './errors.js';
 
 const MAGIC = 0x46575331; // "FWS1"
 /** 3: entries record when they were written (2: the lock word holds its holder's id). */
@@ -459,3 +459,5 @@ export class SharedStore {
     }
   }
 }
+
+brand(SharedStore, 'SharedStore');
