@@ -165,7 +165,7 @@ export * from './cjs/redis.js';
 // condition): a clear error, not a Node build bundled in that fails on `process`.
 write('node-only.js', `
 throw new Error('fusewire/prometheus and fusewire/redis run in Node only (prom-client, ioredis): ' +
-  'in a browser, import { CircuitBreaker, SharedStore } from "fusewire"');
+  'in a browser or an edge runtime, import { CircuitBreaker, SharedStore } from "fusewire"');
 `);
 
 // The browser bundle: platform-browser.ts in place of platform.ts, monotonic-browser.ts
@@ -183,6 +183,27 @@ await esbuild.build({
     name: 'fusewire-platform',
     setup(b) {
       b.onResolve({ filter: /^\.\/platform\.js$/ }, () => ({ path: join(root, 'ts', 'platform-browser.ts') }));
+      b.onResolve({ filter: /^\.\/monotonic\.js$/ }, () => ({ path: join(root, 'ts', 'monotonic-browser.ts') }));
+    },
+  }],
+});
+// The workerd bundle (the `workerd` export condition: Cloudflare Workers): the browser
+// bundle with platform-workerd.ts, which imports the .wasm as a module (left to the
+// Worker's bundler, wrangler, which compiles it).
+await esbuild.build({
+  entryPoints: [join(root, 'ts', 'browser.ts')],
+  outfile: join(dist, 'workerd.js'),
+  bundle: true,
+  format: 'esm',
+  platform: 'neutral',
+  target: ['es2022'],
+  legalComments: 'none',
+  logLevel: 'warning',
+  external: ['./fusewire.wasm'],
+  plugins: [{
+    name: 'fusewire-platform',
+    setup(b) {
+      b.onResolve({ filter: /^\.\/platform\.js$/ }, () => ({ path: join(root, 'ts', 'platform-workerd.ts') }));
       b.onResolve({ filter: /^\.\/monotonic\.js$/ }, () => ({ path: join(root, 'ts', 'monotonic-browser.ts') }));
     },
   }],

@@ -23,7 +23,7 @@ import {
 import { brand, describe, isOurError, kindOf, optionError, ourError, warn, type CircuitBreakerError } from './errors.js';
 import { tagged } from './key.js';
 import { FOR_COLLAPSER, bool, create, fn, num, parse, str, type Parsed } from './options.js';
-import { EventEmitter, listening, ready } from './platform.js';
+import { EventEmitter, REQUEST_TIMERS, listening, ready } from './platform.js';
 import {
   CACHE_MISSES, COALESCE_MISSES, FAILURES, FIRES, Status, countPerBucket, emptyBucket, extraCounts, markOpen, readStats,
   readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
@@ -336,6 +336,8 @@ class Call {
   ctl: AbortController | undefined = undefined;
   signal: AbortSignal | undefined = undefined;
   onAbort: (() => void) | undefined = undefined;
+  /** Its own timer at its deadline, where timers die with their request (workerd). */
+  timer: unknown = undefined;
   constructor(
     readonly cb: CircuitBreaker<any, any>, // eslint-disable-line @typescript-eslint/no-explicit-any
     public id: number,
@@ -1248,6 +1250,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // Before the action runs: one that aborts its own call at once gives the lead up.
     if (lead1 >= 0) c.flight = this._lead1(lead1, p, key1);
     this._enter();
+    if (REQUEST_TIMERS) this._ownTimer(c);
     try {
       if (signal !== undefined) this._bind(c, signal, false);
       this._exec(c);
@@ -1410,6 +1413,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     const i = c.id % SLOTS;
     if (this._calls[i] === c) this._calls[i] = undefined;
+    if (c.timer !== undefined) globalThis.clearTimeout(c.timer as never);
     if (--this._busy === 0 && this._hold) this._refHold();
     if (this._lingering) this._letGo(c);
     if (c.signal !== undefined && c.onAbort !== undefined) {
@@ -1860,6 +1864,27 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     };
   }
 
+  /**
+   * Where a timer dies with the request that set it (workerd): a running call's own
+   * timer at its deadline, set in its caller's request, runs the breaker's due work
+   * (found by review: the breaker's one timer, set in an earlier request, never
+   * fired, and a hung call of the next request ran for good).
+   */
+  private _ownTimer(c: Call): void {
+    const timeout = this._parsed.timeout;
+    if (timeout === false) return;
+    try {
+      c.timer = globalThis.setTimeout(this._onCallTimer, timeout + 1);
+    } catch {
+      // Refused outside a request (workerd's global scope): the breaker's timer stands.
+    }
+  }
+
+  private readonly _onCallTimer = (): void => {
+    this._timer.cancel();
+    this._tick();
+  };
+
   /** (Re)arms the one timer at the core's next deadline. */
   private _arm(t: number): void {
     this._armEpoch = epoch;
@@ -1891,6 +1916,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       return;
     }
     this._timer.arm(this._onTimer, delay, this._hold);
+    // Refused (workerd outside a request): the next call arms it.
+    if (this._timer.timer === undefined) this._armEpoch = -1;
   }
 
   private _tick(): void {

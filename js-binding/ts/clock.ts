@@ -182,7 +182,15 @@ export class TimerSlot {
     if (d > 2_147_483_647) d = 2_147_483_647;
     this._clear = globalThis.clearTimeout as (t: never) => void;
     this.epoch = epoch;
-    const t = globalThis.setTimeout(fn, d) as unknown as Timer;
+    let t: Timer;
+    try {
+      t = globalThis.setTimeout(fn, d) as unknown as Timer;
+    } catch {
+      // Refused outside a request (workerd's global scope: a breaker made when the
+      // Worker loads, found by review): left unarmed, a call arms it.
+      this.epoch = -1;
+      return;
+    }
     if (!ref) unref(t);
     this.timer = t;
   }

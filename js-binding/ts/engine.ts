@@ -179,8 +179,10 @@ export function instantiate(module: WebAssembly.Module): void {
   w = ex;
   const seed = new Uint32Array(2);
   const c = (globalThis as { crypto?: { getRandomValues?(a: Uint32Array): Uint32Array } }).crypto;
-  if (c?.getRandomValues !== undefined) c.getRandomValues(seed);
-  else {
+  try {
+    c!.getRandomValues!(seed);
+  } catch {
+    // None, or refused where the module loads (workerd forbids it at global scope).
     seed[0] = (Math.random() * 2 ** 32) >>> 0;
     seed[1] = (Math.random() * 2 ** 32) >>> 0;
   }

@@ -16,6 +16,9 @@ export const EventEmitter = NodeEmitter as unknown as new () => Emitter;
 
 export const platform = 'node';
 
+/** Whether a timer dies with the request that set it (edge runtimes): no. */
+export const REQUEST_TIMERS = false;
+
 /**
  * Whether `emit(name)` would call a listener: Node's emitter counts its events in
  * `_eventsCount` and keeps them in `_events`, deleting an event's entry with its
