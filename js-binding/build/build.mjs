@@ -196,6 +196,10 @@ await esbuild.build({
   bundle: true,
   format: 'esm',
   platform: 'neutral',
+  // Whitespace and syntax only (names stay readable in stack traces): the Worker's
+  // bundler takes it as it is, and the tarball carries a second copy of the build.
+  minifyWhitespace: true,
+  minifySyntax: true,
   target: ['es2022'],
   legalComments: 'none',
   logLevel: 'warning',
