@@ -612,8 +612,7 @@ impl Replica {
         let mut slow = false;
         if let Some(kind) = outcome.event() {
             self.delta.window.record(kind, now);
-            let run = self.known_run();
-            self.delta.streak.record(outcome, run);
+            self.delta.streak.record(outcome);
             let sc = &ctx.config.breaker.slow_call;
             if sc.enabled
                 && kind != EventKind::BadRequest
@@ -674,7 +673,10 @@ impl Replica {
         }
         let now = ctx.now;
         let counts = self.known_counts(v, now, true);
-        let run = self.known_run();
+        let mut run = v.breaker.consecutive_failures();
+        if self.sent.generation == g {
+            run = self.sent.streak.apply(run);
+        }
         let mut trial = v.breaker.clone();
         trial.set_consecutive_failures(self.delta.streak.apply(run));
         let cfg = &ctx.config.breaker;
@@ -1059,23 +1061,6 @@ impl Replica {
                 Some(seq)
             }
             _ => None,
-        }
-    }
-
-    /// The shared consecutive-failure run as this worker knows it: the view's, with
-    /// the write in flight applied (0 without a view of the delta's generation).
-    #[inline(never)]
-    fn known_run(&self) -> u32 {
-        match &self.view {
-            Some(v) if v.breaker.generation() == self.delta.generation => {
-                let run = v.breaker.consecutive_failures();
-                if self.sent.generation == self.delta.generation {
-                    self.sent.streak.apply(run)
-                } else {
-                    run
-                }
-            }
-            _ => 0,
         }
     }
 

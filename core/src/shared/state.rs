@@ -219,35 +219,26 @@ pub struct Streak {
     pub reset: bool,
     /// Errors since the last success (or since the last flush if none).
     pub errors: u32,
-    /// The shared run as this worker knew it at its last success: errors the store
-    /// gained beyond it came from other workers after that success (they are
-    /// written at once; a success waits for its flush), and survive its reset.
-    pub seen: u32,
 }
 
 impl Streak {
-    /// Records an outcome: an error extends the run, a success or bad request ends it
-    /// (`shared`: the shared run this worker knows now).
+    /// Records an outcome: an error extends the run, a success or bad request ends it.
     #[inline]
-    pub fn record(&mut self, outcome: Outcome, shared: u32) {
+    pub fn record(&mut self, outcome: Outcome) {
         match outcome {
             Outcome::Failure | Outcome::Timeout => self.errors = self.errors.saturating_add(1),
             Outcome::Success | Outcome::BadRequest => {
                 self.reset = true;
                 self.errors = 0;
-                self.seen = shared;
             }
             Outcome::Cancelled => {}
         }
     }
 
-    /// Applies this streak after `shared` consecutive errors. A reset keeps the
-    /// errors the store gained since the success (found by a review through the Envoy
-    /// harness: a success written at its flush after other workers' errors ended the
-    /// run they began, and 4 workers tripped at 7 failures in a row, not 5).
+    /// Applies this streak after `shared` consecutive errors.
     pub fn apply(&self, shared: u32) -> u32 {
         if self.reset {
-            self.errors.saturating_add(shared.saturating_sub(self.seen))
+            self.errors
         } else {
             shared.saturating_add(self.errors)
         }
@@ -259,8 +250,8 @@ impl Streak {
             *later
         } else {
             Streak {
+                reset: self.reset,
                 errors: self.errors.saturating_add(later.errors),
-                ..*self
             }
         }
     }
