@@ -1468,8 +1468,12 @@ impl Engine {
             }
         };
         let (i, seq, kind) = found;
-        // A wake to give the request up if no answer comes (`Replica::lost`).
-        self.wake_at(i, now.saturating_add(ms_to_ns(self.shared.stale_ms)));
+        // An asynchronous store's answer may never come: a wake gives the request up
+        // (`Replica::lost`). A synchronous one answers before the host polls again (a
+        // wake per request there filled the heap: found by review).
+        if self.shared.mode == SyncMode::Async {
+            self.wake_at(i, now.saturating_add(ms_to_ns(self.shared.stale_ms)));
+        }
         let rep = self.keys.get(i as usize)?.replica.as_deref()?;
         let op = match kind {
             None => Op::Read,
@@ -1485,9 +1489,10 @@ impl Engine {
         })
     }
 
-    /// The store's answer to request `id` (stale or unknown ids are ignored). A
-    /// request not answered within `stale_ms` is given up as failed (an
-    /// [`Issue::Stale`] event) and the key asks again; its answer is then ignored.
+    /// The store's answer to request `id` (stale or unknown ids are ignored). An
+    /// asynchronous store's request not answered within `stale_ms` is given up as
+    /// failed (an [`Issue::Stale`] event) and the key asks again; its answer is then
+    /// ignored.
     pub fn io_done(&mut self, id: IoId, answer: Answer<'_>, now: Nanos, rand: u64) {
         let now = self.clock.advance(now);
         if !id.in_range() {

@@ -943,7 +943,7 @@ impl Replica {
         if ctx.now < self.write_after && self.io == IoState::Idle && self.write_wanted() {
             at(self.write_after);
         }
-        if let IoState::InFlight { at: sent, .. } = self.io {
+        if let (IoState::InFlight { at: sent, .. }, SyncMode::Async) = (self.io, ctx.shared.mode) {
             // Given up if not answered by then (`Replica::lost`).
             at(sent.saturating_add(ms_to_ns(ctx.shared.stale_ms)));
         }
@@ -1056,7 +1056,8 @@ impl Replica {
     pub(crate) fn lost(&self, shared: &SharedConfig, now: Nanos) -> Option<u32> {
         match self.io {
             IoState::InFlight { seq, at, .. }
-                if now.saturating_sub(at) >= ms_to_ns(shared.stale_ms) =>
+                if shared.mode == SyncMode::Async
+                    && now.saturating_sub(at) >= ms_to_ns(shared.stale_ms) =>
             {
                 Some(seq)
             }
