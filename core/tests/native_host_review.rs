@@ -68,54 +68,52 @@ fn drive(
 
 #[test]
 fn a_request_never_answered_is_given_up_after_stale_ms_and_the_key_syncs_again() {
-    for mode in [SyncMode::Async] {
-        let (mut e, k) = engine(mode, 600_000);
-        let mut store = MemoryStore::new(Rules::Script);
-        e.prepare(k, T0);
-        let lost = e.poll_io(T0, 7).map(|io| io.id).expect("a first read");
-        let stale = SharedConfig::default().stale_ms * MS;
-        // Until stale_ms, the request is still awaited: nothing new goes out.
-        let before = drive(&mut e, k, &mut store, T0, T0 + stale - MS, true);
-        assert_eq!(store.writes, 0, "{mode:?}: one request at a time");
-        assert!(before.is_empty(), "{mode:?}: {before:?}");
-        let issues = drive(
-            &mut e,
-            k,
-            &mut store,
-            T0 + stale - MS,
-            T0 + stale + 5_000 * MS,
-            true,
-        );
-        assert_eq!(
-            issues.first(),
-            Some(&Issue::Stale),
-            "{mode:?}: the host hears of it"
-        );
-        assert!(store.writes > 0, "{mode:?}: the key writes again");
-        assert!(e.shared_view(k).is_some(), "{mode:?}: and reads");
-        // The late answer of the given-up request is ignored.
-        let view = e.shared_view(k).cloned();
-        let now = T0 + stale + 5_000 * MS;
-        e.io_done(lost, OwnedAnswer::NotFound.as_answer(), now, 7);
-        assert_eq!(
-            e.shared_view(k).cloned(),
-            view,
-            "{mode:?}: the late answer changes nothing"
-        );
-    }
+    let mode = SyncMode::Async;
+    let (mut e, k) = engine(mode, 600_000);
+    let mut store = MemoryStore::new(Rules::Script);
+    e.prepare(k, T0);
+    let lost = e.poll_io(T0, 7).map(|io| io.id).expect("a first read");
+    let stale = SharedConfig::default().stale_ms * MS;
+    // Until stale_ms, the request is still awaited: nothing new goes out.
+    let before = drive(&mut e, k, &mut store, T0, T0 + stale - MS, true);
+    assert_eq!(store.writes, 0, "{mode:?}: one request at a time");
+    assert!(before.is_empty(), "{mode:?}: {before:?}");
+    let issues = drive(
+        &mut e,
+        k,
+        &mut store,
+        T0 + stale - MS,
+        T0 + stale + 5_000 * MS,
+        true,
+    );
+    assert_eq!(
+        issues.first(),
+        Some(&Issue::Stale),
+        "{mode:?}: the host hears of it"
+    );
+    assert!(store.writes > 0, "{mode:?}: the key writes again");
+    assert!(e.shared_view(k).is_some(), "{mode:?}: and reads");
+    // The late answer of the given-up request is ignored.
+    let view = e.shared_view(k).cloned();
+    let now = T0 + stale + 5_000 * MS;
+    e.io_done(lost, OwnedAnswer::NotFound.as_answer(), now, 7);
+    assert_eq!(
+        e.shared_view(k).cloned(),
+        view,
+        "{mode:?}: the late answer changes nothing"
+    );
 }
 
 #[test]
 fn a_key_whose_answer_was_lost_still_expires() {
-    for mode in [SyncMode::Async] {
-        let (mut e, k) = engine(mode, 1_000);
-        let mut store = MemoryStore::new(Rules::Script);
-        e.prepare(k, T0);
-        assert!(e.poll_io(T0, 7).is_some());
-        let stale = SharedConfig::default().stale_ms * MS;
-        drive(&mut e, k, &mut store, T0, T0 + stale + 30_000 * MS, false);
-        assert_eq!(e.key_name(k), None, "{mode:?}: the idle key expired");
-    }
+    let mode = SyncMode::Async;
+    let (mut e, k) = engine(mode, 1_000);
+    let mut store = MemoryStore::new(Rules::Script);
+    e.prepare(k, T0);
+    assert!(e.poll_io(T0, 7).is_some());
+    let stale = SharedConfig::default().stale_ms * MS;
+    drive(&mut e, k, &mut store, T0, T0 + stale + 30_000 * MS, false);
+    assert_eq!(e.key_name(k), None, "{mode:?}: the idle key expired");
 }
 
 #[test]
@@ -162,5 +160,9 @@ fn a_synchronous_host_gets_no_give_up_wake_per_request() {
     // Found by review: each request armed a wake at now + stale_ms (10 s), polls with
     // nothing to do, and heap entries 68 times the keys. Next is the key's expiry.
     let next = e.next_deadline().expect("the idle key's expiry");
-    assert!(next >= T0 + 60_000 * MS, "a wake {} ms after the start", (next - T0) / MS);
+    assert!(
+        next >= T0 + 60_000 * MS,
+        "a wake {} ms after the start",
+        (next - T0) / MS
+    );
 }
