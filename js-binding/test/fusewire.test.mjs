@@ -520,6 +520,12 @@ describe('per-call AbortSignal', () => {
     await b.fireWithSignal(ac.signal, 'd').catch(() => {});
     assert.equal(seen.action, ac.signal);
     b.shutdown();
+    // The fallback gets the caller's signal, not the call's own, aborted at the timeout
+    // (found by review: a fallback fetching with it was cancelled at once).
+    const slow = new CircuitBreaker((x, signal) => new Promise(() => {}), { timeout: 20, volumeThreshold: 100 });
+    slow.fallback((x, signal, err) => `${x} ${signal === ac.signal} ${signal.aborted} ${err.code}`);
+    assert.equal(await slow.fireWithSignal(ac.signal, 'e'), 'e true false ETIMEDOUT');
+    slow.shutdown();
   });
 
   test('an aborted call\'s action is told before a queued call takes its slot (found by a stress test: two actions ran on one slot)', async () => {

@@ -355,6 +355,18 @@ class Call {
   err = (e: unknown): void => this.cb._err(this, e);
 }
 
+/**
+ * A call's arguments as its fallback gets them: with `fireWithSignal`, the caller's
+ * signal last, not the call's own, which ends with the call (found by review: after a
+ * timeout, a fallback fetching with the signal it was given was aborted at once).
+ */
+function callerArgs(c: Call): unknown[] {
+  if (c.ctl === undefined) return c.args;
+  const args = c.args.slice();
+  args[args.length - 1] = c.signal;
+  return args;
+}
+
 /** `toJSON().state` by @types/opossum's name (`CircuitBreaker.State`). */
 export type State = BreakerStateJSON;
 
@@ -1376,7 +1388,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // Its listeners see the state before the failure's transition (see `_drain`).
       if ((r & F_ANY) !== 0) this._after(r, t, () => this._emitOwn('failure', e, latency, c.args));
       else this._emitOwn('failure', e, latency, c.args);
-      fb = this._fallback(e, c.args);
+      fb = this._fallback(e, callerArgs(c));
     } catch (x) {
       // A listener threw: the call rejects with that error.
       this._threw(c, x);
@@ -1817,7 +1829,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     });
     return () => {
       try {
-        const fb = filtered ? undefined : this._fallback(err, c.args);
+        const fb = filtered ? undefined : this._fallback(err, callerArgs(c));
         if (fb !== undefined) c.resolve(fb);
         else c.reject(err);
       } catch (x) {
@@ -1854,7 +1866,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       }
       let fb: Promise<unknown> | undefined;
       try {
-        fb = this._fallback(err, c.args);
+        fb = this._fallback(err, callerArgs(c));
       } catch (x) {
         this._threw(c, x); // a `fallback` listener threw (see `_timedOut`)
         throw x;
