@@ -1098,6 +1098,8 @@ impl Replica {
         self.backoff_until = ctx.now.saturating_add((base << shift).min(cap));
         // The failure after which the confirmed view goes stale before the next try
         // says so (once per view): the key runs on its local breaker until an answer.
+        // A request given up unanswered (`LOST`) says so each time (one per
+        // `stale_ms` at most).
         let stale = self.read_at.is_some()
             && self.stale_told != self.read_at
             && !self.fresh_at(ctx.shared, self.backoff_until);
