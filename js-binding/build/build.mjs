@@ -168,48 +168,40 @@ throw new Error('fusewire/prometheus and fusewire/redis run in Node only (prom-c
   'in a browser or an edge runtime, import { CircuitBreaker, SharedStore } from "fusewire"');
 `);
 
-// The browser bundle: platform-browser.ts in place of platform.ts, monotonic-browser.ts
-// in place of monotonic.ts.
-await esbuild.build({
-  entryPoints: [join(root, 'ts', 'browser.ts')],
-  outfile: join(dist, 'browser.js'),
-  bundle: true,
-  format: 'esm',
-  platform: 'browser',
-  target: ['es2022'],
-  legalComments: 'none',
-  logLevel: 'warning',
-  plugins: [{
-    name: 'fusewire-platform',
-    setup(b) {
-      b.onResolve({ filter: /^\.\/platform\.js$/ }, () => ({ path: join(root, 'ts', 'platform-browser.ts') }));
-      b.onResolve({ filter: /^\.\/monotonic\.js$/ }, () => ({ path: join(root, 'ts', 'monotonic-browser.ts') }));
-    },
-  }],
-});
-// The workerd bundle (the `workerd` export condition: Cloudflare Workers): the browser
-// bundle with platform-workerd.ts, which imports the .wasm as a module (left to the
-// Worker's bundler, wrangler, which compiles it).
-await esbuild.build({
-  entryPoints: [join(root, 'ts', 'browser.ts')],
-  outfile: join(dist, 'workerd.js'),
-  bundle: true,
-  format: 'esm',
+/**
+ * A bundle of the package without Node: browser.ts with `platform` in place of
+ * platform.ts and monotonic-browser.ts in place of monotonic.ts.
+ */
+function bundle(outfile, platform, options) {
+  return esbuild.build({
+    entryPoints: [join(root, 'ts', 'browser.ts')],
+    outfile: join(dist, outfile),
+    bundle: true,
+    format: 'esm',
+    target: ['es2022'],
+    legalComments: 'none',
+    logLevel: 'warning',
+    ...options,
+    plugins: [{
+      name: 'fusewire-platform',
+      setup(b) {
+        b.onResolve({ filter: /^\.\/platform\.js$/ }, () => ({ path: join(root, 'ts', platform) }));
+        b.onResolve({ filter: /^\.\/monotonic\.js$/ }, () => ({ path: join(root, 'ts', 'monotonic-browser.ts') }));
+      },
+    }],
+  });
+}
+
+// Browsers and bundlers.
+await bundle('browser.js', 'platform-browser.ts', { platform: 'browser' });
+// The `workerd` export condition (Cloudflare Workers): platform-workerd.ts imports
+// the .wasm as a module, left to the Worker's bundler (wrangler), which compiles it.
+// Whitespace and syntax minified (names stay readable in stack traces): the Worker's
+// bundler takes it as it is, and the tarball carries this second copy of the build.
+await bundle('workerd.js', 'platform-workerd.ts', {
   platform: 'neutral',
-  // Whitespace and syntax only (names stay readable in stack traces): the Worker's
-  // bundler takes it as it is, and the tarball carries a second copy of the build.
   minifyWhitespace: true,
   minifySyntax: true,
-  target: ['es2022'],
-  legalComments: 'none',
-  logLevel: 'warning',
   external: ['./fusewire.wasm'],
-  plugins: [{
-    name: 'fusewire-platform',
-    setup(b) {
-      b.onResolve({ filter: /^\.\/platform\.js$/ }, () => ({ path: join(root, 'ts', 'platform-workerd.ts') }));
-      b.onResolve({ filter: /^\.\/monotonic\.js$/ }, () => ({ path: join(root, 'ts', 'monotonic-browser.ts') }));
-    },
-  }],
 });
 console.log('build.mjs: dist/ ready');
