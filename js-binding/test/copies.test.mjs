@@ -10,7 +10,9 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, test } from 'node:test';
 
+import * as client from 'prom-client';
 import { CircuitBreaker, SharedStore } from 'fusewire';
+import { register } from 'fusewire/prometheus';
 
 const require = createRequire(import.meta.url);
 const tmp = mkdtempSync(join(tmpdir(), 'fusewire-copies-'));
@@ -18,6 +20,7 @@ after(() => rmSync(tmp, { recursive: true, force: true }));
 cpSync(dirname(require.resolve('fusewire/package.json')), join(tmp, 'copy'), { recursive: true });
 const other = require(join(tmp, 'copy', 'dist', 'index.cjs'));
 const otherRedis = require(join(tmp, 'copy', 'dist', 'redis.cjs'));
+const otherPrometheus = require(join(tmp, 'copy', 'dist', 'prometheus.cjs'));
 
 test('the other copy is another module: its classes are not ours', () => {
   assert.notEqual(other.CircuitBreaker, CircuitBreaker);
@@ -47,4 +50,31 @@ test('a breaker of another copy is a fallback; its Status primes a breaker; its 
   assert.throws(() => new CircuitBreaker(async () => 1, { name: 'r', shared: { store: Object.create(otherRedis.RedisStore.prototype) } }),
     { name: 'TypeError', message: /^options\.shared\.store: must be a SharedStore or a RedisStore, got a RedisStore of another copy of fusewire/ });
   for (const x of [b, backup, primed]) x.shutdown();
+});
+
+test('both copies register on one prom-client registry: the second warns about the names taken instead of throwing', async () => {
+  const seen = [];
+  const listen = (w) => { if (w.name === 'FusewireWarning') seen.push(w.message); };
+  process.on('warning', listen);
+  const registry = new client.Registry();
+  const ours = register({ client, registers: [registry] });
+  let theirs;
+  try {
+    assert.doesNotThrow(() => { theirs = otherPrometheus.register({ client, registers: [registry] }); });
+    const a = new CircuitBreaker(async () => 1, { name: 'ours' });
+    const b = new other.CircuitBreaker(async () => 1, { name: 'theirs' });
+    await a.fire();
+    await b.fire();
+    const text = await registry.metrics();
+    assert.match(text, /^fusewire_ours_success 1$/m);
+    assert.match(text, /^fusewire_theirs_success 1$/m);
+    a.shutdown();
+    b.shutdown();
+    await new Promise((r) => setImmediate(r));
+  } finally {
+    process.off('warning', listen);
+    ours();
+    theirs?.();
+  }
+  assert.ok(seen.some((m) => m.startsWith('fusewire/prometheus: metric fusewire_breakers not registered')), seen.join('\n'));
 });

@@ -281,7 +281,12 @@ export function register(options: PrometheusOptions): () => void {
     for (const r of registers) (r as { removeSingleMetric?(n: string): void }).removeSingleMetric?.(name);
     names.delete(name);
   };
-  make(false, `${prefix}_breakers`, 'breakers', [], function () {
+  // Taken by this copy's registration still in place: thrown. Taken otherwise (another
+  // copy of fusewire on the same registry, bundled into a dependency): warned (found by
+  // review: the app's register() threw), and its breakers' metrics follow, each warned
+  // where a name is taken.
+  const mine = registers.some((r) => active.get(r)?.has(prefix) === true);
+  (mine ? make : tryMake)(false, `${prefix}_breakers`, 'breakers', [], function () {
     this.set?.(liveBreakers().length);
   });
   const suffixes = [...COUNTERS, ...GAUGES];
