@@ -693,6 +693,56 @@ fn a_key_in_the_overflow_slot_moves_to_a_slot_freed_by_idle_keys() {
     }
 }
 
+/// Several keys of one worker in the overflow slot (keys that found every slot taken,
+/// and the policy's own overflow key) share its bulkhead: each has its own ledger
+/// entry, so together they never exceed the limit (found by the `engine_ops` fuzz
+/// target: they wrote one entry under the worker's id, each its own count over the
+/// other's, and the process ran 3 and more calls under a limit of 2).
+#[test]
+fn keys_sharing_the_overflow_slot_share_its_bulkhead_limit() {
+    for m in SYNC {
+        let mut h = Host::new(
+            m,
+            r#"{"keys": {"max_keys": 1}, "bulkhead": {"max_concurrent": 2}}"#,
+        );
+        // Worker 1's key takes the policy's one slot.
+        let taken = h.key(1, "taken");
+        assert!(h.call(1, taken, Outcome::Success), "{m:?}");
+        // Worker 0: "a" finds the slot taken (its own key, bound to the overflow
+        // slot); "b" is past worker 0's table (the policy's overflow key).
+        let a = h.key(0, "a");
+        let b = h.key(0, "b");
+        assert_ne!(a, b, "{m:?}");
+        let mut permits = Vec::new();
+        for k in [a, b, a, b, a, b] {
+            if let Start::Running(p) = h.start(0, k) {
+                permits.push(p);
+            }
+        }
+        for k in [a, b] {
+            assert!(
+                h.engines[0]
+                    .store_key(k)
+                    .is_some_and(|s| s.ends_with(OVERFLOW)),
+                "{m:?}: {:?}",
+                h.engines[0].store_key(k)
+            );
+        }
+        let held = h.engines[0].in_flight(a).unwrap() + h.engines[0].in_flight(b).unwrap();
+        assert_eq!(held, 2, "{m:?}: the overflow slot's limit is 2");
+        assert_eq!(permits.len(), 2, "{m:?}");
+        // Worker 1's overflow key gets none while they run.
+        let c = h.key(1, "c");
+        assert!(!matches!(h.start(1, c), Start::Running(_)), "{m:?}");
+        // Their slots come back.
+        for p in permits {
+            h.complete(0, p, Outcome::Success);
+        }
+        h.advance(SYNC_MS);
+        assert!(matches!(h.start(1, c), Start::Running(_)), "{m:?}");
+    }
+}
+
 // ---- breaker across workers -------------------------------------------------------
 
 #[test]

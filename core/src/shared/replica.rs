@@ -235,8 +235,9 @@ pub(crate) struct Replica {
     attempt: Option<Attempt>,
     /// Sequence number of this worker's last write (its receipt).
     seq: u32,
-    /// Mixed into the owner id for this replica's receipts: replicas of several keys
-    /// bound to one slot (the overflow slot) write one state.
+    /// Mixed into the owner id for this replica's receipts and ledger entry
+    /// ([`Replica::me`]): replicas of several keys bound to one slot (the overflow
+    /// slot) write one state.
     salt: u64,
     /// A write whose reply was lost: it may have landed. The next read tells from
     /// its receipt; until then its delta stays in `sent`.
@@ -757,9 +758,18 @@ impl Replica {
         }
         let ttl = ms_to_ns(ctx.shared.lease_ttl_ms);
         self.view.as_ref().is_none_or(|v| {
-            v.ledger.others_in_flight(ctx.owner, ctx.now, ttl) + u64::from(self.slots_held)
+            v.ledger.others_in_flight(self.me(ctx), ctx.now, ttl) + u64::from(self.slots_held)
                 <= u64::from(max)
         })
+    }
+
+    /// This replica's id in the state's receipts and slot ledger: the worker's, salted
+    /// with the key's name, so keys of one worker bound to one slot (the overflow
+    /// slot) each keep their own entry (found by a fuzz target: under one id each
+    /// wrote its own count over the other's, and one worker ran 4 calls under a
+    /// limit of 2).
+    fn me(&self, ctx: &Ctx) -> u64 {
+        ctx.owner ^ self.salt
     }
 
     /// The policy was reconfigured: distrust the ledger seen until the store
@@ -1237,7 +1247,7 @@ impl Replica {
     }
 
     fn adopt_state(&mut self, ctx: &Ctx, s: KeyState, token: u64, fx: &mut Effects) {
-        self.settle_doubt(s.receipts.seq(ctx.owner ^ self.salt), ctx.now);
+        self.settle_doubt(s.receipts.seq(self.me(ctx)), ctx.now);
         let before = self
             .view
             .as_ref()
@@ -1695,7 +1705,7 @@ impl Replica {
         let receipt = match ctx.shared.mode {
             SyncMode::Async => s
                 .receipts
-                .stamp(ctx.owner ^ self.salt, self.seq, now, ttl)
+                .stamp(self.me(ctx), self.seq, now, ttl)
                 .then_some(self.seq),
             SyncMode::Sync => {
                 s.receipts.clear();
@@ -1711,7 +1721,7 @@ impl Replica {
                 }
                 .max(ctx.in_flight);
                 s.ledger
-                    .acquire(ctx.owner, keep, self.slots_wanted, max, now, ttl)
+                    .acquire(self.me(ctx), keep, self.slots_wanted, max, now, ttl)
             }
             None => {
                 s.ledger.prune(now, ttl);
