@@ -215,3 +215,40 @@ test("Jest's legacy timers (a mock setTimeout, no clock): a timer they fire move
     Object.assign(globalThis, real);
   }
 });
+
+test("a fake clearTimeout that throws once its fakes are gone (Deno std's FakeTime) is survived (found by review: shutdown() and the next fire() threw 'no fake time')", async () => {
+  // Deno std's FakeTime, reduced to what the breaker meets: fake timers that need
+  // the fake to be installed, and a clearTimeout that throws after restore().
+  const real = { setTimeout: globalThis.setTimeout, clearTimeout: globalThis.clearTimeout };
+  let installed = true;
+  const timers = new Map();
+  let next = 1;
+  globalThis.setTimeout = (fn, ms) => {
+    timers.set(next, { fn, ms });
+    return next++;
+  };
+  globalThis.clearTimeout = (id) => {
+    if (!installed) throw new Error('no fake time');
+    timers.delete(id);
+  };
+  let a;
+  let b;
+  try {
+    a = breaker({ timeout: false });
+    b = breaker({ timeout: false });
+    for (const x of [a, b]) await settle(x.fire('fail')); // open: a resetTimeout timer each
+    assert.equal(a.opened && b.opened, true);
+    assert.ok(timers.size > 0, 'timers armed through the fake');
+  } finally {
+    installed = false;
+    globalThis.setTimeout = real.setTimeout;
+    globalThis.clearTimeout = real.clearTimeout;
+  }
+  assert.doesNotThrow(() => a.shutdown());
+  let p;
+  assert.doesNotThrow(() => {
+    p = b.fire(1);
+  });
+  assert.equal((await settle(p)).code, 'EOPENBREAKER');
+  b.shutdown();
+});

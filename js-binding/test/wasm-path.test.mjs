@@ -105,3 +105,38 @@ process.env = new Proxy(env, {
   assert.equal(run(join(dist, 'cjs'), { FUSEWIRE_WASM: join(tmp, 'nowhere.wasm') }, process.execPath, ['--require', preload]),
     'loaded function');
 });
+
+test('Deno: the package probes only its own dist/fusewire.wasm, and reads FUSEWIRE_WASM only when granted (found by review: a read grant of the .wasm alone failed on a probe before it, and a terminal prompted for the variable)', () => {
+  const own = join(dist, 'fusewire.wasm');
+  const preload = join(tmp, 'app', 'deno.cjs');
+  // Deno's rules, simulated: a look at a path not granted throws NotCapable, and
+  // an env read not granted prompts (here: throws, so a read is seen).
+  writeFileSync(preload, `
+const fs = require('node:fs');
+const exists = fs.existsSync;
+fs.existsSync = (p) => {
+  if (p !== ${JSON.stringify(own)}) throw new Error('NotCapable: Requires read access to "' + p + '"');
+  return exists(p);
+};
+globalThis.Deno = { permissions: { querySync: (d) => ({ state: d.name === 'env' ? 'prompt' : 'granted' }) } };
+const env = process.env;
+process.env = new Proxy(env, {
+  get(t, k) {
+    if (k === 'FUSEWIRE_WASM') throw new Error('prompted for FUSEWIRE_WASM');
+    return Reflect.get(t, k);
+  },
+});`);
+  assert.equal(run(join(dist, 'cjs'), { FUSEWIRE_WASM: join(tmp, 'nowhere.wasm') }, process.execPath, ['--require', preload]),
+    'loaded function');
+});
+
+test('Deno: a module it may not read is reported as a permission to grant, naming the path', () => {
+  const preload = join(tmp, 'app', 'deno-denied.cjs');
+  writeFileSync(preload, `
+const fs = require('node:fs');
+fs.existsSync = (p) => { throw new Error('NotCapable: Requires read access to "' + p + '"'); };
+globalThis.Deno = { permissions: { querySync: () => ({ state: 'prompt' }) } };`);
+  const out = run(join(dist, 'cjs'), {}, process.execPath, ['--require', preload]);
+  assert.match(out, /^error Error fusewire: its WebAssembly module could not be read/);
+  assert.ok(out.includes(`--allow-read=${join(dist, 'fusewire.wasm')}`), out);
+});

@@ -367,8 +367,8 @@ function callerArgs(c: Call): unknown[] {
   return args;
 }
 
-/** `toJSON().state` by @types/opossum's name (`CircuitBreaker.State`). */
-export type State = BreakerStateJSON;
+/** `toJSON().state` by @types/opossum's name (`CircuitBreaker.State`): every field set. */
+export type State = Required<BreakerStateJSON>;
 
 /**
  * What `CircuitBreaker.newStatus` takes (@types/opossum's `StatusOptions`): `stats`

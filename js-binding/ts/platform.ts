@@ -6,7 +6,7 @@
  */
 import { EventEmitter as NodeEmitter } from 'node:events';
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 
 import type { Emitter } from './emitter.js';
 import { instantiate } from './engine.js';
@@ -38,6 +38,12 @@ export function listening(e: Emitter, name: string): boolean {
  */
 function fromEnv(): string | undefined {
   try {
+    // Deno asks the user (a prompt in a terminal) before a read it was not granted:
+    // only a granted variable is read (found by review: a prompt for a variable
+    // hardly anyone sets).
+    const deno = (globalThis as { Deno?: { permissions?: { querySync?: (d: object) => { state: string } } } }).Deno;
+    const query = deno?.permissions?.querySync;
+    if (query !== undefined && query({ name: 'env', variable: 'FUSEWIRE_WASM' }).state !== 'granted') return undefined;
     const path = process.env['FUSEWIRE_WASM'];
     return path === '' ? undefined : path;
   } catch {
@@ -55,25 +61,41 @@ function fromEnv(): string | undefined {
 function wasmPath(): string {
   const env = fromEnv();
   if (env !== undefined) {
-    if (!existsSync(env)) {
+    if (!exists(env)) {
       throw new Error(`fusewire: FUSEWIRE_WASM is ${JSON.stringify(env)}, which does not exist (point it at a copy of fusewire/dist/fusewire.wasm)`);
     }
     return env;
   }
   const dir = typeof __dirname === 'string' ? __dirname : undefined;
   const tried: string[] = [];
-  // Next to this file first (a bundle), then the package's own dist/ above dist/cjs
-  // (found by review: a stale file above a bundle won over the one beside it).
-  const candidates = dir !== undefined ? [join(dir, 'fusewire.wasm'), join(dir, '..', 'fusewire.wasm')] : [];
+  // In the package (dist/cjs), its own dist/fusewire.wasm; else (a bundle) next to
+  // this file first, then above it (found by review: a stale file above a bundle
+  // won over the one beside it). One probe in the package: Deno refuses a read
+  // outside what it granted, even of a file that is not there (found by review:
+  // `--allow-read` of the `.wasm` alone failed on the probe before it).
+  const own = dir !== undefined && basename(dir) === 'cjs' && basename(dirname(dir)) === 'dist';
+  const candidates = dir === undefined ? []
+    : own ? [join(dir, '..', 'fusewire.wasm')]
+      : [join(dir, 'fusewire.wasm'), join(dir, '..', 'fusewire.wasm')];
   const entry = process.argv[1];
   if (entry !== undefined && entry !== '') candidates.push(join(dirname(entry), 'fusewire.wasm'));
   candidates.push(join(dirname(process.execPath), 'fusewire.wasm'));
   for (const path of candidates) {
     if (tried.includes(path)) continue;
     tried.push(path);
-    if (existsSync(path)) return path;
+    if (exists(path)) return path;
   }
+  if ((globalThis as { Deno?: unknown }).Deno !== undefined && own) {
+    // Deno checks the real path: node_modules/.deno/… after `deno install`, its npm
+    // cache for `npm:` specifiers (found by review).
+    throw new Error(`fusewire: its WebAssembly module could not be read (tried ${tried.join(', ')}): in Deno, ` +
+      `grant read access to it (--allow-read=${tried[0]}, the real path, not a symlink), or run with --allow-read`);
+  }
+  const bun = typeof process.versions['bun'] === 'string';
   throw new Error(`fusewire: its WebAssembly module fusewire.wasm was not found (tried ${tried.join(', ')}). ` +
+    (bun
+      ? 'In a `bun build --compile` executable (or a Bun bundle), copy node_modules/fusewire/dist/fusewire.wasm next to the executable (or the bundle), or set FUSEWIRE_WASM to its path; '
+      : '') +
     'This happens when fusewire is bundled for Node (esbuild --platform=node, webpack target node): ' +
     'mark fusewire as external (esbuild --external:fusewire, webpack externals) so it loads from node_modules, ' +
     (dir === undefined
@@ -82,6 +104,15 @@ function wasmPath(): string {
       ? 'or, as this is an ES module bundle (no __dirname), copy node_modules/fusewire/dist/fusewire.wasm next to the entry script ' +
         'or the executable, define __dirname in the bundle (esbuild --banner, tsup shims: true), or set FUSEWIRE_WASM to its path.'
       : 'or copy node_modules/fusewire/dist/fusewire.wasm next to the bundle (or the executable), or set FUSEWIRE_WASM to its path.'));
+}
+
+/** Whether `path` exists; false where the runtime refuses to look (Deno without read access there). */
+function exists(path: string): boolean {
+  try {
+    return existsSync(path);
+  } catch {
+    return false;
+  }
 }
 
 function load(path: string): WebAssembly.Module {
