@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Validates examples/envoy/envoy.yaml against Envoy's API protos (PyPI xds-protos).
+# Validates examples/envoy/envoy.yaml against Envoy's API protos (PyPI xds-protos), and
+# examples/istio/wasmplugin.yaml (README's WasmPlugin): its pluginConfig loads in the
+# filter (the filter stage built the module and fusewire-host).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
@@ -17,3 +19,7 @@ if ! "$venv/bin/python" -c 'import envoy.config.bootstrap.v3, yaml' 2>/dev/null;
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'xds-protos==1.85.0' 'pyyaml==6.0.4'
 fi
 "$venv/bin/python" examples/envoy/check_envoy_yaml.py --self-test
+module=target/fusewire/wasm32-wasip1/fusewire.wasm
+[ -f "$module" ] || bash proxy-wasm-filter/build.sh
+cargo build --release -q -p fusewire-host-test --bin fusewire-host
+"$venv/bin/python" examples/istio/check_wasmplugin.py target/release/fusewire-host "$module"

@@ -88,9 +88,16 @@ pub fn hop_by_hop(name: &str) -> bool {
 }
 
 /// Whether a response header is kept for a replay. `set-cookie` never is: a replay
-/// goes to other clients.
+/// goes to other clients. Nor are headers about that one exchange: Envoy's
+/// `x-envoy-*` (upstream service time, Istio's peer metadata) and `x-request-id`
+/// (found by an Istio operator's review: a stale reply carried another request's id
+/// into traces, and the peer metadata credited the upstream with a reply it never
+/// sent).
 pub fn replayable(name: &str) -> bool {
-    !name.starts_with(':') && !hop_by_hop(name) && name != "x-fusewire" && name != "set-cookie"
+    !name.starts_with(':')
+        && !name.starts_with("x-envoy-")
+        && !hop_by_hop(name)
+        && !matches!(name, "x-fusewire" | "set-cookie" | "x-request-id")
 }
 
 /// Whether a response is meant for one client only (`set-cookie`, or
@@ -357,7 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn hop_by_hop_headers_are_never_replayed() {
+    fn hop_by_hop_and_per_exchange_headers_are_never_replayed() {
         for h in [
             "connection",
             "transfer-encoding",
@@ -365,6 +372,10 @@ mod tests {
             "x-fusewire",
             "content-length",
             "set-cookie",
+            "x-request-id",
+            "x-envoy-upstream-service-time",
+            "x-envoy-peer-metadata",
+            "x-envoy-peer-metadata-id",
         ] {
             assert!(!replayable(h), "{h}");
         }
