@@ -139,6 +139,9 @@ pub struct Worker {
     collapsing: bool,
     /// The stream whose callback is running, while Envoy reads its returned action.
     current: Option<u32>,
+    /// The host logs `Debug` (read on configure and every tick): requests no policy
+    /// matches are logged with the names they were matched on.
+    debug: bool,
     /// Local replies for other streams decided in `current`'s callback: Envoy's stop
     /// flag is the VM's, so a reply sent there would also stop `current`. Sent from
     /// the next callback whose action Envoy ignores (`on_log`, the tick).
@@ -233,6 +236,7 @@ impl Worker {
     /// shared data anyway) is kept while the shared knobs are unchanged; policies are
     /// matched by name.
     fn configure(&mut self, plugin: Plugin) -> bool {
+        self.debug = host::debug_enabled();
         let rand = self.rand();
         let same = self
             .engine
@@ -700,7 +704,26 @@ impl Worker {
             .iter()
             .position(|p| p.matcher.matches(&mut view))
         else {
-            return Action::Continue; // no policy: untouched
+            // No policy: untouched. At debug level, say what it was matched on (found
+            // by an Istio operator's review: a policy naming a cluster the request
+            // did not have protected nothing, and nothing said why).
+            if self.debug {
+                // Plain text: `{:?}` of a string brings ≈ 9 KB of escaping tables.
+                let mut msg = String::from("fusewire: no policy matched: cluster ");
+                for (i, v) in [view.cluster(), view.route(), view.header(":authority")]
+                    .into_iter()
+                    .enumerate()
+                {
+                    msg.push_str(
+                        [", route ", ", authority "]
+                            .get(i.wrapping_sub(1))
+                            .unwrap_or(&""),
+                    );
+                    msg.push_str(v.as_deref().unwrap_or("(none)"));
+                }
+                host::log(Level::Debug, &msg);
+            }
+            return Action::Continue;
         };
         let (Some(policy), Some(&pid)) = (plugin.policies.get(pi), self.policies.get(pi)) else {
             return Action::Continue;
@@ -1201,6 +1224,7 @@ impl Worker {
 
     /// Tick: deadlines, shared flushes and heartbeats, collapse waits, metrics.
     fn tick(&mut self) {
+        self.debug = host::debug_enabled();
         let now = self.now();
         for r in &mut self.replays {
             r.tick(now);

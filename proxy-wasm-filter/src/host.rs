@@ -38,6 +38,8 @@ pub const HISTOGRAM: u32 = 2;
 #[derive(Clone, Copy, Debug)]
 #[repr(u32)]
 pub enum Level {
+    /// debug
+    Debug = 1,
     /// info
     Info = 2,
     /// warn
@@ -70,6 +72,7 @@ type M = *mut *mut u8;
 
 imports! {
     fn proxy_log(level: u32, data: P, size: usize);
+    fn proxy_get_log_level(ret: *mut u32);
     fn proxy_get_current_time_nanoseconds(ret: *mut u64);
     fn proxy_set_tick_period_milliseconds(period: u32);
     fn proxy_get_buffer_bytes(kind: u32, start: usize, max: usize, data: M, size: *mut usize);
@@ -161,6 +164,15 @@ fn fetch<R>(call: impl FnOnce(M, *mut usize) -> u32, f: impl FnOnce(&[u8]) -> R)
 pub fn log(level: Level, msg: &str) {
     // SAFETY: pointer and length of a live &str.
     unsafe { proxy_log(level as u32, msg.as_ptr(), msg.len()) };
+}
+
+/// Whether the host logs `Debug` messages of this VM (Envoy: `--component-log-level
+/// wasm:debug`); false if it cannot tell.
+pub fn debug_enabled() -> bool {
+    let mut l = u32::MAX;
+    // SAFETY: valid out-pointer.
+    let s = unsafe { proxy_get_log_level(&mut l) };
+    s == OK && l <= Level::Debug as u32
 }
 
 /// Host wall-clock time in ns since the epoch, or None.
