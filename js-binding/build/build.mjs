@@ -172,7 +172,7 @@ throw new Error('fusewire/prometheus and fusewire/redis run in Node only (prom-c
  * A bundle of the package without Node: browser.ts with `platform` in place of
  * platform.ts and monotonic-browser.ts in place of monotonic.ts.
  */
-function bundle(outfile, platform, options) {
+function bundle(outfile, platform, options, wasmImport) {
   return esbuild.build({
     entryPoints: [join(root, 'ts', 'browser.ts')],
     outfile: join(dist, outfile),
@@ -187,6 +187,10 @@ function bundle(outfile, platform, options) {
       setup(b) {
         b.onResolve({ filter: /^\.\/platform\.js$/ }, () => ({ path: join(root, 'ts', platform) }));
         b.onResolve({ filter: /^\.\/monotonic\.js$/ }, () => ({ path: join(root, 'ts', 'monotonic-browser.ts') }));
+        // The .wasm module import, as the runtime's bundler spells it.
+        if (wasmImport !== undefined) {
+          b.onResolve({ filter: /^\.\/fusewire\.wasm$/ }, () => ({ path: wasmImport, external: true }));
+        }
       },
     }],
   });
@@ -198,10 +202,11 @@ await bundle('browser.js', 'platform-browser.ts', { platform: 'browser' });
 // the .wasm as a module, left to the Worker's bundler (wrangler), which compiles it.
 // Whitespace and syntax minified (names stay readable in stack traces): the Worker's
 // bundler takes it as it is, and the tarball carries this second copy of the build.
-await bundle('workerd.js', 'platform-workerd.ts', {
-  platform: 'neutral',
-  minifyWhitespace: true,
-  minifySyntax: true,
-  external: ['./fusewire.wasm'],
-});
+const edge = { platform: 'neutral', minifyWhitespace: true, minifySyntax: true };
+await bundle('workerd.js', 'platform-workerd.ts', edge, './fusewire.wasm');
+// The `edge-light` condition (Next.js's Edge runtime, Vercel Edge Functions): the same,
+// with the .wasm imported as `./fusewire.wasm?module`, their spelling of a module
+// import (found by a Next.js review: the edge got the browser build, which compiles
+// from bytes — refused there — and needs `await ready` before a module-scope breaker).
+await bundle('edge-light.js', 'platform-workerd.ts', edge, './fusewire.wasm?module');
 console.log('build.mjs: dist/ ready');

@@ -5,7 +5,7 @@
 // fixes; a fusewire.wasm next to the code, or FUSEWIRE_WASM, loads it.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -17,8 +17,8 @@ const tmp = mkdtempSync(join(tmpdir(), 'fusewire-wasm-path-'));
 mkdirSync(join(tmp, 'app'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
-/** Runs a script (in its own directory) that requires the copied code; its stdout/stderr. */
-function run(code, env = {}, node = process.execPath, flags = []) {
+/** Runs a script (in `cwd`) that requires the copied code; its stdout/stderr. */
+function run(code, env = {}, node = process.execPath, flags = [], cwd = join(tmp, 'app')) {
   const script = join(tmp, 'app', 'main.cjs');
   writeFileSync(script, `
 try {
@@ -31,7 +31,9 @@ try {
 }`);
   const env2 = { ...process.env, ...env };
   if (!('FUSEWIRE_WASM' in env)) delete env2.FUSEWIRE_WASM;
-  const r = spawnSync(node, [...flags, script], { env: env2, encoding: 'utf8' });
+  // In a directory without fusewire in node_modules, unless told otherwise (bundled
+  // code finds the app's copy of this version there).
+  const r = spawnSync(node, [...flags, script], { env: env2, encoding: 'utf8', cwd });
   assert.equal(r.status, 0, r.stderr);
   return r.stdout.trim();
 }
@@ -139,4 +141,28 @@ globalThis.Deno = { permissions: { querySync: () => ({ state: 'prompt' }) } };`)
   const out = run(join(dist, 'cjs'), {}, process.execPath, ['--require', preload]);
   assert.match(out, /^error Error fusewire: its WebAssembly module could not be read/);
   assert.ok(out.includes(`--allow-read=${join(dist, 'fusewire.wasm')}`), out);
+});
+
+test('bundled code finds the module in the app\'s node_modules when that holds this version (found by a Next.js review: Next bundles server code)', () => {
+  const code = join(tmp, 'next', '.next', 'server', 'chunks');
+  cpSync(join(dist, 'cjs'), code, { recursive: true });
+  // An app whose node_modules holds fusewire: this version, then another.
+  const app = join(tmp, 'next');
+  const mod = join(app, 'node_modules', 'fusewire');
+  mkdirSync(join(mod, 'dist'), { recursive: true });
+  copyFileSync(join(dist, '..', 'package.json'), join(mod, 'package.json'));
+  copyFileSync(join(dist, 'fusewire.wasm'), join(mod, 'dist', 'fusewire.wasm'));
+  assert.equal(run(code, {}, process.execPath, [], app), 'loaded function');
+  const other = JSON.parse(readFileSync(join(mod, 'package.json'), 'utf8'));
+  other.version = '0.0.1';
+  writeFileSync(join(mod, 'package.json'), JSON.stringify(other));
+  const out = run(code, {}, process.execPath, [], app);
+  assert.match(out, /^error Error fusewire: its WebAssembly module fusewire\.wasm was not found/);
+  assert.match(out, /Next\.js serverExternalPackages: \['fusewire'\]/);
+  assert.ok(!out.includes(join(mod, 'dist', 'fusewire.wasm')), `another version's module is not tried: ${out}`);
+});
+
+test('the package\'s version export is package.json\'s', async () => {
+  const { version } = await import('fusewire');
+  assert.equal(version, JSON.parse(readFileSync(join(dist, '..', 'package.json'), 'utf8')).version);
 });

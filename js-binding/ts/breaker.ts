@@ -245,6 +245,9 @@ function nextName(): string {
  * module-level executor instead of a closure per call.
  */
 const noop = (): void => {};
+
+/** Whether `setImmediate` works here (false once it threw: see `_enter`). */
+let immediates = true;
 const captured: { resolve: (v: unknown) => void; reject: (e: unknown) => void } = {
   resolve: noop,
   reject: noop,
@@ -1463,11 +1466,18 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // real timers are back; browsers have none, and no timer holds anything there).
     // One scheduled through fake timers since gone never runs: scheduled again.
     if (this._busy++ === 0 && !this._hold && (!this._checking || this._checkEpoch !== epoch) &&
-        typeof globalThis.setImmediate === 'function') {
+        immediates && typeof globalThis.setImmediate === 'function') {
+      try {
+        this._immediate = globalThis.setImmediate(this._check);
+      } catch {
+        // One that throws (Next.js's Edge runtime defines Node's APIs to throw: found
+        // by review, a breaker's first call threw): none, as in a browser.
+        immediates = false;
+        return;
+      }
       this._checking = true;
       this._checkEpoch = epoch;
       this._unschedule = globalThis.clearImmediate;
-      this._immediate = globalThis.setImmediate(this._check);
     }
   }
 

@@ -59,13 +59,40 @@ interface Item<K, V> extends Load<K, V> {
   also?: { resolve: (v: V) => void; reject: (e: unknown) => void }[];
 }
 
-/** DataLoader's batch moment: after the promise jobs queued so far, then `process.nextTick` (`setImmediate` / `setTimeout` elsewhere). */
-const postPromiseJobs: (f: () => void) => void =
-  typeof process === 'object' && typeof process?.nextTick === 'function'
-    ? (f) => { void Promise.resolve().then(() => process.nextTick(f)); }
-    : typeof setImmediate === 'function'
-      ? (f) => { setImmediate(f); }
-      : (f) => { setTimeout(f); };
+/**
+ * DataLoader's batch moment: after the promise jobs queued so far, then
+ * `process.nextTick` (`setImmediate` / `setTimeout` elsewhere, and where those throw:
+ * Next.js's Edge runtime defines Node's APIs to throw — found by review, a batch
+ * never ran).
+ */
+function postPromiseJobs(f: () => void): void {
+  // Read off globalThis: Next.js warns at build time of every `process.nextTick` in
+  // code bound for its Edge runtime.
+  const proc = (globalThis as { process?: { nextTick?: (f: () => void) => void } }).process;
+  if (ticks && typeof proc?.nextTick === 'function') {
+    const tick = proc.nextTick.bind(proc);
+    void Promise.resolve().then(() => {
+      try {
+        tick(f);
+      } catch {
+        ticks = false;
+        postPromiseJobs(f);
+      }
+    });
+    return;
+  }
+  if (immediates && typeof globalThis.setImmediate === 'function') {
+    try {
+      globalThis.setImmediate(f);
+      return;
+    } catch {
+      immediates = false;
+    }
+  }
+  setTimeout(f);
+}
+let ticks = true;
+let immediates = true;
 
 /** The core's largest batch (`collapser.max_batch_size`): what `maxBatchSize: Infinity` means. */
 const MAX_BATCH = 100_000;

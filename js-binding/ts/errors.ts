@@ -52,8 +52,15 @@ export function warn(text: string): void {
   if (warned.has(text)) return;
   warned.add(text);
   const p = (globalThis as { process?: { emitWarning?(m: string, t: string): void } }).process;
-  if (typeof p?.emitWarning === 'function') p.emitWarning(text, 'FusewireWarning');
-  else console.warn(`FusewireWarning: ${text}`);
+  try {
+    if (typeof p?.emitWarning === 'function') {
+      p.emitWarning(text, 'FusewireWarning');
+      return;
+    }
+  } catch {
+    // Defined to throw (Next.js's Edge runtime): the console, as elsewhere.
+  }
+  console.warn(`FusewireWarning: ${text}`);
 }
 
 /**

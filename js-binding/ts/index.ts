@@ -25,7 +25,6 @@ export { Collapser, type BatchFn, type CollapserOptions } from './collapser.js';
 export { ready } from './platform.js';
 export type { Emitter, Listener } from './emitter.js';
 
-/** The package version. */
-export const version: string = '0.1.0';
+export { version } from './version.js';
 
 export default CircuitBreaker;

@@ -6,10 +6,12 @@
  */
 import { EventEmitter as NodeEmitter } from 'node:events';
 import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { basename, dirname, join } from 'node:path';
 
 import type { Emitter } from './emitter.js';
 import { instantiate } from './engine.js';
+import { version } from './version.js';
 
 /** The base class of breakers and statuses: Node's own EventEmitter. */
 export const EventEmitter = NodeEmitter as unknown as new () => Emitter;
@@ -74,9 +76,9 @@ function wasmPath(): string {
   // outside what it granted, even of a file that is not there (found by review:
   // `--allow-read` of the `.wasm` alone failed on the probe before it).
   const own = dir !== undefined && basename(dir) === 'cjs' && basename(dirname(dir)) === 'dist';
-  const candidates = dir === undefined ? []
-    : own ? [join(dir, '..', 'fusewire.wasm')]
-      : [join(dir, 'fusewire.wasm'), join(dir, '..', 'fusewire.wasm')];
+  const candidates = dir === undefined || OWN === undefined ? []
+    : own ? [OWN]
+      : [join(dir, 'fusewire.wasm'), OWN];
   const entry = process.argv[1];
   if (entry !== undefined && entry !== '') candidates.push(join(dirname(entry), 'fusewire.wasm'));
   candidates.push(join(dirname(process.execPath), 'fusewire.wasm'));
@@ -84,6 +86,11 @@ function wasmPath(): string {
     if (tried.includes(path)) continue;
     tried.push(path);
     if (exists(path)) return path;
+  }
+  const app = fromApp();
+  if (app !== undefined && !tried.includes(app)) {
+    tried.push(app);
+    if (exists(app)) return app;
   }
   if ((globalThis as { Deno?: unknown }).Deno !== undefined && own) {
     // Deno checks the real path: node_modules/.deno/… after `deno install`, its npm
@@ -96,14 +103,38 @@ function wasmPath(): string {
     (bun
       ? 'In a `bun build --compile` executable (or a Bun bundle), copy node_modules/fusewire/dist/fusewire.wasm next to the executable (or the bundle), or set FUSEWIRE_WASM to its path; '
       : '') +
-    'This happens when fusewire is bundled for Node (esbuild --platform=node, webpack target node): ' +
-    'mark fusewire as external (esbuild --external:fusewire, webpack externals) so it loads from node_modules, ' +
+    'This happens when fusewire is bundled for Node (esbuild --platform=node, webpack target node, Next.js server code) ' +
+    'and the app\'s node_modules has no fusewire ' + version + ': ' +
+    'mark fusewire as external (esbuild --external:fusewire, webpack externals, Next.js serverExternalPackages: [\'fusewire\']) so it loads from node_modules, ' +
     (dir === undefined
       // An ES module bundle has no __dirname (found by review: told to copy the file
       // next to the bundle, where it was never looked for).
       ? 'or, as this is an ES module bundle (no __dirname), copy node_modules/fusewire/dist/fusewire.wasm next to the entry script ' +
         'or the executable, define __dirname in the bundle (esbuild --banner, tsup shims: true), or set FUSEWIRE_WASM to its path.'
       : 'or copy node_modules/fusewire/dist/fusewire.wasm next to the bundle (or the executable), or set FUSEWIRE_WASM to its path.'));
+}
+
+/**
+ * The package's own module, spelled so file tracers see it (@vercel/nft: Next.js's
+ * `output: 'standalone'` and Vercel's functions left it out, found by review).
+ */
+const OWN = typeof __dirname === 'string' ? join(__dirname, '..', 'fusewire.wasm') : undefined;
+
+/**
+ * Bundled code (Next.js bundles server code, and so does esbuild or webpack for
+ * Node) still finds the module in the app's `node_modules`, when that holds this
+ * version of fusewire: resolved from the working directory (found by a Next.js
+ * review: `next dev`, `next build` and `next start` failed without
+ * `serverExternalPackages`).
+ */
+function fromApp(): string | undefined {
+  try {
+    const pkg = createRequire(join(process.cwd(), 'index.js')).resolve('fusewire/package.json');
+    const found = (JSON.parse(readFileSync(pkg, 'utf8')) as { version?: unknown }).version;
+    return found === version ? join(dirname(pkg), 'dist', 'fusewire.wasm') : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Whether `path` exists; false where the runtime refuses to look (Deno without read access there). */

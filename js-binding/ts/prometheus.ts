@@ -251,13 +251,12 @@ export function register(options: PrometheusOptions): () => void {
     throw new TypeError(`options.prefix: must be a Prometheus metric name, got ${JSON.stringify(prefix)}`);
   }
   const registers = options.registers ?? [client.register];
-  // A registry cleared since (`registry.clear()` between tests): its old registration
-  // is dropped, so it does not make metrics there any more.
-  for (const r of registers) {
-    const old = active.get(r)?.get(prefix);
-    const has = (r as { getSingleMetric?(n: string): unknown }).getSingleMetric;
-    if (old !== undefined && typeof has === 'function' && has.call(r, `${prefix}_breakers`) === undefined) old();
-  }
+  // This copy's earlier registration of the prefix on a registry is replaced: a module
+  // evaluated again (a dev server's reload: found by a Next.js review, `next dev`
+  // threw "already registered" on every edit) registers again; and a registry cleared
+  // since (`registry.clear()` between tests) must not get its metrics back. The
+  // earlier `register()`'s remover then does nothing.
+  for (const r of registers) active.get(r)?.get(prefix)?.();
   // A set: a breaker's 18 names are checked against every one made (found by review:
   // with an array, making the 8 000th breaker took 16 ms).
   const names = new Set<string>();
@@ -281,12 +280,10 @@ export function register(options: PrometheusOptions): () => void {
     for (const r of registers) (r as { removeSingleMetric?(n: string): void }).removeSingleMetric?.(name);
     names.delete(name);
   };
-  // Taken by this copy's registration still in place: thrown. Taken otherwise (another
-  // copy of fusewire on the same registry, bundled into a dependency): warned (found by
-  // review: the app's register() threw), and its breakers' metrics follow, each warned
-  // where a name is taken.
-  const mine = registers.some((r) => active.get(r)?.has(prefix) === true);
-  (mine ? make : tryMake)(false, `${prefix}_breakers`, 'breakers', [], function () {
+  // Taken (another copy of fusewire on the same registry, bundled into a dependency):
+  // warned (found by review: the app's register() threw), and its breakers' metrics
+  // follow, each warned where a name is taken.
+  tryMake(false, `${prefix}_breakers`, 'breakers', [], function () {
     this.set?.(liveBreakers().length);
   });
   const suffixes = [...COUNTERS, ...GAUGES];
