@@ -452,3 +452,238 @@ fn a_deadline_read_back_in_milliseconds_is_exactly_that_far_in_nanoseconds() {
     assert_eq!(ns(1e300), u64::MAX);
     assert_eq!(ns(-5.0), 0);
 }
+
+/// Runs worker `h`'s store requests against `store` until it has none (64 at most).
+fn drive_store(h: u32, store: &mut fusewire_core::shared::memory::MemoryStore, now: f64) {
+    use fusewire_core::shared::OwnedAnswer as A;
+    for _ in 0..64 {
+        let op = fw_io(h, now);
+        if op <= 0 {
+            break;
+        }
+        let (id, key, value, expect) =
+            with((0.0, String::new(), Vec::new(), Expect::Absent), |s| {
+                let Some((b, out, _)) = s.parts(h) else {
+                    return (0.0, String::new(), Vec::new(), Expect::Absent);
+                };
+                let expect = if out[1] == 1.0 {
+                    Expect::Token(out[2] as u64)
+                } else {
+                    Expect::Absent
+                };
+                (
+                    out[0],
+                    String::from_utf8_lossy(&b.io_key).into_owned(),
+                    b.io_value.clone(),
+                    expect,
+                )
+            });
+        let io = fusewire_core::shared::Io {
+            id: IoId::from_raw(id as u64),
+            key: &key,
+            op: if op == 1 {
+                Op::Read
+            } else {
+                Op::Write {
+                    value: &value,
+                    expect,
+                }
+            },
+        };
+        let (kind, token, bytes, flag) = match store.exec(&io) {
+            A::Found(v, t) => (0, t as f64, v, 0),
+            A::NotFound => (1, -1.0, vec![], 0),
+            A::Written(t) => (2, t.map_or(-1.0, |t| t as f64), vec![], 0),
+            A::Conflict(Some((v, t)), absent) => (3, t as f64, v, u32::from(absent)),
+            A::Conflict(None, absent) => (3, -1.0, vec![], u32::from(absent)),
+            A::Failed(c) => (4, -1.0, vec![], c),
+        };
+        put(&bytes);
+        fw_io_done(h, id, kind, token, bytes.len() as u32, flag, now);
+    }
+}
+
+mod programs {
+    //! Random programs of ABI calls — on a local breaker with a cache, a coalescing
+    //! cache, a collapser, a queued bulkhead and timeouts, and on two breakers sharing
+    //! a store — with ids the calls returned, forged ones and hostile numbers mixed
+    //! in: no call may panic (a panic traps the module that serves every breaker of
+    //! the process).
+    use super::*;
+    use proptest::prelude::*;
+
+    const HOSTILE: [f64; 8] = [
+        f64::NAN,
+        f64::INFINITY,
+        -1.0,
+        -0.0,
+        0.5,
+        1e300,
+        9_007_199_254_740_993.0,
+        f64::MAX,
+    ];
+
+    #[derive(Clone, Debug)]
+    enum Call {
+        Advance(u16),
+        Start(u8),
+        Complete(u8, u8, u32),
+        Cancel(u8, u8),
+        Poll(u8),
+        Drive(u8),
+        Fallback(u8, bool),
+        Force(u8, u32),
+        Record(u8, u32, u32),
+        Read(u8),
+        Cache(u8, u32, u8, u8),
+        Collapse(u8, u8, u32),
+        Hostile(u8, u8),
+        Recreate(u8),
+    }
+
+    fn call() -> impl Strategy<Value = Call> {
+        prop_oneof![
+            3 => any::<u16>().prop_map(|ms| Call::Advance(ms % 3000)),
+            6 => any::<u8>().prop_map(Call::Start),
+            5 => (any::<u8>(), any::<u8>(), any::<u32>()).prop_map(|(h, i, o)| Call::Complete(h, i, o)),
+            1 => (any::<u8>(), any::<u8>()).prop_map(|(h, i)| Call::Cancel(h, i)),
+            3 => any::<u8>().prop_map(Call::Poll),
+            3 => any::<u8>().prop_map(Call::Drive),
+            1 => (any::<u8>(), any::<bool>()).prop_map(|(h, ok)| Call::Fallback(h, ok)),
+            1 => (any::<u8>(), any::<u32>()).prop_map(|(h, p)| Call::Force(h, p)),
+            1 => (any::<u8>(), any::<u32>(), any::<u32>()).prop_map(|(h, k, n)| Call::Record(h, k, n)),
+            2 => any::<u8>().prop_map(Call::Read),
+            3 => (any::<u8>(), any::<u32>(), any::<u8>(), any::<u8>()).prop_map(|(h, w, k, i)| Call::Cache(h, w, k, i)),
+            3 => (any::<u8>(), any::<u8>(), any::<u32>()).prop_map(|(h, k, o)| Call::Collapse(h, k, o)),
+            1 => (any::<u8>(), any::<u8>()).prop_map(|(h, x)| Call::Hostile(h, x)),
+            1 => any::<u8>().prop_map(Call::Recreate),
+        ]
+    }
+
+    fn make(i: usize, now: f64) -> u32 {
+        let (cfg, shared, coalesce) = if i == 0 {
+            (
+                r#"{"cache": {"ttl_ms": 50, "max_waiters": 3, "max_entries": 4},
+                    "collapser": {"window_ms": 5, "max_batch_size": 3},
+                    "execution": {"timeout_ms": 40},
+                    "bulkhead": {"isolation": "pool", "max_concurrent": 2, "max_queue": 2,
+                                 "queue_rejection_threshold": 2, "max_wait_ms": 30},
+                    "breaker": {"error_percentage": {"request_volume_threshold": 2},
+                                "open": {"sleep_window_ms": 50}}}"#,
+                "",
+                r#"{"ttl_ms": 0}"#,
+            )
+        } else {
+            (
+                r#"{"bulkhead": {"max_concurrent": 2}, "execution": {"timeout_ms": 40},
+                    "breaker": {"error_percentage": {"request_volume_threshold": 2},
+                                "half_open": {"permitted_probes": 2, "success_threshold": 2},
+                                "open": {"sleep_window_ms": 50}}}"#,
+                r#"{"flush_ms": 10, "sync_ms": 0}"#,
+                "",
+            )
+        };
+        let mut b = cfg.as_bytes().to_vec();
+        b.extend_from_slice(shared.as_bytes());
+        b.extend_from_slice(b"p");
+        b.extend_from_slice(coalesce.as_bytes());
+        put(&b);
+        let h = fw_create(
+            cfg.len() as u32,
+            shared.len() as u32,
+            1,
+            coalesce.len() as u32,
+            i as u32,
+            0,
+            now,
+        );
+        assert!(h >= 0, "{}", msg());
+        h as u32
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn random_programs_never_panic(calls in prop::collection::vec(call(), 1..200)) {
+            let mut store = fusewire_core::shared::memory::MemoryStore::new(fusewire_core::shared::memory::Rules::Script);
+            let mut now = 1_000.0;
+            let mut hs: Vec<u32> = (0..3).map(|i| make(i, now)).collect();
+            // Ids the calls returned (call ids, leads, batches), to hand back.
+            let mut ids: Vec<f64> = vec![0.0];
+            let pick = |ids: &Vec<f64>, i: u8| ids[i as usize % ids.len()];
+            for c in calls {
+                match c {
+                    Call::Advance(ms) => now += f64::from(ms),
+                    Call::Start(h) => {
+                        let h = hs[h as usize % 3];
+                        fw_prepare(h, 1, now);
+                        drive_store(h, &mut store, now);
+                        if fw_start(h, now) >= 0 { ids.push(out(0)); }
+                    }
+                    Call::Complete(h, i, o) => { fw_complete(hs[h as usize % 3], pick(&ids, i), o % 6, now); }
+                    Call::Cancel(h, i) => {
+                        fw_cancel_ticket(hs[h as usize % 3], pick(&ids, i), now);
+                        fw_complete(hs[h as usize % 3], pick(&ids, i), 5, now);
+                    }
+                    Call::Poll(h) => { let h = hs[h as usize % 3]; for _ in 0..64 { if fw_poll(h, now) == EV_NONE { break; } ids.push(out(0)); } }
+                    Call::Drive(h) => drive_store(hs[h as usize % 3], &mut store, now),
+                    Call::Fallback(h, ok) => {
+                        let id = fw_fallback(hs[h as usize % 3], now);
+                        fw_fallback_done(hs[h as usize % 3], id, u32::from(ok), now);
+                    }
+                    Call::Force(h, p) => { fw_force(hs[h as usize % 3], p % 5, now); }
+                    Call::Record(h, k, n) => { fw_record(hs[h as usize % 3], k % 16, n % 5, now); }
+                    Call::Read(h) => {
+                        let h = hs[h as usize % 3];
+                        fw_state(h, now);
+                        fw_snapshot(h, now);
+                        fw_buckets(h, now);
+                        fw_next(h);
+                        fw_has_io(h);
+                        fw_flushed(h);
+                    }
+                    Call::Cache(h, which, k, i) => {
+                        let h = hs[h as usize % 3];
+                        let which = which % 3;
+                        put(&[b'k', k % 5]);
+                        match i % 6 {
+                            0 | 1 => { if fw_cache_lookup(h, which, 2, now) >= 0 { ids.push(out(0)); } }
+                            2 => { fw_cache_settle(h, which, pick(&ids, k), u32::from(i % 2), now); }
+                            3 => { fw_cache_cancel(h, which, pick(&ids, k), u32::from(i % 2), now); }
+                            4 => { fw_cache_offer(h, which, 2, now); fw_cache_invalidate(h, which, 2, now); }
+                            _ => { for _ in 0..16 { if fw_cache_poll(h, which, now) <= 0 { break; } } if k % 7 == 0 { fw_cache_clear(h, which, now); } }
+                        }
+                    }
+                    Call::Collapse(h, k, o) => {
+                        let h = hs[h as usize % 3];
+                        put(&[b'c', k % 7]);
+                        fw_col_add(h, 2, now);
+                        let batch = fw_col_poll(h, now, o % 2);
+                        if batch >= 0.0 {
+                            let n = fw_col_items(h, batch).max(0) as u32;
+                            for i in 0..n.min(4) { fw_col_complete(h, batch, i, (o >> 1) % 2); }
+                            if o % 3 == 0 { fw_col_fail(h, batch); }
+                        }
+                    }
+                    Call::Hostile(h, x) => {
+                        let h = hs[h as usize % 3];
+                        let n = HOSTILE[x as usize % HOSTILE.len()];
+                        fw_start(h, n);
+                        fw_poll(h, n);
+                        fw_complete(h, n, u32::from(x), n);
+                        fw_io_done(h, n, u32::from(x) % 6, n, u32::from(x), u32::from(x), n);
+                        fw_cache_lookup(h, u32::from(x), u32::MAX, n);
+                        fw_col_complete(h, n, u32::from(x), 1);
+                    }
+                    Call::Recreate(i) => {
+                        let i = i as usize % 3;
+                        fw_free(hs[i]);
+                        hs[i] = make(i, now);
+                    }
+                }
+            }
+            for h in hs { fw_free(h); }
+        }
+    }
+}
