@@ -57,7 +57,18 @@ struct RawPolicy {
     fallback: RawFallback,
     collapse: Option<RawCollapse>,
     stale: Option<RawStale>,
+    credential_headers: Option<Vec<String>>,
 }
+
+/// Request headers that make a request one client's by default (see
+/// [`Policy::credential_headers`]).
+const CREDENTIAL_HEADERS: [&str; 5] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "x-forwarded-client-cert",
+];
 
 /// Collapsed forwarding: concurrent identical requests wait for the first one.
 #[derive(Debug)]
@@ -383,6 +394,9 @@ pub struct Policy {
     pub collapse: Option<Collapse>,
     /// Stale-if-error, if on.
     pub stale: Option<Stale>,
+    /// Request headers that make a request one client's: such a request is neither
+    /// collapsed (unless `collapse.allow_credentials`) nor kept as a stale copy.
+    pub credential_headers: Vec<String>,
 }
 
 /// The validated plugin config.
@@ -426,7 +440,7 @@ impl FromJson for Headers {
 // The JSON shape of the plugin's own sections (the core's sections are the core's).
 json_struct!(read RawPolicy {
     name, matcher as "match", key, keys, breaker, metrics, execution, timeout, bulkhead,
-    failure, bad_request, fallback, collapse, stale,
+    failure, bad_request, fallback, collapse, stale, credential_headers,
 });
 json_struct!(read RawCollapse {
     key, methods, allow_credentials, max_body_bytes, max_waiters, max_wait_ms,
@@ -890,6 +904,16 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             })
         }
     };
+    let credential_headers = match p.credential_headers {
+        None => CREDENTIAL_HEADERS.iter().map(|h| h.to_string()).collect(),
+        Some(list) => list,
+    };
+    if credential_headers.iter().any(|h| !valid_header_name(h)) {
+        return Err(err(
+            at("credential_headers"),
+            "must hold lower-case header names",
+        ));
+    }
     Ok(Policy {
         name: p.name,
         matcher,
@@ -900,6 +924,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         fallback,
         collapse,
         stale,
+        credential_headers,
     })
 }
 

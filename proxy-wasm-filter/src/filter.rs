@@ -16,7 +16,7 @@ use crate::classify::{grpc_timeout, FlagSet, Observed};
 use crate::config::{Plugin, Policy, Reason, Reply};
 use crate::host::{self, Level};
 use crate::idmap::IdMap;
-use crate::matcher::RequestView;
+use crate::matcher::{KeySpec, Part, RequestView};
 use crate::metrics::{self, Extra, KeyMetrics, MetricsTable};
 use crate::replay::{private, replay_headers, replayable, Capture, Replay, Response};
 use crate::slottable::SlotTable;
@@ -53,8 +53,9 @@ enum Call {
         /// A failed response for `lead`'s waiters, handed over in `finish`: after the
         /// permit is completed, so a promoted waiter finds the slot free.
         failed: Option<Box<Response>>,
-        /// The response varies outside the request key (`Vary`): `lead`'s waiters are
-        /// released in `finish` (each goes upstream on its own, the slot free).
+        /// The response is not for other clients (private, or it varies outside the
+        /// request key): `lead`'s waiters are released in `finish` (each goes
+        /// upstream on its own, the slot free).
         varied: bool,
     },
     /// Paused in its request headers, waiting for a slot.
@@ -708,19 +709,19 @@ impl Worker {
             // by an Istio operator's review: a policy naming a cluster the request
             // did not have protected nothing, and nothing said why).
             if self.debug {
-                // Plain text: `{:?}` of a string brings ≈ 9 KB of escaping tables.
-                let mut msg = String::from("fusewire: no policy matched: cluster ");
-                for (i, v) in [view.cluster(), view.route(), view.header(":authority")]
-                    .into_iter()
-                    .enumerate()
-                {
-                    msg.push_str(
-                        [", route ", ", authority "]
-                            .get(i.wrapping_sub(1))
-                            .unwrap_or(&""),
-                    );
-                    msg.push_str(v.as_deref().unwrap_or("(none)"));
-                }
+                // Rendered as a key is (`{:?}` of a string brings ≈ 9 KB of tables).
+                let said = KeySpec {
+                    parts: vec![
+                        Part::Lit("fusewire: no policy matched: cluster ".into()),
+                        Part::Cluster,
+                        Part::Lit(", route ".into()),
+                        Part::Route,
+                        Part::Lit(", authority ".into()),
+                        Part::Authority,
+                    ],
+                };
+                let mut msg = String::new();
+                said.render("", &mut view, &mut msg);
                 host::log(Level::Debug, &msg);
             }
             return Action::Continue;
@@ -756,7 +757,13 @@ impl Worker {
             }
         }
         if method.is_some() {
-            req.creds = view.header("authorization").is_some() || view.header("cookie").is_some();
+            // Found by a security review: `x-api-key`, a client certificate, or a JWT
+            // payload header (Envoy's jwt_authn and Istio remove `authorization` once
+            // checked) made requests one client's that were collapsed.
+            req.creds = policy
+                .credential_headers
+                .iter()
+                .any(|h| view.header(h).is_some());
         }
         let mut request_key = String::new();
         if let Some((spec, m)) = policy
@@ -969,7 +976,6 @@ impl Worker {
             if let Some(c) = capture.as_mut() {
                 c.response.status = obs.status.unwrap_or(0);
                 let headers = host::header_pairs(map);
-                c.private = private(&headers);
                 // The request key (collapse and stale share one) must hold every
                 // header the response varies on, or another client's representation
                 // (gzip, another language) would be replayed.
@@ -983,12 +989,16 @@ impl Worker {
                             .map(|c| &c.key)
                             .or(p.stale.as_ref().map(|s| &s.key))
                     });
-                c.varies = headers
-                    .iter()
-                    .any(|(k, v)| k == "vary" && !key.is_some_and(|key| key.covers_vary(v)));
+                // A private response is not handed to waiters either (found by a
+                // security review: a `cache-control: private` reply to one user's
+                // request reached an anonymous client that followed it).
+                c.unshared = private(&headers)
+                    || headers
+                        .iter()
+                        .any(|(k, v)| k == "vary" && !key.is_some_and(|key| key.covers_vary(v)));
                 c.response.headers = headers.into_iter().filter(|(k, _)| replayable(k)).collect();
                 // Without waiters only a shared 2xx is worth its bytes (a stale copy).
-                let keep = !c.private && !c.varies && storable(c.response.status);
+                let keep = !c.unshared && storable(c.response.status);
                 if lead.is_none() && !keep {
                     *capture = None;
                 }
@@ -1054,7 +1064,7 @@ impl Worker {
         let Some(policy) = plugin.policies.get(req.pi) else {
             return;
         };
-        if cap.varies {
+        if cap.unshared {
             // Neither replayed nor kept: `finish` releases the waiters.
             *varied = true;
             return;
@@ -1071,7 +1081,7 @@ impl Worker {
         }
         let (lead, pi) = (lead.take(), req.pi);
         let req_key = req.key.clone();
-        let get = req.get && !req.creds && !cap.private;
+        let get = req.get && !req.creds;
         let now = self.now();
         let mut taken = cap.take_response();
         taken.at = now;
@@ -1134,8 +1144,8 @@ impl Worker {
                 capture,
                 ..
             } => {
-                // Also a varying response cut short before `publish` saw its end.
-                let varied = varied || capture.is_some_and(|c| c.varies);
+                // Also an unshared response cut short before `publish` saw its end.
+                let varied = varied || capture.is_some_and(|c| c.unshared);
                 self.by_call.remove(permit.id());
                 if obs.needs_flags() {
                     if let Some(f) = host::property(b"response\0flags", FlagSet::from_property) {

@@ -131,11 +131,10 @@ pub struct Capture {
     pub response: Response,
     /// The body went past the limit: nothing to replay.
     pub too_large: bool,
-    /// The response is for one client only ([`private`]): no stale copy.
-    pub private: bool,
-    /// The response varies on a request header its key does not hold (`Vary`):
-    /// neither replayed to waiters nor kept.
-    pub varies: bool,
+    /// The response is not for other clients — it is [`private`], or varies on a
+    /// request header its key does not hold (`Vary`): neither replayed to waiters nor
+    /// kept.
+    pub unshared: bool,
     /// Largest body kept.
     pub limit: u64,
 }
@@ -146,8 +145,7 @@ impl Capture {
         Capture {
             response: Response::default(),
             too_large: false,
-            private: false,
-            varies: false,
+            unshared: false,
             limit,
         }
     }
