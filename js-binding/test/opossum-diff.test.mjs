@@ -902,6 +902,46 @@ scenario('abortController: aborted on a timeout; autoRenewAbortController renews
   }],
 ]);
 
+// Found by a differential fuzzer: coalesceResetOn judged what the call settled with, so
+// a failure its fallback answered counted as a 'success' (kept under ['error'] and
+// shared with every caller for coalesceTTL; forgotten under ['success']).
+for (const on of ['error', 'success', 'timeout']) {
+  scenario(`coalesceResetOn: ['${on}'] looks at how the action ended, not at its fallback's value`, [
+    ['make', (c) => {
+      c.make(act, { coalesce: true, coalesceResetOn: [on], coalesceTTL: 5000, timeout: 30, errorThresholdPercentage: 99, volumeThreshold: 5 });
+      c.b.fallback(() => 'fallback');
+    }],
+    ['a call fails (its fallback answers), one times out', async (c) => {
+      c.fire('a', 'fail-k');
+      c.fire('b', 'hang');
+      await c.advance(30);
+    }],
+    ['t=31: the same keys again', async (c) => {
+      await c.advance(1);
+      c.fire('c', 'fail-k');
+      c.fire('d', 'hang');
+      await c.advance(30);
+    }],
+  ]);
+}
+
+// Found by a differential fuzzer: a call timing out on the millisecond the breaker
+// half-opens aborted the controller after autoRenewAbortController had looked at it,
+// so the probe got an aborted signal.
+scenario('autoRenewAbortController: a timeout on the half-open millisecond leaves a fresh signal', [
+  ['make', (c) => { c.make(act, { timeout: 50, resetTimeout: 50, autoRenewAbortController: true, volumeThreshold: 0 }); }],
+  ['opens', async (c) => { c.b.open(); }],
+  ['force-closed? no: a call with timeout 50 that will end with the open period', async (c) => {
+    c.b.close();
+    c.fire('a', 'hang').catch(() => {});
+    c.b.open();
+  }],
+  ['t=50: it times out as the breaker half-opens', async (c) => {
+    await c.advance(50);
+    c.note('signal', { aborted: c.b.getSignal().aborted });
+  }],
+]);
+
 scenario('open() while the halfOpen probe runs; the probe then succeeds', [
   ['make', (c) => { c.g = gated(); c.make(c.g.action, { timeout: false, resetTimeout: 100 }); }],
   ['fail: open', (c) => { c.fire('a', 1).catch(() => {}); c.g.gates[0].reject(new Error('x')); }],

@@ -308,6 +308,8 @@ interface Flight {
   p: Promise<unknown>;
   key: string;
   gone: boolean;
+  /** How the leader's action ended, for `coalesceResetOn` (its fallback may turn a failure into a value). */
+  ended?: 'success' | 'error' | 'timeout';
 }
 
 /** A coalescing follower waiting for its key's leader (`_waits`, by caller id). */
@@ -1296,6 +1298,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   _ok(c: Call, v: unknown): void {
     if (c.done) return;
     c.done = true;
+    if (c.flight !== undefined) c.flight.ended = 'success';
     const lead = c.lead;
     c.lead = -1;
     this._forget(c);
@@ -1364,10 +1367,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** Whether `errorFilter` has thrown (warned once). */
   private _filterThrew = false;
 
+  /** Half-open and close transitions so far (where `autoRenewAbortController` renews). */
+  private _renewals = 0;
+
   /** @internal The action failed. */
   _err(c: Call, e: unknown): void {
     if (c.done) return;
     c.done = true;
+    if (c.flight !== undefined) c.flight.ended = 'error';
     this._forget(c);
     // Any truthy value filters, as opossum tests it (`if (errorFilter(…))`).
     const filtered = this._filters(e, c.args);
@@ -1804,12 +1811,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         }
       }
       this._transitions.halfOpened += own;
+      this._renewals++;
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
         this.options.abortController = new AbortController();
       }
       this._emitOwn('halfOpen', this._parsed.resetTimeout);
     } else {
       this._transitions.closed += own;
+      this._renewals++;
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
         this.options.abortController = new AbortController();
       }
@@ -1822,6 +1831,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const c = this._calls[id % SLOTS];
     if (c === undefined || c.id !== id || c.done) return undefined;
     c.done = true;
+    if (c.flight !== undefined) c.flight.ended = 'timeout';
     this._forget(c);
     const latency = t - c.t0;
     // opossum's message names `options.timeout` as given (10.5, not the 11 ms it runs).
@@ -1837,6 +1847,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (filtered) this._emitOwn('success', err, latency);
       else this._emitOwn('failure', err, latency, c.args);
     });
+    const renewals = this._renewals;
     return () => {
       try {
         const fb = filtered ? undefined : this._fallback(err, callerArgs(c));
@@ -1848,7 +1859,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this._threw(c, x);
         throw x;
       } finally {
-        this.options.abortController?.abort();
+        const ac = this.options.abortController;
+        ac?.abort();
+        // A half-open or close since the timeout (on the same tick) comes after this
+        // abort in opossum's order, and renews the controller there (found by a
+        // differential fuzzer: the probe got an aborted signal).
+        if (this.options.autoRenewAbortController === true && ac !== undefined && this._renewals !== renewals) {
+          this.options.abortController = new AbortController();
+        }
         c.ctl?.abort(err);
       }
     };
@@ -2260,16 +2278,19 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const flight: Flight = { lead, p, key, gone: false };
     this._leading.set(key, flight);
     p.then(
+      // `coalesceResetOn` looks at how the action ended, as opossum's does, not at
+      // what the call settled with (found by a differential fuzzer: a failure its
+      // fallback answered was kept under 'error' and shared with every caller).
       () => {
         if (this._leading.get(key) === flight) this._leading.delete(key);
         if (flight.gone) return; // its followers lead in its place (`_giveUp1`)
-        this._settleLead(1, lead, true, p, reset.includes('success') ? key : undefined);
+        this._settleLead(1, lead, true, p, reset.includes(flight.ended ?? 'success') ? key : undefined);
       },
       (e: unknown) => {
         if (this._leading.get(key) === flight) this._leading.delete(key);
         if (flight.gone) return;
         const timeout = isOurError(e) && (e as CircuitBreakerError).code === 'ETIMEDOUT';
-        this._settleLead(1, lead, false, p, reset.includes(timeout ? 'timeout' : 'error') ? key : undefined);
+        this._settleLead(1, lead, false, p, reset.includes(flight.ended ?? (timeout ? 'timeout' : 'error')) ? key : undefined);
       },
     );
     return flight;
