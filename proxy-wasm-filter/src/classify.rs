@@ -147,14 +147,14 @@ impl FlagSet {
             match RESPONSE_FLAGS.iter().position(|f| f == n) {
                 Some(p) => bits |= 1 << p,
                 None => {
-                    return Err((
-                        i,
-                        format!(
-                            "unknown Envoy response flag {} (known: {})",
-                            Quoted(n),
-                            RESPONSE_FLAGS.join(" ")
-                        ),
-                    ))
+                    // Pushed, not `join`ed: `join` brings ≈ 1.2 KB into the module.
+                    let mut msg = format!("unknown Envoy response flag {} (known:", Quoted(n));
+                    for f in RESPONSE_FLAGS {
+                        msg.push(' ');
+                        msg.push_str(f);
+                    }
+                    msg.push(')');
+                    return Err((i, msg));
                 }
             }
         }

@@ -325,10 +325,14 @@ fn timeouts_and_cancels(h: &Harness) -> (u64, u64) {
 /// A gRPC client that gives up at its own deadline (`grpc-timeout`) with no response
 /// counts as TIMEOUT: the upstream did not answer in the time its caller allowed. It
 /// counted as CANCELLED, so behind a route without a timeout (Istio's default) a hung
-/// upstream never tripped the breaker while every client hit its deadline.
+/// upstream never tripped the breaker while every client hit its deadline. A deadline
+/// shorter than the policy's `execution.timeout_ms` counts nowhere (found by a
+/// security review: `grpc-timeout: 1n` and a reset, 20 times, opened the breaker of a
+/// healthy upstream).
 #[test]
 fn a_grpc_client_resetting_at_its_deadline_is_a_timeout() {
-    let h = client_deadline_run("", Some("200m"), 200);
+    const FLOOR_200: &str = r#""execution": {"timeout_ms": 200},"#;
+    let h = client_deadline_run(FLOOR_200, Some("200m"), 200);
     let (t, c) = (
         counter(&h, "fusewire.svc.timeout"),
         counter(&h, "fusewire.svc.cancelled"),
@@ -341,16 +345,20 @@ fn a_grpc_client_resetting_at_its_deadline_is_a_timeout() {
     );
 
     // Reset before its deadline, without one, or with the rule off: the caller left.
+    // Or with a deadline shorter than the policy's timeout (1 s by default).
     for (extra, header, reset) in [
-        ("", Some("1S"), 200),
-        ("", None, 200),
+        (FLOOR_200, Some("1S"), 200),
+        (FLOOR_200, None, 200),
         (
-            r#""failure": {"client_deadline": false},"#,
+            r#""execution": {"timeout_ms": 200}, "failure": {"client_deadline": false},"#,
             Some("200m"),
             200,
         ),
-        ("", Some("bogus"), 200),
-        ("", Some("0S"), 200), // 0 is no deadline (found by review: it was expired)
+        (FLOOR_200, Some("bogus"), 200),
+        (FLOOR_200, Some("0S"), 200), // 0 is no deadline (found by review: it was expired)
+        ("", Some("200m"), 200),
+        (FLOOR_200, Some("1n"), 200),
+        (FLOOR_200, Some("199m"), 200),
     ] {
         let h = client_deadline_run(extra, header, reset);
         let (t, c) = (
