@@ -169,12 +169,12 @@ throw new Error('fusewire/prometheus and fusewire/redis run in Node only (prom-c
 `);
 
 /**
- * A bundle of the package without Node: browser.ts with `platform` in place of
- * platform.ts and monotonic-browser.ts in place of monotonic.ts.
+ * A bundle of the package without Node: `entry` (browser.ts) with `platform` in place
+ * of platform.ts and monotonic-browser.ts in place of monotonic.ts.
  */
-function bundle(outfile, platform, options, wasmImport) {
+function bundle(outfile, platform, options, entry = 'browser.ts') {
   return esbuild.build({
-    entryPoints: [join(root, 'ts', 'browser.ts')],
+    entryPoints: [join(root, 'ts', entry)],
     outfile: join(dist, outfile),
     bundle: true,
     format: 'esm',
@@ -187,10 +187,6 @@ function bundle(outfile, platform, options, wasmImport) {
       setup(b) {
         b.onResolve({ filter: /^\.\/platform\.js$/ }, () => ({ path: join(root, 'ts', platform) }));
         b.onResolve({ filter: /^\.\/monotonic\.js$/ }, () => ({ path: join(root, 'ts', 'monotonic-browser.ts') }));
-        // The .wasm module import, as the runtime's bundler spells it.
-        if (wasmImport !== undefined) {
-          b.onResolve({ filter: /^\.\/fusewire\.wasm$/ }, () => ({ path: wasmImport, external: true }));
-        }
       },
     }],
   });
@@ -198,15 +194,19 @@ function bundle(outfile, platform, options, wasmImport) {
 
 // Browsers and bundlers.
 await bundle('browser.js', 'platform-browser.ts', { platform: 'browser' });
-// The `workerd` export condition (Cloudflare Workers): platform-workerd.ts imports
-// the .wasm as a module, left to the Worker's bundler (wrangler), which compiles it.
-// Whitespace and syntax minified (names stay readable in stack traces): the Worker's
-// bundler takes it as it is, and the tarball carries this second copy of the build.
-const edge = { platform: 'neutral', minifyWhitespace: true, minifySyntax: true };
-await bundle('workerd.js', 'platform-workerd.ts', edge, './fusewire.wasm');
-// The `edge-light` condition (Next.js's Edge runtime, Vercel Edge Functions): the same,
-// with the .wasm imported as `./fusewire.wasm?module`, their spelling of a module
-// import (found by a Next.js review: the edge got the browser build, which compiles
-// from bytes — refused there — and needs `await ready` before a module-scope breaker).
-await bundle('edge-light.js', 'platform-workerd.ts', edge, './fusewire.wasm?module');
+// Edge runtimes that compile the .wasm when they bundle the Worker (found by reviews:
+// the browser build compiles from bytes, which they refuse): one build, `edge.js`
+// (whitespace and syntax minified; names stay readable in stack traces), and an entry
+// per runtime that imports the .wasm as that runtime's bundler spells it and hands it
+// over before the app's code runs — `workerd` (Cloudflare Workers: wrangler) and
+// `edge-light` (Next.js's Edge runtime, Vercel Edge: `?module`).
+await bundle('edge.js', 'platform-edge.ts', { platform: 'neutral', minifyWhitespace: true, minifySyntax: true }, 'edge.ts');
+for (const [file, spec] of [['workerd.js', './fusewire.wasm'], ['edge-light.js', './fusewire.wasm?module']]) {
+  write(file, `import wasm from '${spec}';
+import { load } from './edge.js';
+load(wasm);
+export * from './edge.js';
+export { default } from './edge.js';
+`);
+}
 console.log('build.mjs: dist/ ready');
