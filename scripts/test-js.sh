@@ -44,7 +44,7 @@ for n in "${nodes[@]}"; do
   echo "== node:test on Node $("$n" --version)"
   # One run: dots on the console, the TAP report kept (the counts, and on a failure
   # what failed: a second run to find it may pass, as one did under load).
-  tap="$out/node-$("$n" --version).tap"
+  tap="$(cd "$out" && pwd)/node-$("$n" --version).tap"
   (cd "$out/app" && "$n" --test --test-reporter=dot --test-reporter-destination=stdout \
     --test-reporter=tap --test-reporter-destination="$tap" test/*.test.mjs test/*.test.cjs) || {
     echo "failed on Node $("$n" --version):"
