@@ -209,57 +209,7 @@ fn shared_breakers_drive_the_store_protocol() {
         assert!(h >= 0, "{}", msg());
         hs.push(h as u32);
     }
-    let drive = |h: u32, store: &mut MemoryStore, now: f64| {
-        for _ in 0..64 {
-            let op = fw_io(h, now);
-            if op == 0 {
-                break;
-            }
-            let (id, key, value, expect) =
-                with((0.0, String::new(), Vec::new(), Expect::Absent), |s| {
-                    let Some((b, out, _)) = s.parts(h) else {
-                        return (0.0, String::new(), Vec::new(), Expect::Absent);
-                    };
-                    let expect = if out[1] == 1.0 {
-                        Expect::Token(out[2] as u64)
-                    } else {
-                        Expect::Absent
-                    };
-                    (
-                        out[0],
-                        String::from_utf8_lossy(&b.io_key).into_owned(),
-                        b.io_value.clone(),
-                        expect,
-                    )
-                });
-            let io = fusewire_core::shared::Io {
-                id: IoId::from_raw(id as u64),
-                key: &key,
-                op: if op == 1 {
-                    Op::Read
-                } else {
-                    Op::Write {
-                        value: &value,
-                        expect,
-                    }
-                },
-            };
-            let a = store.exec(&io);
-            use fusewire_core::shared::OwnedAnswer as A;
-            let (kind, token, bytes, flag) = match a {
-                A::Found(v, t) => (0, t as f64, v, 0),
-                A::NotFound => (1, -1.0, vec![], 0),
-                A::Written(t) => (2, t.map_or(-1.0, |t| t as f64), vec![], 0),
-                A::Conflict(c, absent) => match c {
-                    Some((v, t)) => (3, t as f64, v, u32::from(absent)),
-                    None => (3, -1.0, vec![], u32::from(absent)),
-                },
-                A::Failed(c) => (4, -1.0, vec![], c),
-            };
-            put(&bytes);
-            fw_io_done(h, id, kind, token, bytes.len() as u32, flag, now);
-        }
-    };
+    let drive = drive_store;
     for &h in &hs {
         fw_prepare(h, 1, 20.0);
         drive(h, &mut store, 20.0);
