@@ -57,7 +57,7 @@ enum Call {
         /// The response is not for other clients (private, or it varies outside the
         /// request key): `lead`'s waiters are released in `finish` (each goes
         /// upstream on its own, the slot free).
-        varied: bool,
+        unshared: bool,
     },
     /// Paused in its request headers, waiting for a slot.
     Queued {
@@ -956,7 +956,7 @@ impl Worker {
                 lead,
                 capture: capture.map(Box::new),
                 failed: None,
-                varied: false,
+                unshared: false,
             },
         );
     }
@@ -1052,7 +1052,7 @@ impl Worker {
             lead,
             capture,
             failed,
-            varied,
+            unshared,
             ..
         }) = self.calls.get_mut(ctx)
         else {
@@ -1072,7 +1072,7 @@ impl Worker {
         };
         if cap.unshared {
             // Neither replayed nor kept: `finish` releases the waiters.
-            *varied = true;
+            *unshared = true;
             return;
         }
         let ok = matches!(
@@ -1146,12 +1146,12 @@ impl Worker {
                 req,
                 lead,
                 failed,
-                varied,
+                unshared,
                 capture,
                 ..
             } => {
                 // Also an unshared response cut short before `publish` saw its end.
-                let varied = varied || capture.is_some_and(|c| c.unshared);
+                let unshared = unshared || capture.is_some_and(|c| c.unshared);
                 self.by_call.remove(permit.id());
                 if obs.needs_flags() {
                     if let Some(f) = host::property(b"response\0flags", FlagSet::from_property) {
@@ -1176,7 +1176,7 @@ impl Worker {
                     m.in_flight(-1);
                 }
                 if let (Some(lead), Some(r)) = (lead, self.replays.get_mut(req.pi)) {
-                    if varied {
+                    if unshared {
                         // Each waiter goes upstream on its own, at once.
                         r.release(lead, &req.key, now);
                     } else {
