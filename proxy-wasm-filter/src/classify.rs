@@ -11,7 +11,7 @@
 
 use fusewire_core::json::Quoted;
 use fusewire_core::json::{self, FromJson, Path, Value};
-use fusewire_core::{ConfigError, Outcome};
+use fusewire_core::{ConfigError, Nanos, Outcome};
 
 /// A set of HTTP status codes: single codes, classes (`"5xx"`) and ranges
 /// (`"500-504"`). Stored as a 600-bit bitmap: O(1) lookup, no allocation.
@@ -294,6 +294,9 @@ pub struct Classifier {
     /// Whether a gRPC client that gave up at its own deadline (`grpc-timeout`) with no
     /// response yet makes a TIMEOUT (not CANCELLED).
     pub client_deadline: bool,
+    /// Shortest client deadline that counts (`client_deadline_min_ms`, ns): a call
+    /// with a shorter one that goes away counts nowhere.
+    pub client_deadline_min: Nanos,
     /// HTTP statuses that are the caller's fault.
     pub bad_request_status: StatusSet,
     /// gRPC statuses that are the caller's fault.
@@ -427,6 +430,7 @@ mod tests {
             timeout_flags: FlagSet::one("UT"),
             resets_are_failures: true,
             client_deadline: true,
+            client_deadline_min: 0,
             bad_request_status: set(&["4xx"]),
             bad_request_grpc: GrpcSet::parse(&[Entry::Code(5)]).unwrap(),
         };
@@ -506,6 +510,7 @@ mod tests {
         );
         let off = Classifier {
             client_deadline: false,
+            client_deadline_min: 0,
             ..c
         };
         assert_eq!(off.classify(&late(None, b"DR")), Outcome::Cancelled);

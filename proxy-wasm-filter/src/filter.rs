@@ -7,7 +7,6 @@ use fusewire_core::json::Quoted;
 use std::rc::Rc;
 
 use fusewire_core::cache::{CacheEvent, Lead, Lookup, ScopeId, Wait};
-use fusewire_core::time::ms_to_ns;
 use fusewire_core::{
     Engine, Event, EventKind, KeyId, Nanos, Outcome, Permit, PolicyId, Start, Ticket,
     TransitionReason,
@@ -749,15 +748,15 @@ impl Worker {
             deadline: 0,
         };
         if rpc && policy.classifier.client_deadline {
-            // A 0 is no deadline, as Envoy's router reads it. One shorter than the
-            // policy's `execution.timeout_ms` says nothing of the upstream (found by a
-            // security review: `grpc-timeout: 1n` and a reset, 20 times, opened the
-            // breaker of a healthy upstream): such a call that goes away counts nowhere.
-            let floor = ms_to_ns(policy.core.execution.timeout_ms);
+            // A 0 is no deadline, as Envoy's router reads it. One under
+            // `client_deadline_min_ms` counts nowhere: a client could declare
+            // `grpc-timeout: 1n`, reset, and open a healthy upstream's breaker (found by
+            // a security review; a floor by default kept hung upstreams from tripping
+            // for clients with short deadlines, found by a gRPC review).
             if let Some(t) = view
                 .header("grpc-timeout")
                 .and_then(|v| grpc_timeout(v.as_bytes()))
-                .filter(|&t| t >= floor)
+                .filter(|&t| t >= policy.classifier.client_deadline_min)
             {
                 req.grpc_timeout = t;
             }

@@ -129,6 +129,28 @@ fn grpc_client_error_probe_does_not_close_the_breaker() {
     );
 }
 
+/// CANCELLED, RESOURCE_EXHAUSTED, ABORTED and UNIMPLEMENTED are the caller's, as
+/// 499, 429, 409 and a method the upstream lacks are (found by a gRPC review: they
+/// counted as successes, and a probe answered RESOURCE_EXHAUSTED closed the breaker):
+/// a probe answered with one gives its turn back.
+#[test]
+fn callers_grpc_statuses_are_bad_requests_and_do_not_close_a_half_open_breaker() {
+    for code in [1, 8, 10, 12] {
+        let mut h = harness(&policy(BREAKER_1PROBE));
+        trip(&mut h);
+        h.run_for(Duration::from_millis(4_950));
+        let r = h.request(0, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(code));
+        assert!(r.sent_upstream, "{code}");
+        settle(&mut h);
+        assert_eq!(phase(&h), Phase::HalfOpen, "grpc-status {code}");
+        assert_eq!(
+            counter(&h, "fusewire.svc.bad_request"),
+            1,
+            "grpc-status {code}"
+        );
+    }
+}
+
 /// gRPC calls and requests with a body are never collapsed, whatever
 /// `collapse.methods` says: two gRPC calls with different messages were collapsed onto
 /// one upstream call (the follower's message never sent, its reply an UNKNOWN).
@@ -325,40 +347,57 @@ fn timeouts_and_cancels(h: &Harness) -> (u64, u64) {
 /// A gRPC client that gives up at its own deadline (`grpc-timeout`) with no response
 /// counts as TIMEOUT: the upstream did not answer in the time its caller allowed. It
 /// counted as CANCELLED, so behind a route without a timeout (Istio's default) a hung
-/// upstream never tripped the breaker while every client hit its deadline. A deadline
-/// shorter than the policy's `execution.timeout_ms` counts nowhere (found by a
+/// upstream never tripped the breaker while every client hit its deadline. With
+/// `failure.client_deadline_min_ms`, a shorter deadline counts nowhere (found by a
 /// security review: `grpc-timeout: 1n` and a reset, 20 times, opened the breaker of a
-/// healthy upstream).
+/// healthy upstream; not by default, since a gRPC review found that a floor kept hung
+/// upstreams from tripping for clients with short deadlines).
 #[test]
 fn a_grpc_client_resetting_at_its_deadline_is_a_timeout() {
-    const FLOOR_200: &str = r#""execution": {"timeout_ms": 200},"#;
-    let h = client_deadline_run(FLOOR_200, Some("200m"), 200);
-    let (t, c) = (
-        counter(&h, "fusewire.svc.timeout"),
-        counter(&h, "fusewire.svc.cancelled"),
-    );
-    assert_eq!((t, c), (30, 0), "timeout {t}, cancelled {c}");
-    assert_eq!(
-        phase(&h),
-        Phase::Open,
-        "the hung upstream trips the breaker"
-    );
+    for (extra, header) in [
+        ("", "200m"),
+        ("", "1m"),
+        (r#""failure": {"client_deadline_min_ms": 200},"#, "200m"),
+    ] {
+        let h = client_deadline_run(extra, Some(header), 200);
+        let (t, c) = (
+            counter(&h, "fusewire.svc.timeout"),
+            counter(&h, "fusewire.svc.cancelled"),
+        );
+        assert_eq!(
+            (t, c),
+            (30, 0),
+            "{extra} {header}: timeout {t}, cancelled {c}"
+        );
+        assert_eq!(
+            phase(&h),
+            Phase::Open,
+            "the hung upstream trips the breaker"
+        );
+    }
 
-    // Reset before its deadline, without one, or with the rule off: the caller left.
-    // Or with a deadline shorter than the policy's timeout (1 s by default).
+    // Reset before its deadline, without one, with the rule off, or with a deadline
+    // under the floor: the caller left.
     for (extra, header, reset) in [
-        (FLOOR_200, Some("1S"), 200),
-        (FLOOR_200, None, 200),
+        ("", Some("1S"), 200),
+        ("", None, 200),
         (
-            r#""execution": {"timeout_ms": 200}, "failure": {"client_deadline": false},"#,
+            r#""failure": {"client_deadline": false},"#,
             Some("200m"),
             200,
         ),
-        (FLOOR_200, Some("bogus"), 200),
-        (FLOOR_200, Some("0S"), 200), // 0 is no deadline (found by review: it was expired)
-        ("", Some("200m"), 200),
-        (FLOOR_200, Some("1n"), 200),
-        (FLOOR_200, Some("199m"), 200),
+        ("", Some("bogus"), 200),
+        ("", Some("0S"), 200), // 0 is no deadline (found by review: it was expired)
+        (
+            r#""failure": {"client_deadline_min_ms": 200},"#,
+            Some("1n"),
+            200,
+        ),
+        (
+            r#""failure": {"client_deadline_min_ms": 200},"#,
+            Some("199m"),
+            200,
+        ),
     ] {
         let h = client_deadline_run(extra, header, reset);
         let (t, c) = (

@@ -1016,7 +1016,7 @@ fn grpc_is_classified_in_every_shape() {
         (
             "trailers RESOURCE_EXHAUSTED",
             UpstreamReply::grpc(8),
-            "success",
+            "bad_request",
         ),
         (
             "trailers-only INTERNAL",
