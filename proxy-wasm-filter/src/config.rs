@@ -769,10 +769,16 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     }
     for (name, value) in &fb.headers.0 {
         let at_h = || at(&format!("fallback.headers.{name}"));
-        if !valid_header_name(name) || name.starts_with(':') || name == "x-fusewire" {
+        // `grpc-status` is `fallback.grpc_status`'s (found by a gRPC review: a header
+        // overrode the timeout reply's status, and rode on plain HTTP replies).
+        if !valid_header_name(name)
+            || name.starts_with(':')
+            || name == "x-fusewire"
+            || name == "grpc-status"
+        {
             return Err(err(
                 at_h(),
-                "must be a lower-case header name, not a pseudo-header nor x-fusewire",
+                "must be a lower-case header name, not a pseudo-header, x-fusewire nor grpc-status (set fallback.grpc_status)",
             ));
         }
         if crate::replay::hop_by_hop(name) {
@@ -1213,6 +1219,21 @@ mod tests {
             r#"{"policies":[{"name":"a","fallback":{"headers":{"x-fusewire":"x"}}}]}"#,
             "policies[0].fallback.headers.x-fusewire",
             "x-fusewire",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","fallback":{"headers":{"grpc-status":"8"}}}]}"#,
+            "policies[0].fallback.headers.grpc-status",
+            "set fallback.grpc_status",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","credential_headers":["X-Api-Key"]}]}"#,
+            "policies[0].credential_headers",
+            "lower-case header names",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","failure":{"client_deadline_min_ms":-1}}]}"#,
+            "policies[0].failure.client_deadline_min_ms",
+            "",
         );
         fails(
             r#"{"policies":[{"name":"a","timeout":"soon"}]}"#,
