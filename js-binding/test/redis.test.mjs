@@ -36,6 +36,34 @@ function emptyStoreClient() {
   });
 }
 
+/** One fake Redis with the CAS script's semantics (`HMGET` and `EVALSHA` only); share it between processes' clients. */
+function casBackend() {
+  const db = new Map();
+  const backend = (cmd, args) => {
+    if (cmd === 'HMGET') {
+      const e = db.get(args[0]);
+      return Promise.resolve(e === undefined ? [null, null] : [Buffer.from(String(e.t)), e.v]);
+    }
+    if (cmd === 'EVALSHA') {
+      const [, , key, expect, value, , , first] = args;
+      const e = db.get(key);
+      const now = Date.now();
+      if (e === undefined) {
+        if (expect !== '') return Promise.resolve([2, now]);
+        db.set(key, { t: Number(first), v: Buffer.from(value) });
+        return Promise.resolve([0, now, Number(first)]);
+      }
+      if (expect !== String(e.t)) return Promise.resolve([1, now, e.t, e.v]);
+      e.t += 1;
+      e.v = Buffer.from(value);
+      return Promise.resolve([0, now, e.t]);
+    }
+    return Promise.reject(new Error(`unexpected ${cmd}`));
+  };
+  backend.db = db;
+  return backend;
+}
+
 describe('fusewire/redis: RedisStore', () => {
   test('bad options are TypeErrors naming the option', () => {
     const client = fakeClient(() => new Promise(() => {}));
@@ -169,28 +197,7 @@ describe('fusewire/redis: RedisStore', () => {
 
   test('shutdown(): a last write that meets another process\'s write is merged and sent again; close() waits for it (found by review: it was dropped)', async () => {
     // One fake Redis with the CAS script's semantics, two processes' stores on it.
-    const db = new Map();
-    const backend = (cmd, args) => {
-      if (cmd === 'HMGET') {
-        const e = db.get(args[0]);
-        return Promise.resolve(e === undefined ? [null, null] : [Buffer.from(String(e.t)), e.v]);
-      }
-      if (cmd === 'EVALSHA') {
-        const [, , key, expect, value, , , first] = args;
-        const e = db.get(key);
-        const now = Date.now();
-        if (e === undefined) {
-          if (expect !== '') return Promise.resolve([2, now]);
-          db.set(key, { t: Number(first), v: Buffer.from(value) });
-          return Promise.resolve([0, now, Number(first)]);
-        }
-        if (expect !== String(e.t)) return Promise.resolve([1, now, e.t, e.v]);
-        e.t += 1;
-        e.v = Buffer.from(value);
-        return Promise.resolve([0, now, e.t]);
-      }
-      return Promise.reject(new Error(`unexpected ${cmd}`));
-    };
+    const backend = casBackend();
     const c1 = fakeClient(backend);
     const c2 = fakeClient(backend);
     const s1 = new RedisStore({ client: c1 });
@@ -201,7 +208,7 @@ describe('fusewire/redis: RedisStore', () => {
     // Both read the key (absent) and create it once.
     await b1.fire();
     await b2.fire();
-    for (let i = 0; i < 50 && db.size === 0; i++) await sleep(10);
+    for (let i = 0; i < 50 && backend.db.size === 0; i++) await sleep(10);
     await sleep(50);
     for (let i = 0; i < 5; i++) {
       await b1.fire();
@@ -218,6 +225,73 @@ describe('fusewire/redis: RedisStore', () => {
     assert.ok(after.conflicts > before.conflicts, `the first write met process 2's: ${JSON.stringify([before, after])}`);
     assert.ok(after.written > before.written, `then it was merged and landed: ${JSON.stringify([before, after])}`);
     assert.equal(after.pending, 0);
+  });
+
+  test('flush() writes the successes waiting for their flush now and resolves once Redis has them: a fleet that sees them stays closed (found by review: frozen serverless instances never sent them, and the fleet opened on 3 failures in 10 calls)', async () => {
+    const backend = casBackend();
+    const run = async (name, flush) => {
+      const s1 = new RedisStore({ client: fakeClient(backend) });
+      const s2 = new RedisStore({ client: fakeClient(backend) });
+      const options = (store) => ({
+        name, errorThresholdPercentage: 50, volumeThreshold: 3,
+        shared: { store, flush_ms: 10_000, sync_ms: 10_000, stale_ms: 20_000 },
+      });
+      // Process 1 serves 7 calls, all healthy; the first creates the key.
+      const keys = backend.db.size;
+      const b1 = new CircuitBreaker(async () => 'ok', options(s1));
+      await b1.fire();
+      for (let i = 0; i < 50 && backend.db.size === keys; i++) await sleep(10);
+      await sleep(30);
+      for (let i = 0; i < 6; i++) await b1.fire();
+      if (flush) {
+        const writes = s1.stats.written;
+        assert.equal(await b1.flush(), true);
+        assert.equal(s1.stats.written, writes + 1, 'one write carried them');
+        assert.equal(s1.stats.pending, 0);
+      }
+      // Process 2 fails 3 calls: 3 in 10 is under 50 %, 3 in 4 is over.
+      const b2 = new CircuitBreaker(async () => { throw new Error('boom'); }, options(s2));
+      for (let i = 0; i < 3; i++) await b2.fire().catch(() => {});
+      for (let i = 0; i < 50 && s2.stats.pending > 0; i++) await sleep(10);
+      await sleep(30);
+      const opened = b2.opened;
+      b1.shutdown();
+      b2.shutdown();
+      await Promise.all([s1.close(), s2.close()]);
+      return opened;
+    };
+    assert.equal(await run('unflushed', false), true, 'without flush() the fleet opens on a healthy upstream');
+    assert.equal(await run('flushed', true), false, 'with flush() it sees 3 failures in 10 calls');
+  });
+
+  test('flush(): true at once without a store and with nothing pending; false when Redis does not answer in time; after shutdown() it waits for the last flush', async () => {
+    assert.equal(await new CircuitBreaker(async () => 1).flush(), true);
+    const quiet = new RedisStore({ client: emptyStoreClient() });
+    const idle = new CircuitBreaker(async () => 1, { name: 'idle', shared: { store: quiet } });
+    assert.equal(await idle.flush(), true, 'nothing to write');
+    idle.shutdown();
+    await quiet.close();
+
+    // Writes never answer: the op times out, a `store` event says so, flush() says false.
+    const client = fakeClient((cmd) => cmd === 'HMGET' ? Promise.resolve([null, null]) : new Promise(() => {}));
+    const store = new RedisStore({ client, timeoutMs: 50 });
+    const b = new CircuitBreaker(async () => 'ok', { name: 'mute', shared: { store, flush_ms: 10_000 } });
+    const issues = [];
+    b.on('store', (e) => issues.push(e.issue));
+    await b.fire();
+    await sleep(20);
+    const t0 = Date.now();
+    assert.equal(await b.flush(), false);
+    assert.ok(Date.now() - t0 < 2_000, 'settled by the store timeout, not the 5 s bound');
+    assert.ok(issues.length > 0, 'a store event says why');
+
+    // After shutdown(): flush() resolves when the last flush ends (here: gives up).
+    await b.fire();
+    b.shutdown();
+    const last = b.flush();
+    const r = await Promise.race([last, sleep(7_000).then(() => 'hung')]);
+    assert.equal(typeof r, 'boolean');
+    await store.close();
   });
 
   test('writes refused while reads answer (maxmemory, noeviction): the local breaker trips after stale_ms', async () => {

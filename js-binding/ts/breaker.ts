@@ -475,8 +475,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _lingering = false;
   /** While lingering: the core's next time-driven work (see `_lingerStep`). */
   private readonly _lingerTimer = new TimerSlot();
-  /** After `shutdown()` on an async store: the last flush being driven. */
-  private _closing: { until: number; timer: TimerSlot; release: () => void } | undefined = undefined;
+  /** After `shutdown()` on an async store: the last flush being driven (`done`: `flush()` calls waiting on it). */
+  private _closing: { until: number; timer: TimerSlot; release: () => void; done: ((ok: boolean) => void)[] } |
+    undefined = undefined;
+  /** `flush()` calls waiting for an async store: see `_settleFlushes`. */
+  private _flushes: ((ok: boolean) => void)[] | undefined = undefined;
+  /** Bounds the wait of `_flushes` to `CLOSE_MS`. */
+  private readonly _flushTimer = new TimerSlot();
   private _busy = 0;
 
   private _calls: (Call | undefined)[] = [];
@@ -874,6 +879,52 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     check();
   }
 
+  /**
+   * Writes this breaker's pending outcomes to its shared store now — without it
+   * successes go at the next `shared.flush_ms` (errors go at once) — and gives back
+   * the bulkhead slots and probe leases it holds beyond its running calls. Resolves
+   * `true` once the store has every outcome, `false` if the store failed (a `store`
+   * event says why) or after 5 s; the outcomes left go with a later write. Await it
+   * before a serverless platform freezes the instance. Resolves `true` at once with
+   * no `shared` store; after `shutdown()`, when its last flush ends.
+   */
+  flush(): Promise<boolean> {
+    const store = this._store;
+    if (store === undefined) return Promise.resolve(true);
+    const c = this._closing;
+    if (c !== undefined) return new Promise((r) => c.done.push(r));
+    if (this._shutdown) return Promise.resolve(true);
+    const h = this._h;
+    const t = now();
+    try {
+      this._after(w.fw_flush(h, t), t);
+    } catch (e) {
+      // A listener threw on an event the write caused: the write still went out.
+      return Promise.reject(e);
+    }
+    // A synchronous store answered already; an async one answers later.
+    if (w.fw_flushed(h) === 1 || !(store instanceof AsyncStore)) return Promise.resolve(w.fw_flushed(h) === 1);
+    return new Promise((r) => {
+      if (this._flushes === undefined) {
+        this._flushes = [];
+        // Held: a script awaiting it must not exit before it settles.
+        this._flushTimer.arm(() => this._settleFlushes(false), CLOSE_MS, true);
+      }
+      this._flushes.push(r);
+    });
+  }
+
+  /** Settles the waiting `flush()` calls: with `ok`, or when the core has nothing left to write. */
+  private _settleFlushes(ok?: boolean): void {
+    const waiting = this._flushes;
+    if (waiting === undefined) return;
+    const done = ok ?? (w.fw_flushed(this._h) === 1 ? true : undefined);
+    if (done === undefined) return;
+    this._flushes = undefined;
+    this._flushTimer.cancel();
+    for (const r of waiting) r(done);
+  }
+
   /** Shuts the breaker down: emits `shutdown`, removes listeners, stops timers; later calls fail with `ESHUTDOWN`. */
   shutdown(): void {
     // A `shutdown` listener may call shutdown() again: that call does nothing (it
@@ -925,8 +976,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     for (const f of watchers) f(this, false);
     // A lingering key stays registered: a call that never ends must not keep it.
     if (!this._lingering || this._busy === 0) finalizer?.unregister(this);
+    const flushes = this._flushes ?? [];
+    this._flushes = undefined;
+    this._flushTimer.cancel();
     if (store instanceof AsyncStore && w.fw_flushed(this._h) === 0) {
-      this._closing = { until: t + CLOSE_MS, timer: new TimerSlot(), release: store._hold() };
+      this._closing = { until: t + CLOSE_MS, timer: new TimerSlot(), release: store._hold(), done: flushes.splice(0) };
       this._closeStep();
     } else if (this._lingering && this._busy > 0) {
       // Freed by `_forget` when the last running call ends.
@@ -935,6 +989,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._lingering = false;
       w.fw_free(this._h);
     }
+    // (A lingering SharedStore key writes as each call ends: nothing to wait for.)
+    for (const r of flushes) r(true);
   }
 
   /**
@@ -964,7 +1020,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     this._closing = undefined;
     c.release();
+    const ok = w.fw_flushed(h) === 1;
     w.fw_free(h);
+    for (const r of c.done) r(ok);
   }
 
   /**
@@ -1623,6 +1681,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     } finally {
       // A listener that threw does not leave the breaker without its timer.
       if ((flags & F_REARM) !== 0) this._arm(t);
+      if (this._flushes !== undefined) this._settleFlushes();
     }
   }
 
@@ -1674,6 +1733,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           const why = this._store._describe(status);
           if (why !== undefined) text += ` (${why})`;
         }
+        // The round gave up: what is left goes with a later write.
+        if (issue !== 'invalid') this._settleFlushes(false);
         guarded(sink, () => this._emitOwn('store', { issue, status, message: text }));
       }
     }

@@ -93,6 +93,8 @@ b.close();
 b.disable();
 b.enable();
 b.clearCache();
+const landed: Promise<boolean> = b.flush();
+void landed;
 b.healthCheck(async () => {}, 1000);
 const sig: AbortSignal | undefined = b.getSignal();
 const ac: AbortController | undefined = b.getAbortController();
