@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Validates examples/envoy/envoy.yaml against Envoy's API protos (PyPI xds-protos), and
 # examples/istio/wasmplugin.yaml (README's WasmPlugin): its pluginConfig loads in the
-# filter (the filter stage built the module and fusewire-host).
+# filter (the filter stage built the module and fusewire-host); the example's stats_tags
+# rule gives every stat of the demo its key as a label.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
@@ -23,3 +24,4 @@ module=target/fusewire/wasm32-wasip1/fusewire.wasm
 [ -f "$module" ] || bash proxy-wasm-filter/build.sh
 cargo build --release -q -p fusewire-host-test --bin fusewire-host
 "$venv/bin/python" examples/istio/check_wasmplugin.py target/release/fusewire-host "$module"
+"$venv/bin/python" examples/envoy/check_stats_tags.py target/release/fusewire-host "$module" --self-test
