@@ -285,6 +285,26 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     idle.shutdown();
   });
 
+  test('flush() on a SharedStore writes the pending successes at once and resolves true; the other workers read them on their next sync', async () => {
+    const store = new SharedStore({ entries: 8 });
+    const shared = { store, flush_ms: 60_000, sync_ms: 20, lease_ttl_ms: 120_000 };
+    const options = { name: 'fl', timeout: false, volumeThreshold: 1000, shared };
+    const a = new CircuitBreaker(async () => 'ok', options);
+    const other = new CircuitBreaker(async () => 'unused', options);
+    await a.fire();
+    await sleep(40);
+    for (let i = 0; i < 5; i++) await a.fire();
+    await sleep(40);
+    assert.ok(other.stats.successes < 6, `not written before flush_ms (${other.stats.successes})`);
+    const flushed = a.flush();
+    assert.equal(await flushed, true);
+    await sleep(40);
+    assert.equal(other.stats.successes, 6, 'written by flush()');
+    a.shutdown();
+    assert.equal(await a.flush(), true, 'after shutdown: nothing left');
+    other.shutdown();
+  });
+
   test('timeout: false: the slots of running calls are renewed past their lease, and given back within a flush when they end (found by a stress test: no timer was armed, so the limit was exceeded after lease_ttl_ms and freed slots came back only then)', async () => {
     const store = new SharedStore({ entries: 8 });
     const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 60, lease_ttl_ms: 250 };
