@@ -32,4 +32,4 @@ pub use io::{Answer, Expect, Io, IoId, Issue, Op, OwnedAnswer, LOST};
 pub use ledger::SlotLedger;
 pub use receipts::Receipts;
 pub use replica::{slot_index, LAYOUT, OVERFLOW, PROBE_LIMIT};
-pub use state::{Counts, Delta, KeyState, Streak, WireWindow};
+pub use state::{Counts, Delta, KeyState, Streak, WireWindow, SPARSE_CALLS};

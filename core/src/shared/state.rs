@@ -15,6 +15,10 @@ use crate::time::{ms_to_ns, Nanos};
 use crate::window::{Health, HealthSnapshot};
 use crate::Config;
 
+/// Below this many calls in the window (or a volume rule's threshold, if higher) a
+/// shared key writes every outcome at once ([`KeyState::is_hot`]).
+pub const SPARSE_CALLS: u64 = 20;
+
 /// Outcome counters of one wire bucket: what the breaker rules read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -53,6 +57,11 @@ impl Counts {
     /// failure + timeout + rejected.
     pub fn errors(&self) -> u64 {
         u64::from(self.failure) + u64::from(self.timeout) + u64::from(self.rejected)
+    }
+
+    /// success + the errors: the calls a volume rule counts.
+    pub fn calls(&self) -> u64 {
+        u64::from(self.success) + self.errors()
     }
 
     /// The counts as the breaker rules read them.
@@ -402,14 +411,24 @@ impl KeyState {
         true
     }
 
-    /// Whether the state shows trouble (not closed, a failure run, errors or slow
-    /// calls in the window): then every outcome is written at once.
-    pub fn is_hot(&self, now: Nanos) -> bool {
+    /// Whether every outcome is written at once: the state shows trouble (not
+    /// closed, a failure run, errors or slow calls in the window), or its window is
+    /// sparse — fewer calls than [`SPARSE_CALLS`] or than a volume rule needs. Held
+    /// for the next flush there, other workers' successes were missing when a
+    /// worker's failures (written at once) were judged: a fleet tripped on 3 failures
+    /// in 10 calls, 7 successes still waiting (found by review). Writing a sparse
+    /// window's outcomes at once costs about that many writes per window.
+    pub fn is_hot(&self, config: &Config, now: Nanos) -> bool {
         let c = self.window.counts_at(now);
+        let (ep, sc) = (&config.breaker.error_percentage, &config.breaker.slow_call);
+        let volume = SPARSE_CALLS
+            .max(u64::from(ep.request_volume_threshold) * u64::from(ep.enabled))
+            .max(u64::from(sc.request_volume_threshold) * u64::from(sc.enabled));
         self.breaker.phase() != crate::Phase::Closed
             || self.breaker.consecutive_failures() > 0
             || c.errors() > 0
             || c.slow > 0
+            || c.calls() < volume
     }
 }
 

@@ -259,6 +259,23 @@ impl Host {
         (0..self.engines.len()).map(|w| self.key(w, name)).collect()
     }
 
+    /// Fills the shared window of `keys` past its sparse size ([`shared::SPARSE_CALLS`]
+    /// successes by worker 0, then one by each other worker, each written and its
+    /// answer read): from there healthy outcomes wait for the flush, as on a busy
+    /// key. Returns the successes it added.
+    pub fn warm(&mut self, keys: &[KeyId]) -> u32 {
+        for _ in 0..shared::SPARSE_CALLS {
+            assert!(self.call(0, keys[0], Outcome::Success));
+            self.deliver();
+        }
+        for (w, &k) in keys.iter().enumerate().skip(1) {
+            assert!(self.call(w, k, Outcome::Success));
+            self.deliver();
+        }
+        self.advance(self.shared.flush_ms + 100);
+        shared::SPARSE_CALLS as u32 + keys.len() as u32 - 1
+    }
+
     pub fn store_keys(&self) -> Vec<&str> {
         self.store.keys()
     }
