@@ -58,10 +58,10 @@ fn a_sparse_window_gets_the_fleets_successes_before_its_failures_trip_it() {
     }
 }
 
-/// Past the volume the eager writes stop: a busy healthy key writes once per flush
+/// Past 20 calls the eager writes stop: a busy healthy key writes once per flush
 /// again, not once per call.
 #[test]
-fn a_window_past_the_volume_writes_once_per_flush() {
+fn a_window_past_20_calls_writes_once_per_flush() {
     for mode in [Mode::Async(1), Mode::Shared(Rules::Envoy, 1)] {
         let mut h = shared(mode);
         let k = h.key(0, "k");

@@ -36,6 +36,17 @@ function emptyStoreClient() {
   });
 }
 
+/**
+ * Fires `b` 20 times and waits until `store` has every outcome: the core writes each
+ * outcome of a window with fewer calls at once, so from here healthy outcomes wait
+ * for their flush, as on a busy breaker.
+ */
+async function warm(b, store) {
+  for (let i = 0; i < 20; i++) await b.fire();
+  for (let i = 0; i < 100 && store.stats.pending > 0; i++) await sleep(10);
+  await sleep(20);
+}
+
 /** One fake Redis with the CAS script's semantics (`HMGET` and `EVALSHA` only); share it between processes' clients. */
 function casBackend() {
   const db = new Map();
@@ -155,7 +166,7 @@ describe('fusewire/redis: RedisStore', () => {
     const b = new CircuitBreaker(async () => 'ok', { name: 'bye', shared: { store, flush_ms: 10_000 } });
     assert.equal(await b.fire(), 'ok');
     for (let i = 0; i < 50 && store.stats.written === 0; i++) await sleep(10);
-    await sleep(30);
+    await warm(b, store);
     for (let i = 0; i < 5; i++) await b.fire();
     await sleep(30);
     const writes = () => client.log.filter((c) => c[0] === 'EVALSHA').length;
@@ -209,7 +220,8 @@ describe('fusewire/redis: RedisStore', () => {
     await b1.fire();
     await b2.fire();
     for (let i = 0; i < 50 && backend.db.size === 0; i++) await sleep(10);
-    await sleep(50);
+    await warm(b1, s1);
+    await warm(b2, s2);
     for (let i = 0; i < 5; i++) {
       await b1.fire();
       await b2.fire();
@@ -227,7 +239,7 @@ describe('fusewire/redis: RedisStore', () => {
     assert.equal(after.pending, 0);
   });
 
-  test('flush() writes the successes waiting for their flush now and resolves once Redis has them: a fleet that sees them stays closed (found by review: frozen serverless instances never sent them, and the fleet opened on 3 failures in 10 calls)', async () => {
+  test('flush() writes the successes waiting for their flush now and resolves once Redis has them: a fleet that sees them stays closed (found by review: frozen serverless instances never sent them, and the fleet opened on a healthy upstream)', async () => {
     const backend = casBackend();
     const run = async (name, flush) => {
       const s1 = new RedisStore({ client: fakeClient(backend) });
@@ -236,23 +248,24 @@ describe('fusewire/redis: RedisStore', () => {
         name, errorThresholdPercentage: 50, volumeThreshold: 3,
         shared: { store, flush_ms: 10_000, sync_ms: 10_000, stale_ms: 20_000 },
       });
-      // Process 1 serves 7 calls, all healthy; the first creates the key.
-      const keys = backend.db.size;
+      // Process 1: 20 successes in the store (a window that small is written per
+      // call), then 30 more waiting for the flush.
       const b1 = new CircuitBreaker(async () => 'ok', options(s1));
-      await b1.fire();
-      for (let i = 0; i < 50 && backend.db.size === keys; i++) await sleep(10);
-      await sleep(30);
-      for (let i = 0; i < 6; i++) await b1.fire();
+      await warm(b1, s1);
+      for (let i = 0; i < 30; i++) await b1.fire();
+      assert.ok(s1.stats.pending === 0, 'nothing in flight: the 30 wait for the flush');
       if (flush) {
         const writes = s1.stats.written;
         assert.equal(await b1.flush(), true);
         assert.equal(s1.stats.written, writes + 1, 'one write carried them');
         assert.equal(s1.stats.pending, 0);
       }
-      // Process 2 fails 3 calls: 3 in 10 is under 50 %, 3 in 4 is over.
+      // Process 2 fails 21 calls: 21 in 71 is under 50 %, 21 in 41 is over.
       const b2 = new CircuitBreaker(async () => { throw new Error('boom'); }, options(s2));
-      for (let i = 0; i < 3; i++) await b2.fire().catch(() => {});
-      for (let i = 0; i < 50 && s2.stats.pending > 0; i++) await sleep(10);
+      for (let i = 0; i < 21; i++) {
+        await b2.fire().catch(() => {});
+        for (let j = 0; j < 50 && s2.stats.pending > 0; j++) await sleep(2);
+      }
       await sleep(30);
       const opened = b2.opened;
       b1.shutdown();
@@ -261,7 +274,7 @@ describe('fusewire/redis: RedisStore', () => {
       return opened;
     };
     assert.equal(await run('unflushed', false), true, 'without flush() the fleet opens on a healthy upstream');
-    assert.equal(await run('flushed', true), false, 'with flush() it sees 3 failures in 10 calls');
+    assert.equal(await run('flushed', true), false, 'with flush() it sees 21 failures in 71 calls');
   });
 
   test('flush(): true at once without a store and with nothing pending; false when Redis does not answer in time; after shutdown() it waits for the last flush', async () => {
@@ -530,6 +543,7 @@ describe('fusewire/redis: RedisStore', () => {
     const store = new RedisStore({ client });
     await store.ready;
     const b = new CircuitBreaker(async (x) => x, { name: 'refused', shared: { store } });
+    await warm(b, store);
     for (let i = 0; i < 5; i++) await b.fire(i);
     await sleep(50);
     shut = true;

@@ -1266,7 +1266,7 @@ impl Replica {
         }
         // Ledger truth: what this owner holds there (a reclaimed entry heals on the
         // next write).
-        self.hot = s.is_hot(ctx.config, ctx.now);
+        self.hot = s.is_hot(ctx.now);
         self.view = Some(s);
         self.expect = Expect::Token(token);
         self.token_known = true;
@@ -1423,7 +1423,7 @@ impl Replica {
                 self.landed(&mut a, ctx.now, false);
                 let asked = a.asked;
                 fx.transitions = a.transitions;
-                self.hot = a.state.is_hot(ctx.config, ctx.now);
+                self.hot = a.state.is_hot(ctx.now);
                 self.view = Some(a.state);
                 self.written_is_view = true;
                 fx.written = true;

@@ -15,8 +15,8 @@ use crate::time::{ms_to_ns, Nanos};
 use crate::window::{Health, HealthSnapshot};
 use crate::Config;
 
-/// Below this many calls in the window (or a volume rule's threshold, if higher) a
-/// shared key writes every outcome at once ([`KeyState::is_hot`]).
+/// Below this many calls in its window a shared key writes every outcome at once
+/// ([`KeyState::is_hot`]).
 pub const SPARSE_CALLS: u64 = 20;
 
 /// Outcome counters of one wire bucket: what the breaker rules read.
@@ -413,22 +413,18 @@ impl KeyState {
 
     /// Whether every outcome is written at once: the state shows trouble (not
     /// closed, a failure run, errors or slow calls in the window), or its window is
-    /// sparse — fewer calls than [`SPARSE_CALLS`] or than a volume rule needs. Held
-    /// for the next flush there, other workers' successes were missing when a
-    /// worker's failures (written at once) were judged: a fleet tripped on 3 failures
-    /// in 10 calls, 7 successes still waiting (found by review). Writing a sparse
-    /// window's outcomes at once costs about that many writes per window.
-    pub fn is_hot(&self, config: &Config, now: Nanos) -> bool {
+    /// sparse — fewer than [`SPARSE_CALLS`] calls, where a few outcomes held for the
+    /// next flush are a large share. Held there, other workers' successes were
+    /// missing when a worker's failures (written at once) were judged: a fleet
+    /// tripped on 3 failures in 10 calls, 7 successes still waiting (found by
+    /// review). It costs about that many writes per window.
+    pub fn is_hot(&self, now: Nanos) -> bool {
         let c = self.window.counts_at(now);
-        let (ep, sc) = (&config.breaker.error_percentage, &config.breaker.slow_call);
-        let volume = SPARSE_CALLS
-            .max(u64::from(ep.request_volume_threshold) * u64::from(ep.enabled))
-            .max(u64::from(sc.request_volume_threshold) * u64::from(sc.enabled));
         self.breaker.phase() != crate::Phase::Closed
             || self.breaker.consecutive_failures() > 0
             || c.errors() > 0
             || c.slow > 0
-            || c.calls() < volume
+            || c.calls() < SPARSE_CALLS
     }
 }
 
