@@ -813,13 +813,14 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         grpc("grpc_status", fb.grpc_status)?,
         grpc("timeout_grpc_status", fb.timeout_grpc_status)?,
     );
+    let mut base: Vec<(String, String)> = fb.headers.0.clone();
+    // Not for a cache to keep (a 200 fallback could be stored by a CDN; found by an
+    // HTTP review), unless the policy says otherwise.
+    if !base.iter().any(|(k, _)| k == "cache-control") {
+        base.push(("cache-control".into(), "no-store".into()));
+    }
     let reply = |reason: Reason, status: u32, grpc_status: u32| {
-        let mut headers: Vec<(String, String)> = fb
-            .headers
-            .0
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let mut headers = base.clone();
         headers.push(("x-fusewire".into(), reason.as_str().into()));
         Reply {
             status,
@@ -846,13 +847,12 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         Some(c) => {
             bounded("collapse.max_body_bytes", c.max_body_bytes, 16 << 20)?;
             bounded("collapse.max_waiters", u64::from(c.max_waiters), 100_000)?;
+            // Two clients' POSTs are two actions: collapsing them drops one (found by
+            // an HTTP review: the README said reads only, the check did not).
             for (j, m) in c.methods.iter().enumerate() {
-                if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+                if m != "GET" && m != "HEAD" {
                     let f = format!("collapse.methods[{j}]");
-                    return Err(err(
-                        at(&f),
-                        format!("must be an upper-case HTTP method, got {}", Quoted(m)),
-                    ));
+                    return Err(err(at(&f), "must be GET or HEAD"));
                 }
             }
             let cache = CacheConfig {
@@ -1039,7 +1039,10 @@ mod tests {
         assert_eq!(a.fallback.timeout.status, 504);
         assert_eq!(
             a.fallback.rejected.headers,
-            vec![("x-fusewire".to_string(), "rejected".to_string())]
+            vec![
+                ("cache-control".to_string(), "no-store".to_string()),
+                ("x-fusewire".to_string(), "rejected".to_string())
+            ]
         );
         // Hystrix defaults from the core schema.
         assert_eq!(a.core.breaker.error_percentage.request_volume_threshold, 20);
@@ -1118,6 +1121,12 @@ mod tests {
             r#"{"policies":[{"name":"a","collapse":{"key":"{path}"},"stale":{}}]}"#,
             "policies[0].stale.key",
             "must equal collapse.key when both are set",
+        );
+        // Found by an HTTP review: two clients' POSTs were collapsed into one.
+        fails(
+            r#"{"policies":[{"name":"a","collapse":{"methods":["GET","POST"]}}]}"#,
+            "policies[0].collapse.methods[1]",
+            "must be GET or HEAD",
         );
         fails(
             r#"{"policies":[{"name":"a","stale":{"max_bytes":512}}]}"#,

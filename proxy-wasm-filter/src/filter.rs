@@ -18,7 +18,9 @@ use crate::host::{self, Level};
 use crate::idmap::IdMap;
 use crate::matcher::{KeySpec, Part, RequestView};
 use crate::metrics::{self, Extra, KeyMetrics, MetricsTable};
-use crate::replay::{private, replay_headers, replayable, Capture, Replay, Response};
+use crate::replay::{
+    any_directive, private, replay_headers, replayable, Capture, Replay, Response, UNSHARED,
+};
 use crate::slottable::SlotTable;
 use crate::vecmap::VecMap;
 
@@ -765,10 +767,16 @@ impl Worker {
             // Found by a security review: `x-api-key`, a client certificate, or a JWT
             // payload header (Envoy's jwt_authn and Istio remove `authorization` once
             // checked) made requests one client's that were collapsed.
+            // A request that asks no cache to store its response (`cache-control:
+            // no-store`, RFC 9111 §5.2.1.5) is treated the same (found by an HTTP
+            // review: its response was kept and served to other clients).
             req.creds = policy
                 .credential_headers
                 .iter()
-                .any(|h| view.header(h).is_some());
+                .any(|h| view.header(h).is_some())
+                || view
+                    .header("cache-control")
+                    .is_some_and(|v| any_directive(&v, &UNSHARED[..1]));
         }
         let mut request_key = String::new();
         if let Some((spec, m)) = policy
@@ -788,7 +796,12 @@ impl Worker {
             .collapse
             .as_ref()
             .zip(method.as_ref())
-            .is_some_and(|(c, m)| c.methods.contains(m) && (c.allow_credentials || !req.creds));
+            .is_some_and(|(c, m)| c.methods.contains(m) && (c.allow_credentials || !req.creds))
+            // A precondition a leader's 200 does not answer (412 is due when it
+            // fails: found by an HTTP review) neither leads nor follows.
+            && !["if-match", "if-unmodified-since"]
+                .iter()
+                .any(|h| view.header(h).is_some());
         let Some(engine) = self.engine.as_mut() else {
             return Action::Continue;
         };
@@ -980,7 +993,10 @@ impl Worker {
             }
             if let Some(c) = capture.as_mut() {
                 c.response.status = obs.status.unwrap_or(0);
-                let headers = host::header_pairs(map);
+                // Headers that could not be read are not known to be shareable.
+                let got = host::header_pairs(map);
+                let unread = got.is_none();
+                let headers = got.unwrap_or_default();
                 // The request key (collapse and stale share one) must hold every
                 // header the response varies on, or another client's representation
                 // (gzip, another language) would be replayed.
@@ -997,7 +1013,8 @@ impl Worker {
                 // A private response is not handed to waiters either (found by a
                 // security review: a `cache-control: private` reply to one user's
                 // request reached an anonymous client that followed it).
-                c.unshared = private(&headers)
+                c.unshared = unread
+                    || private(&headers, false)
                     || headers
                         .iter()
                         .any(|(k, v)| k == "vary" && !key.is_some_and(|key| key.covers_vary(v)));
@@ -1095,7 +1112,7 @@ impl Worker {
         };
         let response = (!cap.too_large).then_some(taken);
         if let Some(r) = &response {
-            if get && storable(r.status) && policy.stale.is_some() {
+            if get && storable(r.status) && policy.stale.is_some() && !private(&r.headers, true) {
                 replay.keep(&req_key, r.clone(), now);
             }
         }

@@ -210,8 +210,8 @@ pub fn header<R>(map: u32, name: &str, f: impl FnOnce(&[u8]) -> R) -> Option<R> 
     .ok()
 }
 
-/// Every header of `map` in order (empty on any host error).
-pub fn header_pairs(map: u32) -> Vec<(String, String)> {
+/// Every header of `map` in order (None on any host error).
+pub fn header_pairs(map: u32) -> Option<Vec<(String, String)>> {
     // SAFETY: valid out-pointers.
     fetch(
         |p, n| unsafe { proxy_get_header_map_pairs(map, p, n) },
@@ -219,7 +219,6 @@ pub fn header_pairs(map: u32) -> Vec<(String, String)> {
     )
     .ok()
     .flatten()
-    .unwrap_or_default()
 }
 
 /// Parses the proxy-wasm map format; None when malformed.

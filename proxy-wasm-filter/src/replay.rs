@@ -100,18 +100,36 @@ pub fn replayable(name: &str) -> bool {
         && !matches!(name, "x-fusewire" | "set-cookie" | "x-request-id")
 }
 
-/// Whether a response is meant for one client only (`set-cookie`, or
-/// `cache-control: private` / `no-store`): it is never kept as a stale copy.
-pub fn private(headers: &[(String, String)]) -> bool {
-    headers.iter().any(|(k, v)| {
-        k == "set-cookie"
-            || (k == "cache-control" && {
-                let v = v.to_ascii_lowercase();
-                v.split(',').any(|d| {
-                    let d = d.trim();
-                    d == "no-store" || d == "private" || d.starts_with("private=")
-                })
-            })
+/// `cache-control` directives that keep a response from other clients: the first
+/// three from waiters and stale copies, the rest from stale copies ([`private`]).
+pub const UNSHARED: [&str; 6] = [
+    "no-store",
+    "private",
+    "no-cache",
+    "must-revalidate",
+    "proxy-revalidate",
+    "s-maxage",
+];
+
+/// Whether a response may not be shared: it is meant for one client (`set-cookie`,
+/// `cache-control: private` / `no-store`) or may not be reused without asking the
+/// upstream (`no-cache`); with `stale`, also whether it may not be served stale
+/// (`must-revalidate`, `proxy-revalidate`, `s-maxage`: RFC 9111 §4.2.4, §5.2.2.10).
+/// Such a response is neither replayed to waiters (`stale` false) nor kept as a
+/// stale copy (`stale` true).
+pub fn private(headers: &[(String, String)], stale: bool) -> bool {
+    let names = &UNSHARED[..if stale { 6 } else { 3 }];
+    headers
+        .iter()
+        .any(|(k, v)| k == "set-cookie" || (k == "cache-control" && any_directive(v, names)))
+}
+
+/// Whether a `cache-control` value holds one of the directives `names` (lower-case;
+/// with any argument: `private="x"` holds `private`).
+pub fn any_directive(value: &str, names: &[&str]) -> bool {
+    value.split(',').any(|d| {
+        let d = d.split('=').next().unwrap_or(d).trim();
+        names.iter().any(|n| d.eq_ignore_ascii_case(n))
     })
 }
 
@@ -352,13 +370,30 @@ mod tests {
     #[test]
     fn responses_for_one_client_are_private() {
         let h = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
-        assert!(private(&h("set-cookie", "s=1")));
-        assert!(private(&h("cache-control", "max-age=60, Private")));
-        assert!(private(&h("cache-control", "private=\"x-user\"")));
-        assert!(private(&h("cache-control", "no-store")));
-        assert!(!private(&h("cache-control", "public, max-age=60")));
-        assert!(!private(&h("cache-control", "no-cache")));
-        assert!(!private(&h("etag", "\"private\"")));
+        for stale in [false, true] {
+            assert!(private(&h("set-cookie", "s=1"), stale));
+            assert!(private(&h("cache-control", "max-age=60, Private"), stale));
+            assert!(private(&h("cache-control", "private=\"x-user\""), stale));
+            assert!(private(&h("cache-control", "no-store"), stale));
+            // No reuse without asking the upstream (found by an HTTP review).
+            assert!(private(&h("cache-control", "no-cache"), stale));
+            assert!(private(
+                &h("cache-control", "No-Cache=\"set-cookie\""),
+                stale
+            ));
+            assert!(!private(&h("cache-control", "public, max-age=60"), stale));
+            assert!(!private(&h("etag", "\"private\""), stale));
+        }
+        // Fresh only: handed to waiters, never served stale (RFC 9111 §4.2.4).
+        for v in [
+            "max-age=0, must-revalidate",
+            "proxy-revalidate",
+            "s-maxage=0",
+            " S-MAXAGE = 60",
+        ] {
+            assert!(!private(&h("cache-control", v), false), "{v}");
+            assert!(private(&h("cache-control", v), true), "{v}");
+        }
     }
 
     #[test]

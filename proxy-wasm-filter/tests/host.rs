@@ -1303,6 +1303,8 @@ fn private_replies_are_not_handed_to_followers() {
     for private in [
         ("cache-control", "private, max-age=0"),
         ("cache-control", "no-store"),
+        // Not to be reused without asking the upstream (an HTTP review).
+        ("cache-control", "no-cache"),
         ("set-cookie", "s=1"),
     ] {
         let mut h = harness(CasMode::Envoy, &collapse_config(""));
@@ -1490,6 +1492,145 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
     assert!(short_circuited(&r), "older than max_stale_ms: {r:?}");
     settle(&mut h);
     assert!(counter(&h, "fusewire.svc.stale_served") >= 1);
+}
+
+/// Found by an HTTP review: a response whose directives forbid serving it stale
+/// (`no-cache`, `must-revalidate`, `proxy-revalidate`, `s-maxage`: RFC 9111 §4.2.4,
+/// §5.2.2.10) was served as a stale copy, and so was the response to a request that
+/// said `cache-control: no-store` (§5.2.1.5: not to be stored at all). A fresh
+/// response with `must-revalidate` is still handed to the requests that followed it.
+#[test]
+fn responses_that_forbid_stale_use_are_never_served_stale() {
+    let mut h = harness(CasMode::Envoy, &collapse_config(""));
+    let ok = |body: &str| UpstreamReply::status(200).with_body(body);
+    let cc = [
+        ("/api/a", "no-cache"),
+        ("/api/b", "max-age=0, must-revalidate"),
+        ("/api/c", "max-age=60, proxy-revalidate"),
+        ("/api/d", "s-maxage=0"),
+        ("/api/kept", "max-age=60"),
+    ];
+    for (path, v) in cc {
+        h.request(
+            0,
+            Request::get(path),
+            ok(path).with_header("cache-control", v),
+        );
+    }
+    h.request(
+        0,
+        Request::get("/api/report").header("cache-control", "no-store"),
+        ok("report"),
+    );
+    fail_20(
+        &mut h,
+        1,
+        |i| Request::get(&format!("/api/fail/{i}")),
+        UpstreamReply::status(503),
+    );
+    let r = h.request(0, Request::get("/api/kept"), ok("-"));
+    assert!(!r.sent_upstream, "breaker open");
+    assert_eq!(
+        r.response_header("x-fusewire").as_deref(),
+        Some("stale"),
+        "the control is kept"
+    );
+    for path in ["/api/a", "/api/b", "/api/c", "/api/d", "/api/report"] {
+        let r = h.request(0, Request::get(path), ok("-"));
+        assert!(
+            short_circuited(&r),
+            "{path}: the static fallback, no copy: {r:?}"
+        );
+    }
+
+    // Fresh, `must-revalidate` may be shared with the requests waiting for it.
+    let mut h = harness(CasMode::Envoy, &collapse_config(""));
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..4)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/fresh"),
+                ok("v")
+                    .after_ms(100)
+                    .with_header("cache-control", "max-age=0, must-revalidate"),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(1_000));
+    let upstream = ids
+        .iter()
+        .filter(|&&id| h.record(id).expect("done").sent_upstream)
+        .count();
+    assert_eq!(upstream, 1, "one leader, three followers");
+}
+
+/// Found by an HTTP review: a request with `if-match` or `if-unmodified-since` that
+/// followed a leader got its 200, where a failed precondition is a 412 (RFC 9110
+/// §13.2.1). Such a request goes upstream on its own; `if-none-match` still follows (a
+/// full 200 answers it).
+#[test]
+fn a_failed_precondition_is_never_answered_by_a_leaders_200() {
+    for (h_name, follows) in [
+        ("if-match", false),
+        ("if-unmodified-since", false),
+        ("if-none-match", true),
+    ] {
+        let mut h = harness(CasMode::Envoy, &collapse_config(""));
+        let t0 = h.now_ns();
+        let lead = h.submit_at(
+            t0,
+            0,
+            Request::get("/api/doc"),
+            UpstreamReply::status(200)
+                .after_ms(100)
+                .with_header("etag", "\"v1\"")
+                .with_body("doc"),
+        );
+        let cond = h.submit_at(
+            t0 + 1,
+            0,
+            Request::get("/api/doc").header(h_name, "\"v2\""),
+            UpstreamReply::status(412).after_ms(100),
+        );
+        h.run_for(Duration::from_millis(1_000));
+        assert!(h.record(lead).expect("done").sent_upstream);
+        let r = h.record(cond).expect("done");
+        assert_eq!(!r.sent_upstream, follows, "{h_name}: {r:?}");
+        let want = if follows { 200 } else { 412 };
+        assert_eq!(r.response_status, Some(want), "{h_name}");
+    }
+}
+
+/// Found by an HTTP review: a fallback reply (a 200 with a JSON body, say) carried no
+/// `cache-control`, so a CDN in front could keep it. It says `no-store` unless the
+/// policy's `fallback.headers` set `cache-control`.
+#[test]
+fn fallback_replies_are_not_for_caches_unless_the_policy_says() {
+    for (extra, want) in [
+        ("", "no-store"),
+        (r#", "cache-control": "max-age=5""#, "max-age=5"),
+    ] {
+        let json = config(None).replace(
+            r#""content-type": "text/plain"}"#,
+            &format!(r#""content-type": "text/plain"{extra}}}"#),
+        );
+        let mut h = harness(CasMode::Envoy, &json);
+        fail_20(
+            &mut h,
+            1,
+            |i| Request::get(&format!("/api/f/{i}")),
+            UpstreamReply::status(503),
+        );
+        let r = h.request(0, Request::get("/api/x"), UpstreamReply::status(200));
+        assert!(short_circuited(&r), "{r:?}");
+        assert_eq!(
+            r.response_header("cache-control").as_deref(),
+            Some(want),
+            "{extra}"
+        );
+    }
 }
 
 /// The test plugin with configuration `json` (for reloads).
