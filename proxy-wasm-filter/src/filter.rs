@@ -776,7 +776,7 @@ impl Worker {
                 .any(|h| view.header(h).is_some())
                 || view
                     .header("cache-control")
-                    .is_some_and(|v| any_directive(&v, &UNSHARED[..1]));
+                    .is_some_and(|v| any_directive(&v, UNSHARED.get(..1).unwrap_or_default()));
         }
         let mut request_key = String::new();
         if let Some((spec, m)) = policy

@@ -118,7 +118,9 @@ pub const UNSHARED: [&str; 6] = [
 /// Such a response is neither replayed to waiters (`stale` false) nor kept as a
 /// stale copy (`stale` true).
 pub fn private(headers: &[(String, String)], stale: bool) -> bool {
-    let names = &UNSHARED[..if stale { 6 } else { 3 }];
+    let names = UNSHARED
+        .get(..if stale { 6 } else { 3 })
+        .unwrap_or_default();
     headers
         .iter()
         .any(|(k, v)| k == "set-cookie" || (k == "cache-control" && any_directive(v, names)))
