@@ -1403,6 +1403,16 @@ describe('process lifetime', () => {
     assert.ok(Date.now() - t0 < 15_000, 'not held until the 30 s deadline');
   });
 
+  test('a hung call with a timeout past a timer\'s reach (2^31 ms) still holds the process (found by review: it exited at once)', () => {
+    const out = run(`
+      import CircuitBreaker from 'fusewire';
+      const b = new CircuitBreaker(() => new Promise(() => {}), { timeout: 3e9 });
+      b.fire().then(() => console.log('resolved'), (e) => console.log(e.code));
+      setTimeout(() => { console.log('still running'); process.exit(0); }, 1500).unref();
+    `);
+    assert.equal(out, 'still running');
+  });
+
   test('without a call in flight, or with timeout: false, the breaker holds nothing', () => {
     const t0 = Date.now();
     const out = run(`

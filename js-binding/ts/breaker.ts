@@ -959,6 +959,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     for (const [t, clear] of this._health) clear(t as never);
     this._health = [];
     this.clearCache();
+    // (`clearCache()` leaves the core's tables alone once shut down: the cached
+    // values go here, or a shut-down breaker still referenced kept them all: found by
+    // a review, 95 MB for 500 breakers.)
+    for (const p of this._payloads) p.clear();
+    if (this._busy === 0) this._calls = [];
     const store = this._store;
     this._lingering = store !== undefined && !(store instanceof AsyncStore) && this._busy > 0;
     // Coalescing followers share their leader's result (the leader's call still
@@ -1665,7 +1670,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const on = this._waiting || (this._busy > 0 && this._parsed.timeout !== false);
     if (this._hold === on) return;
     this._hold = on;
-    if (on) ref(this._timer.timer);
+    // A weak far timer cannot hold the process: armed strongly instead (found by
+    // review: a call with `timeout: 3e9` let the process exit).
+    if (on && this._timer.timer === undefined && this._weakTimers.far.timer !== undefined) this._arm(now());
+    else if (on) ref(this._timer.timer);
     else unref(this._timer.timer);
   }
 
@@ -2003,11 +2011,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const delay = d - t;
     // Where the clock is when the timer fires (`fired`: Jest's legacy timers).
     this._firesAt = t + Math.min(delay, 2_147_483_647);
-    if (delay > 2_147_483_647) {
+    if (delay > 2_147_483_647 && !this._hold) {
       // Further than a timer reaches (24.8 days: e.g. idle-key expiry): a timer at its
       // reach acts on nothing due and re-arms (found by review: with no timer, the core
       // took the far deadline as armed, and a process up for a year stopped timing out
       // calls and half-opening). It holds the breaker weakly: a dropped one is collected.
+      // (Calls with a timeout that far hold it, and the process: strongly, below.)
       const self = this._ref as { deref(): { _onTimer(): void } | undefined };
       const far = this._weakTimers.far;
       far.arm(() => {
