@@ -24,9 +24,12 @@ const phase = () => [...PHASES].reverse().find((p) => Date.now() - start >= p.at
 
 // ---- the flaky upstream ---------------------------------------------------------------
 let upstreamHits = 0;
+/** Per phase: requests the service answered, and those that reached the upstream. */
+const byPhase = new Map(PHASES.map((p) => [p, { served: 0, upstream: 0 }]));
 const upstream = createServer((req, res) => {
   upstreamHits++;
   const p = phase();
+  byPhase.get(p).upstream++;
   const r = Math.random();
   if (r < p.slowRate) {
     setTimeout(() => res.end('{"stock": 3}'), 2_000).unref();
@@ -89,8 +92,10 @@ let served = 0;
 let fallbacks = 0;
 const service = createServer(async (req, res) => {
   const sku = req.url.split('/').pop();
+  const asked = phase();
   const result = await breaker.fire(sku).catch((e) => ({ error: e.message }));
   served++;
+  byPhase.get(asked).served++;
   if (result.stock === null || result.error) fallbacks++;
   res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(result));
 });
@@ -128,6 +133,9 @@ clearInterval(statsTimer);
 const s = breaker.stats;
 console.log(`\nserved ${served} requests; ${upstreamHits} reached the upstream, ${served - upstreamHits} ` +
   `(${Math.round((100 * (served - upstreamHits)) / served)} %) were kept off it; ${fallbacks} answered by the fallback`);
+const outage = byPhase.get(PHASES[1]);
+console.log(`during the outage: ${outage.served} requests, ${outage.upstream} reached the upstream, ` +
+  `${Math.round((100 * (outage.served - outage.upstream)) / outage.served)} % kept off it`);
 console.log('final window (opossum\'s stats shape):', JSON.stringify({
   fires: s.fires, successes: s.successes, failures: s.failures, timeouts: s.timeouts, rejects: s.rejects,
   fallbacks: s.fallbacks, latencyMean: Number(s.latencyMean.toFixed(2)), p99: Number(s.percentiles[0.99].toFixed(2)),

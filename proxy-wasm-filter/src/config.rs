@@ -523,8 +523,7 @@ fn check_memory(policies: &[Policy]) -> Result<(), ConfigError> {
         format!(
             "the policies' key tables and stale copies may hold {} MiB in a worker's VM \
              ({} MiB of it this policy's), over the {} MiB kept for them (Envoy caps a VM \
-             at 1 GiB); lower keys.max_keys, metrics.rolling_buckets, \
-             metrics.percentile_buckets or stale.max_bytes",
+             at 1 GiB); lower keys.max_keys, metrics.rolling_buckets or stale.max_bytes",
             mib(total),
             mib(largest.0),
             mib(KEPT_MEMORY_BUDGET)
@@ -990,7 +989,7 @@ mod tests {
         fails(
             &format!(r#"{{"policies":[{},{}]}}"#, stale("a"), stale("b")),
             "policies[0]",
-            "lower keys.max_keys, metrics.rolling_buckets, metrics.percentile_buckets or stale.max_bytes",
+            "lower keys.max_keys, metrics.rolling_buckets or stale.max_bytes",
         );
         for ok in [
             r#"{"policies":[{"name":"a","keys":{"max_keys":10000}}]}"#.to_string(),
