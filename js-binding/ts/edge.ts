@@ -6,5 +6,4 @@
  */
 export * from './index.js';
 export { default } from './index.js';
-// The same module as the './platform.js' every other file imports (the build maps it here).
-export { load } from './platform-edge.js';
+// (`load` comes with index.js: './platform.js' is platform-edge.ts in this build.)

@@ -137,13 +137,25 @@ export function failed(e: unknown): void {
   loadError = e;
 }
 
+/** The platform's background retry after a failed load (browsers). */
+let retry: (() => void) | undefined;
+
+/** Sets what a breaker made after a failed load starts: another attempt. @internal */
+export function onRetry(f: () => void): void {
+  retry = f;
+}
+
 /** The error for a breaker made before the instance is ready. */
 export function notLoaded(): Error {
   if (loadError === undefined) {
     return new Error('fusewire: the WebAssembly module is still loading; `await ready` (exported by fusewire) before creating breakers');
   }
   const why = loadError instanceof Error ? loadError.message : String(loadError);
-  return new Error(`fusewire: the WebAssembly module failed to load (\`ready\` rejected): ${why}`, { cause: loadError });
+  // One network blip must not disable fusewire for the page's life (found by review):
+  // the next attempt starts now (at most one at a time, backing off).
+  retry?.();
+  return new Error(`fusewire: the WebAssembly module failed to load (\`ready\` rejected): ${why}; ` +
+    'trying again: `await load()` (exported by fusewire) before creating breakers', { cause: loadError });
 }
 
 /**

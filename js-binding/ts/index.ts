@@ -22,7 +22,7 @@ export { isOurError, type CircuitBreakerError, type ErrorCode } from './errors.j
 export { Status, PERCENTILES, type Bucket, type Stats, type Window } from './status.js';
 export { SharedStore, type SharedStoreOptions } from './store.js';
 export { Collapser, type BatchFn, type CollapserOptions } from './collapser.js';
-export { ready } from './platform.js';
+export { ready, load, type WasmSource } from './platform.js';
 export type { Emitter, Listener } from './emitter.js';
 
 export { version } from './version.js';

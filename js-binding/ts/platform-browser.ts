@@ -5,7 +5,10 @@
  * breakers.
  * @internal
  */
-import { failed, instantiate } from './engine.js';
+import { failed, instantiate, loaded, onRetry } from './engine.js';
+import type { WasmSource } from './platform.js';
+
+export type { WasmSource } from './platform.js';
 
 export { EventEmitter, listening } from './browser-emitter.js';
 
@@ -32,10 +35,26 @@ function preview(bytes: ArrayBuffer): string {
   return JSON.stringify(text.replace(/[^\x20-\x7e]/g, '.'));
 }
 
-async function load(): Promise<void> {
+/** What to do after a failed fetch. */
+const AGAIN = 'await load() (exported by fusewire) to try again, or load(source) with a copy (a Response from the Cache API, the bytes, a WebAssembly.Module)';
+
+/** Compiles `source` — or the package's own `.wasm`, fetched — and instantiates it. */
+async function attempt(source?: WasmSource): Promise<void> {
+  if (source instanceof WebAssembly.Module) {
+    instantiate(source);
+    return;
+  }
+  if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) {
+    instantiate(await compile(source, 'the bytes given to load()'));
+    return;
+  }
+  if (source instanceof Response) {
+    instantiate(await compile(await checked(source, source.url || 'the Response given to load()'), source.url || 'the Response given to load()'));
+    return;
+  }
   let url: URL;
   try {
-    url = new URL('./fusewire.wasm', import.meta.url);
+    url = source === undefined ? new URL('./fusewire.wasm', import.meta.url) : new URL(String(source), location.href);
   } catch (e) {
     // esbuild's default (iife) output empties `import.meta` (found by review: a bare
     // "Invalid URL").
@@ -47,38 +66,85 @@ async function load(): Promise<void> {
   try {
     res = await fetch(url);
   } catch (e) {
-    throw new Error(`fusewire: fetching ${url.href} failed: ${String(e)}. ${HINT}`, { cause: e });
+    // The network (offline), the page's CSP `connect-src`, or CORS: not where the file
+    // is served (found by review: the hint sent users to Vite's settings).
+    throw new Error(`fusewire: fetching ${url.href} failed: ${String(e)} (offline, or refused by the page's ` +
+      `Content-Security-Policy connect-src or by CORS); ${AGAIN}`, { cause: e });
   }
-  if (!res.ok) throw new Error(`fusewire: fetching ${url.href} failed: ${res.status}${res.statusText === '' ? '' : ` ${res.statusText}`}. ${HINT}`);
+  if (!res.ok) {
+    throw new Error(`fusewire: fetching ${url.href} failed: ${res.status}${res.statusText === '' ? '' : ` ${res.statusText}`}. ` +
+      `${HINT} Or ${AGAIN}.`);
+  }
+  instantiate(await compile(await checked(res, url.href), url.href));
+}
+
+/** The bytes of `res`, checked to be WebAssembly. */
+async function checked(res: Response, where: string): Promise<ArrayBuffer> {
   // The bytes, not compileStreaming: a server that answers another file (an HTML page)
   // with 200 is told apart by the magic word, whatever its content-type says.
   const bytes = await res.arrayBuffer();
   if (!isWasm(bytes)) {
-    throw new Error(`fusewire: ${url.href} is not a WebAssembly module (HTTP ${res.status}, content-type ` +
+    throw new Error(`fusewire: ${where} is not a WebAssembly module (HTTP ${res.status}, content-type ` +
       `${res.headers.get('content-type') ?? 'none'}, ${bytes.byteLength} bytes starting ${preview(bytes)}; ` +
       `a .wasm starts with "\\0asm"): the server answered something else at that URL, typically an HTML page. ${HINT}`);
   }
-  let module: WebAssembly.Module;
+  return bytes;
+}
+
+async function compile(bytes: BufferSource, where: string): Promise<WebAssembly.Module> {
   try {
-    module = await WebAssembly.compile(bytes);
+    return await WebAssembly.compile(bytes);
   } catch (e) {
     // A page's Content-Security-Policy without 'wasm-unsafe-eval' refuses to compile.
     const why = /Content.Security.Policy|unsafe-eval|\bCSP\b|disallowed by embedder/i.test(String(e))
       ? "the page's Content-Security-Policy must allow WebAssembly: script-src 'wasm-unsafe-eval'"
       : 'a damaged or truncated file?';
-    throw new Error(`fusewire: compiling ${url.href} failed (${why}): ${String(e)}`, { cause: e });
+    throw new Error(`fusewire: compiling ${where} failed (${why}): ${String(e)}`, { cause: e });
   }
-  instantiate(module);
 }
+
+/** The attempt in flight, if any. */
+let current: Promise<void> | undefined;
+/** When the last failed attempt ended, and the wait before a retry a breaker starts. */
+let failedAt = -Infinity;
+let backoff = 1_000;
+
+/**
+ * Loads the module, or tries again after `ready` rejected (found by review: one
+ * failed fetch left fusewire unusable until the page reloaded): resolves once breakers
+ * can be made. `source` replaces the package's own `.wasm` — a `WebAssembly.Module`,
+ * the bytes, a `Response` (from the Cache API: a service worker offline), or a URL.
+ * One attempt at a time: a call during one returns it.
+ */
+export function load(source?: WasmSource): Promise<void> {
+  if (loaded()) return Promise.resolve();
+  if (current !== undefined) return current;
+  const p = attempt(source).then(() => {
+    current = undefined;
+    backoff = 1_000;
+  }, (e: unknown) => {
+    current = undefined;
+    failedAt = Date.now();
+    failed(e);
+    throw e;
+  });
+  // Marked handled here: a page that awaits it later, or never, gets no unhandled
+  // rejection; awaiting it still throws the cause.
+  p.catch(() => {});
+  current = p;
+  return p;
+}
+
+// A breaker made after a failed load starts another attempt, at most one per `backoff`
+// (1 s, doubling to 30 s while they fail).
+onRetry(() => {
+  if (current !== undefined || Date.now() - failedAt < backoff) return;
+  backoff = Math.min(backoff * 2, 30_000);
+  void load();
+});
 
 /**
  * Resolves when the WebAssembly module is compiled and instantiated; rejects with the
- * cause when it cannot be (a missing or unreachable `.wasm`).
+ * cause when it cannot be (a missing or unreachable `.wasm`): then `load()` tries again.
  */
-export const ready: Promise<void> = load().catch((e: unknown) => {
-  failed(e);
-  throw e;
-});
-// Marked handled here: a page that awaits `ready` later, or never (it creates no
-// breaker), gets no unhandled rejection; `await ready` still throws the cause.
-ready.catch(() => {});
+export const ready: Promise<void> = load();

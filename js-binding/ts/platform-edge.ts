@@ -9,7 +9,10 @@
  * differ only in how they spell that import.
  * @internal
  */
-import { instantiate } from './engine.js';
+import { instantiate, loaded as isLoaded } from './engine.js';
+import type { WasmSource } from './platform.js';
+
+export type { WasmSource } from './platform.js';
 
 export { EventEmitter, listening } from './browser-emitter.js';
 
@@ -29,8 +32,17 @@ export const ready: Promise<void> = new Promise((resolve) => {
   loaded = resolve;
 });
 
-/** Instantiates the module the entry imported. */
-export function load(module: WebAssembly.Module): void {
-  instantiate(module);
+/**
+ * Instantiates the module the entry imported (a compiled `WebAssembly.Module`: these
+ * runtimes refuse to compile bytes). Resolves at once once loaded.
+ */
+export function load(source?: WasmSource): Promise<void> {
+  if (isLoaded()) return Promise.resolve();
+  if (!(source instanceof WebAssembly.Module)) {
+    return Promise.reject(new TypeError('fusewire: load(source): this runtime takes a compiled WebAssembly.Module ' +
+      '(import wasm from "fusewire/fusewire.wasm"), not bytes or a URL'));
+  }
+  instantiate(source);
   loaded();
+  return Promise.resolve();
 }

@@ -146,7 +146,7 @@ function exists(path: string): boolean {
   }
 }
 
-function load(path: string): WebAssembly.Module {
+function compileFile(path: string): WebAssembly.Module {
   try {
     return new WebAssembly.Module(readFileSync(path));
   } catch (e) {
@@ -157,7 +157,22 @@ function load(path: string): WebAssembly.Module {
   }
 }
 
-instantiate(load(wasmPath()));
+instantiate(compileFile(wasmPath()));
 
 /** Resolved: Node compiles the module synchronously at load. */
 export const ready: Promise<void> = Promise.resolve();
+
+/** What [`load`] takes in place of the package's own `.wasm`. */
+export type WasmSource = WebAssembly.Module | BufferSource | Response | URL | string;
+
+/**
+ * Loads the WebAssembly module — in browsers, or again after `ready` rejected (a
+ * network error): resolves once breakers can be made. `source` (a compiled
+ * `WebAssembly.Module`, the `.wasm` bytes, a `Response` such as one from the Cache
+ * API, or a URL) replaces the package's own `.wasm`; it is ignored once the module is
+ * loaded. In Node the module is loaded at import: this resolves at once.
+ */
+export function load(source?: WasmSource): Promise<void> {
+  void source;
+  return ready;
+}

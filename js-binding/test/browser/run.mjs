@@ -86,6 +86,16 @@ copyFileSync(join(dirname(require.resolve('fusewire/fusewire.wasm')), 'browser.j
 mkdirSync(join(appDir, 'spa'), { recursive: true });
 copyFileSync(join(dirname(require.resolve('fusewire/fusewire.wasm')), 'browser.js'), join(appDir, 'spa', 'browser.js'));
 
+// Pages whose .wasm fetch fails once (flaky-load, flaky-auto) or always (flaky-source).
+for (const mode of ['load', 'auto', 'source']) {
+  mkdirSync(join(appDir, `flaky-${mode}`), { recursive: true });
+  for (const f of ['browser.js', 'fusewire.wasm']) {
+    copyFileSync(join(dirname(require.resolve('fusewire/fusewire.wasm')), f), join(appDir, `flaky-${mode}`, f));
+  }
+}
+/** Requests for each flaky page's .wasm so far. */
+const flakyHits = new Map();
+
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json' };
 const server = createServer((req, res) => api(req, res, () => serveFile(req, res)));
 function serveFile(req, res) {
@@ -93,6 +103,15 @@ function serveFile(req, res) {
   if (url.pathname === '/favicon.ico') {
     res.writeHead(204).end();
     return;
+  }
+  const flaky = /^\/flaky-(\w+)\/fusewire\.wasm$/.exec(url.pathname);
+  if (flaky !== null) {
+    const n = (flakyHits.get(flaky[1]) ?? 0) + 1;
+    flakyHits.set(flaky[1], n);
+    if (n === 1 || flaky[1] === 'source') {
+      res.writeHead(503, { 'content-type': 'text/plain' }).end('busy');
+      return;
+    }
   }
   const file = normalize(join(appDir, decodeURIComponent(url.pathname)));
   if (url.pathname.startsWith('/spa/') && !existsSync(file)) {
@@ -242,6 +261,30 @@ try {
       if (!pass) failed++;
     }
     if (checks.some((c) => !c[1])) console.log(JSON.stringify(r), errors);
+    await p.close();
+  }
+  // Found by review: one failed .wasm fetch left fusewire unusable until the page
+  // reloaded. `load()` tries again (called, or started by a breaker made after the
+  // failure, backing off), or takes a copy (a Response from elsewhere).
+  for (const mode of ['load', 'auto', 'source']) {
+    const p = await browser.newPage();
+    const errors = [];
+    p.on('pageerror', (e) => errors.push(String(e)));
+    await p.goto(`${base}/test/browser/flaky.html?mode=${mode}`);
+    await p.waitForFunction(() => window.__result !== undefined, null, { timeout: 20_000 });
+    const r = await p.evaluate(() => window.__result);
+    const checks = [
+      ['ready rejects, saying how to try again', /failed: 503\b.*await load\(\)/.test(r.ready)],
+      ['a breaker is refused with the cause', /failed to load \(`ready` rejected\).*trying again: `await load\(\)`/.test(r.before)],
+      ['breakers work after load()', r.after === 42],
+      ['the .wasm was asked for again', mode === 'source' ? flakyHits.get(mode) === 1 : flakyHits.get(mode) === 2],
+      ['no page errors', errors.length === 0],
+    ];
+    for (const [what, pass] of checks) {
+      console.log(`${pass ? 'ok  ' : 'FAIL'} flaky .wasm (${mode}): ${what}`);
+      if (!pass) failed++;
+    }
+    if (checks.some((c) => !c[1])) console.log(JSON.stringify(r), errors, [...flakyHits]);
     await p.close();
   }
   if (exampleServer !== undefined) failed += await example(exampleServer);

@@ -1,8 +1,8 @@
 // tsc --noEmit over the whole public API (ESM consumer).
 import CircuitBreaker, {
-  CircuitBreaker as Named, Collapser, SharedStore, Status, isOurError, ready, version,
+  CircuitBreaker as Named, Collapser, SharedStore, Status, isOurError, ready, load, version,
   type CacheKey, type CacheTransport, type CircuitBreakerError, type CollapserOptions, type CoreCacheConfig, type CoreCollapserConfig, type CoreConfig,
-  type Options, type Stats,
+  type Options, type Stats, type WasmSource,
 } from 'fusewire';
 import { register, metricName } from 'fusewire/prometheus';
 import * as client from 'prom-client';
@@ -95,6 +95,10 @@ b.enable();
 b.clearCache();
 const landed: Promise<boolean> = b.flush();
 void landed;
+const loading: Promise<void> = load();
+void loading;
+const src: WasmSource = new Uint8Array(0);
+void src;
 b.healthCheck(async () => {}, 1000);
 const sig: AbortSignal | undefined = b.getSignal();
 const ac: AbortController | undefined = b.getAbortController();
