@@ -81,3 +81,46 @@ fn a_window_past_20_calls_writes_once_per_flush() {
         assert!(h.store.writes - before <= 2, "{mode:?}: one flush");
     }
 }
+
+/// Found by review: a bad request adds no volume, so a flood of 4xx on a quiet key kept
+/// the window sparse and wrote every one of them.
+#[test]
+fn bad_requests_on_a_sparse_window_wait_for_the_flush() {
+    for mode in [Mode::Async(1), Mode::Shared(Rules::Envoy, 1)] {
+        let mut h = shared(mode);
+        let k = h.key(0, "k");
+        h.advance(300);
+        let before = h.store.writes;
+        for _ in 0..100 {
+            assert!(h.call(0, k, Outcome::BadRequest));
+            h.deliver();
+        }
+        let w = h.store.writes - before;
+        assert!(w <= 2, "{mode:?}: {w} writes for 100 bad requests");
+    }
+}
+
+/// Found by review: the rule was read when a state was decoded, not when a read found
+/// the same state later — after a lull that emptied the window, successes still
+/// waited for the flush and the fleet tripped on 3 failures in 10 calls.
+#[test]
+fn after_a_lull_the_sparse_rule_applies_at_once() {
+    for mode in [Mode::Async(2), Mode::Shared(Rules::Envoy, 2)] {
+        let mut h = shared(mode);
+        let (k0, k1) = (h.key(0, "k"), h.key(1, "k"));
+        h.advance(300);
+        for _ in 0..30 {
+            assert!(h.call(0, k0, Outcome::Success));
+            assert!(h.call(1, k1, Outcome::Success));
+            h.deliver();
+        }
+        h.advance(1_200);
+        h.advance(15_000); // the window empties; reads go on
+        let (phase, writes) = seven_successes_then_three_failures(&mut h);
+        assert_eq!(
+            phase,
+            Phase::Closed,
+            "{mode:?}: 3 failures in 10 calls ({writes} success writes)"
+        );
+    }
+}

@@ -277,6 +277,31 @@ describe('fusewire/redis: RedisStore', () => {
     assert.equal(await run('flushed', true), false, 'with flush() it sees 21 failures in 71 calls');
   });
 
+  test('flush() on a breaker that keeps serving resolves once a write sent after it landed (found by review: it waited its full 5 s and said false)', async () => {
+    const backend = casBackend();
+    const slow = (cmd, args) => sleep(20).then(() => backend(cmd, args));
+    const store = new RedisStore({ client: fakeClient(slow) });
+    const b = new CircuitBreaker(async () => 'ok', { name: 'busy', shared: { store, flush_ms: 10_000 } });
+    await warm(b, store);
+    let serving = true;
+    const load = (async () => {
+      while (serving) {
+        await b.fire();
+        await sleep(1);
+      }
+    })();
+    await sleep(50);
+    const t0 = Date.now();
+    const ok = await b.flush();
+    const took = Date.now() - t0;
+    serving = false;
+    await load;
+    assert.equal(ok, true);
+    assert.ok(took < 1_000, `settled in ${took} ms`);
+    b.shutdown();
+    await store.close();
+  });
+
   test('flush(): true at once without a store and with nothing pending; false when Redis does not answer in time; after shutdown() it waits for the last flush', async () => {
     assert.equal(await new CircuitBreaker(async () => 1).flush(), true);
     const quiet = new RedisStore({ client: emptyStoreClient() });
@@ -526,19 +551,20 @@ describe('fusewire/redis: RedisStore', () => {
   });
 
   test('shutdown: a last write Redis refuses as late is sent again, without spinning (found by review: never resent, and the close loop ran every 1 ms for 5 s)', async () => {
-    let token = 0;
     let shut = false;
     let refused = 0;
     const writes = [];
+    // (A store that keeps what is written: one that never finds the key reads as a
+    // store that lost it, whose window is empty again and written per call.)
+    const backend = casBackend();
     const client = fakeClient((cmd, args) => {
-      if (cmd === 'HMGET') return Promise.resolve([null, null]);
-      if (shut) writes.push(args);
-      if (shut && refused === 0) {
+      if (cmd !== 'EVALSHA' || !shut) return backend(cmd, args);
+      writes.push(args);
+      if (refused === 0) {
         refused++;
         return Promise.resolve([3, Date.now()]);
       }
-      token++;
-      return Promise.resolve([0, Date.now(), token]);
+      return backend(cmd, args);
     });
     const store = new RedisStore({ client });
     await store.ready;

@@ -20,6 +20,10 @@ export interface AsyncHost {
   _after(flags: number, t: number): void;
   /** An answer that came after `shutdown()`, while the breaker drives its last flush. */
   _closingAnswer(id: number, kind: number, token: number, value: Uint8Array | undefined, flag: number): void;
+  /** Numbers a write about to be sent (1, 2, …). */
+  _writeSent(): number;
+  /** Write `seq` landed (`flush()` settles on the first one sent after it was called). */
+  _writeLanded(seq: number): void;
 }
 
 /**
@@ -97,7 +101,8 @@ export abstract class AsyncStore {
       const mem = bytes();
       const key = decoder.decode(mem.subarray(io.keyAt, io.keyAt + io.keyLen));
       const value = op === 2 ? mem.slice(io.valueAt, io.valueAt + io.valueLen) : undefined;
-      this._send(op, key, value, expect, (kind, token, v, flag) => answer(b, id, kind, token, v, flag));
+      const seq = op === 2 ? b._writeSent() : 0;
+      this._send(op, key, value, expect, (kind, token, v, flag) => answer(b, id, kind, token, v, flag, seq));
     }
     return 0;
   }
@@ -105,13 +110,14 @@ export abstract class AsyncStore {
 
 /** Feeds an answer back to the core, then handles what it caused (events, more I/O, the timer). */
 function answer(b: AsyncHost, id: number, kind: number, token: number, value: Uint8Array | undefined,
-  flag: number): void {
+  flag: number, seq: number): void {
   if (b.isShutdown) {
     b._closingAnswer(id, kind, token, value, flag);
     return;
   }
   const t = now();
   const f = deliver(b._h, id, kind, token, value, flag, t);
+  if (kind === WRITTEN && seq > 0) b._writeLanded(seq);
   if (f < 0) return;
   try {
     b._after(f, t);
@@ -147,5 +153,7 @@ export function deliver(h: number, id: number, kind: number, token: number, valu
 const MAX_STATE = 64 * 1024;
 /** `fw_io_done` kind: the store call failed. */
 const FAILED = 4;
+/** `fw_io_done` kind: the write landed. */
+const WRITTEN = 2;
 
 brand(AsyncStore, 'AsyncStore');

@@ -478,8 +478,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** After `shutdown()` on an async store: the last flush being driven (`done`: `flush()` calls waiting on it). */
   private _closing: { until: number; timer: TimerSlot; release: () => void; done: ((ok: boolean) => void)[] } |
     undefined = undefined;
-  /** `flush()` calls waiting for an async store: see `_settleFlushes`. */
-  private _flushes: ((ok: boolean) => void)[] | undefined = undefined;
+  /**
+   * `flush()` calls waiting for an async store, each with the writes sent before it
+   * was called: see `_settleFlushes`.
+   */
+  private _flushes: { sent: number; resolve: (ok: boolean) => void }[] | undefined = undefined;
+  /** Writes sent to an async store so far, and the latest that landed. */
+  private _writes = 0;
+  private _landed = 0;
+  /** Whether the last flush after `shutdown()` landed everything (a later `flush()` says so). */
+  private _closedOk = true;
   /** Bounds the wait of `_flushes` to `CLOSE_MS`. */
   private readonly _flushTimer = new TimerSlot();
   private _busy = 0;
@@ -893,9 +901,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (store === undefined) return Promise.resolve(true);
     const c = this._closing;
     if (c !== undefined) return new Promise((r) => c.done.push(r));
-    if (this._shutdown) return Promise.resolve(true);
+    if (this._shutdown) return Promise.resolve(this._closedOk);
     const h = this._h;
     const t = now();
+    // Writes sent before now may have been built before now: the first sent from
+    // here on carries what is pending now.
+    const sent = this._writes;
     try {
       this._after(w.fw_flush(h, t), t);
     } catch (e) {
@@ -904,25 +915,43 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     // A synchronous store answered already; an async one answers later.
     if (w.fw_flushed(h) === 1 || !(store instanceof AsyncStore)) return Promise.resolve(w.fw_flushed(h) === 1);
-    return new Promise((r) => {
+    if (this._landed > sent) return Promise.resolve(true);
+    return new Promise((resolve) => {
       if (this._flushes === undefined) {
         this._flushes = [];
         // Held: a script awaiting it must not exit before it settles.
         this._flushTimer.arm(() => this._settleFlushes(false), CLOSE_MS, true);
       }
-      this._flushes.push(r);
+      this._flushes.push({ sent, resolve });
     });
   }
 
-  /** Settles the waiting `flush()` calls: with `ok`, or when the core has nothing left to write. */
+  /**
+   * Settles the waiting `flush()` calls: all with `ok`; else each whose outcomes have
+   * landed — a write sent after it was called landed, or nothing is left to write (a
+   * breaker that keeps serving always has more: found by review, `flush()` waited its
+   * full 5 s there and said false).
+   */
   private _settleFlushes(ok?: boolean): void {
     const waiting = this._flushes;
     if (waiting === undefined) return;
-    const done = ok ?? (w.fw_flushed(this._h) === 1 ? true : undefined);
-    if (done === undefined) return;
-    this._flushes = undefined;
-    this._flushTimer.cancel();
-    for (const r of waiting) r(done);
+    const idle = w.fw_flushed(this._h) === 1;
+    const done = ok === undefined ? waiting.filter((f) => idle || this._landed > f.sent) : waiting;
+    if (done.length === 0) return;
+    const left = waiting.filter((f) => !done.includes(f));
+    this._flushes = left.length === 0 ? undefined : left;
+    if (left.length === 0) this._flushTimer.cancel();
+    for (const f of done) f.resolve(ok ?? true);
+  }
+
+  /** @internal Numbers a write to the async store about to be sent. */
+  _writeSent(): number {
+    return ++this._writes;
+  }
+
+  /** @internal Write `seq` landed. */
+  _writeLanded(seq: number): void {
+    if (seq > this._landed) this._landed = seq;
   }
 
   /** Shuts the breaker down: emits `shutdown`, removes listeners, stops timers; later calls fail with `ESHUTDOWN`. */
@@ -981,7 +1010,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     for (const f of watchers) f(this, false);
     // A lingering key stays registered: a call that never ends must not keep it.
     if (!this._lingering || this._busy === 0) finalizer?.unregister(this);
-    const flushes = this._flushes ?? [];
+    const flushes = (this._flushes ?? []).map((f) => f.resolve);
     this._flushes = undefined;
     this._flushTimer.cancel();
     if (store instanceof AsyncStore && w.fw_flushed(this._h) === 0) {
@@ -1026,6 +1055,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._closing = undefined;
     c.release();
     const ok = w.fw_flushed(h) === 1;
+    this._closedOk = ok;
     w.fw_free(h);
     for (const r of c.done) r(ok);
   }

@@ -148,7 +148,7 @@ export function onRetry(f: () => void): void {
 /** The error for a breaker made before the instance is ready. */
 export function notLoaded(): Error {
   if (loadError === undefined) {
-    return new Error('fusewire: the WebAssembly module is still loading; `await ready` (exported by fusewire) before creating breakers');
+    return new Error('fusewire: the WebAssembly module is still loading; `await ready` (or `await load()`, both exported by fusewire) before creating breakers');
   }
   const why = loadError instanceof Error ? loadError.message : String(loadError);
   // One network blip must not disable fusewire for the page's life (found by review):

@@ -53,8 +53,18 @@ async function attempt(source?: WasmSource): Promise<void> {
     return;
   }
   let url: URL;
+  if (source !== undefined) {
+    // A string resolves against the page's (or worker's) address, as fetch() does.
+    try {
+      url = new URL(String(source), globalThis.location?.href);
+    } catch (e) {
+      throw new Error(`fusewire: load(source): ${JSON.stringify(String(source))} is not a URL ` +
+        `(relative ones resolve against the page's address)`, { cause: e });
+    }
+    return fetchModule(url);
+  }
   try {
-    url = source === undefined ? new URL('./fusewire.wasm', import.meta.url) : new URL(String(source), location.href);
+    url = new URL('./fusewire.wasm', import.meta.url);
   } catch (e) {
     // esbuild's default (iife) output empties `import.meta` (found by review: a bare
     // "Invalid URL").
@@ -62,6 +72,11 @@ async function attempt(source?: WasmSource): Promise<void> {
       'the bundle must be an ES module (esbuild: --format=esm; Rollup, webpack: output format "es" / module). ' +
       HINT, { cause: e });
   }
+  return fetchModule(url);
+}
+
+/** Fetches, checks, compiles and instantiates the module at `url`. */
+async function fetchModule(url: URL): Promise<void> {
   let res: Response;
   try {
     res = await fetch(url);
@@ -118,7 +133,9 @@ let backoff = 1_000;
  */
 export function load(source?: WasmSource): Promise<void> {
   if (loaded()) return Promise.resolve();
-  if (current !== undefined) return current;
+  // A copy given while an attempt runs (the network one `ready` started, offline) is
+  // used if that attempt fails (found by review: it was ignored).
+  if (current !== undefined) return source === undefined ? current : current.catch(() => load(source));
   const p = attempt(source).then(() => {
     current = undefined;
     backoff = 1_000;

@@ -173,7 +173,10 @@ pub(crate) struct Replica {
     /// Bytes of this worker's last write: a read returning them needs no decode.
     written: Vec<u8>,
     written_is_view: bool,
+    /// The view shows trouble ([`KeyState::write_rules`]): every outcome goes at once.
     hot: bool,
+    /// The view's window is sparse ([`KeyState::write_rules`]): successes go at once.
+    sparse: bool,
     pub(crate) delta: Delta,
     /// The part of the delta the write in flight carries: forgotten when it lands,
     /// pending again when it does not. Outcomes recorded while a write is in flight
@@ -282,6 +285,7 @@ impl Replica {
             written: Vec::new(),
             written_is_view: false,
             hot: false,
+            sparse: true,
             delta: Delta::new(config, 0, now),
             sent: Delta::new(config, 0, now),
             probe_results: Vec::new(),
@@ -626,7 +630,9 @@ impl Replica {
         }
         self.ahead_due =
             outcome.is_error() || slow || (self.check_ahead && outcome == Outcome::Success);
-        urgent |= outcome.is_error() || self.hot;
+        // (Not a bad request or a cancelled call: they add no volume, and a 4xx flood
+        // would write each one: found by review.)
+        urgent |= outcome.is_error() || self.hot || (self.sparse && outcome == Outcome::Success);
         if self.surplus_goes_back(ctx) {
             self.release_due = true;
             urgent = true;
@@ -831,6 +837,18 @@ impl Replica {
             self.flush_now = true;
         }
         urgent
+    }
+
+    /// Reads the view's write rules at `now` ([`Replica::hot`], [`Replica::sparse`]);
+    /// outcomes recorded before a read showed the window sparse go at once.
+    fn judge(&mut self, now: Nanos) {
+        let Some(v) = self.view.as_ref() else {
+            return;
+        };
+        (self.hot, self.sparse) = v.write_rules(now);
+        if self.sparse && !self.delta.is_empty() {
+            self.flush_now = true;
+        }
     }
 
     /// Writes what is pending at the next `poll_io` instead of at the next flush, and
@@ -1198,6 +1216,7 @@ impl Replica {
                 self.token_known = true;
                 self.claim = true;
                 self.view = Some(KeyState::new(&self.name, ctx.config, ctx.now));
+                self.sparse = true; // an empty window
             }
             None => {
                 self.bind = Bind::Overflow;
@@ -1266,8 +1285,8 @@ impl Replica {
         }
         // Ledger truth: what this owner holds there (a reclaimed entry heals on the
         // next write).
-        self.hot = s.is_hot(ctx.now);
         self.view = Some(s);
+        self.judge(ctx.now);
         self.expect = Expect::Token(token);
         self.token_known = true;
         self.read_at = Some(ctx.now);
@@ -1293,10 +1312,14 @@ impl Replica {
                 self.reads_worked();
                 if self.token_known && self.expect == Expect::Token(token) && self.view.is_some() {
                     self.read_at = Some(ctx.now);
+                    // The same state, a later time: its window may have emptied (found
+                    // by review: after a lull successes still waited for the flush).
+                    self.judge(ctx.now);
                 } else if self.written_is_view && value == self.written.as_slice() {
                     self.expect = Expect::Token(token);
                     self.token_known = true;
                     self.read_at = Some(ctx.now);
+                    self.judge(ctx.now);
                 } else {
                     match codec::decode::<KeyState>(Kind::KeyState, value) {
                         Ok(s) if s.name == self.slot_name() => self.adopt_state(ctx, s, token, fx),
@@ -1345,6 +1368,7 @@ impl Replica {
                     fx.adopted = true;
                 }
                 self.view = Some(fresh);
+                self.sparse = true;
                 self.expect = Expect::Absent;
                 self.token_known = true;
                 self.read_at = Some(ctx.now);
@@ -1372,6 +1396,7 @@ impl Replica {
         // Damaged bytes say nothing about the upstream: an open or half-open breaker
         // this worker saw stays so (found by review: it closed the fleet's).
         self.view = Some(self.fresh_state(ctx));
+        self.sparse = true;
         self.expect = Expect::Token(token);
         self.token_known = true;
         self.read_at = Some(ctx.now);
@@ -1423,8 +1448,8 @@ impl Replica {
                 self.landed(&mut a, ctx.now, false);
                 let asked = a.asked;
                 fx.transitions = a.transitions;
-                self.hot = a.state.is_hot(ctx.now);
                 self.view = Some(a.state);
+                self.judge(ctx.now);
                 self.written_is_view = true;
                 fx.written = true;
                 match token {

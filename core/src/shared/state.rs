@@ -15,8 +15,8 @@ use crate::time::{ms_to_ns, Nanos};
 use crate::window::{Health, HealthSnapshot};
 use crate::Config;
 
-/// Below this many calls in its window a shared key writes every outcome at once
-/// ([`KeyState::is_hot`]).
+/// Below this many calls in its window a shared key writes its successes at once
+/// ([`KeyState::write_rules`]).
 pub const SPARSE_CALLS: u64 = 20;
 
 /// Outcome counters of one wire bucket: what the breaker rules read.
@@ -411,20 +411,21 @@ impl KeyState {
         true
     }
 
-    /// Whether every outcome is written at once: the state shows trouble (not
-    /// closed, a failure run, errors or slow calls in the window), or its window is
-    /// sparse — fewer than [`SPARSE_CALLS`] calls, where a few outcomes held for the
-    /// next flush are a large share. Held there, other workers' successes were
-    /// missing when a worker's failures (written at once) were judged: a fleet
-    /// tripped on 3 failures in 10 calls, 7 successes still waiting (found by
-    /// review). It costs about that many writes per window.
-    pub fn is_hot(&self, now: Nanos) -> bool {
+    /// When a worker writes its outcomes, read off the state at `now`: whether it is
+    /// **hot** — it shows trouble (not closed, a failure run, errors or slow calls in
+    /// the window): every outcome is written at once — and whether its window is
+    /// **sparse** — fewer than [`SPARSE_CALLS`] calls, where a few successes held for
+    /// the next flush are a large share: successes are written at once too. Held
+    /// there, other workers' successes were missing when a worker's failures (written
+    /// at once) were judged: a fleet tripped on 3 failures in 10 calls, 7 successes
+    /// still waiting (found by review). It costs about that many writes per window.
+    pub fn write_rules(&self, now: Nanos) -> (bool, bool) {
         let c = self.window.counts_at(now);
-        self.breaker.phase() != crate::Phase::Closed
+        let hot = self.breaker.phase() != crate::Phase::Closed
             || self.breaker.consecutive_failures() > 0
             || c.errors() > 0
-            || c.slow > 0
-            || c.calls() < SPARSE_CALLS
+            || c.slow > 0;
+        (hot, c.calls() < SPARSE_CALLS)
     }
 }
 
