@@ -891,10 +891,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * Writes this breaker's pending outcomes to its shared store now — without it
    * successes go at the next `shared.flush_ms` (errors go at once) — and gives back
    * the bulkhead slots and probe leases it holds beyond its running calls. Resolves
-   * `true` once the store has every outcome, `false` if the store failed (a `store`
-   * event says why) or after 5 s; the outcomes left go with a later write. Await it
-   * before a serverless platform freezes the instance. Resolves `true` at once with
-   * no `shared` store; after `shutdown()`, when its last flush ends.
+   * `true` once a write carrying the outcomes pending now has landed (calls made
+   * meanwhile are not waited for), `false` if the store failed (a `store` event says
+   * why) or after 5 s; the outcomes left go with a later write. Await it before a
+   * serverless platform freezes the instance. Resolves `true` at once with no
+   * `shared` store; after `shutdown()`, when its last flush ends (whether it landed).
    */
   flush(): Promise<boolean> {
     const store = this._store;
