@@ -344,13 +344,21 @@ describe('fusewire/redis: RedisStore', () => {
     const b = new CircuitBreaker(async () => { throw new Error('down'); },
       { name: 'oom', volumeThreshold: 5, shared: { store, sync_ms: 20, stale_ms: 60 } });
     const issues = [];
-    b.on('store', (s) => issues.push(s.issue));
+    const stale = [];
+    b.on('store', (s) => {
+      issues.push(s.issue);
+      if (s.issue === 'stale') stale.push(s.message);
+    });
     for (let i = 0; i < 40 && !b.opened; i++) {
       await b.fire().catch(() => {});
       await sleep(10);
     }
     assert.equal(b.opened, true, `the failures count somewhere: ${JSON.stringify(b.stats)}`);
     assert.ok(issues.includes('failed'), JSON.stringify(issues));
+    // A `stale` event says what Redis answered (found by review: it read "no answer").
+    for (let i = 0; i < 30 && stale.length === 0; i++) await sleep(20);
+    assert.ok(stale.length > 0 && stale.every((m) => /Redis's last answer, \d+ s ago: OOM command not allowed/.test(m)),
+      JSON.stringify(stale));
     b.shutdown();
     store.close();
   });

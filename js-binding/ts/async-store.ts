@@ -78,6 +78,11 @@ export abstract class AsyncStore {
   /** @internal An owner id for a new breaker's ledger entries. */
   abstract nextOwner(): number;
 
+  /** @internal What a `stale` event can add: the store's recent error, if any. */
+  _describeStale(): string | undefined {
+    return undefined;
+  }
+
   /** @internal What a failed op's `status` means, for `store` events (undefined: nothing to add). */
   _describe(status: number): string | undefined {
     void status;

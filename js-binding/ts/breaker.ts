@@ -1771,6 +1771,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         else if (issue === 'failed' && this._store instanceof AsyncStore) {
           const why = this._store._describe(status);
           if (why !== undefined) text += ` (${why})`;
+        } else if (issue === 'stale' && this._store instanceof AsyncStore) {
+          const why = this._store._describeStale();
+          if (why !== undefined) text += ` (${why})`;
         }
         // The round gave up: what is left goes with a later write.
         if (issue !== 'invalid') this._settleFlushes(false);

@@ -343,8 +343,25 @@ export class RedisStore extends AsyncStore {
   }
 
   private _fail(o: Op, e: unknown): void {
-    if (!o.settled) this.lastError = errorText(e);
+    if (!o.settled) {
+      this.lastError = errorText(e);
+      this._lastErrorAt = Date.now();
+    }
     this._settle(o, 4, -1, undefined, FAIL_ERROR);
+  }
+
+  /** When `lastError` was an op's answer (ms since the epoch). */
+  private _lastErrorAt = -Infinity;
+
+  /**
+   * @internal For a `stale` event: the error Redis answered with in the last minute,
+   * if any — Redis may be answering, refusing writes (found by review: OOM and
+   * READONLY read as "no answer" after their first `failed` event).
+   */
+  override _describeStale(): string | undefined {
+    const age = Date.now() - this._lastErrorAt;
+    if (this.lastError === undefined || !(age < 60_000)) return undefined;
+    return `Redis's last answer, ${Math.round(age / 1000)} s ago: ${this.lastError}`;
   }
 
   private _read(o: Op, k: string): void {

@@ -1265,8 +1265,22 @@ impl Replica {
         }
     }
 
-    fn adopt_state(&mut self, ctx: &Ctx, s: KeyState, token: u64, fx: &mut Effects) {
+    fn adopt_state(&mut self, ctx: &Ctx, mut s: KeyState, token: u64, fx: &mut Effects) {
         self.settle_doubt(s.receipts.seq(self.me(ctx)), ctx.now);
+        // The store went back in time — an older snapshot restored, a replica promoted
+        // behind its primary: its breaker is of an earlier generation than one this
+        // worker saw. As for a store restarted empty (`fresh_state`), an open or
+        // half-open breaker seen within `stale_ms` stays, with the rest of that view,
+        // and is written back (found by review: a restored snapshot closed a tripped
+        // fleet, which sent 60 more calls to the failing upstream).
+        if let Some(v) = self.view.as_ref().filter(|v| {
+            newer(v.breaker.generation(), s.breaker.generation())
+                && v.breaker.phase() != Phase::Closed
+                && self.seen_recently(ctx)
+        }) {
+            s = v.clone();
+            self.poll_due = true;
+        }
         let before = self
             .view
             .as_ref()
@@ -1625,15 +1639,21 @@ impl Replica {
     /// nothing now. This worker's own probe results settle the leases the view holds
     /// first (a failed probe still reopens); then half-open starts its probes again
     /// under a new generation.
-    fn fresh_state(&self, ctx: &Ctx) -> KeyState {
-        let mut s = KeyState::new(self.slot_name(), ctx.config, ctx.now);
+    /// Whether the view was confirmed by the store within `stale_ms` of now, or of
+    /// when the store began failing (an outage: the last state the fleet agreed on).
+    fn seen_recently(&self, ctx: &Ctx) -> bool {
         let stale = ms_to_ns(ctx.shared.stale_ms);
-        let known = self.read_at.is_some_and(|r| {
+        self.read_at.is_some_and(|r| {
             ctx.now.saturating_sub(r) <= stale
                 || self
                     .failing_since
                     .is_some_and(|f| f.saturating_sub(r) <= stale)
-        });
+        })
+    }
+
+    fn fresh_state(&self, ctx: &Ctx) -> KeyState {
+        let mut s = KeyState::new(self.slot_name(), ctx.config, ctx.now);
+        let known = self.seen_recently(ctx);
         if let Some(v) = self
             .view
             .as_ref()
