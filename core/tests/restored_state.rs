@@ -73,3 +73,55 @@ fn a_restored_older_state_does_not_close_a_recent_trip() {
         );
     }
 }
+
+/// Found by review: a key made again since — lost with a restart or an eviction, then
+/// re-created by a worker that never saw the trip — is newer than a trip another
+/// worker saw, though its generation starts lower: it stands (its last write is the
+/// later one); only a state older than the view is taken back.
+#[test]
+fn a_key_made_again_since_by_another_worker_stands() {
+    for mode in [Mode::Async(3), Mode::Shared(Rules::Kong, 3)] {
+        let mut h = Host::new(mode, CFG);
+        let (k0, k1) = (h.key(0, "k"), h.key(1, "k"));
+        h.advance(300);
+        for _ in 0..40 {
+            if !h.call(1, k1, Outcome::Failure) {
+                break;
+            }
+            h.deliver();
+        }
+        h.advance(1_200);
+        assert!(
+            !h.call(0, k0, Outcome::Success),
+            "{mode:?}: worker 0 sees the trip"
+        );
+        h.deliver();
+        // The key is lost; the worker that tripped it goes; a worker that never saw
+        // the trip makes the key again, closed, and serves — while worker 0 does not
+        // reach the store (no ticks of its own: a worker 0 that read the empty store
+        // would keep the trip, as for any store restarted empty).
+        h.store.clear();
+        h.crash(1);
+        h.now += 100 * MS;
+        let k2 = h.key(1, "k");
+        for _ in 0..10 {
+            assert!(
+                h.call(1, k2, Outcome::Success),
+                "{mode:?}: the new key serves"
+            );
+            h.deliver();
+            h.now += 100 * MS;
+        }
+        // Worker 0, within stale_ms of its view of the trip, reads the new key (an
+        // async worker decides its first call on its last view, then reads).
+        let _ = h.call(0, k0, Outcome::Success);
+        h.deliver();
+        h.now += 100 * MS;
+        assert!(
+            h.call(0, k0, Outcome::Success),
+            "{mode:?}: worker 0 takes the new key's state"
+        );
+        h.deliver();
+        assert!(h.call(1, k2, Outcome::Success), "{mode:?}: not reopened");
+    }
+}

@@ -1269,16 +1269,24 @@ impl Replica {
         self.settle_doubt(s.receipts.seq(self.me(ctx)), ctx.now);
         // The store went back in time — an older snapshot restored, a replica promoted
         // behind its primary: its breaker is of an earlier generation than one this
-        // worker saw. As for a store restarted empty (`fresh_state`), an open or
-        // half-open breaker seen within `stale_ms` stays, with the rest of that view,
-        // and is written back (found by review: a restored snapshot closed a tripped
-        // fleet, which sent 60 more calls to the failing upstream).
-        if let Some(v) = self.view.as_ref().filter(|v| {
+        // worker saw, and its last write is older than that view's (a key made again
+        // since, by another worker, is newer: it stands). As for a store restarted
+        // empty (`fresh_state`), an open or half-open breaker read within `stale_ms`
+        // stays — the breaker only, with this worker's probe results and the probes
+        // restarted; the rest is the store's — and is written back (found by review: a
+        // restored snapshot closed a tripped fleet, which sent 60 more calls to the
+        // failing upstream).
+        let stale = ms_to_ns(ctx.shared.stale_ms);
+        let back = self.view.as_ref().is_some_and(|v| {
             newer(v.breaker.generation(), s.breaker.generation())
+                && v.touched_at > s.touched_at
                 && v.breaker.phase() != Phase::Closed
-                && self.seen_recently(ctx)
-        }) {
-            s = v.clone();
+                && self
+                    .read_at
+                    .is_some_and(|r| ctx.now.saturating_sub(r) <= stale)
+        });
+        if back {
+            self.carry_breaker(ctx, &mut s);
             self.poll_due = true;
         }
         let before = self
@@ -1303,7 +1311,10 @@ impl Replica {
         self.judge(ctx.now);
         self.expect = Expect::Token(token);
         self.token_known = true;
-        self.read_at = Some(ctx.now);
+        if !back {
+            // (A breaker the store contradicted is not confirmed by this read.)
+            self.read_at = Some(ctx.now);
+        }
         self.written_is_view = false;
         self.reads_worked();
         // The store holds this key's state: the next write builds on it. (A claim
@@ -1639,40 +1650,44 @@ impl Replica {
     /// nothing now. This worker's own probe results settle the leases the view holds
     /// first (a failed probe still reopens); then half-open starts its probes again
     /// under a new generation.
-    /// Whether the view was confirmed by the store within `stale_ms` of now, or of
-    /// when the store began failing (an outage: the last state the fleet agreed on).
-    fn seen_recently(&self, ctx: &Ctx) -> bool {
+    fn fresh_state(&self, ctx: &Ctx) -> KeyState {
+        let mut s = KeyState::new(self.slot_name(), ctx.config, ctx.now);
         let stale = ms_to_ns(ctx.shared.stale_ms);
-        self.read_at.is_some_and(|r| {
+        let known = self.read_at.is_some_and(|r| {
             ctx.now.saturating_sub(r) <= stale
                 || self
                     .failing_since
                     .is_some_and(|f| f.saturating_sub(r) <= stale)
-        })
-    }
-
-    fn fresh_state(&self, ctx: &Ctx) -> KeyState {
-        let mut s = KeyState::new(self.slot_name(), ctx.config, ctx.now);
-        let known = self.seen_recently(ctx);
-        if let Some(v) = self
-            .view
-            .as_ref()
-            .filter(|v| known && v.breaker.phase() != Phase::Closed)
+        });
+        if known
+            && self
+                .view
+                .as_ref()
+                .is_some_and(|v| v.breaker.phase() != Phase::Closed)
         {
-            let b = &ctx.config.breaker;
-            s.breaker = v.breaker.clone();
-            // (Returned leases need not be: half-open gives every lease up below.)
-            for &(pass, outcome, at) in &self.probe_results {
-                let p = Pass::from_raw(pass);
-                let _ = s
-                    .breaker
-                    .on_result(b, &mut s.window, p, outcome, at.max(pass.2), ctx.rand);
-            }
-            if s.breaker.phase() == Phase::HalfOpen {
-                s.breaker.restart_probes();
-            }
+            self.carry_breaker(ctx, &mut s);
         }
         s
+    }
+
+    /// Puts the view's breaker into `s` (a state the store lost or took back), with
+    /// this worker's unwritten probe results; a half-open one restarts its probes.
+    fn carry_breaker(&self, ctx: &Ctx, s: &mut KeyState) {
+        let Some(v) = self.view.as_ref() else {
+            return;
+        };
+        let b = &ctx.config.breaker;
+        s.breaker = v.breaker.clone();
+        // (Returned leases need not be: half-open gives every lease up below.)
+        for &(pass, outcome, at) in &self.probe_results {
+            let p = Pass::from_raw(pass);
+            let _ = s
+                .breaker
+                .on_result(b, &mut s.window, p, outcome, at.max(pass.2), ctx.rand);
+        }
+        if s.breaker.phase() == Phase::HalfOpen {
+            s.breaker.restart_probes();
+        }
     }
 
     /// The state a write would store now, and what it would grant.
