@@ -27,7 +27,7 @@ use fusewire_core::breaker::ShortCircuit;
 use fusewire_core::cache::RequestCache;
 use fusewire_core::collapser::Collapser;
 use fusewire_core::engine::bounded_name;
-use fusewire_core::shared::{Answer, Expect, IoId, Issue, Op};
+use fusewire_core::shared::{Answer, DecodeError, Expect, IoId, Issue, Op};
 use fusewire_core::CacheConfig;
 use fusewire_core::{
     Cause, Completion, Config, ConfigError, Engine, Event, EventKind, FallbackPermit, KeyId,
@@ -792,29 +792,29 @@ pub extern "C" fn fw_cancel_ticket(h: u32, id: f64, now: f64) -> i32 {
 #[no_mangle]
 pub extern "C" fn fw_poll(h: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
-        let (code, text) = {
+        let code = {
             let Some((b, out, rng)) = s.parts(h) else {
                 return E_HANDLE;
             };
             let t = ns(now);
             loop {
                 let Some(e) = b.engine.poll(t, splitmix(rng)) else {
-                    break (EV_NONE, None);
+                    break EV_NONE;
                 };
                 match e {
                     Event::TimedOut { call, .. } => {
                         out[0] = call.to_raw() as f64;
-                        break (EV_TIMED_OUT, None);
+                        break EV_TIMED_OUT;
                     }
                     Event::Dequeued { permit, .. } => {
                         out[0] = permit.into_raw() as f64;
-                        break (EV_DEQUEUED, None);
+                        break EV_DEQUEUED;
                     }
                     Event::Refused { call, refusal, .. } => {
                         out[0] = call.to_raw() as f64;
                         out[1] = refusal.event.index() as f64;
                         out[2] = f64::from(cause_code(refusal.cause));
-                        break (EV_REFUSED, None);
+                        break EV_REFUSED;
                     }
                     Event::Transition { transition: tr, .. } => {
                         out[0] = phase_code(tr.from);
@@ -822,31 +822,47 @@ pub extern "C" fn fw_poll(h: u32, now: f64) -> i32 {
                         out[2] = reason_code(tr.reason);
                         out[3] = ms(tr.at);
                         out[4] = f64::from(tr.generation);
-                        break (EV_TRANSITION, None);
+                        break EV_TRANSITION;
                     }
                     // Taken again when next used or read (see `Breaker::revive`).
                     Event::KeyExpired { .. } => {}
+                    // Codes only: the wrapper words them (`storeText`), so the
+                    // .wasm carries none of the texts (≈ 60 B of it gzipped).
                     Event::Store { issue, .. } => {
-                        let (code, status) = match issue {
-                            Issue::Invalid(_) => (0.0, 0.0),
-                            Issue::Contended => (1.0, 0.0),
-                            Issue::Failed(c) => (2.0, f64::from(c)),
-                            Issue::Stale => (3.0, 0.0),
+                        let (code, status, what, n) = match issue {
+                            Issue::Invalid(e) => {
+                                let (what, n) = decode_code(e);
+                                (0.0, 0.0, what, n)
+                            }
+                            Issue::Contended => (1.0, 0.0, 0.0, 0.0),
+                            Issue::Failed(c) => (2.0, f64::from(c), 0.0, 0.0),
+                            Issue::Stale => (3.0, 0.0, 0.0, 0.0),
                         };
                         out[0] = code;
                         out[1] = status;
-                        // `format!`, not `to_string()`: its own copy of the
-                        // formatting code was ≈ 200 B of the gzipped .wasm.
-                        break (EV_STORE, Some(format!("{issue}")));
+                        out[2] = what;
+                        out[3] = n;
+                        break EV_STORE;
                     }
                 }
             }
         };
-        if let Some(t) = text {
-            s.set_msg(&t);
-        }
         code
     })
+}
+
+/// A decode error as (kind, its number): the order of `DECODE` in ts/breaker.ts.
+fn decode_code(e: DecodeError) -> (f64, f64) {
+    match e {
+        DecodeError::Truncated => (0.0, 0.0),
+        DecodeError::TooLong => (1.0, 0.0),
+        DecodeError::BadMagic => (2.0, 0.0),
+        DecodeError::FutureVersion(v) => (3.0, f64::from(v)),
+        DecodeError::OldVersion(v) => (4.0, f64::from(v)),
+        DecodeError::WrongKind(k) => (5.0, f64::from(k)),
+        DecodeError::Checksum => (6.0, 0.0),
+        DecodeError::Payload => (7.0, 0.0),
+    }
 }
 
 /// The earliest time (ms) the breaker has work for [`fw_poll`], recorded as the

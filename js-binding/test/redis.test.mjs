@@ -454,10 +454,16 @@ describe('fusewire/redis: RedisStore', () => {
     const store = new RedisStore({ client });
     const b = new CircuitBreaker(async () => 1, { name: 'foreign', shared: { store, sync_ms: 50, stale_ms: 200 } });
     const issues = [];
-    b.on('store', (s) => issues.push(s.issue));
+    const texts = [];
+    b.on('store', (s) => {
+      issues.push(s.issue);
+      texts.push(s.message);
+    });
     await b.fire();
     for (let i = 0; i < 30 && store.stats.written === 0; i++) await sleep(10);
     assert.ok(issues.includes('invalid'), JSON.stringify(issues));
+    // (Worded by the wrapper from the core's codes: the .wasm carries no text.)
+    assert.ok(texts.some((t) => /^unreadable state \(truncated state bytes\), reset$/.test(t)), JSON.stringify(texts));
     const write = client.log.find((c) => c[0] === 'EVALSHA');
     assert.equal(write[4], '0', 'the reset expects the foreign token 0');
     assert.ok(store.stats.foreign >= 1);

@@ -18,7 +18,7 @@ import type { Emitter, Listener } from './emitter.js';
 import {
   BAD_REQUEST, CANCELLED, EV_DEQUEUED, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
-  RUNNING, S, TIMEOUT, bytes, io, loaded, message, nextIo, notLoaded, out, putKey, putScratchBytes, w,
+  RUNNING, S, TIMEOUT, bytes, io, loaded, nextIo, notLoaded, out, putKey, putScratchBytes, w,
 } from './engine.js';
 import { brand, describe, isOurError, kindOf, optionError, ourError, warn, type CircuitBreakerError } from './errors.js';
 import { tagged } from './key.js';
@@ -189,6 +189,23 @@ const CLOSED = 0;
 const OPEN = 1;
 const HALF_OPEN = 2;
 const STORE_ISSUES = ['invalid', 'contended', 'failed', 'stale'] as const;
+/** The core's decode errors (shared/codec.rs `DecodeError`, in lib.rs `decode_code`'s order). */
+const DECODE = ['truncated state bytes', 'state bytes longer than the 64 KiB limit', 'not fusewire state (bad magic)',
+  'state written by newer schema v', 'state written by unsupported schema v', 'state of another kind (',
+  'state checksum mismatch (corrupt bytes)', 'state payload does not parse'];
+
+/** A store issue in words (shared/io.rs `Issue`'s `Display`: the .wasm sends codes only). */
+function storeText(issue: (typeof STORE_ISSUES)[number], status: number, what: number, n: number): string {
+  switch (issue) {
+    case 'invalid': {
+      const d = (DECODE[what] ?? 'unreadable bytes') + (what === 3 || what === 4 ? n : what === 5 ? `${n})` : '');
+      return `unreadable state (${d}), reset`;
+    }
+    case 'contended': return 'CAS contended, degraded for this round';
+    case 'failed': return `store failed with status ${status}`;
+    default: return 'no answer within stale_ms, running on the local breaker';
+  }
+}
 const SLOTS = 4_194_304; // call ids: slot = id mod 2^22
 /** `TransitionReason::Observed` (lib.rs `reason_code`). */
 const REASON_OBSERVED = 8;
@@ -1766,7 +1783,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (ev === EV_STORE) {
         const issue = STORE_ISSUES[o[0]!] ?? 'failed';
         const status = o[1]!;
-        let text = message();
+        let text = storeText(issue, status, o[2]!, o[3]!);
         if (issue === 'failed' && this._store instanceof SharedStore) text += ` (${sharedStoreStatus(status)})`;
         else if (issue === 'failed' && this._store instanceof AsyncStore) {
           const why = this._store._describe(status);

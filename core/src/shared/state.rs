@@ -419,6 +419,7 @@ impl KeyState {
     /// there, other workers' successes were missing when a worker's failures (written
     /// at once) were judged: a fleet tripped on 3 failures in 10 calls, 7 successes
     /// still waiting (found by review). It costs about that many writes per window.
+    #[inline(always)]
     pub fn write_rules(&self, now: Nanos) -> (bool, bool) {
         let c = self.window.counts_at(now);
         let hot = self.breaker.phase() != crate::Phase::Closed
