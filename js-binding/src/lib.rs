@@ -714,8 +714,8 @@ pub extern "C" fn fw_flush(h: u32, now: f64) -> i32 {
 }
 
 /// Starts a call: [`RUNNING`] (permit id in `out[0]`), [`QUEUED`] (ticket id in
-/// `out[0]`) or [`REFUSED`] (bits 4..8: event kind, 8..12: cause), or'ed with the
-/// flags.
+/// `out[0]`) or [`REFUSED`] (bits 4..8: event kind, 8..12: cause; `out[0]`: ms until
+/// the breaker lets calls through, or −1), or'ed with the flags.
 #[no_mangle]
 pub extern "C" fn fw_start(h: u32, now: f64) -> i32 {
     with(E_BUSY, |s| {
@@ -746,7 +746,14 @@ pub extern "C" fn fw_start(h: u32, now: f64) -> i32 {
                 out[0] = t.into_raw() as f64;
                 QUEUED
             }
-            Start::Refused(f) => REFUSED | (f.event.index() as i32) << 4 | cause_code(f.cause) << 8,
+            Start::Refused(f) => {
+                // ms until the breaker lets calls through (the error's `retryAfter`).
+                out[0] = b
+                    .engine
+                    .retry_after(b.key, t)
+                    .map_or(-1.0, |d| d as f64 / 1e6);
+                REFUSED | (f.event.index() as i32) << 4 | cause_code(f.cause) << 8
+            }
         };
         kind | b.flags()
     })

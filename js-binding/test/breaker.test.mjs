@@ -575,6 +575,39 @@ describe('half-open (timer-driven)', () => {
     b.shutdown();
   });
 
+  test('EOPENBREAKER carries retryAfter: ms until the breaker lets calls through', async () => {
+    clock = fakeTime();
+    const { b, hangs } = flaky({ resetTimeout: 1000 });
+    await settle(b.fire('fail'));
+    clock.tick(400);
+    let { error } = await settle(b.fire(1));
+    assert.equal(error.code, 'EOPENBREAKER');
+    assert.equal(error.retryAfter, 600);
+    clock.tick(599);
+    ({ error } = await settle(b.fire(1)));
+    assert.equal(error.retryAfter, 1);
+    clock.tick(1);
+    // Half-open with its probe out: no moment is known.
+    const probe = b.fire('hang');
+    ({ error } = await settle(b.fire(1)));
+    assert.equal(error.code, 'EOPENBREAKER');
+    assert.equal('retryAfter' in error, false);
+    hangs[0].resolve('up');
+    await probe;
+    // open() by hand: resetTimeout from then.
+    b.open();
+    clock.tick(250);
+    ({ error } = await settle(b.fire(1)));
+    assert.equal(error.retryAfter, 750);
+    b.shutdown();
+    // Held open by the mode: no end.
+    const forced = new CircuitBreaker(ok, { fusewire: { breaker: { mode: 'forced_open' } } });
+    ({ error } = await settle(forced.fire(1)));
+    assert.equal(error.code, 'EOPENBREAKER');
+    assert.equal(error.retryAfter, undefined);
+    forced.shutdown();
+  });
+
   test('open() and close() by hand', async () => {
     clock = fakeTime();
     const { b } = flaky({ resetTimeout: 100 });

@@ -1346,8 +1346,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // Refused.
     const event = (r >> 4) & 0xf;
     if (event === K.SHORT_CIRCUITED) {
+      const wait = out()[0]!;
       if ((r & F_ANY) !== 0) this._after(r, t);
       const err = ourError('Breaker is open', 'EOPENBREAKER');
+      if (wait >= 0) err.retryAfter = Math.ceil(wait);
       this._emitOwn('reject', err);
       return this._fallback(err, args) ?? Promise.reject(err);
     }

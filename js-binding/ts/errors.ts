@@ -8,6 +8,13 @@ export type ErrorCode = 'EOPENBREAKER' | 'ETIMEDOUT' | 'ESEMLOCKED' | 'ESHUTDOWN
 /** An error made by the breaker: `code` says which (opossum's shape: a plain Error). */
 export interface CircuitBreakerError extends Error {
   code: ErrorCode;
+  /**
+   * `EOPENBREAKER` from an open breaker: ms until it lets calls through again (the
+   * rest of its open period; on a shared breaker, the fleet's). Absent when no end
+   * is known: half-open with its probes out, or held open by `breaker.mode:
+   * 'forced_open'`.
+   */
+  retryAfter?: number;
 }
 
 /** @internal */

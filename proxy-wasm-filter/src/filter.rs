@@ -584,14 +584,26 @@ impl Worker {
                 r
             }
             _ => {
+                let grpc = req.grpc && policy.fallback.grpc;
                 let reply = policy.fallback.reply(reason);
-                self.send_reply(ctx, reply, req.grpc && policy.fallback.grpc);
+                let wait = self.retry_after(reply, key, grpc, now);
+                let mut headers = reply.headers.clone();
+                if let Some(w) = wait {
+                    headers.push(("retry-after".to_string(), w));
+                }
+                self.send_reply(
+                    ctx,
+                    reply.status,
+                    &headers,
+                    &reply.body,
+                    grpc.then_some(reply.grpc_status),
+                );
                 if let Some(m) = self.metrics(key) {
                     m.event(EventKind::FallbackSuccess);
                 }
                 Response {
                     status: reply.status,
-                    headers: reply.headers.clone(),
+                    headers,
                     body: reply.body.clone(),
                     at: now,
                 }
@@ -603,27 +615,45 @@ impl Worker {
         }
     }
 
+    /// `retry-after` for `reply` (seconds, rounded up) while the breaker of `key` is
+    /// open: the rest of its open period, on a 503 or 429 that does not set one.
+    fn retry_after(&self, reply: &Reply, key: KeyId, grpc: bool, now: Nanos) -> Option<String> {
+        if grpc
+            || !matches!(reply.status, 429 | 503)
+            || reply.headers.iter().any(|(k, _)| k == "retry-after")
+        {
+            return None;
+        }
+        let wait = self.engine.as_ref()?.retry_after(key, now)?;
+        Some(wait.div_ceil(1_000_000_000).to_string())
+    }
+
     fn policy_of(&self, key: KeyId) -> Option<&Policy> {
         let pid = self.engine.as_ref()?.key_policy(key)?;
         let i = self.policies.iter().position(|p| *p == pid)?;
         self.plugin.as_ref()?.policies.get(i)
     }
 
-    fn send_reply(&mut self, ctx: u32, reply: &Reply, grpc: bool) {
-        let mut pairs: Vec<(&str, &str)> = reply
-            .headers
+    fn send_reply(
+        &mut self,
+        ctx: u32,
+        status: u32,
+        headers: &[(String, String)],
+        body: &[u8],
+        grpc: Option<u32>,
+    ) {
+        let mut pairs: Vec<(&str, &str)> = headers
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        if grpc {
+        if grpc.is_some() {
             pairs.retain(|(k, _)| *k != "content-type");
             pairs.push(("content-type", "application/grpc"));
         }
         let mut buf = Vec::new();
         host::serialize_map(&pairs, &mut buf);
-        let grpc_status = if grpc { reply.grpc_status as i32 } else { -1 };
-        let body: &[u8] = if grpc { &[] } else { &reply.body };
-        self.reply(ctx, reply.status, body, buf, grpc_status);
+        let body: &[u8] = if grpc.is_some() { &[] } else { body };
+        self.reply(ctx, status, body, buf, grpc.map_or(-1, |g| g as i32));
     }
 
     /// Replays a stored response on stream `ctx`, tagged `x-fusewire: <tag>` (and

@@ -229,6 +229,110 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
     });
 }
 
+/// `retry-after` on a short-circuit reply: the rest of the open period, in whole
+/// seconds rounded up, on every worker; none where the breaker names no moment or the
+/// reply is not a 503/429 or sets its own.
+#[test]
+fn open_breaker_replies_say_when_to_retry() {
+    both_modes(|cas| {
+        let mut h = harness(cas, &config(Some(2)));
+        fail_20(
+            &mut h,
+            4,
+            |_| Request::get("/api/x"),
+            UpstreamReply::status(500),
+        );
+        refresh(&mut h);
+        for ms in [0, 1_300, 2_000] {
+            h.run_for(Duration::from_millis(ms));
+            let left = state(&h, "svc").breaker.open_until() - wall_ns(&h);
+            for w in 0..4 {
+                let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
+                assert!(short_circuited(&r), "{cas:?}: {r:?}");
+                assert_eq!(
+                    r.response_header("retry-after"),
+                    Some(left.div_ceil(1_000_000_000).to_string()),
+                    "{cas:?}: worker {w}, {left} ns left"
+                );
+            }
+        }
+        // gRPC callers get the status alone (no HTTP Retry-After for them).
+        let r = h.request(
+            0,
+            Request::get("/api/pkg.Svc/Call")
+                .method("POST")
+                .header("content-type", "application/grpc"),
+            UpstreamReply::status(200),
+        );
+        assert!(!r.sent_upstream);
+        assert_eq!(r.response_header("retry-after"), None, "{cas:?}: gRPC");
+        // Half-open with its probes out: no moment is known.
+        h.run_for(Duration::from_millis(2_000));
+        let probes: Vec<u64> = (0..2)
+            .map(|w| {
+                h.submit(
+                    w,
+                    Request::get("/api/x"),
+                    UpstreamReply::status(200).after_ms(500),
+                )
+            })
+            .collect();
+        h.run_for(Duration::from_millis(10));
+        let r = h.request(2, Request::get("/api/x"), UpstreamReply::status(200));
+        assert!(short_circuited(&r), "{cas:?}: {r:?}");
+        assert_eq!(r.response_header("retry-after"), None, "{cas:?}: half-open");
+        h.run_for(Duration::from_millis(600));
+        assert!(records(&h, &probes).iter().all(|r| r.sent_upstream));
+        // A full bulkhead (closed breaker) names no moment either.
+        let slow: Vec<u64> = (0..2)
+            .map(|w| {
+                h.submit(
+                    w,
+                    Request::get("/api/x"),
+                    UpstreamReply::status(200).after_ms(300),
+                )
+            })
+            .collect();
+        h.run_for(Duration::from_millis(10));
+        let r = h.request(0, Request::get("/api/x"), UpstreamReply::status(200));
+        assert_eq!(
+            r.response_header("x-fusewire").as_deref(),
+            Some("rejected"),
+            "{cas:?}: {r:?}"
+        );
+        assert_eq!(r.response_header("retry-after"), None, "{cas:?}: rejected");
+        h.run_for(Duration::from_millis(400));
+        assert!(records(&h, &slow).iter().all(|r| r.sent_upstream));
+    });
+    // A fallback that sets its own keeps it; a 200 fallback gets none.
+    for (fallback, want) in [
+        (
+            r#""status": 503, "headers": {"retry-after": "120"}"#,
+            Some("120"),
+        ),
+        (r#""status": 200"#, None),
+    ] {
+        let json = BASE.replace("BULKHEAD", "").replace(
+            r#""status": 503, "headers": {"content-type": "text/plain"}"#,
+            fallback,
+        );
+        let mut h = harness(CasMode::Envoy, &json);
+        fail_20(
+            &mut h,
+            1,
+            |_| Request::get("/api/x"),
+            UpstreamReply::status(500),
+        );
+        let r = h.request(0, Request::get("/api/x"), UpstreamReply::status(200));
+        assert!(!r.sent_upstream);
+        assert_eq!(
+            r.response_header("retry-after").as_deref(),
+            want,
+            "{fallback}"
+        );
+    }
+}
+
 #[test]
 fn failed_probe_reopens_and_hung_probe_lease_expires() {
     let mut h = harness(CasMode::Envoy, &config(None));

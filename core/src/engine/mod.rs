@@ -31,7 +31,9 @@ pub use keys::KeyId;
 
 use crate::breaker::{BreakerState, Pass, Phase, RawPass, Transition, TransitionReason, NO_PROBE};
 use crate::circuit::{Circuit, Load, Snapshot};
-use crate::config::{Config, ConfigError, Isolation, SharedConfig, SyncMode, MAX_KEY_LEN};
+use crate::config::{
+    BreakerMode, Config, ConfigError, Isolation, SharedConfig, SyncMode, MAX_KEY_LEN,
+};
 use crate::event::{EventKind, Outcome};
 use crate::shared::io::{Answer, Io, IoId, Op, LOST};
 use crate::shared::replica::{Ctx, Replica};
@@ -1630,6 +1632,19 @@ impl Engine {
             Some(v) => &v.breaker,
             None => &k.circuit.state,
         })
+    }
+
+    /// How long from `now` until `key`'s breaker lets calls through again, where the
+    /// breaker knows: the rest of its open period (a `Retry-After` for refused
+    /// callers). `None` when it is not open, or when its mode is not `normal`
+    /// (`forced_open` has no end; the others refuse nothing). Half-open is `None`: a
+    /// probe's result decides. No side effects.
+    pub fn retry_after(&self, key: KeyId, now: Nanos) -> Option<Nanos> {
+        let k = self.live(key)?;
+        let mode = self.policies.get(k.policy as usize)?.config.breaker.mode;
+        let b = self.breaker_state(key)?;
+        (mode == BreakerMode::Normal && b.phase() == Phase::Open)
+            .then(|| b.open_until().saturating_sub(now))
     }
 
     /// Calls of `key` holding a slot (executing); queued calls are not counted.

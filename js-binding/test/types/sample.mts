@@ -72,7 +72,7 @@ void keys;
 b.on('success', (result: { id: string }, latency: number) => void [result.id, latency]);
 b.on('failure', (err: unknown, latency: number, args: [string, number]) => void [err, latency, args[0]]);
 b.on('timeout', (err: CircuitBreakerError, latency: number) => void [err.code, latency]);
-b.on('reject', (err: CircuitBreakerError) => void err.code);
+b.on('reject', (err: CircuitBreakerError) => void [err.code, (err.retryAfter ?? 0) + 1]);
 b.on('halfOpen', (resetTimeout: number) => void resetTimeout);
 b.on('semaphoreLocked', (err: CircuitBreakerError) => void err);
 b.on('fire', (args: [string, number]) => void args);
