@@ -212,7 +212,7 @@ const REASON_OBSERVED = 8;
 
 type AnyBreaker = CircuitBreaker<any, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 /** A weak reference where the platform has them (a strong one elsewhere). */
-type Ref = { deref(): AnyBreaker | undefined };
+export type Ref = { deref(): AnyBreaker | undefined };
 const weak = typeof WeakRef === 'function'
   ? (b: AnyBreaker): Ref => new WeakRef(b)
   : (b: AnyBreaker): Ref => ({ deref: () => b });
@@ -230,6 +230,12 @@ export function liveBreakers(): AnyBreaker[] {
   }
   return all;
 }
+/**
+ * Called when a breaker dropped without `shutdown()` has been collected, with its
+ * handle (its core still there, freed right after) and its `_ref`: an exporter
+ * reads its final counts. @internal
+ */
+export const reapers: Set<(h: number, ref: Ref) => void> = new Set();
 /** Called when a breaker is created (true) or shut down (false). @internal */
 export const watchers: Set<(b: CircuitBreaker<any, any>, live: boolean) => void> = new Set(); // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -245,6 +251,13 @@ const finalizer = typeof FinalizationRegistry === 'function'
       registry.delete(ref);
       timers.far.cancel();
       timers.snap.cancel();
+      for (const f of reapers) {
+        try {
+          f(h, ref);
+        } catch {
+          // An exporter's failure must not keep the core key.
+        }
+      }
       w.fw_free(h);
     })
   : undefined;
@@ -448,7 +461,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** @internal The cumulative counts `status` primed the breaker with (not its own calls). */
   _primed: number[] | undefined;
   /** This breaker in `registry`. */
-  private readonly _ref: Ref = weak(this);
+  /** @internal */ readonly _ref: Ref = weak(this);
   private readonly _weakTimers: WeakTimers = { far: new TimerSlot(), snap: new TimerSlot() };
 
   private _action: (...args: TI) => unknown;
