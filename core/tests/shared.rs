@@ -2125,6 +2125,51 @@ fn a_local_trip_outvoted_by_the_merged_state_is_reported_closed() {
     );
 }
 
+/// Found by an on-call review: a store refusing writes (a state too large for a
+/// `SharedStore`'s entries) was reported as "no answer within stale_ms" — its status
+/// never told — and again after every read that worked between the failed writes.
+/// Now the run's first failure names its status, and staleness is told once per run.
+#[test]
+fn refused_writes_are_told_by_their_status_and_staleness_once() {
+    for mode in [SYNC[0], SYNC[1], ASYNC] {
+        let mut h = Host::new(mode, OPOSSUM);
+        let keys = h.keys("k");
+        assert!(h.call(0, keys[0], Outcome::Success));
+        h.advance(2_000);
+        let _ = store_events(&mut h, 0);
+        h.store.writes_down = Some(1);
+        for _ in 0..40 {
+            let _ = h.call(0, keys[0], Outcome::Failure);
+            h.deliver();
+            h.advance(500);
+        }
+        let issues = store_events(&mut h, 0);
+        assert_eq!(
+            issues.first(),
+            Some(&Issue::Failed(1)),
+            "{mode:?}: {issues:?}"
+        );
+        let stale = issues.iter().filter(|i| **i == Issue::Stale).count();
+        assert!(stale <= 1, "{mode:?}: told stale {stale} times: {issues:?}");
+        // Writes land again, then fail again: a new run, told again.
+        h.store.writes_down = None;
+        h.advance(10_000);
+        let _ = store_events(&mut h, 0);
+        h.store.writes_down = Some(1);
+        for _ in 0..4 {
+            let _ = h.call(0, keys[0], Outcome::Failure);
+            h.deliver();
+            h.advance(500);
+        }
+        let issues = store_events(&mut h, 0);
+        assert_eq!(
+            issues.first(),
+            Some(&Issue::Failed(1)),
+            "{mode:?}: {issues:?}"
+        );
+    }
+}
+
 /// Found by review: a store that answers reads but refuses every write (a full
 /// `SharedStore`, a state larger than its entries) kept the view fresh — each read
 /// said "not found", so the key looked new and closed — while no outcome ever reached

@@ -386,7 +386,33 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
       assert.equal(b.stats.failures, 5, `${label}: failures counted`);
       const reason = label === 'full' ? /the store is full/ : /larger than the store's valueBytes/;
       assert.ok(issues.some((e) => reason.test(e.message)), `${label}: ${JSON.stringify(issues)}`);
+      // The run's first issue names the status (found by an on-call review: a state
+      // too large read as "no answer within stale_ms"); staleness is told once.
+      assert.equal(issues[0]?.issue, 'failed', `${label}: ${JSON.stringify(issues)}`);
+      assert.match(issues[0].message, reason);
+      assert.ok(issues.filter((e) => e.issue === 'stale').length <= 1, `${label}: ${JSON.stringify(issues)}`);
       b.shutdown();
+    }
+  });
+
+  test('a store issue nobody listens for is a process warning, once per breaker', async () => {
+    const store = new SharedStore({ valueBytes: 32 });
+    const warnings = [];
+    const onWarning = (w) => warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const b = new CircuitBreaker(async () => { throw new Error('down'); }, { name: 'unheard', volumeThreshold: 5, shared: { store } });
+      await failing(b)();
+      await new Promise((r) => setTimeout(r, 600));
+      await b.fire().catch(() => {});
+      await new Promise((r) => setImmediate(r));
+      const ours = warnings.filter((w) => w.message.includes('"unheard"'));
+      assert.equal(ours.length, 1, ours.map((w) => w.message).join('\n'));
+      assert.equal(ours[0].name, 'FusewireWarning');
+      assert.match(ours[0].message, /shared store: failed: .*larger than the store's valueBytes.*listen for 'store' events/);
+      b.shutdown();
+    } finally {
+      process.off('warning', onWarning);
     }
   });
 

@@ -203,7 +203,7 @@ function storeText(issue: (typeof STORE_ISSUES)[number], status: number, what: n
     }
     case 'contended': return 'CAS contended, degraded for this round';
     case 'failed': return `store failed with status ${status}`;
-    default: return 'no answer within stale_ms, running on the local breaker';
+    default: return 'shared state not confirmed (no answer within stale_ms, or writes failing): running on the local breaker';
   }
 }
 const SLOTS = 4_194_304; // call ids: slot = id mod 2^22
@@ -1490,6 +1490,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
   }
 
+  /** Whether a store issue nobody listened for has been warned of (once per breaker). */
+  private _storeWarned = false;
+
   /** Whether `errorFilter` has thrown (warned once). */
   private _filterThrew = false;
 
@@ -1809,6 +1812,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         }
         // The round gave up: what is left goes with a later write.
         if (issue !== 'invalid') this._settleFlushes(false);
+        if (!listening(this, 'store') && !this._storeWarned) {
+          // Unheard, the first one is a process warning (found by an on-call review:
+          // a store failing for hours said nothing).
+          this._storeWarned = true;
+          warn(`fusewire: breaker ${JSON.stringify(this._name)}: shared store: ${issue}: ${text} (listen for 'store' events to see every issue)`);
+        }
         guarded(sink, () => this._emitOwn('store', { issue, status, message: text }));
       }
     }

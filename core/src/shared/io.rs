@@ -175,7 +175,8 @@ pub enum Issue {
     Contended,
     /// The store failed with this host status.
     Failed(u32),
-    /// No answer within the staleness bound: the key runs on its local breaker.
+    /// The view is not confirmed — no answer within the staleness bound, or writes
+    /// failing — so the key runs on its local breaker.
     Stale,
 }
 
@@ -185,7 +186,9 @@ impl core::fmt::Display for Issue {
             Issue::Invalid(e) => write!(f, "unreadable state ({e}), reset"),
             Issue::Contended => f.write_str("CAS contended, degraded for this round"),
             Issue::Failed(code) => write!(f, "store failed with status {code}"),
-            Issue::Stale => f.write_str("no answer within stale_ms, running on the local breaker"),
+            Issue::Stale => f.write_str(
+                "shared state not confirmed (no answer within stale_ms, or writes failing): running on the local breaker",
+            ),
         }
     }
 }

@@ -161,8 +161,11 @@ pub(crate) struct Replica {
     token_known: bool,
     /// Last time the store confirmed the view (read or write).
     read_at: Option<Nanos>,
-    /// The `read_at` whose staleness was reported (`Issue::Stale`, once per episode).
+    /// The `failing_since` whose staleness was reported (`Issue::Stale`, once per run
+    /// of failures).
     stale_told: Option<Nanos>,
+    /// The status last reported as [`Issue::Failed`] in this run of failures.
+    failed_told: Option<u32>,
     /// When writes started failing (a full store, a value too large for it, writes
     /// refused while reads still answer), until one lands or a read finds the key with
     /// nothing of ours pending. Reads alone do not keep such a view fresh: outcomes
@@ -281,6 +284,7 @@ impl Replica {
             token_known: false,
             read_at: None,
             stale_told: None,
+            failed_told: None,
             write_failed_at: None,
             written: Vec::new(),
             written_is_view: false,
@@ -1125,16 +1129,24 @@ impl Replica {
         let cap = ms_to_ns(ctx.shared.sync_ms()).saturating_mul(8).max(base);
         self.backoff_until = ctx.now.saturating_add((base << shift).min(cap));
         // The failure after which the confirmed view goes stale before the next try
-        // says so (once per view): the key runs on its local breaker until an answer.
-        // A request given up unanswered (`LOST`) says so each time (one per
-        // `stale_ms` at most).
+        // says so (once per run of failures: reads that work between failed writes do
+        // not start another): the key runs on its local breaker until an answer. A
+        // request given up unanswered (`LOST`) says so each time (one per `stale_ms`
+        // at most). The first failure of a run with a status names it, stale or not
+        // (found by an on-call review: a write too large for the store read as "no
+        // answer within stale_ms", its status never told).
         let stale = self.read_at.is_some()
-            && self.stale_told != self.read_at
+            && self.stale_told != self.failing_since
             && !self.fresh_at(ctx.shared, self.backoff_until);
-        fx.issue = Some(if stale || code == LOST {
-            self.stale_told = self.read_at;
+        let first = code != LOST && self.failed_told != Some(code);
+        fx.issue = Some(if !first && (stale || code == LOST) {
+            self.stale_told = self.failing_since;
             Issue::Stale
         } else {
+            if stale {
+                self.stale_told = self.failing_since;
+            }
+            self.failed_told = Some(code);
             Issue::Failed(code)
         });
         self.give_up_round();
@@ -1262,6 +1274,7 @@ impl Replica {
         if self.write_failed_at.is_none() {
             self.failures = 0;
             self.failing_since = None;
+            self.failed_told = None;
         }
     }
 
@@ -1494,6 +1507,7 @@ impl Replica {
                 self.attempts = 0;
                 self.failures = 0;
                 self.failing_since = None;
+                self.failed_told = None;
             }
             Answer::Conflict { current, absent } => {
                 self.attempt = None;
