@@ -575,13 +575,14 @@ describe('half-open (timer-driven)', () => {
     b.shutdown();
   });
 
-  test('EOPENBREAKER carries retryAfter: ms until the breaker lets calls through', async () => {
+  test('EOPENBREAKER carries retryAfter: ms until the breaker lets calls through; refusal says why', async () => {
     clock = fakeTime();
     const { b, hangs } = flaky({ resetTimeout: 1000 });
     await settle(b.fire('fail'));
     clock.tick(400);
     let { error } = await settle(b.fire(1));
     assert.equal(error.code, 'EOPENBREAKER');
+    assert.equal(error.refusal, 'open');
     assert.equal(error.retryAfter, 600);
     clock.tick(599);
     ({ error } = await settle(b.fire(1)));
@@ -591,6 +592,7 @@ describe('half-open (timer-driven)', () => {
     const probe = b.fire('hang');
     ({ error } = await settle(b.fire(1)));
     assert.equal(error.code, 'EOPENBREAKER');
+    assert.equal(error.refusal, 'probes_exhausted');
     assert.equal('retryAfter' in error, false);
     hangs[0].resolve('up');
     await probe;
@@ -604,8 +606,29 @@ describe('half-open (timer-driven)', () => {
     const forced = new CircuitBreaker(ok, { fusewire: { breaker: { mode: 'forced_open' } } });
     ({ error } = await settle(forced.fire(1)));
     assert.equal(error.code, 'EOPENBREAKER');
+    assert.equal(error.refusal, 'forced_open');
     assert.equal(error.retryAfter, undefined);
     forced.shutdown();
+    // A closed breaker's adaptive throttle refuses with the same code (found by an
+    // on-call review: "Breaker is open" while `closed` read true, and nothing said why).
+    const throttled = new CircuitBreaker(async () => { throw new Error('down'); }, {
+      fusewire: { breaker: { error_percentage: { enabled: false }, adaptive_throttle: { enabled: true, k: 1.0 } } },
+    });
+    const refusals = new Set();
+    for (let i = 0; i < 50; i++) {
+      ({ error } = await settle(throttled.fire(1)));
+      if (error.code === 'EOPENBREAKER') refusals.add(error.refusal);
+    }
+    assert.deepEqual([...refusals], ['throttled'], 'refused by the throttle alone');
+    assert.equal(throttled.closed, true);
+    throttled.shutdown();
+    // The bulkhead's refusals say which limit.
+    const full = new CircuitBreaker(() => new Promise(() => {}), { capacity: 1, timeout: false });
+    full.fire();
+    ({ error } = await settle(full.fire()));
+    assert.equal(error.code, 'ESEMLOCKED');
+    assert.equal(error.refusal, 'bulkhead_full');
+    full.shutdown();
   });
 
   test('open() and close() by hand', async () => {

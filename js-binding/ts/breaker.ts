@@ -20,7 +20,7 @@ import {
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
   RUNNING, S, TIMEOUT, bytes, io, loaded, nextIo, notLoaded, out, putKey, putScratchBytes, w,
 } from './engine.js';
-import { brand, describe, isOurError, kindOf, optionError, ourError, warn, type CircuitBreakerError } from './errors.js';
+import { brand, describe, isOurError, kindOf, optionError, ourError, warn, type CircuitBreakerError, type Refusal } from './errors.js';
 import { tagged } from './key.js';
 import { FOR_COLLAPSER, bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, REQUEST_TIMERS, listening, ready } from './platform.js';
@@ -206,6 +206,9 @@ function storeText(issue: (typeof STORE_ISSUES)[number], status: number, what: n
     default: return 'shared state not confirmed (no answer within stale_ms, or writes failing): running on the local breaker';
   }
 }
+/** Why a call was refused, by the core's cause code (lib.rs `cause_code`). */
+const REFUSALS: readonly (Refusal | undefined)[] = ['open', 'forced_open', 'probes_exhausted', 'throttled', 'slow_start',
+  'bulkhead_full', 'queue_full', 'wait_expired', 'degraded'];
 const SLOTS = 4_194_304; // call ids: slot = id mod 2^22
 /** `TransitionReason::Observed` (lib.rs `reason_code`). */
 const REASON_OBSERVED = 8;
@@ -1362,12 +1365,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const wait = out()[0]!;
       if ((r & F_ANY) !== 0) this._after(r, t);
       const err = ourError('Breaker is open', 'EOPENBREAKER');
+      err.refusal = REFUSALS[(r >> 8) & 0xf];
       if (wait >= 0) err.retryAfter = Math.ceil(wait);
       this._emitOwn('reject', err);
       return this._fallback(err, args) ?? Promise.reject(err);
     }
     // Bulkhead: opossum's order is semaphoreLocked, failure, open, fallback.
     const err = ourError('Semaphore locked', 'ESEMLOCKED');
+    err.refusal = REFUSALS[(r >> 8) & 0xf];
     const own = (): void => {
       const u = this._extra.unseen;
       u[0]++; // its `semaphoreLocked` listeners do not see the failure yet
@@ -2024,6 +2029,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const latency = t - c.t0;
     const waited = cause === 7 ? `: waited ${Math.round(latency)}ms in the queue` : '';
     const err = ourError(`Semaphore locked${waited}`, 'ESEMLOCKED');
+    err.refusal = REFUSALS[cause];
     const u = this._extra.unseen;
     u[0]++;
     guarded(sink, () => this._emitOwn('semaphoreLocked', err, latency));

@@ -5,9 +5,24 @@ const OUR_ERROR = Symbol.for('fusewire.ourError');
 /** The codes of the errors a breaker makes (opossum's, plus `ESHUTDOWN`). */
 export type ErrorCode = 'EOPENBREAKER' | 'ETIMEDOUT' | 'ESEMLOCKED' | 'ESHUTDOWN';
 
+/**
+ * Why the core refused a call (`EOPENBREAKER`: the first five; `ESEMLOCKED`: the
+ * rest). `degraded`: a shared store could not grant a probe lease or a slot in time.
+ */
+export type Refusal = 'open' | 'forced_open' | 'probes_exhausted' | 'throttled' | 'slow_start' |
+  'bulkhead_full' | 'queue_full' | 'wait_expired' | 'degraded';
+
 /** An error made by the breaker: `code` says which (opossum's shape: a plain Error). */
 export interface CircuitBreakerError extends Error {
   code: ErrorCode;
+  /**
+   * A refusal's cause: an open breaker (`open`, `forced_open`), a half-open one with
+   * its probes out (`probes_exhausted`), the adaptive throttle or slow-start ramp of a
+   * closed one (`throttled`, `slow_start`), a full bulkhead (`bulkhead_full`,
+   * `queue_full`), a queued call's wait ending (`wait_expired`), or a shared store
+   * that could not grant a lease or slot in time (`degraded`).
+   */
+  refusal?: Refusal;
   /**
    * `EOPENBREAKER` from an open breaker: ms until it lets calls through again (the
    * rest of its open period; on a shared breaker, the fleet's). Absent when no end

@@ -18,7 +18,7 @@ export {
   type SharedOptions,
 } from './breaker.js';
 export type { CoreConfig, CoreCacheConfig, CoreCollapserConfig, CoreSharedConfig, BreakerMode, OpenSchedule } from './config.js';
-export { isOurError, type CircuitBreakerError, type ErrorCode } from './errors.js';
+export { isOurError, type CircuitBreakerError, type ErrorCode, type Refusal } from './errors.js';
 export { Status, PERCENTILES, type Bucket, type Stats, type Window } from './status.js';
 export { SharedStore, type SharedStoreOptions } from './store.js';
 export { Collapser, type BatchFn, type CollapserOptions } from './collapser.js';

@@ -2,7 +2,7 @@
 import CircuitBreaker, {
   CircuitBreaker as Named, Collapser, SharedStore, Status, isOurError, ready, load, version,
   type CacheKey, type CacheTransport, type CircuitBreakerError, type CollapserOptions, type CoreCacheConfig, type CoreCollapserConfig, type CoreConfig,
-  type Options, type Stats, type WasmSource,
+  type Options, type Refusal, type Stats, type WasmSource,
 } from 'fusewire';
 import { register, metricName } from 'fusewire/prometheus';
 import * as client from 'prom-client';
@@ -72,7 +72,10 @@ void keys;
 b.on('success', (result: { id: string }, latency: number) => void [result.id, latency]);
 b.on('failure', (err: unknown, latency: number, args: [string, number]) => void [err, latency, args[0]]);
 b.on('timeout', (err: CircuitBreakerError, latency: number) => void [err.code, latency]);
-b.on('reject', (err: CircuitBreakerError) => void [err.code, (err.retryAfter ?? 0) + 1]);
+b.on('reject', (err: CircuitBreakerError) => {
+  const why: Refusal | undefined = err.refusal;
+  void [err.code, (err.retryAfter ?? 0) + 1, why];
+});
 b.on('halfOpen', (resetTimeout: number) => void resetTimeout);
 b.on('semaphoreLocked', (err: CircuitBreakerError) => void err);
 b.on('fire', (args: [string, number]) => void args);
