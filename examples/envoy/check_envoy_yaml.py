@@ -22,6 +22,7 @@ from google.protobuf import wrappers_pb2  # noqa: F401  (registers StringValue)
 
 # Register every type the example references through typed_config.
 from envoy.config.bootstrap.v3 import bootstrap_pb2
+from envoy.extensions.access_loggers.stream.v3 import stream_pb2  # noqa: F401
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.http.wasm.v3 import wasm_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (  # noqa: F401

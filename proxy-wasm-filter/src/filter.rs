@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use fusewire_core::cache::{CacheEvent, Lead, Lookup, ScopeId, Wait};
 use fusewire_core::{
-    Engine, Event, EventKind, KeyId, Nanos, Outcome, Permit, PolicyId, Start, Ticket,
-    TransitionReason,
+    Cause, Engine, Event, EventKind, KeyId, Nanos, Outcome, Permit, PolicyId, ShortCircuit, Start,
+    Ticket, TransitionReason,
 };
 
 use crate::classify::{grpc_timeout, FlagSet, Observed};
@@ -158,6 +158,7 @@ struct Deferred {
     body: Rc<Vec<u8>>,
     headers: Rc<Vec<u8>>,
     grpc_status: i32,
+    details: &'static str,
 }
 
 /// The last key whose metrics slot was looked up, and that slot.
@@ -426,7 +427,15 @@ impl Worker {
                     m.latency(now.saturating_sub(started) / 1_000_000);
                     m.in_flight(-1);
                 }
-                self.fall_back(ctx, key, Reason::Timeout, &req, lead, now);
+                self.fall_back(
+                    ctx,
+                    key,
+                    Reason::Timeout,
+                    "fusewire_timeout",
+                    &req,
+                    lead,
+                    now,
+                );
             }
             Event::Dequeued { key, permit } => {
                 let Some(ctx) = self.by_call.get(permit.id()) else {
@@ -453,7 +462,8 @@ impl Worker {
                 if let Some(m) = self.metrics(key) {
                     m.event(refusal.event);
                 }
-                self.fall_back(ctx, key, Reason::Rejected, &req, lead, now);
+                let d = details(refusal.cause);
+                self.fall_back(ctx, key, Reason::Rejected, d, &req, lead, now);
             }
             Event::Transition { key, transition: t } => {
                 let here = t.reason != TransitionReason::Observed;
@@ -535,9 +545,16 @@ impl Worker {
                         body: fan.body.clone(),
                         headers: fan.headers.clone(),
                         grpc_status: -1,
+                        details: "fusewire_collapsed",
                     });
                 } else if host::set_effective_context(ctx) == host::OK {
-                    local_response(fan.status, &fan.body, &fan.headers, -1);
+                    local_response(
+                        fan.status,
+                        &fan.body,
+                        &fan.headers,
+                        -1,
+                        "fusewire_collapsed",
+                    );
                 }
             }
             CacheEvent::Promoted { lead } => {
@@ -559,6 +576,7 @@ impl Worker {
         ctx: u32,
         key: KeyId,
         reason: Reason,
+        details: &'static str,
         req: &Request,
         lead: Option<Lead>,
         now: Nanos,
@@ -577,7 +595,7 @@ impl Worker {
         let response = match stale {
             Some(r) if !req.grpc => {
                 let age = now.saturating_sub(r.at) / 1_000_000_000;
-                self.send_response(ctx, &r, "stale", Some(age));
+                self.send_response(ctx, &r, "stale", Some(age), "fusewire_stale");
                 if let Some(m) = self.metrics(key) {
                     m.extra(Extra::StaleServed);
                 }
@@ -593,6 +611,7 @@ impl Worker {
                 }
                 self.send_reply(
                     ctx,
+                    details,
                     reply.status,
                     &headers,
                     &reply.body,
@@ -637,6 +656,7 @@ impl Worker {
     fn send_reply(
         &mut self,
         ctx: u32,
+        details: &'static str,
         status: u32,
         headers: &[(String, String)],
         body: &[u8],
@@ -653,14 +673,28 @@ impl Worker {
         let mut buf = Vec::new();
         host::serialize_map(&pairs, &mut buf);
         let body: &[u8] = if grpc.is_some() { &[] } else { body };
-        self.reply(ctx, status, body, buf, grpc.map_or(-1, |g| g as i32));
+        self.reply(
+            ctx,
+            status,
+            body,
+            buf,
+            grpc.map_or(-1, |g| g as i32),
+            details,
+        );
     }
 
     /// Replays a stored response on stream `ctx`, tagged `x-fusewire: <tag>` (and
     /// `age`, in seconds, for a stale copy).
-    fn send_response(&mut self, ctx: u32, r: &Response, tag: &str, age: Option<u64>) {
+    fn send_response(
+        &mut self,
+        ctx: u32,
+        r: &Response,
+        tag: &str,
+        age: Option<u64>,
+        details: &'static str,
+    ) {
         let headers = replay_headers(r, tag, age);
-        self.reply(ctx, r.status, &r.body, headers, -1);
+        self.reply(ctx, r.status, &r.body, headers, -1, details);
     }
 
     /// Whether a reply for stream `ctx` waits for [`Worker::send_deferred`]: it was
@@ -669,8 +703,18 @@ impl Worker {
         self.current.is_some_and(|c| c != ctx)
     }
 
-    /// Sends a local reply on stream `ctx` now, or keeps it (see [`Worker::deferring`]).
-    fn reply(&mut self, ctx: u32, status: u32, body: &[u8], headers: Vec<u8>, grpc_status: i32) {
+    /// Sends a local reply on stream `ctx` now, or keeps it (see [`Worker::deferring`]);
+    /// `details` is its response code details (`%RESPONSE_CODE_DETAILS%` in Envoy's
+    /// access log).
+    fn reply(
+        &mut self,
+        ctx: u32,
+        status: u32,
+        body: &[u8],
+        headers: Vec<u8>,
+        grpc_status: i32,
+        details: &'static str,
+    ) {
         if self.deferring(ctx) {
             self.deferred.push(Deferred {
                 ctx,
@@ -678,9 +722,10 @@ impl Worker {
                 body: Rc::new(body.to_vec()),
                 headers: Rc::new(headers),
                 grpc_status,
+                details,
             });
         } else if host::set_effective_context(ctx) == host::OK {
-            local_response(status, body, &headers, grpc_status);
+            local_response(status, body, &headers, grpc_status, details);
         }
     }
 
@@ -697,7 +742,7 @@ impl Worker {
         for d in std::mem::take(&mut self.deferred) {
             let waiting = matches!(self.calls.get(d.ctx), Some(Call::Answered { .. }));
             if waiting && host::set_effective_context(d.ctx) == host::OK {
-                local_response(d.status, &d.body, &d.headers, d.grpc_status);
+                local_response(d.status, &d.body, &d.headers, d.grpc_status, d.details);
             }
         }
     }
@@ -940,10 +985,11 @@ impl Worker {
                 } else {
                     Reason::Rejected
                 };
+                let d = details(r.cause);
                 // Answered, so a deferred reply finds it waiting (a promoted collapse
                 // waiter is out of the table here: found by review, it hung).
                 self.calls.insert(ctx, Call::Answered { permit: None });
-                self.fall_back(ctx, key, reason, &req, lead, now);
+                self.fall_back(ctx, key, reason, d, &req, lead, now);
             }
         }
         self.settle(now);
@@ -1314,13 +1360,29 @@ fn storable(status: u32) -> bool {
     (200..300).contains(&status) && status != 206
 }
 
-fn local_response(status: u32, body: &[u8], headers: &[u8], grpc_status: i32) {
-    let s = host::send_local_response(status, "fusewire", body, headers, grpc_status);
+fn local_response(status: u32, body: &[u8], headers: &[u8], grpc_status: i32, details: &str) {
+    let s = host::send_local_response(status, details, body, headers, grpc_status);
     if s != host::OK {
         host::log(
             Level::Warn,
             &format!("fusewire: send_local_response failed ({s})"),
         );
+    }
+}
+
+/// The response code details of a reply to a call refused for `cause`.
+fn details(cause: Cause) -> &'static str {
+    match cause {
+        Cause::ShortCircuit(ShortCircuit::Open) => "fusewire_open",
+        Cause::ShortCircuit(ShortCircuit::ForcedOpen) => "fusewire_forced_open",
+        Cause::ShortCircuit(ShortCircuit::ProbesExhausted) => "fusewire_probes_exhausted",
+        Cause::ShortCircuit(ShortCircuit::Throttled) => "fusewire_throttled",
+        Cause::ShortCircuit(ShortCircuit::SlowStart) => "fusewire_slow_start",
+        Cause::BulkheadFull => "fusewire_bulkhead_full",
+        Cause::QueueFull => "fusewire_queue_full",
+        Cause::WaitExpired => "fusewire_wait_expired",
+        Cause::Degraded => "fusewire_degraded",
+        Cause::UnknownKey => "fusewire_unknown_key",
     }
 }
 

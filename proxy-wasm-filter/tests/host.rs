@@ -231,7 +231,9 @@ fn half_open_admits_exactly_the_permitted_probes_then_closes() {
 
 /// `retry-after` on a short-circuit reply: the rest of the open period, in whole
 /// seconds rounded up, on every worker; none where the breaker names no moment or the
-/// reply is not a 503/429 or sets its own.
+/// reply is not a 503/429 or sets its own. Each reply's response code details name
+/// the refusal's cause (found by an on-call review: every local reply read
+/// `fusewire` in the access log).
 #[test]
 fn open_breaker_replies_say_when_to_retry() {
     both_modes(|cas| {
@@ -249,6 +251,7 @@ fn open_breaker_replies_say_when_to_retry() {
             for w in 0..4 {
                 let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
                 assert!(short_circuited(&r), "{cas:?}: {r:?}");
+                assert_eq!(r.code_details, "fusewire_open", "{cas:?}");
                 assert_eq!(
                     r.response_header("retry-after"),
                     Some(left.div_ceil(1_000_000_000).to_string()),
@@ -281,6 +284,7 @@ fn open_breaker_replies_say_when_to_retry() {
         let r = h.request(2, Request::get("/api/x"), UpstreamReply::status(200));
         assert!(short_circuited(&r), "{cas:?}: {r:?}");
         assert_eq!(r.response_header("retry-after"), None, "{cas:?}: half-open");
+        assert_eq!(r.code_details, "fusewire_probes_exhausted", "{cas:?}");
         h.run_for(Duration::from_millis(600));
         assert!(records(&h, &probes).iter().all(|r| r.sent_upstream));
         // A full bulkhead (closed breaker) names no moment either.
@@ -301,6 +305,7 @@ fn open_breaker_replies_say_when_to_retry() {
             "{cas:?}: {r:?}"
         );
         assert_eq!(r.response_header("retry-after"), None, "{cas:?}: rejected");
+        assert_eq!(r.code_details, "fusewire_bulkhead_full", "{cas:?}");
         h.run_for(Duration::from_millis(400));
         assert!(records(&h, &slow).iter().all(|r| r.sent_upstream));
     });
@@ -591,6 +596,7 @@ fn tick_timeout_replies_504_and_counts_timeout_once() {
     let r = h.record(id).expect("done").clone();
     assert_eq!(r.response_status, Some(504));
     assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
+    assert_eq!(r.code_details, "fusewire_timeout");
     assert_eq!(counter(&h, "fusewire.svc.timeout"), 1);
     assert_eq!(
         counter(&h, "fusewire.svc.success"),
@@ -1284,6 +1290,7 @@ fn identical_concurrent_gets_are_collapsed_per_worker() {
     let collapsed = recs
         .iter()
         .filter(|r| r.response_header("x-fusewire").as_deref() == Some("collapsed"))
+        .inspect(|r| assert_eq!(r.code_details, "fusewire_collapsed"))
         .count();
     assert_eq!(collapsed, 200 - upstream);
     settle(&mut h);
@@ -1575,6 +1582,7 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
     assert!(!r.sent_upstream, "breaker open");
     assert_eq!(r.response_status, Some(200));
     assert_eq!(r.response_header("x-fusewire").as_deref(), Some("stale"));
+    assert_eq!(r.code_details, "fusewire_stale");
     // The upstream's own age plus the 3 s it was kept (found by review: 3).
     assert_eq!(r.response_header("age").as_deref(), Some("103"));
     assert_eq!(r.response_header("connection"), None, "hop-by-hop dropped");
