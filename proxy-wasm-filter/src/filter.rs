@@ -427,15 +427,11 @@ impl Worker {
                     m.latency(now.saturating_sub(started) / 1_000_000);
                     m.in_flight(-1);
                 }
-                self.fall_back(
-                    ctx,
-                    key,
-                    Reason::Timeout,
-                    "fusewire_timeout",
-                    &req,
-                    lead,
-                    now,
-                );
+                let why = Why {
+                    reason: Reason::Timeout,
+                    details: "fusewire_timeout",
+                };
+                self.fall_back(ctx, key, why, &req, lead, now);
             }
             Event::Dequeued { key, permit } => {
                 let Some(ctx) = self.by_call.get(permit.id()) else {
@@ -462,8 +458,11 @@ impl Worker {
                 if let Some(m) = self.metrics(key) {
                     m.event(refusal.event);
                 }
-                let d = details(refusal.cause);
-                self.fall_back(ctx, key, Reason::Rejected, d, &req, lead, now);
+                let why = Why {
+                    reason: Reason::Rejected,
+                    details: details(refusal.cause),
+                };
+                self.fall_back(ctx, key, why, &req, lead, now);
             }
             Event::Transition { key, transition: t } => {
                 let here = t.reason != TransitionReason::Observed;
@@ -575,8 +574,7 @@ impl Worker {
         &mut self,
         ctx: u32,
         key: KeyId,
-        reason: Reason,
-        details: &'static str,
+        why: Why,
         req: &Request,
         lead: Option<Lead>,
         now: Nanos,
@@ -603,7 +601,7 @@ impl Worker {
             }
             _ => {
                 let grpc = req.grpc && policy.fallback.grpc;
-                let reply = policy.fallback.reply(reason);
+                let reply = policy.fallback.reply(why.reason);
                 let wait = self.retry_after(reply, key, grpc, now);
                 let mut headers = reply.headers.clone();
                 if let Some(w) = wait {
@@ -611,7 +609,7 @@ impl Worker {
                 }
                 self.send_reply(
                     ctx,
-                    details,
+                    why.details,
                     reply.status,
                     &headers,
                     &reply.body,
@@ -985,11 +983,14 @@ impl Worker {
                 } else {
                     Reason::Rejected
                 };
-                let d = details(r.cause);
+                let why = Why {
+                    reason,
+                    details: details(r.cause),
+                };
                 // Answered, so a deferred reply finds it waiting (a promoted collapse
                 // waiter is out of the table here: found by review, it hung).
                 self.calls.insert(ctx, Call::Answered { permit: None });
-                self.fall_back(ctx, key, reason, d, &req, lead, now);
+                self.fall_back(ctx, key, why, &req, lead, now);
             }
         }
         self.settle(now);
@@ -1368,6 +1369,14 @@ fn local_response(status: u32, body: &[u8], headers: &[u8], grpc_status: i32, de
             &format!("fusewire: send_local_response failed ({s})"),
         );
     }
+}
+
+/// Why the filter answers a call itself: which fallback reply, and the response code
+/// details it goes with.
+#[derive(Clone, Copy)]
+struct Why {
+    reason: Reason,
+    details: &'static str,
 }
 
 /// The response code details of a reply to a call refused for `cause`.
