@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use fusewire_core::cache::{CacheEvent, Lead, Lookup, ScopeId, Wait};
 use fusewire_core::{
-    Cause, Engine, Event, EventKind, KeyId, Nanos, Outcome, Permit, PolicyId, ShortCircuit, Start,
-    Ticket, TransitionReason,
+    Cause, Engine, Event, EventKind, KeyId, Nanos, Outcome, Permit, Phase, PolicyId, ShortCircuit,
+    Start, Ticket, TransitionReason,
 };
 
 use crate::classify::{grpc_timeout, FlagSet, Observed};
@@ -469,18 +469,26 @@ impl Worker {
                 if let Some(m) = self.metrics(key) {
                     m.transition(t.to, here);
                 }
-                if here {
-                    let name = self
-                        .engine
-                        .as_ref()
-                        .and_then(|e| e.key_name(key))
-                        .unwrap_or("?");
-                    let msg = format!(
+                if let (true, Some(e)) = (here, self.engine.as_ref()) {
+                    let name = e.key_name(key).unwrap_or("?");
+                    let mut msg = format!(
                         "fusewire: breaker {} {} ({})",
                         Quoted(name),
                         t.to.name(),
                         t.reason.name()
                     );
+                    // The figures behind an opening (found by an on-call review: a
+                    // bulkhead's rejections tripped a healthy upstream's breaker, and
+                    // nothing said so).
+                    if let (Phase::Open, Some(h)) = (t.to, e.health(key, now)) {
+                        let n = |k: EventKind| h.counts.get(k.index()).copied().unwrap_or(0);
+                        let rejected =
+                            n(EventKind::SemaphoreRejected) + n(EventKind::ThreadPoolRejected);
+                        msg = format!(
+                            "{msg}: {} errors in {} calls, {rejected} of them bulkhead rejections",
+                            h.errors, h.total
+                        );
+                    }
                     host::log(Level::Info, &msg);
                 }
             }

@@ -161,6 +161,20 @@ fn trips_at_threshold_and_every_worker_rejects_within_one_refresh() {
         );
         h.request(3, Request::get("/api/x"), UpstreamReply::status(503));
         assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open, "{cas:?}");
+        // The log names the figures behind it.
+        let opened: Vec<String> = h
+            .logs()
+            .into_iter()
+            .filter(|l| l.message.contains("OPEN"))
+            .map(|l| l.message)
+            .collect();
+        assert_eq!(
+            opened,
+            [
+                r#"fusewire: breaker "svc" OPEN (error_percentage): 20 errors in 20 calls, 0 of them bulkhead rejections"#
+            ],
+            "{cas:?}"
+        );
         let r = h.request(3, Request::get("/api/x"), UpstreamReply::status(200));
         assert!(short_circuited(&r), "{cas:?}: the tripping worker at once");
         refresh(&mut h);
@@ -182,6 +196,37 @@ fn trips_at_threshold_and_every_worker_rejects_within_one_refresh() {
         assert_eq!(counter(&h, "fusewire.svc.opened"), 1);
         assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 1);
     });
+}
+
+/// A bulkhead smaller than the traffic trips a healthy upstream's breaker (its
+/// rejections are errors, as in Hystrix): the log says so (found by an on-call review:
+/// four trips logged `error_percentage` with no failure anywhere).
+#[test]
+fn a_trip_by_bulkhead_rejections_is_logged_as_one() {
+    let mut h = harness(CasMode::Envoy, &config(Some(1)));
+    let t0 = h.now_ns();
+    for i in 0..24u64 {
+        h.submit_at(
+            t0 + i * 1_000_000,
+            0,
+            Request::get("/api/x"),
+            UpstreamReply::status(200).after_ms(300),
+        );
+    }
+    h.run_for(Duration::from_millis(500));
+    assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open);
+    let opened: Vec<String> = h
+        .logs()
+        .into_iter()
+        .filter(|l| l.message.contains("OPEN"))
+        .map(|l| l.message)
+        .collect();
+    assert_eq!(
+        opened,
+        [
+            r#"fusewire: breaker "svc" OPEN (error_percentage): 20 errors in 20 calls, 20 of them bulkhead rejections"#
+        ]
+    );
 }
 
 #[test]

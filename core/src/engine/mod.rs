@@ -1601,6 +1601,17 @@ impl Engine {
         Some(s)
     }
 
+    /// The rolling health `key`'s trip rules read at `now`: the fleet's, from the shared
+    /// view while it decides, else the key's own window (lighter than [`Engine::snapshot`]:
+    /// no percentiles). No side effects.
+    pub fn health(&self, key: KeyId, now: Nanos) -> Option<HealthSnapshot> {
+        let k = self.live(key)?;
+        Some(match (self.deciding_view(k, now), k.replica.as_deref()) {
+            (Some(v), Some(rep)) => rep.known_counts(v, now, false).health(),
+            _ => k.circuit.window.health_at(now),
+        })
+    }
+
     /// The shared view, if it decides admissions at `now` (a stale view does not:
     /// the key runs on its local breaker, and status reports that one).
     fn deciding_view<'a>(
