@@ -134,6 +134,8 @@ pub struct Worker {
     key_buf: String,
     /// Per policy: its key, when the key template does not depend on the request.
     static_keys: Vec<Option<KeyId>>,
+    /// Per policy: whether this worker has logged that its key table is full.
+    overflow_told: Vec<bool>,
     /// Some policy keeps collapse stores (their events are drained in `settle`).
     collapses: bool,
     /// Collapse events are being handled: a nested `settle` leaves new ones to that
@@ -288,6 +290,7 @@ impl Worker {
             .collect();
         self.collapses = self.replays.iter().any(|r| r.collapse.is_some());
         self.static_keys = vec![None; plugin.policies.len()];
+        self.overflow_told = vec![false; plugin.policies.len()];
         self.by_wait = VecMap::default();
         self.plugin = Some(Rc::new(plugin));
         true
@@ -898,6 +901,20 @@ impl Worker {
                 let Some(k) = engine.key(pid, &self.key_buf, now) else {
                     return Action::Continue;
                 };
+                if engine.is_overflow(k) {
+                    if let Some(told @ false) = self.overflow_told.get_mut(pi) {
+                        // Once per worker and configuration (found by an on-call
+                        // review: tenants sharing the overflow breaker said nothing).
+                        *told = true;
+                        host::log(
+                            Level::Warn,
+                            &format!(
+                                "fusewire: key table full (keys.max_keys): new names share {}",
+                                Quoted(engine.key_name(k).unwrap_or("?"))
+                            ),
+                        );
+                    }
+                }
                 // Not the overflow key a full table hands out: a key named otherwise.
                 let own = policy.key.is_static() && engine.key_name(k) == Some(&self.key_buf);
                 if let Some(s) = self.static_keys.get_mut(pi) {

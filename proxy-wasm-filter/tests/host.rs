@@ -2059,6 +2059,18 @@ fn reloads_do_not_reset_the_stats_cap() {
         .collect();
     assert_eq!(named.len(), 3, "two keys and the overflow: {named:?}");
     assert!(named.contains("svc__overflow"), "{named:?}");
+    // A full table is logged once per worker and configuration.
+    let full: Vec<String> = h
+        .logs()
+        .into_iter()
+        .filter(|l| l.message.contains("key table full"))
+        .map(|l| l.message)
+        .collect();
+    assert_eq!(full.len(), 4, "{full:?}");
+    assert_eq!(
+        full[0],
+        r#"fusewire: key table full (keys.max_keys): new names share "svc/~overflow""#
+    );
 }
 
 /// A call ends when its response does, not when the client has taken it: a slow

@@ -404,6 +404,16 @@ impl Engine {
         self.live(key).map(|k| &*k.name)
     }
 
+    /// Whether `key` is its policy's overflow key: the one the names past
+    /// `keys.max_keys` live keys share.
+    pub fn is_overflow(&self, key: KeyId) -> bool {
+        self.live(key).is_some_and(|k| {
+            self.policies
+                .get(k.policy as usize)
+                .is_some_and(|p| p.overflow == Some(key.index))
+        })
+    }
+
     /// The policy a key belongs to.
     pub fn key_policy(&self, key: KeyId) -> Option<PolicyId> {
         self.live(key).map(|k| PolicyId(k.policy))
