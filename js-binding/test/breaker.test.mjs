@@ -559,6 +559,29 @@ describe('half-open (timer-driven)', () => {
     b.shutdown();
   });
 
+  test('open and close carry their reason', async () => {
+    clock = fakeTime();
+    const { b } = flaky({ resetTimeout: 500 });
+    const log = record(b, ['open', 'close']);
+    await settle(b.fire('fail'));
+    clock.tick(501);
+    await settle(b.fire('fail'));
+    clock.tick(501);
+    await b.fire(1);
+    b.open();
+    b.close();
+    assert.deepEqual(log, [['open', 'error_percentage'], ['open', 'probe_failed'], ['close', 'probes_succeeded'],
+      ['open', 'forced'], ['close', 'forced']]);
+    b.shutdown();
+    const counted = new CircuitBreaker(async () => { throw new Error('x'); },
+      { fusewire: { breaker: { error_percentage: { enabled: false }, consecutive_failures: { enabled: true, threshold: 2 } } } });
+    const why = [];
+    counted.on('open', (r) => why.push(r));
+    for (let i = 0; i < 2; i++) await settle(counted.fire());
+    assert.deepEqual(why, ['consecutive_failures']);
+    counted.shutdown();
+  });
+
   test('a probe success closes, a probe failure reopens', async () => {
     clock = fakeTime();
     const { b } = flaky({ resetTimeout: 500 });

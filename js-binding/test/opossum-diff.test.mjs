@@ -145,7 +145,9 @@ async function run(CB, script) {
       const tag = breakers.length === 1 ? '' : `#${breakers.length}:`;
       for (const n of EVENTS) {
         b.on(n, (...args) => {
-          log.push([tag + n, norm(args, CB), stateOf(b), counters(b.stats)]);
+          // fusewire's `open` and `close` carry their reason (README): left out here.
+          const shown = n === 'open' || n === 'close' ? [] : args;
+          log.push([tag + n, norm(shown, CB), stateOf(b), counters(b.stats)]);
         });
       }
       return b;

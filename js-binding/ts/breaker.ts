@@ -161,6 +161,10 @@ export interface Options<TI extends unknown[] = unknown[], TR = any> { // eslint
   shared?: SharedOptions;
 }
 
+/** Why a breaker changed state (the core's `TransitionReason`). */
+export type TransitionReason = 'error_percentage' | 'consecutive_failures' | 'slow_call_rate' | 'open_elapsed' |
+  'probes_succeeded' | 'probe_failed' | 'probe_lease_expired' | 'forced' | 'observed';
+
 /** Listeners of each event, with opossum's arguments. */
 export interface CircuitBreakerEvents<TI extends unknown[] = unknown[], TR = unknown> {
   fire: (args: TI) => void;
@@ -168,9 +172,15 @@ export interface CircuitBreakerEvents<TI extends unknown[] = unknown[], TR = unk
   failure: (error: any, latencyMs: number, args: TI) => void; // eslint-disable-line @typescript-eslint/no-explicit-any
   timeout: (error: CircuitBreakerError, latencyMs: number, args: TI) => void;
   reject: (error: CircuitBreakerError) => void;
-  open: () => void;
+  /**
+   * fusewire passes why (opossum passes nothing): the trip rule, `probe_failed`,
+   * `probe_lease_expired`, `forced` (`open()`), or `observed` (another worker or
+   * process opened the shared breaker).
+   */
+  open: (reason: TransitionReason) => void;
   halfOpen: (resetTimeout: number) => void;
-  close: () => void;
+  /** fusewire passes why: `probes_succeeded`, `forced` (`close()`) or `observed`. */
+  close: (reason: TransitionReason) => void;
   fallback: (result: unknown, error: any) => void; // eslint-disable-line @typescript-eslint/no-explicit-any
   semaphoreLocked: (error: CircuitBreakerError, latencyMs: number) => void;
   cacheHit: () => void;
@@ -210,6 +220,9 @@ function storeText(issue: (typeof STORE_ISSUES)[number], status: number, what: n
 const REFUSALS: readonly (Refusal | undefined)[] = ['open', 'forced_open', 'probes_exhausted', 'throttled', 'slow_start',
   'bulkhead_full', 'queue_full', 'wait_expired', 'degraded'];
 const SLOTS = 4_194_304; // call ids: slot = id mod 2^22
+/** The core's transition reasons (`TransitionReason::name`, by lib.rs `reason_code`). */
+const REASONS: readonly TransitionReason[] = ['error_percentage', 'consecutive_failures', 'slow_call_rate',
+  'open_elapsed', 'probes_succeeded', 'probe_failed', 'probe_lease_expired', 'forced', 'observed'];
 /** `TransitionReason::Observed` (lib.rs `reason_code`). */
 const REASON_OBSERVED = 8;
 
@@ -1943,7 +1956,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (to === OPEN) {
       this._transitions.opened += own;
       markOpen(this, now(), true);
-      this._emitOwn('open');
+      this._emitOwn('open', REASONS[reason]);
     } else if (to === HALF_OPEN) {
       // A shared breaker that meets the fleet half-open (it joined then, or was not
       // looking while the fleet was open) tells its listeners the open it missed: they
@@ -1954,7 +1967,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this._view = OPEN;
         markOpen(this, now(), true);
         try {
-          this._emitOwn('open');
+          this._emitOwn('open', 'observed');
         } finally {
           this._view = view;
         }
@@ -1972,7 +1985,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this.options.abortController = new AbortController();
       }
       markOpen(this, now(), false);
-      this._emitOwn('close');
+      this._emitOwn('close', REASONS[reason]);
     }
   }
 

@@ -16,6 +16,7 @@ export {
   type CircuitBreakerEvents,
   type Options,
   type SharedOptions,
+  type TransitionReason,
 } from './breaker.js';
 export type { CoreConfig, CoreCacheConfig, CoreCollapserConfig, CoreSharedConfig, BreakerMode, OpenSchedule } from './config.js';
 export { isOurError, type CircuitBreakerError, type ErrorCode, type Refusal } from './errors.js';

@@ -2,7 +2,7 @@
 import CircuitBreaker, {
   CircuitBreaker as Named, Collapser, SharedStore, Status, isOurError, ready, load, version,
   type CacheKey, type CacheTransport, type CircuitBreakerError, type CollapserOptions, type CoreCacheConfig, type CoreCollapserConfig, type CoreConfig,
-  type Options, type Refusal, type Stats, type WasmSource,
+  type Options, type Refusal, type Stats, type TransitionReason, type WasmSource,
 } from 'fusewire';
 import { register, metricName } from 'fusewire/prometheus';
 import * as client from 'prom-client';
@@ -77,6 +77,8 @@ b.on('reject', (err: CircuitBreakerError) => {
   void [err.code, (err.retryAfter ?? 0) + 1, why];
 });
 b.on('halfOpen', (resetTimeout: number) => void resetTimeout);
+b.on('open', (reason: TransitionReason) => void reason);
+b.on('close', () => undefined);
 b.on('semaphoreLocked', (err: CircuitBreakerError) => void err);
 b.on('fire', (args: [string, number]) => void args);
 b.on('snapshot', (s: Stats) => void s.fires);
