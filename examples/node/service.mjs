@@ -85,7 +85,11 @@ const breaker = new CircuitBreaker((sku) => getJSON(upstreamPort, `/inventory/${
 });
 breaker.fallback((sku) => ({ stock: null, sku, note: 'fallback: inventory unavailable' }));
 for (const e of ['open', 'halfOpen', 'close']) {
-  breaker.on(e, () => console.log(`${since()}  breaker ${e.padEnd(8)} (phase: ${phase().name})`));
+  // `open` and `close` say why (the trip rule, probe_failed, probes_succeeded, …).
+  breaker.on(e, (why) => {
+    const reason = e === 'halfOpen' ? '' : why;
+    console.log(`${since()}  breaker ${e.padEnd(8)} ${reason.padEnd(16)} (phase: ${phase().name})`);
+  });
 }
 
 let served = 0;
