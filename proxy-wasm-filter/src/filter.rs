@@ -496,7 +496,15 @@ impl Worker {
                 }
             }
             Event::KeyExpired { key } => {
-                self.key_metrics.remove(&key.to_raw());
+                // A key made again starts closed: its gauge says so now, unless live
+                // keys share its stats (`~overflow`). (Found by an on-call review:
+                // expired keys read open for good.)
+                if let Some(i) = self.key_metrics.remove(&key.to_raw()) {
+                    let shared = self.key_metrics.iter().any(|(_, &j)| j == i);
+                    if let (false, Some(m)) = (shared, self.metrics.get_mut(i)) {
+                        m.state(Phase::Closed);
+                    }
+                }
                 self.last_metrics = NO_METRICS;
             }
             Event::Store { key, issue } => {

@@ -229,6 +229,27 @@ fn a_trip_by_bulkhead_rejections_is_logged_as_one() {
     );
 }
 
+/// An expired key is forgotten (made again, it starts closed): its state gauge reads
+/// closed, not the phase it last had (found by an on-call review).
+#[test]
+fn an_expired_keys_state_gauge_reads_closed() {
+    let json = config(None).replace(
+        "\"name\": \"svc\",",
+        "\"name\": \"svc\", \"keys\": {\"idle_ms\": 1000},",
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    fail_20(
+        &mut h,
+        4,
+        |_| Request::get("/api/x"),
+        UpstreamReply::status(500),
+    );
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 1);
+    h.run_for(Duration::from_millis(10_000));
+    assert_eq!(counter(&h, "fusewire.svc.breaker_state"), 0);
+}
+
 #[test]
 fn half_open_admits_exactly_the_permitted_probes_then_closes() {
     both_modes(|cas| {
