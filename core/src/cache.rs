@@ -571,6 +571,10 @@ impl RequestCache {
                 return self.bypass(Bypass::Full);
             }
         }
+        // Room in the index first: past it, nothing can fail but the slabs' growth.
+        if !self.index.reserve() {
+            return self.bypass(Bypass::Full);
+        }
         let Some(caller) = self.callers.insert(MAX_SLOTS, |c| *c = Caller::default()) else {
             return self.bypass(Bypass::Full);
         };

@@ -338,6 +338,9 @@ impl Collapser {
     }
 
     fn open_batch(&mut self, scope: u32, h: u64, key: &[u8], now: Nanos) -> Option<u32> {
+        if !self.index.reserve() {
+            return None;
+        }
         let id = self.batches.insert(MAX_SLOTS, |b| {
             b.phase = Phase::Open;
             b.scope = scope;

@@ -88,11 +88,22 @@ impl KeyIndex {
         None
     }
 
-    /// Adds `slot` under `hash` (the caller checked it is absent). Grows the table
-    /// when it would pass half full.
+    /// Makes room for one more slot: grows the table when it would pass half full.
+    /// `false` when it cannot (the memory to grow is not there and the table would
+    /// fill): the caller keeps nothing new. (A failed allocation would abort.)
+    pub(crate) fn reserve(&mut self) -> bool {
+        if (self.len + 1) * 2 > self.buckets.len() && !self.grow() {
+            // Fuller than half, slower to probe, but one bucket stays empty.
+            return self.len + 2 <= self.buckets.len();
+        }
+        true
+    }
+
+    /// Adds `slot` under `hash` (the caller checked it is absent, and made room with
+    /// [`KeyIndex::reserve`]).
     pub(crate) fn insert(&mut self, hash: u64, slot: u32) {
-        if (self.len + 1) * 2 > self.buckets.len() {
-            self.grow();
+        if !self.reserve() {
+            return;
         }
         self.place(Bucket {
             slot,
@@ -116,14 +127,19 @@ impl KeyIndex {
         }
     }
 
-    fn grow(&mut self) {
+    fn grow(&mut self) -> bool {
         let n = (self.buckets.len() * 2).max(16);
-        let old = core::mem::replace(&mut self.buckets, vec![EMPTY; n]);
+        if !crate::slab::can_allocate(n * core::mem::size_of::<Bucket>()) {
+            return false;
+        }
+        let fresh = vec![EMPTY; n];
+        let old = core::mem::replace(&mut self.buckets, fresh);
         for b in old {
             if b.slot != NIL {
                 self.place(b);
             }
         }
+        true
     }
 
     /// Removes `slot` (stored under `hash`); backward shift keeps probe chains intact.

@@ -109,6 +109,21 @@ pub(crate) struct Slab<T> {
     floor: u32,
 }
 
+/// Whether `bytes` can be allocated now: probed (allocated and given back).
+#[inline(never)]
+pub(crate) fn can_allocate(bytes: usize) -> bool {
+    Vec::<u8>::new().try_reserve_exact(bytes).is_ok()
+}
+
+/// Whether a full table of `cap` slots of `size` bytes can double: probed. A failed
+/// allocation would abort (trap a `.wasm`, and every breaker it serves: found by a
+/// security review, a cache doubling past 4 M entries). (The free list, a quarter of
+/// the size at most, grows as slots are freed.)
+#[inline(never)]
+pub(crate) fn can_double(cap: usize, size: usize) -> bool {
+    can_allocate(cap.max(4) * 2 * size)
+}
+
 impl<T> Default for Slab<T> {
     fn default() -> Self {
         Slab {
@@ -122,21 +137,15 @@ impl<T> Default for Slab<T> {
 
 impl<T: Default> Slab<T> {
     /// Takes a slot (a freed one first) and hands its old value to `init`, which
-    /// resets it. `None` when `limit` slots are live (or the id space is used up).
+    /// resets it. `None` when `limit` slots are live (or the id space is used up), or
+    /// when the memory to grow is not there ([`can_double`]).
     pub(crate) fn insert(&mut self, limit: u32, init: impl FnOnce(&mut T)) -> Option<Id> {
         if self.len >= limit.min(MAX_SLOTS) {
             return None;
         }
         let slot = match self.free.pop() {
             Some(s) => s,
-            None => {
-                self.slots.push(Slot {
-                    generation: self.floor,
-                    live: false,
-                    value: T::default(),
-                });
-                self.slots.len() as u32 - 1
-            }
+            None => self.new_slot()?,
         };
         let s = self.slots.get_mut(slot as usize)?;
         s.live = true;
@@ -146,6 +155,23 @@ impl<T: Default> Slab<T> {
             slot,
             generation: s.generation,
         })
+    }
+}
+
+impl<T: Default> Slab<T> {
+    /// A slot at the end, if its memory is there.
+    #[cold]
+    fn new_slot(&mut self) -> Option<u32> {
+        let cap = self.slots.capacity();
+        if self.slots.len() == cap && !can_double(cap, core::mem::size_of::<Slot<T>>()) {
+            return None;
+        }
+        self.slots.push(Slot {
+            generation: self.floor,
+            live: false,
+            value: T::default(),
+        });
+        Some(self.slots.len() as u32 - 1)
     }
 }
 

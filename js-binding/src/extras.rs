@@ -18,6 +18,12 @@ fn pick(b: &mut Breaker, which: u32) -> Option<&mut RequestCache> {
     }
 }
 
+/// What an entry costs beside its key, counted against the cache's `max_bytes`: the
+/// core's node and the wrapper's payload slot (the value itself is the JS heap's). So
+/// `max_bytes` bounds the memory of many short keys too (found by a security review:
+/// 2^24 entries of unique short keys could fill the `.wasm`'s 4 GiB).
+const ENTRY_BYTES: u64 = 256;
+
 const fn bypass_code(b: Bypass) -> f64 {
     match b {
         Bypass::UnknownScope => 0.0,
@@ -46,9 +52,14 @@ const fn removal_code(r: Removal) -> f64 {
 #[no_mangle]
 pub extern "C" fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
     on_parts(h, |p| {
-        let key = p.scratch.get(..key_len as usize).unwrap_or_default();
         let Some(c) = pick(p.b, which) else {
             return 0;
+        };
+        // A key the scratch buffer could not hold (the wrapper passes u32::MAX) is
+        // one no cache takes (found by a security review: it read as the empty key).
+        let Some(key) = p.scratch.get(..key_len as usize) else {
+            p.out[0] = bypass_code(Bypass::KeyTooLong);
+            return 4 | p.b.flags();
         };
         if crate::heap::low() {
             p.out[0] = bypass_code(Bypass::Full);
@@ -89,9 +100,9 @@ pub extern "C" fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f
         let l = Lead::from_raw(id_of(lead));
         let t = ns(now);
         let settled = if ok != 0 {
-            c.fill(l, 0, t)
+            c.fill(l, ENTRY_BYTES, t)
         } else {
-            c.fail(l, 0, t)
+            c.fail(l, ENTRY_BYTES, t)
         };
         let Some(st) = settled else {
             return -1;
@@ -109,15 +120,14 @@ pub extern "C" fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f
 #[no_mangle]
 pub extern "C" fn fw_cache_offer(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
     on_parts(h, |p| {
-        let key = p.scratch.get(..key_len as usize).unwrap_or_default();
-        let Some(c) = pick(p.b, which) else {
+        let (Some(key), Some(c)) = (p.scratch.get(..key_len as usize), pick(p.b, which)) else {
             return -1;
         };
         if crate::heap::low() {
             return -1;
         }
         let Some(entry) = c
-            .offer(cache::ScopeId::GLOBAL, key, 0, ns(now))
+            .offer(cache::ScopeId::GLOBAL, key, ENTRY_BYTES, ns(now))
             .and_then(|s| s.entry)
         else {
             return -1;
@@ -150,8 +160,7 @@ pub extern "C" fn fw_cache_cancel(h: u32, which: u32, id: f64, lead: u32, now: f
 #[no_mangle]
 pub extern "C" fn fw_cache_invalidate(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
     on_parts(h, |p| {
-        let key = p.scratch.get(..key_len as usize).unwrap_or_default();
-        let Some(c) = pick(p.b, which) else {
+        let (Some(key), Some(c)) = (p.scratch.get(..key_len as usize), pick(p.b, which)) else {
             return 0;
         };
         i32::from(c.invalidate(cache::ScopeId::GLOBAL, key, ns(now)))
@@ -221,9 +230,12 @@ pub extern "C" fn fw_cache_poll(h: u32, which: u32, now: f64) -> i32 {
 #[no_mangle]
 pub extern "C" fn fw_col_add(h: u32, key_len: u32, now: f64) -> i32 {
     on_parts(h, |p| {
-        let key = p.scratch.get(..key_len as usize).unwrap_or_default();
         let Some(c) = p.b.collapser.as_mut() else {
             return 0;
+        };
+        let Some(key) = p.scratch.get(..key_len as usize) else {
+            p.out[0] = 1.0; // as too long: the call runs on its own
+            return 3 | p.b.flags();
         };
         if crate::heap::low() {
             p.out[0] = 2.0; // as too many items: the call runs on its own

@@ -472,6 +472,10 @@ pub extern "C" fn fw_scratch(len: u32) -> u32 {
     }
     with(0, |s| {
         s.scratch.clear();
+        // A failed allocation would trap the instance (every breaker of the process).
+        if s.scratch.try_reserve(len as usize).is_err() {
+            return 0;
+        }
         s.scratch.resize(len as usize, 0);
         if s.scratch.capacity() == 0 {
             s.scratch.reserve(1);

@@ -77,6 +77,32 @@ describe('cache', () => {
     void calls;
   });
 
+  test('a key too large for the scratch buffer runs uncached, never throws (found by a security review: fire() threw synchronously)', async () => {
+    const { b, calls } = counted({ cache: true, coalesce: true });
+    const huge = 'k'.repeat(6_000_000);
+    let p;
+    assert.doesNotThrow(() => { p = b.fire(huge); });
+    assert.match(await p, /^v:k+:1$/);
+    assert.match(await b.fire(huge), /^v:k+:2$/, 'not kept: it runs again');
+    assert.equal(await b.fire('small'), 'v:small:3');
+    assert.equal(await b.fire('small'), 'v:small:3', 'the cache still works');
+    assert.equal(calls.length, 3);
+    b.shutdown();
+  });
+
+  test('a cache holds max_bytes of keys plus 256 B an entry (found by a security review: unique short keys could fill the .wasm)', async () => {
+    // 10 entries of short keys fit in 10 × (256 + key) bytes; the 11th evicts one.
+    const { b, calls } = counted({ cache: true, fusewire: { cache: { max_bytes: 10 * 270, max_key_bytes: 64 } } });
+    for (let i = 0; i < 10; i++) await b.fire(`k${i}`);
+    for (let i = 0; i < 10; i++) await b.fire(`k${i}`);
+    assert.equal(calls.length, 10, 'the ten are kept');
+    for (let i = 10; i < 40; i++) await b.fire(`k${i}`);
+    const before = calls.length;
+    for (let i = 0; i < 40; i++) await b.fire(`k${i}`);
+    assert.ok(calls.length - before >= 25, `at most about ten kept of 40: ${calls.length - before} ran again`);
+    b.shutdown();
+  });
+
   test('a custom cacheTransport decides hits (opossum\'s pluggable cache)', async () => {
     const map = new Map();
     const ops = [];

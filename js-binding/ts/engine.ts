@@ -253,14 +253,21 @@ export function nextIo(h: number, t: number): number {
   return op;
 }
 
-/** Writes one string into the scratch buffer; returns its byte length. */
+/**
+ * Writes one string into the scratch buffer; returns its byte length, or `NO_KEY`
+ * when it cannot hold it: the exports then take it as a key no cache or collapser
+ * keeps (found by a security review: a 6 M-character key made `fire()` throw).
+ */
 export function putKey(key: string): number {
   // Most keys are short ASCII: encode straight into wasm memory.
   const max = key.length * 3;
   const ptr = w.fw_scratch(max);
-  if (ptr === 0 && max > 0) throw new RangeError('fusewire: key too large');
+  if (ptr === 0 && max > 0) return NO_KEY;
   return encoder.encodeInto(key, bytes().subarray(ptr, ptr + max)).written;
 }
+
+/** A key length no scratch buffer holds (`u32::MAX` to the exports). */
+const NO_KEY = 0xffff_ffff;
 
 /** Writes `parts` back to back into the scratch buffer; returns their byte lengths. */
 export function putScratch(parts: readonly string[]): number[] {

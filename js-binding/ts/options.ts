@@ -109,6 +109,13 @@ export function int(name: string, v: unknown, lo: number, hi: number): number | 
 
 /** The core's largest `metrics.rolling_buckets` (fusewire-core `MAX_BUCKETS`). */
 const MAX_BUCKETS = 1000;
+/**
+ * The bytes an opossum-style cache (and coalescing) keeps at most: keys plus 256 B an
+ * entry (lib `ENTRY_BYTES`), about a million short keys. opossum's is unbounded; here
+ * one `.wasm` serves every breaker of the process, and an attacker's unique keys must
+ * not fill it (found by a security review). `fusewire.cache.max_bytes` sets another.
+ */
+const CACHE_BYTES = 256 * 2 ** 20;
 /** The core's largest `cache.max_entries`: 2^24 − 1, opossum's default `cacheSize`. */
 export const MAX_CACHE_ENTRIES = 16_777_215;
 
@@ -318,7 +325,7 @@ export function parse(options: Obj, forCollapser = false): Parsed {
   if (coreCache) {
     (base as Obj)['cache'] = {
       max_entries: int('cacheSize', cacheSize, 1, MAX_CACHE_ENTRIES) ?? MAX_CACHE_ENTRIES,
-      max_bytes: 2 ** 40,
+      max_bytes: CACHE_BYTES,
       ttl_ms: Math.ceil(cacheTTL ?? 0),
       cache_failures: false,
       max_waiters: 0,
@@ -349,7 +356,7 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     const ttl = Math.ceil(coalesceTTL ?? (timeout === false ? 0 : timeout));
     coalesceJson = JSON.stringify({
       max_entries: int('coalesceSize', coalesceSize, 1, MAX_CACHE_ENTRIES) ?? MAX_CACHE_ENTRIES,
-      max_bytes: 2 ** 40,
+      max_bytes: CACHE_BYTES,
       ttl_ms: ttl,
       // Kept as opossum keeps them; `coalesceResetOn` forgets each kind after its
       // followers got it (errors and timeouts apart: `Breaker._lead1`).

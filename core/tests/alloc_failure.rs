@@ -1,0 +1,135 @@
+//! A cache, a collapser or a call table that cannot get the memory to grow refuses
+//! what would need it; it never aborts (found by a security review: a cache doubling
+//! its slots past 4 M entries asked for ≈ 800 MB at once, the allocation failed, and
+//! the `.wasm` trapped, taking every breaker of the process with it). Here the
+//! allocator fails every allocation larger than a limit set per test thread.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use fusewire_core::cache::{Bypass, Lookup, ScopeId};
+use fusewire_core::collapser::{self, Add};
+use fusewire_core::{Collapser, Config, Engine, RequestCache, Start};
+
+struct Failing;
+
+thread_local! {
+    /// Allocations larger than this many bytes fail on this thread.
+    static LIMIT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn allowed(size: usize) -> bool {
+    LIMIT.try_with(|l| size <= l.get()).unwrap_or(true)
+}
+
+unsafe impl GlobalAlloc for Failing {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !allowed(layout.size()) {
+            return std::ptr::null_mut();
+        }
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !allowed(new_size) {
+            return std::ptr::null_mut();
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Failing = Failing;
+
+/// Runs `f` with allocations over `bytes` failing.
+fn limited<T>(bytes: usize, f: impl FnOnce() -> T) -> T {
+    LIMIT.with(|l| l.set(bytes));
+    let r = f();
+    LIMIT.with(|l| l.set(usize::MAX));
+    r
+}
+
+const MS: u64 = 1_000_000;
+const T0: u64 = 1_000 * MS;
+const G: ScopeId = ScopeId::GLOBAL;
+
+fn config(json: &str) -> Config {
+    Config::from_json(json).unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+#[test]
+fn a_cache_that_cannot_grow_bypasses_and_keeps_its_entries() {
+    let cfg = config(r#"{"cache": {"max_entries": 1000000, "max_bytes": 1000000000}}"#);
+    let mut c = RequestCache::new(cfg.cache.expect("cache"), 7).expect("valid");
+    let key = |i: u32| format!("key-{i}").into_bytes();
+    let filled = limited(256 * 1024, || {
+        for i in 0..1_000_000u32 {
+            match c.lookup(G, &key(i), T0) {
+                Lookup::Lead(l) => {
+                    c.fill(l, 0, T0);
+                }
+                Lookup::Bypass(Bypass::Full) => return i,
+                other => panic!("key {i}: {other:?}"),
+            }
+        }
+        panic!("never refused: the limit is not reached");
+    });
+    assert!(filled > 1_000, "{filled} entries before the limit");
+    // What it kept still answers; with memory back it grows again.
+    for i in [0, filled / 2, filled - 1] {
+        assert!(
+            matches!(c.lookup(G, &key(i), T0), Lookup::Hit { .. }),
+            "key {i}"
+        );
+    }
+    assert!(matches!(c.lookup(G, &key(filled), T0), Lookup::Lead(_)));
+}
+
+#[test]
+fn a_collapser_that_cannot_grow_refuses_items() {
+    let cfg = config(r#"{"collapser": {"max_items": 1000000, "max_batch_size": 100000}}"#);
+    let mut c = Collapser::new(cfg.collapser.expect("collapser"), 7).expect("valid");
+    let refused = limited(256 * 1024, || {
+        (0..1_000_000u32).find(|i| {
+            matches!(
+                c.add(
+                    collapser::ScopeId::GLOBAL,
+                    format!("key-{i}").as_bytes(),
+                    T0
+                ),
+                Add::Refused(_)
+            )
+        })
+    });
+    let refused = refused.expect("refused once it could not grow");
+    assert!(refused > 1_000, "{refused} items before the limit");
+    assert!(matches!(
+        c.add(collapser::ScopeId::GLOBAL, b"later", T0),
+        Add::Queued(_)
+    ));
+}
+
+#[test]
+fn a_call_table_that_cannot_grow_refuses_calls() {
+    let mut e = Engine::local();
+    let p = e
+        .add_policy("p", config(r#"{"execution": {"timeout_enabled": false}}"#))
+        .expect("valid");
+    let k = e.key(p, "k", T0).expect("key");
+    let mut held = Vec::with_capacity(1_000_000);
+    let refused = limited(256 * 1024, || {
+        for i in 0..1_000_000u64 {
+            match e.start(k, T0, i) {
+                Start::Running(permit) => held.push(permit),
+                Start::Refused(_) => return Some(i),
+                Start::Queued(_) => panic!("no bulkhead"),
+            }
+        }
+        None
+    });
+    let refused = refused.expect("refused once it could not grow");
+    assert!(refused > 1_000, "{refused} calls before the limit");
+    assert!(matches!(e.start(k, T0, 0), Start::Running(_)));
+}
