@@ -732,6 +732,29 @@ impl BreakerState {
         self.probe_successes = 0;
     }
 
+    /// Brings in times a state read from a store cannot honestly hold: an open period
+    /// or a probe lease ending later than `cfg` allows from `now` end then instead (a
+    /// forged or damaged state, `open_until` = `u64::MAX`, kept a fleet open for good:
+    /// found by a security review). Whether it changed anything.
+    #[inline(never)]
+    pub(crate) fn bound(&mut self, cfg: &BreakerConfig, now: Nanos) -> bool {
+        let mut changed = false;
+        // The last step of the schedule with the most jitter: its longest period.
+        let open = now.saturating_add(open_duration_ns(&cfg.open, u32::MAX, u64::MAX));
+        if self.phase == Phase::Open && self.open_until > open {
+            self.open_until = open;
+            changed = true;
+        }
+        let lease = now.saturating_add(ms_to_ns(cfg.half_open.probe_timeout_ms));
+        for d in &mut self.probe_leases {
+            if *d > lease {
+                *d = lease;
+                changed = true;
+            }
+        }
+        changed
+    }
+
     /// Takes one probe lease (half-open only): the shared layer grants leases
     /// through the store with this, so exactly `permitted_probes` are out per
     /// generation process-wide.

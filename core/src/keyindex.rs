@@ -91,6 +91,7 @@ impl KeyIndex {
     /// Makes room for one more slot: grows the table when it would pass half full.
     /// `false` when it cannot (the memory to grow is not there and the table would
     /// fill): the caller keeps nothing new. (A failed allocation would abort.)
+    #[inline(never)]
     pub(crate) fn reserve(&mut self) -> bool {
         if (self.len + 1) * 2 > self.buckets.len() && !self.grow() {
             // Fuller than half, slower to probe, but one bucket stays empty.

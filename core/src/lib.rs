@@ -77,5 +77,6 @@ pub use engine::{
 };
 pub use event::{EventKind, Outcome};
 pub use histogram::{Histogram, Percentiles};
+pub use slab::can_allocate;
 pub use time::Nanos;
 pub use window::{HealthSnapshot, Window};

@@ -109,9 +109,10 @@ pub(crate) struct Slab<T> {
     floor: u32,
 }
 
-/// Whether `bytes` can be allocated now: probed (allocated and given back).
+/// Whether `bytes` can be allocated now: probed (allocated and given back). Hosts
+/// use it before growing a buffer of their own (a failed allocation aborts).
 #[inline(never)]
-pub(crate) fn can_allocate(bytes: usize) -> bool {
+pub fn can_allocate(bytes: usize) -> bool {
     Vec::<u8>::new().try_reserve_exact(bytes).is_ok()
 }
 

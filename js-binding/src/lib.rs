@@ -473,7 +473,7 @@ pub extern "C" fn fw_scratch(len: u32) -> u32 {
     with(0, |s| {
         s.scratch.clear();
         // A failed allocation would trap the instance (every breaker of the process).
-        if s.scratch.try_reserve(len as usize).is_err() {
+        if !fusewire_core::can_allocate(len as usize) {
             return 0;
         }
         s.scratch.resize(len as usize, 0);

@@ -1663,7 +1663,9 @@ impl Engine {
     pub fn retry_after(&self, key: KeyId, now: Nanos) -> Option<Nanos> {
         let k = self.live(key)?;
         let mode = self.policies.get(k.policy as usize)?.config.breaker.mode;
-        let b = self.breaker_state(key)?;
+        let b = self
+            .deciding_view(k, self.clock.now())
+            .map_or(&k.circuit.state, |v| &v.breaker);
         (mode == BreakerMode::Normal && b.phase() == Phase::Open)
             .then(|| b.open_until().saturating_sub(now))
     }

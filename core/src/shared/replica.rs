@@ -1302,6 +1302,10 @@ impl Replica {
             self.carry_breaker(ctx, &mut s);
             self.poll_due = true;
         }
+        if s.breaker.bound(&ctx.config.breaker, ctx.now) {
+            // Written back brought in, so the store heals for every worker.
+            self.poll_due = true;
+        }
         let before = self
             .view
             .as_ref()

@@ -1,0 +1,74 @@
+//! A stored state whose times no config allows — an open period or probe lease ending
+//! far past what the reader's config gives — is brought in when read, and written
+//! back so: found by a security review, one forged write (`open_until` = `u64::MAX`,
+//! the checksum recomputed) kept a whole fleet open for good, every process writing
+//! it back.
+
+mod common;
+use common::*;
+use fusewire_core::shared::codec::{self, Kind};
+use fusewire_core::shared::memory::Rules;
+use fusewire_core::shared::KeyState;
+use fusewire_core::*;
+
+const CFG: &str = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5}, "open": {"sleep_window_ms": 5000}}}"#;
+
+#[test]
+fn a_forged_open_period_ends_when_the_readers_config_says() {
+    for mode in [
+        Mode::Async(2),
+        Mode::Shared(Rules::Envoy, 2),
+        Mode::Shared(Rules::Kong, 2),
+    ] {
+        let mut h = Host::new(mode, CFG);
+        let keys = h.keys("k");
+        h.warm(&keys);
+        let sk = h.engines[0].store_key(keys[0]).expect("bound").to_string();
+        // Someone who can write the key opens it for a year, checksum and all.
+        let mut s: KeyState =
+            codec::decode(Kind::KeyState, h.store.raw_get(&sk).expect("written")).expect("valid");
+        let year = config(r#"{"breaker": {"open": {"sleep_window_ms": 31536000000}}}"#);
+        let mut window = Window::new(&year.metrics, h.now);
+        s.breaker
+            .force(&year.breaker, &mut window, Phase::Open, h.now, 0)
+            .expect("opened");
+        h.store.raw_set(&sk, &codec::encode(Kind::KeyState, &s));
+        h.advance(1_000);
+        for (w, &k) in keys.iter().enumerate() {
+            assert!(!h.call(w, k, Outcome::Success), "{mode:?} worker {w}: open");
+            h.deliver();
+            let wait = h.engines[w].retry_after(k, h.now).expect("open");
+            assert!(
+                wait <= 5_000 * MS,
+                "{mode:?} worker {w}: {wait} ns, not a year"
+            );
+        }
+        // Written back brought in: the store heals.
+        h.advance(1_000);
+        let stored: KeyState =
+            codec::decode(Kind::KeyState, h.store.raw_get(&sk).expect("written")).expect("valid");
+        assert!(
+            stored.breaker.open_until() <= h.now + 5_000 * MS,
+            "{mode:?}: the store holds the forged period still"
+        );
+        // The fleet probes once the 5 s its config gives from the first read are over,
+        // and closes.
+        h.advance(4_500);
+        let mut probed = 0;
+        for _ in 0..20 {
+            probed += u32::from(h.call(0, keys[0], Outcome::Success));
+            h.deliver();
+            h.advance(100);
+        }
+        assert!(probed >= 1, "{mode:?}: no probe went through");
+        h.advance(2_000);
+        for (w, &k) in keys.iter().enumerate() {
+            assert!(
+                h.call(w, k, Outcome::Success),
+                "{mode:?} worker {w}: admitted"
+            );
+            h.deliver();
+            assert_eq!(h.phase(w, k), Phase::Closed, "{mode:?} worker {w}");
+        }
+    }
+}
