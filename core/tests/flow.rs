@@ -910,14 +910,27 @@ fn metrics_only_mode_admits_everything_but_counts_shadow_rejections() {
 #[test]
 fn long_key_names_that_share_a_prefix_stay_apart() {
     use fusewire_core::config::MAX_KEY_LEN;
-    use fusewire_core::engine::bounded_name;
+    use fusewire_core::engine::{bounded_name, SHORT_NAME};
     assert_eq!(bounded_name("orders"), "orders");
     let head = "é".repeat(MAX_KEY_LEN / 2);
-    assert_eq!(
-        bounded_name(&head),
-        head.as_str(),
-        "exactly the limit is kept"
+    let short = "s".repeat(SHORT_NAME);
+    assert_eq!(bounded_name(&short), short.as_str(), "up to 183 bytes kept");
+    // A name kept as it is never spells another's shortened form (found by a
+    // security review: a 200-byte name equal to a long name's shortened one shared
+    // its breaker).
+    let long = bounded_name(&head).into_owned();
+    assert_ne!(long, head, "200 bytes: shortened");
+    assert!(long.len() > SHORT_NAME);
+    assert_ne!(
+        bounded_name(&long),
+        long,
+        "its shortened form, given as a name, is shortened again"
     );
+    let mut e = Engine::local();
+    let p = e.add_policy("p", Config::default()).expect("policy");
+    let victim = e.key(p, &head, 0).expect("key");
+    let squatter = e.key(p, &long, 0).expect("key");
+    assert_ne!(victim, squatter, "two breakers");
     let (a, b) = (format!("{head}/orders"), format!("{head}/payments"));
     let (na, nb) = (bounded_name(&a), bounded_name(&b));
     assert_ne!(na, nb);

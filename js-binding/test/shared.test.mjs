@@ -520,7 +520,7 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     b.shutdown();
   });
 
-  test('names longer than 200 bytes that share their head keep apart', async () => {
+  test('names longer than 183 bytes that share their head keep apart', async () => {
     const store = new SharedStore({ entries: 8 });
     const head = 'https://api.example.com/' + 'v'.repeat(200);
     const a = new CircuitBreaker(async () => 'a', { name: `${head}/orders`, shared: { store } });

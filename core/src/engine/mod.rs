@@ -114,23 +114,29 @@ pub struct Engine {
     due: Vec<(u32, u32)>,
 }
 
+/// Names up to this many bytes are keys as they are ([`bounded_name`]).
+pub const SHORT_NAME: usize = MAX_KEY_LEN - 17;
+
 /// `now + ms`, saturating below `Nanos::MAX` (which means "no deadline"): a call
 /// started near the end of time still times out.
 fn deadline_after(now: Nanos, ms: u64) -> Nanos {
     now.saturating_add(ms_to_ns(ms)).min(Nanos::MAX - 1)
 }
 
-/// `name` if it has at most [`MAX_KEY_LEN`] bytes, else its head and `~` + 16 hex
-/// digits of a 64-bit FNV-1a hash of the whole name (at most [`MAX_KEY_LEN`] bytes):
-/// long names that share a prefix (URL-style keys) stay apart.
+/// `name` if it has at most [`SHORT_NAME`] bytes, else its head and `~` + 16 hex digits
+/// of a 64-bit FNV-1a hash of the whole name (197–[`MAX_KEY_LEN`] bytes): long names
+/// that share a prefix (URL-style keys) stay apart, and no name kept as it is can
+/// spell another's shortened form (found by a security review: a 200-byte name, kept,
+/// equal to a long name's shortened one shared its breaker). The hash is not
+/// collision-resistant: names an attacker chooses should not be long.
 pub fn bounded_name(name: &str) -> std::borrow::Cow<'_, str> {
-    if name.len() <= MAX_KEY_LEN {
+    if name.len() <= SHORT_NAME {
         return std::borrow::Cow::Borrowed(name);
     }
     let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    let mut end = MAX_KEY_LEN - 17;
+    let mut end = SHORT_NAME;
     while !name.is_char_boundary(end) {
         end -= 1;
     }
