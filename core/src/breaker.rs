@@ -733,24 +733,35 @@ impl BreakerState {
     }
 
     /// Brings in times a state read from a store cannot honestly hold: an open period
-    /// or a probe lease ending later than `cfg` allows from `now` end then instead (a
-    /// forged or damaged state, `open_until` = `u64::MAX`, kept a fleet open for good:
-    /// found by a security review). Whether it changed anything.
+    /// or a probe lease ending far past anything `cfg` gives — past four times its
+    /// longest, and a minute more than that, room for peers on another config during
+    /// a rollout and for their clocks — end there instead (a forged or damaged state,
+    /// `open_until` = `u64::MAX`, kept a fleet open for good: found by a security
+    /// review). Whether it changed anything.
     #[inline(never)]
     pub(crate) fn bound(&mut self, cfg: &BreakerConfig, now: Nanos) -> bool {
+        let o = &cfg.open;
+        let longest = match o.schedule {
+            OpenSchedule::Fixed => o.sleep_window_ms,
+            OpenSchedule::Exponential => o.max_ms,
+            OpenSchedule::Ladder => o.ladder_ms.iter().copied().max().unwrap_or(0),
+        };
         let mut changed = false;
-        // The last step of the schedule with the most jitter: its longest period.
-        let open = now.saturating_add(open_duration_ns(&cfg.open, u32::MAX, u64::MAX));
-        if self.phase == Phase::Open && self.open_until > open {
-            self.open_until = open;
-            changed = true;
-        }
-        let lease = now.saturating_add(ms_to_ns(cfg.half_open.probe_timeout_ms));
-        for d in &mut self.probe_leases {
-            if *d > lease {
-                *d = lease;
+        let mut bring = |t: &mut Nanos, ms: u64| {
+            let far = now.saturating_add(ms_to_ns(
+                ms.saturating_mul(4).max(ms.saturating_add(60_000)),
+            ));
+            if *t > far {
+                *t = far;
                 changed = true;
             }
+        };
+        if self.phase == Phase::Open {
+            // Jitter lengthens a period by at most its percentage: 4× covers 100 %.
+            bring(&mut self.open_until, longest.max(o.sleep_window_ms));
+        }
+        for d in &mut self.probe_leases {
+            bring(d, cfg.half_open.probe_timeout_ms);
         }
         changed
     }

@@ -1,8 +1,9 @@
 //! A stored state whose times no config allows — an open period or probe lease ending
-//! far past what the reader's config gives — is brought in when read, and written
-//! back so: found by a security review, one forged write (`open_until` = `u64::MAX`,
-//! the checksum recomputed) kept a whole fleet open for good, every process writing
-//! it back.
+//! far past what the reader's config gives (four times its longest, and a minute more)
+//! — is brought in when read, and written back so: found by a security review, one
+//! forged write (`open_until` = `u64::MAX`, the checksum recomputed) kept a whole
+//! fleet open for good, every process writing it back. A peer's longer period, on
+//! another config during a rollout, stands (found by the review of that fix).
 
 mod common;
 use common::*;
@@ -39,7 +40,7 @@ fn a_forged_open_period_ends_when_the_readers_config_says() {
             h.deliver();
             let wait = h.engines[w].retry_after(k, h.now).expect("open");
             assert!(
-                wait <= 5_000 * MS,
+                wait <= 65_000 * MS,
                 "{mode:?} worker {w}: {wait} ns, not a year"
             );
         }
@@ -48,12 +49,11 @@ fn a_forged_open_period_ends_when_the_readers_config_says() {
         let stored: KeyState =
             codec::decode(Kind::KeyState, h.store.raw_get(&sk).expect("written")).expect("valid");
         assert!(
-            stored.breaker.open_until() <= h.now + 5_000 * MS,
+            stored.breaker.open_until() <= h.now + 65_000 * MS,
             "{mode:?}: the store holds the forged period still"
         );
-        // The fleet probes once the 5 s its config gives from the first read are over,
-        // and closes.
-        h.advance(4_500);
+        // The fleet probes once that bound is over, and closes.
+        h.advance(64_500);
         let mut probed = 0;
         for _ in 0..20 {
             probed += u32::from(h.call(0, keys[0], Outcome::Success));
@@ -69,6 +69,38 @@ fn a_forged_open_period_ends_when_the_readers_config_says() {
             );
             h.deliver();
             assert_eq!(h.phase(w, k), Phase::Closed, "{mode:?} worker {w}");
+        }
+    }
+}
+
+#[test]
+fn a_peers_longer_open_period_stands() {
+    for mode in [Mode::Async(2), Mode::Shared(Rules::Envoy, 2)] {
+        let mut h = Host::new(mode, CFG);
+        let keys = h.keys("k");
+        h.warm(&keys);
+        // Worker 0 runs the new config (open 60 s), worker 1 still the old (5 s).
+        let new = config(
+            r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5}, "open": {"sleep_window_ms": 60000}}}"#,
+        );
+        h.engines[0].set_policy(h.policy, new).expect("valid");
+        for _ in 0..40 {
+            if !h.call(0, keys[0], Outcome::Failure) {
+                break;
+            }
+            h.deliver();
+        }
+        assert_eq!(h.phase(0, keys[0]), Phase::Open, "{mode:?}");
+        h.advance(1_000);
+        assert!(
+            !h.call(1, keys[1], Outcome::Success),
+            "{mode:?}: worker 1 refuses"
+        );
+        h.deliver();
+        h.advance(1_000);
+        for (w, &k) in keys.iter().enumerate() {
+            let wait = h.engines[w].retry_after(k, h.now).expect("open");
+            assert!(wait > 55_000 * MS, "{mode:?} worker {w}: cut to {wait} ns");
         }
     }
 }

@@ -1138,14 +1138,13 @@ impl Replica {
         let stale = self.read_at.is_some()
             && self.stale_told != self.failing_since
             && !self.fresh_at(ctx.shared, self.backoff_until);
+        // (Stale already at the first failure — a synchronous store — the next one
+        // says so.)
         let first = code != LOST && self.failed_told != Some(code);
         fx.issue = Some(if !first && (stale || code == LOST) {
             self.stale_told = self.failing_since;
             Issue::Stale
         } else {
-            if stale {
-                self.stale_told = self.failing_since;
-            }
             self.failed_told = Some(code);
             Issue::Failed(code)
         });
