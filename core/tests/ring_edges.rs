@@ -1,0 +1,78 @@
+//! Edges of the rolling ring that its unit tests leave open (found by mutation
+//! testing of `core/src/ring.rs`).
+
+use fusewire_core::ring::{Bucket, Ring, Slot};
+
+/// A bucket that is a plain count.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct N(u32);
+
+impl Bucket for N {
+    fn join(&mut self, o: &Self) {
+        self.0 += o.0;
+    }
+    fn is_empty(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// A decoded slot whose epoch fits its index but has left the window is emptied:
+/// it is never handed to `expired` as if it had been live.
+#[test]
+fn from_parts_empties_a_slot_that_left_the_window() {
+    let stale = Slot {
+        epoch: 2,
+        bucket: N(3),
+    };
+    let mut r = Ring::from_parts(10, 5, vec![stale, Slot::default()]);
+    assert!(r.is_clear(), "{:?}", r.slots());
+    r.roll(60, |b| panic!("nothing live expires, got {b:?}"));
+}
+
+/// Same geometry means the same bucket width and the same bucket count.
+#[test]
+fn same_geometry_needs_width_and_length() {
+    let r: Ring<N> = Ring::new(10, 3, 0);
+    assert!(r.same_geometry(&Ring::new(10, 3, 1_000)));
+    assert!(!r.same_geometry(&Ring::new(10, 4, 0)));
+    assert!(!r.same_geometry(&Ring::new(20, 3, 0)));
+}
+
+/// Merging a ring of another length re-buckets it first: its counts land by epoch,
+/// not by slot index.
+#[test]
+fn merge_rebuckets_a_ring_of_another_length() {
+    let mut a: Ring<N> = Ring::new(10, 3, 90);
+    a.current_mut().unwrap().0 = 1;
+    let mut b: Ring<N> = Ring::new(10, 6, 80);
+    b.current_mut().unwrap().0 = 2;
+    b.roll(90, |_| {});
+    b.current_mut().unwrap().0 = 4;
+    a.merge(&b);
+    assert_eq!(a.len(), 3);
+    let mut live: Vec<_> = a
+        .live_at(90)
+        .filter(|s| !s.bucket.is_empty())
+        .map(|s| (s.epoch, s.bucket.0))
+        .collect();
+    live.sort();
+    assert_eq!(live, [(8, 2), (9, 5)]);
+}
+
+/// Re-bucketing to a new width with the same bucket count still moves the buckets.
+#[test]
+fn rebucket_to_a_new_width_with_the_same_length() {
+    let mut r: Ring<N> = Ring::new(10, 4, 30);
+    r.current_mut().unwrap().0 = 1;
+    r.roll(40, |_| {});
+    r.current_mut().unwrap().0 = 2;
+    r.rebucket(20, 4);
+    assert_eq!(r.width_ns(), 20);
+    assert_eq!(r.current_epoch(), 2);
+    let live: Vec<_> = r
+        .live_at(40)
+        .filter(|s| !s.bucket.is_empty())
+        .map(|s| (s.epoch, s.bucket.0))
+        .collect();
+    assert_eq!(live, [(1, 1), (2, 2)]);
+}
