@@ -741,27 +741,30 @@ impl BreakerState {
     #[inline(never)]
     pub(crate) fn bound(&mut self, cfg: &BreakerConfig, now: Nanos) -> bool {
         let o = &cfg.open;
-        let longest = match o.schedule {
-            OpenSchedule::Fixed => o.sleep_window_ms,
-            OpenSchedule::Exponential => o.max_ms,
-            OpenSchedule::Ladder => o.ladder_ms.iter().copied().max().unwrap_or(0),
+        let (ms, t) = match self.phase {
+            // Jitter lengthens a period by at most its percentage: 4× covers 100 %.
+            Phase::Open => (
+                match o.schedule {
+                    OpenSchedule::Fixed => o.sleep_window_ms,
+                    OpenSchedule::Exponential => o.max_ms.max(o.sleep_window_ms),
+                    OpenSchedule::Ladder => {
+                        o.ladder_ms.iter().fold(o.sleep_window_ms, |a, &b| a.max(b))
+                    }
+                },
+                core::slice::from_mut(&mut self.open_until),
+            ),
+            Phase::HalfOpen => (cfg.half_open.probe_timeout_ms, &mut self.probe_leases[..]),
+            Phase::Closed => return false,
         };
+        let far = now.saturating_add(ms_to_ns(
+            ms.saturating_mul(4).max(ms.saturating_add(60_000)),
+        ));
         let mut changed = false;
-        let mut bring = |t: &mut Nanos, ms: u64| {
-            let far = now.saturating_add(ms_to_ns(
-                ms.saturating_mul(4).max(ms.saturating_add(60_000)),
-            ));
-            if *t > far {
-                *t = far;
+        for d in t {
+            if *d > far {
+                *d = far;
                 changed = true;
             }
-        };
-        if self.phase == Phase::Open {
-            // Jitter lengthens a period by at most its percentage: 4× covers 100 %.
-            bring(&mut self.open_until, longest.max(o.sleep_window_ms));
-        }
-        for d in &mut self.probe_leases {
-            bring(d, cfg.half_open.probe_timeout_ms);
         }
         changed
     }

@@ -300,16 +300,24 @@ impl Collapser {
                 .at(s)
                 .is_some_and(|b| b.scope == sc && b.key.as_slice() == key)
         });
+        // The item first: a batch opened for an item that then finds no room would be
+        // flushed empty (found by review).
+        let Some(item) = self.items.insert(MAX_SLOTS, |i| *i = Item { batch: NIL }) else {
+            return self.refuse(Refused::TooManyItems);
+        };
         let slot = match found {
             Some(s) => s,
             None => match self.open_batch(sc, h, key, now) {
                 Some(s) => s,
-                None => return self.refuse(Refused::TooManyItems),
+                None => {
+                    self.items.remove_at(item.slot);
+                    return self.refuse(Refused::TooManyItems);
+                }
             },
         };
-        let Some(item) = self.items.insert(MAX_SLOTS, |i| *i = Item { batch: slot }) else {
-            return self.refuse(Refused::TooManyItems);
-        };
+        if let Some(i) = self.items.at_mut(item.slot) {
+            i.batch = slot;
+        }
         let item = ItemId(item);
         let limit = self.config.max_batch_size;
         let mut full = false;

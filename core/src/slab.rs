@@ -113,7 +113,18 @@ pub(crate) struct Slab<T> {
 /// use it before growing a buffer of their own (a failed allocation aborts).
 #[inline(never)]
 pub fn can_allocate(bytes: usize) -> bool {
-    Vec::<u8>::new().try_reserve_exact(bytes).is_ok()
+    let Ok(layout) = std::alloc::Layout::from_size_align(bytes.max(1), 16) else {
+        return false;
+    };
+    // SAFETY: `layout` has a non-zero size; the block, if any, is freed at once with
+    // the layout it was allocated with.
+    let p = unsafe { std::alloc::alloc(layout) };
+    if p.is_null() {
+        return false;
+    }
+    // SAFETY: as above.
+    unsafe { std::alloc::dealloc(p, layout) };
+    true
 }
 
 /// Whether a full table of `cap` slots of `size` bytes can double: probed. A failed

@@ -1,5 +1,5 @@
-//! A cache, a collapser or a call table that cannot get the memory to grow refuses
-//! what would need it; it never aborts (found by a security review: a cache doubling
+//! A cache or a collapser that cannot get the memory to grow refuses what would need
+//! it; it never aborts (found by a security review: a cache doubling
 //! its slots past 4 M entries asked for ≈ 800 MB at once, the allocation failed, and
 //! the `.wasm` trapped, taking every breaker of the process with it). Here the
 //! allocator fails every allocation larger than a limit set per test thread.
@@ -9,7 +9,7 @@ use std::cell::Cell;
 
 use fusewire_core::cache::{Bypass, Lookup, ScopeId};
 use fusewire_core::collapser::{self, Add};
-use fusewire_core::{Collapser, Config, Engine, RequestCache, Start};
+use fusewire_core::{Collapser, Config, RequestCache};
 
 struct Failing;
 
@@ -111,25 +111,30 @@ fn a_collapser_that_cannot_grow_refuses_items() {
     ));
 }
 
+/// An item that finds no room opens no batch: none is flushed empty (found by review).
 #[test]
-fn a_call_table_that_cannot_grow_refuses_calls() {
-    let mut e = Engine::local();
-    let p = e
-        .add_policy("p", config(r#"{"execution": {"timeout_enabled": false}}"#))
-        .expect("valid");
-    let k = e.key(p, "k", T0).expect("key");
-    let mut held = Vec::with_capacity(1_000_000);
-    let refused = limited(256 * 1024, || {
-        for i in 0..1_000_000u64 {
-            match e.start(k, T0, i) {
-                Start::Running(permit) => held.push(permit),
-                Start::Refused(_) => return Some(i),
-                Start::Queued(_) => panic!("no bulkhead"),
-            }
+fn an_item_refused_for_want_of_memory_leaves_no_empty_batch() {
+    let cfg = config(
+        r#"{"collapser": {"max_items": 1000000, "max_batch_size": 100000, "window_ms": 10}}"#,
+    );
+    let mut c = Collapser::new(cfg.collapser.expect("collapser"), 7).expect("valid");
+    let g = collapser::ScopeId::GLOBAL;
+    let refused_b = limited(256 * 1024, || {
+        let mut n = 0;
+        while !matches!(c.add(g, b"a", T0), Add::Refused(_)) {
+            n += 1;
+            assert!(n < 1_000_000, "never refused");
         }
-        None
+        matches!(c.add(g, b"b", T0), Add::Refused(_))
     });
-    let refused = refused.expect("refused once it could not grow");
-    assert!(refused > 1_000, "{refused} calls before the limit");
-    assert!(matches!(e.start(k, T0, 0), Start::Running(_)));
+    assert!(refused_b, "b found no room either");
+    let mut batches = Vec::new();
+    while let Some(b) = c.poll(T0 + 20 * MS) {
+        batches.push((c.batch_key(b).map(<[u8]>::to_vec), c.items(b).len()));
+    }
+    assert!(!batches.is_empty());
+    assert!(
+        batches.iter().all(|(_, n)| *n > 0),
+        "an empty batch was flushed: {batches:?}"
+    );
 }

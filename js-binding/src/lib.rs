@@ -751,11 +751,17 @@ pub extern "C" fn fw_start(h: u32, now: f64) -> i32 {
                 QUEUED
             }
             Start::Refused(f) => {
-                // ms until the breaker lets calls through (the error's `retryAfter`).
-                out[0] = b
-                    .engine
-                    .retry_after(b.key, t)
-                    .map_or(-1.0, |d| d as f64 / 1e6);
+                // ms until the breaker lets calls through (the error's `retryAfter`): for
+                // a call an open breaker refused, `Engine::retry_after`'s rest of the
+                // open period (the refusal already says `normal` mode and open), read
+                // off the deciding state at less cost to the `.wasm`'s size.
+                out[0] = match f.cause {
+                    Cause::ShortCircuit(ShortCircuit::Open) => b
+                        .engine
+                        .breaker_state(b.key)
+                        .map_or(-1.0, |s| s.open_until().saturating_sub(t) as f64 / 1e6),
+                    _ => -1.0,
+                };
                 REFUSED | (f.event.index() as i32) << 4 | cause_code(f.cause) << 8
             }
         };

@@ -483,28 +483,28 @@ impl Worker {
                     // The figures behind an opening (found by an on-call review: a
                     // bulkhead's rejections tripped a healthy upstream's breaker, and
                     // nothing said so).
-                    if let (Phase::Open, Some(h)) = (t.to, e.health(key, now)) {
+                    // (Figures only for the rate rules: for the others they are
+                    // not what tripped it.)
+                    let rates = t.reason == TransitionReason::ErrorPercentage
+                        || t.reason == TransitionReason::SlowCallRate;
+                    if let (Phase::Open, true, Some(h)) = (t.to, rates, e.health(key, now)) {
                         let n = |k: EventKind| h.counts.get(k.index()).copied().unwrap_or(0);
                         let rejected =
                             n(EventKind::SemaphoreRejected) + n(EventKind::ThreadPoolRejected);
-                        msg = format!(
-                            "{msg}: {} errors in {} calls, {rejected} of them bulkhead rejections",
-                            h.errors, h.total
-                        );
+                        msg = if t.reason == TransitionReason::SlowCallRate {
+                            format!("{msg}: {} slow calls in {}", h.slow, h.executions)
+                        } else {
+                            format!(
+                                "{msg}: {} errors in {} calls, {rejected} of them bulkhead rejections",
+                                h.errors, h.total
+                            )
+                        };
                     }
                     host::log(Level::Info, &msg);
                 }
             }
             Event::KeyExpired { key } => {
-                // A key made again starts closed: its gauge says so now, unless live
-                // keys share its stats (`~overflow`). (Found by an on-call review:
-                // expired keys read open for good.)
-                if let Some(i) = self.key_metrics.remove(&key.to_raw()) {
-                    let shared = self.key_metrics.iter().any(|(_, &j)| j == i);
-                    if let (false, Some(m)) = (shared, self.metrics.get_mut(i)) {
-                        m.state(Phase::Closed);
-                    }
-                }
+                self.key_metrics.remove(&key.to_raw());
                 self.last_metrics = NO_METRICS;
             }
             Event::Store { key, issue } => {

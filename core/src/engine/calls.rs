@@ -163,20 +163,13 @@ impl Calls {
         }
     }
 
-    /// Stores a new call; `None` when the table is at its size limit with no
-    /// timed-out call left to forget, or cannot grow.
+    /// Stores a new call; `None` only when the table is at its size limit with no
+    /// timed-out call left to forget.
     #[inline]
     pub(crate) fn insert(&mut self, call: Call) -> Option<CallId> {
         let slot = match self.free.pop() {
             Some(i) => i,
             None if (self.slots.len() as u64) <= SLOT_MASK => {
-                // Growth that cannot get its memory refuses the call.
-                let cap = self.slots.capacity();
-                if self.slots.len() == cap
-                    && !crate::slab::can_double(cap, core::mem::size_of::<Slot>())
-                {
-                    return None;
-                }
                 self.slots.push(Slot {
                     generation: 0,
                     call: Call::Free,

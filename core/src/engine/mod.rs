@@ -114,6 +114,25 @@ pub struct Engine {
     due: Vec<(u32, u32)>,
 }
 
+/// Hands the turn of a probe that never ran back to the breaker that admitted it: the
+/// shared view's (`fresh`), or the key's own.
+#[inline(never)]
+fn give_back(k: &mut KeyEntry, cfg: &Config, fresh: bool, raw: RawPass, now: Nanos, rand: u64) {
+    match k.replica.as_deref_mut() {
+        Some(rep) if fresh => rep.return_probe(raw, now),
+        _ => {
+            let _ = k.circuit.state.on_result(
+                &cfg.breaker,
+                &mut k.circuit.window,
+                Pass::from_raw(raw),
+                Outcome::Cancelled,
+                now,
+                rand,
+            );
+        }
+    }
+}
+
 /// Names up to this many bytes are keys as they are ([`bounded_name`]).
 pub const SHORT_NAME: usize = MAX_KEY_LEN - 17;
 
@@ -297,7 +316,7 @@ impl Engine {
     }
 
     /// The key `name` of `policy`, created if new. Names longer than
-    /// [`MAX_KEY_LEN`] bytes are shortened ([`bounded_name`]). Past `keys.max_keys` live keys a new name gets
+    /// [`SHORT_NAME`] bytes are shortened ([`bounded_name`]). Past `keys.max_keys` live keys a new name gets
     /// the policy's overflow key (unless the least recently used key is idle, which
     /// then expires). `None` for an unknown policy.
     pub fn key(&mut self, policy: PolicyId, name: &str, now: Nanos) -> Option<KeyId> {
@@ -665,20 +684,7 @@ impl Engine {
                 let probe = raw.1 != NO_PROBE;
                 if probe {
                     // The probe never reaches the upstream: hand its turn back.
-                    // (The breaker that admitted it: the view's, or the local one.)
-                    match k.replica.as_deref_mut() {
-                        Some(rep) if fresh => rep.return_probe(raw, now),
-                        _ => {
-                            let _ = k.circuit.state.on_result(
-                                &cfg.breaker,
-                                &mut k.circuit.window,
-                                Pass::from_raw(raw),
-                                Outcome::Cancelled,
-                                now,
-                                rand,
-                            );
-                        }
-                    }
+                    give_back(k, cfg, fresh, raw, now, rand);
                 }
                 let cap = b.queue_capacity();
                 if b.isolation == Isolation::Pool && cap > 0 && !probe && k.queued < cap {
@@ -733,6 +739,11 @@ impl Engine {
             pass: raw,
             deadline,
         }) else {
+            // No room for the call: a probe's turn goes back (found by review: it
+            // stayed out until its lease expired, refusing every call meanwhile).
+            if raw.1 != NO_PROBE {
+                give_back(k, cfg, fresh, raw, now, rand);
+            }
             return Start::Refused(Refusal {
                 event: EventKind::SemaphoreRejected,
                 cause: Cause::Degraded,
@@ -1509,7 +1520,7 @@ impl Engine {
 
     /// The store's answer to request `id` (stale or unknown ids are ignored). An
     /// asynchronous store's request not answered within `stale_ms` is given up as
-    /// failed (an [`Issue::Stale`] event) and the key asks again; its answer is then
+    /// failed (an [`Issue::Stale`](crate::shared::io::Issue::Stale) event) and the key asks again; its answer is then
     /// ignored.
     pub fn io_done(&mut self, id: IoId, answer: Answer<'_>, now: Nanos, rand: u64) {
         let now = self.clock.advance(now);
