@@ -1830,9 +1830,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         }
         // The round gave up: what is left goes with a later write.
         if (issue !== 'invalid') this._settleFlushes(false);
-        if (!listening(this, 'store') && !this._storeWarned) {
+        if (issue !== 'contended' && !listening(this, 'store') && !this._storeWarned) {
           // Unheard, the first one is a process warning (found by an on-call review:
-          // a store failing for hours said nothing).
+          // a store failing for hours said nothing). Lost CAS races are a busy fleet's
+          // everyday: not warned.
           this._storeWarned = true;
           warn(`fusewire: breaker ${JSON.stringify(this._name)}: shared store: ${issue}: ${text} (listen for 'store' events to see every issue)`);
         }
