@@ -168,9 +168,7 @@ impl<T: Default> Slab<T> {
             generation: s.generation,
         })
     }
-}
 
-impl<T: Default> Slab<T> {
     /// A slot at the end, if its memory is there.
     #[cold]
     fn new_slot(&mut self) -> Option<u32> {

@@ -480,25 +480,24 @@ impl Worker {
                         t.to.name(),
                         t.reason.name()
                     );
-                    // The figures behind an opening (found by an on-call review: a
-                    // bulkhead's rejections tripped a healthy upstream's breaker, and
-                    // nothing said so).
-                    // (Figures only for the rate rules: for the others they are
-                    // not what tripped it.)
-                    let rates = t.reason == TransitionReason::ErrorPercentage
-                        || t.reason == TransitionReason::SlowCallRate;
-                    if let (Phase::Open, true, Some(h)) = (t.to, rates, e.health(key, now)) {
-                        let n = |k: EventKind| h.counts.get(k.index()).copied().unwrap_or(0);
-                        let rejected =
-                            n(EventKind::SemaphoreRejected) + n(EventKind::ThreadPoolRejected);
-                        msg = if t.reason == TransitionReason::SlowCallRate {
-                            format!("{msg}: {} slow calls in {}", h.slow, h.executions)
-                        } else {
-                            format!(
+                    // The figures behind an opening by a rate rule (found by an
+                    // on-call review: a bulkhead's rejections tripped a healthy
+                    // upstream's breaker, and nothing said so).
+                    let h = (t.to == Phase::Open).then(|| e.health(key, now)).flatten();
+                    match (t.reason, h) {
+                        (TransitionReason::ErrorPercentage, Some(h)) => {
+                            let n = |k: EventKind| h.counts.get(k.index()).copied().unwrap_or(0);
+                            let rejected =
+                                n(EventKind::SemaphoreRejected) + n(EventKind::ThreadPoolRejected);
+                            msg = format!(
                                 "{msg}: {} errors in {} calls, {rejected} of them bulkhead rejections",
                                 h.errors, h.total
-                            )
-                        };
+                            );
+                        }
+                        (TransitionReason::SlowCallRate, Some(h)) => {
+                            msg = format!("{msg}: {} slow calls in {}", h.slow, h.executions);
+                        }
+                        _ => {}
                     }
                     host::log(Level::Info, &msg);
                 }
