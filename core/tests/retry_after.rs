@@ -107,3 +107,83 @@ fn half_open_and_forced_modes_name_no_moment() {
         assert_eq!(retry_after(&h, 0, k), None, "{mode}");
     }
 }
+
+/// `Engine::would_admit`, the pure query a host asks before it commits a call (the
+/// filter's `admit_after_body`): on every worker of a shared key, in every phase, it
+/// answers what a start right after it does — and asking moves nothing.
+#[test]
+fn would_admit_answers_as_the_start_after_it_and_moves_nothing() {
+    each_mode(|mode| {
+        let mut h = Host::new(mode, CFG);
+        let keys = h.keys("k");
+        // Worker `w` refreshes its view (as a host does before admission), asks, then
+        // starts: the answer must be the start's. Returns the permit of a call that runs.
+        let ask_then_start = |h: &mut Host, w: usize, phase: &str| -> Option<Permit> {
+            let now = h.now;
+            h.engines[w].prepare(keys[w], now);
+            h.drive(w);
+            h.deliver();
+            let said = h.engines[w].would_admit(keys[w], now).expect("live");
+            let s = h.start(w, keys[w]);
+            h.deliver();
+            let shown = format!("{s:?}");
+            let ran = match s {
+                Start::Running(p) => Some(p),
+                _ => None,
+            };
+            assert_eq!(
+                said,
+                ran.is_some(),
+                "{mode:?}, {phase}, worker {w}: {shown}"
+            );
+            ran
+        };
+        for w in 0..keys.len() {
+            let p = ask_then_start(&mut h, w, "closed").expect("runs");
+            assert_eq!(h.complete(w, p, Outcome::Success), Completion::OnTime);
+        }
+        h.deliver();
+        for _ in 0..keys.len() {
+            assert!(h.call(0, keys[0], Outcome::Failure) || mode != Mode::Local);
+        }
+        h.deliver();
+        h.advance(1_000);
+        assert_eq!(h.phase(0, keys[0]), Phase::Open, "{mode:?}");
+        for w in 0..keys.len() {
+            assert!(ask_then_start(&mut h, w, "open").is_none());
+        }
+        // Asking, again and again, neither half-opens nor counts a refusal.
+        h.now += retry_after(&h, 0, keys[0]).expect("open");
+        let before = (h.phase(0, keys[0]), h.snapshot(0, keys[0]).health);
+        for _ in 0..3 {
+            let now = h.now;
+            assert_eq!(
+                h.engines[0].would_admit(keys[0], now),
+                Some(true),
+                "{mode:?}"
+            );
+        }
+        let after = (h.phase(0, keys[0]), h.snapshot(0, keys[0]).health);
+        assert_eq!(after, before, "{mode:?}: nothing moved");
+        // One probe, fleet-wide: the first asker runs it, every later one is refused.
+        let probe = ask_then_start(&mut h, 0, "half-open").expect("the probe");
+        for w in 0..keys.len() {
+            assert!(ask_then_start(&mut h, w, "probe out").is_none());
+        }
+        assert_eq!(h.complete(0, probe, Outcome::Success), Completion::OnTime);
+        h.deliver();
+        let p = ask_then_start(&mut h, 0, "closed again").expect("runs");
+        h.complete(0, p, Outcome::Success);
+    });
+    let mut h = Host::new(Mode::Local, r#"{"breaker": {"mode": "forced_open"}}"#);
+    let k = h.key(0, "k");
+    assert_eq!(
+        h.engines[0].would_admit(k, h.now),
+        Some(false),
+        "forced open"
+    );
+    assert_eq!(
+        h.engines[0].would_admit(KeyId::from_raw(u64::MAX), h.now),
+        None
+    );
+}

@@ -1662,6 +1662,25 @@ impl Engine {
         })
     }
 
+    /// Whether `key`'s breaker would let a call started at `now` run (Hystrix's
+    /// `allowRequest()` as a pure query): false while open — its period not over, or
+    /// forced — and while half-open with every probe out (a lease this worker holds for
+    /// its next call is not out). The bulkhead and the random
+    /// refusals (adaptive throttle, slow-start ramp) are not asked. No side effects.
+    pub fn would_admit(&self, key: KeyId, now: Nanos) -> Option<bool> {
+        let k = self.live(key)?;
+        let cfg = &self.policies.get(k.policy as usize)?.config.breaker;
+        Some(match (self.deciding_view(k, now), k.replica.as_deref()) {
+            // A probe lease this worker was granted ahead of its admission is its own.
+            (Some(v), Some(rep)) => {
+                v.breaker.would_admit(cfg, now)
+                    || (v.breaker.phase() == Phase::HalfOpen
+                        && rep.holds_probe(v.breaker.generation()))
+            }
+            _ => k.circuit.state.would_admit(cfg, now),
+        })
+    }
+
     /// The breaker state that decides admissions of `key` now: the shared view of a
     /// shared key while it is fresh, else the key's local state. No side effects.
     pub fn breaker_state(&self, key: KeyId) -> Option<&crate::BreakerState> {

@@ -386,6 +386,12 @@ impl Replica {
         self.view.as_ref()
     }
 
+    /// Whether this worker holds a probe lease of breaker generation `generation` no
+    /// call has used yet (its next admission takes it).
+    pub(crate) fn holds_probe(&self, generation: u32) -> bool {
+        self.leases.iter().any(|l| l.generation == generation)
+    }
+
     /// The counts of view `v`'s window at `now` with this worker's outcomes the store
     /// does not have yet (the write in flight, the delta): the fleet's window as this
     /// worker knows it. `same`: only outcomes of the view's generation (those that may
