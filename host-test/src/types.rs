@@ -47,6 +47,12 @@ pub struct PluginConfig {
     /// `wasm_fail_stream`. `true` also skips the filter for new streams.
     #[serde(default)]
     pub fail_open: bool,
+    /// `config.allow_on_headers_stop_iteration` (Envoy 1.35+): a headers callback's
+    /// StopIteration stops only that frame — the body and trailers are still delivered
+    /// to the filter, and the headers go on with the first frame it continues. Off (the
+    /// default), cpp-host turns it into StopAllIterationAndWatermark.
+    #[serde(default)]
+    pub allow_on_headers_stop_iteration: bool,
 }
 
 impl Default for PluginConfig {
@@ -60,6 +66,7 @@ impl Default for PluginConfig {
             failure_policy: FailurePolicy::FailClosed,
             reload_backoff_ms: 1000,
             fail_open: false,
+            allow_on_headers_stop_iteration: false,
         }
     }
 }

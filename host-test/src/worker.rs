@@ -705,8 +705,12 @@ impl WorkerVm {
         // cpp-host `convertVmCallResultTo*Status`: after a local reply on any stream of
         // the VM (the stop flag is the VM's), the calling stream's action is a stop.
         let flow = match vm.store.data().stop_next {
-            true => flow_of(phase, STOP_ALL),
-            false => flow_of(phase, action),
+            true => flow_of(phase, STOP_ALL, false),
+            false => flow_of(
+                phase,
+                action,
+                self.env.plugin.allow_on_headers_stop_iteration,
+            ),
         };
         let cross = vm.store.data().switched_context;
         let Some(s) = self.stream_data(ctx) else {
@@ -1453,7 +1457,8 @@ impl WorkerVm {
 const STOP_ALL: i32 = 4;
 
 /// How the filter manager reads a callback's return value (cpp-host clamps it).
-fn flow_of(phase: Phase, action: i32) -> Flow {
+/// `stop_iteration`: the plugin's `allow_on_headers_stop_iteration`.
+fn flow_of(phase: Phase, action: i32, stop_iteration: bool) -> Flow {
     let a = action as u32;
     match phase {
         // FilterHeadersStatus: Continue 0, StopIteration 1, ContinueAndEndStream 2,
@@ -1464,6 +1469,7 @@ fn flow_of(phase: Phase, action: i32) -> Flow {
         // callbacks until the stream is continued.
         Phase::RequestHeaders | Phase::ResponseHeaders => match a {
             0 | 2 => Flow::Continue,
+            1 if stop_iteration => Flow::StopIteration,
             _ => Flow::StopAll,
         },
         _ if a == 0 => Flow::Continue,

@@ -444,6 +444,22 @@ fn headers_stop_iteration_holds_the_body_until_continued() {
     assert!(seen(&h), "the body follows the continue");
 }
 
+/// With the plugin's `allow_on_headers_stop_iteration` (Envoy 1.35+) a headers
+/// StopIteration stops that frame only: the body still reaches the filter, and the
+/// body's Continue sends the request on, headers and body, with no `continue_stream`.
+#[test]
+fn allow_on_headers_stop_iteration_delivers_the_body_to_a_stopped_stream() {
+    let mut h = with_plugin(PluginConfig {
+        allow_on_headers_stop_iteration: true,
+        ..Default::default()
+    });
+    let p = "/probe/observe-stop-headers";
+    let r = h.request(0, Request::get(p).body(b"abc"), UpstreamReply::status(200));
+    assert!(r.sent_upstream, "{r:?}");
+    assert_eq!(r.response_status, Some(200));
+    obs(&h, p, "req_body");
+}
+
 /// Envoy `Context::continueStream` drops the request map at once; with the trailers:
 /// `getConstMap(RequestTrailers)` is nullptr in the access-log phase (NOT_FOUND), the
 /// response trailers are readable there.
