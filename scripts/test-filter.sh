@@ -20,6 +20,10 @@ echo "== filter: in the host harness (4 workers, Envoy + Kong CAS modes)"
 cargo test --release -p fusewire-proxy-wasm --test host
 echo "== filter: gRPC and streaming traffic in the host harness"
 cargo test --release -p fusewire-proxy-wasm --test grpc
+echo "== filter: both again as Envoy runs a plugin with allow_on_headers_stop_iteration"
+FUSEWIRE_STOP_ITERATION=1 cargo test --release -p fusewire-proxy-wasm --test host --test grpc
+echo "== filter: admit_after_body (uploads admitted once their body is in)"
+cargo test --release -p fusewire-proxy-wasm --test uploads
 
 echo "== filter: fuzz state_decode (${FUZZ_SECONDS:-15}s)"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then

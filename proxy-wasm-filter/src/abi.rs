@@ -128,8 +128,8 @@ pub extern "C" fn proxy_on_request_headers(id: u32, _n: usize, eos: u32) -> u32 
 /// (StopIterationAndWatermark: Envoy buffers it and pushes back on the client, no 413)
 /// until the stream is resumed or answered.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
-pub extern "C" fn proxy_on_request_body(id: u32, _size: usize, eos: u32) -> u32 {
-    stream(id, |r| match r.on_http_request_data(id, eos != 0) {
+pub extern "C" fn proxy_on_request_body(id: u32, size: usize, eos: u32) -> u32 {
+    stream(id, |r| match r.on_http_request_data(id, size, eos != 0) {
         Action::Continue => 0,
         Action::Pause => 2,
     })
@@ -138,7 +138,7 @@ pub extern "C" fn proxy_on_request_body(id: u32, _size: usize, eos: u32) -> u32 
 /// `proxy_on_request_trailers`: held (StopIteration) while the stream waits.
 #[cfg_attr(target_arch = "wasm32", no_mangle)]
 pub extern "C" fn proxy_on_request_trailers(id: u32, _n: usize) -> u32 {
-    stream(id, |r| action(r.on_http_request_data(id, true)))
+    stream(id, |r| action(r.on_http_request_data(id, 0, true)))
 }
 
 /// `proxy_on_response_headers`.

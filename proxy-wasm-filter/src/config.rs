@@ -59,6 +59,21 @@ struct RawPolicy {
     collapse: Option<RawCollapse>,
     stale: Option<RawStale>,
     credential_headers: Option<Vec<String>>,
+    admit_after_body: Option<RawAdmitAfterBody>,
+}
+
+/// Admission once the request body has arrived (see [`Policy::admit_after_body`]).
+#[derive(Debug)]
+struct RawAdmitAfterBody {
+    max_bytes: u64,
+}
+
+impl Default for RawAdmitAfterBody {
+    fn default() -> Self {
+        RawAdmitAfterBody {
+            max_bytes: 64 * 1024,
+        }
+    }
 }
 
 /// Request headers that make a request one client's by default (see
@@ -407,6 +422,11 @@ pub struct Policy {
     /// Request headers that make a request one client's: such a request is neither
     /// collapsed (unless `collapse.allow_credentials`) nor kept as a stale copy.
     pub credential_headers: Vec<String>,
+    /// `admit_after_body.max_bytes`: a request with a body is admitted (breaker,
+    /// bulkhead, deadline) once its body has ended or this many bytes of it have
+    /// arrived, so a stalled upload holds no slot and no probe. None: admitted at
+    /// its headers.
+    pub admit_after_body: Option<u64>,
 }
 
 /// The validated plugin config.
@@ -450,8 +470,9 @@ impl FromJson for Headers {
 // The JSON shape of the plugin's own sections (the core's sections are the core's).
 json_struct!(read RawPolicy {
     name, matcher as "match", key, keys, breaker, metrics, execution, timeout, bulkhead,
-    failure, bad_request, fallback, collapse, stale, credential_headers,
+    failure, bad_request, fallback, collapse, stale, credential_headers, admit_after_body,
 });
+json_struct!(read RawAdmitAfterBody { max_bytes });
 json_struct!(read RawCollapse {
     key, methods, allow_credentials, max_body_bytes, max_waiters, max_wait_ms,
     on_leader_failure,
@@ -931,6 +952,13 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             "must hold lower-case header names",
         ));
     }
+    let admit_after_body = match p.admit_after_body {
+        None => None,
+        Some(a) => {
+            bounded("admit_after_body.max_bytes", a.max_bytes, 16 << 20)?;
+            Some(a.max_bytes)
+        }
+    };
     Ok(Policy {
         name: p.name,
         matcher,
@@ -942,6 +970,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         collapse,
         stale,
         credential_headers,
+        admit_after_body,
     })
 }
 
@@ -1099,6 +1128,27 @@ mod tests {
             r#"{"policies":[{"name":"a","bulkhead":{"max_queue":5}}]}"#,
             "policies[0].bulkhead.max_queue",
             "pool",
+        );
+    }
+
+    #[test]
+    fn admit_after_body_defaults_and_bounds() {
+        let p = parse(r#"{"policies":[{"name":"a"},{"name":"b","admit_after_body":{}}]}"#).unwrap();
+        assert_eq!(p.policies[0].admit_after_body, None, "off unless given");
+        assert_eq!(p.policies[1].admit_after_body, Some(65_536));
+        for bad in [0, 16_777_217] {
+            fails(
+                &format!(
+                    r#"{{"policies":[{{"name":"a","admit_after_body":{{"max_bytes":{bad}}}}}]}}"#
+                ),
+                "policies[0].admit_after_body.max_bytes",
+                &format!("must be in 1..=16777216, got {bad}"),
+            );
+        }
+        fails(
+            r#"{"policies":[{"name":"a","admit_after_body":{"max_byte":1}}]}"#,
+            "policies[0].admit_after_body.max_byte",
+            "unknown field",
         );
     }
 

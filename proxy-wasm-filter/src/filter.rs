@@ -60,6 +60,13 @@ enum Call {
         /// upstream on its own, the slot free).
         unshared: bool,
     },
+    /// Paused in its request headers until its body has arrived (the policy's
+    /// `admit_after_body`): nothing held yet. `bytes`: body bytes seen so far.
+    Awaiting {
+        key: KeyId,
+        req: Request,
+        bytes: u64,
+    },
     /// Paused in its request headers, waiting for a slot.
     Queued {
         ticket: Ticket,
@@ -136,6 +143,10 @@ pub struct Worker {
     static_keys: Vec<Option<KeyId>>,
     /// Per policy: whether this worker has logged that its key table is full.
     overflow_told: Vec<bool>,
+    /// A request awaiting its body (`admit_after_body`) has had a body callback here.
+    bodies_seen: bool,
+    /// The warning that no body reached the filter has been logged.
+    no_body_told: bool,
     /// Some policy keeps collapse stores (their events are drained in `settle`).
     collapses: bool,
     /// Collapse events are being handled: a nested `settle` leaves new ones to that
@@ -963,10 +974,84 @@ impl Worker {
                 _ => {}
             }
         }
+        if !end && policy.admit_after_body.is_some() && self.passes_breaker(key, now) {
+            // Admitted once the body is in (`on_http_request_data`): an upload that
+            // stalls holds no slot and no probe. A breaker that refuses now answers now.
+            self.calls
+                .insert(ctx, Call::Awaiting { key, req, bytes: 0 });
+            return Action::Pause;
+        }
         match self.admit(ctx, key, req, lead, now, false) {
             true => Action::Continue,
             false => Action::Pause,
         }
+    }
+
+    /// More of an awaiting request's body (`admit_after_body`): it is admitted at the
+    /// body's end, or once `max_bytes` are in. Sizes add up: whether Envoy reports a
+    /// chunk or what it buffered so far, the sum is never below what arrived, so the
+    /// admission never waits past `max_bytes` (kept under Envoy's buffer limit, where
+    /// flow control would stall the upload for good).
+    fn body_arrived(&mut self, ctx: u32, size: usize, end: bool) -> Action {
+        let Some(Call::Awaiting { key, req, bytes }) = self.calls.get_mut(ctx) else {
+            return Action::Continue;
+        };
+        *bytes = bytes.saturating_add(size as u64);
+        self.bodies_seen = true;
+        let max = self
+            .plugin
+            .as_ref()
+            .and_then(|p| p.policies.get(req.pi))
+            .and_then(|p| p.admit_after_body)
+            .unwrap_or(0);
+        if !end && *bytes < max {
+            return Action::Pause;
+        }
+        let (key, mut req) = (*key, std::mem::take(req));
+        req.sent = end;
+        // Its key expired during the upload, or a reload changed its policy: passed
+        // as a request no policy matched (a refusal here would be a false fallback).
+        let pid = self.policies.get(req.pi).copied();
+        if pid.is_none() || self.engine.as_ref().and_then(|e| e.key_policy(key)) != pid {
+            self.calls.insert(ctx, Call::Passed);
+            return Action::Continue;
+        }
+        let now = self.now();
+        match self.admit(ctx, key, req, None, now, false) {
+            true => Action::Continue,
+            false => Action::Pause,
+        }
+    }
+
+    /// A request of policy `pi` ended awaiting its body, none of which reached the
+    /// filter. Once per worker, unless this worker has seen bodies arrive: without
+    /// `allow_on_headers_stop_iteration` Envoy holds every body back, and every upload
+    /// of the policy hangs until a timeout ends it.
+    fn no_body(&mut self, pi: usize) {
+        if self.bodies_seen || self.no_body_told {
+            return;
+        }
+        self.no_body_told = true;
+        let name = self.plugin.as_ref().and_then(|p| p.policies.get(pi));
+        host::log(
+            Level::Warn,
+            &format!(
+                "fusewire: policy {}: admit_after_body: a request ended before its body reached the filter: a client that stalled, or Envoy without allow_on_headers_stop_iteration: true (1.35+), which holds every body back",
+                Quoted(name.map_or("?", |p| p.name.as_str()))
+            ),
+        );
+    }
+
+    /// Whether `key`'s breaker would let a call through now (its view refreshed).
+    fn passes_breaker(&mut self, key: KeyId, now: Nanos) -> bool {
+        if let Some(e) = self.engine.as_mut() {
+            e.prepare(key, now);
+        }
+        self.settle(now);
+        self.engine
+            .as_ref()
+            .and_then(|e| e.would_admit(key, now))
+            .unwrap_or(true)
     }
 
     /// Asks the engine to run stream `ctx` on `key`; `resume`: the stream is paused
@@ -1257,7 +1342,11 @@ impl Worker {
 
     /// Classifies, completes, releases.
     fn finish_call(&mut self, call: Call) {
-        if matches!(call, Call::New | Call::Passed) {
+        if let Call::Awaiting { req, bytes: 0, .. } = &call {
+            self.no_body(req.pi);
+        }
+        // An upload that never ended (`Awaiting`) was never admitted: counts nowhere.
+        if matches!(call, Call::New | Call::Passed | Call::Awaiting { .. }) {
             return;
         }
         let now = self.now();
@@ -1339,7 +1428,7 @@ impl Worker {
                     }
                 }
             }
-            Call::New | Call::Passed => {}
+            Call::New | Call::Passed | Call::Awaiting { .. } => {}
         }
         self.settle(now);
     }
@@ -1589,7 +1678,10 @@ impl Root {
     ///
     /// `end`: the request is sent in full; a running call's deadline starts again
     /// there, as Envoy's route timeout does (a slow upload is not a slow upstream).
-    pub fn on_http_request_data(&mut self, ctx: u32, end: bool) -> Action {
+    pub fn on_http_request_data(&mut self, ctx: u32, size: usize, end: bool) -> Action {
+        if matches!(self.worker.calls.get(ctx), Some(Call::Awaiting { .. })) {
+            return self.in_stream(ctx, |w| w.body_arrived(ctx, size, end));
+        }
         let w = &mut self.worker;
         let now = w.now();
         match w.calls.get_mut(ctx) {

@@ -15,6 +15,10 @@ pub fn harness_config(cas: CasMode, json: &str, route_timeout_ms: u64) -> Harnes
             vm_id: "fusewire-v1".into(),
             configuration: json.into(),
             failure_policy: FailurePolicy::FailClosed,
+            // `FUSEWIRE_STOP_ITERATION=1`: the whole suite as Envoy runs a plugin with
+            // `allow_on_headers_stop_iteration` (body frames reach a stopped stream).
+            allow_on_headers_stop_iteration: std::env::var_os("FUSEWIRE_STOP_ITERATION")
+                .is_some_and(|v| v == "1"),
             ..Default::default()
         },
         routes: vec![RouteConfig {

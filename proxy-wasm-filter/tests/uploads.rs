@@ -1,0 +1,266 @@
+//! `admit_after_body`: a request with a body is admitted once its body is in, so
+//! uploads that stall (headers sent, body never finished: an untrusted client, a slow
+//! mobile link) hold no bulkhead slot and no half-open probe. Each scenario also runs
+//! without the option, where the stall does harm, so the tests show what it changes.
+//!
+//! Needs the built module (see `tests/host.rs`).
+
+use std::time::Duration;
+
+use fusewire_host_test::*;
+
+mod common;
+
+/// One policy: a bulkhead of 2, one probe, opens on 50 % of 20 calls for 5 s.
+/// `ADMIT` is replaced by the option (or nothing).
+const CONFIG: &str = r#"{
+  "tick_ms": 100,
+  "shared": {"lease_ttl_ms": 2000, "heartbeat_ms": 500},
+  "policies": [{
+    "name": "svc",
+    "match": {"path_prefix": "/api"},
+    "breaker": {
+      "error_percentage": {"request_volume_threshold": 20, "threshold_percentage": 50},
+      "open": {"sleep_window_ms": 5000},
+      "half_open": {"permitted_probes": 1, "success_threshold": 1, "probe_timeout_ms": 30000}
+    },
+    "bulkhead": {"max_concurrent": 2},
+    "execution": {"timeout_ms": 1000}, "timeout": "tick",
+    ADMIT
+    "fallback": {"status": 503, "body": "fallback: {reason}"}
+  }]
+}"#;
+
+/// Envoy with `allow_on_headers_stop_iteration` (what `admit_after_body` needs), the
+/// policy with or without the option.
+fn harness(admit: bool) -> Harness {
+    harness_with(admit, true)
+}
+
+fn harness_with(admit: bool, stop_iteration: bool) -> Harness {
+    let option = if admit {
+        r#""admit_after_body": {},"#
+    } else {
+        ""
+    };
+    let json = CONFIG.replace("ADMIT", option);
+    let mut cfg = common::harness_config(CasMode::Envoy, &json, 15_000);
+    cfg.plugin.allow_on_headers_stop_iteration = stop_iteration;
+    Harness::new(&common::module(), cfg).expect("plugin loads")
+}
+
+fn counter(h: &Harness, name: &str) -> u64 {
+    match h.metric(name) {
+        Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
+        other => panic!("metric {name}: {other:?}"),
+    }
+}
+
+/// A POST whose body takes `ms` to arrive.
+fn upload(ms: u64) -> Request {
+    Request::get("/api/upload")
+        .method("POST")
+        .body(b"payload")
+        .upload_ms(ms)
+}
+
+fn ok() -> UpstreamReply {
+    UpstreamReply::status(200).after_ms(10)
+}
+
+fn tag(r: &StreamRecord) -> Option<String> {
+    r.response_header("x-fusewire")
+}
+
+/// Ten stalled uploads: without the option they fill the bulkhead, and its rejections
+/// (errors, as in Hystrix) open the breaker for everyone; with it, other requests run
+/// beside them, and each upload runs once its body is in.
+#[test]
+fn stalled_uploads_hold_no_bulkhead_slot() {
+    for admit in [false, true] {
+        let mut h = harness(admit);
+        let t0 = h.now_ns();
+        let uploads: Vec<u64> = (0..10)
+            // Their bodies end 100 ms apart: each runs alone (the bulkhead holds 2).
+            .map(|i| h.submit_at(t0 + i, i as usize % 4, upload(20_000 + i * 100), ok()))
+            .collect();
+        h.run_for(Duration::from_millis(50));
+        let gets: Vec<StreamRecord> = (0..30)
+            .map(|i| h.request(i % 4, Request::get("/api/item"), ok()))
+            .collect();
+        let served = gets
+            .iter()
+            .filter(|r| r.response_status == Some(200))
+            .count();
+        if !admit {
+            // What the option is for: the stalled uploads took both slots.
+            assert_eq!(served, 0, "without the option: {:?}", gets[0]);
+            continue;
+        }
+        assert_eq!(
+            served,
+            30,
+            "with the option: {:?}",
+            gets.iter().find(|r| r.response_status != Some(200))
+        );
+        h.run_for(Duration::from_millis(22_000));
+        for id in uploads {
+            let r = h.record(id).expect("upload finished");
+            assert!(r.sent_upstream, "admitted once its body was in: {r:?}");
+            assert_eq!(r.response_status, Some(200), "{r:?}");
+        }
+        h.run_for(Duration::from_millis(150));
+        assert_eq!(counter(&h, "fusewire.svc.semaphore_rejected"), 0);
+        assert_eq!(counter(&h, "fusewire.svc.success"), 40);
+        assert_eq!(counter(&h, "fusewire.svc.opened"), 0);
+    }
+}
+
+/// Trips the breaker: 20 failing GETs.
+fn trip(h: &mut Harness) {
+    for i in 0..20 {
+        h.request(i % 4, Request::get("/api/item"), UpstreamReply::status(503));
+    }
+    h.run_for(Duration::from_millis(150));
+    assert_eq!(counter(h, "fusewire.svc.opened"), 1);
+}
+
+/// Half-open admits one probe. An upload that stalls as that probe keeps every other
+/// request refused until `probe_timeout_ms` (30 s here); with the option the probe goes
+/// to a request that is ready, and the breaker closes.
+#[test]
+fn a_stalled_upload_does_not_hold_the_half_open_probe() {
+    for admit in [false, true] {
+        let mut h = harness(admit);
+        trip(&mut h);
+        h.run_for(Duration::from_millis(5_100));
+        let stalled = h.submit(0, upload(20_000), ok());
+        h.run_for(Duration::from_millis(10));
+        let get = h.request(0, Request::get("/api/item"), ok());
+        if !admit {
+            assert_eq!(tag(&get).as_deref(), Some("short-circuited"), "{get:?}");
+            continue;
+        }
+        assert_eq!(get.response_status, Some(200), "the probe: {get:?}");
+        h.run_for(Duration::from_millis(150));
+        assert_eq!(counter(&h, "fusewire.svc.closed"), 1);
+        h.run_for(Duration::from_millis(21_000));
+        let r = h.record(stalled).expect("upload finished");
+        assert_eq!(r.response_status, Some(200), "{r:?}");
+    }
+}
+
+/// An open breaker answers an upload at its headers: the client is not made to send a
+/// body that will be refused, and the upstream never sees it.
+#[test]
+fn an_open_breaker_answers_an_upload_at_once() {
+    let mut h = harness(true);
+    trip(&mut h);
+    for w in 0..4 {
+        let t0 = h.now_ns();
+        let r = h.request(w, upload(10_000), ok());
+        assert_eq!(tag(&r).as_deref(), Some("short-circuited"), "{r:?}");
+        assert!(!r.sent_upstream);
+        assert!(
+            r.end_ns - t0 < 1_000_000_000,
+            "answered at its headers: {r:?}"
+        );
+    }
+}
+
+/// The call's deadline (`timeout: tick`, 1 s) counts from its admission: a 3 s upload
+/// answered 500 ms after it is in is a success, one answered 1.5 s after is a timeout.
+#[test]
+fn the_deadline_counts_from_admission() {
+    let mut h = harness(true);
+    let r = h.request(0, upload(3_000), UpstreamReply::status(200).after_ms(500));
+    assert_eq!(r.response_status, Some(200), "{r:?}");
+    let r = h.request(0, upload(3_000), UpstreamReply::status(200).after_ms(1_500));
+    assert_eq!(tag(&r).as_deref(), Some("timeout"), "{r:?}");
+    h.run_for(Duration::from_millis(150));
+    assert_eq!(counter(&h, "fusewire.svc.success"), 1);
+    assert_eq!(counter(&h, "fusewire.svc.timeout"), 1);
+}
+
+/// A client that gives up during its upload was never admitted: it counts nowhere and
+/// leaves nothing behind.
+#[test]
+fn an_upload_abandoned_before_admission_counts_nowhere() {
+    let mut h = harness(true);
+    let ids: Vec<u64> = (0..5)
+        .map(|i| h.submit(i % 4, upload(10_000).client_timeout_ms(1_000), ok()))
+        .collect();
+    h.run_for(Duration::from_millis(2_000));
+    for id in ids {
+        let r = h.record(id).expect("ended");
+        assert!(!r.sent_upstream, "{r:?}");
+    }
+    // Both slots are free: two slow calls run side by side.
+    let t0 = h.now_ns();
+    let a = h.submit_at(
+        t0,
+        0,
+        Request::get("/api/a"),
+        UpstreamReply::status(200).after_ms(300),
+    );
+    let b = h.submit_at(
+        t0,
+        1,
+        Request::get("/api/b"),
+        UpstreamReply::status(200).after_ms(300),
+    );
+    h.run_for(Duration::from_millis(1_000));
+    for id in [a, b] {
+        assert_eq!(h.record(id).and_then(|r| r.response_status), Some(200));
+    }
+    h.run_for(Duration::from_millis(150));
+    for event in [
+        "success",
+        "failure",
+        "timeout",
+        "semaphore_rejected",
+        "short_circuited",
+    ] {
+        let want = if event == "success" { 2 } else { 0 };
+        assert_eq!(
+            counter(&h, &format!("fusewire.svc.{event}")),
+            want,
+            "{event}"
+        );
+    }
+}
+
+/// Without `allow_on_headers_stop_iteration` Envoy holds a stopped request's body back
+/// from the filter: an upload under `admit_after_body` never gets through (here
+/// Envoy's stream idle timeout ends it), and the filter says what is missing. Requests
+/// without a body are admitted at their headers as before.
+#[test]
+fn without_stop_iteration_uploads_hang_and_the_log_says_why() {
+    let mut h = harness_with(true, false);
+    let get = h.request(0, Request::get("/api/item"), ok());
+    assert_eq!(get.response_status, Some(200), "{get:?}");
+    let r = h.request(0, upload(100), ok());
+    assert!(!r.sent_upstream, "{r:?}");
+    assert_eq!(r.code_details, "stream_idle_timeout", "{r:?}");
+    let said: Vec<String> = h
+        .logs()
+        .into_iter()
+        .filter(|l| l.message.contains("allow_on_headers_stop_iteration"))
+        .map(|l| l.message)
+        .collect();
+    assert_eq!(
+        said,
+        [
+            r#"fusewire: policy "svc": admit_after_body: a request ended before its body reached the filter: a client that stalled, or Envoy without allow_on_headers_stop_iteration: true (1.35+), which holds every body back"#
+        ]
+    );
+    // Where bodies do arrive, a stalled client's request ending says nothing.
+    let mut h = harness(true);
+    h.request(1, upload(100), ok());
+    let r = h.request(1, upload(10_000).client_timeout_ms(1_000), ok());
+    assert!(!r.sent_upstream, "{r:?}");
+    assert!(h
+        .logs()
+        .iter()
+        .all(|l| !l.message.contains("allow_on_headers")));
+}
