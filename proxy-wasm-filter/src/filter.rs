@@ -1531,6 +1531,9 @@ impl RequestView for HostView {
     fn header(&mut self, name: &str) -> Option<String> {
         host::header(host::REQUEST_HEADERS, name, text)
     }
+    fn header_all(&mut self, name: &str) -> Option<String> {
+        host::header_values(host::REQUEST_HEADERS, name)
+    }
     fn route(&mut self) -> Option<String> {
         self.route
             .get_or_insert_with(|| host::property(b"xds\0route_name", text))

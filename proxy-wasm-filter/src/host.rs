@@ -221,15 +221,53 @@ pub fn header_pairs(map: u32) -> Option<Vec<(String, String)>> {
     .flatten()
 }
 
+/// Every value of header `name` in `map`, in order, joined with `,`; None when absent
+/// or on any host error. Reads the whole map (the ABI hands out first values only).
+pub fn header_values(map: u32, name: &str) -> Option<String> {
+    let mut all: Option<String> = None;
+    // SAFETY: valid out-pointers.
+    fetch(
+        |p, n| unsafe { proxy_get_header_map_pairs(map, p, n) },
+        |raw| {
+            each_pair(raw, |k, v| {
+                if k == name.as_bytes() {
+                    let v = String::from_utf8_lossy(v);
+                    match &mut all {
+                        Some(a) => {
+                            a.push(',');
+                            a.push_str(&v);
+                        }
+                        None => all = Some(v.into_owned()),
+                    }
+                }
+            })
+        },
+    )
+    .ok()??;
+    all
+}
+
 /// Parses the proxy-wasm map format; None when malformed.
 pub fn parse_map(raw: &[u8]) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    each_pair(raw, |k, v| {
+        out.push((
+            String::from_utf8_lossy(k).into_owned(),
+            String::from_utf8_lossy(v).into_owned(),
+        ))
+    })?;
+    Some(out)
+}
+
+/// Hands each pair of a map in the proxy-wasm format to `f`, in order; None when
+/// malformed (the pairs before the fault were handed out).
+fn each_pair(raw: &[u8], mut f: impl FnMut(&[u8], &[u8])) -> Option<()> {
     let u32_at = |i: usize| Some(u32::from_le_bytes(raw.get(i..i + 4)?.try_into().ok()?) as usize);
     if raw.is_empty() {
-        return Some(Vec::new());
+        return Some(());
     }
     let n = u32_at(0)?;
     let mut at = 4usize.checked_add(n.checked_mul(8)?)?;
-    let mut out = Vec::with_capacity(n.min(1024));
     for i in 0..n {
         let (kl, vl) = (u32_at(4 + i * 8)?, u32_at(8 + i * 8)?);
         let k = raw.get(at..at + kl)?;
@@ -239,12 +277,9 @@ pub fn parse_map(raw: &[u8]) -> Option<Vec<(String, String)>> {
         at += 1 + vl;
         (raw.get(at) == Some(&0)).then_some(())?;
         at += 1;
-        out.push((
-            String::from_utf8_lossy(k).into_owned(),
-            String::from_utf8_lossy(v).into_owned(),
-        ));
+        f(k, v);
     }
-    Some(out)
+    Some(())
 }
 
 /// `f` of the current response body chunk: `Some` of its `size` bytes, `None` when

@@ -7,6 +7,13 @@ use fusewire_core::json::Quoted;
 pub trait RequestView {
     /// First value of a (lower-case) request header.
     fn header(&mut self, name: &str) -> Option<String>;
+    /// Every value of a (lower-case) request header, joined with `,` in order — what
+    /// Envoy's own header matchers read (`getAllOfHeaderAsString`). A client sending
+    /// a header twice cannot be matched or keyed by one value while the upstream
+    /// reads the other.
+    fn header_all(&mut self, name: &str) -> Option<String> {
+        self.header(name)
+    }
     /// Envoy's `xds.route_name`.
     fn route(&mut self) -> Option<String>;
     /// Envoy's `xds.cluster_name`.
@@ -57,7 +64,7 @@ impl Matcher {
             }
         }
         for (name, cond) in &self.headers {
-            let v = r.header(name);
+            let v = r.header_all(name);
             let ok = match cond {
                 HeaderCond::Exact(e) => v.as_deref() == Some(e.as_str()),
                 HeaderCond::Prefix(p) => v.is_some_and(|v| v.starts_with(p.as_str())),
@@ -236,7 +243,7 @@ impl KeySpec {
                 Part::Method => r.header(":method"),
                 Part::Authority => r.header(":authority"),
                 Part::Path => r.header(":path"),
-                Part::Header(h) => r.header(h),
+                Part::Header(h) => r.header_all(h),
             };
             match v {
                 Some(v) if !v.is_empty() => out.push_str(&v),

@@ -2484,3 +2484,53 @@ fn an_empty_configuration_passes_every_request_and_warns() {
     });
     assert!(warned, "{:?}", h.logs());
 }
+
+/// A header sent twice keys and matches by all its values joined with `,`, as Envoy's
+/// own header matchers read it: a client cannot charge its calls to another tenant's
+/// breaker by naming that tenant first and itself after (where the upstream reads the
+/// last value), nor pass `match.headers` with one value of two (found by a security
+/// review: the key and the match read the first value only).
+#[test]
+fn a_repeated_header_keys_and_matches_by_all_its_values() {
+    let json = BASE.replace("BULKHEAD", "").replace(
+        r#""match": {"path_prefix": "/api"},"#,
+        r#""match": {"path_prefix": "/api", "headers": [{"name": "x-tier", "exact": "gold"}]},
+        "key": "{header:x-tenant}","#,
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let req = |tenants: &[&str], tiers: &[&str]| {
+        let mut r = Request::get("/api/x");
+        for t in tiers {
+            r = r.header("x-tier", t);
+        }
+        for t in tenants {
+            r = r.header("x-tenant", t);
+        }
+        r
+    };
+    fail_20(
+        &mut h,
+        4,
+        |_| req(&["a", "b"], &["gold"]),
+        UpstreamReply::status(503),
+    );
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.a_b.failure"), 20);
+    assert_eq!(counter(&h, "fusewire.a_b.opened"), 1);
+    // Tenant a's own breaker never saw them.
+    let r = h.request(0, req(&["a"], &["gold"]), UpstreamReply::status(200));
+    assert_eq!(r.response_status, Some(200), "{r:?}");
+    assert_eq!(r.response_header("x-fusewire"), None);
+    // `exact: gold` does not match "gold,silver": the request passes untouched.
+    for _ in 0..3 {
+        let r = h.request(
+            1,
+            req(&["c"], &["gold", "silver"]),
+            UpstreamReply::status(503),
+        );
+        assert_eq!(r.response_status, Some(503));
+    }
+    settle(&mut h);
+    assert_eq!(h.metric("fusewire.c.failure"), None, "matched no policy");
+    assert_eq!(counter(&h, "fusewire.a.success"), 1);
+}
