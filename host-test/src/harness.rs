@@ -93,13 +93,32 @@ pub enum Reload {
 }
 
 /// cpp-host `PluginBase::key()`: root_id, plugin configuration and Envoy's
-/// `createPluginKey` (name; traffic direction and listener metadata are fixed here).
+/// `createPluginKey`, which (in current Envoy: `PluginKeyTest.ConfigDifferencesProduceDistinctKeys`)
+/// covers every field of the `PluginConfig` but `vm_config` — name, failure policy,
+/// legacy `fail_open`, reload backoff, `allow_on_headers_stop_iteration`. Traffic
+/// direction and listener metadata are fixed here.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct PluginKey(String, String, String);
+struct PluginKey(
+    String,
+    String,
+    String,
+    crate::FailurePolicy,
+    bool,
+    u64,
+    bool,
+);
 
 impl PluginKey {
     fn of(p: &PluginConfig) -> Self {
-        PluginKey(p.root_id.clone(), p.configuration.clone(), p.name.clone())
+        PluginKey(
+            p.root_id.clone(),
+            p.configuration.clone(),
+            p.name.clone(),
+            p.failure_policy,
+            p.fail_open,
+            p.reload_backoff_ms,
+            p.allow_on_headers_stop_iteration,
+        )
     }
 }
 

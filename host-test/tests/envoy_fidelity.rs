@@ -1171,15 +1171,32 @@ fn reload_runs_the_canary_for_each_new_plugin_config() {
     assert_eq!(h.reload(probe(), plugin("a=1")).unwrap(), Reload::ReusedVms);
     assert_eq!(canary_calls(&h, calls), 0);
     assert!(vm_state(&mut h, 0).starts_with("root=5 config=a=1 "));
-    // The same plugin again (only the failure policy differs): nothing runs.
+    // The same plugin again: nothing runs.
     let calls = h.lifecycle().len();
+    assert_eq!(
+        h.reload(probe(), plugin("a=1")).unwrap(),
+        Reload::SamePlugin
+    );
+    assert_eq!(calls_since(&h, calls), Vec::<String>::new());
+    assert!(vm_state(&mut h, 0).starts_with("root=5 config=a=1 "));
+    // Any other field of the PluginConfig makes another plugin (Envoy's
+    // `PluginKeyTest.ConfigDifferencesProduceDistinctKeys`): canary, new root context.
     let p = PluginConfig {
         failure_policy: FailurePolicy::FailOpen,
         ..plugin("a=1")
     };
-    assert_eq!(h.reload(probe(), p).unwrap(), Reload::SamePlugin);
-    assert_eq!(calls_since(&h, calls), Vec::<String>::new());
-    assert!(vm_state(&mut h, 0).starts_with("root=5 config=a=1 "));
+    assert_eq!(h.reload(probe(), p).unwrap(), Reload::ReusedVms);
+    let st = vm_state(&mut h, 0);
+    assert!(
+        st.starts_with("root=8 config=a=1 "),
+        "a new root context: {st}"
+    );
+    let p = PluginConfig {
+        failure_policy: FailurePolicy::FailOpen,
+        allow_on_headers_stop_iteration: true,
+        ..plugin("a=1")
+    };
+    assert_eq!(h.reload(probe(), p).unwrap(), Reload::ReusedVms);
 }
 
 /// Envoy `DownstreamFilterManager::sendLocalReply`: once non-100 response headers

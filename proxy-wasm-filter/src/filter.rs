@@ -60,13 +60,9 @@ enum Call {
         /// upstream on its own, the slot free).
         unshared: bool,
     },
-    /// Paused in its request headers until its body has arrived (the policy's
-    /// `admit_after_body`): nothing held yet. `bytes`: body bytes seen so far.
-    Awaiting {
-        key: KeyId,
-        req: Request,
-        bytes: u64,
-    },
+    /// Paused in its request headers until its body has arrived (policy `pi`'s
+    /// `admit_after_body`): nothing held, nothing counted. `bytes`: body bytes seen.
+    Awaiting { pi: usize, bytes: u64 },
     /// Paused in its request headers, waiting for a slot.
     Queued {
         ticket: Ticket,
@@ -794,8 +790,10 @@ impl Worker {
     }
 
     /// Request headers: match a policy, find the key, collapse onto an identical
-    /// request in flight, or ask the engine.
-    fn start(&mut self, ctx: u32, end: bool) -> Action {
+    /// request in flight, or ask the engine. `awaited`: the headers of a request that
+    /// awaited its body (`admit_after_body`), started now that the body is in (`end`)
+    /// or `max_bytes` of it: it had a body, so it neither collapses nor waits again.
+    fn start(&mut self, ctx: u32, end: bool, awaited: bool) -> Action {
         match self.calls.get_mut(ctx) {
             Some(c) if matches!(c, Call::New) => *c = Call::Passed,
             _ => return Action::Continue, // started already, or not ours
@@ -837,7 +835,7 @@ impl Worker {
         let rpc = is_grpc();
         // Collapsing and stale copies are for reads: no gRPC, no request body.
         let reads = policy.collapse.is_some() || policy.stale.is_some();
-        let method = (reads && !rpc && end)
+        let method = (reads && !rpc && end && !awaited)
             .then(|| view.header(":method"))
             .flatten();
         let mut req = Request {
@@ -974,11 +972,15 @@ impl Worker {
                 _ => {}
             }
         }
-        if !end && policy.admit_after_body.is_some() && self.passes_breaker(key, now) {
-            // Admitted once the body is in (`on_http_request_data`): an upload that
-            // stalls holds no slot and no probe. A breaker that refuses now answers now.
-            self.calls
-                .insert(ctx, Call::Awaiting { key, req, bytes: 0 });
+        if !end
+            && !awaited
+            && policy.admit_after_body.is_some()
+            && !upgrade(&mut view)
+            && self.passes_breaker(key, now)
+        {
+            // Started once the body is in (`body_arrived`): an upload that stalls
+            // holds no slot and no probe. A breaker that refuses now answers now.
+            self.calls.insert(ctx, Call::Awaiting { pi, bytes: 0 });
             return Action::Pause;
         }
         match self.admit(ctx, key, req, lead, now, false) {
@@ -993,7 +995,7 @@ impl Worker {
     /// admission never waits past `max_bytes` (kept under Envoy's buffer limit, where
     /// flow control would stall the upload for good).
     fn body_arrived(&mut self, ctx: u32, size: usize, end: bool) -> Action {
-        let Some(Call::Awaiting { key, req, bytes }) = self.calls.get_mut(ctx) else {
+        let Some(Call::Awaiting { pi, bytes }) = self.calls.get_mut(ctx) else {
             return Action::Continue;
         };
         *bytes = bytes.saturating_add(size as u64);
@@ -1001,26 +1003,18 @@ impl Worker {
         let max = self
             .plugin
             .as_ref()
-            .and_then(|p| p.policies.get(req.pi))
+            .and_then(|p| p.policies.get(*pi))
             .and_then(|p| p.admit_after_body)
             .unwrap_or(0);
         if !end && *bytes < max {
             return Action::Pause;
         }
-        let (key, mut req) = (*key, std::mem::take(req));
-        req.sent = end;
-        // Its key expired during the upload, or a reload changed its policy: passed
-        // as a request no policy matched (a refusal here would be a false fallback).
-        let pid = self.policies.get(req.pi).copied();
-        if pid.is_none() || self.engine.as_ref().and_then(|e| e.key_policy(key)) != pid {
-            self.calls.insert(ctx, Call::Passed);
-            return Action::Continue;
-        }
-        let now = self.now();
-        match self.admit(ctx, key, req, None, now, false) {
-            true => Action::Continue,
-            false => Action::Pause,
-        }
+        // Matched, keyed and started from its headers (readable while they are
+        // stopped) as if they had just arrived: a reload or a key that expired during
+        // the upload changes nothing (found by review: an expired key let the request
+        // past its policy).
+        self.calls.insert(ctx, Call::New);
+        self.start(ctx, end, true)
     }
 
     /// A request of policy `pi` ended awaiting its body, none of which reached the
@@ -1042,10 +1036,12 @@ impl Worker {
         );
     }
 
-    /// Whether `key`'s breaker would let a call through now (its view refreshed).
+    /// Whether `key`'s breaker would let a call through now (its view refreshed,
+    /// asking for nothing: `prepare` would take this worker a probe lease or a slot
+    /// for a call that may stall — found by review, every other worker was refused).
     fn passes_breaker(&mut self, key: KeyId, now: Nanos) -> bool {
         if let Some(e) = self.engine.as_mut() {
-            e.prepare(key, now);
+            e.refresh(key, now);
         }
         self.settle(now);
         self.engine
@@ -1342,8 +1338,8 @@ impl Worker {
 
     /// Classifies, completes, releases.
     fn finish_call(&mut self, call: Call) {
-        if let Call::Awaiting { req, bytes: 0, .. } = &call {
-            self.no_body(req.pi);
+        if let Call::Awaiting { pi, bytes: 0 } = call {
+            self.no_body(pi);
         }
         // An upload that never ended (`Awaiting`) was never admitted: counts nowhere.
         if matches!(call, Call::New | Call::Passed | Call::Awaiting { .. }) {
@@ -1546,6 +1542,12 @@ impl RequestView for HostView {
     }
 }
 
+/// An upgrade (WebSocket, `CONNECT`): its headers come without an end of stream and no
+/// body follows before the upstream answers, so it is admitted at its headers.
+fn upgrade(view: &mut HostView) -> bool {
+    view.header("upgrade").is_some() || view.header(":method").as_deref() == Some("CONNECT")
+}
+
 /// Envoy's rule (`Grpc::Common::hasGrpcContentType`): `application/grpc` or
 /// `application/grpc+<subtype>`; `application/grpc-web` is not gRPC.
 fn is_grpc() -> bool {
@@ -1672,7 +1674,7 @@ impl Root {
 
     /// Request headers: match, admit (breaker, bulkhead) or answer with the fallback.
     pub fn on_http_request_headers(&mut self, ctx: u32, end_of_stream: bool) -> Action {
-        self.in_stream(ctx, |w| w.start(ctx, end_of_stream))
+        self.in_stream(ctx, |w| w.start(ctx, end_of_stream, false))
     }
 
     /// Request body or trailers: held while the stream waits (queued for a slot, or

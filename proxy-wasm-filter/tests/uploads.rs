@@ -43,8 +43,11 @@ fn harness_with(admit: bool, stop_iteration: bool) -> Harness {
     } else {
         ""
     };
-    let json = CONFIG.replace("ADMIT", option);
-    let mut cfg = common::harness_config(CasMode::Envoy, &json, 15_000);
+    harness_json(&CONFIG.replace("ADMIT", option), stop_iteration)
+}
+
+fn harness_json(json: &str, stop_iteration: bool) -> Harness {
+    let mut cfg = common::harness_config(CasMode::Envoy, json, 15_000);
     cfg.plugin.allow_on_headers_stop_iteration = stop_iteration;
     Harness::new(&common::module(), cfg).expect("plugin loads")
 }
@@ -263,4 +266,112 @@ fn without_stop_iteration_uploads_hang_and_the_log_says_why() {
         .logs()
         .iter()
         .all(|l| !l.message.contains("allow_on_headers")));
+}
+
+/// Checking the breaker at the headers asks the shared state for nothing: a stalled
+/// upload on one worker takes no bulkhead slot and no probe lease that the other
+/// workers' ready requests then lack (found by review: asking as an admission does
+/// reserved both for the stalled upload's worker, and every other worker was refused).
+#[test]
+fn stalled_uploads_reserve_nothing_for_their_worker() {
+    let mut h = harness(true);
+    let t0 = h.now_ns();
+    for w in 0..2 {
+        h.submit_at(t0 + w as u64, w, upload(20_000), ok());
+    }
+    h.run_for(Duration::from_millis(50));
+    let gets: Vec<StreamRecord> = (0..10)
+        .map(|i| {
+            h.request(
+                2 + i % 2,
+                Request::get("/api/item"),
+                UpstreamReply::status(200).after_ms(300),
+            )
+        })
+        .collect();
+    let served = gets
+        .iter()
+        .filter(|r| r.response_status == Some(200))
+        .count();
+    assert_eq!(
+        served,
+        10,
+        "{:?}",
+        gets.iter().find(|r| r.response_status != Some(200))
+    );
+
+    let mut h = harness(true);
+    trip(&mut h);
+    h.run_for(Duration::from_millis(5_100));
+    h.submit(0, upload(20_000), ok());
+    h.run_for(Duration::from_millis(10));
+    let probe = h.request(1, Request::get("/api/item"), ok());
+    assert_eq!(
+        probe.response_status,
+        Some(200),
+        "the probe, on another worker: {probe:?}"
+    );
+    h.run_for(Duration::from_millis(150));
+    assert_eq!(counter(&h, "fusewire.svc.closed"), 1);
+}
+
+/// A request is matched and keyed again once its body is in: a key that expired
+/// during a long upload is made again, and the breaker and bulkhead apply (found by
+/// review: the request went upstream past its policy, counted nowhere).
+#[test]
+fn a_key_that_expires_during_the_upload_is_made_again() {
+    let json = CONFIG
+        .replace(
+            "ADMIT",
+            r#""admit_after_body": {}, "key": "{header:x-tenant}", "keys": {"idle_ms": 1000},"#,
+        )
+        .replace(r#""max_concurrent": 2"#, r#""max_concurrent": 1"#);
+    let mut h = harness_json(&json, true);
+    let r = h.request(0, Request::get("/api/x").header("x-tenant", "t1"), ok());
+    assert_eq!(r.response_status, Some(200));
+    let t0 = h.now_ns();
+    let up = || upload(3_000).header("x-tenant", "t1");
+    let fail = || UpstreamReply::status(500).after_ms(500);
+    let ids = [
+        h.submit_at(t0, 0, up(), fail()),
+        h.submit_at(t0 + 1, 1, up(), fail()),
+    ];
+    h.run_for(Duration::from_millis(5_000));
+    let sent: Vec<bool> = ids
+        .iter()
+        .map(|&id| h.record(id).expect("ended").sent_upstream)
+        .collect();
+    assert_eq!(
+        sent.iter().filter(|&&s| s).count(),
+        1,
+        "a bulkhead of 1: {sent:?}"
+    );
+    h.run_for(Duration::from_millis(150));
+    assert_eq!(counter(&h, "fusewire.t1.failure"), 1);
+    assert_eq!(counter(&h, "fusewire.t1.semaphore_rejected"), 1);
+}
+
+/// An upgrade (WebSocket) sends no body before the upstream answers: it is admitted
+/// at its headers, as without the option.
+#[test]
+fn an_upgrade_is_admitted_at_its_headers() {
+    let mut h = harness(true);
+    let ws = upload(2_000)
+        .header("upgrade", "websocket")
+        .header("connection", "upgrade");
+    let id = h.submit(0, ws, ok());
+    h.run_for(Duration::from_millis(200));
+    assert_eq!(
+        counter(&h, "fusewire.svc.in_flight"),
+        1,
+        "holds its slot while it sends"
+    );
+    h.run_for(Duration::from_millis(3_000));
+    assert!(h.record(id).expect("ended").sent_upstream);
+    // An upload without the header holds nothing while it sends.
+    let id = h.submit(0, upload(2_000), ok());
+    h.run_for(Duration::from_millis(200));
+    assert_eq!(counter(&h, "fusewire.svc.in_flight"), 0);
+    h.run_for(Duration::from_millis(3_000));
+    assert!(h.record(id).expect("ended").sent_upstream);
 }
