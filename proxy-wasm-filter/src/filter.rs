@@ -993,7 +993,7 @@ impl Worker {
     /// body's end, or once `max_bytes` are in. Sizes add up: whether Envoy reports a
     /// chunk or what it buffered so far, the sum is never below what arrived, so the
     /// admission never waits past `max_bytes` (kept under Envoy's buffer limit, where
-    /// flow control would stall the upload for good).
+    /// flow control would stall the upload until a timeout ends it).
     fn body_arrived(&mut self, ctx: u32, size: usize, end: bool) -> Action {
         let Some(Call::Awaiting { pi, bytes }) = self.calls.get_mut(ctx) else {
             return Action::Continue;
@@ -1679,7 +1679,8 @@ impl Root {
 
     /// Request body or trailers: held while the stream waits (queued for a slot, or
     /// following a collapse leader) — without this, Envoy would take the body's
-    /// Continue as resuming the stream and send it upstream past the bulkhead.
+    /// Continue as resuming the stream and send it upstream past the bulkhead; with
+    /// `admit_after_body`, what admits an awaiting request (`size`: the chunk's bytes).
     ///
     /// `end`: the request is sent in full; a running call's deadline starts again
     /// there, as Envoy's route timeout does (a slow upload is not a slow upstream).
