@@ -24,6 +24,8 @@ echo "== filter: both again as Envoy runs a plugin with allow_on_headers_stop_it
 FUSEWIRE_STOP_ITERATION=1 cargo test --release -p fusewire-proxy-wasm --test host --test grpc
 echo "== filter: admit_after_body (uploads admitted once their body is in)"
 cargo test --release -p fusewire-proxy-wasm --test uploads
+echo "== filter: wall-clock steps move nothing (time on the host's monotonic clock)"
+cargo test --release -p fusewire-proxy-wasm --test clock_steps
 
 echo "== filter: fuzz state_decode (${FUZZ_SECONDS:-15}s)"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then

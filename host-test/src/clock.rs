@@ -1,6 +1,6 @@
 //! The two clocks: virtual (deterministic, advanced by the scheduler) and real.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Which clock a harness runs on.
@@ -18,6 +18,11 @@ pub enum ClockMode {
 /// Wall-clock reading of virtual time 0: 2026-01-01T00:00:00Z.
 pub const VIRTUAL_EPOCH_NS: u64 = 1_767_225_600_000_000_000;
 
+/// The monotonic clock guests read (WASI clock 1) at time 0: Envoy serves it from its
+/// steady clock, which counts from the machine's boot — three days here, so a guest
+/// never meets a monotonic reading near 0 that Envoy would not give it.
+pub const MONOTONIC_BASE_NS: u64 = 3 * 86_400 * 1_000_000_000;
+
 /// A harness clock. `now()` is nanoseconds since the harness started.
 #[derive(Debug)]
 pub struct Clock {
@@ -25,6 +30,8 @@ pub struct Clock {
     virt: AtomicU64,
     start: Instant,
     epoch_ns: u64,
+    /// Steps of the wall clock so far ([`Clock::step_wall`]), ns.
+    wall_steps: AtomicI64,
 }
 
 impl Clock {
@@ -42,6 +49,7 @@ impl Clock {
             virt: AtomicU64::new(0),
             start: Instant::now(),
             epoch_ns,
+            wall_steps: AtomicI64::new(0),
         }
     }
 
@@ -58,9 +66,21 @@ impl Clock {
         }
     }
 
-    /// Wall-clock nanoseconds since the Unix epoch.
+    /// Wall-clock nanoseconds since the Unix epoch (moved by [`Clock::step_wall`]).
     pub fn wall(&self) -> u64 {
-        self.epoch_ns + self.now()
+        (self.epoch_ns + self.now()).saturating_add_signed(self.wall_steps.load(Ordering::Acquire))
+    }
+
+    /// What a guest's monotonic clock (WASI clock 1) reads: [`Clock::now`] from
+    /// [`MONOTONIC_BASE_NS`]; wall-clock steps do not move it.
+    pub fn monotonic(&self) -> u64 {
+        MONOTONIC_BASE_NS + self.now()
+    }
+
+    /// Steps the wall clock by `delta_ns` (either way), as NTP, a resumed VM or an
+    /// operator does; time itself, the monotonic clock and the scheduler go on.
+    pub fn step_wall(&self, delta_ns: i64) {
+        self.wall_steps.fetch_add(delta_ns, Ordering::AcqRel);
     }
 
     /// Moves virtual time forward to `t` (never backwards); no-op on the real clock.

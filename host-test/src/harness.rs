@@ -353,6 +353,14 @@ impl Harness {
         self.env.clock.now()
     }
 
+    /// Steps the wall clock the guests read (`proxy_get_current_time_nanoseconds`,
+    /// WASI clock 0) by `delta_ns`, either way: NTP correcting a drift, a VM resumed
+    /// after a migration, an operator. Time, the monotonic clock (WASI clock 1) and
+    /// every scheduled event go on unmoved.
+    pub fn step_wall_clock(&self, delta_ns: i64) {
+        self.env.clock.step_wall(delta_ns);
+    }
+
     /// The clock mode.
     pub fn clock_mode(&self) -> ClockMode {
         self.env.clock.mode()

@@ -27,7 +27,7 @@ mod wasi;
 mod worker;
 
 pub use abi::Status;
-pub use clock::ClockMode;
+pub use clock::{ClockMode, MONOTONIC_BASE_NS, VIRTUAL_EPOCH_NS};
 pub use env::{LifecycleCall, LogRecord, Process};
 pub use harness::{Harness, HarnessConfig, Reload};
 pub use headers::HeaderMap;

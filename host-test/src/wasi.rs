@@ -123,7 +123,7 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
             let clock = &c.data().env.clock;
             let t = match id {
                 0 => clock.wall(),
-                1 => clock.now(),
+                1 => clock.monotonic(),
                 _ => return EINVAL,
             };
             errno(write(&mut c, ret, &t.to_le_bytes()))

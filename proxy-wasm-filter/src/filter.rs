@@ -227,7 +227,9 @@ fn metric_cap(policy: &Policy) -> usize {
 impl Worker {
     #[inline(always)]
     fn now(&self) -> Nanos {
-        // Wall clock; the engine treats a backward step as no time passing.
+        // Monotonic where the host has one (`host::now_ns`): a wall-clock step would
+        // freeze every breaker and deadline for its length, or time out every call in
+        // flight at once (found by a review of clock steps).
         host::now_ns().unwrap_or(0)
     }
 

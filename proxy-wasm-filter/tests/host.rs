@@ -100,15 +100,15 @@ fn state(h: &Harness, key: &str) -> KeyState {
     find_state(h, "svc", key).expect("state written")
 }
 
-/// Host time as the harness's guests see it (ns since the epoch).
-fn wall_ns(h: &Harness) -> u64 {
-    1_767_225_600_000_000_000 + h.now_ns()
+/// Time as the filter keeps it: the host's monotonic clock (WASI clock 1).
+fn filter_ns(h: &Harness) -> u64 {
+    MONOTONIC_BASE_NS + h.now_ns()
 }
 
 /// Bulkhead slots held process-wide (in flight plus workers' unused reserves, which
 /// go back within a tick), from the key's ledger.
 fn in_flight(h: &Harness, key: &str) -> u64 {
-    find_state(h, "svc", key).map_or(0, |s| s.ledger.in_flight(wall_ns(h), 2000 * 1_000_000))
+    find_state(h, "svc", key).map_or(0, |s| s.ledger.in_flight(filter_ns(h), 2000 * 1_000_000))
 }
 
 /// Bumps the test's marker key (with the CAS rules of either mode) and returns the
@@ -321,7 +321,7 @@ fn open_breaker_replies_say_when_to_retry() {
         refresh(&mut h);
         for ms in [0, 1_300, 2_000] {
             h.run_for(Duration::from_millis(ms));
-            let left = state(&h, "svc").breaker.open_until() - wall_ns(&h);
+            let left = state(&h, "svc").breaker.open_until() - filter_ns(&h);
             for w in 0..4 {
                 let r = h.request(w, Request::get("/api/x"), UpstreamReply::status(200));
                 assert!(short_circuited(&r), "{cas:?}: {r:?}");
@@ -654,7 +654,10 @@ fn healthy_traffic_writes_shared_data_only_on_tick() {
         "writes per healthy request: {per_request}"
     );
     h.run_for(Duration::from_millis(200));
-    assert_eq!(state(&h, "svc").window.counts_at(wall_ns(&h)).success, 424);
+    assert_eq!(
+        state(&h, "svc").window.counts_at(filter_ns(&h)).success,
+        424
+    );
 }
 
 #[test]
@@ -677,7 +680,7 @@ fn tick_timeout_replies_504_and_counts_timeout_once() {
         0,
         "late result discarded"
     );
-    assert_eq!(state(&h, "svc").window.counts_at(wall_ns(&h)).timeout, 1);
+    assert_eq!(state(&h, "svc").window.counts_at(filter_ns(&h)).timeout, 1);
     // Its latency is the 200 ms it was given (found by review: it was left out).
     match h.metric("fusewire.svc.latency_ms") {
         Some(MetricValue::Histogram { count: 1, sum, .. }) => {
@@ -787,7 +790,7 @@ fn corrupt_shared_state_is_logged_and_reset() {
         "{:?}",
         h.logs()
     );
-    assert_eq!(state(&h, "svc").window.counts_at(wall_ns(&h)).failure, 1);
+    assert_eq!(state(&h, "svc").window.counts_at(filter_ns(&h)).failure, 1);
     h.set_shared_data(&slot, Some(b"\xff"), 0);
     let r = h.request(2, Request::get("/api/x"), UpstreamReply::status(200));
     assert!(r.sent_upstream, "garbage never traps");

@@ -1,0 +1,131 @@
+//! Wall-clock steps (NTP correcting a drift, a VM resumed after a migration, an
+//! operator) move nothing in the filter: it keeps time on the host's monotonic clock
+//! (WASI clock 1, Envoy's steady clock), the one timeline of every worker VM. Each
+//! scenario failed when the filter kept time on the wall clock (found by a review of
+//! clock steps): a step back froze breakers and deadlines for its length, a step
+//! forward timed out every call in flight and let the bulkhead exceed its limit.
+//!
+//! Needs the built module (see `tests/host.rs`).
+
+use std::time::Duration;
+
+use fusewire_host_test::*;
+
+mod common;
+
+const HOUR: i64 = 3_600_000_000_000;
+
+/// Opens on 50 % of 20 calls for 5 s, one probe; 1 s deadlines kept by the filter;
+/// a bulkhead of 4 across the workers.
+const CONFIG: &str = r#"{
+  "tick_ms": 100,
+  "shared": {"lease_ttl_ms": 2000, "heartbeat_ms": 500},
+  "policies": [{
+    "name": "svc",
+    "match": {"path_prefix": "/api"},
+    "breaker": {
+      "error_percentage": {"request_volume_threshold": 20, "threshold_percentage": 50},
+      "open": {"sleep_window_ms": 5000},
+      "half_open": {"permitted_probes": 1, "success_threshold": 1}
+    },
+    "bulkhead": {"max_concurrent": 4},
+    "execution": {"timeout_ms": 1000}, "timeout": "tick",
+    "fallback": {"status": 503, "body": "fallback: {reason}"}
+  }]
+}"#;
+
+fn harness() -> Harness {
+    let cfg = common::harness_config(CasMode::Envoy, CONFIG, 15_000);
+    Harness::new(&common::module(), cfg).expect("plugin loads")
+}
+
+fn counter(h: &Harness, name: &str) -> u64 {
+    match h.metric(name) {
+        Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
+        other => panic!("metric {name}: {other:?}"),
+    }
+}
+
+fn tag(r: &StreamRecord) -> Option<String> {
+    r.response_header("x-fusewire")
+}
+
+fn get() -> Request {
+    Request::get("/api/item")
+}
+
+fn ok_after(ms: u64) -> UpstreamReply {
+    UpstreamReply::status(200).after_ms(ms)
+}
+
+fn trip(h: &mut Harness) {
+    for i in 0..20 {
+        h.request(i % 4, get(), UpstreamReply::status(503));
+    }
+    h.run_for(Duration::from_millis(150));
+    assert_eq!(counter(h, "fusewire.svc.opened"), 1);
+}
+
+/// An hour back: the open period still ends 5 s after the trip, and the probe closes
+/// the breaker.
+#[test]
+fn a_step_back_does_not_hold_the_breaker_open() {
+    let mut h = harness();
+    trip(&mut h);
+    h.step_wall_clock(-HOUR);
+    let r = h.request(1, get(), ok_after(10));
+    assert_eq!(
+        tag(&r).as_deref(),
+        Some("short-circuited"),
+        "still open: {r:?}"
+    );
+    h.run_for(Duration::from_millis(5_000));
+    let probe = h.request(2, get(), ok_after(10));
+    assert_eq!(probe.response_status, Some(200), "the probe: {probe:?}");
+    h.run_for(Duration::from_millis(150));
+    assert_eq!(counter(&h, "fusewire.svc.closed"), 1);
+}
+
+/// An hour back: a call past its 1 s deadline still gets the timeout reply at 1 s.
+#[test]
+fn a_step_back_does_not_stop_deadlines() {
+    let mut h = harness();
+    let r = h.request(0, get(), ok_after(10));
+    assert_eq!(r.response_status, Some(200));
+    h.step_wall_clock(-HOUR);
+    let t0 = h.now_ns();
+    let r = h.request(0, get(), ok_after(5_000));
+    assert_eq!(tag(&r).as_deref(), Some("timeout"), "{r:?}");
+    let ms = (r.end_ns - t0) / 1_000_000;
+    assert!((1_000..=1_200).contains(&ms), "answered at {ms} ms");
+}
+
+/// A minute forward with calls in flight: none times out, nothing trips, and the
+/// bulkhead's slots held before the step still count against its limit.
+#[test]
+fn a_step_forward_times_out_nothing_and_keeps_the_bulkhead_limit() {
+    let mut h = harness();
+    let t0 = h.now_ns();
+    let held: Vec<u64> = (0..4)
+        .map(|i| h.submit_at(t0 + i, 0, get(), ok_after(800)))
+        .collect();
+    h.run_for(Duration::from_millis(100));
+    h.step_wall_clock(60 * 1_000_000_000);
+    let refused: Vec<StreamRecord> = (0..4).map(|_| h.request(1, get(), ok_after(10))).collect();
+    for r in &refused {
+        assert_eq!(
+            tag(r).as_deref(),
+            Some("rejected"),
+            "the 4 slots are taken: {r:?}"
+        );
+    }
+    h.run_for(Duration::from_millis(1_000));
+    for id in held {
+        let r = h.record(id).expect("ended");
+        assert_eq!(r.response_status, Some(200), "not timed out: {r:?}");
+    }
+    h.run_for(Duration::from_millis(150));
+    assert_eq!(counter(&h, "fusewire.svc.timeout"), 0);
+    assert_eq!(counter(&h, "fusewire.svc.success"), 4);
+    assert_eq!(counter(&h, "fusewire.svc.opened"), 0);
+}
