@@ -598,4 +598,43 @@ describe('fusewire/redis: RedisStore', () => {
     assert.ok(took < 4_000, `closed in ${took} ms, not at the 5 s bound`);
     store.close();
   });
+
+  test('a step of the wall clock does not make Redis refuse writes as late (found by a review of clock steps: Date.now() an hour back, every write was refused)', async () => {
+    const real = () => Math.floor(performance.timeOrigin + performance.now());
+    let token = 0;
+    let refused = 0;
+    // The CAS script's deadline rule, on a clock that does not step (Redis's).
+    const client = fakeClient((cmd, args) => {
+      if (cmd === 'HMGET') return Promise.resolve([null, null]);
+      const now = real();
+      const deadline = Number(args[6]);
+      if (deadline > 0 && now > deadline) {
+        refused++;
+        return Promise.resolve([3, now]);
+      }
+      return Promise.resolve([0, now, ++token]);
+    });
+    const store = new RedisStore({ client });
+    const b = new CircuitBreaker(async () => 'ok', { name: 'step', shared: { store, flush_ms: 100 } });
+    await warm(b, store);
+    const RealDate = Date;
+    globalThis.Date = class extends RealDate {
+      static now() {
+        return RealDate.now() - 3_600_000;
+      }
+    };
+    try {
+      for (let round = 0; round < 3; round++) {
+        for (let i = 0; i < 10; i++) await b.fire();
+        await sleep(150);
+      }
+    } finally {
+      globalThis.Date = RealDate;
+    }
+    assert.equal(refused, 0);
+    assert.equal(store.stats.refused, 0);
+    assert.ok(store.stats.written >= 3, JSON.stringify(store.stats));
+    b.shutdown();
+    store.close();
+  });
 });

@@ -44,6 +44,7 @@ import { createHash } from 'node:crypto';
 import { AsyncStore, FAIL_REFUSED, type AsyncDone } from './async-store.js';
 import type { CoreSharedConfig } from './config.js';
 import { describe, optionError } from './errors.js';
+import { performance } from './monotonic.js';
 
 /** Status codes a failed Redis op reports to the core (`store` events' `status`). */
 export const FAIL_TIMEOUT = 10;
@@ -201,7 +202,10 @@ export class RedisStore extends AsyncStore {
     reads: 0, writes: 0, written: 0, conflicts: 0, failures: 0, timeouts: 0, late: 0,
     refused: 0, noscript: 0, foreign: 0,
   };
-  // Redis's clock: offset from Date.now() (ms), and how far off it may be.
+  // Redis's clock: its offset from this process's monotonic clock (`performance.now()`,
+  // which wall-clock steps do not move: found by a review of clock steps, a step of
+  // the wall clock made Redis refuse this process's writes as late), in ms, and how
+  // far off it may be.
   private _offset = 0;
   private _offsetErr = Infinity;
   private _offsetAt = 0;
@@ -345,12 +349,12 @@ export class RedisStore extends AsyncStore {
   private _fail(o: Op, e: unknown): void {
     if (!o.settled) {
       this.lastError = errorText(e);
-      this._lastErrorAt = Date.now();
+      this._lastErrorAt = performance.now();
     }
     this._settle(o, 4, -1, undefined, FAIL_ERROR);
   }
 
-  /** When `lastError` was an op's answer (ms since the epoch). */
+  /** When `lastError` was an op's answer (`performance.now()`). */
   private _lastErrorAt = -Infinity;
 
   /**
@@ -359,7 +363,7 @@ export class RedisStore extends AsyncStore {
    * READONLY read as "no answer" after their first `failed` event).
    */
   override _describeStale(): string | undefined {
-    const age = Date.now() - this._lastErrorAt;
+    const age = performance.now() - this._lastErrorAt;
     if (this.lastError === undefined || !(age < 60_000)) return undefined;
     return `Redis's last answer, ${Math.round(age / 1000)} s ago: ${this.lastError}`;
   }
@@ -395,7 +399,7 @@ export class RedisStore extends AsyncStore {
 
   private _write(o: Op, k: string, value: Uint8Array, expect: number): void {
     this._stats.writes++;
-    const sent = Date.now();
+    const sent = performance.now();
     // A deadline on Redis's clock once it is known: the timeout less the clock's
     // uncertainty and a return trip (each about half the best round trip seen), so a
     // write that lands can answer before this process gives up on it. (Half the
@@ -428,7 +432,7 @@ export class RedisStore extends AsyncStore {
       if (!Array.isArray(r) || r.length < 2 || typeof r[0] !== 'number') {
         return this._settle(o, 4, -1, undefined, FAIL_REPLY);
       }
-      this._clock(sent, Date.now(), Number(r[1]));
+      this._clock(sent, performance.now(), Number(r[1]));
       switch (r[0]) {
         case 0: {
           const t = Number(r[2]);
