@@ -134,6 +134,8 @@ pub struct Worker {
     last_metrics: LastMetrics,
     rng: u64,
     owner: Option<u64>,
+    /// [`clock_offset`], once agreed (None: time is the wall clock).
+    clock: Option<u64>,
     key_buf: String,
     /// Per policy: its key, when the key template does not depend on the request.
     static_keys: Vec<Option<KeyId>>,
@@ -183,39 +185,63 @@ impl Default for LastMetrics {
 /// No key ([`KeyId`]s are below 2^53).
 const NO_METRICS: LastMetrics = LastMetrics(u64::MAX, 0);
 
-/// A process-unique id for this VM's ledger entries: the next value of a counter in
-/// shared data (VMs of one Envoy share no randomness: in tests they even share the
-/// clock). Falls back to `rand` if the counter cannot be updated.
-fn owner_id(namespace: &str, rand: u64) -> u64 {
+/// Agrees a number with every VM of the process through shared data at `key`: reads
+/// it and, when `next(read)` is Some, writes that under CAS (again after a conflict).
+/// Returns the number written, or the one read when `next` keeps it; None when the
+/// store cannot be used.
+fn agree(key: &str, next: impl Fn(Option<u64>) -> Option<u64>) -> Option<u64> {
     use fusewire_core::shared::{Expect, Io, Op, OwnedAnswer};
-    let key = format!("{namespace}/owners");
     for _ in 0..16 {
         let read = Io {
             id: fusewire_core::shared::IoId::from_raw(0),
-            key: &key,
+            key,
             op: Op::Read,
         };
-        let (n, expect) = match host::shared_data(&read) {
-            OwnedAnswer::Found(v, t) => {
-                let n = <[u8; 8]>::try_from(v.as_slice()).map_or(0, u64::from_le_bytes);
-                (n, Expect::Token(t))
-            }
-            OwnedAnswer::NotFound => (0, Expect::Absent),
-            _ => break,
+        let (now, expect) = match host::shared_data(&read) {
+            OwnedAnswer::Found(v, t) => (
+                <[u8; 8]>::try_from(v.as_slice())
+                    .ok()
+                    .map(u64::from_le_bytes),
+                Expect::Token(t),
+            ),
+            OwnedAnswer::NotFound => (None, Expect::Absent),
+            _ => return None,
         };
-        let next = (n + 1).to_le_bytes();
+        let Some(want) = next(now) else {
+            return now;
+        };
+        let bytes = want.to_le_bytes();
         let write = Io {
             op: Op::Write {
-                value: &next,
+                value: &bytes,
                 expect,
             },
             ..read
         };
         if let OwnedAnswer::Written(_) = host::shared_data(&write) {
-            return n + 1;
+            return Some(want);
         }
     }
-    rand | 1 << 63
+    None
+}
+
+/// A process-unique id for this VM's ledger entries: the next value of a counter in
+/// shared data (VMs of one Envoy share no randomness: in tests they even share the
+/// clock). Falls back to `rand` if the counter cannot be updated.
+fn owner_id(namespace: &str, rand: u64) -> u64 {
+    agree(&format!("{namespace}/owners"), |n| Some(n.unwrap_or(0) + 1)).unwrap_or(rand | 1 << 63)
+}
+
+/// What every VM of the process adds to the host's monotonic clock to keep time: the
+/// wall clock less the monotonic one when the first VM started, agreed through shared
+/// data. Time then never steps with the wall clock, is one timeline for VMs started
+/// before and after a step, and reads as wall-clock time, as earlier releases (which
+/// kept time on the wall clock) stored it while both run side by side during a config
+/// drain. None without a monotonic clock: time is the wall clock.
+fn clock_offset() -> Option<u64> {
+    let mono = host::monotonic_ns()?;
+    let guess = host::wall_ns().unwrap_or(0).saturating_sub(mono);
+    Some(agree("fusewire/clock", |o| o.is_none().then_some(guess)).unwrap_or(guess))
 }
 
 /// Distinct key names that get their own metrics per policy (Envoy stats are never
@@ -227,17 +253,20 @@ fn metric_cap(policy: &Policy) -> usize {
 impl Worker {
     #[inline(always)]
     fn now(&self) -> Nanos {
-        // Monotonic where the host has one (`host::now_ns`): a wall-clock step would
-        // freeze every breaker and deadline for its length, or time out every call in
-        // flight at once (found by a review of clock steps).
-        host::now_ns().unwrap_or(0)
+        // The monotonic clock where the host has one (see `clock_offset`): on the wall
+        // clock a step back froze every breaker and deadline for its length, a step
+        // forward timed out every call in flight (found by a review of clock steps).
+        match (self.clock, host::monotonic_ns()) {
+            (Some(offset), Some(t)) => t.saturating_add(offset),
+            _ => host::wall_ns().unwrap_or(0),
+        }
     }
 
     #[inline(always)]
     fn rand(&mut self) -> u64 {
         // xorshift64*
         if self.rng == 0 {
-            self.rng = host::now_ns().unwrap_or(0x9E37_79B9_7F4A_7C15) | 1;
+            self.rng = host::wall_ns().unwrap_or(0x9E37_79B9_7F4A_7C15) | 1;
         }
         let mut x = self.rng;
         x ^= x >> 12;
@@ -252,6 +281,9 @@ impl Worker {
     /// matched by name.
     fn configure(&mut self, plugin: Plugin) -> bool {
         self.debug = host::debug_enabled();
+        if self.clock.is_none() {
+            self.clock = clock_offset();
+        }
         let rand = self.rand();
         let same = self
             .engine

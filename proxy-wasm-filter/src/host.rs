@@ -183,18 +183,27 @@ extern "C" {
     fn clock_time_get(id: i32, precision: i64, time: *mut u64) -> i32;
 }
 
-/// The host's time in ns: on `wasm32-wasip1`, WASI's monotonic clock (id 1: in
-/// Envoy its steady clock, one timeline for every VM of the process that wall-clock
-/// steps do not move); elsewhere, or if the host refuses it, the wall clock
-/// (`proxy_get_current_time_nanoseconds`). None if neither answers.
+/// The host's monotonic clock in ns: WASI's clock 1 on `wasm32-wasip1` (in Envoy
+/// its steady clock, one for the whole process, which wall-clock steps do not move);
+/// None elsewhere or if the host refuses it.
 #[inline(always)]
-pub fn now_ns() -> Option<u64> {
-    let mut t = 0u64;
+pub fn monotonic_ns() -> Option<u64> {
     #[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
-    // SAFETY: valid out-pointer.
-    if unsafe { clock_time_get(1, 1, &mut t) } == 0 {
-        return Some(t);
+    {
+        let mut t = 0u64;
+        // SAFETY: valid out-pointer.
+        if unsafe { clock_time_get(1, 1, &mut t) } == 0 {
+            return Some(t);
+        }
     }
+    None
+}
+
+/// The host's wall clock in ns since the epoch (`proxy_get_current_time_nanoseconds`),
+/// or None.
+#[inline(always)]
+pub fn wall_ns() -> Option<u64> {
+    let mut t = 0u64;
     // SAFETY: valid out-pointer.
     let s = unsafe { proxy_get_current_time_nanoseconds(&mut t) };
     (s == OK).then_some(t)
@@ -471,7 +480,8 @@ mod tests {
 
     #[test]
     fn off_wasm_every_call_reports_unimplemented() {
-        assert_eq!(super::now_ns(), None);
+        assert_eq!(super::wall_ns(), None);
+        assert_eq!(super::monotonic_ns(), None);
         assert_eq!(super::plugin_configuration(), Err(super::UNIMPLEMENTED));
         assert_eq!(super::header(0, ":path", <[u8]>::to_vec), None);
     }

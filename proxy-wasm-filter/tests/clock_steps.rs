@@ -9,6 +9,9 @@
 
 use std::time::Duration;
 
+use fusewire_core::shared::codec::{self, Kind};
+use fusewire_core::shared::{slot_index, KeyState, LAYOUT, PROBE_LIMIT};
+use fusewire_core::Phase;
 use fusewire_host_test::*;
 
 mod common;
@@ -37,6 +40,18 @@ const CONFIG: &str = r#"{
 fn harness() -> Harness {
     let cfg = common::harness_config(CasMode::Envoy, CONFIG, 15_000);
     Harness::new(&common::module(), cfg).expect("plugin loads")
+}
+
+/// The stored state of key `svc` (found by probing its slots as the engine does).
+fn stored(h: &Harness) -> KeyState {
+    (0..PROBE_LIMIT)
+        .find_map(|step| {
+            let slot = slot_index("svc", step, 100);
+            let (bytes, _) = h.shared_data(&format!("fusewire/{LAYOUT}/svc/{slot}"))?;
+            let s: KeyState = codec::decode(Kind::KeyState, &bytes).ok()?;
+            (s.name == "svc").then_some(s)
+        })
+        .expect("state written")
 }
 
 fn counter(h: &Harness, name: &str) -> u64 {
@@ -128,4 +143,52 @@ fn a_step_forward_times_out_nothing_and_keeps_the_bulkhead_limit() {
     assert_eq!(counter(&h, "fusewire.svc.timeout"), 0);
     assert_eq!(counter(&h, "fusewire.svc.success"), 4);
     assert_eq!(counter(&h, "fusewire.svc.opened"), 0);
+}
+
+/// VMs started after a step (Envoy makes new ones on a code or VM-config change, or
+/// after a crash) keep the same time as the VMs before it: every VM adds the same
+/// offset to the monotonic clock, agreed through shared data. (Each VM taking its
+/// own offset from the wall clock would put the new VMs an hour behind: the breaker
+/// they share would stay open for them.)
+#[test]
+fn vms_started_after_a_step_keep_the_same_time() {
+    let mut h = harness();
+    trip(&mut h);
+    h.step_wall_clock(-HOUR);
+    let mut plugin = common::harness_config(CasMode::Envoy, CONFIG, 15_000).plugin;
+    plugin.vm_configuration = "fresh VMs".into();
+    assert_eq!(
+        h.reload(&common::module(), plugin).unwrap(),
+        Reload::FreshVms
+    );
+    let r = h.request(1, get(), ok_after(10));
+    assert_eq!(
+        tag(&r).as_deref(),
+        Some("short-circuited"),
+        "still open: {r:?}"
+    );
+    h.run_for(Duration::from_millis(5_000));
+    let probe = h.request(2, get(), ok_after(10));
+    assert_eq!(
+        probe.response_status,
+        Some(200),
+        "the probe, on a new VM: {probe:?}"
+    );
+    h.run_for(Duration::from_millis(150));
+    assert_eq!(stored(&h).breaker.phase(), Phase::Closed);
+}
+
+/// Stored times read as wall-clock times (the monotonic clock plus the agreed offset),
+/// as earlier releases, which kept time on the wall clock, stored them: old and new
+/// code share one timeline while both run during a config drain.
+#[test]
+fn stored_times_read_as_wall_clock_times() {
+    let mut h = harness();
+    trip(&mut h);
+    let wall = VIRTUAL_EPOCH_NS + h.now_ns();
+    let until = stored(&h).breaker.open_until();
+    assert!(
+        (wall + 4_000_000_000..=wall + 5_000_000_000).contains(&until),
+        "open until {until}, wall clock {wall}"
+    );
 }

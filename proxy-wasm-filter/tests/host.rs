@@ -100,9 +100,10 @@ fn state(h: &Harness, key: &str) -> KeyState {
     find_state(h, "svc", key).expect("state written")
 }
 
-/// Time as the filter keeps it: the host's monotonic clock (WASI clock 1).
+/// Time as the filter keeps it: the host's monotonic clock plus the offset to the wall
+/// clock agreed when the first VM started (no step here: the wall clock).
 fn filter_ns(h: &Harness) -> u64 {
-    MONOTONIC_BASE_NS + h.now_ns()
+    VIRTUAL_EPOCH_NS + h.now_ns()
 }
 
 /// Bulkhead slots held process-wide (in flight plus workers' unused reserves, which
