@@ -48,7 +48,7 @@ fn a_writer_a_window_behind_still_counts() {
         let mut h = Host::new(mode, CFG);
         let keys = [h.key(0, "k"), skewed_key(&mut h, 1, -15_000)];
         calls(&mut h, 0, keys[0], 5, Outcome::Success, 0);
-        // Worker 1's clock is 60 s behind (the window is 10 s).
+        // Worker 1's clock is 15 s behind (the window is 10 s).
         calls(&mut h, 1, keys[1], 30, Outcome::Failure, -15_000);
         calls(&mut h, 0, keys[0], 1, Outcome::Success, 0);
         let n = failures(&h, 0, keys[0], h.now);
@@ -66,7 +66,7 @@ fn a_writer_a_window_ahead_leaves_the_others_counting() {
     for mode in [Mode::Shared(Rules::Envoy, 2), Mode::Async(2)] {
         let mut h = Host::new(mode, CFG);
         let keys = [h.key(0, "k"), skewed_key(&mut h, 1, 15_000)];
-        // Worker 1's clock is 60 s ahead: the stored window moves there.
+        // Worker 1's clock is 15 s ahead: the stored window moves there.
         calls(&mut h, 1, keys[1], 5, Outcome::Success, 15_000);
         calls(&mut h, 0, keys[0], 30, Outcome::Failure, 0);
         calls(&mut h, 1, keys[1], 1, Outcome::Success, 15_000);

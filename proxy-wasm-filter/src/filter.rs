@@ -143,6 +143,9 @@ pub struct Worker {
     overflow_told: Vec<bool>,
     /// A request awaiting its body (`admit_after_body`) has had a body callback here.
     bodies_seen: bool,
+    /// While no body has: when the first request began awaiting its body, and its
+    /// policy (the warning below is due 5 s later).
+    awaiting_since: Option<(Nanos, usize)>,
     /// The warning that no body reached the filter has been logged.
     no_body_told: bool,
     /// Some policy keeps collapse stores (their events are drained in `settle`).
@@ -240,9 +243,16 @@ fn owner_id(namespace: &str, rand: u64) -> u64 {
 /// drain. None without a monotonic clock: time is the wall clock.
 fn clock_offset() -> Option<u64> {
     let mono = host::monotonic_ns()?;
-    let guess = host::wall_ns().unwrap_or(0).saturating_sub(mono);
-    Some(agree("fusewire/clock", |o| o.is_none().then_some(guess)).unwrap_or(guess))
+    // Without a wall-clock reading nothing is proposed (a 0 stored would hold every
+    // VM on the since-boot clock): an offset already agreed is taken, else 0 for now.
+    let guess = host::wall_ns().map(|w| w.saturating_sub(mono));
+    let agreed = agree(CLOCK_KEY, |o| o.is_none().then_some(guess).flatten());
+    Some(agreed.or(guess).unwrap_or(0))
 }
+
+/// Where the VMs of a process agree [`clock_offset`] (versioned, as every key whose
+/// meaning old and new code might read differently during a drain).
+const CLOCK_KEY: &str = "fusewire/clock/v1";
 
 /// Distinct key names that get their own metrics per policy (Envoy stats are never
 /// freed): past this, keys share the policy's `~overflow` metrics.
@@ -1015,6 +1025,9 @@ impl Worker {
             // Started once the body is in (`body_arrived`): an upload that stalls
             // holds no slot and no probe. A breaker that refuses now answers now.
             self.calls.insert(ctx, Call::Awaiting { pi, bytes: 0 });
+            if !self.bodies_seen && self.awaiting_since.is_none() {
+                self.awaiting_since = Some((now, pi));
+            }
             return Action::Pause;
         }
         match self.admit(ctx, key, req, lead, now, false) {
@@ -1034,6 +1047,7 @@ impl Worker {
         };
         *bytes = bytes.saturating_add(size as u64);
         self.bodies_seen = true;
+        self.awaiting_since = None;
         let max = self
             .plugin
             .as_ref()
@@ -1051,10 +1065,12 @@ impl Worker {
         self.start(ctx, end, true)
     }
 
-    /// A request of policy `pi` ended awaiting its body, none of which reached the
-    /// filter. Once per worker, unless this worker has seen bodies arrive: without
-    /// `allow_on_headers_stop_iteration` Envoy holds every body back, and every upload
-    /// of the policy hangs until a timeout ends it.
+    /// A request of policy `pi` ended awaiting its body, or has awaited it for 5 s,
+    /// none of it having reached the filter. Once per worker, unless this worker has
+    /// seen bodies arrive: without `allow_on_headers_stop_iteration` Envoy holds every
+    /// body back, and every upload of the policy hangs until a timeout ends it (found
+    /// by review: warned only when the first one ended, at Envoy's 5-minute idle
+    /// timeout).
     fn no_body(&mut self, pi: usize) {
         if self.bodies_seen || self.no_body_told {
             return;
@@ -1064,7 +1080,7 @@ impl Worker {
         host::log(
             Level::Warn,
             &format!(
-                "fusewire: policy {}: admit_after_body: a request ended before its body reached the filter: a client that stalled, or Envoy without allow_on_headers_stop_iteration: true (1.35+), which holds every body back",
+                "fusewire: policy {}: admit_after_body: no request body has reached the filter (a request ended, or waited 5 s, without one): a client that stalled, or Envoy without allow_on_headers_stop_iteration: true (1.35+), which holds every body back",
                 Quoted(name.map_or("?", |p| p.name.as_str()))
             ),
         );
@@ -1486,6 +1502,12 @@ impl Worker {
     fn tick(&mut self) {
         self.debug = host::debug_enabled();
         let now = self.now();
+        if let Some((since, pi)) = self.awaiting_since {
+            if now.saturating_sub(since) >= 5_000_000_000 {
+                self.awaiting_since = None;
+                self.no_body(pi);
+            }
+        }
         for r in &mut self.replays {
             r.tick(now);
         }
@@ -1551,6 +1573,8 @@ fn details(cause: Cause) -> &'static str {
 struct HostView {
     route: Option<Option<String>>,
     cluster: Option<Option<String>>,
+    /// The request's header map, read once by the first `header_all`.
+    headers: Option<Option<Vec<u8>>>,
 }
 
 fn text(b: &[u8]) -> String {
@@ -1562,7 +1586,13 @@ impl RequestView for HostView {
         host::header(host::REQUEST_HEADERS, name, text)
     }
     fn header_all(&mut self, name: &str) -> Option<String> {
-        host::header_values(host::REQUEST_HEADERS, name)
+        let raw = self
+            .headers
+            .get_or_insert_with(|| host::header_map_bytes(host::REQUEST_HEADERS));
+        match raw {
+            Some(raw) => host::values_in(raw, name),
+            None => self.header(name),
+        }
     }
     fn route(&mut self) -> Option<String> {
         self.route

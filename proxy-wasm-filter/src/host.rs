@@ -246,29 +246,33 @@ pub fn header_pairs(map: u32) -> Option<Vec<(String, String)>> {
     .flatten()
 }
 
-/// Every value of header `name` in `map`, in order, joined with `,`; None when absent
-/// or on any host error. Reads the whole map (the ABI hands out first values only).
-pub fn header_values(map: u32, name: &str) -> Option<String> {
-    let mut all: Option<String> = None;
+/// The whole of header map `map` in the proxy-wasm map format (for [`values_in`]),
+/// or None on any host error.
+pub fn header_map_bytes(map: u32) -> Option<Vec<u8>> {
     // SAFETY: valid out-pointers.
     fetch(
         |p, n| unsafe { proxy_get_header_map_pairs(map, p, n) },
-        |raw| {
-            each_pair(raw, |k, v| {
-                if k == name.as_bytes() {
-                    let v = String::from_utf8_lossy(v);
-                    match &mut all {
-                        Some(a) => {
-                            a.push(',');
-                            a.push_str(&v);
-                        }
-                        None => all = Some(v.into_owned()),
-                    }
-                }
-            })
-        },
+        <[u8]>::to_vec,
     )
-    .ok()??;
+    .ok()
+}
+
+/// Every value of header `name` in `raw` (a map in the proxy-wasm format), in order,
+/// joined with `,`; None when absent or the map is malformed.
+pub fn values_in(raw: &[u8], name: &str) -> Option<String> {
+    let mut all: Option<String> = None;
+    each_pair(raw, |k, v| {
+        if k == name.as_bytes() {
+            let v = String::from_utf8_lossy(v);
+            match &mut all {
+                Some(a) => {
+                    a.push(',');
+                    a.push_str(&v);
+                }
+                None => all = Some(v.into_owned()),
+            }
+        }
+    })?;
     all
 }
 
@@ -476,6 +480,20 @@ mod tests {
                 "truncated at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn values_of_a_repeated_header_are_joined_in_order() {
+        let mut raw = Vec::new();
+        super::serialize_map(&[("x-t", "a"), ("y", "1"), ("x-t", "b")], &mut raw);
+        assert_eq!(super::values_in(&raw, "x-t").as_deref(), Some("a,b"));
+        assert_eq!(super::values_in(&raw, "y").as_deref(), Some("1"));
+        assert_eq!(super::values_in(&raw, "z"), None);
+        assert_eq!(
+            super::values_in(&raw[..raw.len() - 1], "x-t"),
+            None,
+            "malformed"
+        );
     }
 
     #[test]
