@@ -153,8 +153,7 @@ fn a_step_forward_times_out_nothing_and_keeps_the_bulkhead_limit() {
 /// after a crash) keep the same time as the VMs before it: every VM adds the same
 /// offset to the monotonic clock, agreed through shared data. (Each VM taking its
 /// own offset from the wall clock would put the new VMs an hour behind: the breaker
-/// they share would stay open for them.)
-/// Both CAS rules: Envoy's lenient one, and Kong's strict one, where the VMs' race to
+/// they share would stay open for them.) Both CAS rules: Envoy's lenient one, and Kong's strict one, where the VMs' race to
 /// write the offset first is a conflict for all but one.
 #[test]
 fn vms_started_after_a_step_keep_the_same_time() {
