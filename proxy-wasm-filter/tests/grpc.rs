@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use fusewire_core::shared::codec::{self, Kind};
-use fusewire_core::shared::{slot_index, KeyState, LAYOUT, PROBE_LIMIT};
 use fusewire_core::Phase;
 use fusewire_host_test::*;
 
 mod common;
+use common::counter;
 
 fn harness_with(json: &str, route_timeout_ms: u64) -> Harness {
     let cfg = common::harness_config(CasMode::Envoy, json, route_timeout_ms);
@@ -46,23 +45,8 @@ fn settle(h: &mut Harness) {
     h.run_for(Duration::from_millis(150));
 }
 
-fn counter(h: &Harness, name: &str) -> u64 {
-    match h.metric(name) {
-        Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
-        other => panic!("metric {name}: {other:?}"),
-    }
-}
-
 fn phase(h: &Harness) -> Phase {
-    (0..PROBE_LIMIT)
-        .find_map(|step| {
-            let slot = slot_index("svc", step, 100);
-            let (bytes, _) = h.shared_data(&format!("fusewire/{LAYOUT}/svc/{slot}"))?;
-            let s: KeyState = codec::decode(Kind::KeyState, &bytes).ok()?;
-            (s.name == "svc").then_some(s)
-        })
-        .map(|s| s.breaker.phase())
-        .unwrap_or(Phase::Closed)
+    common::find_state(h, "svc", "svc").map_or(Phase::Closed, |s| s.breaker.phase())
 }
 
 fn trip(h: &mut Harness) {

@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
-use fusewire_core::shared::codec::{self, Kind};
-use fusewire_core::shared::{slot_index, KeyState, LAYOUT, PROBE_LIMIT};
+use fusewire_core::shared::{KeyState, LAYOUT};
 use fusewire_core::Phase;
 use fusewire_host_test::*;
 
 mod common;
+use common::{counter, find_state};
 
 const BASE: &str = r#"{
   "tick_ms": 100,
@@ -74,26 +74,6 @@ fn fail_20(h: &mut Harness, workers: usize, req: impl Fn(usize) -> Request, repl
     for i in 0..20 {
         h.request(i % workers, req(i), reply.clone());
     }
-}
-
-/// A counter or gauge; a missing metric is a test failure (a misspelt name must not
-/// pass an `== 0` check).
-fn counter(h: &Harness, name: &str) -> u64 {
-    match h.metric(name) {
-        Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
-        other => panic!("metric {name}: {other:?}"),
-    }
-}
-
-/// The stored state of `key` of policy `policy` (max_keys 100): found by probing its
-/// slots as the engine does.
-fn find_state(h: &Harness, policy: &str, key: &str) -> Option<KeyState> {
-    (0..PROBE_LIMIT).find_map(|step| {
-        let slot = slot_index(key, step, 100);
-        let (bytes, _) = h.shared_data(&format!("fusewire/{LAYOUT}/{policy}/{slot}"))?;
-        let s: KeyState = codec::decode(Kind::KeyState, &bytes).ok()?;
-        (s.name == key).then_some(s)
-    })
 }
 
 fn state(h: &Harness, key: &str) -> KeyState {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use fusewire_host_test::*;
 
 mod common;
+use common::counter;
 
 /// One policy: a bulkhead of 2, one probe, opens on 50 % of 20 calls for 5 s.
 /// `ADMIT` is replaced by the option (or nothing).
@@ -50,13 +51,6 @@ fn harness_json(json: &str, stop_iteration: bool) -> Harness {
     let mut cfg = common::harness_config(CasMode::Envoy, json, 15_000);
     cfg.plugin.allow_on_headers_stop_iteration = stop_iteration;
     Harness::new(&common::module(), cfg).expect("plugin loads")
-}
-
-fn counter(h: &Harness, name: &str) -> u64 {
-    match h.metric(name) {
-        Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
-        other => panic!("metric {name}: {other:?}"),
-    }
 }
 
 /// A POST whose body takes `ms` to arrive.

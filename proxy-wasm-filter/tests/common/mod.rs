@@ -1,5 +1,7 @@
 //! What the harness suites share.
 
+use fusewire_core::shared::codec::{self, Kind};
+use fusewire_core::shared::{slot_index, KeyState, LAYOUT, PROBE_LIMIT};
 use fusewire_host_test::*;
 
 /// The harness every suite runs: 4 workers on a virtual clock, the plugin with `json`
@@ -49,4 +51,26 @@ pub fn module() -> WasmModule {
     let p = module_path("wasm32-wasip1");
     WasmModule::from_file(&p)
         .unwrap_or_else(|e| panic!("{p}: {e} — build it with proxy-wasm-filter/build.sh"))
+}
+
+/// A counter or gauge; a missing metric is a test failure (a misspelt name must not
+/// pass an `== 0` check).
+#[allow(dead_code)]
+pub fn counter(h: &Harness, name: &str) -> u64 {
+    match h.metric(name) {
+        Some(MetricValue::Counter { value }) | Some(MetricValue::Gauge { value }) => value,
+        other => panic!("metric {name}: {other:?}"),
+    }
+}
+
+/// The stored state of `key` of policy `policy` (`keys.max_keys` 100), found by
+/// probing its slots as the engine does.
+#[allow(dead_code)]
+pub fn find_state(h: &Harness, policy: &str, key: &str) -> Option<KeyState> {
+    (0..PROBE_LIMIT).find_map(|step| {
+        let slot = slot_index(key, step, 100);
+        let (bytes, _) = h.shared_data(&format!("fusewire/{LAYOUT}/{policy}/{slot}"))?;
+        let s: KeyState = codec::decode(Kind::KeyState, &bytes).ok()?;
+        (s.name == key).then_some(s)
+    })
 }
