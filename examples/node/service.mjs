@@ -123,8 +123,10 @@ const statsTimer = setInterval(() => {
 }, 1_000);
 const stop = Date.now() + RUN_MS;
 // A probe round can still meet the recovered upstream's 2 % errors (3 probes must all
-// succeed) and reopen for 8 s: keep the load on until the breaker has closed, up to 12 s more.
-const hardStop = stop + 12_000;
+// succeed: about 6 % of rounds fail) and reopen for 8 s: keep the load on until the
+// breaker has closed, up to 28 s more — room for four rounds after the recovery (12 s
+// left room for two, and both failed in one CI run: about 1 run in 300).
+const hardStop = stop + 28_000;
 const clients = Array.from({ length: 8 }, async (_, i) => {
   while (Date.now() < stop || (!breaker.closed && Date.now() < hardStop)) {
     await getJSON(servicePort, `/stock/sku-${i}`).catch(() => {});
