@@ -143,12 +143,7 @@ fn trips_at_threshold_and_every_worker_rejects_within_one_refresh() {
         h.request(3, Request::get("/api/x"), UpstreamReply::status(503));
         assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open, "{cas:?}");
         // The log names the figures behind it.
-        let opened: Vec<String> = h
-            .logs()
-            .into_iter()
-            .filter(|l| l.message.contains("OPEN"))
-            .map(|l| l.message)
-            .collect();
+        let opened: Vec<String> = common::logged(&h, "OPEN");
         assert_eq!(
             opened,
             [
@@ -196,12 +191,7 @@ fn a_trip_by_bulkhead_rejections_is_logged_as_one() {
     }
     h.run_for(Duration::from_millis(500));
     assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open);
-    let opened: Vec<String> = h
-        .logs()
-        .into_iter()
-        .filter(|l| l.message.contains("OPEN"))
-        .map(|l| l.message)
-        .collect();
+    let opened: Vec<String> = common::logged(&h, "OPEN");
     assert_eq!(
         opened,
         [
@@ -227,12 +217,7 @@ fn a_slow_call_trip_is_logged_with_its_slow_calls() {
         );
     }
     assert_eq!(state(&h, "svc").breaker.phase(), Phase::Open);
-    let opened: Vec<String> = h
-        .logs()
-        .into_iter()
-        .filter(|l| l.message.contains("OPEN"))
-        .map(|l| l.message)
-        .collect();
+    let opened: Vec<String> = common::logged(&h, "OPEN");
     assert_eq!(
         opened,
         [r#"fusewire: breaker "svc" OPEN (slow_call_rate): 5 slow calls in 5"#]
@@ -2073,12 +2058,7 @@ fn reloads_do_not_reset_the_stats_cap() {
     assert_eq!(named.len(), 3, "two keys and the overflow: {named:?}");
     assert!(named.contains("svc__overflow"), "{named:?}");
     // A full table is logged once per worker and configuration.
-    let full: Vec<String> = h
-        .logs()
-        .into_iter()
-        .filter(|l| l.message.contains("key table full"))
-        .map(|l| l.message)
-        .collect();
+    let full: Vec<String> = common::logged(&h, "key table full");
     assert_eq!(full.len(), 4, "{full:?}");
     assert_eq!(
         full[0],

@@ -234,13 +234,7 @@ fn an_upload_abandoned_before_admission_counts_nowhere() {
 /// Requests without a body are admitted at their headers as before.
 #[test]
 fn without_stop_iteration_uploads_hang_and_the_log_says_why() {
-    let said = |h: &Harness| -> Vec<String> {
-        h.logs()
-            .into_iter()
-            .filter(|l| l.message.contains("allow_on_headers_stop_iteration"))
-            .map(|l| l.message)
-            .collect()
-    };
+    let said = |h: &Harness| common::logged(h, "allow_on_headers_stop_iteration");
     let mut h = harness_with(true, false);
     let get = h.request(0, Request::get("/api/item"), ok());
     assert_eq!(get.response_status, Some(200), "{get:?}");

@@ -74,3 +74,13 @@ pub fn find_state(h: &Harness, policy: &str, key: &str) -> Option<KeyState> {
         (s.name == key).then_some(s)
     })
 }
+
+/// The messages logged so far that contain `part`, in order.
+#[allow(dead_code)]
+pub fn logged(h: &Harness, part: &str) -> Vec<String> {
+    h.logs()
+        .into_iter()
+        .filter(|l| l.message.contains(part))
+        .map(|l| l.message)
+        .collect()
+}
