@@ -16,7 +16,7 @@ import { epoch, fired, now, recheck, ref, TimerSlot, unref, wallNow, type Timer 
 import type { CoreConfig, CoreSharedConfig } from './config.js';
 import type { Emitter, Listener } from './emitter.js';
 import {
-  BAD_REQUEST, CANCELLED, EV_DEQUEUED, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
+  BAD_REQUEST, CANCELLED, EV_DEQUEUED, lost, onLost, tell, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
   RUNNING, S, TIMEOUT, bytes, io, loaded, nextIo, notLoaded, out, putKey, putScratchBytes, w,
 } from './engine.js';
@@ -252,6 +252,11 @@ export function liveBreakers(): AnyBreaker[] {
  * reads its final counts. @internal
  */
 export const reapers: Set<(h: number, ref: Ref) => void> = new Set();
+// Once the instance is lost, what waited on it runs (see `lose`).
+onLost.add(() => {
+  for (const b of liveBreakers()) b._lost();
+});
+
 /** Called when a breaker is created (true) or shut down (false). @internal */
 export const watchers: Set<(b: CircuitBreaker<any, any>, live: boolean) => void> = new Set(); // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -1298,17 +1303,48 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     // Skipped without a listener: `emit` copies its arguments into an array.
     if (listening(this, 'fire')) this._told('fire', args);
-    if (!this._enabled) {
-      try {
-        return Promise.resolve(this._action.apply(context, args as TI));
-      } catch (e) {
-        return Promise.reject(e);
-      }
+    if (!this._enabled || lost) {
+      if (lost) tell();
+      return this._bare(context, args);
     }
     if (signal?.aborted === true) return Promise.reject(signal.reason);
     if (this._cached === 0) return this._protected(context, args, signal, -1);
     return this._fireCached(context, args, signal);
   }
+
+  /** Runs the action unprotected (disabled, or the instance is lost). */
+  private _bare(context: unknown, args: unknown[]): Promise<unknown> {
+    try {
+      return Promise.resolve(this._action.apply(context, args as TI));
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /**
+   * @internal The instance is lost (see `lose`): what waited on it runs now,
+   * unprotected — queued calls, coalescing followers (on their leader's promise), a
+   * collapser's loads; the timer stops (the core has no deadline left to keep).
+   */
+  _lost(): void {
+    this._timer.cancel();
+    this._weakTimers.far.cancel();
+    this._keepAlive(false);
+    for (const c of this._calls.slice()) {
+      if (c === undefined || !c.queued || c.done) continue;
+      c.queued = false;
+      this._exec(c);
+    }
+    for (const waiter of [...this._waits.values()]) {
+      this._take(waiter.id);
+      const flight = this._leading.get(waiter.key);
+      waiter.resolve(flight !== undefined && !flight.gone ? flight.p : this._bare(waiter.context, waiter.args));
+    }
+    this._onLost?.();
+  }
+
+  /** @internal What a collapser on this breaker does once the instance is lost. */
+  _onLost: (() => void) | undefined = undefined;
 
   /**
    * Emits an event of a call the core has not counted yet (`fire`, `cacheMiss`,
@@ -1346,6 +1382,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // A timer armed through fake timers since gone never fires: armed again (found by
     // review: the core took it as armed, and later calls never timed out).
     const r = w.fw_start(h, t) | pre | (this._armEpoch === epoch ? 0 : F_REARM);
+    if (lost) {
+      // Lost just now (see `lose`): this call runs as every later one will.
+      tell();
+      const p = this._bare(context, args);
+      if (lead1 >= 0) this._lead1(lead1, p, key1);
+      return p;
+    }
     const kind = r & KIND_MASK;
     if (kind === RUNNING) {
       const id = out()[0]!;

@@ -9,7 +9,7 @@ import { CircuitBreaker, type Options } from './breaker.js';
 import { ById } from './byid.js';
 import { now } from './clock.js';
 import type { CoreConfig } from './config.js';
-import { F_REARM, K, KIND_MASK, f64s, out, putKey, w } from './engine.js';
+import { F_REARM, K, KIND_MASK, f64s, lost, out, putKey, tell, w } from './engine.js';
 import { describe, optionError } from './errors.js';
 import { tagged } from './key.js';
 import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './options.js';
@@ -156,6 +156,9 @@ export class Collapser<K = unknown, V = unknown, C = K> {
   /** Cache leads in flight by cache key, and those cleared meanwhile (their result is given, then forgotten). */
   private readonly _inflight = new Map<string, number>();
   private readonly _cleared = new Set<number>();
+  /** Loads batched by this wrapper once the instance is lost (see `_lost`), and the batch size. */
+  private _bare: Item<K, V>[] = [];
+  private readonly _max: number;
 
   constructor(batchFn: BatchFn<K, V>, options: CollapserOptions<K, V, C> = {}) {
     if (typeof batchFn !== 'function') {
@@ -176,6 +179,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     // (the core's own check names a u32 for numbers past 2^32).
     const windowMs = int('windowMs', options.windowMs, 0, MAX_MS) ?? 10;
     const maxBatchSize = batchSize(options.maxBatchSize);
+    this._max = maxBatchSize;
     this._cache = bool('cache', options.cache) ?? true;
     const cacheSize = int('cacheSize', options.cacheSize, 1, MAX_CACHE_ENTRIES) ?? 10_000;
     this._keyFn = fn<(key: K) => C>('cacheKeyFn', options.cacheKeyFn);
@@ -220,6 +224,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       throw e;
     }
     this._h = this.breaker._h;
+    this.breaker._onLost = () => this._lost();
     const fallen = this._fallen;
     this.breaker._onFallbackValue = (v) => {
       if (typeof v === 'object' && v !== null) fallen.add(v);
@@ -234,6 +239,10 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       throw new TypeError(`The loader.load() function must be called with a value, but got: ${String(key)}.`);
     }
     if (this.breaker.isShutdown) return Promise.reject(new Error('The collapser has been shut down.'));
+    if (lost) {
+      tell();
+      return new Promise<V>((resolve, reject) => this._batchBare({ key, ck: '', lead: -1, resolve, reject }));
+    }
     const h = this._h;
     const t = now();
     let lead = -1;
@@ -406,6 +415,34 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     // Running batches still answer their loads (and those they kept), as DataLoader's.
     this._leads.clear();
     this.breaker.shutdown();
+  }
+
+  /**
+   * The instance is lost (see `lose` in engine.ts): loads waiting for their batch
+   * window, and those waiting on another load of their key, go now; from here on
+   * loads are batched per tick, uncached.
+   */
+  private _lost(): void {
+    const pending = [...this._items.values()];
+    this._items.clear();
+    for (const wt of [...this._waits.values()]) {
+      this._unwait(wt);
+      const lead = this._inflight.get(wt.ck);
+      const it = lead === undefined ? undefined : this._leads.get(lead);
+      if (it !== undefined) (it.also ??= []).push(wt);
+      else pending.push({ key: wt.key, ck: wt.ck, lead: -1, resolve: wt.resolve, reject: wt.reject });
+    }
+    for (const it of pending) this._batchBare(it);
+  }
+
+  /** Once the instance is lost: `item` joins the batch that runs after this tick's loads. */
+  private _batchBare(item: Item<K, V>): void {
+    if (this._bare.push(item) > 1) return;
+    postPromiseJobs(() => {
+      const all = this._bare;
+      this._bare = [];
+      for (let i = 0; i < all.length; i += this._max) this._run(all.slice(i, i + this._max), undefined);
+    });
   }
 
   private _add(item: Item<K, V>, t: number): void {

@@ -116,7 +116,185 @@ export const S = {
   OPEN_STEP: 50, SLOTS_HELD: 51, KEY_BYTES: 52, KEY_ID: 53, SLOW: 54,
 } as const;
 
+/**
+ * The exports every call goes through: the instance's, guarded (see [`lose`]), or,
+ * once the instance is lost, ones that answer without it.
+ */
 export let w: Exports = undefined as unknown as Exports;
+/** The instance's own exports. */
+let raw: Exports = undefined as unknown as Exports;
+
+/**
+ * Whether the instance is lost: a call into it threw (a trap, or the caller's stack ran
+ * out inside it, which leaves its memory half-updated: found by a review, one
+ * `fire()` at the stack limit left every breaker of the process refusing calls as shut
+ * down, for good). From then on no call reaches it: breakers pass calls through.
+ */
+export let lost = false;
+
+/** What runs (in a microtask, off the stack that failed) once the instance is lost. */
+export const onLost: Set<() => void> = new Set();
+
+/** What the instance threw. */
+let cause: unknown;
+/** Whether the `onLost` handlers are scheduled (it can fail at the stack's end: tried again). */
+let told = false;
+
+/**
+ * The instance threw `e` (its memory may be half-updated): every later call gets the
+ * answers of an instance that holds nothing, and the `onLost` handlers run.
+ * @internal (tests call it to lose the instance at a chosen moment).
+ */
+export function lose(e: unknown): void {
+  if (!lost) {
+    lost = true;
+    w = DEAD;
+    cause = e;
+  }
+  tell();
+}
+
+/**
+ * Schedules the `onLost` handlers, once. Called again by every breaker and collapser
+ * call while lost: where the instance threw at the stack's end, scheduling can throw too.
+ */
+export function tell(): void {
+  if (told || !lost) return;
+  queueMicrotask(() => {
+    const e = cause;
+    const why = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+    console.error(`fusewire: the WebAssembly instance failed (${why}); every breaker of this ` +
+      `${typeof window === 'undefined' ? 'process or thread' : 'page or worker'} now passes calls through unprotected ` +
+      '(no counts, no timeouts, no fallbacks) until it restarts');
+    for (const f of onLost) {
+      try {
+        f();
+      } catch {
+        // One breaker's handler must not keep the others from theirs.
+      }
+    }
+  });
+  told = true;
+}
+
+/** Answers of an instance that holds nothing (see the ABI in lib.rs). */
+const DEAD: Exports = {
+  get memory(): WebAssembly.Memory {
+    return raw.memory;
+  },
+  fw_abi: () => ABI,
+  fw_out: () => 0,
+  fw_table: () => 0,
+  fw_scratch: () => 0,
+  fw_msg: () => 0,
+  fw_msg_len: () => 0,
+  fw_seed: () => {},
+  fw_live: () => 0,
+  fw_memory_limit: () => {},
+  fw_check: () => 0,
+  fw_create: () => -1,
+  fw_free: () => 0,
+  fw_prepare: () => 0,
+  fw_flush: () => 0,
+  fw_start: () => REFUSED,
+  fw_complete: () => 2, // unknown: the call settles with its own outcome, told to no one
+  fw_cancel_ticket: () => 0,
+  fw_poll: () => EV_NONE,
+  fw_next: () => -1,
+  fw_fallback: () => -1,
+  fw_fallback_done: () => 0,
+  fw_record: () => 0,
+  fw_force: () => 0,
+  fw_state: () => 0,
+  fw_snapshot: () => -1,
+  fw_buckets: () => 0,
+  fw_io: () => 0,
+  fw_io_done: () => 0,
+  fw_has_io: () => 0,
+  fw_flushed: () => 1,
+  fw_cache_lookup: () => 0,
+  fw_cache_settle: () => -1,
+  fw_cache_offer: () => -1,
+  fw_cache_cancel: () => 0,
+  fw_cache_invalidate: () => 0,
+  fw_cache_clear: () => 0,
+  fw_cache_poll: () => 0,
+  fw_col_add: () => -1,
+  fw_col_poll: () => -1,
+  fw_col_items: () => 0,
+  fw_col_complete: () => 0,
+  fw_col_fail: () => 0,
+};
+
+type Fn = (...a: number[]) => number;
+
+/**
+ * `f` with a throw taken as the instance lost (then answered as `DEAD` answers): a
+ * trap (`WebAssembly.RuntimeError`) or the stack running out (`RangeError`, Firefox's
+ * `InternalError`), which can happen anywhere inside it. A `TypeError` (an argument
+ * that converts to no number) comes before the instance runs: thrown on.
+ */
+function guard(name: keyof Exports, f: Fn): Fn {
+  const dead = DEAD[name] as unknown as Fn;
+  const guarded: Fn = (a, b, c, d, e, g, i) => {
+    try {
+      return f(a, b, c, d, e, g, i);
+    } catch (x) {
+      // An argument that is no number (a BigInt) fails before the instance runs.
+      if (x instanceof TypeError) throw x;
+      // No call before the state changes: at the stack's end it could throw.
+      lost = true;
+      w = DEAD;
+      cause ??= x;
+      return dead(a, b, c, d, e, g, i);
+    }
+  };
+  // The export's own arity (what a caller, or a test, reads of it).
+  return Object.defineProperty(guarded, 'length', { value: f.length });
+}
+
+/** The instance's exports, each guarded (the call path's own, so each call site stays monomorphic). */
+function guarded(x: Exports): Exports {
+  const g: Record<string, unknown> = {};
+  for (const k of Object.keys(DEAD) as (keyof Exports)[]) {
+    if (k !== 'memory') g[k] = guard(k, x[k] as unknown as Fn);
+  }
+  Object.defineProperty(g, 'memory', { get: () => raw.memory, enumerable: true });
+  g['fw_prepare'] = (h: number, admitting: number, now: number): number => {
+    try {
+      return raw.fw_prepare(h, admitting, now);
+    } catch (e) {
+      if (e instanceof TypeError) throw e;
+      lost = true;
+      w = DEAD;
+      cause ??= e;
+      return 0;
+    }
+  };
+  g['fw_start'] = (h: number, now: number): number => {
+    try {
+      return raw.fw_start(h, now);
+    } catch (e) {
+      if (e instanceof TypeError) throw e;
+      lost = true;
+      w = DEAD;
+      cause ??= e;
+      return REFUSED;
+    }
+  };
+  g['fw_complete'] = (h: number, id: number, outcome: number, now: number): number => {
+    try {
+      return raw.fw_complete(h, id, outcome, now);
+    } catch (e) {
+      if (e instanceof TypeError) throw e;
+      lost = true;
+      w = DEAD;
+      cause ??= e;
+      return 2;
+    }
+  };
+  return g as unknown as Exports;
+}
 let memBuf: ArrayBuffer | undefined;
 let outView: Float64Array = new Float64Array(0);
 let u8: Uint8Array = new Uint8Array(0);
@@ -188,7 +366,8 @@ export function instantiate(module: WebAssembly.Module): void {
   if (ex.fw_abi() !== ABI) {
     throw new Error(`fusewire: the .wasm speaks ABI ${ex.fw_abi()}, this wrapper ABI ${ABI}`);
   }
-  w = ex;
+  raw = ex;
+  w = guarded(ex);
   const seed = new Uint32Array(2);
   const c = (globalThis as { crypto?: { getRandomValues?(a: Uint32Array): Uint32Array } }).crypto;
   try {
@@ -277,6 +456,7 @@ export function putScratch(parts: readonly string[]): number[] {
   let max = 0;
   for (const p of parts) max += p.length * 3;
   const ptr = w.fw_scratch(max);
+  if (lost) return parts.map(() => 0); // nothing reads it
   if (ptr === 0 && max > 0) throw new RangeError('fusewire: input too large');
   const mem = bytes();
   const lens: number[] = [];
@@ -292,6 +472,7 @@ export function putScratch(parts: readonly string[]): number[] {
 /** Copies raw bytes into the scratch buffer. */
 export function putScratchBytes(b: Uint8Array): void {
   const ptr = w.fw_scratch(b.length);
+  if (lost) return; // nothing reads it
   if (ptr === 0 && b.length > 0) throw new RangeError('fusewire: value too large');
   bytes().set(b, ptr);
 }

@@ -7,7 +7,7 @@
  * @internal
  */
 import type { CoreConfig, CoreSharedConfig } from './config.js';
-import { configError, putScratch, w } from './engine.js';
+import { configError, lost, putScratch, w } from './engine.js';
 import { describe, optionError } from './errors.js';
 import { AsyncStore } from './async-store.js';
 
@@ -489,7 +489,7 @@ function derived(config: Obj, paths: Set<string>, warmUp: boolean, from: Map<str
 export function create(parsed: Parsed, name: string, owner: [number, number], now: number): number {
   const [cl, sl, nl, ql] = putScratch([parsed.configJson, parsed.sharedJson, name, parsed.coalesceJson]);
   const h = w.fw_create(cl!, sl!, nl!, ql!, owner[0], owner[1], now);
-  if (h < 0) {
+  if (h < 0 && !lost) {
     const { path, reason } = configError();
     // Not the options' fault: the one wasm instance is full.
     if (path === '' && (reason === 'wasm memory is full' || reason === 'too many breakers alive')) {

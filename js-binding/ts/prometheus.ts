@@ -15,6 +15,9 @@
  * | `in_flight` | gauge | calls holding a slot |
  * | `latency_ms` | gauge, label `quantile` | latency percentiles over the window (p0 … p100) and `mean` |
  *
+ * And two of the process: `<prefix>_breakers` (live breakers) and
+ * `<prefix>_instance_lost` (1 once the wasm instance failed: see `lose` in engine.ts).
+ *
  * With `{ labels: true }` the name moves into a `name` label instead:
  * `<prefix>_<suffix>{name="…", group="…"}` (one metric family per suffix).
  *
@@ -24,7 +27,7 @@
  */
 import { CircuitBreaker, liveBreakers, reapers, watchers, type Ref } from './breaker.js';
 import { now } from './clock.js';
-import { KIND_NAMES, S, out, w } from './engine.js';
+import { KIND_NAMES, S, lost, out, w } from './engine.js';
 import { warn } from './errors.js';
 import { PERCENTILES } from './status.js';
 
@@ -217,6 +220,7 @@ function help(suffix: string): string {
   if (suffix === 'slow_calls') return 'calls in the rolling window at or over slow_call.duration_threshold_ms (the slow_call rule on)';
   if (suffix === 'latency_ms') return 'latency percentiles over the rolling window (ms)';
   if (suffix === 'breakers') return 'live fusewire breakers';
+  if (suffix === 'instance_lost') return '1 once the WebAssembly instance failed: every breaker passes calls through, unprotected, until the process restarts';
   if (suffix === 'shadow_rejections') return 'calls metrics_only would have refused, since the breaker was created';
   return `${suffix} since the breaker was created`;
 }
@@ -312,6 +316,10 @@ export function register(options: PrometheusOptions): () => void {
   // follow, each warned where a name is taken.
   tryMake(false, `${prefix}_breakers`, 'breakers', [], function () {
     this.set?.(liveBreakers().length);
+  });
+  // Alert on it: after it, the breakers' series hold their last values.
+  tryMake(false, `${prefix}_instance_lost`, 'instance_lost', [], function () {
+    this.set?.(lost ? 1 : 0);
   });
   const suffixes = [...COUNTERS, ...GAUGES];
   const labels = options.labels === true;

@@ -1,0 +1,150 @@
+// A lost instance: a call into the wasm instance that throws (a trap, or the caller's
+// stack running out inside it) may leave its memory half-updated, and that instance
+// serves every breaker of the process. Found by a review: one `fire()` at the stack
+// limit left the core's busy flag set, and every breaker of the process refused every
+// call as shut down (ESHUTDOWN), for good. Now the instance is dropped and every
+// breaker passes calls through, and nothing that waited on it hangs. Each case runs
+// in a child process: losing the instance is for the life of a realm.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { test } from 'node:test';
+
+const require = createRequire(import.meta.url);
+const pkgDir = dirname(require.resolve('fusewire/package.json'));
+
+/** Runs `body` (an async function's body, with `fusewire` and `engine` in scope) in a child; returns its JSON result and stderr. */
+function child(body) {
+  const script = `
+    const fusewire = require(${JSON.stringify(join(pkgDir, 'dist', 'index.cjs'))});
+    const engine = require(${JSON.stringify(join(pkgDir, 'dist', 'cjs', 'engine.js'))});
+    const { CircuitBreaker, Collapser } = fusewire;
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    // Exits when done: a clearTimeout that ran out of stack inside Node can leave
+    // Node's count of live timers up, and the process waiting for good.
+    (async () => { ${body} })().then((v) => { console.log(JSON.stringify(v)); process.exit(0); }, (e) => { console.error(e); process.exit(3); });
+  `;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 120_000 });
+  assert.equal(r.status, 0, `child failed (${r.status} ${r.signal ?? ''}):\n${r.stderr}`);
+  return { out: JSON.parse(r.stdout.trim().split('\n').at(-1)), stderr: r.stderr };
+}
+
+test('a fire() at the stack limit loses the instance; every breaker then passes calls through', () => {
+  const { out, stderr } = child(`
+    const b = new CircuitBreaker(async (x) => x, { timeout: 1000 });
+    // A pool of one with a queue: two calls wait for the slot when the instance goes.
+    const slow = new CircuitBreaker((x) => new Promise((r) => setTimeout(() => r(x), 30)),
+      { capacity: 1, fusewire: { bulkhead: { isolation: 'pool', max_queue: 10 } } });
+    const waiting = [slow.fire('a'), slow.fire('b'), slow.fire('c')];
+    // Calls at every depth down to the stack's end: some run out of stack inside the
+    // instance, which is then lost (a few hundred rounds at most: each round ends
+    // somewhere else).
+    function deep() {
+      try { deep(); } catch {}
+      try { b.fire(1).catch(() => {}); } catch {}
+    }
+    let rounds = 0;
+    let broken = false; // before: every call refused as shut down
+    while (!engine.lost && !broken && rounds < 1000) {
+      deep();
+      rounds++;
+      broken = await b.fire(0).then(() => false, (e) => e.code === 'ESHUTDOWN');
+    }
+    const lost = engine.lost;
+    const queued = await Promise.all(waiting);
+    const after = [];
+    for (let i = 0; i < 100; i++) after.push(await b.fire(i));
+    const fresh = new CircuitBreaker(async (x) => x * 2, { errorThresholdPercentage: 10 });
+    const failing = new CircuitBreaker(async () => { throw new Error('down'); }, {});
+    let failures = 0;
+    for (let i = 0; i < 30; i++) await failing.fire().catch((e) => { if (e.message === 'down') failures++; });
+    return { lost, broken, rounds, queued, after: after.reduce((a, v) => a + v, 0), fresh: await fresh.fire(21),
+      failures, opened: failing.opened, code: await slow.fire('d') };
+  `);
+  assert.equal(out.lost, true, `the instance was lost (after ${out.rounds} rounds)`);
+  assert.deepEqual(out.queued, ['a', 'b', 'c'], 'the calls queued in the instance ran');
+  assert.equal(out.after, 4950, 'later calls get their own results (before: ESHUTDOWN)');
+  assert.equal(out.fresh, 42, 'a breaker made after the loss works, unprotected');
+  assert.equal(out.failures, 30, 'failures reach the caller; nothing opens (passed through)');
+  assert.equal(out.opened, false);
+  assert.equal(out.code, 'd');
+  const told = stderr.split('\n').filter((l) => l.includes('fusewire: the WebAssembly instance failed'));
+  assert.equal(told.length, 1, `told once:\n${stderr}`);
+  assert.match(told[0], /RangeError: Maximum call stack size exceeded.*passes calls through unprotected/);
+});
+
+test('what waits on the instance when it is lost settles: calls in flight, queued, coalesced, collapsed', () => {
+  const { out } = child(`
+    const results = {};
+    const track = (name, p) => p.then((v) => { results[name] = v; }, (e) => { results[name] = 'error: ' + e.message; });
+    let ran = 0;
+    const slow = new CircuitBreaker((x) => { ran++; return new Promise((r) => setTimeout(() => r(x), 20)); },
+      { capacity: 1, fusewire: { bulkhead: { isolation: 'pool', max_queue: 10 } } });
+    track('running', slow.fire('r'));
+    track('queued', slow.fire('q'));
+    // Coalescing: one leader, two followers waiting for it.
+    let led = 0;
+    const co = new CircuitBreaker((k) => { led++; return new Promise((r) => setTimeout(() => r('v' + k), 20)); },
+      { coalesce: true });
+    track('leader', co.fire(1));
+    track('follower1', co.fire(1));
+    track('follower2', co.fire(1));
+    // A collapser: two loads waiting for their window, a third joining a load of its key.
+    const batches = [];
+    const col = new Collapser(async (keys) => { batches.push([...keys]); return keys.map((k) => k * 10); }, { windowMs: 50 });
+    track('load1', col.load(1));
+    track('load2', col.load(2));
+    track('load2again', col.load(2));
+    // A call that fails after the loss: its caller gets its error.
+    const failing = new CircuitBreaker(() => new Promise((_, j) => setTimeout(() => j(new Error('late')), 20)),
+      { capacity: 1, fusewire: { bulkhead: { isolation: 'pool', max_queue: 10 } } });
+    track('failInFlight', failing.fire());
+    track('failQueued', failing.fire());
+    engine.lose(new Error('injected'));
+    await sleep(200);
+    // After: a collapser batches per tick (one batch for these three, uncached).
+    track('after1', col.load(3));
+    track('after2', col.load(4));
+    track('after3', col.load(3));
+    await sleep(50);
+    return { results, ran, led, batches, stats: slow.stats.fires };
+  `);
+  assert.deepEqual(out.results, {
+    running: 'r', queued: 'q', leader: 'v1', follower1: 'v1', follower2: 'v1',
+    load1: 10, load2: 20, load2again: 20, failInFlight: 'error: late', failQueued: 'error: late',
+    after1: 30, after2: 40, after3: 30,
+  });
+  assert.equal(out.ran, 2);
+  assert.equal(out.led, 1, 'the followers shared their leader\'s call');
+  assert.deepEqual(out.batches, [[1, 2], [3, 4, 3]], 'the waiting loads went as one batch; later ones batch per tick');
+});
+
+test('a breaker made after the loss, its events, and its getters do not throw; the loss is a metric', () => {
+  const { out } = child(`
+    const client = require(${JSON.stringify(require.resolve('prom-client'))});
+    const { register } = require(${JSON.stringify(join(pkgDir, 'dist', 'prometheus.cjs'))});
+    register({ client });
+    const before = await client.register.getSingleMetricAsString('fusewire_instance_lost');
+    engine.lose(new Error('injected'));
+    await sleep(0);
+    const metric = await client.register.getSingleMetricAsString('fusewire_instance_lost');
+    const b = new CircuitBreaker(async (x) => x, { name: 'after', cache: true, coalesce: true, timeout: 50 });
+    const seen = [];
+    for (const ev of ['fire', 'success', 'failure', 'reject', 'open']) b.on(ev, () => seen.push(ev));
+    const v = await b.fire(7);
+    const hung = new CircuitBreaker(() => new Promise(() => {}), { timeout: 10 });
+    const raced = await Promise.race([hung.fire().then(() => 'settled', () => 'rejected'), sleep(60).then(() => 'still running')]);
+    b.open();
+    const whileOpen = await b.fire(8);
+    return { v, whileOpen, seen, stats: b.stats.fires, json: typeof JSON.stringify(b.toJSON()), status: b.status.window.length >= 0,
+      closed: b.closed, raced, before, metric };
+  `);
+  assert.match(out.before, /^fusewire_instance_lost 0$/m);
+  assert.match(out.metric, /^fusewire_instance_lost 1$/m);
+  assert.equal(out.v, 7);
+  assert.equal(out.whileOpen, 8, 'nothing refuses: the breaker holds no state');
+  assert.deepEqual(out.seen, ['fire', 'fire']);
+  assert.equal(out.stats, 0, 'nothing is counted');
+  assert.equal(out.raced, 'still running', 'no timeouts either (documented)');
+});
