@@ -148,3 +148,58 @@ test('a breaker made after the loss, its events, and its getters do not throw; t
   assert.equal(out.stats, 0, 'nothing is counted');
   assert.equal(out.raced, 'still running', 'no timeouts either (documented)');
 });
+
+// Found by review: lost anywhere but in fire() or load() (a getter at the stack's end),
+// nothing released what waited on the instance until some other fire().
+test('lost in a getter at the stack limit: what waited is released without another call', () => {
+  const { out } = child(`
+    const within = (p, ms) => Promise.race([p.then((v) => v, (e) => 'error: ' + e.message), sleep(ms).then(() => 'HUNG')]);
+    const pool = new CircuitBreaker((x) => new Promise((r) => setTimeout(() => r(x), 30)),
+      { capacity: 1, fusewire: { bulkhead: { isolation: 'pool', max_queue: 10 } } });
+    const running = pool.fire('running');
+    const queued = pool.fire('queued');
+    const co = new CircuitBreaker((k) => new Promise((r) => setTimeout(() => r('v' + k), 30)), { coalesce: true });
+    const leader = co.fire(1);
+    const follower = co.fire(1);
+    const col = new Collapser(async (keys) => keys.map((k) => k * 10), { windowMs: 50 });
+    const load = col.load(1);
+    const probe = new CircuitBreaker(async () => 1);
+    function deep() { try { deep(); } catch {} try { probe.toJSON(); } catch {} }
+    let rounds = 0;
+    while (!engine.lost && rounds < 1000) { deep(); rounds++; }
+    return { lost: engine.lost, got: await Promise.all([within(running, 1000), within(queued, 1000),
+      within(leader, 1000), within(follower, 1000), within(load, 1000)]) };
+  `);
+  assert.equal(out.lost, true);
+  assert.deepEqual(out.got, ['running', 'queued', 'v1', 'v1', 10]);
+});
+
+// Found by review: one breaker's queued call whose action returned a thenable with a
+// throwing `then` stopped the release of every other breaker; calls admitted before
+// the loss never timed out; the exported counters dropped to 0.
+test('after the loss: one bad action does not hold the others, admitted calls keep their timeout, counters stay', () => {
+  const { out } = child(`
+    const within = (p, ms) => Promise.race([p.then((v) => v, (e) => 'error: ' + (e.code ?? e.message)), sleep(ms).then(() => 'HUNG')]);
+    const client = require(${JSON.stringify(require.resolve('prom-client'))});
+    require(${JSON.stringify(join(pkgDir, 'dist', 'prometheus.cjs'))}).register({ client });
+    const pool = { capacity: 1, fusewire: { bulkhead: { isolation: 'pool', max_queue: 10 } } };
+    let n = 0;
+    const a = new CircuitBreaker(() => (n++ === 0 ? new Promise((r) => setTimeout(() => r('a0'), 30))
+      : { then() { throw new Error('bad thenable'); } }), { ...pool, name: 'a' });
+    const b = new CircuitBreaker((x) => new Promise((r) => setTimeout(() => r(x), 30)), pool);
+    const hung = new CircuitBreaker(() => new Promise(() => {}), { timeout: 100, name: 'hung', volumeThreshold: 5 });
+    await hung.fire().catch(() => {});
+    await client.register.metrics(); // a scrape before the loss
+    const a0 = a.fire(); const a1 = a.fire();
+    const b0 = b.fire('b0'); const b1 = b.fire('b1');
+    const h = hung.fire();
+    engine.lose(new Error('injected'));
+    const got = await Promise.all([within(a0, 500), within(a1, 500), within(b0, 500), within(b1, 500), within(h, 500)]);
+    const text = await client.register.metrics();
+    const line = (name) => text.split('\\n').find((l) => l.startsWith(name + ' '));
+    return { got, timeouts: line('fusewire_hung_timeout'), state: line('fusewire_hung_breaker_state') };
+  `);
+  assert.deepEqual(out.got, ['a0', 'error: bad thenable', 'b0', 'b1', 'error: ETIMEDOUT']);
+  assert.equal(out.timeouts, 'fusewire_hung_timeout 1', 'the counter keeps its value at the last scrape');
+  assert.equal(out.state, 'fusewire_hung_breaker_state 0', 'nothing refuses');
+});

@@ -254,7 +254,13 @@ export function liveBreakers(): AnyBreaker[] {
 export const reapers: Set<(h: number, ref: Ref) => void> = new Set();
 // Once the instance is lost, what waited on it runs (see `lose`).
 onLost.add(() => {
-  for (const b of liveBreakers()) b._lost();
+  for (const b of liveBreakers()) {
+    try {
+      b._lost();
+    } catch {
+      // (Each part of `_lost` is guarded; this is for what is not.)
+    }
+  }
 });
 
 /** Called when a breaker is created (true) or shut down (false). @internal */
@@ -1163,9 +1169,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * outlives shutdown, so a hung action still times out (see `_lateTick`). The core is
    * freed; its deadline for a call is when the call got its slot (`t0`) plus the
    * effective `execution.timeout_ms`. One timer, holding the process while such calls
-   * run, as before shutdown.
+   * run, as before shutdown. `run`: the instance is lost (see `_lost`): a queued call
+   * runs now, and then keeps its deadline too.
    */
-  private _adrift(t: number): void {
+  private _adrift(t: number, run = false): void {
     const timeout = this._parsed.timeout;
     const calls = this._calls;
     const late: Call[] = [];
@@ -1176,7 +1183,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (c === undefined) continue;
       left--;
       if (c.done) continue;
-      if (c.queued) {
+      if (c.queued && run) {
+        // The instance is lost: the call runs now, unprotected.
+        c.queued = false;
+        c.t0 = t;
+        this._exec(c);
+        if (!c.done && timeout !== false) late.push(c);
+      } else if (c.queued) {
         c.done = true;
         this._forget(c);
         c.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN'));
@@ -1330,17 +1343,28 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._timer.cancel();
     this._weakTimers.far.cancel();
     this._keepAlive(false);
-    for (const c of this._calls.slice()) {
-      if (c === undefined || !c.queued || c.done) continue;
-      c.queued = false;
-      this._exec(c);
+    // Queued calls run; running calls keep their deadline (as after `shutdown()`).
+    const parts = [
+      () => this._adrift(now(), true),
+      () => {
+        for (const waiter of [...this._waits.values()]) {
+          this._take(waiter.id);
+          const flight = this._leading.get(waiter.key);
+          waiter.resolve(flight !== undefined && !flight.gone ? flight.p : this._bare(waiter.context, waiter.args));
+        }
+      },
+      () => this._onLost?.(),
+    ];
+    // One that throws (a listener of a timed-out call) does not keep the others from running.
+    let error: { e: unknown } | undefined;
+    for (const f of parts) {
+      try {
+        f();
+      } catch (e) {
+        error ??= { e };
+      }
     }
-    for (const waiter of [...this._waits.values()]) {
-      this._take(waiter.id);
-      const flight = this._leading.get(waiter.key);
-      waiter.resolve(flight !== undefined && !flight.gone ? flight.p : this._bare(waiter.context, waiter.args));
-    }
-    this._onLost?.();
+    if (error !== undefined) throw error.e;
   }
 
   /** @internal What a collapser on this breaker does once the instance is lost. */
@@ -1475,7 +1499,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     if (thenable(r)) {
       this._calls[c.id % SLOTS] = c;
-      r.then(c.ok, c.err);
+      try {
+        r.then(c.ok, c.err);
+      } catch (e) {
+        // A thenable whose `then` throws: the call fails with that (as `await` would).
+        this._err(c, e);
+      }
     } else {
       this._ok(c, r);
     }

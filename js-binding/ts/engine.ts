@@ -160,12 +160,27 @@ export function lose(e: unknown): void {
  */
 export function tell(): void {
   if (told || !lost) return;
+  schedule();
+  told = true;
+}
+
+/** `tell`, from a guard: false when scheduling failed (the stack's end), to be tried again. */
+function tryTell(): boolean {
+  try {
+    schedule();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function schedule(): void {
   queueMicrotask(() => {
     const e = cause;
     const why = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
     console.error(`fusewire: the WebAssembly instance failed (${why}); every breaker of this ` +
       `${typeof window === 'undefined' ? 'process or thread' : 'page or worker'} now passes calls through unprotected ` +
-      '(no counts, no timeouts, no fallbacks) until it restarts');
+      '(no counts, no timeouts for new calls, no fallbacks) until it restarts');
     for (const f of onLost) {
       try {
         f();
@@ -174,10 +189,14 @@ export function tell(): void {
       }
     }
   });
-  told = true;
 }
 
-/** Answers of an instance that holds nothing (see the ABI in lib.rs). */
+/**
+ * Answers of an instance that holds nothing (see the ABI in lib.rs). Each also makes
+ * sure the `onLost` handlers are scheduled: where the instance was lost at the stack's
+ * end scheduling could fail, and whatever touches it next (a call settling, a timer,
+ * a getter) tries again.
+ */
 const DEAD: Exports = {
   get memory(): WebAssembly.Memory {
     return raw.memory;
@@ -225,6 +244,14 @@ const DEAD: Exports = {
   fw_col_complete: () => 0,
   fw_col_fail: () => 0,
 };
+for (const k of Object.keys(DEAD) as (keyof Exports)[]) {
+  if (k === 'memory') continue;
+  const f = DEAD[k] as unknown;
+  (DEAD as unknown as Record<string, unknown>)[k] = (...a: number[]) => {
+    if (!told) told = tryTell();
+    return (f as (...a: number[]) => number)(...a);
+  };
+}
 
 type Fn = (...a: number[]) => number;
 
@@ -246,6 +273,11 @@ function guard(name: keyof Exports, f: Fn): Fn {
       lost = true;
       w = DEAD;
       cause ??= x;
+      try {
+        told ||= tryTell();
+      } catch {
+        // At the stack's end: the next answer of `DEAD` tells.
+      }
       return dead(a, b, c, d, e, g, i);
     }
   };
@@ -268,6 +300,11 @@ function guarded(x: Exports): Exports {
       lost = true;
       w = DEAD;
       cause ??= e;
+      try {
+        told ||= tryTell();
+      } catch {
+        // At the stack's end: the next answer of `DEAD` tells.
+      }
       return 0;
     }
   };
@@ -279,6 +316,11 @@ function guarded(x: Exports): Exports {
       lost = true;
       w = DEAD;
       cause ??= e;
+      try {
+        told ||= tryTell();
+      } catch {
+        // At the stack's end: the next answer of `DEAD` tells.
+      }
       return REFUSED;
     }
   };
@@ -290,6 +332,11 @@ function guarded(x: Exports): Exports {
       lost = true;
       w = DEAD;
       cause ??= e;
+      try {
+        told ||= tryTell();
+      } catch {
+        // At the stack's end: the next answer of `DEAD` tells.
+      }
       return 2;
     }
   };

@@ -174,7 +174,10 @@ function cumulative(m: Member, o: Float64Array): number[] {
 
 /** Reads a member's core at `t` (its handle still holds its key). */
 function read(m: Member, t: number): Sample | undefined {
-  if (w.fw_snapshot(m.h, t) !== 0) return undefined;
+  if (w.fw_snapshot(m.h, t) !== 0) {
+    // The instance is lost: the counters stay, and nothing is open or in flight.
+    return lost && m.last !== undefined ? { ...m.last, state: 0, inFlight: 0, slow: 0, latency: {} } : undefined;
+  }
   const o = out();
   const counters: Record<string, number> = {};
   const total = cumulative(m, o);
