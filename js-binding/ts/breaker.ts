@@ -18,7 +18,7 @@ import type { Emitter, Listener } from './emitter.js';
 import {
   BAD_REQUEST, CANCELLED, EV_DEQUEUED, lost, onLost, tell, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
-  RUNNING, S, TIMEOUT, bytes, io, loaded, nextIo, notLoaded, out, putKey, putScratchBytes, w,
+  RUNNING, S, TIMEOUT, bytes, io, loaded, nextIo, notLoaded, out, outView, putKey, putScratchBytes, w,
 } from './engine.js';
 import { brand, describe, isOurError, kindOf, optionError, ourError, warn, type CircuitBreakerError, type Refusal } from './errors.js';
 import { tagged } from './key.js';
@@ -367,6 +367,12 @@ interface Flight {
   gone: boolean;
   /** How the leader's action ended, for `coalesceResetOn` (its fallback may turn a failure into a value). */
   ended?: 'success' | 'error' | 'timeout';
+}
+
+/** The cache leads a `fire()` took that no call owns yet (−1: none). */
+interface Leads {
+  lead0: number;
+  lead1: number;
 }
 
 /** A coalescing follower waiting for its key's leader (`_waits`, by caller id). */
@@ -1402,10 +1408,19 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // (a granted slot's heartbeat) that `start` no longer reports: its REARM is kept
     // (found by a stress test: with `timeout: false` nothing else armed the timer,
     // so held slots were never released or renewed).
-    const pre = this._syncStore ? this._io(w.fw_prepare(h, 1, t), t) & F_REARM : 0;
-    // A timer armed through fake timers since gone never fires: armed again (found by
-    // review: the core took it as armed, and later calls never timed out).
-    const r = w.fw_start(h, t) | pre | (this._armEpoch === epoch ? 0 : F_REARM);
+    let r: number;
+    try {
+      if (this._nStrays !== 0) this._returnStrays(t);
+      const pre = this._syncStore ? this._io(w.fw_prepare(h, 1, t), t) & F_REARM : 0;
+      // A timer armed through fake timers since gone never fires: armed again (found by
+      // review: the core took it as armed, and later calls never timed out).
+      r = w.fw_start(h, t) | pre | (this._armEpoch === epoch ? 0 : F_REARM);
+    } catch (e) {
+      // Before the core decided (the stack's end): the leads it was given go back.
+      if (lead >= 0) this._settleLead(0, lead, false, undefined);
+      if (lead1 >= 0) this._giveUp1(lead1, undefined);
+      throw e;
+    }
     if (lost) {
       // Lost just now (see `lose`): this call runs as every later one will.
       tell();
@@ -1414,25 +1429,29 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       return p;
     }
     const kind = r & KIND_MASK;
-    if (kind === RUNNING) {
-      const id = out()[0]!;
-      if ((r & F_ANY) !== 0) this._after(r, t);
-      return this._run(id, t, context, args, signal, lead, store, lead1, key1);
-    }
-    if (kind === QUEUED) {
-      const id = out()[0]!;
-      if ((r & F_ANY) !== 0) this._after(r, t);
-      const p = new Promise(capture);
-      const c = new Call(this, id, t, context, args, captured.resolve, captured.reject);
-      release();
-      c.queued = true;
-      c.lead = lead;
-      c.store = store;
-      if (lead1 >= 0) c.flight = this._lead1(lead1, p, key1);
-      this._calls[id % SLOTS] = c;
-      this._enter();
-      if (signal !== undefined) this._bind(c, signal, true);
-      return p;
+    if (kind === RUNNING || kind === QUEUED) {
+      // Read without a call where it can be (one can run out of stack here).
+      const o = outView;
+      const id = o.length !== 0 ? o[0]! : out()[0]!;
+      try {
+        if ((r & F_ANY) !== 0) this._after(r, t);
+        // Each returns once the call is made (it owns what the core handed out), or
+        // throws before.
+        return kind === RUNNING
+          ? this._run(id, t, context, args, signal, lead, store, lead1, key1)
+          : this._queue(id, t, context, args, signal, lead, store, lead1, key1);
+      } catch (e) {
+        // A listener of a transition this start told threw (found by review: a
+        // `halfOpen` listener that threw left the probe's slot taken for good), or the
+        // stack ran out (found by a stack-limit fuzzer): the call does not run, and what
+        // the core handed out goes back — noted first, with no call (one could fail).
+        const i = this._nStrays++ & 31;
+        this._strays[i] = kind === QUEUED ? -id - 1 : id;
+        this._strayLeads[2 * i] = lead;
+        this._strayLeads[2 * i + 1] = lead1;
+        this._giveBack(i, t);
+        throw e;
+      }
     }
     if (lead >= 0) this._settleLead(0, lead, false, undefined);
     // A refused call's outcome is its own (opossum's `call()` returns before keeping
@@ -1470,22 +1489,143 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   private _run(id: number, t0: number, context: unknown, args: unknown[], signal: AbortSignal | undefined,
     lead: number, store: ((v: unknown) => void) | undefined, lead1: number, key1: string): Promise<unknown> {
-    const p = new Promise(capture);
-    const c = new Call(this, id, t0, context, args, captured.resolve, captured.reject);
-    release();
-    c.lead = lead;
-    c.store = store;
-    // Before the action runs: one that aborts its own call at once gives the lead up.
-    if (lead1 >= 0) c.flight = this._lead1(lead1, p, key1);
-    this._enter();
-    if (REQUEST_TIMERS) this._ownTimer(c);
+    let p: Promise<unknown> | undefined;
+    let c: Call | undefined;
+    let entered = false;
     try {
+      p = new Promise(capture);
+      c = new Call(this, id, t0, context, args, captured.resolve, captured.reject);
+      release();
+      c.lead = lead;
+      c.store = store;
+      // Before the action runs: one that aborts its own call at once gives the lead up.
+      if (lead1 >= 0) c.flight = this._lead1(lead1, p, key1);
+      this._enter();
+      entered = true;
+      if (REQUEST_TIMERS) this._ownTimer(c);
       if (signal !== undefined) this._bind(c, signal, false);
+    } catch (e) {
+      // The stack ran out before the call was set up (found by a stack-limit fuzzer:
+      // its slot stayed taken for good, every later call refused ESEMLOCKED). With no
+      // call made, `_protected` gives back what the core handed out.
+      if (c === undefined) throw e;
+      this._drop(c, entered);
+      const i = this._nStrays++ & 31;
+      this._strays[i] = id;
+      this._strayLeads[2 * i] = -1; // `c.lead` was settled by `_drop`
+      this._strayLeads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
+      this._giveBack(i, t0);
+      c.reject(e);
+      return p!;
+    }
+    try {
       this._exec(c);
     } catch (e) {
-      this._threw(c, e);
+      // Only at the stack's end (`_exec` settles what the action does): the call
+      // fails with it, and its slot goes back if the core still counts it (the core
+      // ignores an id it no longer holds).
+      const i = this._nStrays++ & 31;
+      this._strays[i] = id;
+      this._strayLeads[2 * i] = -1;
+      this._strayLeads[2 * i + 1] = -1;
+      if (!c.done) this._drop(c, true);
+      this._giveBack(i, t0);
+      c.reject(e);
     }
     return p;
+  }
+
+  /** A call the core queued: it waits for its turn (see `_drain`), or for its signal. */
+  private _queue(id: number, t: number, context: unknown, args: unknown[], signal: AbortSignal | undefined,
+    lead: number, store: ((v: unknown) => void) | undefined, lead1: number, key1: string): Promise<unknown> {
+    let p: Promise<unknown> | undefined;
+    let c: Call | undefined;
+    let entered = false;
+    try {
+      p = new Promise(capture);
+      c = new Call(this, id, t, context, args, captured.resolve, captured.reject);
+      release();
+      c.queued = true;
+      c.lead = lead;
+      c.store = store;
+      if (lead1 >= 0) c.flight = this._lead1(lead1, p, key1);
+      this._enter();
+      entered = true;
+      this._calls[id % SLOTS] = c;
+      if (signal !== undefined) this._bind(c, signal, true);
+    } catch (e) {
+      if (c === undefined) throw e;
+      this._drop(c, entered);
+      const i = this._nStrays++ & 31;
+      this._strays[i] = -id - 1;
+      this._strayLeads[2 * i] = -1;
+      this._strayLeads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
+      this._giveBack(i, t);
+      c.reject(e);
+      return p!;
+    }
+    return p;
+  }
+
+  /**
+   * What the core handed out for a call whose setup threw (a listener, the stack's
+   * end) goes back: the catch notes it in `_strays` (typed-array stores call nothing,
+   * so they work where the stack has run out), then tries `_giveBack`; what that cannot
+   * do the next call or tick does. Its slot or queue place counts nowhere (the core
+   * ignores an id it no longer holds), its cache lead fails, its coalescing lead passes on.
+   */
+  private readonly _strays = new Float64Array(32).fill(NaN);
+  /** The cache and coalescing leads of each stray (−1: none). */
+  private readonly _strayLeads = new Float64Array(64);
+  private _nStrays = 0;
+
+  /** Gives back stray `i` now, if it can (see `_strays`). */
+  private _giveBack(i: number, t: number): void {
+    try {
+      const v = this._strays[i]!;
+      if (v !== v) return;
+      const queued = v < 0;
+      const id = queued ? -v - 1 : v;
+      const r = this._shutdown ? 0 : queued ? w.fw_cancel_ticket(this._h, id, t) : w.fw_complete(this._h, id, CANCELLED, t);
+      this._strays[i] = NaN;
+      const lead = this._strayLeads[2 * i]!;
+      const lead1 = this._strayLeads[2 * i + 1]!;
+      this._strayLeads[2 * i] = this._strayLeads[2 * i + 1] = -1;
+      if (lead >= 0) this._settleLead(0, lead, false, undefined);
+      if (lead1 >= 0) this._giveUp1(lead1, undefined);
+      if (r > 0 && (r & F_ANY) !== 0) this._after(r, t);
+    } catch {
+      // At the stack's end: left to the next call or tick.
+    }
+  }
+
+  /** Gives back every stray left (see `_strays`). */
+  private _returnStrays(t: number): void {
+    const n = Math.min(this._nStrays, 32);
+    let left = false;
+    for (let i = 0; i < n; i++) {
+      this._giveBack(i, t);
+      if (this._strays[i] === this._strays[i]) left = true;
+    }
+    // (Strays noted meanwhile, past `n`, wait for the next turn.)
+    if (!left && this._nStrays === n) this._nStrays = 0;
+  }
+
+  /** Takes call `c`, whose setup or settling threw, out of the breaker's books. */
+  private _drop(c: Call, entered: boolean): void {
+    try {
+      c.done = true;
+      const lead = c.lead;
+      c.lead = -1;
+      const i = c.id % SLOTS;
+      if (this._calls[i] === c) this._calls[i] = undefined;
+      if (c.timer !== undefined) globalThis.clearTimeout(c.timer as never);
+      if (c.signal !== undefined && c.onAbort !== undefined) c.signal.removeEventListener('abort', c.onAbort);
+      if (entered && --this._busy === 0 && this._hold) this._refHold();
+      if (lead >= 0) this._settleLead(0, lead, false, undefined);
+    } catch {
+      // At the stack's end: what is left of it stays.
+    }
   }
 
   /** Runs the action of an admitted call. */
@@ -1695,10 +1835,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         immediates && typeof globalThis.setImmediate === 'function') {
       try {
         this._immediate = globalThis.setImmediate(this._check);
-      } catch {
+      } catch (e) {
         // One that throws (Next.js's Edge runtime defines Node's APIs to throw: found
-        // by review, a breaker's first call threw): none, as in a browser.
-        immediates = false;
+        // by review, a breaker's first call threw): none, as in a browser. (The stack
+        // running out says nothing about it.)
+        if (!(e instanceof RangeError)) immediates = false;
         return;
       }
       this._checking = true;
@@ -2163,7 +2304,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** (Re)arms the one timer at the core's next deadline. */
   private _arm(t: number): void {
-    this._armEpoch = epoch;
+    // Taken as armed once it is (found by a stack-limit fuzzer: set first, a throw
+    // before the timer existed left the core's deadlines without one for good).
+    this._armEpoch = -1;
     this._timer.cancel();
     this._weakTimers.far.cancel();
     // The snapshot timer, armed through fake timers since gone, is armed again.
@@ -2173,7 +2316,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     if (this._shutdown) return;
     const d = w.fw_next(this._h);
-    if (d < 0) return;
+    if (d < 0) {
+      this._armEpoch = epoch;
+      return;
+    }
     this._due = d;
     const delay = d - t;
     // Where the clock is when the timer fires (`fired`: Jest's legacy timers).
@@ -2190,16 +2336,18 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         far.timer = undefined;
         self.deref()?._onTimer();
       }, delay, false);
+      this._armEpoch = epoch;
       return;
     }
     this._timer.arm(this._onTimer, delay, this._hold);
     // Refused (workerd outside a request): the next call arms it.
-    if (this._timer.timer === undefined) this._armEpoch = -1;
+    if (this._timer.timer !== undefined) this._armEpoch = epoch;
   }
 
   private _tick(): void {
     this._timer.timer = undefined;
     if (this._shutdown) return;
+    if (this._nStrays !== 0) this._returnStrays(now());
     // The deadline it was armed for has come, whatever a clock of coarser resolution
     // reads (Node fires timers up to 1 ms early); a timer firing far earlier (a busy
     // event loop, or faked timers the clock does not follow yet: looked for again)
@@ -2378,6 +2526,21 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   private _fireCached(context: unknown, args: unknown[], signal: AbortSignal | undefined): Promise<unknown> {
+    const got: Leads = { lead0: -1, lead1: -1 };
+    try {
+      return this._lookUp(context, args, signal, got);
+    } catch (e) {
+      // A `cacheMiss` / `coalesceCacheMiss` listener threw, or the stack ran out, with
+      // a lead taken and no call to settle it (found by review: that key's later calls
+      // waited on it for good): the leads go back.
+      if (got.lead0 >= 0) this._settleLead(0, got.lead0, false, undefined);
+      if (got.lead1 >= 0) this._giveUp1(got.lead1, undefined);
+      throw e;
+    }
+  }
+
+  /** `got`: the leads taken that no call owns yet (`_protected` takes them over). */
+  private _lookUp(context: unknown, args: unknown[], signal: AbortSignal | undefined, got: Leads): Promise<unknown> {
     // opossum keeps what `cacheGetKey` returns as a Map key: a custom transport gets it
     // as it is; the core's index gets it tagged by type (1 and '1' are two keys).
     const own = this.options.cacheGetKey;
@@ -2434,7 +2597,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           }
         }
         // Read before the event: a listener calling into any breaker reuses `out`.
-        if (kind === 2) lead0 = out()[0]!;
+        if (kind === 2) got.lead0 = lead0 = out()[0]!;
         // Another call of this key is running (no lead): a success still fills the
         // key, as every success does in opossum (unless one arrived first).
         else if (kind === 4) store = (v) => this._offer(key, v);
@@ -2447,6 +2610,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const r = w.fw_cache_lookup(h, 1, putKey(key), t);
       const kind = r & KIND_MASK;
       const id = out()[0]!;
+      if (kind === 2) got.lead1 = id;
       if (kind === 1 && this._payloads[1].has(id)) {
         w.fw_record(h, K.COLLAPSED, 1, t);
         this._emitOwn('coalesceCacheHit');
@@ -2466,10 +2630,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       }
       countPerBucket(this, COALESCE_MISSES, t);
       this._told('coalesceCacheMiss');
-      p = kind === 2
-        ? this._protected(context, args, signal, lead0, store, id, key)
+      const lead1 = got.lead1;
+      got.lead0 = got.lead1 = -1; // `_protected`'s from here
+      p = lead1 >= 0
+        ? this._protected(context, args, signal, lead0, store, lead1, key)
         : this._protected(context, args, signal, lead0, store);
     } else {
+      got.lead0 = -1;
       p = this._protected(context, args, signal, lead0, store);
     }
     return p;

@@ -74,8 +74,10 @@ function postPromiseJobs(f: () => void): void {
     void Promise.resolve().then(() => {
       try {
         tick(f);
-      } catch {
-        ticks = false;
+      } catch (e) {
+        // One that throws is taken as unusable (Next.js's Edge runtime); the stack
+        // running out says nothing about it.
+        if (!(e instanceof RangeError)) ticks = false;
         postPromiseJobs(f);
       }
     });
@@ -85,8 +87,8 @@ function postPromiseJobs(f: () => void): void {
     try {
       globalThis.setImmediate(f);
       return;
-    } catch {
-      immediates = false;
+    } catch (e) {
+      if (!(e instanceof RangeError)) immediates = false;
     }
   }
   setTimeout(f);
@@ -268,7 +270,31 @@ export class Collapser<K = unknown, V = unknown, C = K> {
         lead = id;
       }
     }
-    return new Promise<V>((resolve, reject) => this._add({ key, ck, lead, resolve, reject }, t));
+    let p: Promise<V> | undefined;
+    let queued = false;
+    try {
+      p = new Promise<V>((resolve, reject) => {
+        this._add({ key, ck, lead, resolve, reject }, t);
+        queued = true;
+      });
+    } finally {
+      // Not queued (the stack ran out: found by a stack-limit fuzzer, the key then
+      // stayed "loading" for good): its lead goes back; the load fails with the error.
+      if (!queued && lead >= 0) this._giveUp(ck, lead, t);
+    }
+    return p;
+  }
+
+  /** A lead taken for a load that was not queued: it fails, as its load does. */
+  private _giveUp(ck: string, lead: number, t: number): void {
+    try {
+      if (this._inflight.get(ck) === lead) this._inflight.delete(ck);
+      this._leads.delete(lead);
+      w.fw_cache_cancel(this._h, 0, lead, 1, t);
+      this._events(t);
+    } catch {
+      // At the stack's end again.
+    }
   }
 
   /**

@@ -343,7 +343,8 @@ function guarded(x: Exports): Exports {
   return g as unknown as Exports;
 }
 let memBuf: ArrayBuffer | undefined;
-let outView: Float64Array = new Float64Array(0);
+/** The `f64` result area as last viewed (empty once memory grew: then `out()`). @internal */
+export let outView: Float64Array = new Float64Array(0);
 let u8: Uint8Array = new Uint8Array(0);
 let f64: Float64Array = new Float64Array(0);
 const encoder = new TextEncoder();

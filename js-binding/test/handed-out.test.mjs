@@ -1,0 +1,131 @@
+// What the core hands out for a call — a bulkhead slot, a queue place, a cache or
+// coalescing lead — goes back when the wrapper's code between the hand-out and the
+// call taking it over throws: a listener of an event told there, a `then` that throws,
+// or the stack running out (the instance itself not lost). Found by review and by a
+// stack-limit fuzzer: each left a slot taken or a key "loading" for good.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { test } from 'node:test';
+
+import { CircuitBreaker } from 'fusewire';
+
+import { sleep } from './helpers.mjs';
+
+const require = createRequire(import.meta.url);
+const pkgDir = dirname(require.resolve('fusewire/package.json'));
+
+const within = (p, ms) => Promise.race([p.then((v) => v, (e) => `error: ${e.code ?? e.message}`), sleep(ms).then(() => 'HUNG')]);
+
+test('a halfOpen listener that throws inside fire() does not keep the probe\'s slot', async () => {
+  let fail = true;
+  const b = new CircuitBreaker(async () => {
+    if (fail) throw new Error('down');
+    return 'ok';
+  }, { resetTimeout: 50, timeout: false, capacity: 1 });
+  await b.fire().catch(() => {});
+  assert.equal(b.opened, true);
+  fail = false;
+  let told = 0;
+  b.on('halfOpen', () => {
+    told++;
+    throw new Error('listener');
+  });
+  // Busy past resetTimeout: the timer cannot run, so fire() finds the transition.
+  const until = Date.now() + 80;
+  while (Date.now() < until) { /* spin */ }
+  assert.throws(() => b.fire(), /listener/, 'the listener\'s error comes out of fire(), as from opossum\'s emit');
+  assert.equal(told, 1);
+  // Before: the probe's slot stayed taken, and every later call was refused for good.
+  assert.equal(await within(b.fire(), 500), 'ok');
+  assert.equal(b.closed, true);
+});
+
+test('a coalesceCacheMiss or cacheMiss listener that throws does not leave its key waiting', async () => {
+  for (const [options, event] of [[{ coalesce: true }, 'coalesceCacheMiss'], [{ cache: true }, 'cacheMiss'],
+    [{ cache: true, coalesce: true }, 'cacheMiss'], [{ cache: true, coalesce: true }, 'coalesceCacheMiss']]) {
+    let runs = 0;
+    const b = new CircuitBreaker(async (k) => {
+      runs++;
+      return `v${k}`;
+    }, options);
+    let once = true;
+    b.on(event, () => {
+      if (once) {
+        once = false;
+        throw new Error('listener');
+      }
+    });
+    assert.throws(() => b.fire(1), /listener/);
+    // Before: the key's lead was never settled, and every later call of it waited on it.
+    assert.equal(await within(b.fire(1), 500), 'v1', `${event} with ${JSON.stringify(options)}`);
+    assert.equal(await within(b.fire(1), 500), 'v1');
+    assert.ok(runs >= 1);
+    b.shutdown();
+  }
+});
+
+test('an action returning a thenable whose then throws fails its call and frees its slot', async () => {
+  let n = 0;
+  const b = new CircuitBreaker(() => (n++ === 0 ? { then() { throw new Error('bad then'); } } : 'ok'),
+    { capacity: 1, timeout: false, volumeThreshold: 10 });
+  assert.equal(await within(b.fire(), 500), 'error: bad then');
+  assert.equal(await within(b.fire(), 500), 'ok', 'the slot is free again');
+  assert.equal(b.stats.failures, 1);
+});
+
+/** Runs `body` in a child (calls at the stack's end can lose the instance: then it says so). */
+function child(body) {
+  const script = `
+    const fusewire = require(${JSON.stringify(join(pkgDir, 'dist', 'index.cjs'))});
+    const engine = require(${JSON.stringify(join(pkgDir, 'dist', 'cjs', 'engine.js'))});
+    const { CircuitBreaker, Collapser } = fusewire;
+    const settle = (p, ms) => Promise.race([p.then((v) => v, (e) => 'error: ' + (e.code ?? e.message)),
+      new Promise((r) => { const t0 = Date.now(); const spin = () => (Date.now() - t0 > ms ? r('HUNG') : setImmediate(spin)); spin(); })]);
+    (async () => { ${body} })().then((v) => { console.log(JSON.stringify(v)); process.exit(0); }, (e) => { console.error(e); process.exit(3); });
+  `;
+  // (The checks wait with setImmediate: Node's own timer lists can be left broken by a
+  // setTimeout that ran out of stack inside Node.)
+  for (let attempt = 0; attempt < 8; attempt++) {
+    const r = spawnSync(process.execPath, ['--unhandled-rejections=warn', '-e', script], { encoding: 'utf8', timeout: 120_000 });
+    assert.equal(r.status, 0, `child failed (${r.status} ${r.signal ?? ''}):\n${r.stderr.slice(-3000)}`);
+    const out = JSON.parse(r.stdout.trim().split('\n').at(-1));
+    if (!out.lost) return out;
+  }
+  assert.fail('every attempt lost the instance (covered by lost.test.mjs)');
+}
+
+test('fire() at every depth down to the stack limit leaves no slot taken', () => {
+  const out = child(`
+    const b = new CircuitBreaker((x) => x, { capacity: 2, timeout: false, volumeThreshold: 1e9 });
+    function deep() { try { deep(); } catch {} try { b.fire(1).catch(() => {}); } catch {} }
+    deep();
+    await new Promise((r) => setImmediate(r));
+    const lost = engine.lost;
+    const got = [];
+    for (let i = 0; i < 3; i++) got.push(await settle(b.fire('hello'), 1000));
+    return { lost, got, inFlight: b.status.stats.semaphoreRejections >= 0 && b.semaphore.count };
+  `);
+  // Before: the core kept 2 slots in flight for good; every call was refused ESEMLOCKED.
+  assert.deepEqual(out.got, ['hello', 'hello', 'hello']);
+  assert.equal(out.inFlight, 2, 'both slots free');
+});
+
+test('Collapser loads at every depth down to the stack limit leave no key loading', () => {
+  const out = child(`
+    // windowMs 0 (the batch goes after the tick): a window timer armed as the stack ran
+    // out can sit in a timer list Node itself left broken, which no code of ours mends.
+    const c = new Collapser(async (keys) => keys.map((k) => k * 10), { windowMs: 0 });
+    let i = 0;
+    function deep() { try { deep(); } catch {} try { c.load(i++ % 20).catch(() => {}); } catch {} }
+    deep();
+    const lost = engine.lost;
+    await new Promise((r) => setImmediate(r));
+    const got = [];
+    for (let k = 0; k < 20; k++) got.push(await settle(c.load(k), 1000));
+    return { lost, got };
+  `);
+  // Before: some keys stayed "loading" for good, even after clearAll().
+  assert.deepEqual(out.got, Array.from({ length: 20 }, (_, k) => k * 10));
+});
