@@ -129,3 +129,58 @@ test('Collapser loads at every depth down to the stack limit leave no key loadin
   // Before: some keys stayed "loading" for good, even after clearAll().
   assert.deepEqual(out.got, Array.from({ length: 20 }, (_, k) => k * 10));
 });
+
+// Found by review: a queue place given back later (the stack's end) after the core had
+// given it its turn was given back as a ticket only, and its slot stayed taken.
+test('a queue place given back after its turn came frees the slot it became', async () => {
+  const engine = require(join(pkgDir, 'dist', 'cjs', 'engine.js'));
+  let release;
+  const b = new CircuitBreaker((x) => (x === 'slow' ? new Promise((r) => { release = () => r(x); }) : Promise.resolve(x)), {
+    timeout: false, volumeThreshold: 1e9,
+    fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 5, queue_rejection_threshold: 5, max_wait_ms: 60000 } },
+  });
+  const slow = b.fire('slow');
+  const w = engine.w;
+  const cancel = w.fw_cancel_ticket;
+  let stackEnd = true;
+  // The stack's end at one point: the first give-back's call into the instance.
+  w.fw_cancel_ticket = (...a) => {
+    if (stackEnd) {
+      stackEnd = false;
+      throw new RangeError('Maximum call stack size exceeded');
+    }
+    return cancel(...a);
+  };
+  try {
+    // A signal whose addEventListener throws: the queued call's setup fails.
+    const bad = { addEventListener() { throw new RangeError('Maximum call stack size exceeded'); }, removeEventListener() {}, aborted: false };
+    assert.match(await within(b.fireWithSignal(bad, 'q'), 200), /Maximum call stack/);
+    release();
+    assert.equal(await within(slow, 200), 'slow');
+    const got = [];
+    for (let i = 0; i < 3; i++) got.push(await within(b.fire(`x${i}`), 300));
+    assert.deepEqual(got, ['x0', 'x1', 'x2']);
+  } finally {
+    w.fw_cancel_ticket = cancel;
+    b.shutdown();
+  }
+});
+
+// Found by review: past 32 noted at once, the count of noted hand-backs never reset.
+test('more than 32 hand-backs at once are all given back, and the count resets', () => {
+  const b = new CircuitBreaker((x) => x, { timeout: false, volumeThreshold: 1e9 });
+  let depth = 0;
+  const bad = {
+    aborted: false,
+    removeEventListener() {},
+    addEventListener() {
+      if (depth++ < 39) b.fireWithSignal(bad, 'nested').catch(() => {});
+      throw new Error('addEventListener');
+    },
+  };
+  b.fireWithSignal(bad, 'outer').catch(() => {});
+  b.fire(1);
+  assert.equal(b._nStrays, 0);
+  assert.equal(Array.from(b._strays).filter((v) => v === v).length, 0, 'none left');
+  b.shutdown();
+});

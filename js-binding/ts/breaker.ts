@@ -424,6 +424,22 @@ class Call {
 }
 
 /**
+ * Rejects call `c` with `e`, later where the stack has run out (a throw from here would
+ * reach `_protected`, which would give back what the call still owns).
+ */
+function reject(c: Call, e: unknown): void {
+  try {
+    c.reject(e);
+  } catch {
+    try {
+      queueMicrotask(() => c.reject(e));
+    } catch {
+      // Nothing left to do it with.
+    }
+  }
+}
+
+/**
  * A call's arguments as its fallback gets them: with `fireWithSignal`, the caller's
  * signal last, not the call's own, which ends with the call (found by review: after a
  * timeout, a fallback fetching with the signal it was given was aborted at once).
@@ -1515,7 +1531,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._strayLeads[2 * i] = -1; // `c.lead` was settled by `_drop`
       this._strayLeads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
       this._giveBack(i, t0);
-      c.reject(e);
+      reject(c, e);
       return p!;
     }
     try {
@@ -1530,7 +1546,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._strayLeads[2 * i + 1] = -1;
       if (!c.done) this._drop(c, true);
       this._giveBack(i, t0);
-      c.reject(e);
+      reject(c, e);
     }
     return p;
   }
@@ -1561,7 +1577,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._strayLeads[2 * i] = -1;
       this._strayLeads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
       this._giveBack(i, t);
-      c.reject(e);
+      reject(c, e);
       return p!;
     }
     return p;
@@ -1586,7 +1602,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (v !== v) return;
       const queued = v < 0;
       const id = queued ? -v - 1 : v;
-      const r = this._shutdown ? 0 : queued ? w.fw_cancel_ticket(this._h, id, t) : w.fw_complete(this._h, id, CANCELLED, t);
+      let r = this._shutdown ? 0 : queued ? w.fw_cancel_ticket(this._h, id, t) : w.fw_complete(this._h, id, CANCELLED, t);
+      // A queue place given its turn since is a slot under the same id (found by
+      // review: given back as a ticket only, it stayed taken for good).
+      if (queued && !this._shutdown && r >= 0 && (r & 1) === 0) r |= w.fw_complete(this._h, id, CANCELLED, t) & ~3;
       this._strays[i] = NaN;
       const lead = this._strayLeads[2 * i]!;
       const lead1 = this._strayLeads[2 * i + 1]!;
@@ -1601,14 +1620,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** Gives back every stray left (see `_strays`). */
   private _returnStrays(t: number): void {
-    const n = Math.min(this._nStrays, 32);
+    const noted = this._nStrays;
     let left = false;
-    for (let i = 0; i < n; i++) {
+    for (let i = 0; i < 32; i++) {
       this._giveBack(i, t);
       if (this._strays[i] === this._strays[i]) left = true;
     }
-    // (Strays noted meanwhile, past `n`, wait for the next turn.)
-    if (!left && this._nStrays === n) this._nStrays = 0;
+    // (Strays noted meanwhile wait for the next turn.)
+    if (!left && this._nStrays === noted) this._nStrays = 0;
   }
 
   /** Takes call `c`, whose setup or settling threw, out of the breaker's books. */
@@ -2597,7 +2616,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           }
         }
         // Read before the event: a listener calling into any breaker reuses `out`.
-        if (kind === 2) got.lead0 = lead0 = out()[0]!;
+        // (Without a call where it can be: one can run out of stack.)
+        if (kind === 2) got.lead0 = lead0 = (outView.length !== 0 ? outView : out())[0]!;
         // Another call of this key is running (no lead): a success still fills the
         // key, as every success does in opossum (unless one arrived first).
         else if (kind === 4) store = (v) => this._offer(key, v);
@@ -2609,7 +2629,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if ((this._cached & 2) !== 0) {
       const r = w.fw_cache_lookup(h, 1, putKey(key), t);
       const kind = r & KIND_MASK;
-      const id = out()[0]!;
+      const id = (outView.length !== 0 ? outView : out())[0]!;
       if (kind === 2) got.lead1 = id;
       if (kind === 1 && this._payloads[1].has(id)) {
         w.fw_record(h, K.COLLAPSED, 1, t);

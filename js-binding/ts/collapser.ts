@@ -9,7 +9,7 @@ import { CircuitBreaker, type Options } from './breaker.js';
 import { ById } from './byid.js';
 import { now } from './clock.js';
 import type { CoreConfig } from './config.js';
-import { F_REARM, K, KIND_MASK, f64s, lost, out, putKey, tell, w } from './engine.js';
+import { F_REARM, K, KIND_MASK, f64s, lost, out, outView, putKey, tell, w } from './engine.js';
 import { describe, optionError } from './errors.js';
 import { tagged } from './key.js';
 import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './options.js';
@@ -257,7 +257,8 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       }
       const r = w.fw_cache_lookup(h, 0, putKey(ck), t);
       const kind = r & KIND_MASK;
-      const id = out()[0]!;
+      // (Without a call where it can be: one can run out of stack with a lead taken.)
+      const id = (outView.length !== 0 ? outView : out())[0]!;
       if (kind === 1) {
         const p = this._payloads.get(id);
         if (p !== undefined) {
