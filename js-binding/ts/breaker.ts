@@ -390,6 +390,39 @@ interface Waiter {
   onAbort: (() => void) | undefined;
 }
 
+/**
+ * What the core handed out for a call whose setup threw (a listener, the stack's end),
+ * to go back: the catch notes it here — stores into preallocated arrays call nothing,
+ * so they work where the stack has run out — then tries `_giveBack`; what that cannot
+ * do, the next call or tick of any breaker of the realm does. Its slot or queue place
+ * counts nowhere (the core ignores an id it no longer holds: ids carry a generation),
+ * its cache lead fails, its coalescing lead passes on. `ids`: a queue place as −id − 1,
+ * NaN when free; `leads`: the cache and coalescing lead of each (−1: none). @internal
+ */
+const strays = {
+  n: 0,
+  owners: new Array<AnyBreaker | undefined>(32).fill(undefined),
+  ids: new Float64Array(32).fill(NaN),
+  leads: new Float64Array(64).fill(-1),
+};
+
+/** @internal `strays` (for tests: read through a function, the hot path reads a module const). */
+export function strayState(): typeof strays {
+  return strays;
+}
+
+/** Gives back every stray left (see `strays`). */
+function returnStrays(t: number): void {
+  const noted = strays.n;
+  let left = false;
+  for (let i = 0; i < 32; i++) {
+    strays.owners[i]?._giveBack(i, t);
+    if (strays.ids[i] === strays.ids[i]) left = true;
+  }
+  // (Strays noted meanwhile wait for the next turn.)
+  if (!left && strays.n === noted) strays.n = 0;
+}
+
 /** One admitted (or queued) call. @internal */
 class Call {
   done = false;
@@ -1426,7 +1459,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // so held slots were never released or renewed).
     let r: number;
     try {
-      if (this._nStrays !== 0) this._returnStrays(t);
+      if (strays.n !== 0) returnStrays(t);
       const pre = this._syncStore ? this._io(w.fw_prepare(h, 1, t), t) & F_REARM : 0;
       // A timer armed through fake timers since gone never fires: armed again (found by
       // review: the core took it as armed, and later calls never timed out).
@@ -1461,10 +1494,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         // `halfOpen` listener that threw left the probe's slot taken for good), or the
         // stack ran out (found by a stack-limit fuzzer): the call does not run, and what
         // the core handed out goes back — noted first, with no call (one could fail).
-        const i = this._nStrays++ & 31;
-        this._strays[i] = kind === QUEUED ? -id - 1 : id;
-        this._strayLeads[2 * i] = lead;
-        this._strayLeads[2 * i + 1] = lead1;
+        const i = strays.n++ & 31;
+        strays.owners[i] = this;
+        strays.ids[i] = kind === QUEUED ? -id - 1 : id;
+        strays.leads[2 * i] = lead;
+        strays.leads[2 * i + 1] = lead1;
         this._giveBack(i, t);
         throw e;
       }
@@ -1526,10 +1560,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // call made, `_protected` gives back what the core handed out.
       if (c === undefined) throw e;
       this._drop(c, entered);
-      const i = this._nStrays++ & 31;
-      this._strays[i] = id;
-      this._strayLeads[2 * i] = -1; // `c.lead` was settled by `_drop`
-      this._strayLeads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
+      const i = strays.n++ & 31;
+      strays.owners[i] = this;
+      strays.ids[i] = id;
+      strays.leads[2 * i] = -1; // `c.lead` was settled by `_drop`
+      strays.leads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
       this._giveBack(i, t0);
       reject(c, e);
       return p!;
@@ -1540,10 +1575,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // Only at the stack's end (`_exec` settles what the action does): the call
       // fails with it, and its slot goes back if the core still counts it (the core
       // ignores an id it no longer holds).
-      const i = this._nStrays++ & 31;
-      this._strays[i] = id;
-      this._strayLeads[2 * i] = -1;
-      this._strayLeads[2 * i + 1] = -1;
+      const i = strays.n++ & 31;
+      strays.owners[i] = this;
+      strays.ids[i] = id;
+      strays.leads[2 * i] = -1;
+      strays.leads[2 * i + 1] = -1;
       if (!c.done) this._drop(c, true);
       this._giveBack(i, t0);
       reject(c, e);
@@ -1572,10 +1608,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     } catch (e) {
       if (c === undefined) throw e;
       this._drop(c, entered);
-      const i = this._nStrays++ & 31;
-      this._strays[i] = -id - 1;
-      this._strayLeads[2 * i] = -1;
-      this._strayLeads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
+      const i = strays.n++ & 31;
+      strays.owners[i] = this;
+      strays.ids[i] = -id - 1;
+      strays.leads[2 * i] = -1;
+      strays.leads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
       this._giveBack(i, t);
       reject(c, e);
       return p!;
@@ -1583,22 +1620,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     return p;
   }
 
-  /**
-   * What the core handed out for a call whose setup threw (a listener, the stack's
-   * end) goes back: the catch notes it in `_strays` (typed-array stores call nothing,
-   * so they work where the stack has run out), then tries `_giveBack`; what that cannot
-   * do the next call or tick does. Its slot or queue place counts nowhere (the core
-   * ignores an id it no longer holds), its cache lead fails, its coalescing lead passes on.
-   */
-  private readonly _strays = new Float64Array(32).fill(NaN);
-  /** The cache and coalescing leads of each stray (−1: none). */
-  private readonly _strayLeads = new Float64Array(64);
-  private _nStrays = 0;
-
-  /** Gives back stray `i` now, if it can (see `_strays`). */
-  private _giveBack(i: number, t: number): void {
+  /** @internal Gives back stray `i` (this breaker's) now, if it can (see `strays`). */
+  _giveBack(i: number, t: number): void {
     try {
-      const v = this._strays[i]!;
+      const v = strays.ids[i]!;
       if (v !== v) return;
       const queued = v < 0;
       const id = queued ? -v - 1 : v;
@@ -1606,28 +1631,17 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // A queue place given its turn since is a slot under the same id (found by
       // review: given back as a ticket only, it stayed taken for good).
       if (queued && !this._shutdown && r >= 0 && (r & 1) === 0) r |= w.fw_complete(this._h, id, CANCELLED, t) & ~3;
-      this._strays[i] = NaN;
-      const lead = this._strayLeads[2 * i]!;
-      const lead1 = this._strayLeads[2 * i + 1]!;
-      this._strayLeads[2 * i] = this._strayLeads[2 * i + 1] = -1;
+      strays.ids[i] = NaN;
+      strays.owners[i] = undefined;
+      const lead = strays.leads[2 * i]!;
+      const lead1 = strays.leads[2 * i + 1]!;
+      strays.leads[2 * i] = strays.leads[2 * i + 1] = -1;
       if (lead >= 0) this._settleLead(0, lead, false, undefined);
       if (lead1 >= 0) this._giveUp1(lead1, undefined);
       if (r > 0 && (r & F_ANY) !== 0) this._after(r, t);
     } catch {
       // At the stack's end: left to the next call or tick.
     }
-  }
-
-  /** Gives back every stray left (see `_strays`). */
-  private _returnStrays(t: number): void {
-    const noted = this._nStrays;
-    let left = false;
-    for (let i = 0; i < 32; i++) {
-      this._giveBack(i, t);
-      if (this._strays[i] === this._strays[i]) left = true;
-    }
-    // (Strays noted meanwhile wait for the next turn.)
-    if (!left && this._nStrays === noted) this._nStrays = 0;
   }
 
   /** Takes call `c`, whose setup or settling threw, out of the breaker's books. */
@@ -2366,7 +2380,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _tick(): void {
     this._timer.timer = undefined;
     if (this._shutdown) return;
-    if (this._nStrays !== 0) this._returnStrays(now());
+    if (strays.n !== 0) returnStrays(now());
     // The deadline it was armed for has come, whatever a clock of coarser resolution
     // reads (Node fires timers up to 1 ms early); a timer firing far earlier (a busy
     // event loop, or faked timers the clock does not follow yet: looked for again)
