@@ -178,8 +178,8 @@ function schedule(): void {
   queueMicrotask(() => {
     const e = cause;
     const why = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-    console.error(`fusewire: the WebAssembly instance failed (${why}); every breaker of this ` +
-      `${typeof window === 'undefined' ? 'process or thread' : 'page or worker'} now passes calls through unprotected ` +
+    console.error(`fusewire: the WebAssembly instance failed (${why}); every breaker it served (this ` +
+      'process, worker thread, page or Web Worker) now passes calls through unprotected ' +
       '(no counts, no timeouts for new calls, no fallbacks) until it restarts');
     for (const f of onLost) {
       try {
