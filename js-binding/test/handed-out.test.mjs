@@ -185,3 +185,27 @@ test('more than 32 hand-backs at once are all given back, and the count resets',
   assert.equal(Array.from(strays.ids).filter((v) => v === v).length, 0, 'none left');
   b.shutdown();
 });
+
+// Found by a stack-limit fuzzer: an abort made where the stack has run out stopped the
+// breaker's abort handler part-way (its error became an uncaught exception, and what
+// the call held stayed held). The stack's end is simulated at one point of the handler.
+test('an abort whose handler cannot finish still rejects the call and frees its slot', async () => {
+  const engine = require(join(pkgDir, 'dist', 'cjs', 'engine.js'));
+  const b = new CircuitBreaker((x, signal) => (x === 'hang' ? new Promise(() => {}) : Promise.resolve(x)),
+    { capacity: 1, timeout: false, volumeThreshold: 1e9 });
+  const ac = new AbortController();
+  const p = b.fireWithSignal(ac.signal, 'hang');
+  const w = engine.w;
+  const complete = w.fw_complete;
+  w.fw_complete = () => {
+    throw new RangeError('Maximum call stack size exceeded');
+  };
+  try {
+    ac.abort(new Error('gone'));
+  } finally {
+    w.fw_complete = complete;
+  }
+  assert.equal(await within(p, 300), 'error: gone');
+  assert.equal(await within(b.fire('next'), 300), 'next', 'the slot is free again');
+  b.shutdown();
+});

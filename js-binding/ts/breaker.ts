@@ -1893,44 +1893,73 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     c.onAbort = () => {
       if (c.done) return;
       c.done = true;
-      const t = now();
-      this._forget(c);
-      const reason: unknown = signal.reason;
-      // The caller's own deadline (`AbortSignal.timeout`) passed with no answer: a
-      // TIMEOUT, as the Envoy filter counts a gRPC client's `grpc-timeout`. Any other
-      // abort (the caller went away) counts nowhere.
-      const late = !c.queued && !this._shutdown && deadline(reason);
-      let r = 0;
-      if (!this._shutdown) {
-        r = c.queued
-          ? w.fw_cancel_ticket(this._h, c.id, t)
-          : w.fw_complete(this._h, c.id, late ? TIMEOUT : CANCELLED, t);
+      // Noted first, with no call: an abort made where the stack has run out can stop
+      // this handler anywhere (found by a stack-limit fuzzer), and what the call held
+      // then goes back by the next call or tick (see `strays`).
+      const i = strays.n++ & 31;
+      const noted = c.queued ? -c.id - 1 : c.id;
+      strays.owners[i] = this;
+      strays.ids[i] = noted;
+      strays.leads[2 * i] = c.lead;
+      strays.leads[2 * i + 1] = c.flight === undefined ? -1 : c.flight.lead;
+      let sink: Sink;
+      try {
+        sink = this._aborted(c, signal);
+      } catch {
+        reject(c, signal.reason);
+        return;
       }
-      const sink: Sink = { threw: false, error: undefined };
-      if (late && r >= 0 && (r & 3) === 0) {
-        // opossum's order for a timeout: `timeout`, `failure`, then any transition.
-        const latency = t - c.t0;
-        const u = this._extra.unseen;
-        u[0]++; // its `timeout` listeners do not see the failure yet
-        guarded(sink, () => this._emitOwn('timeout', reason, latency, c.args));
-        u[0]--;
-        guarded(sink, () => this._emitOwn('failure', reason, latency, c.args));
-      }
-      // The action is told before its slot goes to a queued call (found by a stress
-      // test: the next action started while this one had not been told to stop).
-      c.ctl?.abort(reason);
-      if (r >= 0 && (r & F_ANY) !== 0) guarded(sink, () => this._after(r, t));
-      c.reject(reason);
-      // A coalescing leader going away is not a failure of the call: its followers
-      // are not failed by it, the first one leads now.
-      const f = c.flight;
-      if (f !== undefined) {
-        c.flight = undefined;
-        this._giveUp1(f.lead, f);
+      if (strays.owners[i] === this && strays.ids[i] === noted) {
+        strays.ids[i] = NaN;
+        strays.owners[i] = undefined;
+        strays.leads[2 * i] = strays.leads[2 * i + 1] = -1;
       }
       if (sink.threw) throw sink.error; // a listener's error, as from the timer
     };
     signal.addEventListener('abort', c.onAbort, { once: true });
+  }
+
+  /** Call `c` was aborted through `signal` (see `_bind`): the listeners' first error is in the sink. */
+  private _aborted(c: Call, signal: AbortSignal): Sink {
+    const t = now();
+    this._forget(c);
+    const reason: unknown = signal.reason;
+    // The caller's own deadline (`AbortSignal.timeout`) passed with no answer: a
+    // TIMEOUT, as the Envoy filter counts a gRPC client's `grpc-timeout`. Any other
+    // abort (the caller went away) counts nowhere.
+    const late = !c.queued && !this._shutdown && deadline(reason);
+    let r = 0;
+    if (!this._shutdown) {
+      r = c.queued
+        ? w.fw_cancel_ticket(this._h, c.id, t)
+        : w.fw_complete(this._h, c.id, late ? TIMEOUT : CANCELLED, t);
+      // A queue place given its turn before its event was told is a slot under the
+      // same id: given back as one.
+      if (c.queued && r >= 0 && (r & 1) === 0) r |= w.fw_complete(this._h, c.id, CANCELLED, t) & ~3;
+    }
+    const sink: Sink = { threw: false, error: undefined };
+    if (late && r >= 0 && (r & 3) === 0) {
+      // opossum's order for a timeout: `timeout`, `failure`, then any transition.
+      const latency = t - c.t0;
+      const u = this._extra.unseen;
+      u[0]++; // its `timeout` listeners do not see the failure yet
+      guarded(sink, () => this._emitOwn('timeout', reason, latency, c.args));
+      u[0]--;
+      guarded(sink, () => this._emitOwn('failure', reason, latency, c.args));
+    }
+    // The action is told before its slot goes to a queued call (found by a stress
+    // test: the next action started while this one had not been told to stop).
+    c.ctl?.abort(reason);
+    if (r >= 0 && (r & F_ANY) !== 0) guarded(sink, () => this._after(r, t));
+    c.reject(reason);
+    // A coalescing leader going away is not a failure of the call: its followers
+    // are not failed by it, the first one leads now.
+    const f = c.flight;
+    if (f !== undefined) {
+      c.flight = undefined;
+      this._giveUp1(f.lead, f);
+    }
+    return sink;
   }
 
   /** Runs the fallback: a promise of its result, or undefined without one. */
