@@ -209,3 +209,17 @@ test('an abort whose handler cannot finish still rejects the call and frees its 
   assert.equal(await within(b.fire('next'), 300), 'next', 'the slot is free again');
   b.shutdown();
 });
+
+// Found by review: a result whose `then` getter throws (a Proxy) was rejected but
+// counted nowhere: no failure, no fallback, as a `then` that throws now is.
+test('a result whose then getter throws fails its call as a then that throws does', async () => {
+  const hostile = new Proxy({}, { get(_, k) { if (k === 'then') throw new Error('bad getter'); return undefined; } });
+  const b = new CircuitBreaker(() => hostile, { capacity: 1, timeout: false, volumeThreshold: 10 });
+  const failures = [];
+  b.on('failure', (e) => failures.push(e.message));
+  b.fallback(() => 'fallback');
+  assert.equal(await within(b.fire(), 300), 'fallback');
+  assert.deepEqual(failures, ['bad getter']);
+  assert.equal(b.stats.failures, 1);
+  b.shutdown();
+});

@@ -1670,17 +1670,22 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._err(c, e);
       return;
     }
-    if (thenable(r)) {
-      this._calls[c.id % SLOTS] = c;
-      try {
-        r.then(c.ok, c.err);
-      } catch (e) {
-        // A thenable whose `then` throws: the call fails with that (as `await` would).
-        this._err(c, e);
+    let then: unknown;
+    try {
+      then = r !== null && (typeof r === 'object' || typeof r === 'function') ? (r as { then?: unknown }).then : undefined;
+      if (typeof then === 'function') {
+        this._calls[c.id % SLOTS] = c;
+        // (`r.then`, not `then.call`: 5 % of a fire faster.)
+        (r as PromiseLike<unknown>).then(c.ok, c.err);
+        return;
       }
-    } else {
-      this._ok(c, r);
+    } catch (e) {
+      // A result whose `then` throws, or whose `then` getter does (a Proxy): the call
+      // fails with that, as `await` would fail it.
+      this._err(c, e);
+      return;
     }
+    this._ok(c, r);
   }
 
   /** @internal The action resolved. */
@@ -2588,121 +2593,118 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   private _fireCached(context: unknown, args: unknown[], signal: AbortSignal | undefined): Promise<unknown> {
+    // The leads taken that no call owns yet (`_protected` takes them over).
     const got: Leads = { lead0: -1, lead1: -1 };
     try {
-      return this._lookUp(context, args, signal, got);
+      // opossum keeps what `cacheGetKey` returns as a Map key: a custom transport gets it
+      // as it is; the core's index gets it tagged by type (1 and '1' are two keys).
+      const own = this.options.cacheGetKey;
+      let raw: unknown;
+      if (own !== undefined && own !== defaultKey) raw = own.apply(this, args as TI);
+      else {
+        try {
+          // Without the signal `fireWithSignal` put last: not part of what is asked.
+          raw = defaultKey(...(signal === undefined ? args : args.slice(0, -1)));
+        } catch (e) {
+          // A call whose arguments have no JSON (a cycle, a BigInt): rejected, not
+          // thrown (found by review: `fire()` threw).
+          return Promise.reject(new TypeError(
+            `cacheGetKey: the arguments have no JSON key (${(e instanceof Error ? e.message : String(e)).split('\n')[0]}); pass cacheGetKey`));
+        }
+      }
+      const tr = this._cache;
+      let key = '';
+      if ((this._cached & 2) !== 0 || tr === undefined) {
+        const k = tagged(raw);
+        if (k === undefined) {
+          return Promise.reject(new TypeError(`cacheGetKey: must return a string, number or JSON value, got ${describe(raw)}`));
+        }
+        key = k;
+      }
+      const h = this._h;
+      const t = now();
+      let lead0 = -1;
+      let store: ((v: unknown) => void) | undefined;
+      if ((this._cached & 1) !== 0) {
+        if (tr !== undefined) {
+          // A custom transport (opossum's pluggable cache): it decides hits.
+          const cached = tr.get(raw as CacheKey);
+          if (cached) {
+            // Counted before the event (opossum counts in its own listener, first).
+            w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+            this._emitOwn('cacheHit');
+            return Promise.resolve(cached);
+          }
+          countPerBucket(this, CACHE_MISSES, t);
+          this._told('cacheMiss');
+          const ttl = this._parsed.cacheTtl;
+          // opossum caches the action's successful result (never a fallback's).
+          store = (v) => tr.set(raw as CacheKey, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
+        } else {
+          const r = w.fw_cache_lookup(h, 0, putKey(key), t);
+          const kind = r & KIND_MASK;
+          if (kind === 1) {
+            const p = this._payloads[0].get(out()[0]!);
+            if (p !== undefined) {
+              w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+              this._emitOwn('cacheHit');
+              return p;
+            }
+          }
+          // Read before the event: a listener calling into any breaker reuses `out`.
+          // (Without a call where it can be: one can run out of stack.)
+          if (kind === 2) got.lead0 = lead0 = (outView.length !== 0 ? outView : out())[0]!;
+          // Another call of this key is running (no lead): a success still fills the
+          // key, as every success does in opossum (unless one arrived first).
+          else if (kind === 4) store = (v) => this._offer(key, v);
+          countPerBucket(this, CACHE_MISSES, t);
+          this._told('cacheMiss');
+        }
+      }
+      let p: Promise<unknown>;
+      if ((this._cached & 2) !== 0) {
+        const r = w.fw_cache_lookup(h, 1, putKey(key), t);
+        const kind = r & KIND_MASK;
+        const id = (outView.length !== 0 ? outView : out())[0]!;
+        if (kind === 2) got.lead1 = id;
+        if (kind === 1 && this._payloads[1].has(id)) {
+          w.fw_record(h, K.COLLAPSED, 1, t);
+          this._emitOwn('coalesceCacheHit');
+          if (lead0 >= 0) this._settleLead(0, lead0, false, undefined);
+          return this._payloads[1].get(id)!;
+        }
+        if (kind === 3) {
+          w.fw_record(h, K.COLLAPSED, 1, t);
+          this._emitOwn('coalesceCacheHit');
+          if (lead0 >= 0) {
+            this._settleLead(0, lead0, false, undefined);
+            // Should it run its own call after all (its leader went away), its success
+            // fills the cache as any success does.
+            store = (v) => this._offer(key, v);
+          }
+          return this._wait(id, context, args, signal, key, store);
+        }
+        countPerBucket(this, COALESCE_MISSES, t);
+        this._told('coalesceCacheMiss');
+        const lead1 = got.lead1;
+        got.lead0 = got.lead1 = -1; // `_protected`'s from here
+        p = lead1 >= 0
+          ? this._protected(context, args, signal, lead0, store, lead1, key)
+          : this._protected(context, args, signal, lead0, store);
+      } else {
+        got.lead0 = -1;
+        p = this._protected(context, args, signal, lead0, store);
+      }
+      return p;
     } catch (e) {
       // A `cacheMiss` / `coalesceCacheMiss` listener threw, or the stack ran out, with
       // a lead taken and no call to settle it (found by review: that key's later calls
-      // waited on it for good): the leads go back.
+      // waited on it for good): the leads go back. (One function with the lookups: split
+      // in two, V8 inlined less, and a cached fire took 8 % longer.)
       if (got.lead0 >= 0) this._settleLead(0, got.lead0, false, undefined);
       if (got.lead1 >= 0) this._giveUp1(got.lead1, undefined);
       throw e;
     }
-  }
-
-  /** `got`: the leads taken that no call owns yet (`_protected` takes them over). */
-  private _lookUp(context: unknown, args: unknown[], signal: AbortSignal | undefined, got: Leads): Promise<unknown> {
-    // opossum keeps what `cacheGetKey` returns as a Map key: a custom transport gets it
-    // as it is; the core's index gets it tagged by type (1 and '1' are two keys).
-    const own = this.options.cacheGetKey;
-    let raw: unknown;
-    if (own !== undefined && own !== defaultKey) raw = own.apply(this, args as TI);
-    else {
-      try {
-        // Without the signal `fireWithSignal` put last: not part of what is asked.
-        raw = defaultKey(...(signal === undefined ? args : args.slice(0, -1)));
-      } catch (e) {
-        // A call whose arguments have no JSON (a cycle, a BigInt): rejected, not
-        // thrown (found by review: `fire()` threw).
-        return Promise.reject(new TypeError(
-          `cacheGetKey: the arguments have no JSON key (${(e instanceof Error ? e.message : String(e)).split('\n')[0]}); pass cacheGetKey`));
-      }
-    }
-    const tr = this._cache;
-    let key = '';
-    if ((this._cached & 2) !== 0 || tr === undefined) {
-      const k = tagged(raw);
-      if (k === undefined) {
-        return Promise.reject(new TypeError(`cacheGetKey: must return a string, number or JSON value, got ${describe(raw)}`));
-      }
-      key = k;
-    }
-    const h = this._h;
-    const t = now();
-    let lead0 = -1;
-    let store: ((v: unknown) => void) | undefined;
-    if ((this._cached & 1) !== 0) {
-      if (tr !== undefined) {
-        // A custom transport (opossum's pluggable cache): it decides hits.
-        const cached = tr.get(raw as CacheKey);
-        if (cached) {
-          // Counted before the event (opossum counts in its own listener, first).
-          w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
-          this._emitOwn('cacheHit');
-          return Promise.resolve(cached);
-        }
-        countPerBucket(this, CACHE_MISSES, t);
-        this._told('cacheMiss');
-        const ttl = this._parsed.cacheTtl;
-        // opossum caches the action's successful result (never a fallback's).
-        store = (v) => tr.set(raw as CacheKey, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
-      } else {
-        const r = w.fw_cache_lookup(h, 0, putKey(key), t);
-        const kind = r & KIND_MASK;
-        if (kind === 1) {
-          const p = this._payloads[0].get(out()[0]!);
-          if (p !== undefined) {
-            w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
-            this._emitOwn('cacheHit');
-            return p;
-          }
-        }
-        // Read before the event: a listener calling into any breaker reuses `out`.
-        // (Without a call where it can be: one can run out of stack.)
-        if (kind === 2) got.lead0 = lead0 = (outView.length !== 0 ? outView : out())[0]!;
-        // Another call of this key is running (no lead): a success still fills the
-        // key, as every success does in opossum (unless one arrived first).
-        else if (kind === 4) store = (v) => this._offer(key, v);
-        countPerBucket(this, CACHE_MISSES, t);
-        this._told('cacheMiss');
-      }
-    }
-    let p: Promise<unknown>;
-    if ((this._cached & 2) !== 0) {
-      const r = w.fw_cache_lookup(h, 1, putKey(key), t);
-      const kind = r & KIND_MASK;
-      const id = (outView.length !== 0 ? outView : out())[0]!;
-      if (kind === 2) got.lead1 = id;
-      if (kind === 1 && this._payloads[1].has(id)) {
-        w.fw_record(h, K.COLLAPSED, 1, t);
-        this._emitOwn('coalesceCacheHit');
-        if (lead0 >= 0) this._settleLead(0, lead0, false, undefined);
-        return this._payloads[1].get(id)!;
-      }
-      if (kind === 3) {
-        w.fw_record(h, K.COLLAPSED, 1, t);
-        this._emitOwn('coalesceCacheHit');
-        if (lead0 >= 0) {
-          this._settleLead(0, lead0, false, undefined);
-          // Should it run its own call after all (its leader went away), its success
-          // fills the cache as any success does.
-          store = (v) => this._offer(key, v);
-        }
-        return this._wait(id, context, args, signal, key, store);
-      }
-      countPerBucket(this, COALESCE_MISSES, t);
-      this._told('coalesceCacheMiss');
-      const lead1 = got.lead1;
-      got.lead0 = got.lead1 = -1; // `_protected`'s from here
-      p = lead1 >= 0
-        ? this._protected(context, args, signal, lead0, store, lead1, key)
-        : this._protected(context, args, signal, lead0, store);
-    } else {
-      got.lead0 = -1;
-      p = this._protected(context, args, signal, lead0, store);
-    }
-    return p;
   }
 
   /**
