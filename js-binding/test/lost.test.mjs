@@ -1,6 +1,6 @@
 // A lost instance: a call into the wasm instance that throws (a trap, or the caller's
 // stack running out inside it) may leave its memory half-updated, and that instance
-// serves every breaker of the process. Found by a review: one `fire()` at the stack
+// serves every breaker of the process. Found while probing what a trap does: one `fire()` at the stack
 // limit left the core's busy flag set, and every breaker of the process refused every
 // call as shut down (ESHUTDOWN), for good. Now the instance is dropped and every
 // breaker passes calls through, and nothing that waited on it hangs. Each case runs

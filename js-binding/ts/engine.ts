@@ -126,7 +126,7 @@ let raw: Exports = undefined as unknown as Exports;
 
 /**
  * Whether the instance is lost: a call into it threw (a trap, or the caller's stack ran
- * out inside it, which leaves its memory half-updated: found by a review, one
+ * out inside it, which leaves its memory half-updated: found while probing what a trap does: one
  * `fire()` at the stack limit left every breaker of the process refusing calls as shut
  * down, for good). From then on no call reaches it: breakers pass calls through.
  */
