@@ -237,6 +237,11 @@ mod global {
     }
 
     /// Runs `f` on the state, or returns `fallback` if it is already in use.
+    ///
+    /// The host reads the flag after a throw out of an export (the stack running out,
+    /// a trap): set, the state may be half-updated and the instance is given up;
+    /// clear, the export did nothing. So every export does its work inside one `with`,
+    /// and nothing here calls a function before the flag is set or after it is cleared.
     #[inline(always)]
     pub(crate) fn with<R>(fallback: R, f: impl FnOnce(&mut State) -> R) -> R {
         // SAFETY: one thread; the busy flag refuses re-entry, so the one `&mut`

@@ -125,12 +125,22 @@ export let w: Exports = undefined as unknown as Exports;
 let raw: Exports = undefined as unknown as Exports;
 
 /**
- * Whether the instance is lost: a call into it threw (a trap, or the caller's stack ran
- * out inside it, which leaves its memory half-updated: found while probing what a trap does: one
+ * Whether the instance is lost: a call into it threw while it was busy (a trap, or the
+ * caller's stack ran out inside it, which leaves its memory half-updated: found while
+ * probing what a trap does: one
  * `fire()` at the stack limit left every breaker of the process refusing calls as shut
  * down, for good). From then on no call reaches it: breakers pass calls through.
  */
 export let lost = false;
+
+/** Whether the instance is busy (a call into it threw inside it), for tests. @internal */
+export function busy(): boolean {
+  try {
+    return raw.fw_out() === 0;
+  } catch {
+    return true;
+  }
+}
 
 /** What runs (in a microtask, off the stack that failed) once the instance is lost. */
 export const onLost: Set<() => void> = new Set();
@@ -255,11 +265,81 @@ for (const k of Object.keys(DEAD) as (keyof Exports)[]) {
 
 type Fn = (...a: number[]) => number;
 
+/** The guarded exports (`w` while the instance serves). */
+let served: Exports = undefined as unknown as Exports;
+/** What a call into the instance threw, while it is not known whether it was busy. */
+let doubt: unknown;
+
+/**
+ * The exports while in doubt: each first asks the instance whether it is busy (at the
+ * stack's end asking throws, and so does the call), then goes on to `served` or `DEAD`.
+ */
+const DOUBT = {} as Exports;
+for (const k of Object.keys(DEAD) as (keyof Exports)[]) {
+  if (k === 'memory') {
+    Object.defineProperty(DOUBT, k, { get: () => raw.memory, enumerable: true });
+    continue;
+  }
+  (DOUBT as unknown as Record<string, unknown>)[k] = (...a: number[]) => {
+    if (w === DOUBT) settle();
+    return (w[k] as unknown as Fn)(...a);
+  };
+}
+
+/**
+ * Ends a doubt: the instance idle did nothing (every export works inside `with`, in
+ * lib.rs, which marks it busy before its first call and idle after its last), so the
+ * stack ran out on the way in, and it serves again; busy, its state may be
+ * half-updated, and it is lost. Throws where asking does (the stack's end): still in
+ * doubt.
+ */
+function settle(): void {
+  if (raw.fw_out() !== 0) {
+    w = served;
+    doubt = undefined;
+    return;
+  }
+  lost = true;
+  w = DEAD;
+  cause ??= doubt;
+  try {
+    told ||= tryTell();
+  } catch {
+    // At the stack's end: the next answer of `DEAD` tells.
+  }
+}
+
+/**
+ * After a throw out of the instance (in doubt): whether to throw it on — the instance
+ * idle, or unknown yet (the stack's end: the next call, or a microtask, settles it) —
+ * or to answer as `DEAD` (lost).
+ */
+function decide(): boolean {
+  try {
+    settle();
+  } catch {
+    try {
+      queueMicrotask(() => {
+        try {
+          if (w === DOUBT) settle();
+        } catch {
+          // The next call settles it.
+        }
+      });
+    } catch {
+      // The next call settles it.
+    }
+    return true;
+  }
+  return !lost;
+}
+
 /**
  * `f` with a throw taken as the instance lost (then answered as `DEAD` answers): a
  * trap (`WebAssembly.RuntimeError`) or the stack running out (`RangeError`, Firefox's
- * `InternalError`), which can happen anywhere inside it. A `TypeError` (an argument
- * that converts to no number) comes before the instance runs: thrown on.
+ * `InternalError`), which can happen anywhere inside it. Thrown on instead where it
+ * leaves the instance idle (see `settle`): the stack ran out on the way in (12 of 16
+ * deep recursions lost it so before), or an argument converts to no number.
  */
 function guard(name: keyof Exports, f: Fn): Fn {
   const dead = DEAD[name] as unknown as Fn;
@@ -267,17 +347,13 @@ function guard(name: keyof Exports, f: Fn): Fn {
     try {
       return f(a, b, c, d, e, g, i);
     } catch (x) {
-      // An argument that is no number (a BigInt) fails before the instance runs.
-      if (x instanceof TypeError) throw x;
-      // No call before the state changes: at the stack's end it could throw.
-      lost = true;
-      w = DEAD;
-      cause ??= x;
-      try {
-        told ||= tryTell();
-      } catch {
-        // At the stack's end: the next answer of `DEAD` tells.
-      }
+      // Nothing before the state changes can throw: not even `instanceof`, which threw
+      // at the stack's end (one run in 15 left the instance busy and not lost, every
+      // call refused as shut down). In doubt until the instance says whether it is
+      // busy; an argument that is no number (a BigInt, a `TypeError`) leaves it idle.
+      w = DOUBT;
+      doubt = x;
+      if (decide()) throw x;
       return dead(a, b, c, d, e, g, i);
     }
   };
@@ -296,15 +372,9 @@ function guarded(x: Exports): Exports {
     try {
       return raw.fw_prepare(h, admitting, now);
     } catch (e) {
-      if (e instanceof TypeError) throw e;
-      lost = true;
-      w = DEAD;
-      cause ??= e;
-      try {
-        told ||= tryTell();
-      } catch {
-        // At the stack's end: the next answer of `DEAD` tells.
-      }
+      w = DOUBT; // as in `guard`
+      doubt = e;
+      if (decide()) throw e;
       return 0;
     }
   };
@@ -312,15 +382,9 @@ function guarded(x: Exports): Exports {
     try {
       return raw.fw_start(h, now);
     } catch (e) {
-      if (e instanceof TypeError) throw e;
-      lost = true;
-      w = DEAD;
-      cause ??= e;
-      try {
-        told ||= tryTell();
-      } catch {
-        // At the stack's end: the next answer of `DEAD` tells.
-      }
+      w = DOUBT; // as in `guard`
+      doubt = e;
+      if (decide()) throw e;
       return REFUSED;
     }
   };
@@ -328,15 +392,9 @@ function guarded(x: Exports): Exports {
     try {
       return raw.fw_complete(h, id, outcome, now);
     } catch (e) {
-      if (e instanceof TypeError) throw e;
-      lost = true;
-      w = DEAD;
-      cause ??= e;
-      try {
-        told ||= tryTell();
-      } catch {
-        // At the stack's end: the next answer of `DEAD` tells.
-      }
+      w = DOUBT; // as in `guard`
+      doubt = e;
+      if (decide()) throw e;
       return 2;
     }
   };
@@ -415,7 +473,8 @@ export function instantiate(module: WebAssembly.Module): void {
     throw new Error(`fusewire: the .wasm speaks ABI ${ex.fw_abi()}, this wrapper ABI ${ABI}`);
   }
   raw = ex;
-  w = guarded(ex);
+  served = guarded(ex);
+  w = served;
   const seed = new Uint32Array(2);
   const c = (globalThis as { crypto?: { getRandomValues?(a: Uint32Array): Uint32Array } }).crypto;
   try {
