@@ -14,6 +14,29 @@ const require = createRequire(import.meta.url);
 const pkgDir = dirname(require.resolve('fusewire/package.json'));
 const engine = require(join(pkgDir, 'dist', 'cjs', 'engine.js'));
 
+// The views over the memory are made again only when a grow has emptied them (reading
+// `memory.buffer` per call cost a cache hit 12 ns): keys written after a grow are the
+// keys asked for.
+test('cache keys written after the memory grew are the keys asked for', async () => {
+  let runs = 0;
+  const b = new CircuitBreaker(async (k) => {
+    runs++;
+    return `v${k}`;
+  }, { cache: true });
+  assert.equal(await b.fire('a'), 'va');
+  const before = engine.bytes().length;
+  // A key of 4 M characters (12 MB of scratch): the memory grows, by whatever the tests
+  // before made it.
+  const big = 'x'.repeat(Math.ceil(engine.bytes().length / 3) + 1_000_000);
+  assert.equal(await b.fire(big), `v${big}`);
+  assert.ok(engine.bytes().length > before, 'the memory grew');
+  // (The big key itself runs uncached: over the cache's 64 KiB key limit.)
+  for (const k of ['a', 'b', 'c', 'a', 'b', 'c']) assert.equal(await b.fire(k), `v${k}`);
+  assert.equal(runs, 4, 'a, the big key, b and c ran once each; the rest were hits');
+  assert.equal(b.stats.cacheHits, 4);
+  b.shutdown();
+});
+
 test('wasm memory grows by at least an eighth of itself at a time', () => {
   const keep = [];
   let grows = 0;
