@@ -130,6 +130,48 @@ test('Collapser loads at every depth down to the stack limit leave no key loadin
   assert.deepEqual(out.got, Array.from({ length: 20 }, (_, k) => k * 10));
 });
 
+// Found by review: a call settled by a thenable deep in a recursion, where the stack
+// ran out part-way through settling it, kept its slot, and the call queued behind it
+// never ran (its dequeue event was lost): neither settled, the breaker was stuck.
+test('a call settled at the stack limit frees its slot, and the call queued behind it runs', () => {
+  const out = child(`
+    const M = 600;
+    const bs = [], st = [], rel = [];
+    for (let j = 0; j < M; j++) {
+      const b = new CircuitBreaker((x) => (x === 'hold' ? { then(ok) { rel[j] = ok; } } : x), {
+        capacity: 1, timeout: false, volumeThreshold: 1e9,
+        fusewire: { bulkhead: { isolation: 'pool', max_queue: 10 } },
+      });
+      const s = { held: 'pending', queued: 'pending' };
+      b.fire('hold').then(() => { s.held = 'ok'; }, () => { s.held = 'error'; });
+      b.fire('q').then(() => { s.queued = 'ok'; }, () => { s.queued = 'error'; });
+      bs.push(b);
+      st.push(s);
+    }
+    // The held calls are settled one per frame, from the stack's end up.
+    let next = 0;
+    function deep() {
+      try { deep(); } catch {}
+      if (next < M) { const j = next++; try { rel[j]('v'); } catch {} }
+    }
+    deep();
+    for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+    const lost = engine.lost;
+    let settled = 0, stuck = 0;
+    for (let j = 0; j < M; j++) {
+      // A held call whose thenable could not call into fusewire at all stays pending,
+      // as any promise its resolver never reached.
+      if (st[j].held === 'pending') continue;
+      settled++;
+      if (st[j].queued === 'pending' || bs[j].semaphore.count !== 1) stuck++;
+    }
+    return { lost, settled, stuck };
+  `);
+  assert.ok(out.settled >= 100, `the recursion settled ${out.settled} held calls`);
+  // Before: 6 of 201 settled held calls left the queued one pending and the slot taken.
+  assert.equal(out.stuck, 0);
+});
+
 // Found by review: a queue place given back later (the stack's end) after the core had
 // given it its turn was given back as a ticket only, and its slot stayed taken.
 test('a queue place given back after its turn came frees the slot it became', async () => {

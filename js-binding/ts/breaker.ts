@@ -398,6 +398,9 @@ const strays = {
   owners: new Array<AnyBreaker | undefined>(32).fill(undefined),
   ids: new Float64Array(32).fill(NaN),
   leads: new Float64Array(64).fill(-1),
+  /** A call to reject once given back, and with what (settling it threw part-way). */
+  calls: new Array<Call | undefined>(32).fill(undefined),
+  errors: new Array<unknown>(32).fill(undefined),
 };
 
 /** @internal `strays` (for tests: read through a function, the hot path reads a module const). */
@@ -446,8 +449,42 @@ class Call {
     this.t0 = t0;
   }
 
-  ok = (v: unknown): void => this.cb._ok(this, v);
-  err = (e: unknown): void => this.cb._err(this, e);
+  // Settling threw part-way: only where the stack ran out (a listener's throw is the
+  // call's rejection), as when a thenable settles it deep in a recursion (found by
+  // review: its slot stayed taken for good, the queued call behind it never ran, and
+  // neither call settled). What the core still counts for it goes back and it rejects
+  // with the error — noted first, with no call (see `strays`).
+  ok = (v: unknown): void => {
+    try {
+      this.cb._ok(this, v);
+    } catch (e) {
+      const i = strays.n++ & 31;
+      strays.owners[i] = this.cb;
+      strays.ids[i] = this.id;
+      strays.leads[2 * i] = this.lead;
+      strays.leads[2 * i + 1] = -1;
+      this.lead = -1;
+      strays.calls[i] = this;
+      strays.errors[i] = e;
+      this.cb._giveBack(i, this.t0);
+    }
+  };
+
+  err = (e: unknown): void => {
+    try {
+      this.cb._err(this, e);
+    } catch (x) {
+      const i = strays.n++ & 31; // as in `ok`
+      strays.owners[i] = this.cb;
+      strays.ids[i] = this.id;
+      strays.leads[2 * i] = this.lead;
+      strays.leads[2 * i + 1] = -1;
+      this.lead = -1;
+      strays.calls[i] = this;
+      strays.errors[i] = x;
+      this.cb._giveBack(i, this.t0);
+    }
+  };
 }
 
 /**
@@ -1630,6 +1667,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const lead = strays.leads[2 * i]!;
       const lead1 = strays.leads[2 * i + 1]!;
       strays.leads[2 * i] = strays.leads[2 * i + 1] = -1;
+      const c = strays.calls[i];
+      const e = strays.errors[i];
+      strays.calls[i] = strays.errors[i] = undefined;
+      if (c !== undefined) {
+        if (!c.done) this._drop(c, true);
+        reject(c, e);
+      }
       if (lead >= 0) this._settleLead(0, lead, false, undefined);
       if (lead1 >= 0) this._giveUp1(lead1, undefined);
       if (r > 0 && (r & F_ANY) !== 0) this._after(r, t);
@@ -1638,8 +1682,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
   }
 
-  /** Takes call `c`, whose setup or settling threw, out of the breaker's books. */
-  private _drop(c: Call, entered: boolean): void {
+  /** @internal Takes call `c`, whose setup or settling threw, out of the breaker's books. */
+  _drop(c: Call, entered: boolean): void {
     try {
       c.done = true;
       const lead = c.lead;
@@ -2082,14 +2126,56 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * opossum's timeout, failure, open, fallback).
    */
   private _drain(t: number, own?: () => void): void {
+    let evs: number[] | undefined;
+    try {
+      evs = this._drainEvents(t, own);
+    } catch (e) {
+      // Only at the stack's end (listeners' throws go to `sink`): the calls of the
+      // events taken from the core and not handled go back and reject — noted first,
+      // with no call (found by review: a dequeued call whose event was lost never
+      // ran, and kept the slot its turn gave it for good).
+      evs ??= this._evs;
+      for (let m = 0; evs !== undefined && m < evs.length; m += 4) {
+        const ev = evs[m];
+        const id = evs[m + 1]!;
+        const c = this._calls[id % SLOTS];
+        if (c === undefined || c.id !== id || c.done) continue;
+        if (ev === EV_DEQUEUED ? !c.queued : ev !== EV_TIMED_OUT && ev !== EV_REFUSED) continue;
+        const j = strays.n++ & 31;
+        strays.owners[j] = this;
+        strays.ids[j] = id;
+        strays.leads[2 * j] = c.lead;
+        strays.leads[2 * j + 1] = -1;
+        c.lead = -1;
+        strays.calls[j] = c;
+        strays.errors[j] = e;
+      }
+      throw e;
+    }
+  }
+
+  /** The events `_drain` took from the core, kept where a throw can find them. */
+  private _evs: number[] | undefined = undefined;
+
+  /** `_drain`'s work: returns the events it took (handled), if any. */
+  private _drainEvents(t: number, own?: () => void): number[] | undefined {
     const h = this._h;
     let evs: number[] | undefined;
+    // A listener's call into this breaker drains again, inside: the outer's are back after.
+    const outer = this._evs;
+    this._evs = undefined;
     const sink: Sink = { threw: false, error: undefined };
     for (let guard = 0; guard < 100_000; guard++) {
       const ev = w.fw_poll(h, t);
       if (ev === EV_NONE || ev < 0) break;
-      const o = out();
-      (evs ??= []).push(ev, o[0]!, o[1]!, o[2]!);
+      // Kept without a call where it can be (one can run out of stack here).
+      const o = outView.length !== 0 ? outView : out();
+      if (evs === undefined) this._evs = evs = [];
+      const k = evs.length;
+      evs[k] = ev;
+      evs[k + 1] = o[0]!;
+      evs[k + 2] = o[1]!;
+      evs[k + 3] = o[2]!;
       if (ev === EV_STORE) {
         const issue = STORE_ISSUES[o[0]!] ?? 'failed';
         const status = o[1]!;
@@ -2119,8 +2205,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     } else {
       this._emitInOrder(evs, t, sink, own);
     }
-    // A listener threw: every event above was still handled; its error goes on.
+    // A listener threw: every event above was still handled; its error goes on. (So
+    // did a handler that could not start, at the stack's end: `_drain` finds its
+    // event in `_evs`.)
     if (sink.threw) throw sink.error;
+    this._evs = outer;
+    return evs;
   }
 
   /**
@@ -2206,9 +2296,27 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           if (ev === EV_DEQUEUED) {
             const call = this._calls[a % SLOTS];
             if (call !== undefined && call.id === a && !call.done) {
-              call.t0 = t;
-              call.queued = false;
-              return () => this._exec(call);
+              return () => {
+                try {
+                  call.t0 = t;
+                  call.queued = false;
+                  this._exec(call);
+                } catch (e) {
+                  // Its start threw (the stack's end; found by review: the slot its
+                  // turn gave it stayed taken for good and it never settled): as
+                  // `Call.ok` does, it goes back and rejects.
+                  const j = strays.n++ & 31;
+                  strays.owners[j] = this;
+                  strays.ids[j] = call.id;
+                  strays.leads[2 * j] = call.lead;
+                  strays.leads[2 * j + 1] = -1;
+                  call.lead = -1;
+                  strays.calls[j] = call;
+                  strays.errors[j] = e;
+                  this._giveBack(j, t);
+                  throw e;
+                }
+              };
             }
           }
           return undefined;

@@ -133,6 +133,21 @@ let raw: Exports = undefined as unknown as Exports;
  */
 export let lost = false;
 
+/**
+ * `lost`, after settling a doubt (see `settle`) where the stack allows: a doubt raised
+ * at the stack's end is otherwise settled by the next call into the instance.
+ */
+export function isLost(): boolean {
+  if (w === DOUBT) {
+    try {
+      settle();
+    } catch {
+      // Still in doubt.
+    }
+  }
+  return lost;
+}
+
 /** Whether the instance is busy (a call into it threw inside it), for tests. @internal */
 export function busy(): boolean {
   try {

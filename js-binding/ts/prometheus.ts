@@ -27,7 +27,7 @@
  */
 import { CircuitBreaker, liveBreakers, reapers, watchers, type Ref } from './breaker.js';
 import { now } from './clock.js';
-import { KIND_NAMES, S, lost, out, w } from './engine.js';
+import { KIND_NAMES, S, isLost, lost, out, w } from './engine.js';
 import { warn } from './errors.js';
 import { PERCENTILES } from './status.js';
 
@@ -322,7 +322,7 @@ export function register(options: PrometheusOptions): () => void {
   });
   // Alert on it: after it, the breakers' series hold their last values.
   tryMake(false, `${prefix}_instance_lost`, 'instance_lost', [], function () {
-    this.set?.(lost ? 1 : 0);
+    this.set?.(isLost() ? 1 : 0);
   });
   const suffixes = [...COUNTERS, ...GAUGES];
   const labels = options.labels === true;
