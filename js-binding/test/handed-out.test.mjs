@@ -134,42 +134,48 @@ test('Collapser loads at every depth down to the stack limit leave no key loadin
 // ran out part-way through settling it, kept its slot, and the call queued behind it
 // never ran (its dequeue event was lost): neither settled, the breaker was stuck.
 test('a call settled at the stack limit frees its slot, and the call queued behind it runs', () => {
-  const out = child(`
-    const M = 600;
-    const bs = [], st = [], rel = [];
-    for (let j = 0; j < M; j++) {
-      const b = new CircuitBreaker((x) => (x === 'hold' ? { then(ok) { rel[j] = ok; } } : x), {
-        capacity: 1, timeout: false, volumeThreshold: 1e9,
-        fusewire: { bulkhead: { isolation: 'pool', max_queue: 10 } },
-      });
-      const s = { held: 'pending', queued: 'pending' };
-      b.fire('hold').then(() => { s.held = 'ok'; }, () => { s.held = 'error'; });
-      b.fire('q').then(() => { s.queued = 'ok'; }, () => { s.queued = 'error'; });
-      bs.push(b);
-      st.push(s);
+  // Frames of four sizes: where the stack runs out inside the settling differs.
+  for (const pad of [0, 5, 16, 32]) {
+    const r = child(`
+    const M = 600, pad = ${pad};
+    {
+      const bs = [], st = [], rel = [];
+      for (let j = 0; j < M; j++) {
+        const b = new CircuitBreaker((x) => (x === 'hold' ? { then(ok) { rel[j] = ok; } } : x), {
+          capacity: 1, timeout: false, volumeThreshold: 1e9,
+          fusewire: { bulkhead: { isolation: 'pool', max_queue: 10 } },
+        });
+        const s = { held: 'pending', queued: 'pending' };
+        b.fire('hold').then(() => { s.held = 'ok'; }, () => { s.held = 'error'; });
+        b.fire('q').then(() => { s.queued = 'ok'; }, () => { s.queued = 'error'; });
+        bs.push(b);
+        st.push(s);
+      }
+      // The held calls are settled one per frame, from the stack's end up.
+      const ctx = { next: 0, M, rel };
+      const locals = Array.from({ length: pad }, (_, i) => 'let v' + i + ' = n + ' + i + ';').join(' ');
+      const sum = Array.from({ length: pad }, (_, i) => 'v' + i).join(' + ') || '0';
+      const deep = new Function('ctx', 'return function deep(n) { ' + locals +
+        ' try { deep(n + 1); } catch {} if (ctx.next < ctx.M) { const j = ctx.next++; try { ctx.rel[j]("v"); } catch {} } return ' + sum + '; }')(ctx);
+      deep(0);
+      // What the stack's end left noted goes back at the next call of any breaker.
+      await new CircuitBreaker((x) => x, {}).fire(1);
+      for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+      let settled = 0, stuck = 0;
+      for (let j = 0; j < M; j++) {
+        // A held call whose thenable could not call into fusewire at all stays
+        // pending, as any promise its resolver never reached.
+        if (st[j].held === 'pending') continue;
+        settled++;
+        if (st[j].queued === 'pending' || bs[j].semaphore.count !== 1) stuck++;
+      }
+      return { lost: engine.lost, settled, stuck };
     }
-    // The held calls are settled one per frame, from the stack's end up.
-    let next = 0;
-    function deep() {
-      try { deep(); } catch {}
-      if (next < M) { const j = next++; try { rel[j]('v'); } catch {} }
-    }
-    deep();
-    for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
-    const lost = engine.lost;
-    let settled = 0, stuck = 0;
-    for (let j = 0; j < M; j++) {
-      // A held call whose thenable could not call into fusewire at all stays pending,
-      // as any promise its resolver never reached.
-      if (st[j].held === 'pending') continue;
-      settled++;
-      if (st[j].queued === 'pending' || bs[j].semaphore.count !== 1) stuck++;
-    }
-    return { lost, settled, stuck };
   `);
-  assert.ok(out.settled >= 100, `the recursion settled ${out.settled} held calls`);
-  // Before: 6 of 201 settled held calls left the queued one pending and the slot taken.
-  assert.equal(out.stuck, 0);
+    assert.ok(r.settled >= 100, `the recursion settled ${r.settled} held calls (${pad})`);
+    // Before: 6 of 201 settled held calls left the queued one pending and the slot taken.
+    assert.equal(r.stuck, 0, `frames padded by ${pad}`);
+  }
 });
 
 // Found by review: a queue place given back later (the stack's end) after the core had

@@ -385,6 +385,14 @@ interface Waiter {
 }
 
 /**
+ * Entries of `strays`, a ring: one noted while the one it reuses is still pending
+ * replaces it. (32 were not enough: a recursion settling calls frame by frame at the
+ * stack's end noted more, and the calls whose entries were replaced stayed stuck.)
+ */
+const STRAYS = 256;
+const STRAY_MASK = STRAYS - 1;
+
+/**
  * What the core handed out for a call whose setup threw (a listener, the stack's end),
  * to go back: the catch notes it here — stores into preallocated arrays call nothing,
  * so they work where the stack has run out — then tries `_giveBack`; what that cannot
@@ -395,12 +403,14 @@ interface Waiter {
  */
 const strays = {
   n: 0,
-  owners: new Array<AnyBreaker | undefined>(32).fill(undefined),
-  ids: new Float64Array(32).fill(NaN),
-  leads: new Float64Array(64).fill(-1),
+  owners: new Array<AnyBreaker | undefined>(STRAYS).fill(undefined),
+  ids: new Float64Array(STRAYS).fill(NaN),
+  leads: new Float64Array(2 * STRAYS).fill(-1),
   /** A call to reject once given back, and with what (settling it threw part-way). */
-  calls: new Array<Call | undefined>(32).fill(undefined),
-  errors: new Array<unknown>(32).fill(undefined),
+  calls: new Array<Call | undefined>(STRAYS).fill(undefined),
+  errors: new Array<unknown>(STRAYS).fill(undefined),
+  /** Breakers whose events may not have been taken (see `_ok`), to poll again. */
+  polls: new Array<AnyBreaker | undefined>(STRAYS).fill(undefined),
 };
 
 /** @internal `strays` (for tests: read through a function, the hot path reads a module const). */
@@ -412,9 +422,18 @@ export function strayState(): typeof strays {
 function returnStrays(t: number): void {
   const noted = strays.n;
   let left = false;
-  for (let i = 0; i < 32; i++) {
+  for (let i = 0; i < STRAYS; i++) {
     strays.owners[i]?._giveBack(i, t);
     if (strays.ids[i] === strays.ids[i]) left = true;
+    const b = strays.polls[i];
+    if (b !== undefined) {
+      try {
+        b._after(F_ANY, t);
+        strays.polls[i] = undefined;
+      } catch {
+        left = true;
+      }
+    }
   }
   // (Strays noted meanwhile wait for the next turn.)
   if (!left && strays.n === noted) strays.n = 0;
@@ -458,7 +477,7 @@ class Call {
     try {
       this.cb._ok(this, v);
     } catch (e) {
-      const i = strays.n++ & 31;
+      const i = strays.n++ & STRAY_MASK;
       strays.owners[i] = this.cb;
       strays.ids[i] = this.id;
       strays.leads[2 * i] = this.lead;
@@ -466,7 +485,7 @@ class Call {
       this.lead = -1;
       strays.calls[i] = this;
       strays.errors[i] = e;
-      this.cb._giveBack(i, this.t0);
+      returnStrays(this.t0); // with any noted deeper (see `_drain`)
     }
   };
 
@@ -474,7 +493,7 @@ class Call {
     try {
       this.cb._err(this, e);
     } catch (x) {
-      const i = strays.n++ & 31; // as in `ok`
+      const i = strays.n++ & STRAY_MASK; // as in `ok`
       strays.owners[i] = this.cb;
       strays.ids[i] = this.id;
       strays.leads[2 * i] = this.lead;
@@ -482,7 +501,7 @@ class Call {
       this.lead = -1;
       strays.calls[i] = this;
       strays.errors[i] = x;
-      this.cb._giveBack(i, this.t0);
+      returnStrays(this.t0); // with any noted deeper (see `_drain`)
     }
   };
 }
@@ -1525,7 +1544,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         // `halfOpen` listener that threw left the probe's slot taken for good), or the
         // stack ran out (found by a stack-limit fuzzer): the call does not run, and what
         // the core handed out goes back — noted first, with no call (one could fail).
-        const i = strays.n++ & 31;
+        const i = strays.n++ & STRAY_MASK;
         strays.owners[i] = this;
         strays.ids[i] = kind === QUEUED ? -id - 1 : id;
         strays.leads[2 * i] = lead;
@@ -1591,7 +1610,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // call made, `_protected` gives back what the core handed out.
       if (c === undefined) throw e;
       this._drop(c, entered);
-      const i = strays.n++ & 31;
+      const i = strays.n++ & STRAY_MASK;
       strays.owners[i] = this;
       strays.ids[i] = id;
       strays.leads[2 * i] = -1; // `c.lead` was settled by `_drop`
@@ -1606,7 +1625,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // Only at the stack's end (`_exec` settles what the action does): the call
       // fails with it, and its slot goes back if the core still counts it (the core
       // ignores an id it no longer holds).
-      const i = strays.n++ & 31;
+      const i = strays.n++ & STRAY_MASK;
       strays.owners[i] = this;
       strays.ids[i] = id;
       strays.leads[2 * i] = -1;
@@ -1639,7 +1658,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     } catch (e) {
       if (c === undefined) throw e;
       this._drop(c, entered);
-      const i = strays.n++ & 31;
+      const i = strays.n++ & STRAY_MASK;
       strays.owners[i] = this;
       strays.ids[i] = -id - 1;
       strays.leads[2 * i] = -1;
@@ -1651,7 +1670,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     return p;
   }
 
-  /** @internal Gives back stray `i` (this breaker's) now, if it can (see `strays`). */
+  /**
+   * @internal Gives back stray `i` (this breaker's) now, if it can (see `strays`). Its
+   * entry is cleared last: cut short (the stack's end), it is tried again whole, and
+   * each step is harmless twice (the core ignores an id or lead it no longer holds;
+   * a settled call ignores a rejection).
+   */
   _giveBack(i: number, t: number): void {
     try {
       const v = strays.ids[i]!;
@@ -1662,21 +1686,27 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // A queue place given its turn since is a slot under the same id (found by
       // review: given back as a ticket only, it stayed taken for good).
       if (queued && !this._shutdown && r >= 0 && (r & 1) === 0) r |= w.fw_complete(this._h, id, CANCELLED, t) & ~3;
-      strays.ids[i] = NaN;
-      strays.owners[i] = undefined;
-      const lead = strays.leads[2 * i]!;
-      const lead1 = strays.leads[2 * i + 1]!;
-      strays.leads[2 * i] = strays.leads[2 * i + 1] = -1;
       const c = strays.calls[i];
-      const e = strays.errors[i];
-      strays.calls[i] = strays.errors[i] = undefined;
       if (c !== undefined) {
         if (!c.done) this._drop(c, true);
-        reject(c, e);
+        c.reject(strays.errors[i]);
       }
+      const lead = strays.leads[2 * i]!;
+      const lead1 = strays.leads[2 * i + 1]!;
       if (lead >= 0) this._settleLead(0, lead, false, undefined);
       if (lead1 >= 0) this._giveUp1(lead1, undefined);
-      if (r > 0 && (r & F_ANY) !== 0) this._after(r, t);
+      strays.ids[i] = NaN;
+      strays.owners[i] = undefined;
+      strays.calls[i] = strays.errors[i] = undefined;
+      strays.leads[2 * i] = strays.leads[2 * i + 1] = -1;
+      if (r > 0 && (r & F_ANY) !== 0) {
+        // Events the give-back made (a queued call's turn) are not lost where the
+        // stack runs out taking them: polled again (see `_ok`).
+        const k = strays.n++ & STRAY_MASK;
+        strays.polls[k] = this;
+        this._after(r, t);
+        strays.polls[k] = undefined;
+      }
     } catch {
       // At the stack's end: left to the next call or tick.
     }
@@ -1762,6 +1792,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         if ((r & F_ANY) !== 0) this._after(r, t);
         if (heard) this._emitOwn('success', v, t - c.t0);
       } catch (e) {
+        // A listener threw, or the stack ran out before the core's events were taken
+        // (found by review: a call the core dequeued then never ran): polled again by
+        // the next call or tick of any breaker — noted with no call (see `strays`).
+        strays.polls[strays.n++ & STRAY_MASK] = this;
         this._threw(c, e);
         return;
       }
@@ -1835,7 +1869,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       else this._emitOwn('failure', e, latency, c.args);
       fb = this._fallback(e, callerArgs(c));
     } catch (x) {
-      // A listener threw: the call rejects with that error.
+      // A listener threw: the call rejects with that error. (Or the stack ran out:
+      // polled again, as in `_ok`.)
+      strays.polls[strays.n++ & STRAY_MASK] = this;
       this._threw(c, x);
       return;
     }
@@ -1939,7 +1975,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // Noted first, with no call: an abort made where the stack has run out can stop
       // this handler anywhere (found by a stack-limit fuzzer), and what the call held
       // then goes back by the next call or tick (see `strays`).
-      const i = strays.n++ & 31;
+      const i = strays.n++ & STRAY_MASK;
       const noted = c.queued ? -c.id - 1 : c.id;
       strays.owners[i] = this;
       strays.ids[i] = noted;
@@ -2130,18 +2166,21 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     try {
       evs = this._drainEvents(t, own);
     } catch (e) {
-      // Only at the stack's end (listeners' throws go to `sink`): the calls of the
-      // events taken from the core and not handled go back and reject — noted first,
-      // with no call (found by review: a dequeued call whose event was lost never
-      // ran, and kept the slot its turn gave it for good).
+      // A listener threw (see `sink`), or the stack ran out: the calls of the events
+      // taken from the core that may not have settled go back and reject — noted
+      // first, with no call (found by review: a dequeued call whose event was lost
+      // never ran, and kept the slot its turn gave it for good). What was done of
+      // them is not done again (see `_giveBack`).
       evs ??= this._evs;
       for (let m = 0; evs !== undefined && m < evs.length; m += 4) {
         const ev = evs[m];
+        if (ev !== EV_DEQUEUED && ev !== EV_TIMED_OUT && ev !== EV_REFUSED) continue;
         const id = evs[m + 1]!;
         const c = this._calls[id % SLOTS];
-        if (c === undefined || c.id !== id || c.done) continue;
-        if (ev === EV_DEQUEUED ? !c.queued : ev !== EV_TIMED_OUT && ev !== EV_REFUSED) continue;
-        const j = strays.n++ & 31;
+        // A dequeued call that started settles itself (it may be running); a timed
+        // out or refused one may have settled: then a rejection is ignored.
+        if (c === undefined || c.id !== id || (ev === EV_DEQUEUED && (c.done || !c.queued))) continue;
+        const j = strays.n++ & STRAY_MASK;
         strays.owners[j] = this;
         strays.ids[j] = id;
         strays.leads[2 * j] = c.lead;
@@ -2149,6 +2188,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         c.lead = -1;
         strays.calls[j] = c;
         strays.errors[j] = e;
+      }
+      try {
+        returnStrays(t);
+      } catch {
+        // At the stack's end still: a catch further up, or the next call or tick.
       }
       throw e;
     }
@@ -2305,7 +2349,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
                   // Its start threw (the stack's end; found by review: the slot its
                   // turn gave it stayed taken for good and it never settled): as
                   // `Call.ok` does, it goes back and rejects.
-                  const j = strays.n++ & 31;
+                  const j = strays.n++ & STRAY_MASK;
                   strays.owners[j] = this;
                   strays.ids[j] = call.id;
                   strays.leads[2 * j] = call.lead;
@@ -2313,7 +2357,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
                   call.lead = -1;
                   strays.calls[j] = call;
                   strays.errors[j] = e;
-                  this._giveBack(j, t);
+                  returnStrays(t);
                   throw e;
                 }
               };
