@@ -428,7 +428,7 @@ function returnStrays(t: number): void {
     const b = strays.polls[i];
     if (b !== undefined) {
       try {
-        b._after(F_ANY, t);
+        b._poll(t);
         strays.polls[i] = undefined;
       } catch {
         left = true;
@@ -485,7 +485,7 @@ class Call {
       this.lead = -1;
       strays.calls[i] = this;
       strays.errors[i] = e;
-      returnStrays(this.t0); // with any noted deeper (see `_drain`)
+      returnStrays(now()); // with any noted deeper (see `_drain`)
     }
   };
 
@@ -501,7 +501,7 @@ class Call {
       this.lead = -1;
       strays.calls[i] = this;
       strays.errors[i] = x;
-      returnStrays(this.t0); // with any noted deeper (see `_drain`)
+      returnStrays(now()); // with any noted deeper (see `_drain`)
     }
   };
 }
@@ -1671,6 +1671,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   /**
+   * @internal Takes the core's events again (see `strays.polls`). Not after
+   * `shutdown()`: its events are dropped there, and arming would cancel the timer
+   * that times out the calls still running (found by review).
+   */
+  _poll(t: number): void {
+    if (!this._shutdown) this._after(F_ANY, t);
+  }
+
+  /**
    * @internal Gives back stray `i` (this breaker's) now, if it can (see `strays`). Its
    * entry is cleared last: cut short (the stack's end), it is tried again whole, and
    * each step is harmless twice (the core ignores an id or lead it no longer holds;
@@ -1787,15 +1796,20 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // before the user's: `close` comes before `success`. (Guarded here, off the quiet
     // path: a try block in the promise reaction itself costs ≈ 4 % of a fire.)
     const heard = listening(this, 'success');
-    if ((r & F_ANY) !== 0 || heard) {
+    let after = (r & F_ANY) !== 0;
+    if (after || heard) {
       try {
-        if ((r & F_ANY) !== 0) this._after(r, t);
+        if (after) {
+          this._after(r, t);
+          after = false;
+        }
         if (heard) this._emitOwn('success', v, t - c.t0);
       } catch (e) {
         // A listener threw, or the stack ran out before the core's events were taken
-        // (found by review: a call the core dequeued then never ran): polled again by
-        // the next call or tick of any breaker — noted with no call (see `strays`).
-        strays.polls[strays.n++ & STRAY_MASK] = this;
+        // (found by review: a call the core dequeued then never ran). Where `_after`
+        // threw, the breaker is polled again by the next call or tick of any breaker
+        // — noted with no call (see `strays`).
+        if (after) strays.polls[strays.n++ & STRAY_MASK] = this;
         this._threw(c, e);
         return;
       }
@@ -1857,21 +1871,29 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     const latency = t - c.t0;
     let fb: Promise<unknown> | undefined;
+    let after = (r & F_ANY) !== 0;
     try {
       if (filtered) {
-        if ((r & F_ANY) !== 0) this._after(r, t);
+        if (after) {
+          this._after(r, t);
+          after = false;
+        }
         this._emitOwn('success', e, latency);
         c.reject(e);
         return;
       }
       // Its listeners see the state before the failure's transition (see `_drain`).
-      if ((r & F_ANY) !== 0) this._after(r, t, () => this._emitOwn('failure', e, latency, c.args));
-      else this._emitOwn('failure', e, latency, c.args);
+      if (after) {
+        this._after(r, t, () => this._emitOwn('failure', e, latency, c.args));
+        after = false;
+      } else {
+        this._emitOwn('failure', e, latency, c.args);
+      }
       fb = this._fallback(e, callerArgs(c));
     } catch (x) {
       // A listener threw: the call rejects with that error. (Or the stack ran out:
-      // polled again, as in `_ok`.)
-      strays.polls[strays.n++ & STRAY_MASK] = this;
+      // where `_after` threw, polled again, as in `_ok`.)
+      if (after) strays.polls[strays.n++ & STRAY_MASK] = this;
       this._threw(c, x);
       return;
     }
@@ -2163,8 +2185,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    */
   private _drain(t: number, own?: () => void): void {
     let evs: number[] | undefined;
+    // A listener's call into this breaker drains again, inside: the outer's are back after.
+    const outer = this._evs;
     try {
       evs = this._drainEvents(t, own);
+      this._evs = outer;
     } catch (e) {
       // A listener threw (see `sink`), or the stack ran out: the calls of the events
       // taken from the core that may not have settled go back and reject — noted
@@ -2172,6 +2197,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // never ran, and kept the slot its turn gave it for good). What was done of
       // them is not done again (see `_giveBack`).
       evs ??= this._evs;
+      this._evs = outer;
       for (let m = 0; evs !== undefined && m < evs.length; m += 4) {
         const ev = evs[m];
         if (ev !== EV_DEQUEUED && ev !== EV_TIMED_OUT && ev !== EV_REFUSED) continue;
@@ -2190,7 +2216,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         strays.errors[j] = e;
       }
       try {
-        returnStrays(t);
+        if (strays.n !== 0) returnStrays(t);
       } catch {
         // At the stack's end still: a catch further up, or the next call or tick.
       }
@@ -2205,8 +2231,6 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _drainEvents(t: number, own?: () => void): number[] | undefined {
     const h = this._h;
     let evs: number[] | undefined;
-    // A listener's call into this breaker drains again, inside: the outer's are back after.
-    const outer = this._evs;
     this._evs = undefined;
     const sink: Sink = { threw: false, error: undefined };
     for (let guard = 0; guard < 100_000; guard++) {
@@ -2253,7 +2277,6 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // did a handler that could not start, at the stack's end: `_drain` finds its
     // event in `_evs`.)
     if (sink.threw) throw sink.error;
-    this._evs = outer;
     return evs;
   }
 
