@@ -12,6 +12,7 @@ use fusewire_core::json::{self, Fields, FromJson, Path, Value};
 use fusewire_core::time::ms_to_ns;
 use fusewire_core::{json_enum, json_struct};
 use fusewire_core::{Config, ConfigError, SharedConfig};
+use std::rc::Rc;
 
 use crate::classify::{Classifier, Entry, FlagSet, GrpcSet, StatusSet};
 use crate::matcher::{HeaderCond, KeySpec, Matcher};
@@ -365,8 +366,8 @@ pub struct Reply {
     pub status: u32,
     /// Headers, `x-fusewire` included.
     pub headers: Vec<(String, String)>,
-    /// Body (`{reason}` already substituted).
-    pub body: Vec<u8>,
+    /// Body (`{reason}` already substituted), shared by every reply that carries it.
+    pub body: Rc<Vec<u8>>,
     /// gRPC status for gRPC requests (`fallback.grpc_status`, default UNAVAILABLE;
     /// `fallback.timeout_grpc_status`, default DEADLINE_EXCEEDED).
     pub grpc_status: u32,
@@ -845,7 +846,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         Reply {
             status,
             headers,
-            body: with_reason(&fb.body, reason.as_str()).into_bytes(),
+            body: Rc::new(with_reason(&fb.body, reason.as_str()).into_bytes()),
             grpc_status,
         }
     };
@@ -1105,7 +1106,7 @@ mod tests {
         assert_eq!(o.core.bulkhead.as_ref().map(|b| b.max_concurrent), Some(3));
         assert!(o.classifier.failure_status.contains(429));
         assert!(!o.classifier.bad_request_status.contains(404));
-        assert_eq!(o.fallback.timeout.body, br#"{"error":"timeout"}"#);
+        assert_eq!(*o.fallback.timeout.body, br#"{"error":"timeout"}"#);
         assert_eq!(o.core.breaker.error_percentage.request_volume_threshold, 10);
         assert_eq!(p.shared.cas_attempts, 4);
     }

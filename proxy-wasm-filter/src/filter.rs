@@ -230,7 +230,10 @@ fn agree(key: &str, next: impl Fn(Option<u64>) -> Option<u64>) -> Option<u64> {
 
 /// A process-unique id for this VM's ledger entries: the next value of a counter in
 /// shared data (VMs of one Envoy share no randomness: in tests they even share the
-/// clock). Falls back to `rand` if the counter cannot be updated.
+/// clock). Falls back to `rand` if the counter cannot be updated. Envoy's shared data
+/// has no create-if-absent (a write to an absent key always lands), so two VMs that
+/// both found the counter absent could both take 1: Envoy's canary VM configures, and
+/// creates the counter, on the main thread before the workers' VMs configure.
 fn owner_id(namespace: &str, rand: u64) -> u64 {
     agree(&format!("{namespace}/owners"), |n| Some(n.unwrap_or(0) + 1)).unwrap_or(rand | 1 << 63)
 }
@@ -455,9 +458,13 @@ impl Worker {
     fn event(&mut self, ev: Event, now: Nanos) {
         match ev {
             Event::TimedOut { key, call } => {
+                // A stream in another state keeps it (a mismatch drops nothing).
                 let Some(ctx) = self.by_call.get(call) else {
                     return;
                 };
+                if !matches!(self.calls.get(ctx), Some(Call::Running { .. })) {
+                    return;
+                }
                 let Some(Call::Running {
                     permit,
                     req,
@@ -488,7 +495,10 @@ impl Worker {
                 self.fall_back(ctx, key, why, &req, lead, now);
             }
             Event::Dequeued { key, permit } => {
-                let Some(ctx) = self.by_call.get(permit.id()) else {
+                let ctx = self.by_call.get(permit.id());
+                let queued = |c: u32| matches!(self.calls.get(c), Some(Call::Queued { .. }));
+                let Some(ctx) = ctx.filter(|&c| queued(c)) else {
+                    // Nobody waits for the slot: it goes back.
                     let _ = self.engine.as_mut().map(|e| e.cancel(permit, now, 0));
                     return;
                 };
@@ -505,6 +515,9 @@ impl Worker {
                 let Some(ctx) = self.by_call.get(call) else {
                     return;
                 };
+                if !matches!(self.calls.get(ctx), Some(Call::Queued { .. })) {
+                    return;
+                }
                 let Some(Call::Queued { req, lead, .. }) = self.calls.remove(ctx) else {
                     return;
                 };
@@ -726,7 +739,7 @@ impl Worker {
         details: &'static str,
         status: u32,
         headers: &[(String, String)],
-        body: &[u8],
+        body: &Rc<Vec<u8>>,
         grpc: Option<u32>,
     ) {
         let mut pairs: Vec<(&str, &str)> = headers
@@ -739,7 +752,11 @@ impl Worker {
         }
         let mut buf = Vec::new();
         host::serialize_map(&pairs, &mut buf);
-        let body: &[u8] = if grpc.is_some() { &[] } else { body };
+        let body = if grpc.is_some() {
+            Rc::default()
+        } else {
+            body.clone()
+        };
         self.reply(
             ctx,
             status,
@@ -761,7 +778,7 @@ impl Worker {
         details: &'static str,
     ) {
         let headers = replay_headers(r, tag, age);
-        self.reply(ctx, r.status, &r.body, headers, -1, details);
+        self.reply(ctx, r.status, r.body.clone(), headers, -1, details);
     }
 
     /// Whether a reply for stream `ctx` waits for [`Worker::send_deferred`]: it was
@@ -777,7 +794,7 @@ impl Worker {
         &mut self,
         ctx: u32,
         status: u32,
-        body: &[u8],
+        body: Rc<Vec<u8>>,
         headers: Vec<u8>,
         grpc_status: i32,
         details: &'static str,
@@ -786,13 +803,13 @@ impl Worker {
             self.deferred.push(Deferred {
                 ctx,
                 status,
-                body: Rc::new(body.to_vec()),
+                body,
                 headers: Rc::new(headers),
                 grpc_status,
                 details,
             });
         } else if host::set_effective_context(ctx) == host::OK {
-            local_response(status, body, &headers, grpc_status, details);
+            local_response(status, &body, &headers, grpc_status, details);
         }
     }
 

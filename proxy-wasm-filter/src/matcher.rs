@@ -75,14 +75,15 @@ impl Matcher {
             }
         }
         if !self.routes.is_empty() {
-            let v = r.route().unwrap_or_default();
-            if !self.routes.iter().any(|g| glob(g, &v)) {
+            // No route (or cluster) matches no name, `*` included.
+            let v = r.route();
+            if !v.is_some_and(|v| self.routes.iter().any(|g| glob(g, &v))) {
                 return false;
             }
         }
         if !self.clusters.is_empty() {
-            let v = r.cluster().unwrap_or_default();
-            if !self.clusters.iter().any(|g| glob(g, &v)) {
+            let v = r.cluster();
+            if !v.is_some_and(|v| self.clusters.iter().any(|g| glob(g, &v))) {
                 return false;
             }
         }
@@ -369,6 +370,22 @@ pub(crate) mod tests {
         assert!(m.matches(&mut v));
         v.route = Some("ratings".into());
         assert!(!m.matches(&mut v));
+    }
+
+    #[test]
+    fn a_request_without_a_route_or_cluster_matches_no_name_not_even_star() {
+        for (clusters, routes) in [(vec!["*".to_string()], vec![]), (vec![], vec!["*".into()])] {
+            let m = Matcher {
+                clusters,
+                routes,
+                ..Default::default()
+            };
+            let mut v = view("GET", "/", "c");
+            assert!(m.matches(&mut v));
+            v.cluster = None;
+            v.route = None;
+            assert!(!m.matches(&mut v), "{:?} {:?}", m.clusters, m.routes);
+        }
     }
 
     #[test]

@@ -23,8 +23,9 @@ pub struct Response {
     pub status: u32,
     /// Headers (pseudo-headers and hop-by-hop headers left out).
     pub headers: Vec<(String, String)>,
-    /// Body.
-    pub body: Vec<u8>,
+    /// Body, held once however many replies carry it (a fallback or stale copy
+    /// for each of many refused waiters is not a copy each).
+    pub body: Rc<Vec<u8>>,
     /// When it was received (ns).
     pub at: Nanos,
 }
@@ -147,8 +148,10 @@ static CAPTURING: AtomicUsize = AtomicUsize::new(0);
 /// [`CAPTURE_BUDGET`], and memory).
 #[derive(Debug, Default)]
 pub struct Capture {
-    /// The response so far.
+    /// The response so far, its body aside.
     pub response: Response,
+    /// The body so far.
+    pub body: Vec<u8>,
     /// The body went past the limit: nothing to replay.
     pub too_large: bool,
     /// The response is not for other clients — it is [`private`], or varies on a
@@ -164,6 +167,7 @@ impl Capture {
     pub fn new(limit: u64) -> Self {
         Capture {
             response: Response::default(),
+            body: Vec::new(),
             too_large: false,
             unshared: false,
             limit,
@@ -174,15 +178,15 @@ impl Capture {
     /// before fetching a chunk: a chunk that cannot be kept is never copied in).
     pub fn fits(&self, n: usize) -> bool {
         !self.too_large
-            && (self.response.body.len() as u64).saturating_add(n as u64) <= self.limit
+            && (self.body.len() as u64).saturating_add(n as u64) <= self.limit
             && CAPTURING.load(Relaxed).saturating_add(n) <= CAPTURE_BUDGET
     }
 
     /// Appends a body chunk (one that does not fit, or finds no memory, ends the
     /// capture).
     pub fn body(&mut self, chunk: &[u8]) {
-        if self.fits(chunk.len()) && self.response.body.try_reserve(chunk.len()).is_ok() {
-            self.response.body.extend_from_slice(chunk);
+        if self.fits(chunk.len()) && self.body.try_reserve(chunk.len()).is_ok() {
+            self.body.extend_from_slice(chunk);
             CAPTURING.fetch_add(chunk.len(), Relaxed);
         } else {
             self.give_up();
@@ -193,15 +197,19 @@ impl Capture {
     pub fn give_up(&mut self) {
         if !self.too_large {
             self.too_large = true;
-            CAPTURING.fetch_sub(self.response.body.len(), Relaxed);
-            self.response.body = Vec::new();
+            CAPTURING.fetch_sub(self.body.len(), Relaxed);
+            self.body = Vec::new();
         }
     }
 
     /// The response received, out of the budget.
     pub fn take_response(&mut self) -> Response {
-        CAPTURING.fetch_sub(self.response.body.len(), Relaxed);
-        core::mem::take(&mut self.response)
+        CAPTURING.fetch_sub(self.body.len(), Relaxed);
+        let body = Rc::new(core::mem::take(&mut self.body));
+        Response {
+            body,
+            ..core::mem::take(&mut self.response)
+        }
     }
 
     /// Bytes being captured in this VM.
@@ -212,7 +220,7 @@ impl Capture {
 
 impl Drop for Capture {
     fn drop(&mut self) {
-        CAPTURING.fetch_sub(self.response.body.len(), Relaxed);
+        CAPTURING.fetch_sub(self.body.len(), Relaxed);
     }
 }
 
@@ -351,7 +359,7 @@ impl Replay {
                 let c = Collapsed {
                     status: r.status,
                     headers: Rc::new(replay_headers(r, "collapsed", None)),
-                    body: Rc::new(r.body.clone()),
+                    body: r.body.clone(),
                 };
                 self.fan = Some((id, c.clone()));
                 Some(c)
@@ -427,10 +435,10 @@ mod tests {
         let mut c = Capture::new(4);
         c.body(b"ab");
         c.body(b"cd");
-        assert_eq!(c.response.body, b"abcd");
+        assert_eq!(c.body, b"abcd");
         assert!(c.fits(0) && !c.fits(1), "4 of 4 bytes held");
         c.body(b"e");
-        assert!(c.too_large && c.response.body.is_empty() && !c.fits(0));
+        assert!(c.too_large && c.body.is_empty() && !c.fits(0));
         assert_eq!(Capture::in_vm(), 0);
         let chunk = vec![7u8; 1 << 20];
         let mut held: Vec<Capture> = Vec::new();

@@ -1848,6 +1848,44 @@ fn a_long_chain_of_refused_promoted_waiters_does_not_trap() {
     }
 }
 
+/// Found by review: each refused waiter of a `"retry"` chain kept its own copy of the
+/// fallback body until the leader's callback returned (its reply is deferred), so
+/// 1 500 waiters of a 60 KB fallback needed 88 MiB at once: in a VM capped at
+/// 64 MiB, an allocation failure and a trap. They now share the policy's one body.
+#[test]
+fn refused_waiters_share_the_fallback_body() {
+    let body = "x".repeat(60_000);
+    let json = collapse_only(
+        r#""on_leader_failure": "retry", "max_waiters": 100000, "max_wait_ms": 60000"#,
+    )
+    .replace(
+        r#""request_volume_threshold": 20"#,
+        r#""request_volume_threshold": 1"#,
+    )
+    .replace("fallback: {reason}", &body);
+    let mut cfg = common::harness_config(CasMode::Envoy, &json, 15_000);
+    cfg.max_vm_memory_bytes = 64 << 20;
+    let mut h = Harness::new(&common::module(), cfg).expect("plugin loads");
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..1_500)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/same"),
+                UpstreamReply::status(503).after_ms(200),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(2_000));
+    assert!(h.worker_alive(0), "no trap");
+    let recs = records(&h, &ids);
+    for r in &recs[1..] {
+        assert!(short_circuited(r), "{r:?}");
+        assert_eq!(r.response_body.len(), body.len());
+    }
+}
+
 /// Found by review: a waiter promoted from the leader's last response frame (its body
 /// over `max_body_bytes`) and refused there (the leader still holds the only bulkhead
 /// slot) was out of the call table, so its reply — deferred, as every reply decided
