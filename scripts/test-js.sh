@@ -27,7 +27,7 @@ cat > "$out/app/package.json" <<'JSON'
 JSON
 (cd "$out/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error \
   "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 fast-check@4.11.0 opossum@10.0.0 opossum-prometheus@0.3.0 dataloader@2.2.3 \
-  @sinonjs/fake-timers@15.5.0 \
+  @sinonjs/fake-timers@15.5.0 typescript49@npm:typescript@4.9.5 \
   vite@8.4.1 vite7@npm:vite@7.3.8 webpack@5.113.0 >/dev/null)
 cp -r js-binding/test "$out/app/test"
 
@@ -62,7 +62,11 @@ echo "== tsc --noEmit on a sample using the whole API"
 (cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types/node10/tsconfig.nointerop.json)
 # moduleResolution "bundler" (Vite, esbuild, webpack projects): index.d.mts, no @types/node.
 (cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types/bundler)
-echo "types: ok (ESM and CommonJS consumers, named imports; moduleResolution nodenext, node10, bundler)"
+# The strictest Node project: no DOM lib, exactOptionalPropertyTypes, written as
+# @types/opossum users write it; also with TypeScript 4.9, the oldest the README names.
+(cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test/types/strict)
+(cd "$out/app" && node node_modules/typescript49/bin/tsc -p test/types/strict)
+echo "types: ok (ESM and CommonJS consumers, named imports; moduleResolution nodenext, node10, bundler; no DOM lib, exact optional properties, TypeScript 4.9)"
 
 echo "== browser: headless Chromium"
 if [ ! -x /usr/bin/chromium ]; then

@@ -100,6 +100,22 @@ describe('fire and call', () => {
     b.shutdown();
   });
 
+  test('fire goes through a subclass\'s own call, with the action as this (as in opossum)', async () => {
+    const seen = [];
+    class Logged extends CircuitBreaker {
+      call(context, ...args) {
+        seen.push([context === action, ...args]);
+        return super.call(context, ...args);
+      }
+    }
+    const action = async function (x) { return [this === action, x]; };
+    const b = new Logged(action);
+    assert.deepEqual(await b.fire(1), [true, 1]);
+    assert.deepEqual(await b.call('ctx', 2), [false, 2]);
+    assert.deepEqual(seen, [[true, 1], [false, 2]]);
+    b.shutdown();
+  });
+
   test('fire and success listeners added late, removed and added again see exactly their calls', async () => {
     const b = new CircuitBreaker(ok);
     await b.fire(0); // nobody listens: nothing to see
@@ -1327,6 +1343,20 @@ describe('health checks and abort controllers', () => {
     await flush();
     assert.equal(failed[0]?.message, 'sick');
     assert.equal(b.opened, true);
+    b.shutdown();
+  });
+
+  test('healthCheck: the first check runs inside the call, and a numeric string is an interval (as in opossum)', async () => {
+    clock = fakeTime();
+    const b = new CircuitBreaker(ok);
+    let calls = 0;
+    b.healthCheck(async () => { calls++; }, '30');
+    assert.equal(calls, 1, 'called before healthCheck() returned');
+    clock.tick(30);
+    await flush();
+    assert.equal(calls, 2, 'every 30 ms');
+    clock.tick(30);
+    assert.equal(calls, 3);
     b.shutdown();
   });
 

@@ -96,69 +96,71 @@ export type Action<TI extends unknown[]> = { action(...args: TI): unknown }['act
 /** The options: opossum's, with opossum's names and defaults, plus fusewire's. */
 export interface Options<TI extends unknown[] = unknown[], TR = any> { // eslint-disable-line @typescript-eslint/no-explicit-any
   /** Milliseconds a call may run before it fails with `ETIMEDOUT` (default 10000; `false` or 0: none). */
-  timeout?: number | false;
+  timeout?: number | false | undefined;
   /** Milliseconds the breaker stays open before it lets a probe through (default 30000). */
-  resetTimeout?: number;
+  resetTimeout?: number | undefined;
   /** Error percentage above which the breaker opens (default 50). */
-  errorThresholdPercentage?: number;
+  errorThresholdPercentage?: number | undefined;
   /** Length of the rolling window in ms (default 10000). */
-  rollingCountTimeout?: number;
+  rollingCountTimeout?: number | undefined;
   /** Buckets of the rolling window (default 10). */
-  rollingCountBuckets?: number;
+  rollingCountBuckets?: number | undefined;
   /** Whether `stats` reports latency percentiles (default true; false: -1). */
-  rollingPercentilesEnabled?: boolean;
+  rollingPercentilesEnabled?: boolean | undefined;
   /** Calls in the window before the breaker may open (default 0). */
-  volumeThreshold?: number;
+  volumeThreshold?: number | undefined;
   /** Concurrent calls at most (default unbounded); more fail with `ESEMLOCKED`. */
-  capacity?: number;
+  capacity?: number | undefined;
   /** No opening during the first `rollingCountTimeout` (default false). */
-  allowWarmUp?: boolean;
+  allowWarmUp?: boolean | undefined;
   /** An error it returns a truthy value for is not a failure (the call still rejects). */
-  // Callbacks of the call's arguments are methods (checked bivariantly), so a breaker of
+  // Callbacks of the call's arguments have a method's type (checked bivariantly), so a breaker of
   // any action is still a `CircuitBreaker` (`let b: CircuitBreaker = new CircuitBreaker(readFile)`).
-  errorFilter?(err: any, ...args: TI): unknown; // eslint-disable-line @typescript-eslint/no-explicit-any
+  errorFilter?: { f(err: any, ...args: TI): unknown }['f'] | undefined; // eslint-disable-line @typescript-eslint/no-explicit-any
   /** Whether the breaker protects calls (default true; false: the action runs unprotected). */
-  enabled?: boolean;
+  enabled?: boolean | undefined;
   /** Name in stats and metrics (default: the action's name, else a random id). */
-  name?: string;
+  name?: string | undefined;
   /** Group (default: the name). */
-  group?: string;
+  group?: string | undefined;
   /** Aborted when a call times out (opossum's breaker-wide controller). */
-  abortController?: AbortController;
+  abortController?: AbortController | undefined;
   /** Renew `abortController` on half-open and close once it was aborted (default false). */
-  autoRenewAbortController?: boolean;
+  autoRenewAbortController?: boolean | undefined;
   /** Cache the first successful result per cache key (default false). */
-  cache?: boolean;
+  cache?: boolean | undefined;
   /** Cache entry lifetime in ms (default 0: forever). */
-  cacheTTL?: number;
+  cacheTTL?: number | undefined;
   /** Entries of the built-in cache at most. */
-  cacheSize?: number;
+  cacheSize?: number | undefined;
   /** The cache key of a call (default `JSON.stringify(args)`); not only a string (see `CacheKey`). */
-  cacheGetKey?(...args: TI): CacheKey;
+  cacheGetKey?: { f(...args: TI): CacheKey }['f'] | undefined;
   /** Where results are cached (default: in memory). */
-  cacheTransport?: CacheTransport<TR>;
+  // `any`, as in opossum's types: the action alone decides the result type (found by
+  // review: a `MemoryCache` passed inline made `fire()` resolve to `unknown`).
+  cacheTransport?: CacheTransport<any> | undefined; // eslint-disable-line @typescript-eslint/no-explicit-any
   /** Share one in-flight call among concurrent calls with the same key (default false). */
-  coalesce?: boolean;
+  coalesce?: boolean | undefined;
   /** How long a coalesced result is shared, in ms (default: `timeout`). */
-  coalesceTTL?: number;
+  coalesceTTL?: number | undefined;
   /** Entries of the coalescing cache at most. */
-  coalesceSize?: number;
+  coalesceSize?: number | undefined;
   /** Outcomes that end sharing early. */
-  coalesceResetOn?: ('error' | 'success' | 'timeout')[];
+  coalesceResetOn?: ('error' | 'success' | 'timeout')[] | undefined;
   /** @deprecated opossum's: ignored, with opossum's warning; use `errorThresholdPercentage`. */
-  maxFailures?: number;
+  maxFailures?: number | undefined;
   /** Whether `snapshot` events are emitted (default true; only while someone listens). */
-  enableSnapshots?: boolean;
+  enableSnapshots?: boolean | undefined;
   /** Accepted for opossum code (buckets roll by time here; see README). */
-  rotateBucketController?: { on(ev: string, fn: Listener): unknown; removeListener(ev: string, fn: Listener): unknown };
+  rotateBucketController?: { on(ev: string, fn: Listener): unknown; removeListener(ev: string, fn: Listener): unknown } | undefined;
   /** Restores `toJSON().state`. */
-  state?: BreakerStateJSON;
+  state?: BreakerStateJSON | undefined;
   /** Primes the window with saved `stats` (or another breaker's `status`). */
-  status?: Status | Partial<Stats>;
+  status?: Status | Partial<Stats> | undefined;
   /** fusewire: the core's config schema, merged over what the options above map to. */
-  fusewire?: CoreConfig;
+  fusewire?: CoreConfig | undefined;
   /** fusewire: keep one state for this name across workers (`worker_threads`). */
-  shared?: SharedOptions;
+  shared?: SharedOptions | undefined;
 }
 
 /** Why a breaker changed state (the core's `TransitionReason`). */
@@ -555,8 +557,10 @@ export interface StatusOptions {
 }
 
 /** opossum-compatible circuit breaker on the fusewire core. */
+// (A `StatusSource` for its `Status`: checked where it is passed as one, not with
+// `implements`, which would name the internal type in the published declarations.)
 export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
-  extends (EventEmitter as new () => Emitter) implements StatusSource {
+  extends (EventEmitter as new () => Emitter) {
   /** Whether `error` was made by a breaker (`EOPENBREAKER`, `ETIMEDOUT`, `ESEMLOCKED`, `ESHUTDOWN`). */
   static isOurError(error: unknown): error is CircuitBreakerError {
     return isOurError(error);
@@ -1030,18 +1034,27 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * `healthCheckFailed` and opens the breaker. `func` may return a promise or a plain value.
    */
   healthCheck(func: (this: this) => unknown, interval?: number): void {
-    const iv = interval || 5000;
+    // A numeric string is a number, as opossum's `isNaN` check and `setInterval` take
+    // it (found by review: `healthCheck(f, process.env.HC_MS)` threw here).
+    const given: unknown = interval || 5000;
+    const iv = typeof given === 'string' ? Number(given) : given;
     if (typeof func !== 'function') throw new TypeError('Health check function must be a function');
     if (typeof iv !== 'number' || Number.isNaN(iv)) throw new TypeError('Health check interval must be a number');
     const check = (): void => {
       if (this._shutdown) return;
-      Promise.resolve()
-        .then(() => func.apply(this))
-        .catch((e: unknown) => {
-          if (this._shutdown) return;
-          this._emitOwn('healthCheckFailed', e);
-          this.open();
-        });
+      // Called at once, as opossum does (the first check runs inside `healthCheck()`);
+      // a check that throws, or returns no promise, fails or passes as its value does.
+      let p: Promise<unknown>;
+      try {
+        p = Promise.resolve(func.apply(this));
+      } catch (e) {
+        p = Promise.reject(e);
+      }
+      p.catch((e: unknown) => {
+        if (this._shutdown) return;
+        this._emitOwn('healthCheckFailed', e);
+        this.open();
+      });
     };
     const t = globalThis.setInterval(check, Math.min(Math.max(iv, 1), 2_147_483_647)) as unknown as Timer;
     unref(t);
@@ -1388,6 +1401,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** Runs the action through the breaker (with `this` = the action, as opossum's `fire`). */
   fire(...args: TI): Promise<TR> {
+    // Through a subclass's own `call`, as opossum's `fire` is (found by review: a
+    // subclass instrumenting `call` was skipped).
+    if (this.call !== ownCall) return this.call(this._action, ...args);
     return this._fire(this._action, args, undefined) as Promise<TR>;
   }
 
@@ -3161,22 +3177,37 @@ const EMITTED_NAMES = ['success', 'failure', 'fallback', 'timeout', 'fire', 'rej
 
 brand(CircuitBreaker, 'CircuitBreaker');
 
+/** The class's own `call` (`fire` goes through an override of it). */
+const ownCall = CircuitBreaker.prototype.call;
+
 function defaultKey(...args: unknown[]): string {
   return JSON.stringify(args);
 }
 
-/** Typed events (overloads merged into the class). */
+/** The events of an emitter itself (Node's `EventEmitter`). */
+export interface EmitterEvents {
+  newListener: (event: string | symbol, listener: Listener) => void;
+  removeListener: (event: string | symbol, listener: Listener) => void;
+}
+
+/** The events a breaker's listeners may name. */
+export type BreakerEventMap<TI extends unknown[] = unknown[], TR = unknown> = CircuitBreakerEvents<TI, TR> & EmitterEvents;
+
+/**
+ * Typed events (overloads merged into the class). Listening for a name that is not an
+ * event, or with a listener of other arguments, does not compile, as with
+ * `@types/opossum` (found by review: a catch-all overload let `on('opne', …)` and
+ * `on('success', (r: number) => …)` of a string result through). `emit` still takes
+ * any name, as opossum's types inherit it.
+ */
 export interface CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown> {
-  on<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
-  on(event: string | symbol, listener: Listener): this;
-  once<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
-  once(event: string | symbol, listener: Listener): this;
-  addListener<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
-  addListener(event: string | symbol, listener: Listener): this;
-  off<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
-  off(event: string | symbol, listener: Listener): this;
-  removeListener<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, listener: CircuitBreakerEvents<TI, TR>[E]): this;
-  removeListener(event: string | symbol, listener: Listener): this;
+  on<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  once<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  addListener<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  prependListener<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  prependOnceListener<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  off<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  removeListener<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
   emit<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, ...args: Parameters<CircuitBreakerEvents<TI, TR>[E]>): boolean;
   emit(event: string | symbol, ...args: unknown[]): boolean;
 }

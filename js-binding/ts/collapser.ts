@@ -20,24 +20,24 @@ export type BatchFn<K, V> = (keys: K[]) => PromiseLike<ArrayLike<V | Error>> | A
 /** `C`: what `cacheKeyFn` returns (DataLoader's third type parameter; default: the key's type). */
 export interface CollapserOptions<K, V, C = K> {
   /** How long a batch collects loads after its first one, in ms (default 10, Hystrix's; 0: until the current job's promise jobs ran, as DataLoader). */
-  windowMs?: number;
+  windowMs?: number | undefined;
   /** Keys per batch at most (default 1000; `Infinity`, DataLoader's default, is the core's largest batch: 100 000); a full batch runs once the code that loaded it returns. */
-  maxBatchSize?: number;
+  maxBatchSize?: number | undefined;
   /** Memoise results per key, failures included, until `clear` (DataLoader's `cache`, default true). */
-  cache?: boolean;
+  cache?: boolean | undefined;
   /** Cached keys at most (default 10000, at most 16 777 215; the core evicts with SIEVE). */
-  cacheSize?: number;
+  cacheSize?: number | undefined;
   /**
    * The cache key of a key (default: the key itself). Keys of different types never
    * share one (`1` and `'1'` are two keys); objects are compared by their JSON (a
    * `Map`, a `Set` or a class without `toJSON` is `{}`: pass this for such keys). A
    * cache key of more than 64 KiB is neither de-duplicated nor cached.
    */
-  cacheKeyFn?: (key: K) => C;
+  cacheKeyFn?: ((key: K) => C) | undefined;
   /** Options of the breaker the batch function runs through (opossum's, plus `fusewire`). */
-  breaker?: Options<[K[]], ArrayLike<V | Error>>;
+  breaker?: Options<[K[]], ArrayLike<V | Error>> | undefined;
   /** A name (DataLoader's, for tools; also the breaker's name unless `breaker.name` is given). */
-  name?: string;
+  name?: string | undefined;
 }
 
 /** One `load(key)`: its key, its cache key and its promise's settlers. */

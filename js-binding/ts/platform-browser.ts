@@ -45,7 +45,7 @@ async function attempt(source?: WasmSource): Promise<void> {
     return;
   }
   if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) {
-    instantiate(await compile(source, 'the bytes given to load()'));
+    instantiate(await compile(source as BufferSource, 'the bytes given to load()'));
     return;
   }
   if (source instanceof Response) {

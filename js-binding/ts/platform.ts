@@ -162,8 +162,17 @@ instantiate(compileFile(wasmPath()));
 /** Resolved: Node compiles the module synchronously at load. */
 export const ready: Promise<void> = Promise.resolve();
 
-/** What [`load`] takes in place of the package's own `.wasm`. */
-export type WasmSource = WebAssembly.Module | BufferSource | Response | URL | string;
+/**
+ * What [`load`] takes in place of the package's own `.wasm`: a compiled
+ * `WebAssembly.Module`, its bytes, a `Response`, a `URL` or a URL string. Written
+ * without the DOM lib's names (`BufferSource`, the `WebAssembly` namespace), which a
+ * Node project typed with `lib: ["ES2022"]` and `@types/node` does not have (found by
+ * review: importing fusewire failed to compile there).
+ */
+export type WasmSource = WasmModule | ArrayBuffer | ArrayBufferView | Response | URL | string;
+
+/** `WebAssembly.Module` where the lib declares it. */
+type WasmModule = typeof globalThis extends { WebAssembly: { Module: abstract new (...args: never[]) => infer M } } ? M : never;
 
 /**
  * Loads the WebAssembly module — in browsers, or again after `ready` rejected (a

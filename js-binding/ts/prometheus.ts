@@ -75,11 +75,11 @@ export interface PrometheusOptions {
   /** The prom-client module (`import * as client from 'prom-client'`). */
   client: PromClient;
   /** Registries to add the metrics to (default: `[client.register]`). */
-  registers?: unknown[];
+  registers?: unknown[] | undefined;
   /** Metric name prefix (default `fusewire`). */
-  prefix?: string;
+  prefix?: string | undefined;
   /** Put the breaker name in a label rather than in the metric name (default false). */
-  labels?: boolean;
+  labels?: boolean | undefined;
 }
 
 type Breaker = CircuitBreaker<any, any>; // eslint-disable-line @typescript-eslint/no-explicit-any

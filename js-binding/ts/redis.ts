@@ -66,11 +66,11 @@ export interface RedisStoreOptions {
   /** An ioredis client (`new Redis(…)` or `new Redis.Cluster(…)`); you own its connection. */
   client: RedisClientLike;
   /** Prefix of every Redis key of this store (default `''`; the core's `shared.namespace` comes after it). */
-  prefix?: string;
+  prefix?: string | undefined;
   /** Expiry of a breaker's key, refreshed on every write (ms, default 86 400 000 = one day). */
-  ttlMs?: number;
+  ttlMs?: number | undefined;
   /** Per-op timeout (ms, default 500): an op not answered by then counts as failed. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
 }
 
 /** Counters of a `RedisStore` since it was created. */

@@ -96,16 +96,16 @@ const MIN_TTL_MS = 60_000;
 /** Options of a new store. */
 export interface SharedStoreOptions {
   /** Keys the store can hold (default 1024; each shared breaker uses one). */
-  entries?: number;
+  entries?: number | undefined;
   /** Longest key in bytes (default 288: a 64-byte `namespace` and a name of any length fit). */
-  keyBytes?: number;
+  keyBytes?: number | undefined;
   /** Largest value in bytes (default 2048; a breaker's state is ≈ 100–400 bytes). */
-  valueBytes?: number;
+  valueBytes?: number | undefined;
   /**
    * An entry not written for this long (ms; default 86 400 000, a day, as `RedisStore`'s
    * `ttlMs`) may be given to a new key when no entry is free.
    */
-  ttlMs?: number;
+  ttlMs?: number | undefined;
 }
 
 /** @internal What an operation answered (the value, if any, is in `store.value`). */
