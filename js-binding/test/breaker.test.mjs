@@ -1358,6 +1358,18 @@ describe('health checks and abort controllers', () => {
     clock.tick(30);
     assert.equal(calls, 3);
     b.shutdown();
+    // '0' and blanks are the default 5 s, as 0 is (opossum: a check every 1 ms); a
+    // negative interval is refused (opossum: every 1 ms too).
+    const c = new CircuitBreaker(ok);
+    let n = 0;
+    c.healthCheck(async () => { n++; }, '0');
+    c.healthCheck(async () => { n++; }, '  ');
+    clock.tick(4999);
+    assert.equal(n, 2);
+    clock.tick(1);
+    assert.equal(n, 4);
+    assert.throws(() => c.healthCheck(async () => {}, -5), { name: 'TypeError', message: 'Health check interval must not be negative, got -5' });
+    c.shutdown();
   });
 
   test('healthCheck: a rejection emits healthCheckFailed and opens', async () => {

@@ -1033,13 +1033,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * Runs `func` every `interval` ms (default 5000); a rejection (or a throw) emits
    * `healthCheckFailed` and opens the breaker. `func` may return a promise or a plain value.
    */
-  healthCheck(func: (this: this) => unknown, interval?: number): void {
+  healthCheck(func: (this: this) => unknown, interval?: number | string): void {
     // A numeric string is a number, as opossum's `isNaN` check and `setInterval` take
     // it (found by review: `healthCheck(f, process.env.HC_MS)` threw here).
+    // `'0'` or blanks are 0, the default, as a number 0 is (opossum checks every 1 ms).
     const given: unknown = interval || 5000;
-    const iv = typeof given === 'string' ? Number(given) : given;
+    const n = typeof given === 'string' ? Number(given) : given;
     if (typeof func !== 'function') throw new TypeError('Health check function must be a function');
-    if (typeof iv !== 'number' || Number.isNaN(iv)) throw new TypeError('Health check interval must be a number');
+    if (typeof n !== 'number' || Number.isNaN(n)) throw new TypeError('Health check interval must be a number');
+    const iv = n || 5000;
+    if (iv < 0) throw new TypeError(`Health check interval must not be negative, got ${iv}`);
     const check = (): void => {
       if (this._shutdown) return;
       // Called at once, as opossum does (the first check runs inside `healthCheck()`);
@@ -3194,20 +3197,27 @@ export interface EmitterEvents {
 export type BreakerEventMap<TI extends unknown[] = unknown[], TR = unknown> = CircuitBreakerEvents<TI, TR> & EmitterEvents;
 
 /**
- * Typed events (overloads merged into the class). Listening for a name that is not an
- * event, or with a listener of other arguments, does not compile, as with
- * `@types/opossum` (found by review: a catch-all overload let `on('opne', …)` and
- * `on('success', (r: number) => …)` of a string result through). `emit` still takes
- * any name, as opossum's types inherit it.
+ * Typed events (overloads merged into the class), as `@types/opossum` types them: `on`
+ * takes an event's name and a listener of its arguments only, so `on('opne', …)` or a
+ * `success` listener of another result type does not compile (found by review: a
+ * catch-all overload let both through); `once`, `off` and the rest check a known
+ * name's listener and, as the `EventEmitter` methods opossum's types inherit, take any
+ * other name too.
  */
 export interface CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown> {
   on<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
   once<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  once(event: string | symbol, listener: Listener): this;
   addListener<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  addListener(event: string | symbol, listener: Listener): this;
   prependListener<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  prependListener(event: string | symbol, listener: Listener): this;
   prependOnceListener<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  prependOnceListener(event: string | symbol, listener: Listener): this;
   off<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  off(event: string | symbol, listener: Listener): this;
   removeListener<E extends keyof BreakerEventMap<TI, TR>>(event: E, listener: BreakerEventMap<TI, TR>[E]): this;
+  removeListener(event: string | symbol, listener: Listener): this;
   emit<E extends keyof CircuitBreakerEvents<TI, TR>>(event: E, ...args: Parameters<CircuitBreakerEvents<TI, TR>[E]>): boolean;
   emit(event: string | symbol, ...args: unknown[]): boolean;
 }

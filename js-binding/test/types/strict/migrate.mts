@@ -54,6 +54,15 @@ s.on('failure', (err: Error, latencyMs: string) => { void err; void latencyMs; }
 // @ts-expect-error: the arguments are [number]
 s.on('fire', (args: [string]) => { void args; });
 s.emit('anything', 1);
+// As with @types/opossum, the other listener methods take any name too.
+for (const name of ['open', 'close'] as string[]) {
+  const h = (): void => {};
+  s.once(name, h);
+  s.addListener(name, h);
+  s.removeListener(name, h);
+  s.off(name, h);
+}
+s.healthCheck(async () => {}, process.env['HEALTH_MS']);
 
 // A breaker of any action is still a CircuitBreaker, and an EventEmitter to node:events.
 const anyBreaker: CircuitBreaker = withOptions;
