@@ -930,13 +930,14 @@ impl Worker {
             // checked) made requests one client's that were collapsed.
             // A request that asks no cache to store its response (`cache-control:
             // no-store`, RFC 9111 §5.2.1.5) is treated the same (found by an HTTP
-            // review: its response was kept and served to other clients).
+            // review: its response was kept and served to other clients), on any of
+            // its `cache-control` lines.
             req.creds = policy
                 .credential_headers
                 .iter()
                 .any(|h| view.header(h).is_some())
                 || view
-                    .header("cache-control")
+                    .header_all("cache-control")
                     .is_some_and(|v| any_directive(&v, UNSHARED.get(..1).unwrap_or_default()));
         }
         let mut request_key = String::new();

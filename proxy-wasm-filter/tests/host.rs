@@ -1677,6 +1677,15 @@ fn responses_that_forbid_stale_use_are_never_served_stale() {
         Request::get("/api/report").header("cache-control", "no-store"),
         ok("report"),
     );
+    // Its second `cache-control` line counts too (found by review: only the first
+    // was read).
+    h.request(
+        0,
+        Request::get("/api/report2")
+            .header("cache-control", "max-age=0")
+            .header("cache-control", "no-store"),
+        ok("report2"),
+    );
     fail_20(
         &mut h,
         1,
@@ -1690,7 +1699,14 @@ fn responses_that_forbid_stale_use_are_never_served_stale() {
         Some("stale"),
         "the control is kept"
     );
-    for path in ["/api/a", "/api/b", "/api/c", "/api/d", "/api/report"] {
+    for path in [
+        "/api/a",
+        "/api/b",
+        "/api/c",
+        "/api/d",
+        "/api/report",
+        "/api/report2",
+    ] {
         let r = h.request(0, Request::get(path), ok("-"));
         assert!(
             short_circuited(&r),
