@@ -95,6 +95,15 @@ describe('fusewire/redis: RedisStore', () => {
     assert.throws(() => new CircuitBreaker(async () => 1, { name: 'x', shared: { store, mode: 'bogus' } }),
       /^TypeError: options\.shared\.mode: must be left out \(the store sets it: 'async' for a RedisStore\), got "bogus"$/);
     assert.doesNotThrow(() => new CircuitBreaker(async () => 1, { name: 'y', shared: { store, mode: 'async' } }).shutdown());
+    // The key outlives two leases, as a SharedStore's entry does (found by review: a
+    // 2 s key beside the 30 s lease, or a 27 h lease beside the 24 h key, was taken).
+    const short = new RedisStore({ client, ttlMs: 2000 });
+    assert.throws(() => new CircuitBreaker(async () => 1, { name: 'z', shared: { store: short } }),
+      /^TypeError: options\.shared\.lease_ttl_ms: must be at most half the store's ttlMs \(2000 ms\), got 30000$/);
+    assert.doesNotThrow(() => new CircuitBreaker(async () => 1, { name: 'z', shared: { store: short, lease_ttl_ms: 1000, flush_ms: 500, heartbeat_ms: 500 } }).shutdown());
+    assert.throws(() => new CircuitBreaker(async () => 1, { name: 'z', shared: { store, lease_ttl_ms: 27 * 3_600_000 } }),
+      /^TypeError: options\.shared\.lease_ttl_ms: must be at most half the store's ttlMs \(86400000 ms\)/);
+    short.close();
     store.close();
   });
 
@@ -417,7 +426,7 @@ describe('fusewire/redis: RedisStore', () => {
       return Promise.reject(new Error(`unexpected ${cmd} ${args}`));
     });
     const store = new RedisStore({ client, prefix: 'app:', ttlMs: 5000 });
-    const b = new CircuitBreaker(async () => 'ok', { name: 'svc{a}', shared: { store, sync_ms: 50, stale_ms: 200 } });
+    const b = new CircuitBreaker(async () => 'ok', { name: 'svc{a}', shared: { store, sync_ms: 50, stale_ms: 200, lease_ttl_ms: 2500, heartbeat_ms: 1000 } });
     assert.equal(await b.fire(), 'ok');
     for (let i = 0; i < 20 && store.stats.written === 0; i++) await sleep(10);
     assert.ok(store.stats.written >= 1, JSON.stringify(store.stats));

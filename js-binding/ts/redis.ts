@@ -261,6 +261,15 @@ export class RedisStore extends AsyncStore {
   }
 
   /**
+   * @internal Its `ttlMs`: breakers on it keep `shared.lease_ttl_ms` below half of it,
+   * as on a `SharedStore` (found by review: `ttlMs: 2000` was taken beside a 30 s
+   * lease, and a quiet fleet's key, open breaker and leases with it, expired).
+   */
+  get _ttlMs(): number {
+    return Number(this._ttl);
+  }
+
+  /**
    * Stops the store: ops in flight fail, later ones at once. Breakers shut down
    * before keep it open until their last flush landed (a write that met another
    * process's write is merged and retried; at most 5 s): await the result before
@@ -294,7 +303,13 @@ export class RedisStore extends AsyncStore {
   /** @internal Redis's own words for a failed op (`WRONGPASS …`, `NOPERM …`), for `store` events. */
   override _describe(status: number): string | undefined {
     switch (status) {
-      case FAIL_TIMEOUT: return `no reply within ${this._timeoutMs} ms`;
+      case FAIL_TIMEOUT: {
+        // ioredis's state says why (found by review: a process that never reached
+        // Redis only ever said "no reply", never that it could not connect).
+        const state = (this.client as { status?: unknown }).status;
+        const why = typeof state === 'string' && state !== 'ready' ? ` (the client is ${state})` : '';
+        return `no reply within ${this._timeoutMs} ms${why}`;
+      }
       case FAIL_ERROR: return this.lastError;
       case FAIL_LATE: return 'refused: the write reached Redis after its deadline';
       case FAIL_REPLY: return 'unexpected reply';
