@@ -8,6 +8,8 @@ bash scripts/setup.sh
 
 echo "== core: cargo test -p fusewire-core (incl. wasm zero-import check)"
 cargo test -p fusewire-core
+echo "== core: the JSON reader without its syntax messages (as the npm binding builds it)"
+cargo test -p fusewire-core --no-default-features --lib json
 
 echo "== core: fuzz smoke runs"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then

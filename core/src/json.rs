@@ -665,7 +665,7 @@ impl Parser<'_> {
         let v = self.value(0)?;
         self.skip_ws();
         if self.at < self.s.len() {
-            return Err(self.syntax("trailing characters"));
+            return Err(self.malformed("trailing characters"));
         }
         Ok(v)
     }
@@ -684,8 +684,24 @@ impl Parser<'_> {
         }
     }
 
+    /// A syntax error no `JSON.stringify` output has (the npm binding's JSON is all
+    /// such): it says what was expected with the `syntax-messages` feature (default),
+    /// else only where it is.
+    #[inline(always)]
+    fn malformed(&self, what: &'static str) -> ConfigError {
+        self.syntax(if cfg!(feature = "syntax-messages") {
+            what
+        } else {
+            "malformed JSON"
+        })
+    }
+
     fn eof(&self, what: &str) -> ConfigError {
-        self.syntax(&format!("EOF while parsing {what}"))
+        if cfg!(feature = "syntax-messages") {
+            self.syntax(&format!("EOF while parsing {what}"))
+        } else {
+            self.syntax("unexpected end of JSON")
+        }
     }
 
     fn skip_ws(&mut self) {
@@ -718,7 +734,7 @@ impl Parser<'_> {
                 } else if rest.starts_with(b"false") {
                     (Value::Bool(false), 5)
                 } else {
-                    return Err(self.syntax("expected value"));
+                    return Err(self.malformed("expected value"));
                 };
                 self.at += len;
                 Ok(v)
@@ -737,13 +753,13 @@ impl Parser<'_> {
             match self.peek() {
                 Some(b'"') => {}
                 None => return Err(self.eof("an object")),
-                Some(_) => return Err(self.syntax("key must be a string")),
+                Some(_) => return Err(self.malformed("key must be a string")),
             }
             let key = self.string()?;
             match self.peek() {
                 Some(b':') => self.at += 1,
                 None => return Err(self.eof("an object")),
-                Some(_) => return Err(self.syntax("expected `:`")),
+                Some(_) => return Err(self.malformed("expected `:`")),
             }
             members.push((key, self.value(depth + 1)?));
             match self.peek() {
@@ -753,7 +769,7 @@ impl Parser<'_> {
                     return Ok(Value::Object(members));
                 }
                 None => return Err(self.eof("an object")),
-                Some(_) => return Err(self.syntax("expected `,` or `}`")),
+                Some(_) => return Err(self.malformed("expected `,` or `}`")),
             }
         }
     }
@@ -774,7 +790,7 @@ impl Parser<'_> {
                     return Ok(Value::Array(items));
                 }
                 None => return Err(self.eof("a list")),
-                Some(_) => return Err(self.syntax("expected `,` or `]`")),
+                Some(_) => return Err(self.malformed("expected `,` or `]`")),
             }
         }
     }
@@ -807,7 +823,7 @@ impl Parser<'_> {
                         b'u' => self.unicode_escape()?,
                         _ => {
                             self.at -= 1;
-                            return Err(self.syntax("invalid escape"));
+                            return Err(self.malformed("invalid escape"));
                         }
                     };
                     let mut buf = [0; 4];
@@ -815,12 +831,12 @@ impl Parser<'_> {
                 }
                 0..=0x1f => {
                     self.at -= 1;
-                    return Err(self.syntax("control character in a string"));
+                    return Err(self.malformed("control character in a string"));
                 }
                 _ => out.push(b),
             }
         }
-        String::from_utf8(out).map_err(|_| self.syntax("invalid UTF-8 in a string"))
+        String::from_utf8(out).map_err(|_| self.malformed("invalid UTF-8 in a string"))
     }
 
     /// The code point of a `\u` escape (the `\u` already read), pairing surrogates.
@@ -852,7 +868,7 @@ impl Parser<'_> {
                 b'0'..=b'9' => b - b'0',
                 b'a'..=b'f' => b - b'a' + 10,
                 b'A'..=b'F' => b - b'A' + 10,
-                _ => return Err(self.syntax("invalid \\u escape")),
+                _ => return Err(self.malformed("invalid \\u escape")),
             };
             v = v * 16 + u32::from(d);
             self.at += 1;
@@ -875,9 +891,9 @@ impl Parser<'_> {
         };
         let int_start = self.at;
         match digits(self) {
-            0 => return Err(self.syntax("invalid number")),
+            0 => return Err(self.malformed("invalid number")),
             n if n > 1 && self.s[int_start] == b'0' => {
-                return Err(self.syntax("invalid number (leading zero)"))
+                return Err(self.malformed("invalid number (leading zero)"))
             }
             _ => {}
         }
@@ -886,7 +902,7 @@ impl Parser<'_> {
             integer = false;
             self.at += 1;
             if digits(self) == 0 {
-                return Err(self.syntax("invalid number"));
+                return Err(self.malformed("invalid number"));
             }
         }
         if let Some(b'e' | b'E') = self.s.get(self.at) {
@@ -896,7 +912,7 @@ impl Parser<'_> {
                 self.at += 1;
             }
             if digits(self) == 0 {
-                return Err(self.syntax("invalid number"));
+                return Err(self.malformed("invalid number"));
             }
         }
         let text = &self.s[start..self.at];
@@ -1040,6 +1056,22 @@ mod tests {
         assert_eq!(syntax("\"héllo\""), Ok(Str("héllo".into())));
     }
 
+    /// Without `syntax-messages` (the npm binding) a syntax error says only where;
+    /// what a valid document can still get wrong keeps its words.
+    #[cfg(not(feature = "syntax-messages"))]
+    #[test]
+    fn without_syntax_messages_errors_say_where_only() {
+        let e = |s: &str| syntax(s).unwrap_err();
+        assert_eq!(e("[1 2]"), "malformed JSON at line 1 column 4");
+        assert_eq!(e("{"), "unexpected end of JSON at line 1 column 2");
+        assert_eq!(e("1e999"), "number out of range at line 1 column 6");
+        assert_eq!(
+            e(r#""\ud800""#),
+            "unpaired surrogate in a string at line 1 column 8"
+        );
+    }
+
+    #[cfg(feature = "syntax-messages")]
     #[test]
     fn syntax_errors_say_where() {
         let bad = |s: &str, what: &str| {
@@ -1222,6 +1254,7 @@ mod tests {
             "",
             "invalid type: string \"doc\", expected an object",
         );
+        #[cfg(feature = "syntax-messages")]
         bad(
             "{\n\"items\": [\n{\"n\": tru}]}",
             "",
@@ -1317,6 +1350,11 @@ mod tests {
     #[test]
     fn invalid_utf8_is_an_error() {
         let e = parse(b"\"\xff\"").unwrap_err();
-        assert!(e.reason.contains("UTF-8"), "{}", e.reason);
+        let what = if cfg!(feature = "syntax-messages") {
+            "UTF-8"
+        } else {
+            "malformed JSON"
+        };
+        assert!(e.reason.contains(what), "{}", e.reason);
     }
 }

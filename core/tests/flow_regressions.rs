@@ -193,3 +193,34 @@ fn late_result_lost_after_one_more_call() {
         "README: a timed-out call's result, when it comes, is Late: counted"
     );
 }
+
+/// Found by a review against Hystrix: a timeout polled late (the host's timer fired
+/// 29 s after the deadline: a blocked event loop, a suspended VM) was recorded with
+/// the poll's latency, 30 s for a 1 s timeout. A timeout lasts its deadline.
+#[test]
+fn a_timeout_polled_late_records_its_deadline_as_its_latency() {
+    let (mut e, p) = engine(r#"{"execution": {"timeout_ms": 1000}}"#);
+    let k = e.key(p, "k", T0).unwrap();
+    let _p = running(e.start(k, T0, 0));
+    let ev = drain(&mut e, T0 + 30_000 * MS);
+    assert!(ev.iter().any(|e| matches!(e, Event::TimedOut { .. })));
+    let s = e.snapshot(k, T0 + 30_000 * MS).unwrap();
+    assert_eq!(s.latency_ns.p100, 1_000 * MS);
+}
+
+/// The same review: a 1 s timeout polled 5 s late counted as a call slower than the
+/// 5 s slow-call threshold, and the slow-call rule alone tripped the breaker.
+#[test]
+fn a_timeout_polled_late_is_not_a_slow_call() {
+    let (mut e, p) = engine(
+        r#"{"breaker": {"error_percentage": {"enabled": false},
+             "slow_call": {"enabled": true, "duration_threshold_ms": 5000,
+                           "rate_threshold_percentage": 100.0, "request_volume_threshold": 1}},
+            "execution": {"timeout_ms": 1000}}"#,
+    );
+    let k = e.key(p, "k", T0).unwrap();
+    let _p = running(e.start(k, T0, 0));
+    drain(&mut e, T0 + 6_000 * MS);
+    assert_eq!(e.health(k, T0 + 6_000 * MS).unwrap().slow, 0);
+    assert_eq!(e.phase(k), Some(Phase::Closed));
+}

@@ -1220,6 +1220,10 @@ impl Engine {
                     self.events
                         .push_back(Event::TimedOut { key: kid, call: id });
                 }
+                // It lasted until its deadline, however late the host polled (found
+                // by review: a timer 5 s late made a 1 s timeout a 6 s slow call).
+                let (generation, probe, started) = pass;
+                let pass = (generation, probe, started.wrapping_add(now.wrapping_sub(d)));
                 self.record_end(key, pass, Outcome::Timeout, now, rand);
                 self.dequeue(key, now, at, rand);
             }
