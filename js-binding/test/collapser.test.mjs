@@ -24,6 +24,58 @@ function loader(options = {}, fn) {
 }
 
 describe('Collapser', () => {
+  for (const windowMs of [0, 10]) {
+    test(`a cache hit settles with the batch being formed, so what follows hits and misses is one batch (windowMs ${windowMs})`, async () => {
+      // The GraphQL shape: each resolver awaits its user, then loads its posts (found
+      // by a DataLoader user's review: hits settled at once, and the posts of cached
+      // users went in a batch of their own).
+      const users = new Collapser(async (ids) => ids.map((id) => ({ id })), { windowMs });
+      const postBatches = [];
+      const posts = new Collapser(async (ids) => {
+        postBatches.push(ids);
+        return ids.map((id) => `p${id}`);
+      }, { windowMs });
+      await users.load(1);
+      const got = await Promise.all([1, 2, 3].map(async (id) => posts.load((await users.load(id)).id)));
+      assert.deepEqual(got, ['p1', 'p2', 'p3']);
+      assert.deepEqual(postBatches.map((b) => [...b].sort()), [[1, 2, 3]]);
+      // A hit with no batch being formed settles at DataLoader's moment, alone.
+      assert.deepEqual(await users.load(2), { id: 2 });
+      users.shutdown();
+      posts.shutdown();
+    });
+  }
+
+  test('shutdown: loads still waiting for their window go as a last batch; later loads reject with ESHUTDOWN', async () => {
+    const { c, batches } = loader({ windowMs: 50, maxBatchSize: 2 });
+    // A prefetch nobody awaits, then shutdown() in a request's `finally` (found by
+    // review: the loads were rejected, unhandled, and the process exited).
+    const prefetch = c.load(1);
+    const more = [c.load(2), c.load(3)];
+    c.shutdown();
+    assert.deepEqual(batches, [[1, 2], [3]], 'sent at once, in batches of maxBatchSize');
+    assert.equal(await prefetch, 'v:1');
+    assert.deepEqual(await Promise.all(more), ['v:2', 'v:3']);
+    await assert.rejects(c.load(4), (e) => e.code === 'ESHUTDOWN' && CircuitBreaker.isOurError(e) &&
+      e.message === 'The collapser has been shut down.');
+    c.shutdown();
+    assert.deepEqual(batches, [[1, 2], [3]], 'a second shutdown does nothing');
+  });
+
+  test('shutdown: a load waiting on another load of its key in flight gets that result', async () => {
+    let release;
+    const gate = new Promise((r) => { release = r; });
+    const { c, batches } = loader({ windowMs: 0 }, async (keys) => { await gate; return keys.map((k) => `v:${k}`); });
+    const first = c.load('a');
+    await new Promise((r) => setImmediate(r)); // its batch is running
+    assert.deepEqual(batches, [['a']]);
+    const second = c.load('a');
+    c.shutdown();
+    release();
+    assert.deepEqual(await Promise.all([first, second]), ['v:a', 'v:a']);
+    assert.deepEqual(batches, [['a']], 'no second batch');
+  });
+
   test('loads within the window become one batch; results map back in order', async () => {
     const { c, batches } = loader({ windowMs: 0 });
     const got = await Promise.all([c.load(1), c.load(2), c.load(3)]);

@@ -10,7 +10,7 @@ import { ById } from './byid.js';
 import { now } from './clock.js';
 import type { CoreConfig } from './config.js';
 import { F_REARM, K, KIND_MASK, f64s, lost, out, outView, putKey, tell, w } from './engine.js';
-import { describe, optionError } from './errors.js';
+import { describe, optionError, ourError } from './errors.js';
 import { tagged } from './key.js';
 import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './options.js';
 
@@ -161,6 +161,14 @@ export class Collapser<K = unknown, V = unknown, C = K> {
   /** Loads batched by this wrapper once the instance is lost (see `_lost`), and the batch size. */
   private _bare: Item<K, V>[] = [];
   private readonly _max: number;
+  /**
+   * Cache hits waiting for the batch being formed: they settle with its results, as
+   * DataLoader's do, so code that awaited a hit and then loads joins the batch of the
+   * code that awaited a miss (found by review: `load((await users.load(id)).id)` split
+   * into a batch for the hits and one for the misses).
+   */
+  private _hits: (() => void)[] = [];
+  private _hitsQueued = false;
 
   constructor(batchFn: BatchFn<K, V>, options: CollapserOptions<K, V, C> = {}) {
     if (typeof batchFn !== 'function') {
@@ -240,7 +248,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     if (key === null || key === undefined) {
       throw new TypeError(`The loader.load() function must be called with a value, but got: ${String(key)}.`);
     }
-    if (this.breaker.isShutdown) return Promise.reject(new Error('The collapser has been shut down.'));
+    if (this.breaker.isShutdown) return Promise.reject(ourError('The collapser has been shut down.', 'ESHUTDOWN'));
     if (lost) {
       tell();
       return new Promise<V>((resolve, reject) => this._batchBare({ key, ck: '', lead: -1, resolve, reject }));
@@ -263,7 +271,9 @@ export class Collapser<K = unknown, V = unknown, C = K> {
         const p = this._payloads.get(id);
         if (p !== undefined) {
           w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
-          return p.ok ? Promise.resolve(p.value as V) : Promise.reject(p.value);
+          // Settled with a promise of the value, as DataLoader's cached promise is
+          // adopted: two promise jobs after the batch's own loads.
+          return new Promise<V>((resolve) => this._hit(() => resolve(p.ok ? Promise.resolve(p.value as V) : Promise.reject(p.value))));
         }
       } else if (kind === 3) {
         return new Promise<V>((resolve, reject) => this._wait({ id, key, ck, resolve, reject }));
@@ -284,6 +294,31 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       if (!queued && lead >= 0) this._giveUp(ck, lead, t);
     }
     return p;
+  }
+
+  /**
+   * A cache hit settles with the batch being formed, or, with none, at DataLoader's
+   * moment for a batch of hits alone (after the promise jobs queued so far).
+   */
+  private _hit(settle: () => void): void {
+    this._hits.push(settle);
+    if (this._hitsQueued) return;
+    this._hitsQueued = true;
+    postPromiseJobs(() => {
+      this._hitsQueued = false;
+      // A batch is being formed: its flush takes them.
+      if (this._items.size === 0) this._settleHits(this._takeHits());
+    });
+  }
+
+  private _takeHits(): (() => void)[] {
+    const hits = this._hits;
+    if (hits.length !== 0) this._hits = [];
+    return hits;
+  }
+
+  private _settleHits(hits: (() => void)[] | undefined): void {
+    if (hits !== undefined) for (const settle of hits) settle();
   }
 
   /** A lead taken for a load that was not queued: it fails, as its load does. */
@@ -425,31 +460,36 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     return ck;
   }
 
-  /** Shuts the breaker down; pending loads are rejected. */
+  /**
+   * Shuts the collapser down. Loads still waiting for their batch window go now, as
+   * the last batches through the breaker, and a load waiting on another load of its
+   * key gets that one's result: a load made before `shutdown()` settles as it would
+   * have (found by review: they were rejected, and a prefetch nobody awaited, then
+   * `shutdown()` in a request's `finally`, ended the process with an unhandled
+   * rejection; DataLoader has no shutdown). Then the breaker shuts down; batches
+   * running still answer their loads. Loads made after it reject with `ESHUTDOWN`.
+   */
   shutdown(): void {
-    const err = new Error('The collapser has been shut down.');
-    for (const it of this._items.values()) {
-      it.reject(err);
-      for (const a of it.also ?? []) a.reject(err);
-    }
-    for (const wt of this._waits.values()) wt.reject(err);
-    this._items.clear();
-    this._waits.clear();
-    this._waitsOf.clear();
+    if (this.breaker.isShutdown) return;
+    const pending = this._takePending();
+    const hits = this._takeHits();
     this._payloads.clear();
     this._inflight.clear();
     this._cleared.clear();
     // Running batches still answer their loads (and those they kept), as DataLoader's.
     this._leads.clear();
+    for (let i = 0; i < pending.length; i += this._max) this._run(pending.slice(i, i + this._max), undefined, i === 0 ? hits : undefined);
+    if (pending.length === 0) this._settleHits(hits);
+    this.breaker._keepAlive(false);
     this.breaker.shutdown();
   }
 
   /**
-   * The instance is lost (see `lose` in engine.ts): loads waiting for their batch
-   * window, and those waiting on another load of their key, go now; from here on
-   * loads are batched per tick, uncached.
+   * Takes the loads waiting for their batch window, and those waiting on another load
+   * of their key: these join that load if it is in flight (its result answers them
+   * too), else they are taken as loads of their own.
    */
-  private _lost(): void {
+  private _takePending(): Item<K, V>[] {
     const pending = [...this._items.values()];
     this._items.clear();
     for (const wt of [...this._waits.values()]) {
@@ -459,7 +499,17 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       if (it !== undefined) (it.also ??= []).push(wt);
       else pending.push({ key: wt.key, ck: wt.ck, lead: -1, resolve: wt.resolve, reject: wt.reject });
     }
-    for (const it of pending) this._batchBare(it);
+    return pending;
+  }
+
+  /**
+   * The instance is lost (see `lose` in engine.ts): loads waiting for their batch
+   * window, and those waiting on another load of their key, go now; from here on
+   * loads are batched per tick, uncached.
+   */
+  private _lost(): void {
+    for (const it of this._takePending()) this._batchBare(it);
+    this._settleHits(this._takeHits());
   }
 
   /** Once the instance is lost: `item` joins the batch that runs after this tick's loads. */
@@ -539,10 +589,16 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       due.push([items, batch]);
     }
     if (this._items.size === 0) this.breaker._keepAlive(false);
-    for (const [items, batch] of due) this._run(items, batch);
+    // The hits so far settle with the first of these batches.
+    let hits = due.length !== 0 ? this._takeHits() : undefined;
+    for (const [items, batch] of due) {
+      this._run(items, batch, hits);
+      hits = undefined;
+    }
   }
 
-  private _run(items: Item<K, V>[], batch: number | undefined): void {
+  /** Runs one batch; `hits`: cache hits that settle with its results, first (DataLoader's order). */
+  private _run(items: Item<K, V>[], batch: number | undefined, hits?: (() => void)[]): void {
     const keys = items.map((i) => i.key);
     let fired: Promise<ArrayLike<V | Error>>;
     try {
@@ -550,10 +606,12 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     } catch (e) {
       // A breaker listener threw (`fire`, `reject`…): these loads fail with it, the
       // other batches of the flush still run.
+      this._settleHits(hits);
       this._failed(items, batch, e);
       return;
     }
     fired.then((values) => {
+      this._settleHits(hits);
       if (!arrayLike(values) || values.length !== keys.length) {
         const got = arrayLike(values)
           ? ` of the same length as the Array of keys (${keys.length} keys, ${values.length} values)`
@@ -563,7 +621,10 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       } else {
         this._done(items, batch, values, this._fallen.has(values));
       }
-    }, (e: unknown) => this._failed(items, batch, e));
+    }, (e: unknown) => {
+      this._settleHits(hits);
+      this._failed(items, batch, e);
+    });
   }
 
   private _failed(items: Item<K, V>[], batch: number | undefined, e: unknown): void {
