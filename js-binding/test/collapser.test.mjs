@@ -62,6 +62,37 @@ describe('Collapser', () => {
     assert.deepEqual(batches, [[1, 2], [3]], 'a second shutdown does nothing');
   });
 
+  test('shutdown: nothing stays pending — loads its last batches make, a second shutdown inside them, a breaker shut down first', async () => {
+    const settled = (p) => p.then((v) => `ok ${v}`, (e) => `err ${e.code}`);
+    // A batch function loading from its own loader while shutdown() sends the last
+    // batches (found by review: those loads stayed pending for good).
+    let n = 0;
+    const a = new Collapser((ks) => {
+      const inner = n++ === 1 ? [settled(a.load('new')), settled(a.load('x'))] : [];
+      innerLoads.push(...inner);
+      return ks.map((k) => `v${k}`);
+    }, { windowMs: 10 });
+    const innerLoads = [];
+    await a.load('x');
+    const outer = settled(a.load('b'));
+    a.shutdown();
+    assert.deepEqual(await Promise.all([outer, ...innerLoads]), ['ok vb', 'err ESHUTDOWN', 'err ESHUTDOWN']);
+    // shutdown() called again by a batch function: the other last batches still go.
+    const b = new Collapser((ks) => { b.shutdown(); return ks.map((k) => `v${k}`); }, { windowMs: 10, maxBatchSize: 1 });
+    const three = ['b', 'c', 'd'].map((k) => settled(b.load(k)));
+    b.shutdown();
+    assert.deepEqual(await Promise.all(three), ['ok vb', 'ok vc', 'ok vd']);
+    // The breaker shut down under a waiting load and a cache hit: the load rejects,
+    // the hit settles (both stayed pending).
+    const c = new Collapser(async (ks) => ks.map((k) => `v${k}`), { windowMs: 10 });
+    await c.load('a');
+    const miss = settled(c.load('b'));
+    const hit = settled(c.load('a'));
+    c.breaker.shutdown();
+    c.shutdown();
+    assert.deepEqual(await Promise.all([miss, hit]), ['err ESHUTDOWN', 'ok va']);
+  });
+
   test('shutdown: a load waiting on another load of its key in flight gets that result', async () => {
     let release;
     const gate = new Promise((r) => { release = r; });

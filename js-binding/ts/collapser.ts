@@ -59,6 +59,11 @@ interface Item<K, V> extends Load<K, V> {
   also?: { resolve: (v: V) => void; reject: (e: unknown) => void }[];
 }
 
+/** The rejection of a load made once the collapser is shut down. */
+function shutDown(): Error {
+  return ourError('The collapser has been shut down.', 'ESHUTDOWN');
+}
+
 /**
  * DataLoader's batch moment: after the promise jobs queued so far, then
  * `process.nextTick` (`setImmediate` / `setTimeout` elsewhere, and where those throw:
@@ -169,6 +174,8 @@ export class Collapser<K = unknown, V = unknown, C = K> {
    */
   private _hits: (() => void)[] = [];
   private _hitsQueued = false;
+  /** `shutdown()` was called: loads from here on reject (those its last batches make too). */
+  private _closing = false;
 
   constructor(batchFn: BatchFn<K, V>, options: CollapserOptions<K, V, C> = {}) {
     if (typeof batchFn !== 'function') {
@@ -248,7 +255,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     if (key === null || key === undefined) {
       throw new TypeError(`The loader.load() function must be called with a value, but got: ${String(key)}.`);
     }
-    if (this.breaker.isShutdown) return Promise.reject(ourError('The collapser has been shut down.', 'ESHUTDOWN'));
+    if (this._closing || this.breaker.isShutdown) return Promise.reject(shutDown());
     if (lost) {
       tell();
       return new Promise<V>((resolve, reject) => this._batchBare({ key, ck: '', lead: -1, resolve, reject }));
@@ -307,7 +314,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     postPromiseJobs(() => {
       this._hitsQueued = false;
       // A batch is being formed: its flush takes them.
-      if (this._items.size === 0) this._settleHits(this._takeHits());
+      if (this._items.size === 0 || this.breaker.isShutdown) this._settleHits(this._takeHits());
     });
   }
 
@@ -470,7 +477,14 @@ export class Collapser<K = unknown, V = unknown, C = K> {
    * running still answer their loads. Loads made after it reject with `ESHUTDOWN`.
    */
   shutdown(): void {
-    if (this.breaker.isShutdown) return;
+    // Once: a batch function or listener calling it again while the last batches go
+    // out does not cut them short.
+    if (this._closing) return;
+    this._closing = true;
+    if (this.breaker.isShutdown) {
+      this._abandon();
+      return;
+    }
     const pending = this._takePending();
     const hits = this._takeHits();
     this._payloads.clear();
@@ -482,6 +496,20 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     if (pending.length === 0) this._settleHits(hits);
     this.breaker._keepAlive(false);
     this.breaker.shutdown();
+  }
+
+  /**
+   * The breaker was shut down (`collapser.breaker.shutdown()`) under loads waiting for
+   * their batch: they reject with `ESHUTDOWN`, cache hits settle (found by review:
+   * both stayed pending for good).
+   */
+  private _abandon(): void {
+    const err = shutDown();
+    for (const it of this._takePending()) {
+      it.reject(err);
+      for (const a of it.also ?? []) a.reject(err);
+    }
+    this._settleHits(this._takeHits());
   }
 
   /**
@@ -567,7 +595,10 @@ export class Collapser<K = unknown, V = unknown, C = K> {
    * function form a new batch, with its own window (DataLoader's rule).
    */
   private _flush(t: number, fullOnly = false): void {
-    if (this.breaker.isShutdown) return;
+    if (this.breaker.isShutdown) {
+      this._abandon();
+      return;
+    }
     this._events(t);
     const due: [Item<K, V>[], number][] = [];
     for (let guard = 0; guard < 1_000_000; guard++) {

@@ -407,10 +407,12 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     // in use writes more often than its lease (its heartbeat), so a lease within half
     // of it keeps a live breaker's entry.
     const storeTtl = (_store as { _ttlMs?: unknown } | undefined)?._ttlMs;
-    const lease = typeof sc.lease_ttl_ms === 'number' ? sc.lease_ttl_ms : DEFAULT_LEASE_TTL_MS;
-    if (typeof storeTtl === 'number' && lease * 2 > storeTtl) {
+    // (One that is not a number is the core's to name.)
+    const given = sc.lease_ttl_ms;
+    const lease = given === undefined ? DEFAULT_LEASE_TTL_MS : given;
+    if (typeof storeTtl === 'number' && typeof lease === 'number' && lease * 2 > storeTtl) {
       throw optionError('options.shared.lease_ttl_ms',
-        `must be at most half the store's ttlMs (${storeTtl} ms), got ${describe(lease)}`);
+        `must be at most half the store's ttlMs (${storeTtl} ms), got ${describe(lease)}${given === undefined ? ' (the default)' : ''}`);
     }
     // `timeout: false` lets a probe run for ever (as in opossum). Shared, its probe
     // lease would then hold every process half-open, refusing every call, once its

@@ -307,7 +307,8 @@ export class RedisStore extends AsyncStore {
         // ioredis's state says why (found by review: a process that never reached
         // Redis only ever said "no reply", never that it could not connect).
         const state = (this.client as { status?: unknown }).status;
-        const why = typeof state === 'string' && state !== 'ready' ? ` (the client is ${state})` : '';
+        const why = state === 'connecting' || state === 'reconnecting' ? `; the client is ${state}`
+          : state === 'close' || state === 'end' ? '; the client is closed' : '';
         return `no reply within ${this._timeoutMs} ms${why}`;
       }
       case FAIL_ERROR: return this.lastError;
