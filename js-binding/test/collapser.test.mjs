@@ -93,6 +93,18 @@ describe('Collapser', () => {
     assert.deepEqual(await Promise.all([miss, hit]), ['err ESHUTDOWN', 'ok va']);
   });
 
+  test('a fallback of the wrong length is named as the fallback, not the batch function', async () => {
+    const c = new Collapser(async (ks) => ks.map(String), { windowMs: 0 });
+    c.breaker.fallback(() => ['only one']);
+    c.breaker.open();
+    const got = await Promise.allSettled([c.load(1), c.load(2)]);
+    for (const r of got) {
+      assert.equal(r.status, 'rejected');
+      assert.equal(r.reason.message, "Collapser: the breaker's fallback must return an Array of the same length as the Array of keys (2 keys, 1 values)");
+    }
+    c.shutdown();
+  });
+
   test('shutdown: a load waiting on another load of its key in flight gets that result', async () => {
     let release;
     const gate = new Promise((r) => { release = r; });

@@ -647,8 +647,12 @@ export class Collapser<K = unknown, V = unknown, C = K> {
         const got = arrayLike(values)
           ? ` of the same length as the Array of keys (${keys.length} keys, ${values.length} values)`
           : `: got ${describe(values)}`;
-        this._failed(items, batch, new TypeError('Collapser must be constructed with a function which accepts Array<key> and returns ' +
-          `Promise<Array<value>>, but the function did not return a Promise of an Array${got}.`));
+        // Said of the breaker's fallback where it gave them (found by review: the batch
+        // function was blamed for what the fallback returned).
+        this._failed(items, batch, new TypeError(typeof values === 'object' && values !== null && this._fallen.has(values)
+          ? `Collapser: the breaker's fallback must return an Array of the same length as the Array of keys (${keys.length} keys, ${values.length} values)`
+          : 'Collapser must be constructed with a function which accepts Array<key> and returns ' +
+            `Promise<Array<value>>, but the function did not return a Promise of an Array${got}.`));
       } else {
         this._done(items, batch, values, this._fallen.has(values));
       }
