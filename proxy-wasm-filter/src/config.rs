@@ -133,6 +133,7 @@ struct RawStale {
     max_bytes: u64,
     max_entries: u32,
     max_body_bytes: u64,
+    on_upstream_error: bool,
 }
 
 impl Default for RawStale {
@@ -143,6 +144,7 @@ impl Default for RawStale {
             max_bytes: 1 << 20,
             max_entries: 1_000,
             max_body_bytes: 64 * 1024,
+            on_upstream_error: false,
         }
     }
 }
@@ -176,6 +178,9 @@ pub struct Stale {
     pub max_body_bytes: u64,
     /// The core cache index (bounded entries and bytes, per worker).
     pub cache: CacheConfig,
+    /// Whether a copy also stands in for the upstream's own 500, 502, 503 or 504
+    /// (RFC 5861's `stale-if-error`), not only for calls the filter refuses.
+    pub on_upstream_error: bool,
 }
 
 #[derive(Debug, Default)]
@@ -479,7 +484,7 @@ json_struct!(read RawCollapse {
     on_leader_failure,
 });
 json_enum!(OnLeaderFailure { Fail = "fail", Retry = "retry" });
-json_struct!(read RawStale { key, max_stale_ms, max_bytes, max_entries, max_body_bytes });
+json_struct!(read RawStale { key, max_stale_ms, max_bytes, max_entries, max_body_bytes, on_upstream_error });
 json_struct!(read RawMatch { route, cluster, path_prefix, method, headers });
 json_enum!(TimeoutMode { Route = "route", Tick = "tick" });
 json_struct!(read RawFailure {
@@ -940,6 +945,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
                 max_stale_ms: st.max_stale_ms,
                 max_body_bytes: st.max_body_bytes,
                 cache,
+                on_upstream_error: st.on_upstream_error,
             })
         }
     };

@@ -1233,8 +1233,23 @@ impl Worker {
 
     /// Response headers (and trailers): what the upstream said.
     fn observe(&mut self, ctx: u32, map: u32, end: bool) {
+        if map == host::RESPONSE_HEADERS {
+            let Some(Call::Running {
+                permit, obs, req, ..
+            }) = self.calls.get_mut(ctx)
+            else {
+                return; // our own reply, or not ours
+            };
+            obs.status = host::header_number(map, ":status");
+            if let Some(e) = self.engine.as_mut() {
+                e.stop_timer(permit); // the response started in time
+            }
+            let upstream_error = matches!(obs.status, Some(500 | 502 | 503 | 504));
+            if upstream_error && req.get && self.stale_for_error(ctx) {
+                return;
+            }
+        }
         let Some(Call::Running {
-            permit,
             obs,
             capture,
             req,
@@ -1242,13 +1257,9 @@ impl Worker {
             ..
         }) = self.calls.get_mut(ctx)
         else {
-            return; // our own reply, or not ours
+            return;
         };
         if map == host::RESPONSE_HEADERS {
-            obs.status = host::header_number(map, ":status");
-            if let Some(e) = self.engine.as_mut() {
-                e.stop_timer(permit); // the response started in time
-            }
             if let Some(c) = capture.as_mut() {
                 c.response.status = obs.status.unwrap_or(0);
                 // Headers that could not be read are not known to be shareable.
@@ -1294,6 +1305,55 @@ impl Worker {
             self.publish(ctx);
             self.end_call(ctx);
         }
+    }
+
+    /// `stale.on_upstream_error`: the upstream's own 5xx on stream `ctx` (a GET) is
+    /// replaced by a kept copy no older than `max_stale_ms`, as RFC 5861's
+    /// `stale-if-error` does. The call counts as the failure it was; a collapse
+    /// leader's waiters get the copy too (`"fail"`) or the next one leads (`"retry"`).
+    /// Whether a copy was sent.
+    fn stale_for_error(&mut self, ctx: u32) -> bool {
+        let now = self.now();
+        let Some(Call::Running { req, key, .. }) = self.calls.get(ctx) else {
+            return false;
+        };
+        let (pi, key) = (req.pi, *key);
+        let Some(max) = (self.plugin.as_ref())
+            .and_then(|p| p.policies.get(pi)?.stale.as_ref())
+            .filter(|st| st.on_upstream_error)
+            .map(|st| st.max_stale_ms.saturating_mul(1_000_000))
+        else {
+            return false;
+        };
+        let Some(Call::Running { req, .. }) = self.calls.get(ctx) else {
+            return false;
+        };
+        let Some(copy) = (self.replays.get_mut(pi))
+            .and_then(|r| r.stale(&req.key, now))
+            .filter(|r| now.saturating_sub(r.at) <= max)
+            .cloned()
+        else {
+            return false;
+        };
+        if let Some(Call::Running {
+            obs,
+            capture,
+            failed,
+            ..
+        }) = self.calls.get_mut(ctx)
+        {
+            // The upstream's response ends here for the filter: its body is not read.
+            obs.ended = true;
+            *capture = None;
+            *failed = Some(Box::new(copy.clone()));
+        }
+        self.end_call(ctx);
+        let age = now.saturating_sub(copy.at) / 1_000_000_000;
+        self.send_response(ctx, &copy, "stale", Some(age), "fusewire_stale");
+        if let Some(m) = self.metrics(key) {
+            m.extra(Extra::StaleServed);
+        }
+        true
     }
 
     /// A response body chunk.

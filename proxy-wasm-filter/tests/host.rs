@@ -1649,6 +1649,108 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
     assert!(counter(&h, "fusewire.svc.stale_served") >= 1);
 }
 
+/// `stale.on_upstream_error` (RFC 5861's `stale-if-error`): the upstream's own 500,
+/// 502, 503 or 504 to a GET is replaced by the kept copy; the call still counts as
+/// the failure it was. Off by default, and never for a copy past `max_stale_ms`, a
+/// 4xx, or a key with no copy. Its collapse waiters get the copy too.
+#[test]
+fn on_upstream_error_a_kept_copy_replaces_the_upstreams_5xx() {
+    let json = |on: bool| {
+        config(None).replace(
+            "\"fallback\": {",
+            &format!(
+                "\"collapse\": {{}}, \"stale\": {{\"max_stale_ms\": 30000, \"on_upstream_error\": {on}}}, \"fallback\": {{"
+            ),
+        )
+    };
+    let mut h = harness(CasMode::Envoy, &json(true));
+    let ok = |body: &str| UpstreamReply::status(200).with_body(body);
+    for path in ["/api/a", "/api/b", "/api/c", "/api/d"] {
+        h.request(0, Request::get(path), ok(path));
+    }
+    for (path, status) in [
+        ("/api/a", 503),
+        ("/api/b", 500),
+        ("/api/c", 502),
+        ("/api/d", 504),
+    ] {
+        let r = h.request(
+            0,
+            Request::get(path),
+            UpstreamReply::status(status).with_body("down"),
+        );
+        assert!(r.sent_upstream, "{path}");
+        assert_eq!(r.response_status, Some(200), "{path}: {r:?}");
+        assert_eq!(r.body_text(), path);
+        assert_eq!(r.response_header("x-fusewire").as_deref(), Some("stale"));
+        assert_eq!(r.code_details, "fusewire_stale");
+    }
+    // Not for a 4xx, nor a key with no copy.
+    let r = h.request(
+        0,
+        Request::get("/api/a"),
+        UpstreamReply::status(404).with_body("gone"),
+    );
+    assert_eq!(r.response_status, Some(404));
+    let r = h.request(
+        0,
+        Request::get("/api/none"),
+        UpstreamReply::status(503).with_body("down"),
+    );
+    assert_eq!(
+        (r.response_status, r.body_text().as_str()),
+        (Some(503), "down")
+    );
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.stale_served"), 4);
+    // Each counted as the failure it was (the 503 without a copy too).
+    assert_eq!(counter(&h, "fusewire.svc.failure"), 5);
+    // Waiters of a leader answered so get the copy as well.
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..3)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/a"),
+                UpstreamReply::status(503).after_ms(100).with_body("down"),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(500));
+    for r in records(&h, &ids) {
+        assert_eq!(
+            (r.response_status, r.body_text().as_str()),
+            (Some(200), "/api/a"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        records(&h, &ids).iter().filter(|r| r.sent_upstream).count(),
+        1
+    );
+    // Past max_stale_ms the upstream's 503 goes through.
+    h.run_for(Duration::from_millis(31_000));
+    let r = h.request(
+        0,
+        Request::get("/api/b"),
+        UpstreamReply::status(503).with_body("down"),
+    );
+    assert_eq!(r.response_status, Some(503));
+    // Off (the default): the 503 goes through.
+    let mut h = harness(CasMode::Envoy, &json(false));
+    h.request(0, Request::get("/api/a"), ok("kept"));
+    let r = h.request(
+        0,
+        Request::get("/api/a"),
+        UpstreamReply::status(503).with_body("down"),
+    );
+    assert_eq!(
+        (r.response_status, r.body_text().as_str()),
+        (Some(503), "down")
+    );
+}
+
 /// Found by an HTTP review: a response whose directives forbid serving it stale
 /// (`no-cache`, `must-revalidate`, `proxy-revalidate`, `s-maxage`: RFC 9111 §4.2.4,
 /// §5.2.2.10) was served as a stale copy, and so was the response to a request that
