@@ -606,7 +606,10 @@ impl Worker {
         };
         match ev {
             CacheEvent::Ready { entry, .. } => {
-                let fan = self.replays.get_mut(pi).and_then(|r| r.collapsed(entry));
+                let fan = self
+                    .replays
+                    .get_mut(pi)
+                    .and_then(|r| r.collapsed(entry, now));
                 let Some(fan) = fan else {
                     self.admit(ctx, key, req, None, now, true);
                     return;
@@ -679,7 +682,9 @@ impl Worker {
                 if let Some(m) = self.metrics(key) {
                     m.extra(Extra::StaleServed);
                 }
-                r
+                // Its waiters get it as the stale copy it is (until 2026-12-06 as
+                // `collapsed`, with the upstream's `age` only: found by review).
+                Response { stale: true, ..r }
             }
             _ => {
                 let grpc = req.grpc && policy.fallback.grpc;
@@ -705,6 +710,7 @@ impl Worker {
                     headers,
                     body: reply.body.clone(),
                     at: now,
+                    stale: false,
                 }
             }
         };
@@ -1244,8 +1250,11 @@ impl Worker {
             if let Some(e) = self.engine.as_mut() {
                 e.stop_timer(permit); // the response started in time
             }
-            let upstream_error = matches!(obs.status, Some(500 | 502 | 503 | 504));
-            if upstream_error && req.get && self.stale_for_error(ctx) {
+            let status = obs.status;
+            if req.get
+                && matches!(status, Some(500 | 502 | 503 | 504))
+                && self.stale_for_error(ctx, status)
+            {
                 return;
             }
         }
@@ -1312,19 +1321,22 @@ impl Worker {
     /// `stale-if-error` does. The call counts as the failure it was; a collapse
     /// leader's waiters get the copy too (`"fail"`) or the next one leads (`"retry"`).
     /// Whether a copy was sent.
-    fn stale_for_error(&mut self, ctx: u32) -> bool {
-        let now = self.now();
+    fn stale_for_error(&mut self, ctx: u32, status: Option<u32>) -> bool {
         let Some(Call::Running { req, key, .. }) = self.calls.get(ctx) else {
             return false;
         };
         let (pi, key) = (req.pi, *key);
+        // Only a status the policy counts as a failure (`failure.status`).
         let Some(max) = (self.plugin.as_ref())
-            .and_then(|p| p.policies.get(pi)?.stale.as_ref())
+            .and_then(|p| p.policies.get(pi))
+            .filter(|p| status.is_some_and(|s| p.classifier.failure_status.contains(s)))
+            .and_then(|p| p.stale.as_ref())
             .filter(|st| st.on_upstream_error)
             .map(|st| st.max_stale_ms.saturating_mul(1_000_000))
         else {
             return false;
         };
+        let now = self.now();
         let Some(Call::Running { req, .. }) = self.calls.get(ctx) else {
             return false;
         };
@@ -1345,7 +1357,11 @@ impl Worker {
             // The upstream's response ends here for the filter: its body is not read.
             obs.ended = true;
             *capture = None;
-            *failed = Some(Box::new(copy.clone()));
+            // Its waiters get it as a stale copy too (tag and `age`).
+            *failed = Some(Box::new(Response {
+                stale: true,
+                ..copy.clone()
+            }));
         }
         self.end_call(ctx);
         let age = now.saturating_sub(copy.at) / 1_000_000_000;

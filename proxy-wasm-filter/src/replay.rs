@@ -28,6 +28,9 @@ pub struct Response {
     pub body: Rc<Vec<u8>>,
     /// When it was received (ns).
     pub at: Nanos,
+    /// A stale copy standing in for a failed response (`stale.on_upstream_error`):
+    /// replayed to waiters as `x-fusewire: stale`, with its `age`.
+    pub stale: bool,
 }
 
 /// A leader's response as its waiters get it: the `x-fusewire: collapsed` headers
@@ -350,15 +353,19 @@ impl Replay {
 
     /// A leader's response kept for its waiters, as they get it: prepared at the
     /// first waiter, the same bytes for every other one (not a copy each).
-    pub fn collapsed(&mut self, entry: EntryId) -> Option<Collapsed> {
+    pub fn collapsed(&mut self, entry: EntryId, now: Nanos) -> Option<Collapsed> {
         let id = entry.to_raw();
         match &self.fan {
             Some((e, c)) if *e == id => Some(c.clone()),
             _ => {
                 let r = self.collapsed.get(&id)?;
+                let (tag, kept) = match r.stale {
+                    true => ("stale", Some(now.saturating_sub(r.at) / 1_000_000_000)),
+                    false => ("collapsed", None),
+                };
                 let c = Collapsed {
                     status: r.status,
-                    headers: Rc::new(replay_headers(r, "collapsed", None)),
+                    headers: Rc::new(replay_headers(r, tag, kept)),
                     body: r.body.clone(),
                 };
                 self.fan = Some((id, c.clone()));

@@ -1655,15 +1655,15 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
 /// 4xx, or a key with no copy. Its collapse waiters get the copy too.
 #[test]
 fn on_upstream_error_a_kept_copy_replaces_the_upstreams_5xx() {
-    let json = |on: bool| {
+    let json = |on: &str| {
         config(None).replace(
             "\"fallback\": {",
             &format!(
-                "\"collapse\": {{}}, \"stale\": {{\"max_stale_ms\": 30000, \"on_upstream_error\": {on}}}, \"fallback\": {{"
+                "\"collapse\": {{}}, \"stale\": {{\"max_stale_ms\": 30000{on}}}, \"fallback\": {{"
             ),
         )
     };
-    let mut h = harness(CasMode::Envoy, &json(true));
+    let mut h = harness(CasMode::Envoy, &json(r#", "on_upstream_error": true"#));
     let ok = |body: &str| UpstreamReply::status(200).with_body(body);
     for path in ["/api/a", "/api/b", "/api/c", "/api/d"] {
         h.request(0, Request::get(path), ok(path));
@@ -1685,6 +1685,14 @@ fn on_upstream_error_a_kept_copy_replaces_the_upstreams_5xx() {
         assert_eq!(r.response_header("x-fusewire").as_deref(), Some("stale"));
         assert_eq!(r.code_details, "fusewire_stale");
     }
+    // And for Envoy's own 503 for a reset before any response (the router's reply
+    // passes the response phase as the upstream's would).
+    let r = h.request(0, Request::get("/api/a"), UpstreamReply::reset());
+    assert_eq!(
+        r.response_header("x-fusewire").as_deref(),
+        Some("stale"),
+        "{r:?}"
+    );
     // Not for a 4xx, nor a key with no copy.
     let r = h.request(
         0,
@@ -1702,9 +1710,9 @@ fn on_upstream_error_a_kept_copy_replaces_the_upstreams_5xx() {
         (Some(503), "down")
     );
     settle(&mut h);
-    assert_eq!(counter(&h, "fusewire.svc.stale_served"), 4);
+    assert_eq!(counter(&h, "fusewire.svc.stale_served"), 5);
     // Each counted as the failure it was (the 503 without a copy too).
-    assert_eq!(counter(&h, "fusewire.svc.failure"), 5);
+    assert_eq!(counter(&h, "fusewire.svc.failure"), 6);
     // Waiters of a leader answered so get the copy as well.
     let t0 = h.now_ns();
     let ids: Vec<u64> = (0..3)
@@ -1724,6 +1732,9 @@ fn on_upstream_error_a_kept_copy_replaces_the_upstreams_5xx() {
             (Some(200), "/api/a"),
             "{r:?}"
         );
+        // Each as the stale copy it is, with its age.
+        assert_eq!(r.response_header("x-fusewire").as_deref(), Some("stale"));
+        assert!(r.response_header("age").is_some(), "{r:?}");
     }
     assert_eq!(
         records(&h, &ids).iter().filter(|r| r.sent_upstream).count(),
@@ -1738,7 +1749,7 @@ fn on_upstream_error_a_kept_copy_replaces_the_upstreams_5xx() {
     );
     assert_eq!(r.response_status, Some(503));
     // Off (the default): the 503 goes through.
-    let mut h = harness(CasMode::Envoy, &json(false));
+    let mut h = harness(CasMode::Envoy, &json(""));
     h.request(0, Request::get("/api/a"), ok("kept"));
     let r = h.request(
         0,
