@@ -1316,11 +1316,12 @@ impl Worker {
         }
     }
 
-    /// `stale.on_upstream_error`: the upstream's own 5xx on stream `ctx` (a GET) is
-    /// replaced by a kept copy no older than `max_stale_ms`, as RFC 5861's
-    /// `stale-if-error` does. The call counts as the failure it was; a collapse
-    /// leader's waiters get the copy too (`"fail"`) or the next one leads (`"retry"`).
-    /// Whether a copy was sent.
+    /// `stale.on_upstream_error`: a 5xx answer to a GET on stream `ctx` that the
+    /// policy counts as a failure — the upstream's, or Envoy's router's for a reset,
+    /// a connect failure or a route timeout — is replaced by a kept copy no older than
+    /// `max_stale_ms`, as RFC 5861's `stale-if-error` does. The call counts as the
+    /// failure it was; a collapse leader's waiters get the copy too (`"fail"`) or the
+    /// next one leads (`"retry"`). Whether a copy was sent.
     fn stale_for_error(&mut self, ctx: u32, status: Option<u32>) -> bool {
         let Some(Call::Running { req, key, .. }) = self.calls.get(ctx) else {
             return false;
