@@ -1748,6 +1748,31 @@ fn on_upstream_error_a_kept_copy_replaces_the_upstreams_5xx() {
         UpstreamReply::status(503).with_body("down"),
     );
     assert_eq!(r.response_status, Some(503));
+    // Only a status in `failure.status`: with only 500 a failure, a 503 goes through.
+    let narrowed = json(r#", "on_upstream_error": true"#).replace(
+        "\"fallback\": {",
+        "\"failure\": {\"status\": [500]}, \"fallback\": {",
+    );
+    let mut h = harness(CasMode::Envoy, &narrowed);
+    h.request(0, Request::get("/api/a"), ok("kept"));
+    let r = h.request(
+        0,
+        Request::get("/api/a"),
+        UpstreamReply::status(503).with_body("down"),
+    );
+    assert_eq!(
+        (r.response_status, r.body_text().as_str()),
+        (Some(503), "down")
+    );
+    let r = h.request(
+        0,
+        Request::get("/api/a"),
+        UpstreamReply::status(500).with_body("down"),
+    );
+    assert_eq!(
+        (r.response_status, r.body_text().as_str()),
+        (Some(200), "kept")
+    );
     // Off (the default): the 503 goes through.
     let mut h = harness(CasMode::Envoy, &json(""));
     h.request(0, Request::get("/api/a"), ok("kept"));
