@@ -1962,6 +1962,25 @@ fn collapse_only(extra: &str) -> String {
     )
 }
 
+/// 1 500 identical GETs 1 ns apart whose upstream answers 503 after 200 ms, run for
+/// 2 s on worker 0 (which must not trap): the records, in order.
+fn a_chain_of_1500_failing_gets(h: &mut Harness) -> Vec<StreamRecord> {
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..1_500)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/same"),
+                UpstreamReply::status(503).after_ms(200),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(2_000));
+    assert!(h.worker_alive(0), "no trap");
+    records(h, &ids)
+}
+
 /// Found by review: with `"retry"`, a failed leader promoted a waiter, which was
 /// refused (the breaker had just opened) and failed its lead, which promoted the next
 /// one… by recursion, one level per waiter, until the VM's stack ran out (a trap) at
@@ -1977,20 +1996,7 @@ fn a_long_chain_of_refused_promoted_waiters_does_not_trap() {
         r#""request_volume_threshold": 1"#,
     );
     let mut h = harness(CasMode::Envoy, &json);
-    let t0 = h.now_ns();
-    let ids: Vec<u64> = (0..1_500)
-        .map(|i| {
-            h.submit_at(
-                t0 + i,
-                0,
-                Request::get("/api/same"),
-                UpstreamReply::status(503).after_ms(200),
-            )
-        })
-        .collect();
-    h.run_for(Duration::from_millis(2_000));
-    assert!(h.worker_alive(0), "no trap");
-    let recs = records(&h, &ids);
+    let recs = a_chain_of_1500_failing_gets(&mut h);
     assert_eq!(
         recs.iter().filter(|r| r.sent_upstream).count(),
         1,
@@ -2020,20 +2026,7 @@ fn refused_waiters_share_the_fallback_body() {
     let mut cfg = common::harness_config(CasMode::Envoy, &json, 15_000);
     cfg.max_vm_memory_bytes = 64 << 20;
     let mut h = Harness::new(&common::module(), cfg).expect("plugin loads");
-    let t0 = h.now_ns();
-    let ids: Vec<u64> = (0..1_500)
-        .map(|i| {
-            h.submit_at(
-                t0 + i,
-                0,
-                Request::get("/api/same"),
-                UpstreamReply::status(503).after_ms(200),
-            )
-        })
-        .collect();
-    h.run_for(Duration::from_millis(2_000));
-    assert!(h.worker_alive(0), "no trap");
-    let recs = records(&h, &ids);
+    let recs = a_chain_of_1500_failing_gets(&mut h);
     for r in &recs[1..] {
         assert!(short_circuited(r), "{r:?}");
         assert_eq!(r.response_body.len(), body.len());
