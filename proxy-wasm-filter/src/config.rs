@@ -51,8 +51,8 @@ struct RawPolicy {
     keys: KeysConfig,
     breaker: BreakerConfig,
     metrics: MetricsConfig,
-    execution: ExecutionConfig,
-    timeout: TimeoutMode,
+    execution: Option<ExecutionConfig>,
+    timeout: Option<TimeoutMode>,
     bulkhead: Option<BulkheadConfig>,
     failure: RawFailure,
     bad_request: RawBadRequest,
@@ -233,12 +233,13 @@ struct RawHeader {
 /// Where a policy's timeout is enforced.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TimeoutMode {
-    /// Envoy's own route timeout; its response flag `UT` counts as TIMEOUT.
-    /// `execution` is ignored.
+    /// Envoy's own route timeout; its response flag `UT` counts as TIMEOUT. The
+    /// default for a policy without `execution`.
     #[default]
     Route,
     /// The filter's tick scan: a call still waiting for response headers after
-    /// `execution.timeout_ms` gets a 504 local reply and counts as TIMEOUT.
+    /// `execution.timeout_ms` gets a 504 local reply and counts as TIMEOUT. The
+    /// default for a policy with `execution`.
     Tick,
 }
 
@@ -319,6 +320,7 @@ impl Default for RawBadRequest {
 
 #[derive(Debug)]
 struct RawFallback {
+    on_upstream_error: bool,
     status: u32,
     timeout_status: u32,
     headers: Headers,
@@ -331,6 +333,7 @@ struct RawFallback {
 impl Default for RawFallback {
     fn default() -> Self {
         RawFallback {
+            on_upstream_error: false,
             status: 503,
             timeout_status: 504,
             headers: Headers::default(),
@@ -351,6 +354,8 @@ pub enum Reason {
     Rejected,
     /// Deadline passed (tick mode).
     Timeout,
+    /// The upstream answered with a failure status (`fallback.on_upstream_error`).
+    Failure,
 }
 
 impl Reason {
@@ -360,6 +365,7 @@ impl Reason {
             Reason::ShortCircuited => "short-circuited",
             Reason::Rejected => "rejected",
             Reason::Timeout => "timeout",
+            Reason::Failure => "failure",
         }
     }
 }
@@ -387,6 +393,8 @@ pub struct Fallback {
     pub rejected: Reply,
     /// For tick timeouts.
     pub timeout: Reply,
+    /// For the upstream's failure statuses, if `fallback.on_upstream_error`.
+    pub failure: Option<Reply>,
     /// Whether gRPC requests get a trailers-only gRPC error instead.
     pub grpc: bool,
 }
@@ -398,6 +406,7 @@ impl Fallback {
             Reason::ShortCircuited => &self.short_circuited,
             Reason::Rejected => &self.rejected,
             Reason::Timeout => &self.timeout,
+            Reason::Failure => self.failure.as_ref().unwrap_or(&self.short_circuited),
         }
     }
 }
@@ -493,7 +502,7 @@ json_struct!(read RawFailure {
 });
 json_struct!(read RawBadRequest { status, grpc_status });
 json_struct!(read RawFallback {
-    status, timeout_status, headers, body, grpc, grpc_status, timeout_grpc_status,
+    on_upstream_error, status, timeout_status, headers, body, grpc, grpc_status, timeout_grpc_status,
 });
 
 impl FromJson for RawHeader {
@@ -682,11 +691,25 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             ),
         ));
     }
+    // A policy that sets `execution` wants its deadline kept: tick mode, unless it
+    // says `route`, where `execution` would be ignored (found by a Hystrix
+    // migration's review: `timeout_ms: 800` without `"timeout": "tick"` kept nothing).
+    let timeout = match (p.timeout, p.execution.is_some()) {
+        (Some(TimeoutMode::Route), true) => {
+            return Err(err(
+                at("execution"),
+                "is not used with \"timeout\": \"route\" (the route's timeout applies): remove it, or set \"timeout\": \"tick\"",
+            ));
+        }
+        (Some(mode), _) => mode,
+        (None, true) => TimeoutMode::Tick,
+        (None, false) => TimeoutMode::Route,
+    };
     // Core schema: validated by the core itself, paths prefixed with the policy's.
     let mut core = Config {
         breaker: p.breaker,
         metrics: p.metrics,
-        execution: p.execution,
+        execution: p.execution.unwrap_or_default(),
         bulkhead: p.bulkhead,
         keys: p.keys,
         ..Config::default()
@@ -695,7 +718,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     // Latency goes to the Envoy histogram `latency_ms`: the core keeps no histograms
     // (nothing would read them).
     core.metrics.percentiles_enabled = false;
-    if p.timeout == TimeoutMode::Route {
+    if timeout == TimeoutMode::Route {
         core.execution.timeout_enabled = false;
     }
     // Match.
@@ -859,6 +882,9 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         short_circuited: reply(Reason::ShortCircuited, fb.status, grpc_sc),
         rejected: reply(Reason::Rejected, fb.status, grpc_sc),
         timeout: reply(Reason::Timeout, fb.timeout_status, grpc_to),
+        failure: fb
+            .on_upstream_error
+            .then(|| reply(Reason::Failure, fb.status, grpc_sc)),
         grpc: fb.grpc,
     };
     let bounded = |field: &str, v: u64, max: u64| {
@@ -970,7 +996,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         name: p.name,
         matcher,
         key,
-        timeout: p.timeout,
+        timeout,
         core,
         classifier,
         fallback,
@@ -1082,6 +1108,33 @@ mod tests {
         // Hystrix defaults from the core schema.
         assert_eq!(a.core.breaker.error_percentage.request_volume_threshold, 20);
         assert_eq!(a.core.breaker.open.sleep_window_ms, 5000);
+    }
+
+    /// A policy that sets `execution` runs in tick mode unless it says otherwise;
+    /// `fallback.on_upstream_error` adds the failure reply.
+    #[test]
+    fn execution_alone_means_tick_and_the_failure_reply_is_opt_in() {
+        let p = parse(
+            r#"{"policies": [
+              {"name": "a", "execution": {"timeout_ms": 800}},
+              {"name": "b", "execution": {"timeout_ms": 800}, "timeout": "tick"},
+              {"name": "c", "fallback": {"on_upstream_error": true, "status": 200, "body": "{reason}"}}
+            ]}"#,
+        )
+        .unwrap();
+        let [a, b, c] = &p.policies[..] else {
+            panic!("three policies")
+        };
+        for t in [a, b] {
+            assert_eq!(t.timeout, TimeoutMode::Tick);
+            assert!(t.core.execution.timeout_enabled);
+            assert_eq!(t.core.execution.timeout_ms, 800);
+            assert!(t.fallback.failure.is_none());
+        }
+        assert_eq!(c.timeout, TimeoutMode::Route);
+        let f = c.fallback.failure.as_ref().expect("on");
+        assert_eq!((f.status, f.body.as_slice()), (200, b"failure".as_slice()));
+        assert!(f.headers.contains(&("x-fusewire".into(), "failure".into())));
     }
 
     #[test]
@@ -1304,6 +1357,13 @@ mod tests {
             r#"{"policies":[{"name":"a","timeout":"soon"}]}"#,
             "policies[0].timeout",
             "unknown variant",
+        );
+        // `execution` is ignored in route mode: said, not kept silently (found by a
+        // Hystrix migration's review).
+        fails(
+            r#"{"policies":[{"name":"a","timeout":"route","execution":{"timeout_ms":800}}]}"#,
+            "policies[0].execution",
+            "is not used with \"timeout\": \"route\"",
         );
         fails(
             r#"{"policies":[{"name":"a","bulkhead":{"max_concurrent":0}}]}"#,

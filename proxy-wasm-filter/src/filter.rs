@@ -1251,9 +1251,10 @@ impl Worker {
                 e.stop_timer(permit); // the response started in time
             }
             let status = obs.status;
-            if req.get
+            if (req.get
                 && matches!(status, Some(500 | 502 | 503 | 504))
-                && self.stale_for_error(ctx, status)
+                && self.stale_for_error(ctx, status))
+                || self.fallback_for_error(ctx, status)
             {
                 return;
             }
@@ -1370,6 +1371,54 @@ impl Worker {
         if let Some(m) = self.metrics(key) {
             m.extra(Extra::StaleServed);
         }
+        true
+    }
+
+    /// `fallback.on_upstream_error`: a response the policy counts as a failure by its
+    /// status (`failure.status`) — the upstream's, or the router's for a reset, a
+    /// connect failure or a route timeout — is replaced, as Hystrix runs a command's
+    /// fallback on failure: by a fresh stale copy if the policy keeps them, else by
+    /// the fallback reply (`x-fusewire: failure`). The call counts as the failure it
+    /// was; a collapse leader's waiters get the same reply. gRPC requests are left
+    /// alone (their failures are in `grpc-status`, and the reply would be one too).
+    /// Whether a reply was sent.
+    fn fallback_for_error(&mut self, ctx: u32, status: Option<u32>) -> bool {
+        let Some(Call::Running { req, key, .. }) = self.calls.get(ctx) else {
+            return false;
+        };
+        let key = *key;
+        let on = !req.rpc
+            && (self.plugin.as_ref())
+                .and_then(|p| p.policies.get(req.pi))
+                .is_some_and(|p| {
+                    p.fallback.failure.is_some()
+                        && status.is_some_and(|s| p.classifier.failure_status.contains(s))
+                });
+        if !on {
+            return false;
+        }
+        // Its waiters are settled with the reply, after the permit is completed.
+        let Some(Call::Running {
+            obs,
+            capture,
+            lead,
+            req,
+            ..
+        }) = self.calls.get_mut(ctx)
+        else {
+            return false;
+        };
+        obs.ended = true;
+        *capture = None;
+        let lead = lead.take();
+        let req = req.clone();
+        self.end_call(ctx);
+        let why = Why {
+            reason: Reason::Failure,
+            details: "fusewire_failure",
+        };
+        let now = self.now();
+        self.fall_back(ctx, key, why, &req, lead, now);
         true
     }
 

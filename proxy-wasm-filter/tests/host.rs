@@ -1787,6 +1787,127 @@ fn on_upstream_error_a_kept_copy_replaces_the_upstreams_5xx() {
     );
 }
 
+/// `fallback.on_upstream_error` (Hystrix runs a command's fallback on failure): a
+/// response whose status the policy counts as a failure — the upstream's 5xx, the
+/// router's 503 for a reset, a route timeout's 504 — gets the fallback reply
+/// (`x-fusewire: failure`) or, where the policy keeps stale copies, a fresh copy;
+/// the call still counts as the failure it was, and the breaker trips as before. Any
+/// method; not gRPC; not a 4xx; off by default. A collapse leader's waiters get the
+/// same reply, counted once.
+#[test]
+fn on_upstream_error_the_fallback_replaces_a_failure() {
+    let on = config(None).replace(
+        "\"fallback\": {\"status\": 503,",
+        "\"fallback\": {\"on_upstream_error\": true, \"status\": 200,",
+    );
+    let mut h = harness_with(None, CasMode::Envoy, &on, 1_000);
+    let fallback = |r: &StreamRecord| {
+        r.response_status == Some(200)
+            && r.body_text() == "fallback: failure"
+            && r.response_header("x-fusewire").as_deref() == Some("failure")
+            && r.code_details == "fusewire_failure"
+    };
+    let down = UpstreamReply::status(503).with_body("down");
+    let r = h.request(0, Request::get("/api/a"), down.clone());
+    assert!(r.sent_upstream && fallback(&r), "{r:?}");
+    let r = h.request(
+        1,
+        Request::get("/api/a").method("POST"),
+        UpstreamReply::status(500),
+    );
+    assert!(fallback(&r), "any method: {r:?}");
+    // The router's own replies: a reset (503) and the route timeout (504).
+    let r = h.request(2, Request::get("/api/a"), UpstreamReply::reset());
+    assert!(fallback(&r), "reset: {r:?}");
+    let r = h.request(
+        3,
+        Request::get("/api/a"),
+        UpstreamReply::status(200).after_ms(2_000),
+    );
+    assert!(fallback(&r), "route timeout: {r:?}");
+    // Not a 4xx, nor a success, nor gRPC.
+    let r = h.request(
+        0,
+        Request::get("/api/a"),
+        UpstreamReply::status(404).with_body("gone"),
+    );
+    assert_eq!(
+        (r.response_status, r.body_text().as_str()),
+        (Some(404), "gone")
+    );
+    let r = h.request(
+        0,
+        Request::get("/api/a"),
+        UpstreamReply::status(200).with_body("up"),
+    );
+    assert_eq!(r.body_text(), "up");
+    let r = h.request(
+        0,
+        Request::get("/api/pkg.Svc/Call")
+            .method("POST")
+            .header("content-type", "application/grpc"),
+        UpstreamReply::status(503),
+    );
+    assert_eq!(r.response_header("x-fusewire"), None, "gRPC: {r:?}");
+    settle(&mut h);
+    // Each counted as the failure or timeout it was; the fallback replies as such.
+    assert_eq!(counter(&h, "fusewire.svc.failure"), 4);
+    assert_eq!(counter(&h, "fusewire.svc.timeout"), 1);
+    assert_eq!(counter(&h, "fusewire.svc.fallback_success"), 4);
+    // The breaker trips on them as before: short-circuited replies follow.
+    fail_20(&mut h, 4, |_| Request::get("/api/b"), down.clone());
+    refresh(&mut h);
+    let r = h.request(0, Request::get("/api/b"), UpstreamReply::status(200));
+    assert!(!r.sent_upstream, "{r:?}");
+    assert_eq!(
+        r.response_header("x-fusewire").as_deref(),
+        Some("short-circuited")
+    );
+    // A fresh stale copy comes first; collapse waiters get the leader's reply.
+    let mut h = harness(
+        CasMode::Envoy,
+        &on.replace(
+            "\"fallback\": {",
+            "\"collapse\": {}, \"stale\": {\"max_stale_ms\": 30000}, \"fallback\": {",
+        ),
+    );
+    h.request(
+        0,
+        Request::get("/api/kept"),
+        UpstreamReply::status(200).with_body("kept"),
+    );
+    let r = h.request(0, Request::get("/api/kept"), down.clone());
+    assert_eq!(r.body_text(), "kept");
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("stale"));
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..3)
+        .map(|i| {
+            h.submit_at(
+                t0 + i,
+                0,
+                Request::get("/api/new"),
+                down.clone().after_ms(100),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(500));
+    let rs = records(&h, &ids);
+    assert!(
+        rs.iter().all(|r| r.body_text() == "fallback: failure"),
+        "{rs:?}"
+    );
+    assert_eq!(rs.iter().filter(|r| r.sent_upstream).count(), 1);
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.failure"), 2);
+    // Off (the default): the upstream's 503 goes through.
+    let mut h = harness(CasMode::Envoy, &config(None));
+    let r = h.request(0, Request::get("/api/a"), down);
+    assert_eq!(
+        (r.response_status, r.body_text().as_str()),
+        (Some(503), "down")
+    );
+}
+
 /// Found by an HTTP review: a response whose directives forbid serving it stale
 /// (`no-cache`, `must-revalidate`, `proxy-revalidate`, `s-maxage`: RFC 9111 §4.2.4,
 /// §5.2.2.10) was served as a stale copy, and so was the response to a request that
