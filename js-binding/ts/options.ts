@@ -257,9 +257,18 @@ export function parse(options: Obj, forCollapser = false): Parsed {
   }
   const window = width * rollingCountBuckets;
   // Latency percentiles over the same window, in at most 5 histogram buckets (each
-  // bucket is a 0.7 KB histogram; the counters keep opossum's bucket count).
-  let percentileBuckets = 1;
-  for (let d = 1; d <= 5; d++) if (rollingCountBuckets % d === 0) percentileBuckets = d;
+  // bucket is a 0.7 KB histogram; the counters keep opossum's bucket count): whole
+  // groups of count buckets where their number allows, so a latency leaves with its
+  // counts; else the window (less a few ms) in equal parts. (Found by review: 7, 11
+  // or 13 buckets kept one histogram, and every latency left at once.)
+  let percentileBuckets = rollingCountBuckets;
+  let percentileWindow = window;
+  if (rollingCountBuckets > 5) {
+    const parts = [5, 4, 3, 2];
+    percentileBuckets = parts.find((d) => rollingCountBuckets % d === 0) ??
+      parts.find((d) => window % d === 0) ?? 5;
+    percentileWindow = window - (window % percentileBuckets);
+  }
   const probeTimeout = timeout === false ? MAX_MS : timeout;
   const base: CoreConfig = {
     breaker: {
@@ -283,7 +292,7 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     metrics: {
       rolling_window_ms: window,
       rolling_buckets: rollingCountBuckets,
-      percentile_window_ms: window,
+      percentile_window_ms: percentileWindow,
       percentile_buckets: percentileBuckets,
       // Off: the core keeps no latency histograms (less memory, a cheaper fire).
       percentiles_enabled: percentiles,
