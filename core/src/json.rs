@@ -347,7 +347,7 @@ fn unsigned(v: &Value, at: &Path<'_>, max: u64, what: &str) -> Result<u64, Confi
         Value::F64(f) if f.fract() == 0.0 => Err(wrong_type(
             v,
             at,
-            &format!("{what} (an integer: write it without a fraction or exponent)"),
+            &format!("{what} (write it without a fraction or exponent)"),
         )),
         _ => Err(wrong_type(v, at, what)),
     }
@@ -356,14 +356,14 @@ fn unsigned(v: &Value, at: &Path<'_>, max: u64, what: &str) -> Result<u64, Confi
 impl FromJson for u64 {
     #[inline(never)]
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
-        unsigned(v, at, u64::MAX, "u64")
+        unsigned(v, at, u64::MAX, "a whole number ≥ 0")
     }
 }
 
 impl FromJson for u32 {
     #[inline(never)]
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
-        unsigned(v, at, u32::MAX.into(), "u32").map(|n| n as u32)
+        unsigned(v, at, u32::MAX.into(), "a whole number in 0..=4294967295").map(|n| n as u32)
     }
 }
 
@@ -374,7 +374,7 @@ impl FromJson for f64 {
             Value::U64(n) => Ok(*n as f64),
             Value::I64(n) => Ok(*n as f64),
             Value::F64(n) => Ok(*n),
-            _ => Err(wrong_type(v, at, "f64")),
+            _ => Err(wrong_type(v, at, "a number")),
         }
     }
 }
@@ -1192,22 +1192,22 @@ mod tests {
         bad(
             r#"{"items":[{"n":"x"}]}"#,
             "items[0].n",
-            "invalid type: string \"x\", expected u32",
+            "invalid type: string \"x\", expected a whole number in 0..=4294967295",
         );
         bad(
             r#"{"items":[{"n":-1}]}"#,
             "items[0].n",
-            "invalid value: integer `-1`, expected u32",
+            "invalid value: integer `-1`, expected a whole number in 0..=4294967295",
         );
         bad(
             r#"{"items":[{"n":4294967296}]}"#,
             "items[0].n",
-            "invalid value: integer `4294967296`, expected u32",
+            "invalid value: integer `4294967296`, expected a whole number in 0..=4294967295",
         );
         bad(
             r#"{"items":[{"n":1.5}]}"#,
             "items[0].n",
-            "invalid type: floating point `1.5`, expected u32",
+            "invalid type: floating point `1.5`, expected a whole number in 0..=4294967295",
         );
         bad(
             r#"{"items":[{"n":1,"mode":"warp"}]}"#,
@@ -1222,7 +1222,7 @@ mod tests {
         bad(
             r#"{"items":[{"ratio":"1"}]}"#,
             "items[0].ratio",
-            "invalid type: string \"1\", expected f64",
+            "invalid type: string \"1\", expected a number",
         );
         bad(
             r#"{"items":[{"on":1e-7}]}"#,

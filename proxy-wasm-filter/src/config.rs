@@ -1409,7 +1409,7 @@ mod tests {
         fails(
             r#"{"tick_ms":1e+02,"policies":[]}"#,
             "tick_ms",
-            "floating point `100`, expected u64 (an integer: write it without a fraction or exponent)",
+            "floating point `100`, expected a whole number ≥ 0 (write it without a fraction or exponent)",
         );
         fails(
             r#"{"policies":[{"name":"a","fallback":{"grpc_status":"OK"}}]}"#,
