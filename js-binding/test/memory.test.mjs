@@ -191,3 +191,36 @@ test('breakers dropped without shutdown() are collected with their timers, also 
   assert.equal(live, 0, 'their core breakers freed');
   assert.ok(perBreaker < 50, `no timer left behind: ${perBreaker} B of heap per dropped breaker`);
 });
+
+test('shared breakers dropped without shutdown() are collected once idle and written, not at their key\'s idle expiry (found by a lifecycle review: 5 000 lived 10 minutes, and Redis ones read it every second)', () => {
+  const script = `
+    const { CircuitBreaker, SharedStore } = require(${JSON.stringify(require.resolve('fusewire'))});
+    const engine = require(${JSON.stringify(join(pkgDir, 'dist', 'cjs', 'engine.js'))});
+    const N = 2000;
+    let finalized = 0;
+    const fr = new FinalizationRegistry(() => { finalized++; });
+    const store = new SharedStore();
+    (async () => {
+      for (let i = 0; i < N; i++) {
+        const b = new CircuitBreaker(async () => 1, { name: 'users', shared: { store, flush_ms: 50, sync_ms: 50 } });
+        await b.fire();
+        fr.register(b, i);
+      }
+      // A few flush periods, with collections: each one's outcome is written, then it goes.
+      const t0 = Date.now();
+      while (Date.now() - t0 < 5000 && (finalized < N || engine.w.fw_live() > 0)) {
+        gc();
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const kept = new CircuitBreaker(async () => 1, { name: 'users', shared: { store } });
+      console.log(JSON.stringify({ finalized, live: engine.w.fw_live(), fires: kept.stats.fires }));
+      kept.shutdown();
+    })();
+  `;
+  const r = spawnSync(process.execPath, ['--expose-gc', '-e', script], { encoding: 'utf8', timeout: 120_000 });
+  assert.equal(r.status, 0, r.stderr);
+  const { finalized, live, fires } = JSON.parse(r.stdout.trim());
+  assert.equal(finalized, 2000, 'every dropped shared breaker collected within 5 s');
+  assert.equal(live, 1, 'their core breakers freed (the one made to read the store lives)');
+  assert.equal(fires, 2000, 'every outcome was written to the store before its breaker went');
+});
