@@ -45,7 +45,7 @@ static ALLOCATOR: heap::Counted<talc::cell::TalcSyncCell<heap::Heap, talc::wasm:
 mod heap;
 
 /// ABI version: the JS loader refuses a `.wasm` of another version.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Slots of the `f64` result area.
 pub const OUT_LEN: usize = 64;
@@ -1222,6 +1222,17 @@ pub extern "C" fn fw_has_io(h: u32) -> i32 {
 pub extern "C" fn fw_flushed(h: u32) -> i32 {
     with(E_BUSY, |s| match s.parts(h) {
         Some((b, _, _)) => i32::from(b.engine.flushed(b.key)),
+        None => E_HANDLE,
+    })
+}
+
+/// Whether a shared breaker holds nothing in the store — its outcomes written, no
+/// request in flight, no bulkhead slot or reserve held — (1; also for local
+/// breakers), or not (0): dropped now, it leaves nothing behind.
+#[no_mangle]
+pub extern "C" fn fw_quiet(h: u32) -> i32 {
+    with(E_BUSY, |s| match s.parts(h) {
+        Some((b, _, _)) => i32::from(b.engine.quiet(b.key)),
         None => E_HANDLE,
     })
 }

@@ -149,6 +149,7 @@ fn hostile_numbers_never_panic() {
             let _ = fw_io_done(h, n, i, n, i, i, n);
             let _ = fw_has_io(i);
             let _ = fw_flushed(i);
+            let _ = fw_quiet(i);
             let _ = fw_create(i, i, i, i, i, i, n);
             let _ = fw_check(i);
             let _ = fw_free(i.wrapping_add(7));
@@ -592,6 +593,7 @@ mod programs {
                         fw_next(h);
                         fw_has_io(h);
                         fw_flushed(h);
+                        fw_quiet(h);
                     }
                     Call::Cache(h, which, k, i) => {
                         let h = hs[h as usize % 3];

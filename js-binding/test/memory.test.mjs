@@ -224,3 +224,26 @@ test('shared breakers dropped without shutdown() are collected once idle and wri
   assert.equal(live, 1, 'their core breakers freed (the one made to read the store lives)');
   assert.equal(fires, 2000, 'every outcome was written to the store before its breaker went');
 });
+
+test('a dropped shared breaker holding bulkhead slots is not collected until it gives them back (found by review: collected with a reserve, it kept 8 of 40 slots from the others until lease_ttl_ms)', () => {
+  const script = `
+    const { CircuitBreaker, SharedStore } = require(${JSON.stringify(require.resolve('fusewire'))});
+    const store = new SharedStore();
+    const opts = { name: 'r', capacity: 40,
+      shared: { store, flush_ms: 200, sync_ms: 50, heartbeat_ms: 5000, lease_ttl_ms: 30000 } };
+    (async () => {
+      for (let i = 0; i < 40; i++) await new CircuitBreaker(async () => 1, opts).fire();
+      // Collections before the reserves go back (at flush_ms), then well past it.
+      for (let i = 0; i < 3; i++) { gc(); await new Promise((r) => setImmediate(r)); }
+      await new Promise((r) => setTimeout(r, 20)); gc();
+      await new Promise((r) => setTimeout(r, 1000));
+      const k = new CircuitBreaker(() => new Promise((r) => setTimeout(r, 100)), opts);
+      const res = await Promise.allSettled(Array.from({ length: 40 }, () => k.fire()));
+      console.log(JSON.stringify({ refused: res.filter((x) => x.status === 'rejected').length }));
+      k.shutdown();
+    })();
+  `;
+  const r = spawnSync(process.execPath, ['--expose-gc', '-e', script], { encoding: 'utf8', timeout: 120_000 });
+  assert.equal(r.status, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout.trim()), { refused: 0 }, '40 calls under a capacity of 40, the dropped breakers gone');
+});

@@ -2603,9 +2603,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._timer.timer !== undefined) this._armEpoch = epoch;
   }
 
-  /** A shared breaker with no call running or queued and every outcome written. */
+  /**
+   * A shared breaker with no call running or queued, every outcome written and no
+   * bulkhead slot or reserve held (found by review: one collected with a reserve
+   * kept it from the other workers until `lease_ttl_ms`).
+   */
   private _idleShared(): boolean {
-    return this._store !== undefined && this._busy === 0 && w.fw_flushed(this._h) === 1;
+    return this._store !== undefined && this._busy === 0 && w.fw_quiet(this._h) === 1;
   }
 
   private _tick(): void {

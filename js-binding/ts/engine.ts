@@ -41,6 +41,7 @@ export interface Exports {
   fw_io_done(h: number, id: number, kind: number, token: number, len: number, flag: number, now: number): number;
   fw_has_io(h: number): number;
   fw_flushed(h: number): number;
+  fw_quiet(h: number): number;
   fw_cache_lookup(h: number, which: number, keyLen: number, now: number): number;
   fw_cache_settle(h: number, which: number, lead: number, ok: number, now: number): number;
   fw_cache_offer(h: number, which: number, keyLen: number, now: number): number;
@@ -56,7 +57,7 @@ export interface Exports {
 }
 
 /** The ABI this wrapper speaks (`ABI_VERSION` in lib.rs). */
-export const ABI = 2;
+export const ABI = 3;
 
 // Flags (lib.rs).
 export const KIND_MASK = 0xf;
@@ -256,6 +257,7 @@ const DEAD: Exports = {
   fw_io_done: () => 0,
   fw_has_io: () => 0,
   fw_flushed: () => 1,
+  fw_quiet: () => 1,
   fw_cache_lookup: () => 0,
   fw_cache_settle: () => -1,
   fw_cache_offer: () => -1,

@@ -1378,25 +1378,39 @@ impl Worker {
     /// status (`failure.status`) — the upstream's, or the router's for a reset, a
     /// connect failure or a route timeout — is replaced, as Hystrix runs a command's
     /// fallback on failure: by a fresh stale copy if the policy keeps them, else by
-    /// the fallback reply (`x-fusewire: failure`). The call counts as the failure it
-    /// was; a collapse leader's waiters get the same reply. gRPC requests are left
-    /// alone (their failures are in `grpc-status`, and the reply would be one too).
-    /// Whether a reply was sent.
+    /// the fallback reply (`x-fusewire: failure`; for a route timeout the timeout
+    /// reply). The call counts as it would have; a collapse leader's waiters get the
+    /// same reply. gRPC requests are left alone (their failures are in `grpc-status`,
+    /// and the reply would be one too). Whether a reply was sent.
     fn fallback_for_error(&mut self, ctx: u32, status: Option<u32>) -> bool {
         let Some(Call::Running { req, key, .. }) = self.calls.get(ctx) else {
             return false;
         };
         let key = *key;
-        let on = !req.rpc
-            && (self.plugin.as_ref())
-                .and_then(|p| p.policies.get(req.pi))
-                .is_some_and(|p| {
-                    p.fallback.failure.is_some()
-                        && status.is_some_and(|s| p.classifier.failure_status.contains(s))
-                });
-        if !on {
+        let Some(policy) = (self.plugin.as_ref())
+            .and_then(|p| p.policies.get(req.pi))
+            .filter(|p| {
+                !req.rpc
+                    && p.fallback.failure.is_some()
+                    && status.is_some_and(|s| p.classifier.failure_status.contains(s))
+            })
+        else {
             return false;
-        }
+        };
+        // The router's reply to a route timeout (flag `UT`) gets the timeout reply, as a
+        // tick timeout does (found by review: it got the failure reply).
+        let flags = host::property(b"response\0flags", FlagSet::from_property);
+        let timed_out = flags.is_some_and(|f| policy.classifier.timeout_flags.intersects(f));
+        let why = match timed_out {
+            true => Why {
+                reason: Reason::Timeout,
+                details: "fusewire_timeout",
+            },
+            false => Why {
+                reason: Reason::Failure,
+                details: "fusewire_failure",
+            },
+        };
         // Its waiters are settled with the reply, after the permit is completed.
         let Some(Call::Running {
             obs,
@@ -1409,16 +1423,17 @@ impl Worker {
             return false;
         };
         obs.ended = true;
+        if let Some(f) = flags {
+            obs.flags = f;
+        }
         *capture = None;
         let lead = lead.take();
         let req = req.clone();
         self.end_call(ctx);
-        let why = Why {
-            reason: Reason::Failure,
-            details: "fusewire_failure",
-        };
         let now = self.now();
         self.fall_back(ctx, key, why, &req, lead, now);
+        // Its waiters now, not at the next tick (found by review: they waited for it).
+        self.settle(now);
         true
     }
 

@@ -1824,7 +1824,14 @@ fn on_upstream_error_the_fallback_replaces_a_failure() {
         Request::get("/api/a"),
         UpstreamReply::status(200).after_ms(2_000),
     );
-    assert!(fallback(&r), "route timeout: {r:?}");
+    // A route timeout gets the timeout reply, as a tick timeout does.
+    assert_eq!(
+        (r.response_status, r.body_text().as_str()),
+        (Some(504), "fallback: timeout"),
+        "route timeout: {r:?}"
+    );
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
+    assert_eq!(r.code_details, "fusewire_timeout");
     // Not a 4xx, nor a success, nor gRPC.
     let r = h.request(
         0,
@@ -1897,6 +1904,10 @@ fn on_upstream_error_the_fallback_replaces_a_failure() {
         "{rs:?}"
     );
     assert_eq!(rs.iter().filter(|r| r.sent_upstream).count(), 1);
+    // At once, with the leader's reply, not at the next tick (found by review).
+    for r in &rs {
+        assert!(r.latency_ns() <= 101_000_000, "{} ns", r.latency_ns());
+    }
     settle(&mut h);
     assert_eq!(counter(&h, "fusewire.svc.failure"), 2);
     // Off (the default): the upstream's 503 goes through.

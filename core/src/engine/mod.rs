@@ -599,6 +599,14 @@ impl Engine {
             .is_none_or(|k| k.replica.as_deref().is_none_or(Replica::is_flushed))
     }
 
+    /// Whether `key` holds nothing in the store either: [`Engine::flushed`], and no
+    /// bulkhead slot or slot reserve held, so a host may let it go without a word to
+    /// the store. True for local and unknown keys.
+    pub fn quiet(&self, key: KeyId) -> bool {
+        self.live(key)
+            .is_none_or(|k| k.replica.as_deref().is_none_or(Replica::is_quiet))
+    }
+
     /// Starts a call on `key`: the breaker (circuit check), then the bulkhead
     /// (capacity check, queue), then the deadline. A refusal is already recorded.
     /// O(1), no allocation on the closed path.
