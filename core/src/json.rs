@@ -190,7 +190,7 @@ impl std::fmt::Display for Quoted<'_> {
     }
 }
 
-/// How an unexpected value is named in a type error (serde_json's words).
+/// How an unexpected value is named in a type error (JSON's words).
 fn shown(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
@@ -202,8 +202,8 @@ fn shown(v: &Value) -> String {
             let (head, more) = clipped(s);
             format!("string {}{}", Quoted(head), if more { "…" } else { "" })
         }
-        Value::Array(_) => "sequence".into(),
-        Value::Object(_) => "map".into(),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
     }
 }
 
@@ -331,7 +331,7 @@ pub fn variant(v: &Value, at: &Path<'_>, names: &[&str], what: &str) -> Result<u
     };
     names.iter().position(|n| n == s).ok_or_else(|| {
         at.error(format!(
-            "unknown variant `{}`, expected one of {}",
+            "unknown value `{}`, expected one of {}",
             Shown(s),
             one_of(names)
         ))
@@ -411,7 +411,7 @@ impl<T: FromJson> FromJson for Option<T> {
 impl<T: FromJson> FromJson for Vec<T> {
     fn from_json(v: &Value, at: &Path<'_>) -> Result<Self, ConfigError> {
         let Value::Array(items) = v else {
-            return Err(wrong_type(v, at, "a sequence"));
+            return Err(wrong_type(v, at, "an array"));
         };
         let mut out = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
@@ -1212,7 +1212,7 @@ mod tests {
         bad(
             r#"{"items":[{"n":1,"mode":"warp"}]}"#,
             "items[0].mode",
-            "unknown variant `warp`, expected one of `fast`, `slow`",
+            "unknown value `warp`, expected one of `fast`, `slow`",
         );
         bad(
             r#"{"items":[{"n":1,"mode":3}]}"#,
@@ -1237,7 +1237,7 @@ mod tests {
         bad(
             r#"{"items":{}}"#,
             "items",
-            "invalid type: map, expected a sequence",
+            "invalid type: an object, expected an array",
         );
         bad(
             r#"{"items":[null]}"#,
@@ -1247,7 +1247,7 @@ mod tests {
         bad(
             r#"{"name":[1]}"#,
             "name",
-            "invalid type: sequence, expected a string",
+            "invalid type: an array, expected a string",
         );
         bad(
             r#""doc""#,

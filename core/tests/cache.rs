@@ -748,7 +748,7 @@ fn config_defaults_and_field_path_errors() {
     assert!(err(r#"{"cache": {"max_entrys": 1}}"#)
         .starts_with("cache.max_entrys: unknown field `max_entrys`"));
     assert!(err(r#"{"cache": {"on_leader_failure": "retry"}}"#)
-        .starts_with("cache.on_leader_failure: unknown variant"));
+        .starts_with("cache.on_leader_failure: unknown value"));
     let round = Config::from_json(r#"{"cache": {"ttl_ms": 5, "cache_failures": true}}"#).unwrap();
     assert_eq!(Config::from_json(&round.to_json()).unwrap(), round);
 }

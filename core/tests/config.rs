@@ -191,7 +191,7 @@ fn shared_config_is_validated_in_core() {
     assert_eq!(SharedConfig::default().sync_ms(), 100);
     let asy = SharedConfig::from_json(r#"{"mode": "async"}"#).unwrap();
     assert_eq!(asy.sync_ms(), 1_000);
-    bad(r#"{"mode": "sometimes"}"#, "mode", "unknown variant");
+    bad(r#"{"mode": "sometimes"}"#, "mode", "unknown value");
     bad(r#"{"heartbeat": 1}"#, "heartbeat", "unknown field");
     let e = SharedConfig::from_json(r#"{"cas_attempts": 0}"#)
         .unwrap_err()

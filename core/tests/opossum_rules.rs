@@ -56,7 +56,7 @@ fn config_errors_name_the_new_fields() {
     let e = Config::from_json(r#"{"breaker": {"error_percentage": {"denominator": "fires"}}}"#)
         .unwrap_err();
     assert_eq!(e.path, "breaker.error_percentage.denominator");
-    assert!(e.reason.contains("unknown variant"), "{}", e.reason);
+    assert!(e.reason.contains("unknown value"), "{}", e.reason);
     let e =
         Config::from_json(r#"{"breaker": {"error_percentage": {"comparison": ">"}}}"#).unwrap_err();
     assert_eq!(e.path, "breaker.error_percentage.comparison");

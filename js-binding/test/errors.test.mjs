@@ -142,7 +142,7 @@ describe('TypeErrors name the option and the reason', () => {
   test('the core schema under options.fusewire', () => {
     typeError({ fusewire: { breaker: { half_open: { permitted_probes: 0 } } } },
       'options.fusewire.breaker.half_open.permitted_probes: must be in 1..=16, got 0');
-    typeError({ fusewire: { breaker: { mode: 'sideways' } } }, /^options\.fusewire\.breaker\.mode: unknown variant `sideways`/);
+    typeError({ fusewire: { breaker: { mode: 'sideways' } } }, /^options\.fusewire\.breaker\.mode: unknown value `sideways`/);
     typeError({ fusewire: { breaker: { nope: 1 } } }, /^options\.fusewire\.breaker\.nope: unknown field `nope`/);
     typeError({ fusewire: { execution: { timeout_ms: 'slow' } } }, /^options\.fusewire\.execution\.timeout_ms: invalid type: string "slow", expected a whole number ≥ 0$/);
     typeError({ fusewire: { breaker: { error_percentage: { threshold_percentage: NaN } } } },

@@ -1356,7 +1356,7 @@ mod tests {
         fails(
             r#"{"policies":[{"name":"a","timeout":"soon"}]}"#,
             "policies[0].timeout",
-            "unknown variant",
+            "unknown value",
         );
         // `execution` is ignored in route mode: said, not kept silently (found by a
         // Hystrix migration's review).
