@@ -409,4 +409,51 @@ mod tests {
             .iter()
             .all(|f| ids.iter().all(|o| o.generation < f.generation)));
     }
+
+    #[derive(Debug, Default)]
+    struct Node {
+        links: [[u32; 2]; 2],
+    }
+
+    impl Linked for Node {
+        fn links(&mut self) -> &mut [[u32; 2]; 2] {
+            &mut self.links
+        }
+    }
+
+    /// Found by mutation testing: a slot is freed once (a second `remove_at` is
+    /// refused, and the slot is handed out once), and unlinking a value that is not on
+    /// a list leaves the list intact, at either end.
+    #[test]
+    fn a_slot_is_freed_once_and_unlinking_a_stranger_leaves_a_list_intact() {
+        let mut s: Slab<u8> = Slab::default();
+        let a = s.insert(10, |_| {}).unwrap();
+        assert!(s.remove_at(a.slot));
+        assert!(!s.remove_at(a.slot), "twice");
+        assert_eq!(s.len(), 0);
+        let b = s.insert(10, |_| {}).unwrap();
+        let c = s.insert(10, |_| {}).unwrap();
+        assert_ne!(b.slot, c.slot, "the freed slot was handed out once");
+
+        let mut nodes: Slab<Node> = Slab::default();
+        let mut list = EMPTY;
+        let ids: Vec<u32> = (0..3)
+            .map(|_| nodes.insert(10, |n| n.links = [[NIL; 2]; 2]).unwrap().slot)
+            .collect();
+        for &n in &ids[..2] {
+            push_newest(&mut nodes, &mut list, n, 0);
+        }
+        let stranger = ids[2];
+        unlink(&mut nodes, &mut list, stranger, 0);
+        assert_eq!(
+            list,
+            List {
+                newest: ids[1],
+                oldest: ids[0]
+            }
+        );
+        unlink(&mut nodes, &mut list, ids[1], 0);
+        unlink(&mut nodes, &mut list, ids[0], 0);
+        assert_eq!(list, EMPTY);
+    }
 }

@@ -761,3 +761,34 @@ fn a_roll_made_by_a_non_call_event_still_checks() {
     call(&mut b, T0 + 10_500 * MS, Outcome::Success).unwrap();
     assert_eq!(b.phase(), Phase::Open);
 }
+
+// ---- the standalone breaker's accessors (found by mutation testing) -------------
+
+/// `config` is the config in force (the latest `reconfigure`'s); `percentiles_ns`
+/// reports the calls' latencies; `memory_bytes` is the breaker state plus its window,
+/// for the breaker and its circuit alike, and grows with the window's buckets.
+#[test]
+fn the_standalone_breaker_reports_its_config_latencies_and_size() {
+    let mut b = cb(Config::default());
+    assert_eq!(b.config(), &Config::default());
+    for ms in [10, 20, 30, 40] {
+        let p = b.try_acquire(T0, 0).unwrap();
+        b.record(p, Outcome::Success, T0 + ms * MS, 0);
+    }
+    let p = b.percentiles_ns(T0 + 50 * MS);
+    assert_eq!((p.count, p.p0, p.p100), (4, 10 * MS, 40 * MS));
+    assert_eq!(p.mean, (25 * MS) as f64);
+    assert_eq!(p, b.snapshot(T0 + 50 * MS).latency_ns);
+
+    let size = |b: &CircuitBreaker| {
+        let inline = std::mem::size_of::<fusewire_core::BreakerState>();
+        assert_eq!(b.memory_bytes(), inline + b.window().memory_bytes());
+        assert_eq!(b.memory_bytes(), b.circuit().memory_bytes());
+        b.memory_bytes()
+    };
+    let small = size(&b);
+    let big = Config::from_json(r#"{"metrics": {"rolling_buckets": 1000}}"#).unwrap();
+    b.reconfigure(big.clone());
+    assert_eq!(b.config(), &big);
+    assert!(size(&b) > small);
+}

@@ -1082,3 +1082,164 @@ fn get_reads_without_leading_or_evicting() {
     assert_eq!(c.get(G, b"c", T0 + 999 * MS), Some(e));
     assert_eq!(c.get(G, b"c", T0 + 1_000 * MS), None, "expired");
 }
+
+// ---- boundaries and counters (found by mutation testing) -------------------------
+
+/// A lower `max_bytes` evicts until the bytes are within it — and no further: bytes
+/// equal to the bound are within it.
+#[test]
+fn reconfigure_to_a_lower_byte_bound_evicts_down_to_it_and_no_further() {
+    let mut c = cache(r#"{"max_bytes": 100000, "ttl_ms": 0}"#);
+    // Three entries of 1 000 bytes (a 1-byte key and 999 payload bytes each).
+    let stored: Vec<EntryId> = (0..3u8)
+        .map(|i| {
+            let l = lead(c.lookup(G, &[i], T0));
+            c.fill(l, 999, T0).unwrap().entry.unwrap()
+        })
+        .collect();
+    assert_eq!(c.stats().bytes, 3_000);
+    c.set_config(cfg(r#"{"max_bytes": 3000, "ttl_ms": 0}"#), T0)
+        .unwrap();
+    assert!(events(&mut c, T0).is_empty(), "exactly at the bound");
+    assert_eq!((c.stats().entries, c.stats().bytes), (3, 3_000));
+    c.set_config(cfg(r#"{"max_bytes": 2500, "ttl_ms": 0}"#), T0)
+        .unwrap();
+    assert_eq!(
+        events(&mut c, T0),
+        vec![CacheEvent::Removed {
+            entry: stored[0],
+            reason: Removal::Evicted
+        }]
+    );
+    assert_eq!((c.stats().entries, c.stats().bytes), (2, 2_000));
+}
+
+/// A flight whose key bytes bring the total to `max_bytes` exactly fits: nothing is
+/// evicted for it; one byte more does not fit.
+#[test]
+fn a_lead_that_fills_the_byte_bound_exactly_evicts_nothing() {
+    let mut c = cache(r#"{"max_bytes": 1024, "max_key_bytes": 64}"#);
+    let l = lead(c.lookup(G, b"a", T0));
+    let a = c.fill(l, 999, T0).unwrap().entry.unwrap();
+    assert_eq!(c.stats().bytes, 1_000);
+    let _exact = lead(c.lookup(G, &[7u8; 24], T0));
+    assert!(events(&mut c, T0).is_empty());
+    assert!(c.contains(a));
+    assert_eq!(c.stats().bytes, 1_024);
+    let _over = lead(c.lookup(G, b"b", T0));
+    assert_eq!(
+        events(&mut c, T0),
+        vec![CacheEvent::Removed {
+            entry: a,
+            reason: Removal::Evicted
+        }]
+    );
+}
+
+/// `max_key_bytes` is the longest key the cache takes, for lookups and offers alike;
+/// an offer for a closed scope keeps nothing.
+#[test]
+fn a_key_of_exactly_max_key_bytes_is_cached_and_offers_need_a_known_scope() {
+    let mut c = cache(r#"{"max_key_bytes": 16, "max_bytes": 10000}"#);
+    let l = lead(c.lookup(G, &[1u8; 16], T0));
+    let e = c.fill(l, 1, T0).unwrap().entry.unwrap();
+    assert_eq!(hit(c.lookup(G, &[1u8; 16], T0)).0, e);
+    let s = c
+        .offer(G, &[2u8; 16], 1, T0)
+        .expect("a key at the limit is kept");
+    assert_eq!(hit(c.lookup(G, &[2u8; 16], T0)).0, s.entry.unwrap());
+    assert_eq!(c.offer(G, &[3u8; 17], 1, T0), None, "one byte too long");
+    let scope = c.open_scope().unwrap();
+    assert!(c.close_scope(scope, T0));
+    assert_eq!(c.offer(scope, b"k", 1, T0), None, "a closed scope");
+    let st = c.stats();
+    assert_eq!((st.entries, st.flights), (2, 0));
+}
+
+/// `joins` counts followers; `expirations` counts expired entries however they are
+/// found: by a lookup, by an offer, or by the eviction hand (which reports them as
+/// expired, not evicted, even when they were hit).
+#[test]
+fn stats_count_joins_and_every_expiration() {
+    let mut c = cache(r#"{"ttl_ms": 1000, "max_entries": 3}"#);
+    let l = lead(c.lookup(G, b"a", T0));
+    let _w1 = wait(c.lookup(G, b"a", T0));
+    let _w2 = wait(c.lookup(G, b"a", T0));
+    assert_eq!(c.stats().joins, 2);
+    let a = c.fill(l, 1, T0).unwrap().entry.unwrap();
+    assert_eq!(events(&mut c, T0).len(), 2, "two Ready");
+    // Found expired by a lookup.
+    let l = lead(c.lookup(G, b"a", T0 + 1_000 * MS));
+    assert_eq!(
+        events(&mut c, T0 + 1_000 * MS),
+        vec![CacheEvent::Removed {
+            entry: a,
+            reason: Removal::Expired
+        }]
+    );
+    assert_eq!(c.stats().expirations, 1);
+    let a2 = c.fill(l, 1, T0 + 1_000 * MS).unwrap().entry.unwrap();
+    // Found expired by an offer.
+    let b = c.offer(G, b"b", 1, T0 + 1_000 * MS).unwrap().entry.unwrap();
+    assert_eq!(hit(c.lookup(G, b"a", T0 + 1_500 * MS)).0, a2);
+    assert!(c.offer(G, b"b", 1, T0 + 2_000 * MS).is_some());
+    assert_eq!(
+        events(&mut c, T0 + 2_000 * MS),
+        vec![CacheEvent::Removed {
+            entry: b,
+            reason: Removal::Expired
+        }]
+    );
+    assert_eq!(c.stats().expirations, 2);
+    // Found expired by the eviction hand: `a2` (the oldest) was hit, yet it expired.
+    let l = lead(c.lookup(G, b"c", T0 + 2_000 * MS));
+    c.fill(l, 1, T0 + 2_000 * MS).unwrap();
+    let _d = lead(c.lookup(G, b"d", T0 + 2_000 * MS));
+    assert_eq!(
+        events(&mut c, T0 + 2_000 * MS),
+        vec![CacheEvent::Removed {
+            entry: a2,
+            reason: Removal::Expired
+        }]
+    );
+    let st = c.stats();
+    assert_eq!((st.expirations, st.evictions), (3, 0));
+}
+
+/// SIEVE makes room even when every entry was hit since the hand last passed: one
+/// pass clears the bits, and the oldest goes (found by mutation testing: the pass
+/// bound is what lets the hand come round).
+#[test]
+fn a_full_cache_makes_room_when_every_entry_was_hit() {
+    let mut c = cache(r#"{"max_entries": 1}"#);
+    let l = lead(c.lookup(G, b"a", T0));
+    let a = c.fill(l, 1, T0).unwrap().entry.unwrap();
+    assert_eq!(hit(c.lookup(G, b"a", T0)).0, a);
+    let _b = lead(c.lookup(G, b"b", T0));
+    assert_eq!(
+        events(&mut c, T0),
+        vec![CacheEvent::Removed {
+            entry: a,
+            reason: Removal::Evicted
+        }]
+    );
+
+    let mut c = cache(r#"{"max_entries": 2}"#);
+    let mut stored = vec![];
+    for k in [b"a", b"b"] {
+        let l = lead(c.lookup(G, k, T0));
+        stored.push(c.fill(l, 1, T0).unwrap().entry.unwrap());
+    }
+    for k in [b"a", b"b"] {
+        let _ = hit(c.lookup(G, k, T0));
+    }
+    let _c = lead(c.lookup(G, b"c", T0));
+    assert_eq!(
+        events(&mut c, T0),
+        vec![CacheEvent::Removed {
+            entry: stored[0],
+            reason: Removal::Evicted
+        }]
+    );
+    assert!(c.contains(stored[1]));
+}

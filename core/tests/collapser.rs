@@ -548,3 +548,117 @@ proptest! {
         prop_assert_eq!(c.next_deadline(), None);
     }
 }
+
+/// Closing the global scope or a stale scope id closes nothing: the global scope
+/// keeps collecting, and a scope reusing the stale id's slot stays open (found by
+/// mutation testing).
+#[test]
+fn closing_the_global_scope_or_a_stale_scope_closes_nothing() {
+    let mut c = collapser("{}");
+    let g = queued(c.add(G, b"k", T0));
+    assert!(c.close_scope(G, T0).is_empty());
+    let g2 = queued(c.add(G, b"k", T0));
+    let stale = c.open_scope().unwrap();
+    assert!(
+        c.close_scope(stale, T0).is_empty(),
+        "nothing collected in it"
+    );
+    // The new scope takes the closed one's place.
+    let s = c.open_scope().unwrap();
+    assert_ne!(s, stale);
+    let i = queued(c.add(s, b"k", T0));
+    assert!(c.close_scope(stale, T0).is_empty(), "stale");
+    assert_eq!(c.stats().scopes, 1);
+    let j = queued(c.add(s, b"k", T0));
+    let mut flushed = vec![];
+    while let Some(b) = c.poll(T0 + 10 * MS) {
+        flushed.push(c.items(b).to_vec());
+    }
+    assert_eq!(flushed, vec![vec![g, g2], vec![i, j]]);
+}
+
+/// `max_key_bytes` is the longest key collapsed; the counters count adds, refusals
+/// and cancellations (found by mutation testing).
+#[test]
+fn a_key_of_exactly_max_key_bytes_is_collapsed_and_the_counters_count() {
+    let mut c = collapser(r#"{"max_key_bytes": 4}"#);
+    let a = queued(c.add(G, b"1234", T0));
+    let b = queued(c.add(G, b"1234", T0));
+    let d = queued(c.add(G, b"1234", T0));
+    assert_eq!(c.add(G, b"12345", T0), Add::Refused(Refused::KeyTooLong));
+    assert!(c.cancel(a));
+    assert!(c.cancel(d));
+    let s = c.stats();
+    assert_eq!((s.added, s.refused, s.cancelled, s.items), (3, 1, 2, 1));
+    let batch = c.poll(T0 + 10 * MS).unwrap();
+    assert_eq!(c.items(batch), &[b]);
+    assert_eq!(c.batch_key(batch), Some(&b"1234"[..]));
+}
+
+/// Keys never share a batch, even when their hashes collide: 150 000 distinct keys
+/// collect at once, so (with this seed) some share the hash bits the index compares
+/// first, and only the key bytes tell them apart (found by mutation testing).
+#[test]
+fn distinct_keys_never_share_a_batch_even_when_their_hashes_collide() {
+    const N: u32 = 150_000;
+    let config = CollapserConfig {
+        max_items: 1_000_000,
+        ..cfg("{}")
+    };
+    let mut c = Collapser::new(config, 0x5eed).unwrap();
+    for i in 0..N {
+        let _ = queued(c.add(G, &i.to_le_bytes(), T0));
+    }
+    assert_eq!(c.stats().pending_batches, N);
+    let mut batches = 0;
+    while let Some(b) = c.poll(T0 + 10 * MS) {
+        assert_eq!(c.items(b).len(), 1);
+        batches += 1;
+    }
+    assert_eq!(batches, N);
+}
+
+/// The gauges: batches collecting, batches handed out, open scopes (found by
+/// mutation testing).
+#[test]
+fn stats_report_pending_and_running_batches_and_open_scopes() {
+    let mut c = collapser("{}");
+    let s = c.open_scope().unwrap();
+    let _other = c.open_scope().unwrap();
+    let _ = queued(c.add(G, b"a", T0));
+    let _ = queued(c.add(s, b"a", T0 + MS));
+    let _ = queued(c.add(G, b"b", T0 + 2 * MS));
+    let _running = c.poll(T0 + 10 * MS).unwrap();
+    let st = c.stats();
+    assert_eq!(
+        (st.pending_batches, st.running_batches, st.scopes, st.items),
+        (2, 1, 2, 3)
+    );
+}
+
+/// A freed batch gives back a large item listing (small ones are kept for reuse): once
+/// the tables are warm, memory is back where it was before the large batch.
+#[test]
+fn a_freed_batch_gives_back_a_large_listing() {
+    let mut c = collapser(r#"{"max_batch_size": 5000}"#);
+    // Warm the tables: 1 000 one-item batches, then every item cancelled.
+    let items: Vec<ItemId> = (0..1_000u32)
+        .map(|i| queued(c.add(G, &i.to_le_bytes(), T0)))
+        .collect();
+    for i in items {
+        assert!(c.cancel(i));
+    }
+    let warm = c.memory_bytes();
+    // One batch of 1 000 items, all cancelled before the flush.
+    let items: Vec<ItemId> = (0..1_000).map(|_| queued(c.add(G, b"k", T0))).collect();
+    assert!(c.memory_bytes() >= warm + 1_000 * std::mem::size_of::<ItemId>());
+    for i in items {
+        assert!(c.cancel(i));
+    }
+    assert_eq!(c.stats().pending_batches, 0);
+    assert!(
+        c.memory_bytes() <= warm,
+        "{} bytes held after the batch was freed (warm: {warm})",
+        c.memory_bytes()
+    );
+}

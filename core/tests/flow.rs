@@ -1067,3 +1067,29 @@ fn a_shared_keys_local_breaker_checks_its_window_when_the_view_goes_stale() {
         );
     }
 }
+
+/// `CallId::slot` is dense and reused, as its doc promises a host keeping per-call
+/// data in a vector: calls running at once have distinct slots below their count, and
+/// a new call takes the slot of one that ended (found by mutation testing).
+#[test]
+fn call_slots_are_dense_distinct_and_reused() {
+    let mut e = Engine::local();
+    let p = e.add_policy("p", config("{}")).expect("valid");
+    let k = e.key(p, "k", 0).expect("a key");
+    let mut permits: Vec<Permit> = (0..3).map(|_| running(e.start(k, 0, 0))).collect();
+    let mut slots: Vec<usize> = permits.iter().map(|p| p.id().slot()).collect();
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1, 2]);
+    let ended = permits.remove(1);
+    let (id, slot) = (ended.id(), ended.id().slot());
+    assert_eq!(
+        e.complete(ended, Outcome::Success, MS, 0),
+        Completion::OnTime
+    );
+    let next = running(e.start(k, 2 * MS, 0));
+    assert_eq!(next.id().slot(), slot, "the ended call's slot");
+    assert_ne!(next.id(), id, "a new id all the same");
+    for p in permits.into_iter().chain([next]) {
+        e.complete(p, Outcome::Success, 3 * MS, 0);
+    }
+}

@@ -503,4 +503,87 @@ mod tests {
         assert_eq!(d.pop_due(30), Some((15, id(1))));
         assert_eq!(d.len(), 1);
     }
+
+    /// Found by mutation testing: the ids held stay within twice the calls still
+    /// waiting plus 64 when some wait on (a burst of timeouts, then most results come;
+    /// an odd count so no equality test can stand in for the bound), and a compaction
+    /// keeps the ids of the calls still waiting, so the oldest is still forgotten first.
+    #[test]
+    fn timed_out_ids_stay_bounded_while_calls_wait_and_the_oldest_is_forgotten_first() {
+        let mut t = Calls::default();
+        let waiting: Vec<CallId> = (0..100)
+            .map(|_| {
+                let a = t.insert(running()).unwrap();
+                t.expire(a, 0, 0);
+                a
+            })
+            .collect();
+        let burst: Vec<CallId> = (0..1_001)
+            .map(|_| {
+                let a = t.insert(running()).unwrap();
+                t.expire(a, 0, 0);
+                a
+            })
+            .collect();
+        for a in burst {
+            t.remove(a);
+        }
+        let (live, held) = t.expired_len();
+        assert_eq!(live, 100);
+        assert!(held <= 2 * live + 64, "ids held: {held} for {live} waiting");
+        // Up to the cap: the oldest waiting call is the one forgotten.
+        for _ in 0..MAX_EXPIRED - 100 + 1 {
+            let a = t.insert(running()).unwrap();
+            t.expire(a, 0, 0);
+        }
+        assert_eq!(t.expired_len().0, MAX_EXPIRED);
+        assert_eq!(t.get(waiting[0]), None, "the oldest was forgotten");
+        assert!(matches!(t.get(waiting[1]), Some(Call::Expired { .. })));
+    }
+
+    /// Found by mutation testing: with many calls running (more entries than
+    /// `SWEEP_MIN`) behind a hung one, ended entries are still swept.
+    #[test]
+    fn ended_entries_are_swept_with_many_calls_running() {
+        let mut d = Deadlines::default();
+        let id = |n: u32| CallId {
+            slot: n,
+            generation: 0,
+        };
+        // Calls 0..100 never end; every later call ends at once.
+        for n in 0..100u32 {
+            d.push(1_000, 1_000, id(n));
+        }
+        let mut peak = 0;
+        for n in 100..20_000u32 {
+            d.push(1_000, 1_000 + u64::from(n), id(n));
+            d.clean_with(|c, _| c.slot < 100 || c.slot == n);
+            peak = peak.max(d.len());
+        }
+        assert!(peak <= 2 * 101 + SWEEP_MIN, "entries peaked at {peak}");
+    }
+
+    /// Found by mutation testing: empty FIFOs of past durations (reconfigurations) are
+    /// trimmed once there are more than a few.
+    #[test]
+    fn fifos_of_past_durations_are_trimmed() {
+        let mut d = Deadlines::default();
+        // Three new durations between cleans, so the count steps over any one value.
+        for n in 0..300u32 {
+            let duration = 1_000 + u64::from(n);
+            d.push(
+                duration,
+                duration,
+                CallId {
+                    slot: n,
+                    generation: 0,
+                },
+            );
+            if n % 3 == 2 {
+                d.clean_with(|_, _| false);
+                assert!(d.fifos.len() <= 4, "{} FIFOs", d.fifos.len());
+            }
+        }
+        assert_eq!(d.next(), None);
+    }
 }
