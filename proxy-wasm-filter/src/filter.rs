@@ -670,12 +670,7 @@ impl Worker {
         let Some(policy) = plugin.policies.get(req.pi) else {
             return;
         };
-        let stale = policy.stale.as_ref().filter(|_| req.get).and_then(|st| {
-            let r = self.replays.get_mut(req.pi)?.stale(&req.key, now)?;
-            (now.saturating_sub(r.at) <= st.max_stale_ms.saturating_mul(1_000_000))
-                .then(|| r.clone())
-        });
-        let response = match stale {
+        let response = match self.fresh_copy(req, now) {
             Some(r) if !req.grpc => {
                 let age = now.saturating_sub(r.at) / 1_000_000_000;
                 self.send_response(ctx, &r, "stale", Some(age), "fusewire_stale");
@@ -1240,10 +1235,7 @@ impl Worker {
     /// Response headers (and trailers): what the upstream said.
     fn observe(&mut self, ctx: u32, map: u32, end: bool) {
         if map == host::RESPONSE_HEADERS {
-            let Some(Call::Running {
-                permit, obs, req, ..
-            }) = self.calls.get_mut(ctx)
-            else {
+            let Some(Call::Running { permit, obs, .. }) = self.calls.get_mut(ctx) else {
                 return; // our own reply, or not ours
             };
             obs.status = host::header_number(map, ":status");
@@ -1251,11 +1243,7 @@ impl Worker {
                 e.stop_timer(permit); // the response started in time
             }
             let status = obs.status;
-            if (req.get
-                && matches!(status, Some(500 | 502 | 503 | 504))
-                && self.stale_for_error(ctx, status))
-                || self.fallback_for_error(ctx, status)
-            {
+            if self.replace_failure(ctx, status) {
                 return;
             }
         }
@@ -1317,91 +1305,51 @@ impl Worker {
         }
     }
 
-    /// `stale.on_upstream_error`: a 5xx answer to a GET on stream `ctx` that the
-    /// policy counts as a failure — the upstream's, or Envoy's router's for a reset,
-    /// a connect failure or a route timeout — is replaced by a kept copy no older than
-    /// `max_stale_ms`, as RFC 5861's `stale-if-error` does. The call counts as the
-    /// failure it was; a collapse leader's waiters get the copy too (`"fail"`) or the
-    /// next one leads (`"retry"`). Whether a copy was sent.
-    fn stale_for_error(&mut self, ctx: u32, status: Option<u32>) -> bool {
-        let Some(Call::Running { req, key, .. }) = self.calls.get(ctx) else {
-            return false;
-        };
-        let (pi, key) = (req.pi, *key);
-        // Only a status the policy counts as a failure (`failure.status`).
-        let Some(max) = (self.plugin.as_ref())
-            .and_then(|p| p.policies.get(pi))
-            .filter(|p| status.is_some_and(|s| p.classifier.failure_status.contains(s)))
+    /// A GET's kept copy of policy `req.pi`, if one is no older than `max_stale_ms`.
+    fn fresh_copy(&mut self, req: &Request, now: Nanos) -> Option<Response> {
+        let max = (self.plugin.as_ref())
+            .and_then(|p| p.policies.get(req.pi))
             .and_then(|p| p.stale.as_ref())
-            .filter(|st| st.on_upstream_error)
-            .map(|st| st.max_stale_ms.saturating_mul(1_000_000))
-        else {
-            return false;
-        };
-        let now = self.now();
-        let Some(Call::Running { req, .. }) = self.calls.get(ctx) else {
-            return false;
-        };
-        let Some(copy) = (self.replays.get_mut(pi))
-            .and_then(|r| r.stale(&req.key, now))
-            .filter(|r| now.saturating_sub(r.at) <= max)
-            .cloned()
-        else {
-            return false;
-        };
-        if let Some(Call::Running {
-            obs,
-            capture,
-            failed,
-            ..
-        }) = self.calls.get_mut(ctx)
-        {
-            // The upstream's response ends here for the filter: its body is not read.
-            obs.ended = true;
-            *capture = None;
-            // Its waiters get it as a stale copy too (tag and `age`).
-            *failed = Some(Box::new(Response {
-                stale: true,
-                ..copy.clone()
-            }));
-        }
-        self.end_call(ctx);
-        let age = now.saturating_sub(copy.at) / 1_000_000_000;
-        self.send_response(ctx, &copy, "stale", Some(age), "fusewire_stale");
-        if let Some(m) = self.metrics(key) {
-            m.extra(Extra::StaleServed);
-        }
-        true
+            .filter(|_| req.get)?
+            .max_stale_ms
+            .saturating_mul(1_000_000);
+        let r = self.replays.get_mut(req.pi)?.stale(&req.key, now)?;
+        (now.saturating_sub(r.at) <= max).then(|| r.clone())
     }
 
-    /// `fallback.on_upstream_error`: a response the policy counts as a failure by its
-    /// status (`failure.status`) — the upstream's, or the router's for a reset, a
-    /// connect failure or a route timeout — is replaced, as Hystrix runs a command's
-    /// fallback on failure: by a fresh stale copy if the policy keeps them, else by
-    /// the fallback reply (`x-fusewire: failure`; for a route timeout the timeout
-    /// reply). The call counts as it would have; a collapse leader's waiters get the
-    /// same reply. gRPC requests are left alone (their failures are in `grpc-status`,
-    /// and the reply would be one too). Whether a reply was sent.
-    fn fallback_for_error(&mut self, ctx: u32, status: Option<u32>) -> bool {
+    /// A response on stream `ctx` whose status the policy counts as a failure
+    /// (`failure.status`) — the upstream's, or Envoy's router's for a reset, a connect
+    /// failure or a route timeout — is replaced, as [`Worker::fall_back`] answers a
+    /// refused call: by a kept copy no older than `max_stale_ms` or the fallback reply
+    /// (`x-fusewire: failure`; for a route timeout the timeout reply), with
+    /// `fallback.on_upstream_error`, as Hystrix runs a command's fallback on failure
+    /// (not for gRPC: its failures are in `grpc-status`, and the reply would be one
+    /// too); or, with `stale.on_upstream_error`, a GET's 500, 502, 503 or 504 by a
+    /// kept copy only, as RFC 5861's `stale-if-error` does. The call counts as it
+    /// would have; a collapse leader's waiters get the same reply, at once (found by
+    /// review: they waited for the next tick), or the next one leads (`"retry"`).
+    /// Whether a reply was sent.
+    fn replace_failure(&mut self, ctx: u32, status: Option<u32>) -> bool {
         let Some(Call::Running { req, key, .. }) = self.calls.get(ctx) else {
             return false;
         };
         let key = *key;
         let Some(policy) = (self.plugin.as_ref())
             .and_then(|p| p.policies.get(req.pi))
-            .filter(|p| {
-                !req.rpc
-                    && p.fallback.failure.is_some()
-                    && status.is_some_and(|s| p.classifier.failure_status.contains(s))
-            })
+            .filter(|p| status.is_some_and(|s| p.classifier.failure_status.contains(s)))
         else {
             return false;
         };
+        let fallback = !req.rpc && policy.fallback.failure.is_some();
+        let stale = req.get
+            && matches!(status, Some(500 | 502 | 503 | 504))
+            && policy.stale.as_ref().is_some_and(|st| st.on_upstream_error);
         // The router's reply to a route timeout (flag `UT`) gets the timeout reply, as a
         // tick timeout does (found by review: it got the failure reply).
-        let flags = host::property(b"response\0flags", FlagSet::from_property);
-        let timed_out = flags.is_some_and(|f| policy.classifier.timeout_flags.intersects(f));
-        let why = match timed_out {
+        let flags = fallback
+            .then(|| host::property(b"response\0flags", FlagSet::from_property))
+            .flatten();
+        let why = match flags.is_some_and(|f| policy.classifier.timeout_flags.intersects(f)) {
             true => Why {
                 reason: Reason::Timeout,
                 details: "fusewire_timeout",
@@ -1411,28 +1359,27 @@ impl Worker {
                 details: "fusewire_failure",
             },
         };
-        // Its waiters are settled with the reply, after the permit is completed.
+        let req = req.clone();
+        let now = self.now();
+        if !(fallback || stale && self.fresh_copy(&req, now).is_some()) {
+            return false;
+        }
         let Some(Call::Running {
-            obs,
-            capture,
-            lead,
-            req,
-            ..
+            obs, capture, lead, ..
         }) = self.calls.get_mut(ctx)
         else {
             return false;
         };
+        // The upstream's response ends here for the filter: its body is not read.
         obs.ended = true;
         if let Some(f) = flags {
             obs.flags = f;
         }
         *capture = None;
+        // Its waiters are settled with the reply, after the permit is completed.
         let lead = lead.take();
-        let req = req.clone();
         self.end_call(ctx);
-        let now = self.now();
         self.fall_back(ctx, key, why, &req, lead, now);
-        // Its waiters now, not at the next tick (found by review: they waited for it).
         self.settle(now);
         true
     }
