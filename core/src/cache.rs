@@ -56,7 +56,8 @@ use std::collections::VecDeque;
 use crate::config::{CacheConfig, ConfigError, LeaderFailure};
 use crate::keyindex::{hash, KeyIndex};
 use crate::slab::{
-    move_only, public_id, push_newest, unlink, Id, Linked, List, Slab, EMPTY, MAX_SLOTS, NEWER, NIL,
+    move_only, open_scope, public_id, push_newest, unlink, Id, Linked, List, Slab, EMPTY,
+    MAX_SLOTS, NEWER, NIL,
 };
 use crate::time::{ms_to_ns, Monotonic, Nanos};
 
@@ -263,17 +264,6 @@ struct Caller {
     next: u32,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Scope {
-    list: List,
-}
-
-impl Default for Scope {
-    fn default() -> Self {
-        Scope { list: EMPTY }
-    }
-}
-
 impl Linked for Node {
     fn links(&mut self) -> &mut [[u32; 2]; 2] {
         &mut self.links
@@ -291,7 +281,7 @@ pub struct RequestCache {
     clock: Monotonic,
     nodes: Slab<Node>,
     callers: Slab<Caller>,
-    scopes: Slab<Scope>,
+    scopes: Slab<List>,
     index: KeyIndex,
     queue: List,
     hand: u32,
@@ -311,7 +301,7 @@ impl RequestCache {
         config.validate().map_err(|e| e.within("cache"))?;
         let mut scopes = Slab::default();
         // Slot 0, generation 0: the global scope.
-        let _ = scopes.insert(1, |s: &mut Scope| *s = Scope::default());
+        let _ = open_scope(&mut scopes, 0);
         let mut c = RequestCache {
             ttl_ns: 0,
             failure_ttl_ns: 0,
@@ -369,10 +359,7 @@ impl RequestCache {
     /// Opens a request scope; `None` when `max_scopes` are open (use the global scope
     /// or no cache for that request).
     pub fn open_scope(&mut self) -> Option<ScopeId> {
-        let limit = self.config.max_scopes.saturating_add(1);
-        self.scopes
-            .insert(limit, |s| *s = Scope::default())
-            .map(ScopeId)
+        open_scope(&mut self.scopes, self.config.max_scopes).map(ScopeId)
     }
 
     /// Closes a request scope: its entries are removed ([`Removal::ScopeClosed`]), its
@@ -383,7 +370,7 @@ impl RequestCache {
         if scope.0.slot == 0 || self.scopes.get(scope.0).is_none() {
             return false;
         }
-        while let Some(slot) = self.scopes.get(scope.0).map(|s| s.list.oldest) {
+        while let Some(slot) = self.scopes.get(scope.0).map(|s| s.oldest) {
             let Some(ready) = self.nodes.at(slot).map(|n| n.ready) else {
                 break;
             };
@@ -609,7 +596,7 @@ impl RequestCache {
         push_newest(&mut self.nodes, &mut self.flights, node.slot, QUEUE);
         if scope != 0 {
             if let Some(s) = self.scopes.at_mut(scope) {
-                push_newest(&mut self.nodes, &mut s.list, node.slot, SCOPE);
+                push_newest(&mut self.nodes, s, node.slot, SCOPE);
             }
         }
         self.entries += 1;
@@ -817,7 +804,7 @@ impl RequestCache {
         }
         if scope != 0 {
             if let Some(s) = self.scopes.at_mut(scope) {
-                unlink(&mut self.nodes, &mut s.list, slot, SCOPE);
+                unlink(&mut self.nodes, s, slot, SCOPE);
             }
         }
         self.entries -= 1;
@@ -916,15 +903,20 @@ impl RequestCache {
         }
     }
 
-    /// Removes every entry of every scope ([`Removal::Cleared`]); flights go on.
-    pub fn clear(&mut self, now: Nanos) {
+    /// Removes every entry of `scope` ([`Removal::Cleared`]); flights go on, and so
+    /// do the other scopes. O(entries of every scope).
+    pub fn clear(&mut self, scope: ScopeId, now: Nanos) {
         self.clock.advance(now);
-        while self.queue.oldest != NIL {
-            let slot = self.queue.oldest;
-            if self.nodes.at(slot).is_none() {
-                break;
+        if self.scopes.get(scope.0).is_none() {
+            return;
+        }
+        let mut slot = self.queue.oldest;
+        while let Some(n) = self.nodes.at(slot) {
+            let (next, ours) = (n.links[QUEUE][NEWER], n.scope == scope.0.slot);
+            if ours {
+                self.remove_entry(slot, Removal::Cleared);
             }
-            self.remove_entry(slot, Removal::Cleared);
+            slot = next;
         }
         // Freed slots keep their key buffers for reuse; a clear gives them back.
         self.nodes.shed();

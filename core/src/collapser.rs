@@ -48,7 +48,9 @@ use std::collections::VecDeque;
 
 use crate::config::{CollapserConfig, ConfigError};
 use crate::keyindex::{hash, KeyIndex};
-use crate::slab::{public_id, push_newest, unlink, Id, Linked, List, Slab, EMPTY, MAX_SLOTS, NIL};
+use crate::slab::{
+    open_scope, public_id, push_newest, unlink, Id, Linked, List, Slab, EMPTY, MAX_SLOTS, NIL,
+};
 use crate::time::{ms_to_ns, Monotonic, Nanos};
 
 public_id!(
@@ -167,17 +169,6 @@ struct Item {
     batch: u32,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Scope {
-    list: List,
-}
-
-impl Default for Scope {
-    fn default() -> Self {
-        Scope { list: EMPTY }
-    }
-}
-
 /// The collapser. See the module documentation.
 #[derive(Debug)]
 pub struct Collapser {
@@ -187,7 +178,7 @@ pub struct Collapser {
     clock: Monotonic,
     batches: Slab<Batch>,
     items: Slab<Item>,
-    scopes: Slab<Scope>,
+    scopes: Slab<List>,
     index: KeyIndex,
     open: List,
     full: VecDeque<Id>,
@@ -203,7 +194,7 @@ impl Collapser {
     pub fn new(config: CollapserConfig, seed: u64) -> Result<Self, ConfigError> {
         config.validate().map_err(|e| e.within("collapser"))?;
         let mut scopes = Slab::default();
-        let _ = scopes.insert(1, |s: &mut Scope| *s = Scope::default());
+        let _ = open_scope(&mut scopes, 0);
         Ok(Collapser {
             window_ns: ms_to_ns(config.window_ms),
             config,
@@ -250,10 +241,7 @@ impl Collapser {
 
     /// Opens a request scope; `None` when `max_scopes` are open.
     pub fn open_scope(&mut self) -> Option<ScopeId> {
-        let limit = self.config.max_scopes.saturating_add(1);
-        self.scopes
-            .insert(limit, |s| *s = Scope::default())
-            .map(ScopeId)
+        open_scope(&mut self.scopes, self.config.max_scopes).map(ScopeId)
     }
 
     /// Closes a request scope: its batches not yet handed out are dropped, and their
@@ -266,7 +254,7 @@ impl Collapser {
         if scope.0.slot == 0 || self.scopes.get(scope.0).is_none() {
             return &self.out;
         }
-        while let Some(slot) = self.scopes.get(scope.0).map(|s| s.list.oldest) {
+        while let Some(slot) = self.scopes.get(scope.0).map(|s| s.oldest) {
             let Some(id) = self.batches.id_at(slot) else {
                 break;
             };
@@ -364,7 +352,7 @@ impl Collapser {
         push_newest(&mut self.batches, &mut self.open, id.slot, OPEN);
         if scope != 0 {
             if let Some(s) = self.scopes.at_mut(scope) {
-                push_newest(&mut self.batches, &mut s.list, id.slot, SCOPE);
+                push_newest(&mut self.batches, s, id.slot, SCOPE);
             }
         }
         Some(id.slot)
@@ -460,7 +448,7 @@ impl Collapser {
         let scope = self.batches.at(slot).map_or(0, |b| b.scope);
         if scope != 0 {
             if let Some(s) = self.scopes.at_mut(scope) {
-                unlink(&mut self.batches, &mut s.list, slot, SCOPE);
+                unlink(&mut self.batches, s, slot, SCOPE);
             }
         }
         if let Some(b) = self.batches.at_mut(slot) {
@@ -575,7 +563,7 @@ impl Collapser {
         }
         if phase != Phase::Running && scope != 0 {
             if let Some(s) = self.scopes.at_mut(scope) {
-                unlink(&mut self.batches, &mut s.list, slot, SCOPE);
+                unlink(&mut self.batches, s, slot, SCOPE);
             }
         }
         if let Some(b) = self.batches.at_mut(slot) {

@@ -323,6 +323,19 @@ pub(crate) const EMPTY: List = List {
     oldest: NIL,
 };
 
+impl Default for List {
+    fn default() -> Self {
+        EMPTY
+    }
+}
+
+/// Opens a scope in `scopes` (the cache's or the collapser's: a scope is the list of
+/// what it holds; slot 0, opened first, is the global scope): its id, or `None` when
+/// `max` scopes besides the global one are open.
+pub(crate) fn open_scope(scopes: &mut Slab<List>, max: u32) -> Option<Id> {
+    scopes.insert(max.saturating_add(1), |s| *s = EMPTY)
+}
+
 /// Puts `slot` at the newest end of `list` (on link pair `k`).
 pub(crate) fn push_newest<T: Linked>(slab: &mut Slab<T>, list: &mut List, slot: u32, k: usize) {
     let old = list.newest;

@@ -583,7 +583,21 @@ fn invalidate_and_clear() {
             reason: Removal::Invalidated
         }]
     );
-    c.clear(T0);
+    let l = lead(c.lookup(G, b"c", T0));
+    let ec = c.fill(l, 1, T0).unwrap().entry.unwrap();
+    let t = c.open_scope().unwrap();
+    let l = lead(c.lookup(t, b"b", T0));
+    let et = c.fill(l, 1, T0).unwrap().entry.unwrap();
+    // Clearing one scope leaves the others.
+    c.clear(G, T0);
+    assert_eq!(
+        events(&mut c, T0),
+        vec![CacheEvent::Removed {
+            entry: ec,
+            reason: Removal::Cleared
+        }]
+    );
+    c.clear(s, T0);
     assert_eq!(
         events(&mut c, T0),
         vec![CacheEvent::Removed {
@@ -591,7 +605,11 @@ fn invalidate_and_clear() {
             reason: Removal::Cleared
         }]
     );
-    assert_eq!(c.stats().entries, 1, "the flight goes on");
+    assert_eq!(hit(c.lookup(t, b"b", T0)).0, et);
+    assert!(c.close_scope(s, T0));
+    c.clear(s, T0);
+    assert_eq!(events(&mut c, T0), vec![], "a closed scope clears nothing");
+    assert_eq!(c.stats().entries, 2, "the flight goes on");
     assert!(c.fill(pending, 1, T0).unwrap().cached);
 }
 
@@ -608,7 +626,7 @@ fn clear_gives_the_keys_memory_back_and_old_entries_stay_unknown() {
     }
     let full = c.memory_bytes();
     assert!(full > 20_000 * 200, "{full}");
-    c.clear(T0);
+    c.clear(G, T0);
     assert_eq!(events(&mut c, T0).len(), 20_000);
     let cleared = c.memory_bytes();
     assert!(
@@ -804,6 +822,7 @@ enum Op {
     OpenScope,
     CloseScope { scope: usize },
     Invalidate { key: u8 },
+    Clear { scope: usize },
     Offer { scope: usize, key: u8, bytes: u16 },
 }
 
@@ -819,6 +838,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::OpenScope),
         1 => any::<usize>().prop_map(|scope| Op::CloseScope { scope }),
         1 => (0..12u8).prop_map(|key| Op::Invalidate { key }),
+        1 => any::<usize>().prop_map(|scope| Op::Clear { scope }),
         2 => (0..3usize, 0..12u8, 0..400u16).prop_map(|(scope, key, bytes)| Op::Offer { scope, key, bytes }),
     ]
 }
@@ -1017,6 +1037,7 @@ proptest! {
                 Op::Invalidate { key } => {
                     let _ = c.invalidate(scopes[0], &[key], now);
                 }
+                Op::Clear { scope } => c.clear(scopes[scope % scopes.len()], now),
                 Op::Offer { scope, key, bytes } => {
                     // A call that bypassed the cache succeeded.
                     let s = scopes[scope % scopes.len()];

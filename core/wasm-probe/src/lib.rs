@@ -67,7 +67,7 @@ fn run_cache(config: &Config, now: u64, rand: u64) -> u64 {
     }
     let _ = c.invalidate(cache::ScopeId::GLOBAL, &[1, 0], now);
     let _ = c.close_scope(scope, now + 100);
-    c.clear(now + 100);
+    c.clear(cache::ScopeId::GLOBAL, now + 100);
     while c.poll(now + 20_000_000_000).is_some() {
         sum += 1;
     }
