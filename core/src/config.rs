@@ -850,14 +850,17 @@ impl fmt::Display for Num {
             }
         }
         let micro = (m * 1e6).round() as u64;
-        let (mut frac, mut digits) = (micro % 1_000_000, 6);
-        while digits > 0 && frac % 10 == 0 {
-            frac /= 10;
-            digits -= 1;
+        // Written piece by piece, without a width: no padding code in the `.wasm`.
+        f.write_str(neg)?;
+        write!(f, "{}", micro / 1_000_000)?;
+        let mut frac = micro % 1_000_000;
+        if frac != 0 {
+            f.write_str(".")?;
         }
-        write!(f, "{neg}{}", micro / 1_000_000)?;
-        if digits > 0 {
-            write!(f, ".{frac:0digits$}")?;
+        // Digit by digit until the rest is zero: trailing zeros are dropped.
+        while frac != 0 {
+            fmt::Write::write_char(f, char::from(b'0' + (frac / 100_000) as u8))?;
+            frac = frac % 100_000 * 10;
         }
         if e > 0 {
             write!(f, "e-{e}")?;

@@ -194,13 +194,23 @@ impl std::fmt::Display for Quoted<'_> {
 fn shown(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
-        Value::Bool(b) => format!("boolean `{b}`"),
+        Value::Bool(true) => "boolean `true`".into(),
+        Value::Bool(false) => "boolean `false`".into(),
         Value::U64(i) => format!("integer `{i}`"),
-        Value::I64(i) => format!("integer `{i}`"),
+        // (As a sign and a u64: no second integer formatter in the `.wasm`.)
+        Value::I64(i) => format!(
+            "integer `{}{}`",
+            if *i < 0 { "-" } else { "" },
+            i.unsigned_abs()
+        ),
         Value::F64(v) => format!("floating point `{}`", Num(*v)),
         Value::Str(s) => {
             let (head, more) = clipped(s);
-            format!("string {}{}", Quoted(head), if more { "…" } else { "" })
+            let mut s = format!("string {}", Quoted(head));
+            if more {
+                s.push('…');
+            }
+            s
         }
         Value::Array(_) => "an array".into(),
         Value::Object(_) => "an object".into(),
@@ -226,7 +236,9 @@ fn one_of(names: &[&str]) -> String {
         if i > 0 {
             s.push_str(", ");
         }
-        let _ = write!(s, "`{n}`");
+        s.push('`');
+        s.push_str(n);
+        s.push('`');
     }
     s
 }

@@ -159,7 +159,19 @@ pub fn bounded_name(name: &str) -> std::borrow::Cow<'_, str> {
     while !name.is_char_boundary(end) {
         end -= 1;
     }
-    std::borrow::Cow::Owned(format!("{}~{hash:016x}", name.get(..end).unwrap_or("")))
+    let mut short = String::with_capacity(end + 17);
+    short.push_str(name.get(..end).unwrap_or(""));
+    short.push('~');
+    // 16 hex digits, by hand: no hex formatter in the `.wasm`.
+    for shift in (0..16).rev() {
+        let digit = (hash >> (shift * 4)) as u8 & 15;
+        short.push(char::from(if digit < 10 {
+            b'0' + digit
+        } else {
+            b'a' + digit - 10
+        }));
+    }
+    std::borrow::Cow::Owned(short)
 }
 
 macro_rules! ctx {
