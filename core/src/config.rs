@@ -1160,5 +1160,10 @@ mod tests {
         assert_eq!(show(1e-7), "1e-7");
         assert_eq!(show(-2.5e-4), "-2.5e-4");
         assert_eq!(show(0.0), "0");
+        // Zeros inside the fraction are kept.
+        assert_eq!(show(1.05), "1.05");
+        assert_eq!(show(0.005), "0.005");
+        assert_eq!(show(7.000001), "7.000001");
+        assert_eq!(show(-30.0405), "-30.0405");
     }
 }

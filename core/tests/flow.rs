@@ -920,6 +920,24 @@ fn long_key_names_that_share_a_prefix_stay_apart() {
     // its breaker).
     let long = bounded_name(&head).into_owned();
     assert_ne!(long, head, "200 bytes: shortened");
+    // The form is fixed (shared-store keys are named by it, across versions): the
+    // head cut at a char boundary, `~`, the name's FNV-1a hash in 16 hex digits,
+    // leading zeros kept.
+    let fnv = |s: &str| {
+        s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    };
+    let cut = head.floor_char_boundary(SHORT_NAME);
+    assert_eq!(long, format!("{}~{:016x}", &head[..cut], fnv(&head)));
+    let zeros = (0..1000)
+        .map(|i| format!("{}{i}", "n".repeat(SHORT_NAME)))
+        .find(|n| fnv(n) >> 60 == 0)
+        .expect("a hash with a leading zero digit");
+    assert_eq!(
+        bounded_name(&zeros),
+        format!("{}~{:016x}", &zeros[..SHORT_NAME], fnv(&zeros))
+    );
     assert!(long.len() > SHORT_NAME);
     assert_ne!(
         bounded_name(&long),
