@@ -151,9 +151,28 @@ async function collapsing() {
   const d2 = await time(() => many((k) => dc.load(k + (r++ * 1e6))), quick ? 3 : 10, 3);
   row('10 000 concurrent loads, batched (cache on)', { Collapser: c2, DataLoader: d2 },
     `${(c2 / 10_000).toFixed(0)} vs ${(d2 / 10_000).toFixed(0)} ns per load`);
+  // A loader per request (DataLoader's GraphQL pattern): make it, load three keys (one
+  // repeated) in one batch, end the request. `forRequest()` of one long-lived
+  // Collapser, a new Collapser per request, a new DataLoader per request.
+  const shared = new Collapser(batchFn, { windowMs: 0 });
+  const request = async (l) => {
+    await Promise.all([l.load(1), l.load(2), l.load(1)]);
+    l.shutdown?.();
+  };
+  const M = quick ? 2_000 : 10_000;
+  const c3 = await time(() => request(shared.forRequest()), M, 3);
+  const n3 = await time(() => request(new Collapser(batchFn, { windowMs: 0 })), M / 5, 3);
+  const d3 = await time(() => request(new DataLoader(batchFn)), M, 3);
+  row('a loader per request (3 loads, 1 batch)', { forRequest: c3, 'new Collapser': n3, DataLoader: d3 });
+  // Making one alone (and ending it).
+  const c4 = await time(() => shared.forRequest().shutdown(), M * 5, 3);
+  const n4 = await time(() => new Collapser(batchFn, { windowMs: 0 }).shutdown(), M / 5, 3);
+  const d4 = await time(() => new DataLoader(batchFn), M * 5, 3);
+  row('making a loader (and ending it)', { forRequest: c4, 'new Collapser': n4, DataLoader: d4 });
+  shared.shutdown();
   col.shutdown();
   cc.shutdown();
-  return { c1, d1, c2, d2 };
+  return { c1, d1, c2, d2, c3, n3, d3, c4, n4, d4 };
 }
 
 // ---- memory -------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ write('index.mjs', `
 // Node ESM: the same instance as require('fusewire') (one .wasm instance per process).
 import m from './index.cjs';
 export const {
-  CircuitBreaker, Status, SharedStore, Collapser, PERCENTILES, isOurError, ready, load, version,
+  CircuitBreaker, Status, SharedStore, Collapser, RequestLoader, PERCENTILES, isOurError, ready, load, version,
 } = m;
 export default m;
 `);

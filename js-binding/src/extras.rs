@@ -44,13 +44,19 @@ const fn removal_code(r: Removal) -> f64 {
     }
 }
 
+/// The scope of raw id `v` (0: the global scope; a closed or forged one is unknown
+/// to the core).
+fn cache_scope(v: f64) -> cache::ScopeId {
+    cache::ScopeId::from_raw(id_of(v))
+}
+
 /// Looks the key (`key_len` scratch bytes) up in cache `which` (0: the cache, 1: the
-/// coalescing cache), global scope: 0 no such cache, 1 hit (`out[0]` entry, `out[1]`
+/// coalescing cache), scope `scope` (0: global): 0 no such cache, 1 hit (`out[0]` entry, `out[1]`
 /// failure), 2 lead (`out[0]` caller: run the call, then settle it), 3 wait (`out[0]`
 /// caller: wait for its event), 4 bypass (`out[0]` why: run the call without the
 /// cache); or'ed with the flags.
 #[no_mangle]
-pub extern "C" fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
+pub extern "C" fn fw_cache_lookup(h: u32, which: u32, scope: f64, key_len: u32, now: f64) -> i32 {
     on_parts(h, |p| {
         let Some(c) = pick(p.b, which) else {
             return 0;
@@ -65,7 +71,7 @@ pub extern "C" fn fw_cache_lookup(h: u32, which: u32, key_len: u32, now: f64) ->
             p.out[0] = bypass_code(Bypass::Full);
             return 4 | p.b.flags();
         }
-        let code = match c.lookup(cache::ScopeId::GLOBAL, key, ns(now)) {
+        let code = match c.lookup(cache_scope(scope), key, ns(now)) {
             Lookup::Hit { entry, failure } => {
                 p.out[0] = entry.to_raw() as f64;
                 p.out[1] = f64::from(u8::from(failure));
@@ -115,10 +121,10 @@ pub extern "C" fn fw_cache_settle(h: u32, which: u32, lead: f64, ok: u32, now: f
 }
 
 /// A call that bypassed cache `which` succeeded: its result fills the key (`key_len`
-/// scratch bytes) unless a ready entry holds it. Returns 0 (`out[0]` the entry to keep
+/// scratch bytes, scope `scope`) unless a ready entry holds it. Returns 0 (`out[0]` the entry to keep
 /// the payload under) or -1 (nothing kept); or'ed with the flags.
 #[no_mangle]
-pub extern "C" fn fw_cache_offer(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
+pub extern "C" fn fw_cache_offer(h: u32, which: u32, scope: f64, key_len: u32, now: f64) -> i32 {
     on_parts(h, |p| {
         let (Some(key), Some(c)) = (p.scratch.get(..key_len as usize), pick(p.b, which)) else {
             return -1;
@@ -127,7 +133,7 @@ pub extern "C" fn fw_cache_offer(h: u32, which: u32, key_len: u32, now: f64) -> 
             return -1;
         }
         let Some(entry) = c
-            .offer(cache::ScopeId::GLOBAL, key, ENTRY_BYTES, ns(now))
+            .offer(cache_scope(scope), key, ENTRY_BYTES, ns(now))
             .and_then(|s| s.entry)
         else {
             return -1;
@@ -155,24 +161,30 @@ pub extern "C" fn fw_cache_cancel(h: u32, which: u32, id: f64, lead: u32, now: f
     })
 }
 
-/// Removes the entry for the key (`key_len` scratch bytes) from cache `which`; 1 if
-/// there was one.
+/// Removes the entry for the key (`key_len` scratch bytes, scope `scope`) from cache
+/// `which`; 1 if there was one.
 #[no_mangle]
-pub extern "C" fn fw_cache_invalidate(h: u32, which: u32, key_len: u32, now: f64) -> i32 {
+pub extern "C" fn fw_cache_invalidate(
+    h: u32,
+    which: u32,
+    scope: f64,
+    key_len: u32,
+    now: f64,
+) -> i32 {
     on_parts(h, |p| {
         let (Some(key), Some(c)) = (p.scratch.get(..key_len as usize), pick(p.b, which)) else {
             return 0;
         };
-        i32::from(c.invalidate(cache::ScopeId::GLOBAL, key, ns(now)))
+        i32::from(c.invalidate(cache_scope(scope), key, ns(now)))
     })
 }
 
-/// Empties cache `which` (flights go on).
+/// Empties scope `scope` of cache `which` (flights go on, and so do other scopes).
 #[no_mangle]
-pub extern "C" fn fw_cache_clear(h: u32, which: u32, now: f64) -> i32 {
+pub extern "C" fn fw_cache_clear(h: u32, which: u32, scope: f64, now: f64) -> i32 {
     on_parts(h, |p| {
         if let Some(c) = pick(p.b, which) {
-            c.clear(ns(now));
+            c.clear(cache_scope(scope), ns(now));
         }
         0
     })
@@ -223,7 +235,8 @@ pub extern "C" fn fw_cache_poll(h: u32, which: u32, now: f64) -> i32 {
 
 // ---- the collapser ------------------------------------------------------------------------------
 
-/// Adds an item for collapser key `key_len` scratch bytes (global scope): 0 no
+/// Adds an item for collapser key `key_len` scratch bytes (global scope; the
+/// wrapper keys a request's batches by the request): 0 no
 /// collapser, 1 queued (`out[0]` item; flushed at the next deadline), 2 full
 /// (`out[0]` item; poll now), 3 refused (`out[0]` why: 0 unknown scope, 1 key too
 /// long, 2 too many items: run the call on its own); or'ed with the flags.
@@ -326,5 +339,24 @@ pub extern "C" fn fw_col_fail(h: u32, batch: f64) -> i32 {
         };
         let items = c.fail_batch(BatchId::from_raw(id_of(batch)));
         write_items(p.table, items)
+    })
+}
+
+// ---- request scopes -----------------------------------------------------------------------------
+
+/// With `scope` < 0, opens a request scope of the cache (cache 0): its id, or -1 (no
+/// cache, or its scopes are all open). Else closes scope `scope`: its entries are
+/// removed and its flights end (cache events follow); 1 if it was open.
+#[no_mangle]
+pub extern "C" fn fw_cache_scope(h: u32, scope: f64, now: f64) -> f64 {
+    with(-1.0, |s| {
+        let Some(c) = s.split(h).and_then(|p| p.b.cache.as_mut()) else {
+            return -1.0;
+        };
+        if scope < 0.0 {
+            c.open_scope().map_or(-1.0, |s| s.to_raw() as f64)
+        } else {
+            f64::from(u8::from(c.close_scope(cache_scope(scope), ns(now))))
+        }
     })
 }

@@ -153,12 +153,14 @@ fn hostile_numbers_never_panic() {
             let _ = fw_create(i, i, i, i, i, i, n);
             let _ = fw_check(i);
             let _ = fw_free(i.wrapping_add(7));
-            let _ = fw_cache_lookup(h, i, i, n);
+            let _ = fw_cache_lookup(h, i, n, i, n);
             let _ = fw_cache_settle(h, i, n, i, n);
-            let _ = fw_cache_offer(h, i, i, n);
+            let _ = fw_cache_offer(h, i, n, i, n);
             let _ = fw_cache_cancel(h, i, n, i, n);
-            let _ = fw_cache_invalidate(h, i, i, n);
-            let _ = fw_cache_clear(h, i, n);
+            let _ = fw_cache_invalidate(h, i, n, i, n);
+            let _ = fw_cache_clear(h, i, n, n);
+            let _ = fw_cache_scope(h, n, n);
+            let _ = fw_cache_scope(i, -1.0, n);
             let _ = fw_cache_poll(h, i, n);
             let _ = fw_col_add(h, i, n);
             let _ = fw_col_poll(h, n, i);
@@ -251,10 +253,10 @@ fn cache_and_collapser_through_the_abi() {
     let h = h as u32;
     // Cache: lead, a follower joins, the fill serves it, a later lookup hits.
     put(b"k1");
-    assert_eq!(fw_cache_lookup(h, 0, 2, 1_000.0) & 0xf, 2);
+    assert_eq!(fw_cache_lookup(h, 0, 0.0, 2, 1_000.0) & 0xf, 2);
     let lead = out(0);
     put(b"k1");
-    assert_eq!(fw_cache_lookup(h, 0, 2, 1_000.0) & 0xf, 3);
+    assert_eq!(fw_cache_lookup(h, 0, 0.0, 2, 1_000.0) & 0xf, 3);
     let wait = out(0);
     assert_eq!(fw_cache_settle(h, 0, lead, 1, 1_001.0) & 0xff, 0);
     let entry = out(0);
@@ -263,7 +265,7 @@ fn cache_and_collapser_through_the_abi() {
     assert_eq!(fw_cache_poll(h, 0, 1_001.0), 1);
     assert_eq!((out(0), out(1), out(2)), (wait, entry, 0.0));
     put(b"k1");
-    assert_eq!(fw_cache_lookup(h, 0, 2, 1_002.0) & 0xf, 1);
+    assert_eq!(fw_cache_lookup(h, 0, 0.0, 2, 1_002.0) & 0xf, 1);
     assert_eq!(out(0), entry);
     assert_eq!(
         fw_cache_settle(h, 0, lead, 1, 1_003.0),
@@ -271,13 +273,13 @@ fn cache_and_collapser_through_the_abi() {
         "a lead settles once"
     );
     put(b"k1");
-    assert_eq!(fw_cache_invalidate(h, 0, 2, 1_003.0), 1);
+    assert_eq!(fw_cache_invalidate(h, 0, 0.0, 2, 1_003.0), 1);
     assert_eq!(fw_cache_poll(h, 0, 1_003.0), 4);
     assert_eq!((out(0), out(1)), (entry, 3.0));
     // The coalescing cache is there too; a third one is not.
     put(b"x");
-    assert_eq!(fw_cache_lookup(h, 1, 1, 1_004.0) & 0xf, 2);
-    assert_eq!(fw_cache_lookup(h, 2, 1, 1_004.0), 0);
+    assert_eq!(fw_cache_lookup(h, 1, 0.0, 1, 1_004.0) & 0xf, 2);
+    assert_eq!(fw_cache_lookup(h, 2, 0.0, 1, 1_004.0), 0);
     // Collapser: three items fill a batch.
     for i in 0..3 {
         put(b"batch");
@@ -300,6 +302,58 @@ fn cache_and_collapser_through_the_abi() {
     assert!(batch >= 0.0);
     assert_eq!(fw_col_items(h, batch), 1, "the window flushed the one item");
     assert_eq!(fw_col_items(h, -1.0), 0, "a forged batch id holds nothing");
+    fw_free(h);
+}
+
+#[test]
+fn request_scopes_through_the_abi() {
+    let cfg = r#"{"cache": {"ttl_ms": 0, "max_scopes": 2}}"#;
+    put(cfg.as_bytes());
+    let h = fw_create(cfg.len() as u32, 0, 0, 0, 0, 0, 1_000.0);
+    assert!(h >= 0, "{}", msg());
+    let h = h as u32;
+    let scope = fw_cache_scope(h, -1.0, 1_000.0);
+    assert!(scope > 0.0);
+    // One key in the scope and in the global scope: two entries.
+    put(b"k");
+    assert_eq!(fw_cache_lookup(h, 0, scope, 1, 1_000.0) & 0xf, 2);
+    let lead = out(0);
+    put(b"k");
+    assert_eq!(
+        fw_cache_lookup(h, 0, 0.0, 1, 1_000.0) & 0xf,
+        2,
+        "the global scope leads too"
+    );
+    assert_eq!(fw_cache_settle(h, 0, lead, 1, 1_000.0) & 0xff, 0);
+    let entry = out(0);
+    put(b"k");
+    assert_eq!(fw_cache_lookup(h, 0, scope, 1, 1_000.0) & 0xf, 1);
+    assert_eq!(out(0), entry);
+    // Clearing the global scope leaves the request's entry.
+    fw_cache_clear(h, 0, 0.0, 1_000.0);
+    put(b"k");
+    assert_eq!(fw_cache_lookup(h, 0, scope, 1, 1_000.0) & 0xf, 1);
+    // Closing removes its entry.
+    assert_eq!(fw_cache_scope(h, scope, 1_001.0), 1.0);
+    assert_eq!(fw_cache_poll(h, 0, 1_001.0), 4);
+    assert_eq!((out(0), out(1)), (entry, 2.0), "removed: scope closed");
+    put(b"k");
+    assert_eq!(
+        fw_cache_lookup(h, 0, scope, 1, 1_001.0) & 0xf,
+        4,
+        "a closed scope is bypassed"
+    );
+    assert_eq!(fw_cache_scope(h, scope, 1_001.0), 0.0, "closed once");
+    assert_eq!(
+        fw_cache_scope(h, 0.0, 1_001.0),
+        0.0,
+        "the global scope stays"
+    );
+    // Two scopes at most.
+    assert!(fw_cache_scope(h, -1.0, 1_001.0) > 0.0);
+    assert!(fw_cache_scope(h, -1.0, 1_001.0) > 0.0);
+    assert_eq!(fw_cache_scope(h, -1.0, 1_001.0), -1.0);
+    assert_eq!(fw_cache_scope(u32::MAX, -1.0, 1_001.0), -1.0);
     fw_free(h);
 }
 
@@ -600,17 +654,23 @@ mod programs {
                         let which = which % 3;
                         put(&[b'k', k % 5]);
                         match i % 6 {
-                            0 | 1 => { if fw_cache_lookup(h, which, 2, now) >= 0 { ids.push(out(0)); } }
+                            0 | 1 => { if fw_cache_lookup(h, which, 0.0, 2, now) >= 0 { ids.push(out(0)); } }
                             2 => { fw_cache_settle(h, which, pick(&ids, k), u32::from(i % 2), now); }
                             3 => { fw_cache_cancel(h, which, pick(&ids, k), u32::from(i % 2), now); }
-                            4 => { fw_cache_offer(h, which, 2, now); fw_cache_invalidate(h, which, 2, now); }
-                            _ => { for _ in 0..16 { if fw_cache_poll(h, which, now) <= 0 { break; } } if k % 7 == 0 { fw_cache_clear(h, which, now); } }
+                            4 => { fw_cache_offer(h, which, 0.0, 2, now); fw_cache_invalidate(h, which, 0.0, 2, now); }
+                            _ => { for _ in 0..16 { if fw_cache_poll(h, which, now) <= 0 { break; } } if k % 7 == 0 { fw_cache_clear(h, which, 0.0, now); } }
                         }
                     }
                     Call::Collapse(h, k, o) => {
                         let h = hs[h as usize % 3];
                         put(&[b'c', k % 7]);
                         fw_col_add(h, 2, now);
+                        if o % 5 == 0 {
+                            let scope = fw_cache_scope(h, -1.0, now);
+                            put(&[b'c', k % 7]);
+                            fw_cache_lookup(h, 0, scope, 2, now);
+                            if o % 10 == 0 { fw_cache_scope(h, scope, now); }
+                        }
                         let batch = fw_col_poll(h, now, o % 2);
                         if batch >= 0.0 {
                             let n = fw_col_items(h, batch).max(0) as u32;
@@ -625,7 +685,8 @@ mod programs {
                         fw_poll(h, n);
                         fw_complete(h, n, u32::from(x), n);
                         fw_io_done(h, n, u32::from(x) % 6, n, u32::from(x), u32::from(x), n);
-                        fw_cache_lookup(h, u32::from(x), u32::MAX, n);
+                        fw_cache_lookup(h, u32::from(x), n, u32::MAX, n);
+                        fw_cache_scope(h, n, n);
                         fw_col_complete(h, n, u32::from(x), 1);
                     }
                     Call::Recreate(i) => {

@@ -133,8 +133,11 @@ function render(log, { messages = true } = {}) {
   });
 }
 
-/** What a scenario script gets: loaders of one library and a transcript. */
-function harness(kind) {
+/**
+ * What a scenario script gets: loaders of one library and a transcript. `mode`
+ * 'forRequest': fusewire's loaders are `forRequest()` loaders of a new Collapser each.
+ */
+function harness(kind, mode) {
   const log = [];
   const made = [];
   const h = {
@@ -152,7 +155,7 @@ function harness(kind) {
       };
       const l = kind === 'dataloader' ? new DataLoader(fn, dlOptions) : new Collapser(fn, fwOptions ?? collapserOptions(dlOptions));
       made.push(l);
-      return l;
+      return mode === 'forRequest' && l instanceof Collapser ? l.forRequest() : l;
     },
     note(s) {
       log.push(s);
@@ -216,11 +219,11 @@ function collapserOptions(o) {
 }
 
 /** Runs `script` through DataLoader, then through the Collapser: both transcripts. */
-async function both(script, { messages = true, timers = false } = {}) {
+async function both(script, { messages = true, timers = false, mode = 'collapser' } = {}) {
   const out = {};
   for (const kind of ['dataloader', 'fusewire']) {
     if (timers) mock.timers.enable({ apis: ['setTimeout', 'Date'] });
-    const h = harness(kind);
+    const h = harness(kind, mode);
     try {
       await script(h);
       await flush();
@@ -268,8 +271,9 @@ function unordered(lines) {
  * `opts.settleOrder: false` compares them `unordered`.
  */
 function parity(name, script, dl, opts = {}) {
+  const mode = registering;
   test(name, { skip: opts.timers ? needsFakeDate() : false }, async () => {
-    const got = await both(script, opts);
+    const got = await both(script, { ...opts, mode });
     assert.deepEqual(got.dl, dl, 'DataLoader did not do what this scenario pins');
     if (opts.settleOrder === false) assert.deepEqual(unordered(got.fw), unordered(got.dl), 'fusewire differs from DataLoader');
     else assert.deepEqual(got.fw, got.dl, 'fusewire differs from DataLoader');
@@ -278,8 +282,9 @@ function parity(name, script, dl, opts = {}) {
 
 /** A difference README documents: DataLoader's transcript and fusewire's documented one. */
 function documented(name, script, dl, fw, opts = {}) {
+  const mode = registering;
   test(name, { skip: opts.timers ? needsFakeDate() : false }, async () => {
-    const got = await both(script, opts);
+    const got = await both(script, { ...opts, mode });
     assert.deepEqual(got.dl, dl, 'DataLoader did not do what this scenario pins');
     assert.deepEqual(got.fw, fw, 'fusewire does not do what README documents');
   });
@@ -359,8 +364,22 @@ function known(name, readme, script, dl, opts = {}) {
   documented(name, script, dl, FW[name], opts);
 }
 
+/** The loaders the scenarios being registered make ('collapser' or 'forRequest'). */
+let registering = 'collapser';
+
 if (skip !== false) test('Collapser against DataLoader 2 (differential)', { skip }, () => {});
-else describe('Collapser against DataLoader 2 (differential)', () => {
+else {
+  describe('Collapser against DataLoader 2 (differential)', () => scenarios());
+  // A request loader is DataLoader's per-request loader: every scenario again, each
+  // loader a `forRequest()` loader of its own Collapser.
+  describe('Collapser.forRequest() loaders against DataLoader 2 (differential)', () => {
+    registering = 'forRequest';
+    scenarios();
+    registering = 'collapser';
+  });
+}
+
+function scenarios() {
   // ---- batching ------------------------------------------------------------------------
 
   parity('loads of one tick are one batch, in load order; each load gets its own key\'s value', async (h) => {
@@ -1012,4 +1031,4 @@ else describe('Collapser against DataLoader 2 (differential)', () => {
     h.log.length = 0;
     h.note(`batches sent: ${sent}; loads: ${[...seen].map(([k, n]) => `${n} × ${k}`).join(', ')}`);
   }, ['batches sent: 25; loads: 25 × down'], ['batches sent: 20; loads: 20 × down, 5 × EOPENBREAKER']);
-});
+}

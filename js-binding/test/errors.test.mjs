@@ -342,6 +342,19 @@ describe('the wasm instance survives hostile input', () => {
         if (!(e instanceof TypeError)) throw e;
       }
     }
+    // Request loaders: any context; hostile keys as above.
+    for (const v of HOSTILE) {
+      const r = c.forRequest(v);
+      for (const op of [() => r.load(v), () => r.loadMany(v), () => r.prime(v, v), () => r.clear(v)]) {
+        try {
+          await op()?.catch?.(() => {});
+        } catch (e) {
+          if (!(e instanceof TypeError)) assert.fail(`request key ${show(v)}: ${e?.constructor?.name} ${e?.message}`);
+        }
+      }
+      r.clearAll();
+      if (typeof v === 'number' && v % 2 === 0) r.shutdown();
+    }
     c.clearAll();
     c.shutdown();
     await healthy();

@@ -150,10 +150,13 @@ test('what waits on the instance when it is lost settles: calls in flight, queue
     track('follower2', co.fire(1));
     // A collapser: two loads waiting for their window, a third joining a load of its key.
     const batches = [];
-    const col = new Collapser(async (keys) => { batches.push([...keys]); return keys.map((k) => k * 10); }, { windowMs: 50 });
+    const col = new Collapser(async (keys, ctx) => { batches.push(ctx === undefined ? [...keys] : [ctx, ...keys]); return keys.map((k) => k * 10); }, { windowMs: 50 });
     track('load1', col.load(1));
     track('load2', col.load(2));
     track('load2again', col.load(2));
+    // A request loader's load waiting for its window.
+    const req = col.forRequest('req');
+    track('reqLoad', req.load(5));
     // A call that fails after the loss: its caller gets its error.
     const failing = new CircuitBreaker(() => new Promise((_, j) => setTimeout(() => j(new Error('late')), 20)),
       { capacity: 1, fusewire: { bulkhead: { isolation: 'pool', max_queue: 10 } } });
@@ -165,17 +168,23 @@ test('what waits on the instance when it is lost settles: calls in flight, queue
     track('after1', col.load(3));
     track('after2', col.load(4));
     track('after3', col.load(3));
+    // A request loader made after the loss batches apart too; its shutdown is a no-op.
+    const late = col.forRequest('late');
+    track('lateLoad', late.load(6));
+    track('reqAfter', req.load(7));
+    late.shutdown();
     await sleep(50);
     return { results, ran, led, batches, stats: slow.stats.fires };
   `);
   assert.deepEqual(out.results, {
     running: 'r', queued: 'q', leader: 'v1', follower1: 'v1', follower2: 'v1',
     load1: 10, load2: 20, load2again: 20, failInFlight: 'error: late', failQueued: 'error: late',
-    after1: 30, after2: 40, after3: 30,
+    after1: 30, after2: 40, after3: 30, reqLoad: 50, lateLoad: 60, reqAfter: 70,
   });
   assert.equal(out.ran, 2);
   assert.equal(out.led, 1, 'the followers shared their leader\'s call');
-  assert.deepEqual(out.batches, [[1, 2], [3, 4, 3]], 'the waiting loads went as one batch; later ones batch per tick');
+  assert.deepEqual(out.batches, [[1, 2], ['req', 5], [3, 4, 3], ['late', 6], ['req', 7]],
+    'the waiting loads went as one batch per loader; later ones batch per tick and loader');
 });
 
 test('a breaker made after the loss, its events, and its getters do not throw; the loss is a metric', () => {

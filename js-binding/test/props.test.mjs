@@ -188,3 +188,75 @@ test('Collapser: results, batch bounds and de-duplication agree with a model', a
     { numRuns: 150 },
   );
 });
+
+// Request loaders against the same model, one per request: each request loader is a
+// DataLoader of its own (its own cache, batches of its own keys only, the context its
+// batches carry), beside the collapser's own loads; a request ends (shutdown) and a
+// new one starts with an empty cache.
+test('Collapser.forRequest: each request loader agrees with a DataLoader model of its own', async () => {
+  const { Collapser } = await import('fusewire');
+  const req = fc.integer({ min: 0, max: 3 }); // 3: the collapser's own loads
+  const op = fc.oneof(
+    { weight: 5, arbitrary: fc.array(fc.tuple(req, fc.integer({ min: 0, max: 5 })), { minLength: 1, maxLength: 12 }).map((loads) => ({ loads })) },
+    { weight: 1, arbitrary: fc.tuple(req, fc.integer({ min: 0, max: 5 })).map(([r, k]) => ({ clear: k, r })) },
+    { weight: 1, arbitrary: fc.tuple(req, fc.integer({ min: 0, max: 5 })).map(([r, k]) => ({ prime: k, r })) },
+    { weight: 1, arbitrary: req.map((r) => ({ clearAll: true, r })) },
+    { weight: 1, arbitrary: fc.integer({ min: 0, max: 2 }).map((r) => ({ end: r })) },
+  );
+  await fc.assert(
+    fc.asyncProperty(fc.integer({ min: 1, max: 4 }), fc.array(op, { minLength: 1, maxLength: 25 }), async (max, ops) => {
+      const batches = [];
+      const value = (k) => (k % 3 === 2 ? new Error(`no ${k}`) : `v:${k}`);
+      const c = new Collapser(async (keys, ctx) => {
+        batches.push({ ctx, keys: [...keys] });
+        return keys.map(value);
+      }, { windowMs: 0, maxBatchSize: max });
+      let made = 0;
+      const fresh = () => ({ loader: null, ctx: `request ${made++}`, cached: new Map() });
+      const reqs = [fresh(), fresh(), fresh(), { loader: c, ctx: undefined, cached: new Map() }];
+      for (const r of reqs.slice(0, 3)) r.loader = c.forRequest(r.ctx);
+      try {
+        for (const [i, o] of ops.entries()) {
+          const at = `op ${i} ${JSON.stringify(o)}`;
+          const r = reqs[o.r];
+          if (o.end !== undefined) {
+            reqs[o.end].loader.shutdown();
+            const n = fresh();
+            n.loader = c.forRequest(n.ctx);
+            reqs[o.end] = n;
+          } else if (o.clear !== undefined) {
+            r.loader.clear(o.clear);
+            r.cached.delete(o.clear);
+          } else if (o.prime !== undefined) {
+            r.loader.prime(o.prime, `primed:${o.prime}`);
+            if (!r.cached.has(o.prime)) r.cached.set(o.prime, `primed:${o.prime}`);
+          } else if (o.clearAll) {
+            r.loader.clearAll();
+            r.cached.clear();
+          } else {
+            const before = batches.length;
+            const got = await Promise.all(o.loads.map(([q, k]) => reqs[q].loader.load(k).catch((e) => e)));
+            for (const [j, [q, k]] of o.loads.entries()) {
+              const want = reqs[q].cached.get(k) ?? value(k);
+              if (want instanceof Error) {
+                assert.ok(got[j] instanceof Error, `${at}: request ${q} key ${k} fails`);
+                assert.equal(got[j].message, want.message, `${at}: request ${q} key ${k}`);
+              } else assert.equal(got[j], want, `${at}: request ${q} key ${k}`);
+            }
+            const sent = batches.slice(before);
+            for (const b of sent) assert.ok(b.keys.length >= 1 && b.keys.length <= max, `${at}: batch of ${b.keys.length} > ${max}`);
+            for (const [q, r2] of reqs.entries()) {
+              const uncached = [...new Set(o.loads.filter(([x, k]) => x === q && !r2.cached.has(k)).map(([, k]) => k))];
+              const mine = sent.filter((b) => b.ctx === r2.ctx).flatMap((b) => b.keys);
+              assert.deepEqual(mine.sort(), uncached.sort(), `${at}: request ${q}: each uncached key sent once, in its own batches`);
+              for (const k of uncached) r2.cached.set(k, value(k));
+            }
+          }
+        }
+      } finally {
+        c.shutdown();
+      }
+    }),
+    { numRuns: 150 },
+  );
+});

@@ -1024,7 +1024,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._leading.size > 0) this._detach(t);
     for (const which of [0, 1]) {
       if ((this._cached & (which + 1)) === 0) continue;
-      w.fw_cache_clear(this._h, which, t);
+      w.fw_cache_clear(this._h, which, 0, t);
       this._cacheEvents(which, t);
     }
   }
@@ -2844,7 +2844,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           // opossum caches the action's successful result (never a fallback's).
           store = (v) => tr.set(raw as CacheKey, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
         } else {
-          const r = w.fw_cache_lookup(h, 0, putKey(key), t);
+          const r = w.fw_cache_lookup(h, 0, 0, putKey(key), t);
           const kind = r & KIND_MASK;
           if (kind === 1) {
             const p = this._payloads[0].get(out()[0]!);
@@ -2866,7 +2866,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       }
       let p: Promise<unknown>;
       if ((this._cached & 2) !== 0) {
-        const r = w.fw_cache_lookup(h, 1, putKey(key), t);
+        const r = w.fw_cache_lookup(h, 1, 0, putKey(key), t);
         const kind = r & KIND_MASK;
         const id = (outView.length !== 0 ? outView : out())[0]!;
         if (kind === 2) got1 = id;
@@ -2989,7 +2989,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _offer(key: string, v: unknown): void {
     if (this._shutdown) return;
     const t = now();
-    const r = w.fw_cache_offer(this._h, 0, putKey(key), t);
+    const r = w.fw_cache_offer(this._h, 0, 0, putKey(key), t);
     if (r < 0) return;
     const p = Promise.resolve(v);
     this._payloads[0].set(out()[0]!, p);
@@ -3018,7 +3018,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     this._cacheEvents(which, t);
     if (forget !== undefined) {
-      w.fw_cache_invalidate(h, which, putKey(forget), t);
+      w.fw_cache_invalidate(h, which, 0, putKey(forget), t);
       this._cacheEvents(which, t);
     }
   }

@@ -14,8 +14,13 @@ import { describe, optionError, ourError } from './errors.js';
 import { tagged } from './key.js';
 import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './options.js';
 
-/** The batch function: one result (or Error) per key, in order. */
-export type BatchFn<K, V> = (keys: K[]) => PromiseLike<ArrayLike<V | Error>> | ArrayLike<V | Error>;
+/**
+ * The batch function: one result (or Error) per key, in order. `context`: the
+ * context of the `forRequest` loader whose loads these are (`undefined` for the
+ * collapser's own loads); `this` is that loader (or the collapser), as DataLoader
+ * calls it with the loader.
+ */
+export type BatchFn<K, V, X = unknown> = (keys: K[], context: X | undefined) => PromiseLike<ArrayLike<V | Error>> | ArrayLike<V | Error>;
 
 /** `C`: what `cacheKeyFn` returns (DataLoader's third type parameter; default: the key's type). */
 export interface CollapserOptions<K, V, C = K> {
@@ -40,8 +45,29 @@ export interface CollapserOptions<K, V, C = K> {
   name?: string | undefined;
 }
 
-/** One `load(key)`: its key, its cache key and its promise's settlers. */
+/**
+ * The loads of one scope: the collapser's own (the core's global scope) or one
+ * `forRequest` loader's (a request scope: batches and cache entries of its own).
+ */
+interface Scope {
+  /** The collapser key of its batches ('' for the collapser's own). */
+  tag: string;
+  /** The core's cache scope (0: global; -1: none, so loads bypass the cache). */
+  cache: number;
+  /** Cache leads in flight by cache key. */
+  inflight: Map<string, number>;
+  /** The waits of each cache key (`clear` finds a key's own, not all: found by review). */
+  waitsOf: Map<string, Set<number>>;
+  /** `this` of the batch function and of `cacheKeyFn`, and the batch function's `context`. */
+  self: object;
+  context: unknown;
+  /** Shut down: loads reject. */
+  closed: boolean;
+}
+
+/** One `load(key)`: its scope, its key, its cache key and its promise's settlers. */
 interface Load<K, V> {
+  s: Scope;
   key: K;
   ck: string;
   resolve: (v: V) => void;
@@ -63,6 +89,29 @@ interface Item<K, V> extends Load<K, V> {
 function shutDown(): Error {
   return ourError('The collapser has been shut down.', 'ESHUTDOWN');
 }
+
+/** The rejection of a load made on a request loader once it is shut down. */
+function loaderShutDown(): Error {
+  return ourError('The request loader has been shut down.', 'ESHUTDOWN');
+}
+
+/** What a dropped request loader leaves to close: its collapser and its core scopes. */
+interface Dropped {
+  c: Collapser<never, never, never, never>;
+  cache: number;
+}
+
+/**
+ * Closes the cache scopes of request loaders dropped without `shutdown()` (they hold
+ * no load then: a waiting load holds its loader). Where the platform has none, a
+ * dropped loader's cache entries stay until evicted.
+ */
+const dropped = typeof FinalizationRegistry === 'function'
+  ? new FinalizationRegistry<Dropped>((d) => d.c._drop(d.cache))
+  : undefined;
+
+/** The request loaders with a cache open at most, per collapser (the core's largest `cache.max_scopes`). */
+const MAX_REQUESTS = 1_000_000;
 
 /**
  * DataLoader's batch moment: after the promise jobs queued so far, then
@@ -139,7 +188,7 @@ function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<s
  * DataLoader-style batching and caching through a circuit breaker. `C`: what
  * `cacheKeyFn` returns (DataLoader's third type parameter).
  */
-export class Collapser<K = unknown, V = unknown, C = K> {
+export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   /** The breaker every batch runs through (events, stats, `fallback((keys, err) => values)`). */
   readonly breaker: CircuitBreaker<[K[]], ArrayLike<V | Error>>;
   /** The `name` option (`null` when not given, as DataLoader's). */
@@ -148,20 +197,23 @@ export class Collapser<K = unknown, V = unknown, C = K> {
   private readonly _cache: boolean;
   private readonly _window: number;
   private readonly _keyFn: ((key: K) => unknown) | undefined;
+  /** The collapser's own loads (the global scope). */
+  private readonly _global: Scope;
+  /** The scope of each batch's keys, for the batch function's `this` and `context`. */
+  private readonly _scopeOf = new WeakMap<K[], Scope>();
+  /** Request loaders made so far (each one's batches are keyed by its number). */
+  private _requests = 0;
   /** Values the breaker's fallback gave (never cached). */
   private readonly _fallen = new WeakSet<object>();
   private readonly _items = new ById<Item<K, V>>();
   private readonly _waits = new ById<Wait<K, V>>();
-  /** The waits of each cache key (`clear` finds a key's own, not all: found by review). */
-  private readonly _waitsOf = new Map<string, Set<number>>();
   /** The leading item of each cache lead in flight. */
   private readonly _leads = new Map<number, Item<K, V>>();
   /** Cached results by entry id: the value, or the Error of a failed load. */
   private readonly _payloads = new ById<{ ok: boolean; value: unknown }>();
   private _flushQueued = false;
   private _fullQueued = false;
-  /** Cache leads in flight by cache key, and those cleared meanwhile (their result is given, then forgotten). */
-  private readonly _inflight = new Map<string, number>();
+  /** Cache leads cleared while in flight (their result is given, then forgotten). */
   private readonly _cleared = new Set<number>();
   /** Loads batched by this wrapper once the instance is lost (see `_lost`), and the batch size. */
   private _bare: Item<K, V>[] = [];
@@ -177,7 +229,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
   /** `shutdown()` was called: loads from here on reject (those its last batches make too). */
   private _closing = false;
 
-  constructor(batchFn: BatchFn<K, V>, options: CollapserOptions<K, V, C> = {}) {
+  constructor(batchFn: BatchFn<K, V, X>, options: CollapserOptions<K, V, C> = {}) {
     if (typeof batchFn !== 'function') {
       throw new TypeError(`batchFn: must be a function of an array of keys, got ${describe(batchFn)}`);
     }
@@ -205,12 +257,13 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     const ours: CoreConfig = {
       // A batch is one call: collapsed loads must not dilute its error rate.
       breaker: { error_percentage: { denominator: 'total' } },
-      collapser: { window_ms: windowMs, max_batch_size: maxBatchSize, max_items: 10_000_000, max_key_bytes: 1, max_scopes: 0 },
+      // Batches are keyed by request loader ('' for the collapser's own loads).
+      collapser: { window_ms: windowMs, max_batch_size: maxBatchSize, max_items: 10_000_000, max_key_bytes: 16, max_scopes: 0 },
       cache: this._cache
         ? {
             max_entries: cacheSize, max_bytes: 2 ** 40, ttl_ms: 0, cache_failures: true, failure_ttl_ms: MAX_MS,
             on_leader_failure: 'fail_followers', max_waiters: 1_000_000, max_wait_ms: MAX_MS,
-            max_key_bytes: 65_536, max_scopes: 0,
+            max_key_bytes: 65_536, max_scopes: MAX_REQUESTS,
           }
         : null,
     };
@@ -223,8 +276,12 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     Object.defineProperty(breakerOptions, FOR_COLLAPSER, { value: true });
     try {
       this.breaker = new CircuitBreaker<[K[]], ArrayLike<V | Error>>(
-        // Called as a method of the collapser (DataLoader calls it with the loader as `this`).
-        (keys: K[]) => batchFn.call(this, keys) as PromiseLike<ArrayLike<V | Error>>,
+        // Called as a method of the loader the loads came from (DataLoader calls it
+        // with the loader as `this`), with its context.
+        (keys: K[]) => {
+          const s = this._scopeOf.get(keys) ?? this._global;
+          return batchFn.call(s.self, keys, s.context as X | undefined) as PromiseLike<ArrayLike<V | Error>>;
+        },
         breakerOptions,
       );
     } catch (e) {
@@ -241,6 +298,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       throw e;
     }
     this._h = this.breaker._h;
+    this._global = { tag: '', cache: 0, inflight: new Map(), waitsOf: new Map(), self: this, context: undefined, closed: false };
     this.breaker._onLost = () => this._lost();
     const fallen = this._fallen;
     this.breaker._onFallbackValue = (v) => {
@@ -252,13 +310,45 @@ export class Collapser<K = unknown, V = unknown, C = K> {
 
   /** Loads one key (batched with the other loads of the window). `null` and `undefined` are not keys: a TypeError, as in DataLoader. */
   load(key: K): Promise<V> {
+    return this._load(this._global, key);
+  }
+
+  /**
+   * A loader for one request (DataLoader's per-request loader, without its cost): its
+   * loads batch and cache among themselves only, and its batches run through this
+   * collapser's breaker, which so sees every request's. `context` is passed to the
+   * batch function with the loader's batches (`this` is the loader). Shut it down when
+   * the request ends (or drop it: its cache is then freed after garbage collection).
+   */
+  forRequest(context?: X): RequestLoader<K, V, X> {
+    return new RequestLoader<K, V, X>(this, context);
+  }
+
+  /** @internal The scope of a new request loader (`RequestLoader`'s constructor). */
+  _open(loader: RequestLoader<K, V, X>, context: X | undefined): Scope {
+    if (this._closing || this.breaker.isShutdown) throw shutDown();
+    let cache = -1;
+    if (this._cache && !lost) {
+      cache = w.fw_cache_scope(this._h, -1, now());
+      if (cache < 0 && !lost) {
+        throw new RangeError(`Collapser.forRequest: ${MAX_REQUESTS} request loaders with a cache are open; shut them down when their request ends`);
+      }
+    }
+    const tag = (++this._requests).toString(36);
+    if (cache > 0) dropped?.register(loader, { c: this as never, cache }, loader);
+    return { tag, cache, inflight: new Map(), waitsOf: new Map(), self: loader, context, closed: false };
+  }
+
+  /** @internal Loads `key` in scope `s`. */
+  _load(s: Scope, key: K): Promise<V> {
     if (key === null || key === undefined) {
       throw new TypeError(`The loader.load() function must be called with a value, but got: ${String(key)}.`);
     }
     if (this._closing || this.breaker.isShutdown) return Promise.reject(shutDown());
+    if (s.closed) return Promise.reject(loaderShutDown());
     if (lost) {
       tell();
-      return new Promise<V>((resolve, reject) => this._batchBare({ key, ck: '', lead: -1, resolve, reject }));
+      return new Promise<V>((resolve, reject) => this._batchBare({ s, key, ck: '', lead: -1, resolve, reject }));
     }
     const h = this._h;
     const t = now();
@@ -266,11 +356,11 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     let ck = '';
     if (this._cache) {
       try {
-        ck = this._cacheKey(key);
+        ck = this._cacheKey(s, key);
       } catch (e) {
         return Promise.reject(e);
       }
-      const r = w.fw_cache_lookup(h, 0, putKey(ck), t);
+      const r = w.fw_cache_lookup(h, 0, s.cache, putKey(ck), t);
       const kind = r & KIND_MASK;
       // (Without a call where it can be: one can run out of stack with a lead taken.)
       const id = (outView.length !== 0 ? outView : out())[0]!;
@@ -283,7 +373,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
           return new Promise<V>((resolve) => this._hit(() => resolve(p.ok ? Promise.resolve(p.value as V) : Promise.reject(p.value))));
         }
       } else if (kind === 3) {
-        return new Promise<V>((resolve, reject) => this._wait({ id, key, ck, resolve, reject }));
+        return new Promise<V>((resolve, reject) => this._wait({ id, s, key, ck, resolve, reject }));
       } else if (kind === 2) {
         lead = id;
       }
@@ -292,13 +382,13 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     let queued = false;
     try {
       p = new Promise<V>((resolve, reject) => {
-        this._add({ key, ck, lead, resolve, reject }, t);
+        this._add({ s, key, ck, lead, resolve, reject }, t);
         queued = true;
       });
     } finally {
       // Not queued (the stack ran out: found by a stack-limit fuzzer, the key then
       // stayed "loading" for good): its lead goes back; the load fails with the error.
-      if (!queued && lead >= 0) this._giveUp(ck, lead, t);
+      if (!queued && lead >= 0) this._giveUp(s, ck, lead, t);
     }
     return p;
   }
@@ -329,9 +419,9 @@ export class Collapser<K = unknown, V = unknown, C = K> {
   }
 
   /** A lead taken for a load that was not queued: it fails, as its load does. */
-  private _giveUp(ck: string, lead: number, t: number): void {
+  private _giveUp(s: Scope, ck: string, lead: number, t: number): void {
     try {
-      if (this._inflight.get(ck) === lead) this._inflight.delete(ck);
+      if (s.inflight.get(ck) === lead) s.inflight.delete(ck);
       this._leads.delete(lead);
       w.fw_cache_cancel(this._h, 0, lead, 1, t);
       this._events(t);
@@ -346,42 +436,57 @@ export class Collapser<K = unknown, V = unknown, C = K> {
    * TypeError, thrown as DataLoader's is.
    */
   loadMany(keys: ArrayLike<K>): Promise<(V | Error)[]> {
+    return this._loadMany(this._global, keys);
+  }
+
+  /** @internal */
+  _loadMany(s: Scope, keys: ArrayLike<K>): Promise<(V | Error)[]> {
     if (!arrayLike(keys)) {
       throw new TypeError(`The loader.loadMany() function must be called with Array<key> but got: ${String(keys)}.`);
     }
     const loads: Promise<V | Error>[] = [];
-    for (let i = 0; i < keys.length; i++) loads.push(this.load(keys[i]!).catch((e: unknown) => e as Error));
+    for (let i = 0; i < keys.length; i++) loads.push(this._load(s, keys[i]!).catch((e: unknown) => e as Error));
     return Promise.all(loads);
   }
 
   /** Forgets the cached result of `key` (a load in flight still answers its callers, and is then forgotten). */
   clear(key: K): this {
-    if (this._cache && !this.breaker.isShutdown) {
+    this._clear(this._global, key);
+    return this;
+  }
+
+  /** @internal */
+  _clear(s: Scope, key: K): void {
+    if (this._cache && !this.breaker.isShutdown && !s.closed) {
       const t = now();
-      const ck = this._cacheKey(key);
-      const lead = this._inflight.get(ck);
+      const ck = this._cacheKey(s, key);
+      const lead = s.inflight.get(ck);
       if (lead !== undefined) {
         this._cleared.add(lead);
-        this._keep(ck, lead, t);
+        this._keep(s, ck, lead, t);
       }
-      w.fw_cache_invalidate(this._h, 0, putKey(ck), t);
+      w.fw_cache_invalidate(this._h, 0, s.cache, putKey(ck), t);
       this._events(t);
     }
-    return this;
   }
 
   /** Forgets every cached result (loads in flight still answer their callers, and are then forgotten). */
   clearAll(): this {
-    if (this._cache && !this.breaker.isShutdown) {
+    this._clearAll(this._global);
+    return this;
+  }
+
+  /** @internal */
+  _clearAll(s: Scope): void {
+    if (this._cache && !this.breaker.isShutdown && !s.closed) {
       const t = now();
-      for (const [ck, lead] of this._inflight) {
+      for (const [ck, lead] of s.inflight) {
         this._cleared.add(lead);
-        this._keep(ck, lead, t);
+        this._keep(s, ck, lead, t);
       }
-      w.fw_cache_clear(this._h, 0, t);
+      w.fw_cache_clear(this._h, 0, s.cache, t);
       this._events(t);
     }
-    return this;
   }
 
   /**
@@ -391,11 +496,17 @@ export class Collapser<K = unknown, V = unknown, C = K> {
    * running load's result, when it comes, answers only its own callers.
    */
   prime(key: K, value: V | PromiseLike<V> | Error): this {
-    if (!this._cache || this.breaker.isShutdown) return this;
+    this._prime(this._global, key, value);
+    return this;
+  }
+
+  /** @internal */
+  _prime(s: Scope, key: K, value: V | PromiseLike<V> | Error): void {
+    if (!this._cache || this.breaker.isShutdown || s.closed) return;
     const h = this._h;
     const t = now();
-    const ck = this._cacheKey(key);
-    const r = w.fw_cache_lookup(h, 0, putKey(ck), t);
+    const ck = this._cacheKey(s, key);
+    const r = w.fw_cache_lookup(h, 0, s.cache, putKey(ck), t);
     const kind = r & KIND_MASK;
     const id = out()[0]!;
     if (kind === 2) {
@@ -403,16 +514,15 @@ export class Collapser<K = unknown, V = unknown, C = K> {
       this._events(t);
     } else if (kind === 3) {
       w.fw_cache_cancel(h, 0, id, 0, t);
-      const lead = this._inflight.get(ck);
+      const lead = s.inflight.get(ck);
       if (lead !== undefined && this._cleared.delete(lead)) {
-        this._inflight.delete(ck);
-        if (w.fw_cache_offer(h, 0, putKey(ck), t) >= 0) {
+        s.inflight.delete(ck);
+        if (w.fw_cache_offer(h, 0, s.cache, putKey(ck), t) >= 0) {
           this._payloads.set(out()[0]!, { ok: !(value instanceof Error), value });
         }
         this._events(t);
       }
     }
-    return this;
   }
 
   /**
@@ -420,9 +530,9 @@ export class Collapser<K = unknown, V = unknown, C = K> {
    * leave the cache's flight and keep its result (a `prime` now reaches only loads
    * made after the `clear`, as in DataLoader).
    */
-  private _keep(ck: string, lead: number, t: number): void {
+  private _keep(s: Scope, ck: string, lead: number, t: number): void {
     const it = this._leads.get(lead);
-    const ids = this._waitsOf.get(ck);
+    const ids = s.waitsOf.get(ck);
     if (it === undefined || ids === undefined) return;
     for (const id of [...ids]) {
       const wt = this._waits.get(id);
@@ -435,24 +545,24 @@ export class Collapser<K = unknown, V = unknown, C = K> {
 
   private _wait(wt: Wait<K, V>): void {
     this._waits.set(wt.id, wt);
-    let ids = this._waitsOf.get(wt.ck);
-    if (ids === undefined) this._waitsOf.set(wt.ck, (ids = new Set()));
+    let ids = wt.s.waitsOf.get(wt.ck);
+    if (ids === undefined) wt.s.waitsOf.set(wt.ck, (ids = new Set()));
     ids.add(wt.id);
   }
 
   private _unwait(wt: Wait<K, V>): void {
     this._waits.delete(wt.id);
-    const ids = this._waitsOf.get(wt.ck);
-    if (ids !== undefined && ids.delete(wt.id) && ids.size === 0) this._waitsOf.delete(wt.ck);
+    const ids = wt.s.waitsOf.get(wt.ck);
+    if (ids !== undefined && ids.delete(wt.id) && ids.size === 0) wt.s.waitsOf.delete(wt.ck);
   }
 
   /** The cache key of `key`; a TypeError when it has none (a symbol, a function, a throwing toJSON). */
-  private _cacheKey(key: K): string {
+  private _cacheKey(s: Scope, key: K): string {
     const f = this._keyFn;
     let ck: string | undefined;
     try {
       // DataLoader calls it with the loader as `this`.
-      ck = tagged(f === undefined ? key : f.call(this, key));
+      ck = tagged(f === undefined ? key : f.call(s.self, key));
     } catch (e) {
       const why = (e instanceof Error ? e.message : String(e)).split('\n')[0];
       throw new TypeError(f === undefined
@@ -488,12 +598,11 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     const pending = this._takePending();
     const hits = this._takeHits();
     this._payloads.clear();
-    this._inflight.clear();
+    this._global.inflight.clear();
     this._cleared.clear();
     // Running batches still answer their loads (and those they kept), as DataLoader's.
     this._leads.clear();
-    for (let i = 0; i < pending.length; i += this._max) this._run(pending.slice(i, i + this._max), undefined, i === 0 ? hits : undefined);
-    if (pending.length === 0) this._settleHits(hits);
+    this._runAll(pending, hits);
     this.breaker._keepAlive(false);
     this.breaker.shutdown();
   }
@@ -522,12 +631,78 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     this._items.clear();
     for (const wt of [...this._waits.values()]) {
       this._unwait(wt);
-      const lead = this._inflight.get(wt.ck);
-      const it = lead === undefined ? undefined : this._leads.get(lead);
-      if (it !== undefined) (it.also ??= []).push(wt);
-      else pending.push({ key: wt.key, ck: wt.ck, lead: -1, resolve: wt.resolve, reject: wt.reject });
+      this._join(wt, pending);
     }
     return pending;
+  }
+
+  /** A wait taken from the cache: it joins its key's load if that is in flight, else goes to `pending` as a load of its own. */
+  private _join(wt: Wait<K, V>, pending: Item<K, V>[]): void {
+    const lead = wt.s.inflight.get(wt.ck);
+    const it = lead === undefined ? undefined : this._leads.get(lead);
+    if (it !== undefined) (it.also ??= []).push(wt);
+    else pending.push({ s: wt.s, key: wt.key, ck: wt.ck, lead: -1, resolve: wt.resolve, reject: wt.reject });
+  }
+
+  /**
+   * Runs `items` now, as batches of their scope of at most `maxBatchSize` keys (in
+   * order); `hits` settle with the first.
+   */
+  private _runAll(items: Item<K, V>[], hits?: (() => void)[]): void {
+    const byScope = new Map<Scope, Item<K, V>[]>();
+    for (const it of items) {
+      const list = byScope.get(it.s);
+      if (list === undefined) byScope.set(it.s, [it]);
+      else list.push(it);
+    }
+    for (const list of byScope.values()) {
+      for (let i = 0; i < list.length; i += this._max) {
+        this._run(list.slice(i, i + this._max), undefined, hits);
+        hits = undefined;
+      }
+    }
+    this._settleHits(hits);
+  }
+
+  /**
+   * @internal Shuts request scope `s` down (`RequestLoader.shutdown`): its cache is
+   * freed (a load waiting on another load of its key gets that one's result); its
+   * loads waiting for their batch window run with it.
+   */
+  _close(s: Scope): void {
+    if (s.closed) return;
+    s.closed = true;
+    dropped?.unregister(s.self);
+    if (s.cache <= 0 || this.breaker.isShutdown || lost) return;
+    const h = this._h;
+    const t = now();
+    const waits: Wait<K, V>[] = [];
+    for (const ids of s.waitsOf.values()) for (const id of ids) {
+      const wt = this._waits.get(id);
+      if (wt !== undefined) waits.push(wt);
+    }
+    const pending: Item<K, V>[] = [];
+    for (const wt of waits) {
+      this._unwait(wt);
+      w.fw_cache_cancel(h, 0, wt.id, 0, t);
+      this._join(wt, pending);
+    }
+    w.fw_cache_scope(h, s.cache, t);
+    this._events(t);
+    // (A wait's lead is always in flight or in a batch: none is left on its own.)
+    for (const it of pending) this._add(it, t);
+  }
+
+  /** @internal A request loader was dropped without `shutdown()`: its cache scope closes (it holds no load). */
+  _drop(cache: number): void {
+    if (this.breaker.isShutdown || lost) return;
+    try {
+      const t = now();
+      w.fw_cache_scope(this._h, cache, t);
+      this._events(t);
+    } catch {
+      // Never out of a finaliser.
+    }
   }
 
   /**
@@ -546,16 +721,17 @@ export class Collapser<K = unknown, V = unknown, C = K> {
     postPromiseJobs(() => {
       const all = this._bare;
       this._bare = [];
-      for (let i = 0; i < all.length; i += this._max) this._run(all.slice(i, i + this._max), undefined);
+      this._runAll(all);
     });
   }
 
   private _add(item: Item<K, V>, t: number): void {
     if (item.lead >= 0) {
-      this._inflight.set(item.ck, item.lead);
+      item.s.inflight.set(item.ck, item.lead);
       this._leads.set(item.lead, item);
     }
-    const r = w.fw_col_add(this._h, 0, t);
+    const tag = item.s.tag;
+    const r = w.fw_col_add(this._h, tag === '' ? 0 : putKey(tag), t);
     const kind = r & KIND_MASK;
     if (kind === 1 || kind === 2) {
       this._items.set(out()[0]!, item);
@@ -631,6 +807,8 @@ export class Collapser<K = unknown, V = unknown, C = K> {
   /** Runs one batch; `hits`: cache hits that settle with its results, first (DataLoader's order). */
   private _run(items: Item<K, V>[], batch: number | undefined, hits?: (() => void)[]): void {
     const keys = items.map((i) => i.key);
+    const s = items[0]?.s;
+    if (s !== undefined && s !== this._global) this._scopeOf.set(keys, s);
     let fired: Promise<ArrayLike<V | Error>>;
     try {
       fired = this.breaker.fire(keys);
@@ -675,7 +853,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
         // Not when the key was primed meanwhile (the lead is stale): the primed value stays.
         const settled = this._settle(it.lead, false, e, t);
         this._events(t);
-        if (settled && !this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, putKey(it.ck), t);
+        if (settled && !this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, it.s.cache, putKey(it.ck), t);
       }
     }
     this._events(t);
@@ -701,7 +879,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
         const settled = this._settle(it.lead, ok, v, t);
         if (settled && (fallback || cleared)) {
           this._events(t);
-          if (!this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, putKey(it.ck), t);
+          if (!this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, it.s.cache, putKey(it.ck), t);
         }
       }
     }
@@ -711,7 +889,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
 
   /** A lead's result arrived: no longer in flight. Whether it was cleared meanwhile. */
   private _landed(it: Item<K, V>): boolean {
-    if (this._inflight.get(it.ck) === it.lead) this._inflight.delete(it.ck);
+    if (it.s.inflight.get(it.ck) === it.lead) it.s.inflight.delete(it.ck);
     this._leads.delete(it.lead);
     return this._cleared.delete(it.lead);
   }
@@ -745,7 +923,7 @@ export class Collapser<K = unknown, V = unknown, C = K> {
             if (p.ok) wt.resolve(p.value as V);
             else wt.reject(p.value);
           }
-          else this._add({ key: wt.key, ck: wt.ck, lead: -1, resolve: wt.resolve, reject: wt.reject }, t);
+          else this._add({ s: wt.s, key: wt.key, ck: wt.ck, lead: -1, resolve: wt.resolve, reject: wt.reject }, t);
         }
       } else if (ev === 2 || ev === 3) {
         const wt = this._waits.get(a);
@@ -754,10 +932,81 @@ export class Collapser<K = unknown, V = unknown, C = K> {
           continue;
         }
         this._unwait(wt);
-        this._add({ key: wt.key, ck: wt.ck, lead: ev === 2 ? a : -1, resolve: wt.resolve, reject: wt.reject }, t);
+        this._add({ s: wt.s, key: wt.key, ck: wt.ck, lead: ev === 2 ? a : -1, resolve: wt.resolve, reject: wt.reject }, t);
       } else if (ev === 4) {
         this._payloads.delete(a);
       }
     }
+  }
+}
+
+/**
+ * A loader for one request, made by `Collapser.forRequest`: DataLoader's API, with
+ * batches and a cache of its own; its batches run through the collapser's breaker.
+ */
+export class RequestLoader<K = unknown, V = unknown, X = unknown> {
+  /** The collapser it loads through. */
+  readonly collapser: Collapser<K, V, unknown, X>;
+  /** The context given to `forRequest`, passed to the batch function with this loader's batches. */
+  readonly context: X | undefined;
+  /** @internal */
+  readonly _s: Scope;
+
+  /** A loader for one request of `collapser` (what `collapser.forRequest(context)` makes). */
+  constructor(collapser: Collapser<K, V, unknown, X>, context?: X) {
+    if (!(collapser instanceof Collapser)) {
+      throw new TypeError(`collapser: must be a Collapser, got ${describe(collapser)}`);
+    }
+    this.collapser = collapser;
+    this.context = context;
+    this._s = collapser._open(this, context);
+  }
+
+  /** The collapser's `name` (`null` when not given). */
+  get name(): string | null {
+    return this.collapser.name;
+  }
+
+  /** The breaker every batch runs through: the collapser's, shared by all its request loaders. */
+  get breaker(): CircuitBreaker<[K[]], ArrayLike<V | Error>> {
+    return this.collapser.breaker;
+  }
+
+  /** Loads one key, batched with this request's other loads of the window. */
+  load(key: K): Promise<V> {
+    return this.collapser._load(this._s, key);
+  }
+
+  /** Loads many keys; each result is the value of its load or what it was rejected with. */
+  loadMany(keys: ArrayLike<K>): Promise<(V | Error)[]> {
+    return this.collapser._loadMany(this._s, keys);
+  }
+
+  /** Forgets this request's cached result of `key`. */
+  clear(key: K): this {
+    this.collapser._clear(this._s, key);
+    return this;
+  }
+
+  /** Forgets every cached result of this request. */
+  clearAll(): this {
+    this.collapser._clearAll(this._s);
+    return this;
+  }
+
+  /** Caches `value` for `key` in this request, unless the key is cached or loading (see `Collapser.prime`). */
+  prime(key: K, value: V | PromiseLike<V> | Error): this {
+    this.collapser._prime(this._s, key, value);
+    return this;
+  }
+
+  /**
+   * Ends the request: loads made before it are still answered (a load waiting on
+   * another load of its key gets that one's result); its cached values are let go
+   * at once; loads made after it reject with `ESHUTDOWN`. The collapser and its
+   * breaker go on.
+   */
+  shutdown(): void {
+    this.collapser._close(this._s);
   }
 }

@@ -42,22 +42,23 @@ export interface Exports {
   fw_has_io(h: number): number;
   fw_flushed(h: number): number;
   fw_quiet(h: number): number;
-  fw_cache_lookup(h: number, which: number, keyLen: number, now: number): number;
+  fw_cache_lookup(h: number, which: number, scope: number, keyLen: number, now: number): number;
   fw_cache_settle(h: number, which: number, lead: number, ok: number, now: number): number;
-  fw_cache_offer(h: number, which: number, keyLen: number, now: number): number;
+  fw_cache_offer(h: number, which: number, scope: number, keyLen: number, now: number): number;
   fw_cache_cancel(h: number, which: number, id: number, lead: number, now: number): number;
-  fw_cache_invalidate(h: number, which: number, keyLen: number, now: number): number;
-  fw_cache_clear(h: number, which: number, now: number): number;
+  fw_cache_invalidate(h: number, which: number, scope: number, keyLen: number, now: number): number;
+  fw_cache_clear(h: number, which: number, scope: number, now: number): number;
   fw_cache_poll(h: number, which: number, now: number): number;
   fw_col_add(h: number, keyLen: number, now: number): number;
   fw_col_poll(h: number, now: number, fullOnly: number): number;
   fw_col_items(h: number, batch: number): number;
   fw_col_complete(h: number, batch: number, index: number, ok: number): number;
   fw_col_fail(h: number, batch: number): number;
+  fw_cache_scope(h: number, scope: number, now: number): number;
 }
 
 /** The ABI this wrapper speaks (`ABI_VERSION` in lib.rs). */
-export const ABI = 3;
+export const ABI = 4;
 
 // Flags (lib.rs).
 export const KIND_MASK = 0xf;
@@ -270,6 +271,7 @@ const DEAD: Exports = {
   fw_col_items: () => 0,
   fw_col_complete: () => 0,
   fw_col_fail: () => 0,
+  fw_cache_scope: () => -1,
 };
 for (const k of Object.keys(DEAD) as (keyof Exports)[]) {
   if (k === 'memory') continue;

@@ -22,7 +22,7 @@ export type { CoreConfig, CoreCacheConfig, CoreCollapserConfig, CoreSharedConfig
 export { isOurError, type CircuitBreakerError, type ErrorCode, type Refusal } from './errors.js';
 export { Status, PERCENTILES, type Bucket, type Stats, type Window } from './status.js';
 export { SharedStore, type SharedStoreOptions } from './store.js';
-export { Collapser, type BatchFn, type CollapserOptions } from './collapser.js';
+export { Collapser, RequestLoader, type BatchFn, type CollapserOptions } from './collapser.js';
 export { ready, load, type WasmSource } from './platform.js';
 export type { Emitter, Listener } from './emitter.js';
 

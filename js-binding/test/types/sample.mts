@@ -1,6 +1,6 @@
 // tsc --noEmit over the whole public API (ESM consumer).
 import CircuitBreaker, {
-  CircuitBreaker as Named, Collapser, SharedStore, Status, isOurError, ready, load, version,
+  CircuitBreaker as Named, Collapser, RequestLoader, SharedStore, Status, isOurError, ready, load, version,
   type CacheKey, type CacheTransport, type CircuitBreakerError, type CollapserOptions, type CoreCacheConfig, type CoreCollapserConfig, type CoreConfig,
   type Options, type Refusal, type Stats, type TransitionReason, type WasmSource,
 } from 'fusewire';
@@ -142,6 +142,19 @@ loader.clear(1).clearAll().prime(3, 'three').prime(4, new Error('no')).prime(5, 
 // @ts-expect-error: a promise of V only
 loader.prime(6, Promise.resolve(6));
 loader.breaker.fallback((keys: number[]) => keys.map(() => 'fallback'));
+// Request loaders: the batch function's second argument is the request's context.
+const perRequest = new Collapser(async (keys: number[], ctx: { user: string } | undefined) => keys.map((k) => `${ctx?.user}:${k}`), { windowMs: 0 });
+const req: RequestLoader<number, string, { user: string }> = perRequest.forRequest({ user: 'ann' });
+const mine: string = await req.load(1);
+const mineMany: (string | Error)[] = await req.loadMany([1, 2]);
+req.clear(1).clearAll().prime(2, 'two');
+const ctxBack: { user: string } | undefined = req.context;
+const sameBreaker: boolean = req.breaker === perRequest.breaker && req.collapser === perRequest;
+// @ts-expect-error: the context's type
+perRequest.forRequest({ user: 1 });
+req.shutdown();
+perRequest.shutdown();
+void [mine, mineMany, ctxBack, sameBreaker];
 loader.shutdown();
 byObj.shutdown();
 plain.shutdown();
