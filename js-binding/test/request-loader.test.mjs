@@ -119,6 +119,49 @@ describe('Collapser.forRequest', () => {
     c.shutdown();
   });
 
+  test('a request\'s cache hit waits for no other request\'s batch (found by review: it waited for whichever batch flushed next, and for it to finish)', async () => {
+    const c = new Collapser(async (ids, ctx) => (ctx?.hang ? new Promise(() => {}) : ids), { windowMs: 0, breaker: { timeout: false } });
+    const a = c.forRequest({});
+    const b = c.forRequest({ hang: true });
+    assert.equal(await a.load(1), 1);
+    void b.load(2);
+    let hit = false;
+    void a.load(1).then(() => { hit = true; });
+    for (let i = 0; i < 5 && !hit; i++) await new Promise((r) => setImmediate(r));
+    assert.equal(hit, true, 'the hit settled at DataLoader\'s moment');
+    c.shutdown();
+  });
+
+  test('a hit settles with its own request\'s batch: code that awaited a hit and then loads joins its request\'s next batch, as with a DataLoader per request', async () => {
+    const batches = [];
+    const c = new Collapser(async (ids, ctx) => {
+      batches.push(`${ctx.name}:[${[...ids].sort((x, y) => x - y)}]`);
+      if (ctx.name === 'b') await new Promise((r) => setTimeout(r, 20));
+      return ids;
+    }, { windowMs: 0 });
+    const a = c.forRequest({ name: 'a' });
+    const b = c.forRequest({ name: 'b' });
+    await a.load(1);
+    batches.length = 0;
+    await Promise.all([b.load(5), a.load(1).then(() => a.load(10)), a.load(2).then(() => a.load(20))]);
+    assert.deepEqual(batches.sort(), ['a:[10,20]', 'a:[2]', 'b:[5]'], 'a\'s 10 and 20 in one batch (DataLoader per request: the same)');
+    c.shutdown();
+  });
+
+  test('loaderOf(keys): the breaker\'s fallback finds the request of a batch', async () => {
+    const c = new Collapser(async () => {
+      throw new Error('down');
+    }, { windowMs: 0 });
+    c.breaker.fallback((keys) => {
+      const from = c.loaderOf(keys);
+      return keys.map((k) => `${from === c ? 'collapser' : from.context.user}:${k}`);
+    });
+    const r = c.forRequest({ user: 'ann' });
+    assert.deepEqual(await Promise.all([r.load(1), c.load(2)]), ['ann:1', 'collapser:2']);
+    assert.equal(c.loaderOf([1]), undefined, 'an array that is no batch');
+    c.shutdown();
+  });
+
   test('a shut-down collapser: forRequest throws ESHUTDOWN, its request loaders\' loads reject', async () => {
     const { c } = users();
     const r = c.forRequest();

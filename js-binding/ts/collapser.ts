@@ -20,7 +20,11 @@ import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './optio
  * collapser's own loads); `this` is that loader (or the collapser), as DataLoader
  * calls it with the loader.
  */
-export type BatchFn<K, V, X = unknown> = (keys: K[], context: X | undefined) => PromiseLike<ArrayLike<V | Error>> | ArrayLike<V | Error>;
+export type BatchFn<K, V, X = unknown> = (
+  this: Collapser<K, V, unknown, X> | RequestLoader<K, V, X>,
+  keys: K[],
+  context: X | undefined,
+) => PromiseLike<ArrayLike<V | Error>> | ArrayLike<V | Error>;
 
 /** `C`: what `cacheKeyFn` returns (DataLoader's third type parameter; default: the key's type). */
 export interface CollapserOptions<K, V, C = K> {
@@ -63,6 +67,23 @@ interface Scope {
   context: unknown;
   /** Shut down: loads reject. */
   closed: boolean;
+  /**
+   * Cache hits waiting for this scope's batch being formed: they settle with its
+   * results, as DataLoader's do, so code that awaited a hit and then loads joins the
+   * batch of the code that awaited a miss (found by review: `load((await
+   * users.load(id)).id)` split into a batch for the hits and one for the misses).
+   * Per scope: a request's hits wait for no other request's batch (found by review).
+   */
+  hits: (() => void)[];
+  /** `hits` has a settling scheduled. */
+  hitsQueued: boolean;
+  /** Its loads waiting in the core's batches. */
+  waiting: number;
+}
+
+/** A scope's state. */
+function scope(tag: string, cache: number, self: object, context: unknown): Scope {
+  return { tag, cache, inflight: new Map(), waitsOf: new Map(), self, context, closed: false, hits: [], hitsQueued: false, waiting: 0 };
 }
 
 /** One `load(key)`: its scope, its key, its cache key and its promise's settlers. */
@@ -201,6 +222,8 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   private readonly _global: Scope;
   /** The scope of each batch's keys, for the batch function's `this` and `context`. */
   private readonly _scopeOf = new WeakMap<K[], Scope>();
+  /** The collapser's own batches' keys (`loaderOf`). */
+  private readonly _ours = new WeakSet<K[]>();
   /** Request loaders made so far (each one's batches are keyed by its number). */
   private _requests = 0;
   /** Values the breaker's fallback gave (never cached). */
@@ -218,14 +241,6 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   /** Loads batched by this wrapper once the instance is lost (see `_lost`), and the batch size. */
   private _bare: Item<K, V>[] = [];
   private readonly _max: number;
-  /**
-   * Cache hits waiting for the batch being formed: they settle with its results, as
-   * DataLoader's do, so code that awaited a hit and then loads joins the batch of the
-   * code that awaited a miss (found by review: `load((await users.load(id)).id)` split
-   * into a batch for the hits and one for the misses).
-   */
-  private _hits: (() => void)[] = [];
-  private _hitsQueued = false;
   /** `shutdown()` was called: loads from here on reject (those its last batches make too). */
   private _closing = false;
 
@@ -280,7 +295,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
         // with the loader as `this`), with its context.
         (keys: K[]) => {
           const s = this._scopeOf.get(keys) ?? this._global;
-          return batchFn.call(s.self, keys, s.context as X | undefined) as PromiseLike<ArrayLike<V | Error>>;
+          return batchFn.call(s.self as Collapser<K, V, unknown, X>, keys, s.context as X | undefined) as PromiseLike<ArrayLike<V | Error>>;
         },
         breakerOptions,
       );
@@ -298,7 +313,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       throw e;
     }
     this._h = this.breaker._h;
-    this._global = { tag: '', cache: 0, inflight: new Map(), waitsOf: new Map(), self: this, context: undefined, closed: false };
+    this._global = scope('', 0, this, undefined);
     this.breaker._onLost = () => this._lost();
     const fallen = this._fallen;
     this.breaker._onFallbackValue = (v) => {
@@ -320,8 +335,19 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
    * batch function with the loader's batches (`this` is the loader). Shut it down when
    * the request ends (or drop it: its cache is then freed after garbage collection).
    */
-  forRequest(context?: X): RequestLoader<K, V, X> {
-    return new RequestLoader<K, V, X>(this, context);
+  forRequest(...context: undefined extends X ? [context?: X] : [context: X]): RequestLoader<K, V, X> {
+    return new RequestLoader<K, V, X>(this, context[0] as X);
+  }
+
+  /**
+   * The loader whose batch `keys` is — a request loader, or this collapser for its
+   * own loads — for the breaker's fallback and events, which get the keys only
+   * (`undefined` for an array that is not a batch of this collapser's).
+   */
+  loaderOf(keys: readonly K[]): RequestLoader<K, V, X> | this | undefined {
+    const s = this._scopeOf.get(keys as K[]);
+    if (s !== undefined) return s.self as RequestLoader<K, V, X>;
+    return this._ours.has(keys as K[]) ? this : undefined;
   }
 
   /** @internal The scope of a new request loader (`RequestLoader`'s constructor). */
@@ -336,7 +362,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     }
     const tag = (++this._requests).toString(36);
     if (cache > 0) dropped?.register(loader, { c: this as never, cache }, loader);
-    return { tag, cache, inflight: new Map(), waitsOf: new Map(), self: loader, context, closed: false };
+    return scope(tag, cache, loader, context);
   }
 
   /** @internal Loads `key` in scope `s`. */
@@ -370,7 +396,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
           w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
           // Settled with a promise of the value, as DataLoader's cached promise is
           // adopted: two promise jobs after the batch's own loads.
-          return new Promise<V>((resolve) => this._hit(() => resolve(p.ok ? Promise.resolve(p.value as V) : Promise.reject(p.value))));
+          return new Promise<V>((resolve) => this._hit(s, () => resolve(p.ok ? Promise.resolve(p.value as V) : Promise.reject(p.value))));
         }
       } else if (kind === 3) {
         return new Promise<V>((resolve, reject) => this._wait({ id, s, key, ck, resolve, reject }));
@@ -394,23 +420,23 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   }
 
   /**
-   * A cache hit settles with the batch being formed, or, with none, at DataLoader's
-   * moment for a batch of hits alone (after the promise jobs queued so far).
+   * A cache hit settles with its scope's batch being formed, or, with none, at
+   * DataLoader's moment for a batch of hits alone (after the promise jobs queued so far).
    */
-  private _hit(settle: () => void): void {
-    this._hits.push(settle);
-    if (this._hitsQueued) return;
-    this._hitsQueued = true;
+  private _hit(s: Scope, settle: () => void): void {
+    s.hits.push(settle);
+    if (s.hitsQueued) return;
+    s.hitsQueued = true;
     postPromiseJobs(() => {
-      this._hitsQueued = false;
+      s.hitsQueued = false;
       // A batch is being formed: its flush takes them.
-      if (this._items.size === 0 || this.breaker.isShutdown) this._settleHits(this._takeHits());
+      if (s.waiting === 0 || this.breaker.isShutdown) this._settleHits(this._takeHits(s));
     });
   }
 
-  private _takeHits(): (() => void)[] {
-    const hits = this._hits;
-    if (hits.length !== 0) this._hits = [];
+  private _takeHits(s: Scope): (() => void)[] {
+    const hits = s.hits;
+    if (hits.length !== 0) s.hits = [];
     return hits;
   }
 
@@ -596,13 +622,13 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       return;
     }
     const pending = this._takePending();
-    const hits = this._takeHits();
     this._payloads.clear();
     this._global.inflight.clear();
     this._cleared.clear();
     // Running batches still answer their loads (and those they kept), as DataLoader's.
     this._leads.clear();
-    this._runAll(pending, hits);
+    this._runAll(pending);
+    this._settleHits(this._takeHits(this._global));
     this.breaker._keepAlive(false);
     this.breaker.shutdown();
   }
@@ -614,11 +640,18 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
    */
   private _abandon(): void {
     const err = shutDown();
-    for (const it of this._takePending()) {
+    const pending = this._takePending();
+    for (const it of pending) {
       it.reject(err);
       for (const a of it.also ?? []) a.reject(err);
     }
-    this._settleHits(this._takeHits());
+    this._settleAllHits(pending);
+  }
+
+  /** Settles the hits of the collapser's scope and of the scopes of `items` (the others' are scheduled). */
+  private _settleAllHits(items: Item<K, V>[]): void {
+    this._settleHits(this._takeHits(this._global));
+    for (const it of items) this._settleHits(this._takeHits(it.s));
   }
 
   /**
@@ -629,6 +662,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   private _takePending(): Item<K, V>[] {
     const pending = [...this._items.values()];
     this._items.clear();
+    for (const it of pending) it.s.waiting = 0;
     for (const wt of [...this._waits.values()]) {
       this._unwait(wt);
       this._join(wt, pending);
@@ -646,22 +680,20 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
 
   /**
    * Runs `items` now, as batches of their scope of at most `maxBatchSize` keys (in
-   * order); `hits` settle with the first.
+   * order); each scope's hits settle with its first.
    */
-  private _runAll(items: Item<K, V>[], hits?: (() => void)[]): void {
+  private _runAll(items: Item<K, V>[]): void {
     const byScope = new Map<Scope, Item<K, V>[]>();
     for (const it of items) {
       const list = byScope.get(it.s);
       if (list === undefined) byScope.set(it.s, [it]);
       else list.push(it);
     }
-    for (const list of byScope.values()) {
+    for (const [s, list] of byScope) {
       for (let i = 0; i < list.length; i += this._max) {
-        this._run(list.slice(i, i + this._max), undefined, hits);
-        hits = undefined;
+        this._run(list.slice(i, i + this._max), undefined, i === 0 ? this._takeHits(s) : undefined);
       }
     }
-    this._settleHits(hits);
   }
 
   /**
@@ -711,8 +743,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
    * loads are batched per tick, uncached.
    */
   private _lost(): void {
-    for (const it of this._takePending()) this._batchBare(it);
-    this._settleHits(this._takeHits());
+    const pending = this._takePending();
+    for (const it of pending) this._batchBare(it);
+    this._settleAllHits(pending);
   }
 
   /** Once the instance is lost: `item` joins the batch that runs after this tick's loads. */
@@ -735,6 +768,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const kind = r & KIND_MASK;
     if (kind === 1 || kind === 2) {
       this._items.set(out()[0]!, item);
+      item.s.waiting++;
       if (kind === 2) {
         // Full: it runs right after the code that loaded (never inside `load()`,
         // which DataLoader never does either), with the batches due by then.
@@ -789,6 +823,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
         const it = this._items.get(id);
         if (it !== undefined) {
           this._items.delete(id);
+          it.s.waiting--;
           items.push(it);
         }
       }
@@ -796,11 +831,10 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       due.push([items, batch]);
     }
     if (this._items.size === 0) this.breaker._keepAlive(false);
-    // The hits so far settle with the first of these batches.
-    let hits = due.length !== 0 ? this._takeHits() : undefined;
+    // Each scope's hits so far settle with the first of its batches.
     for (const [items, batch] of due) {
-      this._run(items, batch, hits);
-      hits = undefined;
+      const s = items[0]?.s;
+      this._run(items, batch, s !== undefined && s.hits.length !== 0 ? this._takeHits(s) : undefined);
     }
   }
 
@@ -809,6 +843,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const keys = items.map((i) => i.key);
     const s = items[0]?.s;
     if (s !== undefined && s !== this._global) this._scopeOf.set(keys, s);
+    else this._ours.add(keys);
     let fired: Promise<ArrayLike<V | Error>>;
     try {
       fired = this.breaker.fire(keys);
@@ -948,12 +983,12 @@ export class RequestLoader<K = unknown, V = unknown, X = unknown> {
   /** The collapser it loads through. */
   readonly collapser: Collapser<K, V, unknown, X>;
   /** The context given to `forRequest`, passed to the batch function with this loader's batches. */
-  readonly context: X | undefined;
+  readonly context: X;
   /** @internal */
   readonly _s: Scope;
 
   /** A loader for one request of `collapser` (what `collapser.forRequest(context)` makes). */
-  constructor(collapser: Collapser<K, V, unknown, X>, context?: X) {
+  constructor(collapser: Collapser<K, V, unknown, X>, context: X) {
     if (!(collapser instanceof Collapser)) {
       throw new TypeError(`collapser: must be a Collapser, got ${describe(collapser)}`);
     }

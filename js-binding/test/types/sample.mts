@@ -148,12 +148,29 @@ const req: RequestLoader<number, string, { user: string }> = perRequest.forReque
 const mine: string = await req.load(1);
 const mineMany: (string | Error)[] = await req.loadMany([1, 2]);
 req.clear(1).clearAll().prime(2, 'two');
-const ctxBack: { user: string } | undefined = req.context;
+const ctxBack: { user: string } = req.context;
 const sameBreaker: boolean = req.breaker === perRequest.breaker && req.collapser === perRequest;
 // @ts-expect-error: the context's type
 perRequest.forRequest({ user: 1 });
+// @ts-expect-error: a context is required where its type does not take undefined
+perRequest.forRequest();
+// `this` is the loader; the fallback finds the request of a batch with loaderOf.
+const withThis = new Collapser<number, string, number, { user: string }>(async function (keys) {
+  const who: string = this instanceof RequestLoader ? this.context.user : 'itself';
+  return keys.map((k) => `${who}:${k}`);
+});
+withThis.breaker.fallback((keys: number[]) => {
+  const from = withThis.loaderOf(keys);
+  const who: string = from instanceof RequestLoader ? from.context.user : 'itself';
+  return keys.map(() => who);
+});
+const untyped = new Collapser(async (keys: number[]) => keys.map(String));
+const anyContext = untyped.forRequest();
 req.shutdown();
+anyContext.shutdown();
 perRequest.shutdown();
+withThis.shutdown();
+untyped.shutdown();
 void [mine, mineMany, ctxBack, sameBreaker];
 loader.shutdown();
 byObj.shutdown();
