@@ -162,6 +162,46 @@ describe('Collapser.forRequest', () => {
     c.shutdown();
   });
 
+  test('the breaker\'s own cache and coalesce are refused on a Collapser (found by review: coalescing served one request\'s batch to another with the same keys)', () => {
+    for (const k of ['cache', 'coalesce']) {
+      assert.throws(() => new Collapser(async (ids) => ids, { breaker: { [k]: true } }),
+        (e) => e instanceof TypeError && e.message.startsWith(`options.breaker.${k}: not for a Collapser's breaker`));
+    }
+    new Collapser(async (ids) => ids, { breaker: { cache: false, coalesce: false } }).shutdown();
+  });
+
+  test('collapser.breaker.shutdown(): loads waiting for their window reject with ESHUTDOWN, a hit waiting with them settles, a load joined to a load in flight gets its result (found by review: all stayed pending)', async () => {
+    let release;
+    const c = new Collapser(async (ids) => {
+      if (ids.includes('slow')) await new Promise((r) => { release = r; });
+      return ids.map((i) => `v${i}`);
+    }, { windowMs: 10 });
+    const r = c.forRequest();
+    assert.equal(await r.load(1), 'v1');
+    const slow = c.load('slow');
+    while (release === undefined) await new Promise((done) => setTimeout(done, 5));
+    const joined = c.load('slow');
+    const waiting = r.load(2);
+    const hit = r.load(1);
+    c.breaker.shutdown();
+    await assert.rejects(waiting, (e) => e.code === 'ESHUTDOWN');
+    assert.equal(await hit, 'v1');
+    release();
+    assert.deepEqual(await Promise.all([slow, joined]), ['vslow', 'vslow']);
+  });
+
+  test('collapser.shutdown() from a batch function: the other batches of its flush still run (found by review: another request\'s batch was rejected)', async () => {
+    const c = new Collapser(async (ids, ctx) => {
+      if (ctx?.name === 'a') c.shutdown();
+      return ids.map((i) => `${ctx?.name}:${i}`);
+    }, { windowMs: 0 });
+    const a = c.forRequest({ name: 'a' });
+    const b = c.forRequest({ name: 'b' });
+    assert.deepEqual(await Promise.all([a.load(1), b.load(1)]), ['a:1', 'b:1']);
+    await assert.rejects(b.load(2), (e) => e.code === 'ESHUTDOWN');
+    assert.equal(c.breaker.isShutdown, true);
+  });
+
   test('a shut-down collapser: forRequest throws ESHUTDOWN, its request loaders\' loads reject', async () => {
     const { c } = users();
     const r = c.forRequest();

@@ -1204,6 +1204,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     // (A lingering SharedStore key writes as each call ends: nothing to wait for.)
     for (const r of flushes) r(true);
+    this._onShutdown?.();
   }
 
   /**
@@ -1493,6 +1494,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** @internal What a collapser on this breaker does once the instance is lost. */
   _onLost: (() => void) | undefined = undefined;
+
+  /** @internal What a collapser on this breaker does once it is shut down (no wasm call). */
+  _onShutdown: (() => void) | undefined = undefined;
 
   /**
    * Emits an event of a call the core has not counted yet (`fire`, `cacheMiss`,

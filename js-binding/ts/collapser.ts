@@ -243,6 +243,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   private readonly _max: number;
   /** `shutdown()` was called: loads from here on reject (those its last batches make too). */
   private _closing = false;
+  /** A flush is running its batches; `shutdown()` called meanwhile lets it finish first. */
+  private _flushing = false;
+  private _shutdownAfterFlush = false;
 
   constructor(batchFn: BatchFn<K, V, X>, options: CollapserOptions<K, V, C> = {}) {
     if (typeof batchFn !== 'function') {
@@ -269,6 +272,15 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     this._keyFn = fn<(key: K) => C>('cacheKeyFn', options.cacheKeyFn);
     const bo = options.breaker ?? {};
     if (!isPlain(bo)) throw optionError('options.breaker', `must be an object (breaker options), got ${describe(bo)}`);
+    // The breaker's own cache and coalescing key a call by its arguments, a batch's
+    // keys: a stored batch would outlive `clear()`, and one request's batch would be
+    // served to another with the same keys (found by review: another user's values).
+    for (const k of ['cache', 'coalesce'] as const) {
+      if (bo[k] !== undefined && bo[k] !== false) {
+        throw optionError(`options.breaker.${k}`,
+          'not for a Collapser\'s breaker: it would store whole batches by their keys (outliving clear(), and shared between request loaders); the Collapser caches each key itself (options.cache, options.cacheSize)');
+      }
+    }
     const ours: CoreConfig = {
       // A batch is one call: collapsed loads must not dilute its error rate.
       breaker: { error_percentage: { denominator: 'total' } },
@@ -315,6 +327,10 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     this._h = this.breaker._h;
     this._global = scope('', 0, this, undefined);
     this.breaker._onLost = () => this._lost();
+    // Shut down directly (`collapser.breaker.shutdown()`): loads waiting for their
+    // window reject, loads joined to a load in flight get its result (found by
+    // review: both stayed pending for good once the window timer was cancelled).
+    this.breaker._onShutdown = () => this._abandon();
     const fallen = this._fallen;
     this.breaker._onFallbackValue = (v) => {
       if (typeof v === 'object' && v !== null) fallen.add(v);
@@ -630,7 +646,10 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     this._runAll(pending);
     this._settleHits(this._takeHits(this._global));
     this.breaker._keepAlive(false);
-    this.breaker.shutdown();
+    // Called from a batch function: the batches its flush took run first (found by
+    // review: they were rejected with ESHUTDOWN, other requests' batches among them).
+    if (this._flushing) this._shutdownAfterFlush = true;
+    else this.breaker.shutdown();
   }
 
   /**
@@ -832,9 +851,19 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     }
     if (this._items.size === 0) this.breaker._keepAlive(false);
     // Each scope's hits so far settle with the first of its batches.
-    for (const [items, batch] of due) {
-      const s = items[0]?.s;
-      this._run(items, batch, s !== undefined && s.hits.length !== 0 ? this._takeHits(s) : undefined);
+    const outer = this._flushing;
+    this._flushing = true;
+    try {
+      for (const [items, batch] of due) {
+        const s = items[0]?.s;
+        this._run(items, batch, s !== undefined && s.hits.length !== 0 ? this._takeHits(s) : undefined);
+      }
+    } finally {
+      this._flushing = outer;
+      if (!outer && this._shutdownAfterFlush) {
+        this._shutdownAfterFlush = false;
+        this.breaker.shutdown();
+      }
     }
   }
 
