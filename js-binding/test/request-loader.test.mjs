@@ -158,7 +158,7 @@ describe('Collapser.forRequest', () => {
     });
     const r = c.forRequest({ user: 'ann' });
     assert.deepEqual(await Promise.all([r.load(1), c.load(2)]), ['ann:1', 'collapser:2']);
-    assert.equal(c.loaderOf([1]), undefined, 'an array that is no batch');
+    assert.equal(c.loaderOf([1]), c, 'an array of no request loader\'s batch');
     c.shutdown();
   });
 
