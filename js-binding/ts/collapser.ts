@@ -370,7 +370,8 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     if (this._cache && !lost) {
       cache = w.fw_cache_scope(this._h, -1, now());
       if (cache < 0 && !lost) {
-        throw new RangeError(`Collapser.forRequest: ${MAX_REQUESTS} request loaders with a cache are open; shut them down when their request ends`);
+        throw new RangeError('Collapser.forRequest: every request scope of the cache is taken (its max_scopes, ' +
+          `${MAX_REQUESTS} unless options.breaker.fusewire.cache sets another); shut request loaders down when their request ends`);
       }
     }
     const tag = (++this._requests).toString(36);
@@ -715,7 +716,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   /**
    * @internal Shuts request scope `s` down (`RequestLoader.shutdown`): its cache is
    * freed (a load waiting on another load of its key gets that one's result); its
-   * loads waiting for their batch window run with it.
+   * loads waiting for their batch window are sent when it ends.
    */
   _close(s: Scope): void {
     if (s.closed) return;
@@ -737,7 +738,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     }
     w.fw_cache_scope(h, s.cache, t);
     this._events(t);
-    // (A wait's lead is always in flight or in a batch: none is left on its own.)
+    // (Normally none: a wait's lead is in flight or in a batch.)
     for (const it of pending) this._add(it, t);
   }
 
