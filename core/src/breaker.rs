@@ -288,8 +288,16 @@ pub fn open_duration_ns(cfg: &OpenConfig, step: u32, rand: u64) -> Nanos {
     let base_ms = match cfg.schedule {
         OpenSchedule::Fixed => cfg.sleep_window_ms as f64,
         OpenSchedule::Exponential => {
-            let grown = cfg.sleep_window_ms as f64 * cfg.multiplier.powi(step.min(1024) as i32);
-            grown.min(cfg.max_ms as f64)
+            // Multiplied step by step up to the cap (no `powi` call in the module).
+            let max = cfg.max_ms as f64;
+            let mut grown = cfg.sleep_window_ms as f64;
+            for _ in 0..step.min(1024) {
+                if grown >= max {
+                    break;
+                }
+                grown *= cfg.multiplier;
+            }
+            grown.min(max)
         }
         OpenSchedule::Ladder => {
             let last = cfg.ladder_ms.len().saturating_sub(1);

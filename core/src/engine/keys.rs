@@ -128,17 +128,14 @@ impl NameIndex {
     }
 
     fn grow<'a>(&mut self, name_of: &impl Fn(u32) -> &'a str) {
-        let live: Vec<u32> = self
-            .buckets
-            .iter()
-            .copied()
-            .filter(|&b| b != EMPTY && b != TOMB)
-            .collect();
-        let cap = ((live.len() + 1) * 2).next_power_of_two().max(8);
+        let old = core::mem::take(&mut self.buckets);
+        let live = |b: u32| b != EMPTY && b != TOMB;
+        let n = old.iter().filter(|&&b| live(b)).count();
+        let cap = ((n + 1) * 2).next_power_of_two().max(8);
         self.buckets = vec![EMPTY; cap];
         self.used = 0;
         self.tombs = 0;
-        for k in live {
+        for &k in old.iter().filter(|&&b| live(b)) {
             let name = name_of(k);
             let mask = cap - 1;
             let mut i = fnv1a(name.as_bytes()) as usize & mask;
