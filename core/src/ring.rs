@@ -239,22 +239,59 @@ impl<B: Bucket> Ring<B> {
     /// commutative for rings of the same geometry; a ring of another geometry is
     /// re-bucketed into this one first.
     pub fn merge(&mut self, other: &Self) {
+        self.merge_by(other, 0, 0);
+    }
+
+    /// [`Ring::merge`] of `other`, written by a clock that reads `now`, which may not
+    /// be the clock `self` was written by. A writer behind `self` has its buckets
+    /// moved forward by the difference: its outcomes count as of `self`'s current
+    /// bucket (no time passed, as when a clock steps back). A `self` a whole ring or
+    /// more ahead of the writer's clock (another clock ahead, one wild time) is first
+    /// moved back by whole rings to within one of it, each bucket keeping its age:
+    /// left there it would not roll until the writer's clock got there.
+    pub fn merge_at(&mut self, other: &Self, now: Nanos) {
+        let n = self.slots.len().max(1) as u64;
+        let here = now / self.width_ns;
+        let back = if self.current >= here.saturating_add(n) {
+            (self.current - here) / n * n
+        } else {
+            0
+        };
+        let by = (self.current - back).saturating_sub(here);
+        self.merge_by(other, by, back);
+    }
+
+    /// [`Ring::merge`] with `other`'s epochs moved forward by `by` and `self`'s back
+    /// by `back` (a multiple of its length: each bucket stays in its slot).
+    fn merge_by(&mut self, other: &Self, by: u64, back: u64) {
         if self.slots.is_empty() || other.slots.is_empty() {
             return; // an off ring keeps nothing and adds nothing
         }
         if !self.same_geometry(other) {
             let mut o = other.clone();
             o.rebucket(self.width_ns, self.slots.len());
-            self.merge(&o);
+            self.merge_by(&o, by, back);
             return;
         }
-        self.current = self.current.max(other.current);
-        let n = self.slots.len() as u64;
-        let from = self.current.saturating_add(1).saturating_sub(n);
-        for (a, b) in self.slots.iter_mut().zip(&other.slots) {
-            if b.epoch > a.epoch {
-                *a = b.clone();
-            } else if b.epoch == a.epoch {
+        self.current = (self.current - back).max(other.current.saturating_add(by));
+        let n = self.slots.len();
+        let from = self.current.saturating_add(1).saturating_sub(n as u64);
+        // Slot i of `other` lands in slot i + by of `self`: each slot is visited once.
+        let mut j = (by % n as u64) as usize;
+        for b in &other.slots {
+            let Some(a) = self.slots.get_mut(j) else {
+                continue;
+            };
+            j = if j + 1 == n { 0 } else { j + 1 };
+            a.epoch = a.epoch.saturating_sub(back);
+            // (A slot of `other` that is not live lands below `from`: dropped below.)
+            let e = b.epoch.saturating_add(by);
+            if e > a.epoch {
+                *a = Slot {
+                    epoch: e,
+                    bucket: b.bucket.clone(),
+                };
+            } else if e == a.epoch {
                 a.bucket.join(&b.bucket);
             }
             if a.epoch < from {
@@ -382,6 +419,78 @@ mod tests {
         ab.rebucket(20, 2);
         assert_eq!(sum(&ab, 10), 6);
         assert_eq!(ab.len(), 2);
+    }
+
+    #[test]
+    fn a_writer_behind_counts_as_of_the_current_bucket() {
+        // The stored ring is at epoch 42; the writer's clock reads epoch 40 and its
+        // two buckets are 39 and 40: they land in 41 and 42, in order.
+        let mut stored: Ring<N> = Ring::new(10, 4, 420);
+        stored.current_mut().unwrap().0 = 1;
+        let mut w: Ring<N> = Ring::new(10, 4, 390);
+        w.current_mut().unwrap().0 = 2;
+        w.roll(400, |_| {});
+        w.current_mut().unwrap().0 = 3;
+        let mut plain = stored.clone();
+        stored.merge_at(&w, 400);
+        assert_eq!(stored.current_epoch(), 42);
+        assert_eq!(
+            stored.current().unwrap().0,
+            4,
+            "the writer's newest joins the current"
+        );
+        assert_eq!(sum(&stored, 420), 6);
+        // Its older bucket is one bucket older: it leaves first.
+        stored.roll(450, |_| {});
+        assert_eq!(sum(&stored, 450), 4);
+        // A plain merge keeps them where the writer's clock put them: they leave
+        // two buckets sooner.
+        plain.merge(&w);
+        assert_eq!(sum(&plain, 420), 6);
+        plain.roll(450, |_| {});
+        assert_eq!(sum(&plain, 450), 1);
+        // A writer on the same clock: the same as a plain merge.
+        let mut a: Ring<N> = Ring::new(10, 4, 400);
+        a.current_mut().unwrap().0 = 1;
+        let mut b = a.clone();
+        a.merge_at(&w, 400);
+        b.merge(&w);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn a_ring_far_ahead_of_the_writer_comes_back_by_whole_rings() {
+        // Stored at epoch 1 000 003 (a wild time); the writer's clock reads epoch 10.
+        let mut stored: Ring<N> = Ring::new(10, 4, 10_000_020);
+        stored.current_mut().unwrap().0 = 5;
+        stored.roll(10_000_030, |_| {});
+        stored.current_mut().unwrap().0 = 7;
+        let mut w: Ring<N> = Ring::new(10, 4, 100);
+        w.current_mut().unwrap().0 = 1;
+        stored.merge_at(&w, 100);
+        // Back by 999 992 (a multiple of 4): epoch 11, within a ring of the writer's 10.
+        assert_eq!(stored.current_epoch(), 11);
+        assert_eq!(sum(&stored, 110), 13, "nothing lost");
+        assert_eq!(
+            stored.current().unwrap().0,
+            8,
+            "the writer's outcome is current"
+        );
+        // It rolls again with the writer's clock: gone a ring after.
+        stored.roll(160, |_| {});
+        assert_eq!(sum(&stored, 160), 0);
+        // Times near u64::MAX neither panic nor lose what the writer brings.
+        let mut wild: Ring<N> = Ring::new(10, 4, u64::MAX);
+        wild.current_mut().unwrap().0 = 1;
+        let mut w: Ring<N> = Ring::new(10, 4, 0);
+        w.current_mut().unwrap().0 = 2;
+        wild.merge_at(&w, 0);
+        assert_eq!(sum(&wild, 0), 3);
+        // A writer far ahead moves the ring there: what it holds is a ring old.
+        let mut ahead: Ring<N> = Ring::new(10, 4, u64::MAX);
+        ahead.current_mut().unwrap().0 = 4;
+        wild.merge_at(&ahead, u64::MAX);
+        assert_eq!(sum(&wild, u64::MAX), 4);
     }
 
     #[test]

@@ -1741,7 +1741,7 @@ impl Replica {
         if delta && (same || newer(s.breaker.generation(), self.delta.generation)) {
             // Outcomes of an earlier generation (one another worker's trip ended) are
             // counted; they never move the breaker.
-            s.window.0.merge(&self.delta.window.0);
+            s.window.0.merge_at(&self.delta.window.0, now);
         }
         if delta && same {
             let run = self.delta.streak.apply(s.breaker.consecutive_failures());

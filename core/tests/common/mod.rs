@@ -49,6 +49,8 @@ pub struct Host {
     pub events: Vec<Vec<Event>>,
     /// Requests in flight to the store (async mode): (worker, id, answer).
     pub pending: Vec<(usize, shared::IoId, shared::OwnedAnswer)>,
+    /// Each worker's clock offset from `now` (ns): workers whose clocks disagree.
+    pub skew: Vec<i64>,
     rand: u64,
     json: String,
     shared: SharedConfig,
@@ -84,6 +86,7 @@ impl Host {
             policy: PolicyId(0),
             events: (0..mode.workers()).map(|_| Vec::new()).collect(),
             pending: Vec::new(),
+            skew: vec![0; mode.workers()],
             rand: 0,
             json: json.to_string(),
             shared,
@@ -116,11 +119,20 @@ impl Host {
         self.pending.clear();
     }
 
+    /// Worker `w`'s clock: `now` moved by its skew.
+    pub fn now_of(&self, w: usize) -> u64 {
+        let skew = self.skew.get(w).copied().unwrap_or(0);
+        self.now.saturating_add_signed(skew)
+    }
+
     /// Worker `w` crashes: its engine is dropped with whatever it held (slots,
     /// leases, unwritten counts); later workers shift down by one.
     pub fn crash(&mut self, w: usize) {
         drop(self.engines.remove(w));
         self.events.remove(w);
+        if w < self.skew.len() {
+            self.skew.remove(w);
+        }
         self.pending.retain(|p| p.0 != w);
         for p in &mut self.pending {
             if p.0 > w {
@@ -148,7 +160,7 @@ impl Host {
     }
 
     pub fn key(&mut self, w: usize, name: &str) -> KeyId {
-        let now = self.now;
+        let now = self.now_of(w);
         let k = self.engines[w].key(self.policy, name, now).expect("policy");
         self.drive(w);
         k
@@ -160,7 +172,7 @@ impl Host {
     /// Polling may queue new store requests (a flush, a release): they are performed
     /// too, until the worker has nothing left to do at `now`.
     pub fn drive(&mut self, w: usize) {
-        let now = self.now;
+        let now = self.now_of(w);
         let rand = self.rand;
         for _ in 0..16 {
             while let Some(io) = self.engines[w].poll_io(now, rand) {
@@ -180,16 +192,16 @@ impl Host {
 
     /// Async mode: hands every pending answer back.
     pub fn deliver(&mut self) {
-        let now = self.now;
         let rand = self.rand;
         for (w, id, answer) in std::mem::take(&mut self.pending) {
+            let now = self.now_of(w);
             self.engines[w].io_done(id, answer.as_answer(), now, rand);
             self.drive(w);
         }
     }
 
     fn collect(&mut self, w: usize) {
-        let now = self.now;
+        let now = self.now_of(w);
         let rand = self.rand;
         while let Some(e) = self.engines[w].poll(now, rand) {
             self.events[w].push(e);
@@ -197,7 +209,7 @@ impl Host {
     }
 
     pub fn start(&mut self, w: usize, key: KeyId) -> Start {
-        let now = self.now;
+        let now = self.now_of(w);
         let rand = self.rand;
         self.engines[w].prepare(key, now);
         self.drive(w);
@@ -207,7 +219,7 @@ impl Host {
     }
 
     pub fn complete(&mut self, w: usize, p: Permit, outcome: Outcome) -> Completion {
-        let now = self.now;
+        let now = self.now_of(w);
         let rand = self.rand;
         let c = self.engines[w].complete(p, outcome, now, rand);
         self.drive(w);
@@ -251,7 +263,9 @@ impl Host {
     }
 
     pub fn snapshot(&self, w: usize, key: KeyId) -> Snapshot {
-        self.engines[w].snapshot(key, self.now).expect("live key")
+        self.engines[w]
+            .snapshot(key, self.now_of(w))
+            .expect("live key")
     }
 
     /// Every worker's key for `name`.
