@@ -54,8 +54,12 @@ impl CallId {
 }
 
 /// Permission to run one call. Hand it back exactly once: [`crate::Engine::complete`]
-/// (with the outcome) or [`crate::Engine::cancel`]. Move-only; [`Permit::into_raw`] /
-/// [`Permit::from_raw`] carry it across an FFI boundary.
+/// (with the outcome) or [`crate::Engine::cancel`]. Dropped without either, its slot
+/// stays taken and its deadline (if any) ends it as a timeout, an error: a host whose
+/// calls can be dropped (an `async` task whose future goes away) keeps it in a guard
+/// that cancels on drop. Move-only; [`Permit::into_raw`] / [`Permit::from_raw`] carry
+/// it across an FFI boundary. Handles name a call of the engine that made them: one
+/// given to another engine is not detected.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a permit must be completed or cancelled"]
 pub struct Permit(pub(crate) CallId);

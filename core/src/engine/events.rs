@@ -16,7 +16,8 @@ pub enum Start {
     /// Wait for a bulkhead slot (pool isolation): a later [`Event::Dequeued`] carries
     /// the permit, or [`Event::Refused`] ends the wait.
     Queued(Ticket),
-    /// Not run: fall back. The event is already recorded.
+    /// Not run: fall back. The event is already recorded (but for
+    /// [`Cause::UnknownKey`]: a stale or foreign key id, which counts nowhere).
     Refused(Refusal),
 }
 
@@ -45,7 +46,8 @@ pub enum Cause {
     /// refused rather than over-admitted. (A failing store leaves the key to its local
     /// breaker and a per-worker bulkhead instead.)
     Degraded,
-    /// The key is not (or no longer) in the table.
+    /// The key is not (or no longer) in the table: nothing is recorded, and the
+    /// breaker may be closed (the event says `ShortCircuited`; get a new key id).
     UnknownKey,
 }
 
