@@ -252,8 +252,10 @@ impl<B: Bucket> Ring<B> {
     pub fn merge_at(&mut self, other: &Self, now: Nanos) {
         let n = self.slots.len().max(1) as u64;
         let here = now / self.width_ns;
-        let back = if self.current >= here.saturating_add(n) {
-            (self.current - here) / n * n
+        // (Never below epoch n - 1: no live bucket may land before time 0.)
+        let floor = here.max(n - 1);
+        let back = if self.current >= floor.saturating_add(n) {
+            (self.current - floor) / n * n
         } else {
             0
         };
@@ -284,15 +286,18 @@ impl<B: Bucket> Ring<B> {
             };
             j = if j + 1 == n { 0 } else { j + 1 };
             a.epoch = a.epoch.saturating_sub(back);
-            // (A slot of `other` that is not live lands below `from`: dropped below.)
-            let e = b.epoch.saturating_add(by);
-            if e > a.epoch {
-                *a = Slot {
-                    epoch: e,
-                    bucket: b.bucket.clone(),
-                };
-            } else if e == a.epoch {
-                a.bucket.join(&b.bucket);
+            // (Moved, an empty bucket is skipped: an unused slot's epoch could take a
+            // live one's place. Unmoved, it is taken as ever: merges stay exact.)
+            if by == 0 || !b.bucket.is_empty() {
+                let e = b.epoch.saturating_add(by);
+                if e > a.epoch {
+                    *a = Slot {
+                        epoch: e,
+                        bucket: b.bucket.clone(),
+                    };
+                } else if e == a.epoch {
+                    a.bucket.join(&b.bucket);
+                }
             }
             if a.epoch < from {
                 *a = Slot::default();

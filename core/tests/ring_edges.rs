@@ -76,3 +76,85 @@ fn rebucket_to_a_new_width_with_the_same_length() {
         .collect();
     assert_eq!(live, [(1, 1), (2, 2)]);
 }
+
+mod merge_at {
+    //! `Ring::merge_at` against a small model: live buckets as (epoch, count) pairs.
+    use super::N;
+    use fusewire_core::ring::Ring;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// A ring built by recording `adds` (time step, count) from `t0`.
+    fn build(w: u64, n: usize, t0: u64, adds: &[(u64, u32)]) -> Ring<N> {
+        let mut r = Ring::new(w, n, t0);
+        let mut t = t0;
+        for &(dt, c) in adds {
+            t = t.saturating_add(dt);
+            r.roll(t, |_: &N| {});
+            r.current_mut().unwrap().0 += c;
+        }
+        r
+    }
+
+    fn live(r: &Ring<N>) -> BTreeMap<u64, u32> {
+        r.live_at(r.current_epoch() * r.width_ns())
+            .filter(|s| s.bucket.0 != 0)
+            .map(|s| (s.epoch, s.bucket.0))
+            .collect()
+    }
+
+    /// The rule, said plainly.
+    fn model(s: &Ring<N>, o: &Ring<N>, now: u64) -> (u64, BTreeMap<u64, u32>) {
+        let n = s.len() as u64;
+        let here = now / s.width_ns();
+        let mut cur = s.current_epoch();
+        let floor = here.max(n - 1);
+        let back = if cur >= floor + n {
+            (cur - floor) / n * n
+        } else {
+            0
+        };
+        cur -= back;
+        let by = cur.saturating_sub(here);
+        let top = cur.max(o.current_epoch() + by);
+        let mut out = BTreeMap::new();
+        let shifted_s = live(s).into_iter().map(|(e, c)| (e - back, c));
+        let shifted_o = live(o).into_iter().map(|(e, c)| (e + by, c));
+        for (e, c) in shifted_s.chain(shifted_o) {
+            if e + n > top {
+                *out.entry(e).or_insert(0) += c;
+            }
+        }
+        (top, out)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn matches_the_model(
+            n in 1usize..8,
+            s0 in 0u64..400,
+            s_adds in prop::collection::vec((0u64..40, 1u32..5), 0..12),
+            w0 in 0u64..400,
+            w_adds in prop::collection::vec((0u64..40, 1u32..5), 0..12),
+        ) {
+            let w = 10;
+            let s = build(w, n, s0, &s_adds);
+            let o = build(w, n, w0, &w_adds);
+            // The writer's clock reads its last record's time (or later).
+            let now = w0 + w_adds.iter().map(|a| a.0).sum::<u64>();
+            let (top, want) = model(&s, &o, now);
+            let mut got = s.clone();
+            got.merge_at(&o, now);
+            prop_assert_eq!(got.current_epoch(), top);
+            prop_assert_eq!(live(&got), want);
+            // Nothing the writer brings from its last ring is lost when it is behind.
+            if s.current_epoch() >= now / w {
+                let brought: u32 = live(&o).values().sum();
+                let kept: u32 = live(&s).values().sum();
+                prop_assert_eq!(live(&got).values().sum::<u32>(), brought + kept);
+            }
+        }
+    }
+}
