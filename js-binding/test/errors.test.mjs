@@ -65,6 +65,7 @@ describe('TypeErrors name the option and the reason', () => {
   test('types', () => {
     typeError({ timeout: '1000' }, 'options.timeout: must be a number, got "1000"');
     typeError({ timeout: NaN }, 'options.timeout: must be a finite number, got NaN');
+    typeError({ timeout: Infinity }, 'options.timeout: must be a finite number, got Infinity (false turns the timeout off)');
     typeError({ timeout: true }, 'options.timeout: must be a number, got true');
     typeError({ resetTimeout: Infinity }, 'options.resetTimeout: must be a finite number, got Infinity');
     typeError({ errorThresholdPercentage: '50' }, 'options.errorThresholdPercentage: must be a number, got "50"');

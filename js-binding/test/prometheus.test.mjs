@@ -48,6 +48,31 @@ test('Envoy-style names: <prefix>_<name>_<suffix>', async () => {
   assert.equal(await registry.getSingleMetric('fusewire_breakers'), undefined);
 });
 
+test('calls whose caller went away are a counter of their own (found by a load test: the upstream saw more calls than every series added up)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const b = new CircuitBreaker((x, signal) => new Promise((resolve) => {
+    const t = setTimeout(resolve, 1_000, x);
+    signal.addEventListener('abort', () => clearTimeout(t));
+  }), { name: 'gone', timeout: false, capacity: 1, fusewire: { bulkhead: { isolation: 'pool', max_concurrent: 1, max_queue: 5 } } });
+  const ctl = [new AbortController(), new AbortController(), new AbortController()];
+  const calls = ctl.map((c, i) => b.fireWithSignal(c.signal, i).catch((e) => e.name));
+  await sleep(5);
+  for (const c of ctl) c.abort(); // one running, two waiting: 3
+  // A running call's own deadline is a timeout; a waiting one's counts nowhere else: 4.
+  const late = b.fireWithSignal(AbortSignal.timeout(20), 3).catch((e) => e.name);
+  const waiting = b.fireWithSignal(AbortSignal.timeout(5), 4).catch((e) => e.name);
+  assert.deepEqual(await Promise.all([...calls, late, waiting]),
+    ['AbortError', 'AbortError', 'AbortError', 'TimeoutError', 'TimeoutError']);
+  const text = await scrape(registry);
+  assert.match(text, /^# TYPE fusewire_gone_cancelled counter$/m);
+  assert.match(text, /^fusewire_gone_cancelled 4$/m);
+  assert.match(text, /^fusewire_gone_timeout 1$/m);
+  assert.match(text, /^fusewire_gone_success 0$/m);
+  b.shutdown();
+  remove();
+});
+
 test('metrics_only\'s would-be rejections are a counter (found by a review from resilience4j\'s side: nowhere to be seen)', async () => {
   const registry = new client.Registry();
   const remove = register({ client, registers: [registry] });

@@ -594,6 +594,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** @internal */ _final: { stats: Stats; window: Bucket[] } | undefined = undefined;
   /** @internal Transitions this breaker saw, for metrics. */
   readonly _transitions = { opened: 0, halfOpened: 0, closed: 0 };
+  /** @internal Calls whose caller went away (aborted, not by its deadline), for metrics: the core counts them nowhere. */
+  readonly _cancelled = { count: 0 };
   /** @internal The cumulative counts `status` primed the breaker with (not its own calls). */
   _primed: number[] | undefined;
   /** This breaker in `registry`. */
@@ -2052,6 +2054,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // TIMEOUT, as the Envoy filter counts a gRPC client's `grpc-timeout`. Any other
     // abort (the caller went away) counts nowhere.
     const late = !c.queued && !this._shutdown && deadline(reason);
+    if (!late && !this._shutdown) this._cancelled.count++;
     let r = 0;
     if (!this._shutdown) {
       r = c.queued

@@ -231,7 +231,10 @@ export function parse(options: Obj, forCollapser = false): Parsed {
   let timeout: number | false;
   if (timeoutOpt === undefined) timeout = 10_000;
   else if (timeoutOpt === false || timeoutOpt === 0) timeout = false;
-  else timeout = Math.ceil(ms('timeout', timeoutOpt)!);
+  else if (timeoutOpt === Infinity) {
+    // (opossum's timer fires at once for it: every call timed out.)
+    throw optionError('options.timeout', 'must be a finite number, got Infinity (false turns the timeout off)');
+  } else timeout = Math.ceil(ms('timeout', timeoutOpt)!);
   const resetTimeout = ms('resetTimeout', options['resetTimeout']) ?? 30_000;
   const threshold = num('errorThresholdPercentage', options['errorThresholdPercentage']) ?? 50;
   const rollingCountTimeout = ms('rollingCountTimeout', options['rollingCountTimeout'], 1) ?? 10_000;

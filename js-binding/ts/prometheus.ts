@@ -10,6 +10,7 @@
  * | suffix | type | meaning |
  * | --- | --- | --- |
  * | `success`, `failure`, `timeout`, `bad_request`, `short_circuited`, `semaphore_rejected`, `thread_pool_rejected`, `fallback_success`, `fallback_failure`, `fallback_rejection`, `response_from_cache`, `collapsed` | counter | the core's event kinds, since the breaker was created |
+ * | `cancelled` | counter | calls whose caller went away (an abort of a waiting call, or of a running one but its own deadline): the core counts them nowhere |
  * | `opened`, `half_opened`, `closed` | counter | transitions the breaker made |
  * | `breaker_state` | gauge | 0 closed, 1 open, 2 half-open |
  * | `in_flight` | gauge | calls holding a slot |
@@ -93,7 +94,7 @@ const QUANTILES = PERCENTILES.map(String);
  */
 const EXTRA = [S.SHADOW];
 const EXTRA_NAMES = ['shadow_rejections'];
-const COUNTERS = [...EVENTS.map((k) => KIND_NAMES[k]!), ...EXTRA_NAMES, 'opened', 'half_opened', 'closed'];
+const COUNTERS = [...EVENTS.map((k) => KIND_NAMES[k]!), ...EXTRA_NAMES, 'cancelled', 'opened', 'half_opened', 'closed'];
 const GAUGES = ['breaker_state', 'in_flight', 'slow_calls', 'latency_ms'];
 
 /**
@@ -140,6 +141,7 @@ interface Member {
   series: string;
   labels: Record<string, string>;
   transitions: { opened: number; halfOpened: number; closed: number };
+  cancelled: { count: number };
   percentiles: boolean;
   /** The counts of the `status` it was primed with (its first key's only). */
   primed: number[] | undefined;
@@ -149,7 +151,7 @@ interface Member {
 
 function member(b: Breaker, series: string, labels: Record<string, string>): Member {
   return {
-    ref: b._ref, h: b._h, series, labels, transitions: b._transitions, percentiles: b._percentilesEnabled,
+    ref: b._ref, h: b._h, series, labels, transitions: b._transitions, cancelled: b._cancelled, percentiles: b._percentilesEnabled,
     primed: b._primed, counts: undefined, last: undefined,
   };
 }
@@ -187,6 +189,7 @@ function read(m: Member, t: number): Sample | undefined {
   EXTRA_NAMES.forEach((name, i) => {
     counters[name] = total[EVENTS.length + i]!;
   });
+  counters['cancelled'] = m.cancelled.count;
   counters['opened'] = m.transitions.opened;
   counters['half_opened'] = m.transitions.halfOpened;
   counters['closed'] = m.transitions.closed;
@@ -225,6 +228,7 @@ function help(suffix: string): string {
   if (suffix === 'breakers') return 'live fusewire breakers';
   if (suffix === 'instance_lost') return '1 once the WebAssembly instance failed: every breaker passes calls through, unprotected, until the process restarts';
   if (suffix === 'shadow_rejections') return 'calls metrics_only would have refused, since the breaker was created';
+  if (suffix === 'cancelled') return 'calls whose caller went away (an abort of a waiting call, or of a running one but its own deadline; counted in no other series), since the breaker was created';
   return `${suffix} since the breaker was created`;
 }
 
