@@ -330,7 +330,9 @@ impl Engine {
     /// The key `name` of `policy`, created if new. Names longer than
     /// [`SHORT_NAME`] bytes are shortened ([`bounded_name`]). Past `keys.max_keys` live keys a new name gets
     /// the policy's overflow key (unless the least recently used key is idle, which
-    /// then expires). `None` for an unknown policy.
+    /// then expires). `None` for an unknown policy, or when the table cannot take a
+    /// key at all (the overflow key itself could not be made: the table holds 2^21
+    /// entries, or has no memory to grow).
     pub fn key(&mut self, policy: PolicyId, name: &str, now: Nanos) -> Option<KeyId> {
         let now = self.clock.advance(now);
         let name = bounded_name(name);
@@ -1718,8 +1720,9 @@ impl Engine {
     /// How long from `now` until `key`'s breaker lets calls through again, where the
     /// breaker knows: the rest of its open period (a `Retry-After` for refused
     /// callers). `None` when it is not open, or when its mode is not `normal`
-    /// (`forced_open` has no end; the others refuse nothing). Half-open is `None`: a
-    /// probe's result decides. No side effects.
+    /// (`forced_open` has no end; the others refuse nothing), or when `key` is not
+    /// live (see [`Engine::phase`] to tell them apart). Half-open is `None`: a probe's
+    /// result decides. No side effects.
     pub fn retry_after(&self, key: KeyId, now: Nanos) -> Option<Nanos> {
         let k = self.live(key)?;
         let mode = self.policies.get(k.policy as usize)?.config.breaker.mode;
