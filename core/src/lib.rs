@@ -6,8 +6,8 @@
 //! every host drives (breaker, bulkhead with queue, deadlines, fallback limit, key
 //! table, local or shared state). [`RequestCache`] (request cache index with
 //! in-flight de-duplication) and [`Collapser`] (batch accumulator) run beside it:
-//! the host keeps the payloads, the core keeps the index and the rules. See the
-//! crate README for the host contract and the config schema.
+//! the host keeps the payloads, the core keeps the index and the rules. See
+//! [`guide`] (the crate README) for the host contract and the config schema.
 //!
 //! A host on local state, with a simulated clock (a real host passes its monotonic
 //! clock in ns and a random `u64` per decision):
@@ -80,3 +80,9 @@ pub use histogram::{Histogram, Percentiles};
 pub use slab::can_allocate;
 pub use time::Nanos;
 pub use window::{HealthSnapshot, Window};
+
+/// The crate README, for readers of these docs: the host contract (three kinds of
+/// host on one page), the config schema, shared state, the request cache and the
+/// collapser.
+#[doc = include_str!("../README.md")]
+pub mod guide {}
