@@ -352,12 +352,17 @@ impl Deadlines {
 
     /// Takes one entry due at `now` (the caller checks it still stands).
     pub(crate) fn pop_due(&mut self, now: Nanos) -> Option<(Nanos, CallId)> {
-        let (_, q) = self
-            .fifos
-            .iter_mut()
-            .filter(|(_, q)| q.front().is_some_and(|e| e.0 <= now))
-            .min_by_key(|(_, q)| q.front().map(|e| e.0))?;
-        q.pop_front()
+        // The earliest due front (the first of equals), by index: a plain loop is
+        // smaller in the .wasm than the iterator chain.
+        let mut best: Option<(Nanos, usize)> = None;
+        for (i, (_, q)) in self.fifos.iter().enumerate() {
+            if let Some(&(t, _)) = q.front() {
+                if t <= now && best.is_none_or(|(b, _)| t < b) {
+                    best = Some((t, i));
+                }
+            }
+        }
+        self.fifos.get_mut(best?.1)?.1.pop_front()
     }
 
     /// Entries held (live or stale): bounded by the calls armed within one duration.
