@@ -83,7 +83,7 @@ pub fn bin_lower_bound(index: u32) -> f64 {
     let octave = index / BINS_PER_OCTAVE;
     let k = (index % BINS_PER_OCTAVE) as usize;
     // 2^octave, built from its exponent bits (no `powi` call in the module).
-    let two_to_octave = f64::from_bits(u64::from(octave.min(1023) + 1023) << 52);
+    let two_to_octave = f64::from_bits(u64::from(octave.min(1024) + 1023) << 52);
     two_to_octave * (1.0 + f64::from(BOUNDS[k]) / 2048.0)
 }
 

@@ -242,22 +242,30 @@ impl<B: Bucket> Ring<B> {
         self.merge_by(other, 0, 0);
     }
 
-    /// [`Ring::merge`] of `other`, written by a clock that reads `now`, which may not
-    /// be the clock `self` was written by. A writer behind `self` has its buckets
-    /// moved forward by the difference: its outcomes count as of `self`'s current
-    /// bucket (no time passed, as when a clock steps back). A `self` a whole ring or
-    /// more ahead of the writer's clock (another clock ahead, one wild time) is first
-    /// moved back by whole rings to within one of it, each bucket keeping its age:
-    /// left there it would not roll until the writer's clock got there.
-    pub fn merge_at(&mut self, other: &Self, now: Nanos) {
+    /// [`Ring::merge`] of `other`, written by a clock that reads `now` (at or after
+    /// `other`'s current bucket), which may not be the clock `self` was written by. A
+    /// writer behind `self` has its buckets moved forward by the difference: its
+    /// outcomes count as of `self`'s current bucket (no time passed, as when a clock
+    /// steps back), so the window stays on the clock furthest ahead, and writers far
+    /// apart all count while that one writes. `still`: the writer's time since which
+    /// `self` has not moved, once that is a ring or more ago (the clock ahead has gone
+    /// quiet: another worker's gone, or one wild time). Then a `self` a whole ring or
+    /// more ahead of that time is first moved back, by whole rings, to within one ring
+    /// of it, each bucket keeping its age, so it rolls on the writer's clock again.
+    pub fn merge_at(&mut self, other: &Self, now: Nanos, still: Option<Nanos>) {
         let n = self.slots.len().max(1) as u64;
         let here = now / self.width_ns;
-        // (Never below epoch n - 1: no live bucket may land before time 0.)
-        let floor = here.max(n - 1);
-        let back = if self.current >= floor.saturating_add(n) {
-            (self.current - floor) / n * n
-        } else {
-            0
+        let back = match still {
+            // (Never below epoch n - 1: no live bucket may land before time 0.)
+            Some(t) => {
+                let floor = (t / self.width_ns).max(n - 1);
+                if self.current >= floor.saturating_add(n) {
+                    (self.current - floor) / n * n
+                } else {
+                    0
+                }
+            }
+            None => 0,
         };
         let by = (self.current - back).saturating_sub(here);
         self.merge_by(other, by, back);
@@ -437,7 +445,7 @@ mod tests {
         w.roll(400, |_| {});
         w.current_mut().unwrap().0 = 3;
         let mut plain = stored.clone();
-        stored.merge_at(&w, 400);
+        stored.merge_at(&w, 400, None);
         assert_eq!(stored.current_epoch(), 42);
         assert_eq!(
             stored.current().unwrap().0,
@@ -458,7 +466,7 @@ mod tests {
         let mut a: Ring<N> = Ring::new(10, 4, 400);
         a.current_mut().unwrap().0 = 1;
         let mut b = a.clone();
-        a.merge_at(&w, 400);
+        a.merge_at(&w, 400, None);
         b.merge(&w);
         assert_eq!(a, b);
     }
@@ -472,7 +480,13 @@ mod tests {
         stored.current_mut().unwrap().0 = 7;
         let mut w: Ring<N> = Ring::new(10, 4, 100);
         w.current_mut().unwrap().0 = 1;
-        stored.merge_at(&w, 100);
+        // Not still: the writer counts as of the ring's current bucket, far ahead.
+        let mut kept = stored.clone();
+        kept.merge_at(&w, 100, None);
+        assert_eq!(kept.current_epoch(), 1_000_003);
+        assert_eq!(kept.current().unwrap().0, 8);
+        // Still since the writer's 100 (a ring ago or more):
+        stored.merge_at(&w, 100, Some(100));
         // Back by 999 992 (a multiple of 4): epoch 11, within a ring of the writer's 10.
         assert_eq!(stored.current_epoch(), 11);
         assert_eq!(sum(&stored, 110), 13, "nothing lost");
@@ -489,12 +503,12 @@ mod tests {
         wild.current_mut().unwrap().0 = 1;
         let mut w: Ring<N> = Ring::new(10, 4, 0);
         w.current_mut().unwrap().0 = 2;
-        wild.merge_at(&w, 0);
+        wild.merge_at(&w, 0, Some(0));
         assert_eq!(sum(&wild, 0), 3);
         // A writer far ahead moves the ring there: what it holds is a ring old.
         let mut ahead: Ring<N> = Ring::new(10, 4, u64::MAX);
         ahead.current_mut().unwrap().0 = 4;
-        wild.merge_at(&ahead, u64::MAX);
+        wild.merge_at(&ahead, u64::MAX, None);
         assert_eq!(sum(&wild, u64::MAX), 4);
     }
 

@@ -1,13 +1,14 @@
 //! Writers whose clocks disagree (another machine's clock, a process started before an
 //! NTP step, `Instant`s of processes started at different times, one wild time). Each
 //! worker of the test host keeps its own clock (`Host::skew`), so the engines really
-//! see different times. The rule (`Ring::merge_at`): a writer behind the stored window
-//! by less than the window counts as of its current bucket ("no time passed"); a
-//! stored window a whole window or more ahead of the writer's clock comes back to it
-//! by whole windows, each bucket keeping its age, so it rolls again. Found by a
-//! native embedder's review: a worker 11 s behind a 10 s window never reached the
-//! shared state, and one write a year ahead switched the breaker off for everyone
-//! (the earlier version of these tests moved one shared clock, which each engine's
+//! see different times. The rule (`Ring::merge_at`): the stored window stays on the
+//! clock furthest ahead that writes, and a writer behind it counts as of its current
+//! bucket ("no time passed"); once it has stood still for a window of a writer's
+//! time (the clock ahead went quiet), it comes back to that writer's clock by whole
+//! windows, each bucket keeping its age, and rolls again. Found by a native
+//! embedder's review: a worker 11 s behind a 10 s window never reached the shared
+//! state, and one write a year ahead switched the breaker off for everyone (the
+//! earlier version of these tests moved one shared clock, which each engine's
 //! monotonic clock then held at its highest: no skew was left). The Envoy filter's
 //! side: `proxy-wasm-filter/tests/clock_steps.rs`.
 
@@ -136,6 +137,52 @@ fn after_a_wild_time_the_window_rolls_again() {
         assert_eq!(h.phase(0, k[0]), Phase::Closed, "{mode:?}");
         // 20 s later they have left the window: 10 of 20 fail, 50 %, open. Had the
         // window stayed a year ahead, nothing would have left it: 15 of 55, closed.
+        h.advance(20_000);
+        calls(&mut h, 0, k[0], 10, Outcome::Success);
+        calls(&mut h, 0, k[0], 10, Outcome::Failure);
+        assert_eq!(h.phase(0, k[0]), Phase::Open, "{mode:?}: the window rolled");
+    }
+}
+
+#[test]
+fn two_workers_far_apart_both_writing_trip_the_fleet() {
+    // From a review of the first version of the rule, which moved the window back to
+    // each writer behind, while the writer ahead then took it for a quiet key's and
+    // rolled past it: each write undid the other's, and the fleet never tripped.
+    for skew in [15 * S, -15 * S, 3_600 * S, YEAR] {
+        for mode in modes() {
+            let (mut h, k) = host(mode, skew);
+            for _ in 0..12 {
+                for _ in 0..3 {
+                    let _ = h.call(1, k[1], Outcome::Failure);
+                }
+                let _ = h.call(0, k[0], Outcome::Success);
+                h.advance(1_100);
+                h.deliver();
+            }
+            let (t0, t1) = (transitions(&mut h, 0), transitions(&mut h, 1));
+            assert!(
+                t0.contains(&(Phase::Closed, Phase::Open))
+                    || t1.contains(&(Phase::Closed, Phase::Open)),
+                "{mode:?}, {} s apart: 75 % of 48 calls trip it: {t0:?} / {t1:?}",
+                skew / S
+            );
+        }
+    }
+}
+
+#[test]
+fn a_worker_ahead_that_goes_quiet_leaves_the_window_rolling() {
+    // The worker ahead writes, then stops for good: after a window of the others'
+    // time the window comes back to their clock and rolls with it (it stood still
+    // on the quiet clock, every outcome since in one bucket).
+    for mode in modes() {
+        let (mut h, k) = host(mode, 3_600 * S);
+        calls(&mut h, 1, k[1], 5, Outcome::Success);
+        h.crash(1);
+        calls(&mut h, 0, k[0], 30, Outcome::Success);
+        calls(&mut h, 0, k[0], 5, Outcome::Failure);
+        assert_eq!(h.phase(0, k[0]), Phase::Closed, "{mode:?}");
         h.advance(20_000);
         calls(&mut h, 0, k[0], 10, Outcome::Success);
         calls(&mut h, 0, k[0], 10, Outcome::Failure);

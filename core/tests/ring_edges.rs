@@ -104,15 +104,20 @@ mod merge_at {
     }
 
     /// The rule, said plainly.
-    fn model(s: &Ring<N>, o: &Ring<N>, now: u64) -> (u64, BTreeMap<u64, u32>) {
+    fn model(s: &Ring<N>, o: &Ring<N>, now: u64, still: Option<u64>) -> (u64, BTreeMap<u64, u32>) {
         let n = s.len() as u64;
         let here = now / s.width_ns();
         let mut cur = s.current_epoch();
-        let floor = here.max(n - 1);
-        let back = if cur >= floor + n {
-            (cur - floor) / n * n
-        } else {
-            0
+        let back = match still {
+            Some(t) => {
+                let floor = (t / s.width_ns()).max(n - 1);
+                if cur >= floor + n {
+                    (cur - floor) / n * n
+                } else {
+                    0
+                }
+            }
+            None => 0,
         };
         cur -= back;
         let by = cur.saturating_sub(here);
@@ -138,19 +143,22 @@ mod merge_at {
             s_adds in prop::collection::vec((0u64..40, 1u32..5), 0..12),
             w0 in 0u64..400,
             w_adds in prop::collection::vec((0u64..40, 1u32..5), 0..12),
+            still in prop::option::of(0u64..1_000),
         ) {
             let w = 10;
             let s = build(w, n, s0, &s_adds);
             let o = build(w, n, w0, &w_adds);
             // The writer's clock reads its last record's time (or later).
             let now = w0 + w_adds.iter().map(|a| a.0).sum::<u64>();
-            let (top, want) = model(&s, &o, now);
+            let still = still.map(|t| t.min(now));
+            let (top, want) = model(&s, &o, now, still);
             let mut got = s.clone();
-            got.merge_at(&o, now);
+            got.merge_at(&o, now, still);
             prop_assert_eq!(got.current_epoch(), top);
             prop_assert_eq!(live(&got), want);
-            // Nothing the writer brings from its last ring is lost when it is behind.
-            if s.current_epoch() >= now / w {
+            // Nothing the writer brings from its last ring is lost when it is behind
+            // (and the ring stays where it is).
+            if s.current_epoch() >= now / w && still.is_none() {
                 let brought: u32 = live(&o).values().sum();
                 let kept: u32 = live(&s).values().sum();
                 prop_assert_eq!(live(&got).values().sum::<u32>(), brought + kept);

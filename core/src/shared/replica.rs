@@ -161,6 +161,9 @@ pub(crate) struct Replica {
     token_known: bool,
     /// Last time the store confirmed the view (read or write).
     read_at: Option<Nanos>,
+    /// The stored window's current epoch as last seen, and since when (this worker's
+    /// time) it has not moved: see [`crate::ring::Ring::merge_at`].
+    ring_seen: (u64, Nanos),
     /// The `failing_since` whose staleness was reported (`Issue::Stale`, once per run
     /// of failures).
     stale_told: Option<Nanos>,
@@ -283,6 +286,7 @@ impl Replica {
             expect: Expect::Absent,
             token_known: false,
             read_at: None,
+            ring_seen: (u64::MAX, 0),
             stale_told: None,
             failed_told: None,
             write_failed_at: None,
@@ -1283,6 +1287,14 @@ impl Replica {
         }
     }
 
+    /// Notes the stored window's current epoch, if it moved.
+    fn saw_ring(&mut self, s: &KeyState, now: Nanos) {
+        let e = s.window.0.current_epoch();
+        if e != self.ring_seen.0 {
+            self.ring_seen = (e, now);
+        }
+    }
+
     fn adopt_state(&mut self, ctx: &Ctx, mut s: KeyState, token: u64, fx: &mut Effects) {
         self.settle_doubt(s.receipts.seq(self.me(ctx)), ctx.now);
         // The store went back in time — an older snapshot restored, a replica promoted
@@ -1329,6 +1341,7 @@ impl Replica {
         }
         // Ledger truth: what this owner holds there (a reclaimed entry heals on the
         // next write).
+        self.saw_ring(&s, ctx.now);
         self.view = Some(s);
         self.judge(ctx.now);
         self.expect = Expect::Token(token);
@@ -1495,6 +1508,7 @@ impl Replica {
                 self.landed(&mut a, ctx.now, false);
                 let asked = a.asked;
                 fx.transitions = a.transitions;
+                self.saw_ring(&a.state, ctx.now);
                 self.view = Some(a.state);
                 self.judge(ctx.now);
                 self.written_is_view = true;
@@ -1741,7 +1755,12 @@ impl Replica {
         if delta && (same || newer(s.breaker.generation(), self.delta.generation)) {
             // Outcomes of an earlier generation (one another worker's trip ended) are
             // counted; they never move the breaker.
-            s.window.0.merge_at(&self.delta.window.0, now);
+            // Still for a window of this worker's time: the clock it is on went quiet.
+            let (seen, since) = self.ring_seen;
+            let window = ms_to_ns(cfg.metrics.rolling_window_ms);
+            let still = (seen == s.window.0.current_epoch() && now.saturating_sub(since) >= window)
+                .then_some(since);
+            s.window.0.merge_at(&self.delta.window.0, now, still);
         }
         if delta && same {
             let run = self.delta.streak.apply(s.breaker.consecutive_failures());
