@@ -228,6 +228,26 @@ describe('unknown options are ignored, as in opossum, with a warning (found by a
   });
 });
 
+describe('breakers made per request (found by a load test: breakers of one name per request, a failing upstream, no trip and no word)', () => {
+  test('the 100th breaker of one name within a minute warns, once; unnamed ones and 99 do not', async () => {
+    const seen = [];
+    const listen = (w) => { if (w.name === 'FusewireWarning') seen.push(w.message); };
+    process.on('warning', listen);
+    try {
+      for (let i = 0; i < 99; i++) new CircuitBreaker(async () => 1, { name: 'ninety-nine' }).shutdown();
+      for (let i = 0; i < 150; i++) new CircuitBreaker(async () => 1).shutdown(); // random names
+      async function fetchUser() { return 1; }
+      for (let i = 0; i < 150; i++) new CircuitBreaker(fetchUser).shutdown(); // the action's name
+      await new Promise((r) => setImmediate(r));
+    } finally {
+      process.off('warning', listen);
+    }
+    assert.deepEqual(seen, ['fusewire: 100 breakers named "fetchUser" were made within a minute: each counts only its own ' +
+      'calls, so a breaker made per request never opens. Make one per upstream and reuse it (a Collapser per request: ' +
+      'collapser.forRequest())']);
+  });
+});
+
 describe('an errorFilter that throws (found by review: its exception was lost)', () => {
   test('the error counts as a failure, and the breaker warns once', async () => {
     const seen = [];
