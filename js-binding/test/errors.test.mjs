@@ -238,6 +238,9 @@ describe('breakers made per request (found by a load test: breakers of one name 
       for (let i = 0; i < 150; i++) new CircuitBreaker(async () => 1).shutdown(); // random names
       async function fetchUser() { return 1; }
       for (let i = 0; i < 150; i++) new CircuitBreaker(fetchUser).shutdown(); // the action's name
+      // Shared breakers of one name share one window: no warning.
+      const store = new SharedStore();
+      for (let i = 0; i < 150; i++) new CircuitBreaker(async () => 1, { name: 'shared-one', shared: { store } }).shutdown();
       await new Promise((r) => setImmediate(r));
     } finally {
       process.off('warning', listen);

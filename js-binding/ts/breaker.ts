@@ -816,7 +816,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown) return;
     registry.add(this._ref);
     for (const f of watchers) f(this, true);
-    if (named !== '') madeAgain(name, t);
+    // (Not a shared breaker: those of one name share one window.)
+    if (named !== '' && this._store === undefined) madeAgain(name, t);
     // An asynchronous store is read at once, not at the first call (found by review:
     // a breaker not fired yet did no reads, so a process started during an outage ran
     // its whole first burst on its local breaker, all of it to the failing upstream).
