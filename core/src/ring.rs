@@ -239,29 +239,51 @@ impl<B: Bucket> Ring<B> {
     /// commutative for rings of the same geometry; a ring of another geometry is
     /// re-bucketed into this one first.
     pub fn merge(&mut self, other: &Self) {
-        self.merge_by(other, 0);
+        self.merge_by(other, 0, 0);
     }
 
-    /// [`Ring::merge`] of `other`, written on a clock `by` buckets behind the one `self`
-    /// is on (another worker's clock, learned by the host: see the shared replica's
-    /// `lead_ns`): `other`'s buckets are moved forward by `by` first, each keeping its
-    /// age, so a writer whose clock disagrees counts in `self`'s time.
-    pub fn merge_shifted(&mut self, other: &Self, by: u64) {
-        self.merge_by(other, by);
+    /// [`Ring::merge`] of `other`, written by a clock that reads `now` (at or after
+    /// `other`'s current bucket), which may not be the clock `self` was written by. A
+    /// writer behind `self` has its buckets moved forward by the difference: its
+    /// outcomes count as of `self`'s current bucket (no time passed, as when a clock
+    /// steps back), so the window stays on the clock furthest ahead, and writers far
+    /// apart all count while that one writes. `still`: the writer's time since which
+    /// `self` has not moved, once that is a ring or more ago (the clock ahead has gone
+    /// quiet: another worker's gone, or one wild time). Then a `self` a whole ring or
+    /// more ahead of that time is first moved back, by whole rings, to within one ring
+    /// of it, each bucket keeping its age, so it rolls on the writer's clock again.
+    pub fn merge_at(&mut self, other: &Self, now: Nanos, still: Option<Nanos>) {
+        let n = self.slots.len().max(1) as u64;
+        let here = now / self.width_ns;
+        let back = match still {
+            // (Never below epoch n - 1: no live bucket may land before time 0.)
+            Some(t) => {
+                let floor = (t / self.width_ns).max(n - 1);
+                if self.current >= floor.saturating_add(n) {
+                    (self.current - floor) / n * n
+                } else {
+                    0
+                }
+            }
+            None => 0,
+        };
+        let by = (self.current - back).saturating_sub(here);
+        self.merge_by(other, by, back);
     }
 
-    /// [`Ring::merge`] with `other`'s epochs moved forward by `by`.
-    fn merge_by(&mut self, other: &Self, by: u64) {
+    /// [`Ring::merge`] with `other`'s epochs moved forward by `by` and `self`'s back
+    /// by `back` (a multiple of its length: each bucket stays in its slot).
+    fn merge_by(&mut self, other: &Self, by: u64, back: u64) {
         if self.slots.is_empty() || other.slots.is_empty() {
             return; // an off ring keeps nothing and adds nothing
         }
         if !self.same_geometry(other) {
             let mut o = other.clone();
             o.rebucket(self.width_ns, self.slots.len());
-            self.merge_by(&o, by);
+            self.merge_by(&o, by, back);
             return;
         }
-        self.current = self.current.max(other.current.saturating_add(by));
+        self.current = (self.current - back).max(other.current.saturating_add(by));
         let n = self.slots.len();
         let from = self.current.saturating_add(1).saturating_sub(n as u64);
         // Slot i of `other` lands in slot i + by of `self`: each slot is visited once.
@@ -271,6 +293,7 @@ impl<B: Bucket> Ring<B> {
                 continue;
             };
             j = if j + 1 == n { 0 } else { j + 1 };
+            a.epoch = a.epoch.saturating_sub(back);
             // (Moved, an empty bucket is skipped: an unused slot's epoch could take a
             // live one's place. Unmoved, it is taken as ever: merges stay exact.)
             if by == 0 || !b.bucket.is_empty() {
@@ -422,7 +445,7 @@ mod tests {
         w.roll(400, |_| {});
         w.current_mut().unwrap().0 = 3;
         let mut plain = stored.clone();
-        stored.merge_shifted(&w, 2);
+        stored.merge_at(&w, 400, None);
         assert_eq!(stored.current_epoch(), 42);
         assert_eq!(
             stored.current().unwrap().0,
@@ -443,41 +466,50 @@ mod tests {
         let mut a: Ring<N> = Ring::new(10, 4, 400);
         a.current_mut().unwrap().0 = 1;
         let mut b = a.clone();
-        a.merge_shifted(&w, 0);
+        a.merge_at(&w, 400, None);
         b.merge(&w);
         assert_eq!(a, b);
     }
 
     #[test]
-    fn a_writer_far_behind_counts_and_rolls_in_the_rings_time() {
-        // Stored at epoch 1 000 003; the writer's clock reads epoch 10, 999 993 behind.
+    fn a_ring_far_ahead_of_the_writer_comes_back_by_whole_rings() {
+        // Stored at epoch 1 000 003 (a wild time); the writer's clock reads epoch 10.
         let mut stored: Ring<N> = Ring::new(10, 4, 10_000_020);
         stored.current_mut().unwrap().0 = 5;
         stored.roll(10_000_030, |_| {});
         stored.current_mut().unwrap().0 = 7;
         let mut w: Ring<N> = Ring::new(10, 4, 100);
         w.current_mut().unwrap().0 = 1;
-        stored.merge_shifted(&w, 999_993);
-        assert_eq!(stored.current_epoch(), 1_000_003);
+        // Not still: the writer counts as of the ring's current bucket, far ahead.
+        let mut kept = stored.clone();
+        kept.merge_at(&w, 100, None);
+        assert_eq!(kept.current_epoch(), 1_000_003);
+        assert_eq!(kept.current().unwrap().0, 8);
+        // Still since the writer's 100 (a ring ago or more):
+        stored.merge_at(&w, 100, Some(100));
+        // Back by 999 992 (a multiple of 4): epoch 11, within a ring of the writer's 10.
+        assert_eq!(stored.current_epoch(), 11);
+        assert_eq!(sum(&stored, 110), 13, "nothing lost");
         assert_eq!(
             stored.current().unwrap().0,
             8,
-            "counted as of the current bucket"
+            "the writer's outcome is current"
         );
-        // The writer's clock moves on two buckets: so does the ring, in its time.
-        let mut w2: Ring<N> = Ring::new(10, 4, 120);
-        w2.current_mut().unwrap().0 = 2;
-        let mut later = stored.clone();
-        later.merge_shifted(&w2, 999_993);
-        assert_eq!(later.current_epoch(), 1_000_005);
-        assert_eq!(sum(&later, 10_000_050), 5 + 8 + 2);
-        later.roll(10_000_060, |_| {});
-        assert_eq!(sum(&later, 10_000_060), 8 + 2, "epoch 1 000 002 left");
-        // Shifts near u64::MAX neither panic nor wrap (they saturate).
+        // It rolls again with the writer's clock: gone a ring after.
+        stored.roll(160, |_| {});
+        assert_eq!(sum(&stored, 160), 0);
+        // Times near u64::MAX neither panic nor lose what the writer brings.
         let mut wild: Ring<N> = Ring::new(10, 4, u64::MAX);
         wild.current_mut().unwrap().0 = 1;
-        wild.merge_shifted(&w, u64::MAX);
-        assert_eq!(wild.current_epoch(), u64::MAX);
+        let mut w: Ring<N> = Ring::new(10, 4, 0);
+        w.current_mut().unwrap().0 = 2;
+        wild.merge_at(&w, 0, Some(0));
+        assert_eq!(sum(&wild, 0), 3);
+        // A writer far ahead moves the ring there: what it holds is a ring old.
+        let mut ahead: Ring<N> = Ring::new(10, 4, u64::MAX);
+        ahead.current_mut().unwrap().0 = 4;
+        wild.merge_at(&ahead, u64::MAX, None);
+        assert_eq!(sum(&wild, u64::MAX), 4);
     }
 
     #[test]

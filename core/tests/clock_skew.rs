@@ -1,14 +1,15 @@
 //! Writers whose clocks disagree (another machine's clock, a process started before an
 //! NTP step, `Instant`s of processes started at different times, one wild time). Each
 //! worker of the test host keeps its own clock (`Host::skew`), so the engines really
-//! see different times. The rule (`Ring::merge_shifted`, the replica's `lead_ns`):
-//! the stored window is on the clock furthest ahead that wrote it, and each worker
-//! learns how far that clock runs ahead of its own and writes its outcomes that much
-//! later. Found by a native embedder's review: a worker 11 s behind a 10 s window
-//! never reached the shared state, and one write a year ahead switched the breaker
-//! off for everyone (the earlier version of these tests moved one shared clock, which
-//! each engine's monotonic clock then held at its highest: no skew was left). The
-//! stored window itself, second by second: `clock_skew_window.rs`; the Envoy filter's
+//! see different times. The rule (`Ring::merge_at`): the stored window stays on the
+//! clock furthest ahead that writes, and a writer behind it counts as of its current
+//! bucket ("no time passed"); once it has stood still for a window of a writer's
+//! time (the clock ahead went quiet), it comes back to that writer's clock by whole
+//! windows, each bucket keeping its age, and rolls again. Found by a native
+//! embedder's review: a worker 11 s behind a 10 s window never reached the shared
+//! state, and one write a year ahead switched the breaker off for everyone (the
+//! earlier version of these tests moved one shared clock, which each engine's
+//! monotonic clock then held at its highest: no skew was left). The Envoy filter's
 //! side: `proxy-wasm-filter/tests/clock_steps.rs`.
 
 mod common;
@@ -172,8 +173,9 @@ fn two_workers_far_apart_both_writing_trip_the_fleet() {
 
 #[test]
 fn a_worker_ahead_that_goes_quiet_leaves_the_window_rolling() {
-    // The worker ahead writes, then stops for good: the others go on in the window's
-    // time, by their own clocks, and their outcomes leave it as they age.
+    // The worker ahead writes, then stops for good: after a window of the others'
+    // time the window comes back to their clock and rolls with it (it stood still
+    // on the quiet clock, every outcome since in one bucket).
     for mode in modes() {
         let (mut h, k) = host(mode, 3_600 * S);
         calls(&mut h, 1, k[1], 5, Outcome::Success);

@@ -77,8 +77,8 @@ fn rebucket_to_a_new_width_with_the_same_length() {
     assert_eq!(live, [(1, 1), (2, 2)]);
 }
 
-mod merge_shifted {
-    //! `Ring::merge_shifted` against a small model: live buckets as (epoch, count) pairs.
+mod merge_at {
+    //! `Ring::merge_at` against a small model: live buckets as (epoch, count) pairs.
     use super::N;
     use fusewire_core::ring::Ring;
     use proptest::prelude::*;
@@ -103,13 +103,29 @@ mod merge_shifted {
             .collect()
     }
 
-    /// The rule, said plainly: `o`'s live buckets `by` later, then a plain merge.
-    fn model(s: &Ring<N>, o: &Ring<N>, by: u64) -> (u64, BTreeMap<u64, u32>) {
+    /// The rule, said plainly.
+    fn model(s: &Ring<N>, o: &Ring<N>, now: u64, still: Option<u64>) -> (u64, BTreeMap<u64, u32>) {
         let n = s.len() as u64;
-        let top = s.current_epoch().max(o.current_epoch() + by);
+        let here = now / s.width_ns();
+        let mut cur = s.current_epoch();
+        let back = match still {
+            Some(t) => {
+                let floor = (t / s.width_ns()).max(n - 1);
+                if cur >= floor + n {
+                    (cur - floor) / n * n
+                } else {
+                    0
+                }
+            }
+            None => 0,
+        };
+        cur -= back;
+        let by = cur.saturating_sub(here);
+        let top = cur.max(o.current_epoch() + by);
         let mut out = BTreeMap::new();
-        let moved = live(o).into_iter().map(|(e, c)| (e + by, c));
-        for (e, c) in live(s).into_iter().chain(moved) {
+        let shifted_s = live(s).into_iter().map(|(e, c)| (e - back, c));
+        let shifted_o = live(o).into_iter().map(|(e, c)| (e + by, c));
+        for (e, c) in shifted_s.chain(shifted_o) {
             if e + n > top {
                 *out.entry(e).or_insert(0) += c;
             }
@@ -127,21 +143,25 @@ mod merge_shifted {
             s_adds in prop::collection::vec((0u64..40, 1u32..5), 0..12),
             w0 in 0u64..400,
             w_adds in prop::collection::vec((0u64..40, 1u32..5), 0..12),
-            by in prop_oneof![Just(0u64), 0u64..100, 1_000u64..1_000_000],
+            still in prop::option::of(0u64..1_000),
         ) {
             let w = 10;
             let s = build(w, n, s0, &s_adds);
             let o = build(w, n, w0, &w_adds);
-            let (top, want) = model(&s, &o, by);
+            // The writer's clock reads its last record's time (or later).
+            let now = w0 + w_adds.iter().map(|a| a.0).sum::<u64>();
+            let still = still.map(|t| t.min(now));
+            let (top, want) = model(&s, &o, now, still);
             let mut got = s.clone();
-            got.merge_shifted(&o, by);
+            got.merge_at(&o, now, still);
             prop_assert_eq!(got.current_epoch(), top);
             prop_assert_eq!(live(&got), want);
-            // Unmoved, it is the plain merge.
-            if by == 0 {
-                let mut plain = s.clone();
-                plain.merge(&o);
-                prop_assert_eq!(got, plain);
+            // Nothing the writer brings from its last ring is lost when it is behind
+            // (and the ring stays where it is).
+            if s.current_epoch() >= now / w && still.is_none() {
+                let brought: u32 = live(&o).values().sum();
+                let kept: u32 = live(&s).values().sum();
+                prop_assert_eq!(live(&got).values().sum::<u32>(), brought + kept);
             }
         }
     }

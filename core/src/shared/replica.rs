@@ -27,7 +27,7 @@ use crate::config::{BreakerMode, Config, SharedConfig, SyncMode};
 use crate::engine::keys::fnv1a;
 use crate::event::{EventKind, Outcome};
 use crate::ring::Bucket;
-use crate::time::{ms_to_ns, mul_sat, Nanos};
+use crate::time::{ms_to_ns, Nanos};
 use crate::window::{Health, HealthSnapshot};
 use crate::Phase;
 
@@ -161,11 +161,9 @@ pub(crate) struct Replica {
     token_known: bool,
     /// Last time the store confirmed the view (read or write).
     read_at: Option<Nanos>,
-    /// How far (ns) the clock the stored window is on runs ahead of this worker's, as
-    /// learned from the window's current bucket when a read found it two or more
-    /// buckets ahead: this worker's outcomes are moved forward by it when written
-    /// ([`crate::ring::Ring::merge_shifted`]). 0 on clocks that agree.
-    lead_ns: u64,
+    /// The stored window's current epoch as last seen, and since when (this worker's
+    /// time) it has not moved: see [`crate::ring::Ring::merge_at`].
+    ring_seen: (u64, Nanos),
     /// The `failing_since` whose staleness was reported (`Issue::Stale`, once per run
     /// of failures).
     stale_told: Option<Nanos>,
@@ -288,7 +286,7 @@ impl Replica {
             expect: Expect::Absent,
             token_known: false,
             read_at: None,
-            lead_ns: 0,
+            ring_seen: (u64::MAX, 0),
             stale_told: None,
             failed_told: None,
             write_failed_at: None,
@@ -1289,17 +1287,11 @@ impl Replica {
         }
     }
 
-    /// Learns how far the stored window's clock runs ahead of this worker's: a window
-    /// whose current bucket is two or more buckets past this worker's time (moved by
-    /// what it learned so far) was written on a clock ahead (one bucket is a race
-    /// between workers on one clock). Found by a native embedder's review: a worker
-    /// 11 s behind a 10 s window never reached the shared state.
-    fn learn_lead(&mut self, s: &KeyState, now: Nanos) {
-        let w = s.window.0.width_ns();
-        let mine = now.saturating_add(self.lead_ns) / w;
-        let theirs = s.window.0.current_epoch();
-        if theirs >= mine.saturating_add(2) {
-            self.lead_ns = self.lead_ns.saturating_add(mul_sat(theirs - mine, w));
+    /// Notes the stored window's current epoch, if it moved.
+    fn saw_ring(&mut self, s: &KeyState, now: Nanos) {
+        let e = s.window.0.current_epoch();
+        if e != self.ring_seen.0 {
+            self.ring_seen = (e, now);
         }
     }
 
@@ -1349,7 +1341,7 @@ impl Replica {
         }
         // Ledger truth: what this owner holds there (a reclaimed entry heals on the
         // next write).
-        self.learn_lead(&s, ctx.now);
+        self.saw_ring(&s, ctx.now);
         self.view = Some(s);
         self.judge(ctx.now);
         self.expect = Expect::Token(token);
@@ -1516,6 +1508,7 @@ impl Replica {
                 self.landed(&mut a, ctx.now, false);
                 let asked = a.asked;
                 fx.transitions = a.transitions;
+                self.saw_ring(&a.state, ctx.now);
                 self.view = Some(a.state);
                 self.judge(ctx.now);
                 self.written_is_view = true;
@@ -1762,9 +1755,12 @@ impl Replica {
         if delta && (same || newer(s.breaker.generation(), self.delta.generation)) {
             // Outcomes of an earlier generation (one another worker's trip ended) are
             // counted; they never move the breaker.
-            // In the stored window's time (see `lead_ns`).
-            let by = self.lead_ns / s.window.0.width_ns();
-            s.window.0.merge_shifted(&self.delta.window.0, by);
+            // Still for a window of this worker's time: the clock it is on went quiet.
+            let (seen, since) = self.ring_seen;
+            let window = ms_to_ns(cfg.metrics.rolling_window_ms);
+            let still = (seen == s.window.0.current_epoch() && now.saturating_sub(since) >= window)
+                .then_some(since);
+            s.window.0.merge_at(&self.delta.window.0, now, still);
         }
         if delta && same {
             let run = self.delta.streak.apply(s.breaker.consecutive_failures());
