@@ -104,3 +104,44 @@ fn a_peers_longer_open_period_stands() {
         }
     }
 }
+
+#[test]
+fn a_forged_window_past_any_clock_is_reset() {
+    // A stored window whose current bucket starts past u64::MAX ns (no clock reads
+    // that) is damaged bytes: reset, and the fleet trips on what follows (found by a
+    // review: one at epoch u64::MAX kept the breaker closed through 40 failures).
+    for mode in [
+        Mode::Async(2),
+        Mode::Shared(Rules::Envoy, 2),
+        Mode::Shared(Rules::Kong, 2),
+    ] {
+        let mut h = Host::new(mode, CFG);
+        let keys = h.keys("k");
+        h.warm(&keys);
+        let sk = h.engines[0].store_key(keys[0]).expect("bound").to_string();
+        let mut s: KeyState =
+            codec::decode(Kind::KeyState, h.store.raw_get(&sk).expect("written")).expect("valid");
+        let (w, n) = (s.window.0.width_ns(), s.window.0.len());
+        s.window.0 =
+            fusewire_core::ring::Ring::from_parts(w, u64::MAX, vec![Default::default(); n]);
+        let forged = codec::encode(Kind::KeyState, &s);
+        assert!(
+            codec::decode::<KeyState>(Kind::KeyState, &forged).is_err(),
+            "refused when read"
+        );
+        h.store.raw_set(&sk, &forged);
+        let mut opened = false;
+        for _ in 0..40 {
+            for (w, &k) in keys.iter().enumerate() {
+                let _ = h.call(w, k, Outcome::Failure);
+                h.deliver();
+            }
+            h.advance(100);
+            opened |= keys
+                .iter()
+                .enumerate()
+                .any(|(w, &k)| h.phase(w, k) == Phase::Open);
+        }
+        assert!(opened, "{mode:?}: 80 failures trip it");
+    }
+}

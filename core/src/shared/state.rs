@@ -124,6 +124,10 @@ impl Wire for WireWindow {
             return None;
         }
         let current = u64::take(r)?;
+        // A current bucket that starts past u64::MAX ns: no clock reads that, only a
+        // forged write (found by review: one at epoch u64::MAX switched the breaker off
+        // for good; the bytes are reset as damaged ones are).
+        current.checked_mul(width_ns)?;
         let n = u64::from(len.max(1));
         let mut slots = vec![Slot::<Counts>::default(); n as usize];
         for _ in 0..r.len()? {
