@@ -14,6 +14,16 @@ use fusewire_core::*;
 
 const CFG: &str = r#"{"breaker": {"error_percentage": {"request_volume_threshold": 5}, "open": {"sleep_window_ms": 5000}}}"#;
 
+/// Two workers' key `k`, warmed: the host, the keys, the store key and its state.
+fn warmed(mode: Mode) -> (Host, Vec<KeyId>, String, KeyState) {
+    let mut h = Host::new(mode, CFG);
+    let keys = h.keys("k");
+    h.warm(&keys);
+    let sk = h.engines[0].store_key(keys[0]).expect("bound").to_string();
+    let s = codec::decode(Kind::KeyState, h.store.raw_get(&sk).expect("written")).expect("valid");
+    (h, keys, sk, s)
+}
+
 #[test]
 fn a_forged_open_period_ends_when_the_readers_config_says() {
     for mode in [
@@ -21,13 +31,8 @@ fn a_forged_open_period_ends_when_the_readers_config_says() {
         Mode::Shared(Rules::Envoy, 2),
         Mode::Shared(Rules::Kong, 2),
     ] {
-        let mut h = Host::new(mode, CFG);
-        let keys = h.keys("k");
-        h.warm(&keys);
-        let sk = h.engines[0].store_key(keys[0]).expect("bound").to_string();
+        let (mut h, keys, sk, mut s) = warmed(mode);
         // Someone who can write the key opens it for a year, checksum and all.
-        let mut s: KeyState =
-            codec::decode(Kind::KeyState, h.store.raw_get(&sk).expect("written")).expect("valid");
         let year = config(r#"{"breaker": {"open": {"sleep_window_ms": 31536000000}}}"#);
         let mut window = Window::new(&year.metrics, h.now);
         s.breaker
@@ -115,12 +120,7 @@ fn a_forged_window_past_any_clock_is_reset() {
         Mode::Shared(Rules::Envoy, 2),
         Mode::Shared(Rules::Kong, 2),
     ] {
-        let mut h = Host::new(mode, CFG);
-        let keys = h.keys("k");
-        h.warm(&keys);
-        let sk = h.engines[0].store_key(keys[0]).expect("bound").to_string();
-        let mut s: KeyState =
-            codec::decode(Kind::KeyState, h.store.raw_get(&sk).expect("written")).expect("valid");
+        let (mut h, keys, sk, mut s) = warmed(mode);
         let (w, n) = (s.window.0.width_ns(), s.window.0.len());
         s.window.0 =
             fusewire_core::ring::Ring::from_parts(w, u64::MAX, vec![Default::default(); n]);
