@@ -937,8 +937,10 @@ impl Parser<'_> {
                     n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
                 });
             match (negative, magnitude) {
+                // `-0` is 0 (serde_json reads it as a float, which a whole-number
+                // field refused with a message showing `0`).
+                (_, Some(0)) => return Ok(Value::U64(0)),
                 (false, Some(n)) => return Ok(Value::U64(n)),
-                // `-0` stays a float (negative zero), as serde_json reads it.
                 (true, Some(n)) if n > 0 && n <= 1 << 63 => {
                     return Ok(Value::I64(0i64.wrapping_sub_unsigned(n)))
                 }
@@ -1043,7 +1045,10 @@ mod tests {
             Ok(Array(vec![Bool(true), Bool(false)]))
         );
         assert_eq!(syntax("0"), Ok(U64(0)));
-        assert_eq!(syntax("-0"), Ok(F64(-0.0)));
+        // `-0` is the whole number 0 (a float refused by whole-number fields
+        // before); `-0.0` stays a float.
+        assert_eq!(syntax("-0"), Ok(U64(0)));
+        assert_eq!(syntax("-0.0"), Ok(F64(-0.0)));
         assert_eq!(syntax("18446744073709551615"), Ok(U64(u64::MAX)));
         let f = |v: f64, _text: &str| F64(v);
         assert_eq!(
