@@ -26,6 +26,8 @@ echo "== filter: admit_after_body (uploads admitted once their body is in)"
 cargo test --release -p fusewire-proxy-wasm --test uploads
 echo "== filter: wall-clock steps move nothing (time on the host's monotonic clock)"
 cargo test --release -p fusewire-proxy-wasm --test clock_steps
+echo "== filter: random traffic with every feature on never kills a worker's VM"
+cargo test --release -p fusewire-proxy-wasm --test random_traffic
 
 echo "== filter: fuzz state_decode (${FUZZ_SECONDS:-15}s)"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
