@@ -2,8 +2,9 @@
 // random mix of options (timeouts, capacity or a queued bulkhead, cache, coalesce,
 // warm-up, errorFilter, fallbacks that throw, N probes, growing open periods) fired
 // with actions that succeed, fail, throw, hang or answer late, callers that abort,
-// and operators that open, close, disable, enable and clear the cache while calls
-// run. Whatever the program does: every call settles (a hung action is ended by its
+// and operators that open, close, disable, enable, clear the cache and shut down
+// while calls run — one breaker alone, or two of one name sharing a SharedStore.
+// Whatever the program does: every call settles (a hung action is ended by its
 // timeout), with a value or an Error; nothing is left unhandled; the bulkhead has
 // all its slots back at rest; and a shut-down breaker leaves no timer behind. Calls
 // that never settled are the bug class reviews found most often here.
@@ -12,7 +13,7 @@ import { test } from 'node:test';
 
 import FakeTimers from '@sinonjs/fake-timers';
 import fc from 'fast-check';
-import { CircuitBreaker } from 'fusewire';
+import { CircuitBreaker, SharedStore } from 'fusewire';
 
 const CODES = new Set(['EOPENBREAKER', 'ETIMEDOUT', 'ESEMLOCKED', 'ESHUTDOWN', 'ABORT_ERR']);
 
@@ -46,6 +47,9 @@ const optionsArb = fc.record({
   filter: fc.boolean(),
   fallback: fc.constantFrom('none', 'value', 'throws', 'async', 'rejects'),
   signal: fc.boolean(),
+  // Two breakers of one name on one SharedStore (the worker_threads model, in one
+  // thread), or one local breaker.
+  shared: fc.boolean(),
 });
 
 const opArb = fc.oneof(
@@ -54,13 +58,20 @@ const opArb = fc.oneof(
     arbitrary: fc.record({
       fire: fc.constantFrom('ok', 'fail', 'bad', 'throw', 'hang', 'sync'),
       key: fc.integer({ min: 0, max: 2 }),
+      which: fc.integer({ min: 0, max: 1 }),
       ms: fc.integer({ min: 0, max: 60 }),
       abortAfter: fc.option(fc.integer({ min: 0, max: 60 }), { nil: undefined }),
     }),
   },
   { weight: 12, arbitrary: fc.record({ tick: fc.integer({ min: 0, max: 150 }) }) },
-  { weight: 3, arbitrary: fc.record({ operator: fc.constantFrom('open', 'close', 'disable', 'enable', 'clearCache') }) },
-  { weight: 1, arbitrary: fc.constant({ operator: 'shutdown' }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      operator: fc.constantFrom('open', 'close', 'disable', 'enable', 'clearCache'),
+      which: fc.integer({ min: 0, max: 1 }),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ operator: fc.constant('shutdown'), which: fc.integer({ min: 0, max: 1 }) }) },
 );
 
 /** What a rejection must be: an Error (never a bare value), ours or the action's. */
@@ -74,7 +85,7 @@ async function run(opts, ops) {
   const unhandled = [];
   const onUnhandled = (e) => unhandled.push(e);
   process.on('unhandledRejection', onUnhandled);
-  let b;
+  const bs = [];
   try {
     const options = {
       timeout: opts.timeout,
@@ -97,7 +108,8 @@ async function run(opts, ops) {
         },
       },
     };
-    b = new CircuitBreaker((how, key, ms) => {
+    const store = opts.shared ? new SharedStore() : undefined;
+    const make = () => new CircuitBreaker((how, key, ms) => {
       switch (how) {
         case 'sync': return key;
         case 'throw': throw new Error('thrown');
@@ -108,18 +120,23 @@ async function run(opts, ops) {
             else reject(new Error(how === 'bad' ? 'bad' : 'boom'));
           }, ms));
       }
-    }, options);
-    if (opts.fallback !== 'none') {
-      b.fallback((...args) => {
-        if (opts.fallback === 'throws') throw new Error('fallback threw');
-        if (opts.fallback === 'rejects') return Promise.reject(new Error('fallback rejected'));
-        if (opts.fallback === 'async') return Promise.resolve('fb');
-        return `fb:${args.length}`;
-      });
+    }, store === undefined ? options : { ...options, name: 'chaos', shared: { store } });
+    for (let i = 0; i < (opts.shared ? 2 : 1); i++) {
+      const b = make();
+      if (opts.fallback !== 'none') {
+        b.fallback((...args) => {
+          if (opts.fallback === 'throws') throw new Error('fallback threw');
+          if (opts.fallback === 'rejects') return Promise.reject(new Error('fallback rejected'));
+          if (opts.fallback === 'async') return Promise.resolve('fb');
+          return `fb:${args.length}`;
+        });
+      }
+      bs.push(b);
     }
-    const capacity = b.semaphore.count;
+    const capacity = bs[0].semaphore.count;
     const calls = [];
     for (const op of ops) {
+      const b = bs[op.which % bs.length];
       if (op.fire !== undefined) {
         // A hung action needs a timeout to end; without one (or on a disabled
         // breaker, which calls the action as it is, as opossum's does) it answers
@@ -147,13 +164,13 @@ async function run(opts, ops) {
     const open = calls.filter((c) => !c.settled);
     assert.deepEqual(open.map((c) => c.op), [], 'every call settles');
     calls.forEach((c, i) => c.error === undefined || checkError(c.error, `call ${i}`));
-    assert.equal(b.semaphore.count, capacity, 'every bulkhead slot is back');
-    b.shutdown();
+    for (const b of bs) assert.equal(b.semaphore.count, capacity, 'every bulkhead slot is back');
+    for (const b of bs) b.shutdown();
     await clock.tickAsync(1);
     assert.equal(clock.countTimers(), 0, 'a shut-down breaker leaves no timer');
     assert.deepEqual(unhandled, [], 'nothing unhandled');
   } finally {
-    b?.shutdown();
+    for (const b of bs) b.shutdown();
     process.off('unhandledRejection', onUnhandled);
     clock.uninstall();
   }
@@ -161,7 +178,7 @@ async function run(opts, ops) {
 
 test('random programs: every call settles, nothing unhandled, slots back, no timer left', async () => {
   await fc.assert(
-    fc.asyncProperty(optionsArb, fc.array(opArb, { minLength: 1, maxLength: 40 }), run),
-    { numRuns: Number(process.env.CHAOS_RUNS ?? 150) },
+    fc.asyncProperty(optionsArb, fc.array(opArb, { minLength: 1, maxLength: 60 }), run),
+    { numRuns: Number(process.env.CHAOS_RUNS ?? 500) },
   );
 });
