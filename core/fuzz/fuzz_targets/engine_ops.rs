@@ -2,8 +2,8 @@
 //! steps — keys, starts, completions, cancels, forged permits and tickets, polls,
 //! operator forces, reconfigures, time moving any way (backwards too), and a store
 //! that answers late, never, twice, out of order, with foreign or corrupt bytes or
-//! wrong tokens — run against 1–3 engines (local, shared on a sync store, shared on
-//! an async store). Nothing may panic (fuzz builds check arithmetic overflow), a
+//! wrong tokens, workers whose clocks disagree (by up to the end of time) — run
+//! against 1–3 engines (local, shared on a sync store, shared on an async store). Nothing may panic (fuzz builds check arithmetic overflow), a
 //! host's I/O round always ends, the bulkhead limit holds process-wide, and after a
 //! drained `poll` the next deadline lies ahead.
 #![no_main]
@@ -98,22 +98,48 @@ struct World {
     replays: Vec<Pending>,
     /// Stored bytes were damaged or forged answers given (slot ledgers may be lost).
     damaged: bool,
+    /// Each worker's clock against `now` (ns; the worker reads `now + skew`).
+    skew: Vec<i64>,
+    /// Some worker's clock was set more than 1 s away (past the parting that op 3
+    /// allows): leases of workers behind look expired to one ahead, and their slots
+    /// are taken back (documented: the lease is the clocks' tolerance).
+    skewed: bool,
 }
 
 impl World {
+    /// Worker `w`'s clock.
+    fn now_of(&self, w: usize) -> u64 {
+        let s = self.skew.get(w).copied().unwrap_or(0);
+        if s >= 0 {
+            self.now.saturating_add(s as u64)
+        } else {
+            self.now.saturating_sub(s.unsigned_abs())
+        }
+    }
+
     /// The host's loop at `now`: store requests and polling until neither has work.
     fn drive(&mut self, w: usize) {
-        let (now, rand) = (self.now, self.rand);
+        let (now, rand) = (self.now_of(w), self.rand);
         let mut rounds = 0;
         loop {
-            let Some(e) = self.engines.get_mut(w) else { return };
+            let Some(e) = self.engines.get_mut(w) else {
+                return;
+            };
             while let Some(io) = e.poll_io(now, rand) {
                 let (id, answer) = (io.id, self.store.exec(&io));
                 if self.asynchronous {
-                    self.pending.push(Pending { worker: w, id, answer });
+                    self.pending.push(Pending {
+                        worker: w,
+                        id,
+                        answer,
+                    });
                 } else {
                     e.io_done(id, answer.as_answer(), now, rand);
-                    self.replays.push(Pending { worker: w, id, answer });
+                    self.replays.push(Pending {
+                        worker: w,
+                        id,
+                        answer,
+                    });
                 }
                 rounds += 1;
                 assert!(rounds < 10_000, "endless I/O round");
@@ -130,8 +156,10 @@ impl World {
     }
 
     fn collect(&mut self, w: usize) {
-        let (now, rand) = (self.now, self.rand);
-        let Some(e) = self.engines.get_mut(w) else { return };
+        let (now, rand) = (self.now_of(w), self.rand);
+        let Some(e) = self.engines.get_mut(w) else {
+            return;
+        };
         let mut n = 0;
         while let Some(ev) = e.poll(now, rand) {
             if trace() {
@@ -179,7 +207,7 @@ impl World {
                 }
             }
         }
-        if !self.asynchronous && !self.damaged {
+        if !self.asynchronous && !self.damaged && !self.skewed {
             for (name, n) in held {
                 assert!(n <= LIMIT, "process holds {n} > {LIMIT} of {name}");
             }
@@ -207,7 +235,11 @@ fuzz_target!(|data: &[u8]| {
     let mode = p.small(4);
     let workers = if mode == 0 { 1 } else { 1 + p.small(3) };
     let shared = SharedConfig {
-        mode: if mode == 3 { config::SyncMode::Async } else { config::SyncMode::Sync },
+        mode: if mode == 3 {
+            config::SyncMode::Async
+        } else {
+            config::SyncMode::Sync
+        },
         sync_ms: match p.small(3) {
             0 if mode != 3 => Some(0),
             1 => Some(20),
@@ -248,6 +280,8 @@ fuzz_target!(|data: &[u8]| {
         pending: Vec::new(),
         replays: Vec::new(),
         damaged: false,
+        skew: vec![0; workers],
+        skewed: false,
     };
     let mut steps = 0;
     while let Some(op) = p.byte() {
@@ -256,8 +290,11 @@ fuzz_target!(|data: &[u8]| {
             break;
         }
         let w = p.small(workers);
-        world.rand = world.rand.wrapping_mul(6364136223846793005).wrapping_add(u64::from(op));
-        let (now, rand) = (world.now, world.rand);
+        world.rand = world
+            .rand
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(u64::from(op));
+        let (now, rand) = (world.now_of(w), world.rand);
         if trace() {
             eprintln!("step {steps}: op {} worker {w} now {}", op % 20, now / MS);
         }
@@ -268,14 +305,38 @@ fuzz_target!(|data: &[u8]| {
             // Back by at most 1 s below the latest time: each engine keeps its clock
             // monotonic, so workers' clocks part by up to that much (below the
             // lease, as workers of one process, which share a clock, never do).
-            3 => world.now = now.saturating_sub((p.small(50) as u64) * MS).max(world.high - 1_000 * MS),
+            3 if p.small(4) != 0 => {
+                world.now = world
+                    .now
+                    .saturating_sub((p.small(50) as u64) * MS)
+                    .max(world.high - 1_000 * MS)
+            }
+            // One worker's clock set apart from the others', from 0.5 s (within the
+            // lease) to a year and to the end of time, either way.
+            3 => {
+                const YEAR: i64 = 365 * 86_400_000 * MS as i64;
+                let by = [
+                    500 * MS as i64,
+                    11_000 * MS as i64,
+                    3_600_000 * MS as i64,
+                    YEAR,
+                    i64::MAX,
+                    0,
+                ][p.small(6)];
+                let by = if p.small(2) == 0 { by } else { -by };
+                world.skew[w] = by;
+                world.skewed |= by.unsigned_abs() > 1_000 * MS;
+            }
             // Keys (new names past max_keys go to the overflow key).
             4 => {
                 for (i, name) in NAMES.iter().enumerate() {
                     let k = world.engines[w].key(world.policy[w], name, now);
                     if trace() {
                         let e = &world.engines[w];
-                        eprintln!("  key {name:?}: {k:?} -> {:?}", k.and_then(|k| e.store_key(k)));
+                        eprintln!(
+                            "  key {name:?}: {k:?} -> {:?}",
+                            k.and_then(|k| e.store_key(k))
+                        );
                     }
                     if let Some(k) = k {
                         let ks = &mut world.keys[w];
@@ -314,6 +375,7 @@ fuzz_target!(|data: &[u8]| {
                 if !world.permits.is_empty() {
                     let (pw, pm) = world.permits.swap_remove(p.small(world.permits.len()));
                     let o = outcome(p.byte().unwrap_or(0));
+                    let now = world.now_of(pw);
                     if let Some(e) = world.engines.get_mut(pw) {
                         let _ = e.complete(pm, o, now, rand);
                     }
@@ -322,6 +384,7 @@ fuzz_target!(|data: &[u8]| {
             10 => {
                 if !world.permits.is_empty() {
                     let (pw, pm) = world.permits.swap_remove(p.small(world.permits.len()));
+                    let now = world.now_of(pw);
                     if let Some(e) = world.engines.get_mut(pw) {
                         if p.byte().unwrap_or(0) % 2 == 0 {
                             e.stop_timer(&pm);
@@ -334,6 +397,7 @@ fuzz_target!(|data: &[u8]| {
             11 => {
                 if !world.tickets.is_empty() {
                     let (tw, t) = world.tickets.swap_remove(p.small(world.tickets.len()));
+                    let now = world.now_of(tw);
                     if let Some(e) = world.engines.get_mut(tw) {
                         let _ = e.cancel_ticket(t, now);
                     }
@@ -344,7 +408,10 @@ fuzz_target!(|data: &[u8]| {
                 let raw = match p.small(3) {
                     0 => p.u64(),
                     1 => world.permits.first().map_or(0, |(_, pm)| pm.id().to_raw()),
-                    _ => world.tickets.first().map_or(7, |(_, t)| t.id().to_raw() ^ 1),
+                    _ => world
+                        .tickets
+                        .first()
+                        .map_or(7, |(_, t)| t.id().to_raw() ^ 1),
                 };
                 let e = &mut world.engines[w];
                 let _ = e.complete(Permit::from_raw(raw), outcome(op), now, rand);
@@ -361,10 +428,14 @@ fuzz_target!(|data: &[u8]| {
                         world.pending.remove(p.small(world.pending.len()));
                     let answer = match p.small(6) {
                         0 => OwnedAnswer::Failed(p.byte().unwrap_or(0).into()),
-                        1 => OwnedAnswer::Found(p.0.get(..p.small(64)).unwrap_or(&[]).to_vec(), p.u64()),
+                        1 => OwnedAnswer::Found(
+                            p.0.get(..p.small(64)).unwrap_or(&[]).to_vec(),
+                            p.u64(),
+                        ),
                         2 => OwnedAnswer::Conflict(None, p.byte().unwrap_or(0) % 2 == 0),
                         _ => answer,
                     };
+                    let now = world.now_of(worker);
                     if let Some(e) = world.engines.get_mut(worker) {
                         e.io_done(id, answer.as_answer(), now, rand);
                     }
@@ -378,6 +449,7 @@ fuzz_target!(|data: &[u8]| {
                 }
                 if !world.replays.is_empty() {
                     let r = &world.replays[p.small(world.replays.len())];
+                    let now = world.now_of(r.worker);
                     if let Some(e) = world.engines.get_mut(r.worker) {
                         e.io_done(r.id, r.answer.as_answer(), now, rand);
                     }
@@ -424,6 +496,7 @@ fuzz_target!(|data: &[u8]| {
                             if !world.fallbacks.is_empty() {
                                 let (fw, f) =
                                     world.fallbacks.swap_remove(p.small(world.fallbacks.len()));
+                                let now = world.now_of(fw);
                                 if let Some(e) = world.engines.get_mut(fw) {
                                     e.finish_fallback(f, op % 2 == 0, now);
                                 }
