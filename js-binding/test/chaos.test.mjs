@@ -13,7 +13,7 @@ import { test } from 'node:test';
 
 import FakeTimers from '@sinonjs/fake-timers';
 import fc from 'fast-check';
-import { CircuitBreaker, SharedStore } from 'fusewire';
+import { CircuitBreaker, Collapser, SharedStore } from 'fusewire';
 
 const CODES = new Set(['EOPENBREAKER', 'ETIMEDOUT', 'ESEMLOCKED', 'ESHUTDOWN', 'ABORT_ERR']);
 
@@ -180,5 +180,139 @@ test('random programs: every call settles, nothing unhandled, slots back, no tim
   await fc.assert(
     fc.asyncProperty(optionsArb, fc.array(opArb, { minLength: 1, maxLength: 60 }), run),
     { numRuns: Number(process.env.CHAOS_RUNS ?? 500) },
+  );
+});
+
+// The same for the Collapser: batch functions that answer, fail, throw, hang (ended
+// by the breaker's timeout), answer with the wrong length or late, batches that open
+// the breaker (with or without a fallback), request loaders made and shut down while
+// their loads wait, clear / clearAll / prime, and the collapser or its breaker shut
+// down while batches run. Every load settles; nothing is unhandled; no timer is left.
+const collapserArb = fc.record({
+  windowMs: fc.constantFrom(0, 5, 20),
+  maxBatchSize: fc.integer({ min: 1, max: 4 }),
+  cache: fc.boolean(),
+  timeout: fc.oneof(fc.constant(false), fc.integer({ min: 5, max: 60 })),
+  volumeThreshold: fc.integer({ min: 0, max: 3 }),
+  fallback: fc.constantFrom('none', 'values', 'throws'),
+});
+
+const collapserOpArb = fc.oneof(
+  {
+    weight: 10,
+    arbitrary: fc.record({
+      load: fc.array(fc.integer({ min: 0, max: 5 }), { minLength: 1, maxLength: 4 }),
+      loader: fc.integer({ min: 0, max: 2 }), // 0: the collapser, else a request loader
+      batch: fc.constantFrom('ok', 'fail', 'throw', 'hang', 'short', 'late'),
+    }),
+  },
+  { weight: 6, arbitrary: fc.record({ tick: fc.integer({ min: 0, max: 80 }) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      call: fc.constantFrom('clear', 'clearAll', 'prime', 'endRequest', 'newRequest'),
+      loader: fc.integer({ min: 0, max: 2 }),
+      key: fc.integer({ min: 0, max: 5 }),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ shutdown: fc.constantFrom('collapser', 'breaker') }) },
+);
+
+async function runCollapser(opts, ops) {
+  const clock = FakeTimers.install({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date', 'performance'] });
+  const unhandled = [];
+  const onUnhandled = (e) => unhandled.push(e);
+  process.on('unhandledRejection', onUnhandled);
+  let c;
+  try {
+    // How the next batch answers (set by the load op that starts it; a hung batch
+    // needs the breaker's timeout, else it answers late).
+    let how = 'ok';
+    c = new Collapser(async (keys) => {
+      const now = how === 'hang' && opts.timeout === false ? 'late' : how;
+      switch (now) {
+        case 'fail': return Promise.reject(new Error('batch failed'));
+        case 'throw': throw new Error('batch threw');
+        case 'hang': return new Promise(() => {});
+        case 'short': return keys.slice(1);
+        case 'late': await new Promise((r) => setTimeout(r, 30)); return keys.map((k) => `v:${k}`);
+        default: return keys.map((k) => (k === 5 ? new Error('no 5') : `v:${k}`));
+      }
+    }, {
+      windowMs: opts.windowMs,
+      maxBatchSize: opts.maxBatchSize,
+      cache: opts.cache,
+      breaker: { timeout: opts.timeout, volumeThreshold: opts.volumeThreshold, resetTimeout: 50 },
+    });
+    if (opts.fallback !== 'none') {
+      c.breaker.fallback((keys) => {
+        if (opts.fallback === 'throws') throw new Error('fallback threw');
+        return keys.map(() => null);
+      });
+    }
+    const loaders = [c, c.forRequest({ n: 1 }), c.forRequest({ n: 2 })];
+    const loads = [];
+    for (const op of ops) {
+      if (op.load !== undefined) {
+        how = op.batch;
+        const l = loaders[op.loader];
+        for (const k of op.load) {
+          const rec = { settled: false, op };
+          let p;
+          try {
+            p = l.load(k);
+          } catch (e) {
+            p = Promise.reject(e);
+          }
+          p.then(() => { rec.settled = true; }, (e) => { rec.settled = true; rec.error = e; });
+          loads.push(rec);
+        }
+      } else if (op.tick !== undefined) {
+        await clock.tickAsync(op.tick);
+      } else if (op.call !== undefined) {
+        const l = loaders[op.loader];
+        try {
+          if (op.call === 'endRequest') {
+            if (l !== c) l.shutdown();
+          } else if (op.call === 'newRequest') {
+            if (op.loader !== 0) loaders[op.loader] = c.forRequest({ n: op.loader });
+          } else if (op.call === 'prime') {
+            l.prime(op.key, `primed:${op.key}`);
+          } else if (op.call === 'clear') {
+            l.clear(op.key);
+          } else {
+            l.clearAll();
+          }
+        } catch (e) {
+          // A request loader of a shut-down collapser is refused (ESHUTDOWN).
+          checkError(e, op.call);
+          assert.equal(e.code, 'ESHUTDOWN', `${op.call}: ${e.message}`);
+        }
+      } else if (op.shutdown === 'collapser') {
+        c.shutdown();
+      } else {
+        c.breaker.shutdown();
+      }
+    }
+    await clock.tickAsync(5_000);
+    const open = loads.filter((l) => !l.settled);
+    assert.deepEqual(open.map((l) => l.op), [], 'every load settles');
+    loads.forEach((l, i) => l.error === undefined || checkError(l.error, `load ${i}`));
+    for (const l of loaders) if (l !== c) l.shutdown();
+    c.shutdown();
+    await clock.tickAsync(1);
+    assert.equal(clock.countTimers(), 0, 'a shut-down collapser leaves no timer');
+    assert.deepEqual(unhandled, [], 'nothing unhandled');
+  } finally {
+    c?.shutdown();
+    process.off('unhandledRejection', onUnhandled);
+    clock.uninstall();
+  }
+}
+
+test('Collapser random programs: every load settles, nothing unhandled, no timer left', async () => {
+  await fc.assert(
+    fc.asyncProperty(collapserArb, fc.array(collapserOpArb, { minLength: 1, maxLength: 40 }), runCollapser),
+    { numRuns: Number(process.env.CHAOS_RUNS ?? 300) },
   );
 });
