@@ -202,7 +202,7 @@ fn step() -> impl Strategy<Value = Step> {
 /// Whether Envoy holds the request's body back from the filter for good: an upload
 /// under `admit_after_body` without `allow_on_headers_stop_iteration` (documented:
 /// it waits until a timeout ends it).
-fn held(s: &Shape, stop_iteration: bool) -> bool {
+fn kept_back(s: &Shape, stop_iteration: bool) -> bool {
     !stop_iteration && matches!(s.path, 0 | 1 | 5) && s.body != 0
 }
 
@@ -311,7 +311,7 @@ fn run(
             } => {
                 at += after_ms * MS;
                 let id = h.submit_at(at, *worker, request(req), upstream(reply));
-                ids.push((id, held(req, stop_iteration)));
+                ids.push((id, kept_back(req, stop_iteration)));
             }
             Step::Burst {
                 worker,
@@ -320,13 +320,14 @@ fn run(
                 gap_ms,
                 then,
             } => {
-                let held = held(req, stop_iteration);
+                let back = kept_back(req, stop_iteration);
                 for r in first {
-                    ids.push((h.submit_at(at, *worker, request(req), upstream(r)), held));
+                    let id = h.submit_at(at, *worker, request(req), upstream(r));
+                    ids.push((id, back));
                 }
                 for r in then {
                     let id = h.submit_at(at + gap_ms * MS, *worker, request(req), upstream(r));
-                    ids.push((id, held));
+                    ids.push((id, back));
                 }
             }
             Step::Run(ms) => {
@@ -344,7 +345,7 @@ fn run(
             }
         }
     }
-    // Every stream ends within the idle timeout's reach.
+    // Every stream ends (the stream idle timeout, 5 s, ends any left paused).
     prop_assert!(
         h.run_until_idle(Duration::from_secs(60)),
         "streams still in flight"
@@ -356,16 +357,16 @@ fn run(
     // gauges), no key holds a slot.
     h.run_for(Duration::from_millis(200));
     let stats = h.stats_text();
-    let held: Vec<&str> = stats
+    let leaked: Vec<&str> = stats
         .lines()
         .filter(|l| l.contains(".in_flight: ") && !l.ends_with(": 0"))
         .collect();
-    prop_assert!(held.is_empty(), "slots held at rest: {held:?}");
+    prop_assert!(leaked.is_empty(), "slots held at rest: {leaked:?}");
     let mut tags = BTreeSet::new();
     if stats.contains(".in_flight: ") {
         tags.insert("in_flight".into());
     }
-    for (id, held) in ids {
+    for (id, back) in ids {
         let r = h.record(id).expect("every request has a record");
         if let Some(tag) = r
             .response_headers
@@ -381,7 +382,7 @@ fn run(
             r.code_details
         );
         prop_assert!(
-            r.outcome != Outcome::IdleTimeout || held && !r.sent_upstream,
+            r.outcome != Outcome::IdleTimeout || back && !r.sent_upstream,
             "request {id} was left paused in the filter: {r:?}"
         );
     }
@@ -403,8 +404,8 @@ proptest! {
 
 /// The programs reach what they are meant to test: over 60 programs from a fixed
 /// seed, clients get every kind of reply the filter makes, and the slot check has
-/// gauges to read (in a run of 100, the
-/// rarest were stale copies in 16 programs and collapsed replies in 36).
+/// gauges to read (in a run of 100, the rarest were stale copies, in 16 programs,
+/// and collapsed replies, in 36).
 #[test]
 fn random_traffic_reaches_every_reply() {
     use proptest::strategy::ValueTree;
