@@ -818,6 +818,7 @@ enum Op {
     CancelLead { caller: usize },
     CancelWait { caller: usize },
     Advance { ms: u16 },
+    Jump { to: u8 },
     Poll,
     OpenScope,
     CloseScope { scope: usize },
@@ -834,6 +835,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(|caller| Op::CancelLead { caller }),
         2 => any::<usize>().prop_map(|caller| Op::CancelWait { caller }),
         2 => (0..300u16).prop_map(|ms| Op::Advance { ms }),
+        1 => (0..5u8).prop_map(|to| Op::Jump { to }),
         2 => Just(Op::Poll),
         1 => Just(Op::OpenScope),
         1 => any::<usize>().prop_map(|scope| Op::CloseScope { scope }),
@@ -965,6 +967,9 @@ proptest! {
         let mut m = Model::default();
         let mut scopes = vec![ScopeId::GLOBAL];
         let mut now = T0;
+        // The latest time so far: a clock stepping back counts as no time passing,
+        // so what is due waits until the clock is past it again.
+        let mut high = T0;
         let drain = |c: &mut RequestCache, m: &mut Model, now: u64| {
             while let Some(ev) = c.poll(now) {
                 m.event(ev);
@@ -1022,7 +1027,16 @@ proptest! {
                         m.waits.push((who, Wait::from_raw(id.to_raw())));
                     }
                 }
-                Op::Advance { ms } => now += u64::from(ms) * MS,
+                Op::Advance { ms } => now = now.saturating_add(u64::from(ms) * MS),
+                Op::Jump { to } => {
+                    now = match to {
+                        0 => now / 2,
+                        1 => now.saturating_add(365 * 86_400_000 * MS),
+                        2 => u64::MAX / 2,
+                        3 => u64::MAX - 1_000 * MS,
+                        _ => u64::MAX,
+                    };
+                }
                 Op::Poll => drain(&mut c, &mut m, now),
                 Op::OpenScope => {
                     if let Some(s) = c.open_scope() {
@@ -1048,6 +1062,7 @@ proptest! {
                 }
                 _ => {}
             }
+            high = high.max(now);
             check_bounds(&c);
         }
         // Settle everything left: leads finish (some fail), then time runs out.
@@ -1061,7 +1076,7 @@ proptest! {
                 m.finish(who, "own result");
             }
             drain(&mut c, &mut m, now);
-            now += 20_000 * MS;
+            now = now.max(high).saturating_add(20_000 * MS);
             drain(&mut c, &mut m, now);
             round += 1;
             prop_assert!(round < 1_000, "settles");

@@ -422,6 +422,7 @@ enum Op {
     Add { scope: usize, key: u8 },
     Cancel { item: usize },
     Advance { ms: u8 },
+    Jump { to: u8 },
     Poll,
     Complete { batch: usize, index: u8, ok: bool },
     Fail { batch: usize },
@@ -435,6 +436,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (0..3usize, 0..4u8).prop_map(|(scope, key)| Op::Add { scope, key }),
         2 => any::<usize>().prop_map(|item| Op::Cancel { item }),
         3 => (0..15u8).prop_map(|ms| Op::Advance { ms }),
+        1 => (0..5u8).prop_map(|to| Op::Jump { to }),
         3 => Just(Op::Poll),
         4 => (any::<usize>(), 0..8u8, any::<bool>()).prop_map(|(batch, index, ok)| Op::Complete { batch, index, ok }),
         1 => any::<usize>().prop_map(|batch| Op::Fail { batch }),
@@ -462,6 +464,9 @@ proptest! {
         let mut done: HashMap<ItemId, &'static str> = HashMap::new();
         let mut added: HashSet<ItemId> = HashSet::new();
         let mut now = T0;
+        // The latest time so far: a clock stepping back counts as no time passing,
+        // so what is due waits until the clock is past it again.
+        let mut high = T0;
         let finish = |done: &mut HashMap<ItemId, &'static str>, waiting: &mut Vec<ItemId>, item: ItemId, how: &'static str| {
             if let Some(prev) = done.insert(item, how) {
                 panic!("{item:?} got two results: {prev} and {how}");
@@ -482,7 +487,16 @@ proptest! {
                     prop_assert!(c.cancel(i));
                     finish(&mut done, &mut waiting, i, "cancelled");
                 }
-                Op::Advance { ms } => now += u64::from(ms) * MS,
+                Op::Advance { ms } => now = now.saturating_add(u64::from(ms) * MS),
+                Op::Jump { to } => {
+                    now = match to {
+                        0 => now / 2,
+                        1 => now.saturating_add(365 * 86_400_000 * MS),
+                        2 => u64::MAX / 2,
+                        3 => u64::MAX - 1_000 * MS,
+                        _ => u64::MAX,
+                    };
+                }
                 Op::Poll => {
                     while let Some(b) = c.poll(now) {
                         let items = c.items(b);
@@ -530,9 +544,10 @@ proptest! {
             }
             prop_assert!(c.stats().items <= max_items);
             prop_assert_eq!(c.stats().items as usize, waiting.len());
+            high = high.max(now);
         }
         // Time runs out: every batch is flushed and failed.
-        now += 1_000 * MS;
+        now = high.saturating_add(1_000 * MS);
         while let Some(b) = c.poll(now) {
             batches.push(b);
         }
