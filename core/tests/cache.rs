@@ -10,6 +10,8 @@ use fusewire_core::config::{CacheConfig, LeaderFailure};
 use fusewire_core::{Config, Engine, EventKind, Outcome, RequestCache, Start};
 use proptest::prelude::*;
 
+mod common;
+
 const MS: u64 = 1_000_000;
 const T0: u64 = 1_000 * MS;
 const G: ScopeId = ScopeId::GLOBAL;
@@ -1028,15 +1030,7 @@ proptest! {
                     }
                 }
                 Op::Advance { ms } => now = now.saturating_add(u64::from(ms) * MS),
-                Op::Jump { to } => {
-                    now = match to {
-                        0 => now / 2,
-                        1 => now.saturating_add(365 * 86_400_000 * MS),
-                        2 => u64::MAX / 2,
-                        3 => u64::MAX - 1_000 * MS,
-                        _ => u64::MAX,
-                    };
-                }
+                Op::Jump { to } => now = common::jump(now, to),
                 Op::Poll => drain(&mut c, &mut m, now),
                 Op::OpenScope => {
                     if let Some(s) = c.open_scope() {

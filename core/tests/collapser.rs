@@ -8,6 +8,8 @@ use fusewire_core::config::CollapserConfig;
 use fusewire_core::{Collapser, Config, Engine, EventKind, Outcome, Phase, Start};
 use proptest::prelude::*;
 
+mod common;
+
 const MS: u64 = 1_000_000;
 const T0: u64 = 1_000 * MS;
 const G: ScopeId = ScopeId::GLOBAL;
@@ -488,15 +490,7 @@ proptest! {
                     finish(&mut done, &mut waiting, i, "cancelled");
                 }
                 Op::Advance { ms } => now = now.saturating_add(u64::from(ms) * MS),
-                Op::Jump { to } => {
-                    now = match to {
-                        0 => now / 2,
-                        1 => now.saturating_add(365 * 86_400_000 * MS),
-                        2 => u64::MAX / 2,
-                        3 => u64::MAX - 1_000 * MS,
-                        _ => u64::MAX,
-                    };
-                }
+                Op::Jump { to } => now = common::jump(now, to),
                 Op::Poll => {
                     while let Some(b) = c.poll(now) {
                         let items = c.items(b);

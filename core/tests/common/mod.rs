@@ -11,6 +11,19 @@ use fusewire_core::*;
 pub const MS: u64 = 1_000_000;
 pub const T0: u64 = 1_000_000 * MS;
 
+/// A host clock gone wrong, for the time-jump ops of the model proptests: back by
+/// half (`to` 0), a year ahead (1), to 2^63 (2), a second before the end of time
+/// (3), or to its end.
+pub fn jump(now: u64, to: u8) -> u64 {
+    match to {
+        0 => now / 2,
+        1 => now.saturating_add(365 * 86_400_000 * MS),
+        2 => u64::MAX / 2,
+        3 => u64::MAX - 1_000 * MS,
+        _ => u64::MAX,
+    }
+}
+
 /// Where keys keep their state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
