@@ -80,13 +80,41 @@ function checkError(e, where) {
   if (CircuitBreaker.isOurError(e)) assert.ok(CODES.has(e.code), `${where}: code ${e.code}`);
 }
 
-async function run(opts, ops) {
+/**
+ * Runs `program(clock, shutdowns)` on sinon's fake clock, then runs what the program
+ * pushed on `shutdowns` (last first) and checks that nothing is left: no timer, no
+ * unhandled rejection.
+ */
+async function onFakeClock(program) {
   const clock = FakeTimers.install({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date', 'performance'] });
   const unhandled = [];
   const onUnhandled = (e) => unhandled.push(e);
   process.on('unhandledRejection', onUnhandled);
-  const bs = [];
+  const shutdowns = [];
+  const shutAll = () => { for (const s of [...shutdowns].reverse()) s(); };
   try {
+    await program(clock, shutdowns);
+    shutAll();
+    await clock.tickAsync(1);
+    assert.equal(clock.countTimers(), 0, 'what was shut down leaves no timer');
+    assert.deepEqual(unhandled, [], 'nothing unhandled');
+  } finally {
+    shutAll();
+    process.off('unhandledRejection', onUnhandled);
+    clock.uninstall();
+  }
+}
+
+/** Follows `promise`: the record says whether it settled, and with what error. */
+function watch(promise, op) {
+  const rec = { settled: false, op };
+  promise.then(() => { rec.settled = true; }, (e) => { rec.settled = true; rec.error = e; });
+  return rec;
+}
+
+async function run(opts, ops) {
+  await onFakeClock(async (clock, shutdowns) => {
+    const bs = [];
     const options = {
       timeout: opts.timeout,
       resetTimeout: opts.resetTimeout,
@@ -132,6 +160,7 @@ async function run(opts, ops) {
         });
       }
       bs.push(b);
+      shutdowns.push(() => b.shutdown());
     }
     const capacity = bs[0].semaphore.count;
     const calls = [];
@@ -150,9 +179,7 @@ async function run(opts, ops) {
         } else {
           p = b.fire(how, op.key, op.ms);
         }
-        const call = { settled: false, op };
-        p.then(() => { call.settled = true; }, (e) => { call.settled = true; call.error = e; });
-        calls.push(call);
+        calls.push(watch(p, op));
       } else if (op.tick !== undefined) {
         await clock.tickAsync(op.tick);
       } else {
@@ -165,15 +192,7 @@ async function run(opts, ops) {
     assert.deepEqual(open.map((c) => c.op), [], 'every call settles');
     calls.forEach((c, i) => c.error === undefined || checkError(c.error, `call ${i}`));
     for (const b of bs) assert.equal(b.semaphore.count, capacity, 'every bulkhead slot is back');
-    for (const b of bs) b.shutdown();
-    await clock.tickAsync(1);
-    assert.equal(clock.countTimers(), 0, 'a shut-down breaker leaves no timer');
-    assert.deepEqual(unhandled, [], 'nothing unhandled');
-  } finally {
-    for (const b of bs) b.shutdown();
-    process.off('unhandledRejection', onUnhandled);
-    clock.uninstall();
-  }
+  });
 }
 
 test('random programs: every call settles, nothing unhandled, slots back, no timer left', async () => {
@@ -219,16 +238,11 @@ const collapserOpArb = fc.oneof(
 );
 
 async function runCollapser(opts, ops) {
-  const clock = FakeTimers.install({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date', 'performance'] });
-  const unhandled = [];
-  const onUnhandled = (e) => unhandled.push(e);
-  process.on('unhandledRejection', onUnhandled);
-  let c;
-  try {
+  await onFakeClock(async (clock, shutdowns) => {
     // How the next batch answers (set by the load op that starts it; a hung batch
     // needs the breaker's timeout, else it answers late).
     let how = 'ok';
-    c = new Collapser(async (keys) => {
+    const c = new Collapser(async (keys) => {
       const now = how === 'hang' && opts.timeout === false ? 'late' : how;
       switch (now) {
         case 'fail': return Promise.reject(new Error('batch failed'));
@@ -250,22 +264,22 @@ async function runCollapser(opts, ops) {
         return keys.map(() => null);
       });
     }
+    shutdowns.push(() => c.shutdown());
     const loaders = [c, c.forRequest({ n: 1 }), c.forRequest({ n: 2 })];
+    for (const l of loaders.slice(1)) shutdowns.push(() => l.shutdown());
     const loads = [];
     for (const op of ops) {
       if (op.load !== undefined) {
         how = op.batch;
         const l = loaders[op.loader];
         for (const k of op.load) {
-          const rec = { settled: false, op };
           let p;
           try {
             p = l.load(k);
           } catch (e) {
             p = Promise.reject(e);
           }
-          p.then(() => { rec.settled = true; }, (e) => { rec.settled = true; rec.error = e; });
-          loads.push(rec);
+          loads.push(watch(p, op));
         }
       } else if (op.tick !== undefined) {
         await clock.tickAsync(op.tick);
@@ -275,7 +289,11 @@ async function runCollapser(opts, ops) {
           if (op.call === 'endRequest') {
             if (l !== c) l.shutdown();
           } else if (op.call === 'newRequest') {
-            if (op.loader !== 0) loaders[op.loader] = c.forRequest({ n: op.loader });
+            if (op.loader !== 0) {
+              const l2 = c.forRequest({ n: op.loader });
+              loaders[op.loader] = l2;
+              shutdowns.push(() => l2.shutdown());
+            }
           } else if (op.call === 'prime') {
             l.prime(op.key, `primed:${op.key}`);
           } else if (op.call === 'clear') {
@@ -298,16 +316,7 @@ async function runCollapser(opts, ops) {
     const open = loads.filter((l) => !l.settled);
     assert.deepEqual(open.map((l) => l.op), [], 'every load settles');
     loads.forEach((l, i) => l.error === undefined || checkError(l.error, `load ${i}`));
-    for (const l of loaders) if (l !== c) l.shutdown();
-    c.shutdown();
-    await clock.tickAsync(1);
-    assert.equal(clock.countTimers(), 0, 'a shut-down collapser leaves no timer');
-    assert.deepEqual(unhandled, [], 'nothing unhandled');
-  } finally {
-    c?.shutdown();
-    process.off('unhandledRejection', onUnhandled);
-    clock.uninstall();
-  }
+  });
 }
 
 test('Collapser random programs: every load settles, nothing unhandled, no timer left', async () => {
