@@ -176,6 +176,22 @@ describe('cache', () => {
     t.shutdown();
   });
 
+
+  test('every distinct string key keeps its own entry: ASCII up to 64 characters and longer, accented, astral, lone surrogates (found by this test: UTF-8 has no lone surrogate, and \'\\ud800\' and \'\\udc00\' were one key)', async () => {
+    const { b, calls } = counted({ cache: true, cacheGetKey: (x) => x });
+    const long = 'k'.repeat(64);
+    const keys = [
+      'e', 'é', 'e\u0301', long, `${long}x`, `${long}y`, `${long}é`, `${'é'.repeat(40)}`, `${'é'.repeat(40)}e`,
+      '😀', '😁', `a${'😀'.repeat(30)}`, '\ud800', '\udc00', 'a\u007f', 'a\u0080', '',
+    ];
+    for (const k of keys) await b.fire(k);
+    assert.equal(calls.length, keys.length, 'each key ran once');
+    for (const [i, k] of keys.entries()) {
+      assert.equal(await b.fire(k), `v:${k}:${i + 1}`, `key ${JSON.stringify(k)} is served its own result`);
+    }
+    assert.equal(calls.length, keys.length, 'then every one was a hit');
+    b.shutdown();
+  });
   test('stats read in a custom transport\'s cacheMiss and cacheHit listeners count that event (found by review: one behind)', async () => {
     const map = new Map();
     const transport = { get: (k) => map.get(k), set: (k, v) => map.set(k, v), flush: () => map.clear() };

@@ -306,7 +306,9 @@ describe('Collapser', () => {
   // Found by review (DataLoader parity).
   test('keys of different types never share a result; cacheKeyFn may return a number', async () => {
     const { c, batches } = loader({ windowMs: 0 });
-    const keys = [1, '1', NaN, 'null', Infinity, 1n, '1n', true, 'true'];
+    // Lone surrogates too: UTF-8 has none (found by a test: '\ud800', '\udc00' and
+    // '\ufffd' were one key).
+    const keys = [1, '1', NaN, 'null', Infinity, 1n, '1n', true, 'true', '\ud800', '\udc00', '\ufffd', 'é', 'e\u0301'];
     const got = await Promise.all(keys.map((k) => c.load(k)));
     assert.deepEqual(got, keys.map((k) => `v:${String(k)}`));
     assert.equal(batches[0].length, keys.length, 'every key sent');

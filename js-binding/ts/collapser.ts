@@ -229,7 +229,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   private readonly _items = new ById<Item<K, V>>();
   private readonly _waits = new ById<Wait<K, V>>();
   /** The leading item of each cache lead in flight. */
-  private readonly _leads = new Map<number, Item<K, V>>();
+  private readonly _leads = new ById<Item<K, V>>();
   /** Cached results by entry id: the value, or the Error of a failed load. */
   private readonly _payloads = new ById<{ ok: boolean; value: unknown }>();
   private _flushQueued = false;
