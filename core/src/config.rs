@@ -795,6 +795,22 @@ impl ConfigError {
     }
 }
 
+/// A setting that is valid but does not do what it seems to (hosts log it at warn
+/// level and go on): the field path and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// Dotted path of the field, as in [`ConfigError`].
+    pub path: &'static str,
+    /// What it does instead, and what to set.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.reason)
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.path.is_empty() {
@@ -1066,6 +1082,38 @@ impl Config {
             c.validate().map_err(|e| e.within("collapser"))?;
         }
         Ok(())
+    }
+
+    /// Settings that validate but do not do what they seem to: a queue capped below
+    /// its `max_queue`, a slow-call rule no call can meet, probes given up before
+    /// their own deadline. Empty for the defaults.
+    pub fn warnings(&self) -> Vec<ConfigWarning> {
+        let mut out = Vec::new();
+        let mut warn = |path, reason| out.push(ConfigWarning { path, reason });
+        if let Some(p) = &self.bulkhead {
+            if p.isolation == Isolation::Pool && p.queue_rejection_threshold < p.max_queue {
+                warn(
+                    "bulkhead.max_queue",
+                    "queue_rejection_threshold caps the queue below it (Hystrix's default 5): set both",
+                );
+            }
+        }
+        let (b, e) = (&self.breaker, &self.execution);
+        if e.timeout_enabled {
+            if b.slow_call.enabled && b.slow_call.duration_threshold_ms > e.timeout_ms {
+                warn(
+                    "breaker.slow_call.duration_threshold_ms",
+                    "above execution.timeout_ms, at which a call times out: no call can be slow",
+                );
+            }
+            if b.mode.runs_state_machine() && b.half_open.probe_timeout_ms < e.timeout_ms {
+                warn(
+                    "breaker.half_open.probe_timeout_ms",
+                    "below execution.timeout_ms: a probe still running then reopens the breaker, though it may yet succeed",
+                );
+            }
+        }
+        out
     }
 }
 

@@ -70,7 +70,7 @@ pub use breaker::{BreakerState, Pass, Phase, ShortCircuit, Transition, Transitio
 pub use cache::RequestCache;
 pub use circuit::{Circuit, CircuitBreaker, Snapshot};
 pub use collapser::Collapser;
-pub use config::{CacheConfig, CollapserConfig, Config, ConfigError, SharedConfig};
+pub use config::{CacheConfig, CollapserConfig, Config, ConfigError, ConfigWarning, SharedConfig};
 pub use engine::{
     CallId, Cause, Completion, Engine, Event, FallbackPermit, KeyId, Permit, PolicyId, Refusal,
     Start, Ticket,
