@@ -676,6 +676,25 @@ impl Plugin {
             policies,
         })
     }
+
+    /// Settings that validate but do not do what they seem to, each as `path: why`
+    /// (logged at warn on configure): the core's, per policy, and a policy that never
+    /// applies because an earlier one matches every request it would.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, p) in self.policies.iter().enumerate() {
+            for w in p.core.warnings() {
+                out.push(format!("policies[{i}].{w}"));
+            }
+            let first = self.policies.get(..i).unwrap_or_default();
+            if let Some(j) = first.iter().position(|q| q.matcher.covers(&p.matcher)) {
+                out.push(format!(
+                    "policies[{i}].match: never applies: policies[{j}] comes first and matches every request it would"
+                ));
+            }
+        }
+        out
+    }
 }
 
 fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, ConfigError> {
@@ -1034,6 +1053,34 @@ mod tests {
 
     fn parse(s: &str) -> Result<Plugin, ConfigError> {
         Plugin::parse(s.as_bytes())
+    }
+
+    #[test]
+    fn warnings_name_a_policy_that_never_applies_and_the_core_settings_per_policy() {
+        let p = parse(
+            r#"{"policies":[
+                {"name":"orders","match":{"cluster":"orders","method":["GET","POST"]}},
+                {"name":"orders-get","match":{"cluster":"orders","method":"GET","path_prefix":"/v2"}},
+                {"name":"queued","match":{"cluster":"users"},
+                 "bulkhead":{"isolation":"pool","max_queue":50}},
+                {"name":"all"},
+                {"name":"late","match":{"cluster":"users"}}
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            p.warnings(),
+            [
+                "policies[1].match: never applies: policies[0] comes first and matches every request it would",
+                "policies[2].bulkhead.max_queue: queue_rejection_threshold caps the queue below it (Hystrix's default 5): set both",
+                "policies[4].match: never applies: policies[2] comes first and matches every request it would",
+            ]
+        );
+        let example = std::fs::read("../examples/fusewire.json").unwrap();
+        assert!(
+            Plugin::parse(&example).unwrap().warnings().is_empty(),
+            "the example config"
+        );
     }
 
     /// Found by review: 10 000 keys of 1 000 buckets each (≈ 2.6 GiB) or stale stores

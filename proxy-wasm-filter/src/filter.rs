@@ -1780,6 +1780,9 @@ impl Root {
                 return false;
             }
         };
+        for w in plugin.warnings() {
+            host::log(Level::Warn, &format!("fusewire: {w}"));
+        }
         let (tick, n) = (
             plugin.tick_ms.min(u64::from(u32::MAX)) as u32,
             plugin.policies.len(),

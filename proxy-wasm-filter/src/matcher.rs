@@ -89,6 +89,39 @@ impl Matcher {
         }
         true
     }
+
+    /// Whether every request `later` matches, this matches too (so a policy with
+    /// `later` placed after one with this never applies). Conservative: false
+    /// where it cannot tell.
+    pub fn covers(&self, later: &Matcher) -> bool {
+        fn list(mine: &[String], theirs: &[String], by: &dyn Fn(&str, &str) -> bool) -> bool {
+            mine.is_empty()
+                || (!theirs.is_empty() && theirs.iter().all(|t| mine.iter().any(|m| by(m, t))))
+        }
+        // A later pattern read as a literal name: if it matches the earlier one, so
+        // does every name it stands for (its `*`s fall inside the earlier `*`s).
+        list(&self.methods, &later.methods, &|m, t| m == t)
+            && list(&self.path_prefixes, &later.path_prefixes, &|m, t| {
+                t.starts_with(m)
+            })
+            && list(&self.routes, &later.routes, &glob)
+            && list(&self.clusters, &later.clusters, &glob)
+            && self.headers.iter().all(|(name, mine)| {
+                later.headers.iter().any(|(n, theirs)| {
+                    n == name
+                        && match (mine, theirs) {
+                            (HeaderCond::Present(a), HeaderCond::Present(b)) => a == b,
+                            (HeaderCond::Present(true), _) => true,
+                            (HeaderCond::Exact(a), HeaderCond::Exact(b)) => a == b,
+                            (
+                                HeaderCond::Prefix(a),
+                                HeaderCond::Exact(b) | HeaderCond::Prefix(b),
+                            ) => b.starts_with(a.as_str()),
+                            _ => false,
+                        }
+                })
+            })
+    }
 }
 
 /// Whether `name` matches `pattern`, where each `*` stands for any run of characters
@@ -323,6 +356,132 @@ pub(crate) mod tests {
         other_cluster.headers.insert("x-tier".into(), "gold".into());
         assert!(!m.matches(&mut other_cluster));
         assert!(Matcher::default().matches(&mut view("PUT", "/", "x")));
+    }
+
+    #[test]
+    fn an_earlier_matcher_covers_a_later_one_only_when_it_matches_all_it_would() {
+        let m = |json: &str| {
+            crate::config::Plugin::parse(
+                format!(r#"{{"policies":[{{"name":"p","match":{json}}}]}}"#).as_bytes(),
+            )
+            .map(|p| p.policies[0].matcher.clone())
+            .unwrap()
+        };
+        let all = Matcher::default();
+        let gets = m(r#"{"method":"GET"}"#);
+        let orders = m(r#"{"method":["GET","POST"],"path_prefix":"/orders"}"#);
+        let orders_get = m(r#"{"method":"GET","path_prefix":"/orders/v2","cluster":"orders"}"#);
+        let subsets = m(r#"{"cluster":"outbound|9080|*|reviews"}"#);
+        let v1 = m(r#"{"cluster":["outbound|9080|v1|reviews"]}"#);
+        let gold = m(r#"{"headers":[{"name":"x-tier","prefix":"go"}]}"#);
+        let gold_exact =
+            m(r#"{"headers":[{"name":"x-tier","exact":"gold"},{"name":"x-a","present":false}]}"#);
+        let tiered = m(r#"{"headers":[{"name":"x-tier","present":true}]}"#);
+        for (a, b, want) in [
+            (&all, &gets, true),
+            (&gets, &all, false),
+            (&orders, &orders_get, true),
+            (&orders_get, &orders, false),
+            (&gets, &orders, false),
+            (&subsets, &v1, true),
+            (&v1, &subsets, false),
+            (&tiered, &gold, true),
+            (&gold, &gold_exact, true),
+            (&gold_exact, &gold, false),
+            (&gold, &tiered, false),
+            (&gold, &all, false),
+        ] {
+            assert_eq!(a.covers(b), want, "{a:?} covers {b:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2_000))]
+        /// Soundness: if `a` covers `b`, every request `b` matches, `a` matches.
+        #[test]
+        fn covers_never_claims_a_request_the_earlier_matcher_misses(
+            a in arb_matcher(), b in arb_matcher(), reqs in proptest::collection::vec(arb_request(), 1..24)
+        ) {
+            if a.covers(&b) {
+                for (method, path, route, cluster, tier) in reqs {
+                    let mut v = MapView::default();
+                    v.headers.insert(":method".into(), method.into());
+                    v.headers.insert(":path".into(), path.into());
+                    if let Some(t) = tier {
+                        v.headers.insert("x-tier".into(), t.into());
+                    }
+                    v.route = route.map(Into::into);
+                    v.cluster = cluster.map(Into::into);
+                    if b.matches(&mut v) {
+                        proptest::prop_assert!(a.matches(&mut v), "{a:?} covers {b:?}, misses {:?}", v.headers);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Half the time empty (any), so that one matcher often covers another.
+    fn pick(
+        from: &'static [&'static str],
+    ) -> impl proptest::strategy::Strategy<Value = Vec<String>> {
+        proptest::prop_oneof![
+            proptest::strategy::Just(Vec::new()),
+            proptest::collection::vec(proptest::sample::select(from).prop_map(String::from), 1..3),
+        ]
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    fn arb_matcher() -> impl proptest::strategy::Strategy<Value = Matcher> {
+        let cond = proptest::prop_oneof![
+            proptest::sample::select(&["", "g", "go", "gold", "s"][..])
+                .prop_map(|v| HeaderCond::Exact(v.into())),
+            proptest::sample::select(&["", "g", "go", "gold", "s"][..])
+                .prop_map(|v| HeaderCond::Prefix(v.into())),
+            proptest::bool::ANY.prop_map(HeaderCond::Present),
+        ];
+        (
+            pick(&["GET", "POST"]),
+            pick(&["/", "/a", "/ab", "/b"]),
+            pick(&["r", "r*", "*", "r1", "*1"]),
+            pick(&["c", "c*", "*", "c|*|x", "c|1|x"]),
+            proptest::collection::vec(cond, 0..2),
+        )
+            .prop_map(
+                |(methods, path_prefixes, routes, clusters, conds)| Matcher {
+                    methods,
+                    path_prefixes,
+                    routes,
+                    clusters,
+                    headers: conds
+                        .into_iter()
+                        .map(|c| ("x-tier".to_string(), c))
+                        .collect(),
+                },
+            )
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn arb_request() -> impl proptest::strategy::Strategy<
+        Value = (
+            &'static str,
+            &'static str,
+            Option<&'static str>,
+            Option<&'static str>,
+            Option<&'static str>,
+        ),
+    > {
+        (
+            proptest::sample::select(&["GET", "POST", "PUT"][..]),
+            proptest::sample::select(&["/", "/a", "/ab", "/abc", "/b", "/c"][..]),
+            proptest::option::of(proptest::sample::select(&["r", "r1", "rr1", "x1", ""][..])),
+            proptest::option::of(proptest::sample::select(
+                &["c", "c|1|x", "c|2|x", "c||x", "d"][..],
+            )),
+            proptest::option::of(proptest::sample::select(
+                &["", "g", "go", "gold", "golden", "s"][..],
+            )),
+        )
     }
 
     #[test]

@@ -736,6 +736,49 @@ fn invalid_config_is_rejected_with_field_path() {
     );
 }
 
+/// A valid config that does not do what it seems to is accepted, and every worker
+/// says why at warn level: a policy placed after one that matches all it would, and
+/// the core's warnings per policy.
+#[test]
+fn config_warnings_are_logged_at_warn_by_every_worker() {
+    let json = r#"{"policies":[
+        {"name":"all","bulkhead":{"isolation":"pool","max_queue":20}},
+        {"name":"svc","match":{"cluster":"backend"}}]}"#;
+    let h = harness(CasMode::Envoy, json);
+    let warned = |what: &str| {
+        h.logs()
+            .iter()
+            .filter(|l| l.level == 3 && l.message.starts_with(&format!("fusewire: {what}")))
+            .map(|l| l.vm.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let said = [
+        "policies[0].bulkhead.max_queue: queue_rejection_threshold caps the queue below it",
+        "policies[1].match: never applies: policies[0] comes first",
+    ];
+    for what in said {
+        let vms = warned(what);
+        assert!(
+            (0..4).all(|i| vms.contains(&format!("worker-{i}"))),
+            "{what}: {vms:?} in {:?}",
+            h.logs()
+        );
+    }
+    assert!(
+        h.logs().iter().filter(|l| l.level == 3).all(|l| said
+            .iter()
+            .any(|w| l.message.starts_with(&format!("fusewire: {w}")))),
+        "and nothing else: {:?}",
+        h.logs()
+    );
+    let quiet = harness(CasMode::Envoy, &config(None));
+    assert!(
+        !quiet.logs().iter().any(|l| l.level == 3),
+        "the tests' usual config draws none: {:?}",
+        quiet.logs()
+    );
+}
+
 #[test]
 fn corrupt_shared_state_is_logged_and_reset() {
     let mut h = harness(CasMode::Envoy, &config(None));
