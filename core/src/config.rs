@@ -796,18 +796,46 @@ impl ConfigError {
 }
 
 /// A setting that is valid but does not do what it seems to (hosts log it at warn
-/// level and go on): the field path and why.
+/// level and go on). A host without room for the words takes the kind alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConfigWarning {
+pub enum ConfigWarning {
+    /// `queue_rejection_threshold` caps the wait queue below `max_queue`.
+    QueueCapped,
+    /// The slow-call threshold is above the call timeout: no call can be slow.
+    SlowCallPastTimeout,
+    /// A half-open probe's lease ends before its call's timeout.
+    ProbeLeaseShort,
+}
+
+impl ConfigWarning {
     /// Dotted path of the field, as in [`ConfigError`].
-    pub path: &'static str,
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::QueueCapped => "bulkhead.max_queue",
+            Self::SlowCallPastTimeout => "breaker.slow_call.duration_threshold_ms",
+            Self::ProbeLeaseShort => "breaker.half_open.probe_timeout_ms",
+        }
+    }
+
     /// What it does instead, and what to set.
-    pub reason: &'static str,
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::QueueCapped => {
+                "queue_rejection_threshold caps the queue below it (Hystrix's default 5): set both"
+            }
+            Self::SlowCallPastTimeout => {
+                "above execution.timeout_ms, at which a call times out: no call can be slow"
+            }
+            Self::ProbeLeaseShort => {
+                "below execution.timeout_ms: a probe still running then reopens the breaker, though it may yet succeed"
+            }
+        }
+    }
 }
 
 impl fmt::Display for ConfigWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.reason)
+        write!(f, "{}: {}", self.path(), self.reason())
     }
 }
 
@@ -1087,33 +1115,28 @@ impl Config {
     /// Settings that validate but do not do what they seem to: a queue capped below
     /// its `max_queue`, a slow-call rule no call can meet, probes given up before
     /// their own deadline. Empty for the defaults.
-    pub fn warnings(&self) -> Vec<ConfigWarning> {
-        let mut out = Vec::new();
-        let mut warn = |path, reason| out.push(ConfigWarning { path, reason });
-        if let Some(p) = &self.bulkhead {
-            if p.isolation == Isolation::Pool && p.queue_rejection_threshold < p.max_queue {
-                warn(
-                    "bulkhead.max_queue",
-                    "queue_rejection_threshold caps the queue below it (Hystrix's default 5): set both",
-                );
-            }
-        }
+    pub fn warnings(&self) -> impl Iterator<Item = ConfigWarning> {
+        let bits = self.warning_bits();
+        [
+            ConfigWarning::QueueCapped,
+            ConfigWarning::SlowCallPastTimeout,
+            ConfigWarning::ProbeLeaseShort,
+        ]
+        .into_iter()
+        .filter(move |w| bits & 1 << *w as u32 != 0)
+    }
+
+    /// [`Self::warnings`] as bits (`1 << ConfigWarning as u32`), for hosts that keep
+    /// the words themselves.
+    pub fn warning_bits(&self) -> u32 {
         let (b, e) = (&self.breaker, &self.execution);
-        if e.timeout_enabled {
-            if b.slow_call.enabled && b.slow_call.duration_threshold_ms > e.timeout_ms {
-                warn(
-                    "breaker.slow_call.duration_threshold_ms",
-                    "above execution.timeout_ms, at which a call times out: no call can be slow",
-                );
-            }
-            if b.mode.runs_state_machine() && b.half_open.probe_timeout_ms < e.timeout_ms {
-                warn(
-                    "breaker.half_open.probe_timeout_ms",
-                    "below execution.timeout_ms: a probe still running then reopens the breaker, though it may yet succeed",
-                );
-            }
-        }
-        out
+        let queue = self.bulkhead.as_ref().is_some_and(|p| {
+            p.isolation == Isolation::Pool && p.queue_rejection_threshold < p.max_queue
+        });
+        let timed = e.timeout_enabled;
+        let slow = b.slow_call.enabled && b.slow_call.duration_threshold_ms > e.timeout_ms;
+        let probe = b.mode.runs_state_machine() && b.half_open.probe_timeout_ms < e.timeout_ms;
+        u32::from(queue) | u32::from(timed && slow) << 1 | u32::from(timed && probe) << 2
     }
 }
 

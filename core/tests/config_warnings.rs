@@ -11,8 +11,7 @@ fn paths(json: &str) -> Vec<&'static str> {
     Config::from_json(json)
         .unwrap()
         .warnings()
-        .into_iter()
-        .map(|w| w.path)
+        .map(ConfigWarning::path)
         .collect()
 }
 
@@ -45,8 +44,8 @@ fn defaults_and_usual_settings_draw_none() {
 fn a_queue_capped_by_its_threshold_says_so() {
     let c = Config::from_json(r#"{"bulkhead": {"isolation": "pool", "max_queue": 100}}"#).unwrap();
     assert_eq!(c.bulkhead.as_ref().map(|b| b.queue_capacity()), Some(5));
-    let w = c.warnings();
-    assert_eq!(w.len(), 1);
+    let w: Vec<_> = c.warnings().collect();
+    assert_eq!(w, [ConfigWarning::QueueCapped]);
     assert_eq!(
         w[0].to_string(),
         "bulkhead.max_queue: queue_rejection_threshold caps the queue below it (Hystrix's default 5): set both"

@@ -552,8 +552,10 @@ struct Input<'a> {
 impl Breaker {
     /// A breaker from its inputs; errors name the section (`cache.`, `collapser.`,
     /// `coalesce.`, `shared.`) in their path.
-    fn build(input: &Input<'_>, seed: u64, now: u64) -> Result<Breaker, ConfigError> {
+    /// Also the config's warnings ([`Config::warning_bits`]).
+    fn build(input: &Input<'_>, seed: u64, now: u64) -> Result<(Breaker, u32), ConfigError> {
         let config = Config::from_json_bytes(input.config)?;
+        let warnings = config.warning_bits();
         let cache = match &config.cache {
             Some(c) => Some(RequestCache::new(c.clone(), seed).map_err(|e| e.within("cache"))?),
             None => None,
@@ -596,7 +598,7 @@ impl Breaker {
                 .then(|| c.execution.timeout_ms.saturating_mul(1_000_000))
         });
         let shared = engine.shared_config().is_some();
-        Ok(Breaker {
+        let breaker = Breaker {
             engine,
             policy,
             key,
@@ -609,7 +611,8 @@ impl Breaker {
             shared,
             io_key: Vec::new(),
             io_value: Vec::new(),
-        })
+        };
+        Ok((breaker, warnings))
     }
 }
 
@@ -619,7 +622,8 @@ impl Breaker {
 /// in-flight de-duplication (`coalesce_len` bytes of the core's `CacheConfig` JSON;
 /// 0 = none). The config's `cache` and `collapser` sections get a request cache and
 /// a collapser. `owner_lo/hi`: this worker's id in shared ledgers. Returns the
-/// handle (≥ 0) or -1: `out[0]` = byte length of the error path (prefixed `shared.`
+/// handle (≥ 0) with `out[0]` = the config's warnings (bit `ConfigWarning as u32`),
+/// or -1: `out[0]` = byte length of the error path (prefixed `shared.`
 /// or `coalesce.` for those sections), message = path + reason.
 #[no_mangle]
 pub extern "C" fn fw_create(
@@ -651,8 +655,8 @@ pub extern "C" fn fw_create(
             coalesce: s.scratch.get(name_end..total).unwrap_or_default(),
             owner: u64::from(owner_hi) << 32 | u64::from(owner_lo),
         };
-        let breaker = match Breaker::build(&input, seed, ns(now)) {
-            Ok(b) => Box::new(b),
+        let (breaker, warnings) = match Breaker::build(&input, seed, ns(now)) {
+            Ok((b, w)) => (Box::new(b), w),
             Err(e) => return s.fail(&e),
         };
         let index = match s.free.pop() {
@@ -672,7 +676,9 @@ pub extern "C" fn fw_create(
             return s.fail(&ConfigError::new("", "no slot"));
         };
         slot.breaker = Some(breaker);
-        ((slot.generation & GEN_MASK) << INDEX_BITS | index) as i32
+        let h = ((slot.generation & GEN_MASK) << INDEX_BITS | index) as i32;
+        s.set_out(0, f64::from(warnings));
+        h
     })
 }
 

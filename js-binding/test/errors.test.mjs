@@ -228,6 +228,36 @@ describe('unknown options are ignored, as in opossum, with a warning (found by a
   });
 });
 
+describe('the core\'s config warnings: settings that validate but do not do what they seem to', () => {
+  test('each warns once per breaker name, naming the option; opossum\'s options and the defaults draw none', async () => {
+    const seen = [];
+    const listen = (w) => { if (w.name === 'FusewireWarning') seen.push(w.message); };
+    process.on('warning', listen);
+    try {
+      const make = (name, fusewire, extra = {}) => new CircuitBreaker(async () => 1, { name, fusewire, ...extra }).shutdown();
+      make('queued', { bulkhead: { isolation: 'pool', max_queue: 32 } });
+      make('queued', { bulkhead: { isolation: 'pool', max_queue: 32 } }); // once per name
+      make('slow', { breaker: { slow_call: { enabled: true } } }); // 60 s, opossum's timeout 10 s
+      make('probe', { breaker: { half_open: { probe_timeout_ms: 500 } } }, { timeout: 3000 });
+      // None for these.
+      make('fine', { bulkhead: { isolation: 'pool', max_queue: 32, queue_rejection_threshold: 32 },
+        breaker: { slow_call: { enabled: true, duration_threshold_ms: 2000 } } });
+      make('untimed', { breaker: { slow_call: { enabled: true } } }, { timeout: false });
+      new CircuitBreaker(async () => 1, { capacity: 3, timeout: 100, resetTimeout: 50, allowWarmUp: true }).shutdown();
+      new CircuitBreaker(async () => 1).shutdown();
+      new Collapser(async (keys) => keys).shutdown();
+      await new Promise((r) => setImmediate(r));
+    } finally {
+      process.off('warning', listen);
+    }
+    assert.deepEqual(seen, [
+      'fusewire: breaker "queued": options.fusewire.bulkhead.max_queue: queue_rejection_threshold caps the queue below it (5 unless set, as in Hystrix): set both',
+      'fusewire: breaker "slow": options.fusewire.breaker.slow_call.duration_threshold_ms: above the call timeout, at which a call times out: no call can be slow',
+      'fusewire: breaker "probe": options.fusewire.breaker.half_open.probe_timeout_ms: below the call timeout: a probe still running then reopens the breaker, though it may yet succeed',
+    ]);
+  });
+});
+
 describe('breakers made per request (found by a load test: breakers of one name per request, a failing upstream, no trip and no word)', () => {
   test('the 100th breaker of one name within a minute warns, once; unnamed ones and 99 do not', async () => {
     const seen = [];

@@ -7,8 +7,8 @@
  * @internal
  */
 import type { CoreConfig, CoreSharedConfig } from './config.js';
-import { configError, lost, putScratch, w } from './engine.js';
-import { describe, optionError } from './errors.js';
+import { configError, lost, out, putScratch, w } from './engine.js';
+import { describe, optionError, warn } from './errors.js';
 import { AsyncStore } from './async-store.js';
 
 /** Set (to true) in the options of a `Collapser`'s breaker, whose `fusewire` carries the collapser and its cache. @internal */
@@ -511,5 +511,20 @@ export function create(parsed: Parsed, name: string, owner: [number, number], no
     }
     throw optionError(blame(path, parsed.fusewirePaths, parsed.sharedPaths, parsed.derivedFrom), reason);
   }
+  // The core's config warnings, a bit each (its `ConfigWarning` order; the words
+  // are here, not in the .wasm: its size budget).
+  const found = h >= 0 && !lost ? out()[0]! : 0;
+  for (const [bit, path, why] of CONFIG_WARNINGS) {
+    if ((found & bit) === 0) continue;
+    const at = blame(path, parsed.fusewirePaths, parsed.sharedPaths, parsed.derivedFrom);
+    warn(`fusewire: breaker ${JSON.stringify(name)}: ${at}: ${why}`);
+  }
   return h;
 }
+
+/** The core's `ConfigWarning`s: bit, path, and why. */
+const CONFIG_WARNINGS: readonly (readonly [number, string, string])[] = [
+  [1, 'bulkhead.max_queue', 'queue_rejection_threshold caps the queue below it (5 unless set, as in Hystrix): set both'],
+  [2, 'breaker.slow_call.duration_threshold_ms', 'above the call timeout, at which a call times out: no call can be slow'],
+  [4, 'breaker.half_open.probe_timeout_ms', 'below the call timeout: a probe still running then reopens the breaker, though it may yet succeed'],
+];
