@@ -45,7 +45,7 @@ static ALLOCATOR: heap::Counted<talc::cell::TalcSyncCell<heap::Heap, talc::wasm:
 mod heap;
 
 /// ABI version: the JS loader refuses a `.wasm` of another version.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// Slots of the `f64` result area.
 pub const OUT_LEN: usize = 64;

@@ -58,7 +58,7 @@ export interface Exports {
 }
 
 /** The ABI this wrapper speaks (`ABI_VERSION` in lib.rs). */
-export const ABI = 4;
+export const ABI = 5;
 
 // Flags (lib.rs).
 export const KIND_MASK = 0xf;
