@@ -66,7 +66,12 @@ def main():
         r = subprocess.run([host, "check", module, "--config", f.name], capture_output=True, text=True)
     if r.returncode != 0:
         fail(f"the filter refused the pluginConfig: {r.stderr.strip() or r.stdout.strip()}")
-    print(f"check_wasmplugin: {EXAMPLE.relative_to(ROOT)} ok (pluginConfig loads in the filter)")
+    # `[vm] level: message`; 3 is warn: a config warning (a policy that never applies,
+    # a queue capped by its threshold...) has no place in the example.
+    warned = [line for line in r.stdout.splitlines() if re.match(r"^\[[^\]]*\] [345]: ", line)]
+    if warned:
+        fail("the pluginConfig loads with warnings: " + "; ".join(warned))
+    print(f"check_wasmplugin: {EXAMPLE.relative_to(ROOT)} ok (pluginConfig loads in the filter, no warning)")
 
 
 if __name__ == "__main__":
