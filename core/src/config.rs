@@ -801,7 +801,8 @@ impl ConfigError {
 pub enum ConfigWarning {
     /// `queue_rejection_threshold` caps the wait queue below `max_queue`.
     QueueCapped,
-    /// The slow-call threshold is above the call timeout: no call can be slow.
+    /// The slow-call threshold is above the call timeout: a call that slow times out
+    /// instead (unless it answers before the host polls its deadline).
     SlowCallPastTimeout,
     /// A half-open probe's lease ends before its call's timeout.
     ProbeLeaseShort,
@@ -821,10 +822,10 @@ impl ConfigWarning {
     pub fn reason(self) -> &'static str {
         match self {
             Self::QueueCapped => {
-                "queue_rejection_threshold caps the queue below it (Hystrix's default 5): set both"
+                "queue_rejection_threshold (5 unless set, as in Hystrix) caps the queue below it: set both"
             }
             Self::SlowCallPastTimeout => {
-                "above execution.timeout_ms, at which a call times out: no call can be slow"
+                "above execution.timeout_ms: a call that slow times out instead, unless it answers between its deadline and the next poll"
             }
             Self::ProbeLeaseShort => {
                 "below execution.timeout_ms: a probe still running then reopens the breaker, though it may yet succeed"

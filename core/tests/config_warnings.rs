@@ -48,7 +48,7 @@ fn a_queue_capped_by_its_threshold_says_so() {
     assert_eq!(w, [ConfigWarning::QueueCapped]);
     assert_eq!(
         w[0].to_string(),
-        "bulkhead.max_queue: queue_rejection_threshold caps the queue below it (Hystrix's default 5): set both"
+        "bulkhead.max_queue: queue_rejection_threshold (5 unless set, as in Hystrix) caps the queue below it: set both"
     );
 }
 

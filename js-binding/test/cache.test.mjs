@@ -182,7 +182,9 @@ describe('cache', () => {
     const long = 'k'.repeat(64);
     const keys = [
       'e', 'é', 'e\u0301', long, `${long}x`, `${long}y`, `${long}é`, `${'é'.repeat(40)}`, `${'é'.repeat(40)}e`,
-      '😀', '😁', `a${'😀'.repeat(30)}`, '\ud800', '\udc00', 'a\u007f', 'a\u0080', '',
+      '😀', '😁', `a${'😀'.repeat(30)}`, '\ud800', '\udc00', '\ufffd', 'a\ud800b', '\udc00\ud800', 'a\u007f', 'a\u0080', '',
+      // As long in bytes as UTF-8 would make it (found by review: within the 64 KiB key bound).
+      `${'k'.repeat(40_000)}\ud800`,
     ];
     for (const k of keys) await b.fire(k);
     assert.equal(calls.length, keys.length, 'each key ran once');

@@ -239,6 +239,8 @@ describe('the core\'s config warnings: settings that validate but do not do what
       make('queued', { bulkhead: { isolation: 'pool', max_queue: 32 } }); // once per name
       make('slow', { breaker: { slow_call: { enabled: true } } }); // 60 s, opossum's timeout 10 s
       make('probe', { breaker: { half_open: { probe_timeout_ms: 500 } } }, { timeout: 3000 });
+      // A Collapser's breaker: the option is the Collapser's (found by review).
+      new Collapser(async (keys) => keys, { name: 'batched', breaker: { fusewire: { breaker: { slow_call: { enabled: true } } } } }).shutdown();
       // None for these.
       make('fine', { bulkhead: { isolation: 'pool', max_queue: 32, queue_rejection_threshold: 32 },
         breaker: { slow_call: { enabled: true, duration_threshold_ms: 2000 } } });
@@ -251,9 +253,10 @@ describe('the core\'s config warnings: settings that validate but do not do what
       process.off('warning', listen);
     }
     assert.deepEqual(seen, [
-      'fusewire: breaker "queued": options.fusewire.bulkhead.max_queue: queue_rejection_threshold caps the queue below it (5 unless set, as in Hystrix): set both',
-      'fusewire: breaker "slow": options.fusewire.breaker.slow_call.duration_threshold_ms: above the call timeout, at which a call times out: no call can be slow',
+      'fusewire: breaker "queued": options.fusewire.bulkhead.max_queue: queue_rejection_threshold (5 unless set, as in Hystrix) caps the queue below it: set both',
+      'fusewire: breaker "slow": options.fusewire.breaker.slow_call.duration_threshold_ms: above the call timeout: a call that slow times out instead, unless it answers between its deadline and the timer',
       'fusewire: breaker "probe": options.fusewire.breaker.half_open.probe_timeout_ms: below the call timeout: a probe still running then reopens the breaker, though it may yet succeed',
+      'fusewire: breaker "batched": options.breaker.fusewire.breaker.slow_call.duration_threshold_ms: above the call timeout: a call that slow times out instead, unless it answers between its deadline and the timer',
     ]);
   });
 });

@@ -556,15 +556,34 @@ export function putKey(key: string): number {
   if (wellFormed(key)) return encoder.encodeInto(key, mem.subarray(ptr, ptr + max)).written;
   // UTF-8 has no lone surrogate: `encodeInto` writes U+FFFD for it, so '\ud800',
   // '\udc00' and '\ufffd' would be one key and share a cached value (found by a
-  // test). Such a key is its UTF-16 code units behind 0xFF, a byte no UTF-8 holds
-  // (1 + 2n bytes: within the 3n reserved).
-  mem[ptr] = 0xff;
+  // test). Such a key is written as WTF-8: a lone surrogate takes the three bytes
+  // UTF-8 would give its code point (ED A0..BF xx, which no UTF-8 holds), so keys
+  // stay apart and as long as `encodeInto` made them.
+  let at = ptr;
   for (let i = 0; i < n; i++) {
-    const c = key.charCodeAt(i);
-    mem[ptr + 1 + 2 * i] = c & 0xff;
-    mem[ptr + 2 + 2 * i] = c >>> 8;
+    let c = key.charCodeAt(i);
+    const d = key.charCodeAt(i + 1); // NaN past the end
+    if (c >= 0xd800 && c <= 0xdbff && d >= 0xdc00 && d <= 0xdfff) {
+      c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+      i++;
+    }
+    if (c < 0x80) {
+      mem[at++] = c;
+    } else if (c < 0x800) {
+      mem[at++] = 0xc0 | (c >> 6);
+      mem[at++] = 0x80 | (c & 0x3f);
+    } else if (c < 0x10000) {
+      mem[at++] = 0xe0 | (c >> 12);
+      mem[at++] = 0x80 | ((c >> 6) & 0x3f);
+      mem[at++] = 0x80 | (c & 0x3f);
+    } else {
+      mem[at++] = 0xf0 | (c >> 18);
+      mem[at++] = 0x80 | ((c >> 12) & 0x3f);
+      mem[at++] = 0x80 | ((c >> 6) & 0x3f);
+      mem[at++] = 0x80 | (c & 0x3f);
+    }
   }
-  return 1 + 2 * n;
+  return at - ptr;
 }
 
 /** Whether `s` has no lone surrogate (`String.prototype.isWellFormed`, which Node 18 lacks). */

@@ -67,6 +67,8 @@ export interface Parsed {
   /** The cache's time to live (ms, 0: none), for a custom `cacheTransport`. */
   cacheTtl: number;
   sharedPaths: Set<string>;
+  /** A `Collapser`'s breaker: its options are the Collapser's `options.breaker`. */
+  forCollapser: boolean;
 }
 
 type Obj = Record<string, unknown>;
@@ -470,6 +472,7 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     derivedFrom,
     cacheTtl: native('cache.ttl_ms') && typeof cacheTtl === 'number' ? cacheTtl : cacheTTL ?? 0,
     sharedPaths,
+    forCollapser,
   };
 }
 
@@ -517,14 +520,16 @@ export function create(parsed: Parsed, name: string, owner: [number, number], no
   for (const [bit, path, why] of CONFIG_WARNINGS) {
     if ((found & bit) === 0) continue;
     const at = blame(path, parsed.fusewirePaths, parsed.sharedPaths, parsed.derivedFrom);
-    warn(`fusewire: breaker ${JSON.stringify(name)}: ${at}: ${why}`);
+    // (A Collapser's errors are renamed where it catches them; a warning is not caught.)
+    const option = parsed.forCollapser ? at.replace(/^options\./, 'options.breaker.') : at;
+    warn(`fusewire: breaker ${JSON.stringify(name)}: ${option}: ${why}`);
   }
   return h;
 }
 
 /** The core's `ConfigWarning`s: bit, path, and why. */
 const CONFIG_WARNINGS: readonly (readonly [number, string, string])[] = [
-  [1, 'bulkhead.max_queue', 'queue_rejection_threshold caps the queue below it (5 unless set, as in Hystrix): set both'],
-  [2, 'breaker.slow_call.duration_threshold_ms', 'above the call timeout, at which a call times out: no call can be slow'],
+  [1, 'bulkhead.max_queue', 'queue_rejection_threshold (5 unless set, as in Hystrix) caps the queue below it: set both'],
+  [2, 'breaker.slow_call.duration_threshold_ms', 'above the call timeout: a call that slow times out instead, unless it answers between its deadline and the timer'],
   [4, 'breaker.half_open.probe_timeout_ms', 'below the call timeout: a probe still running then reopens the breaker, though it may yet succeed'],
 ];

@@ -1072,7 +1072,7 @@ mod tests {
             p.warnings(),
             [
                 "policies[1].match: never applies: policies[0] comes first and matches every request it would",
-                "policies[2].bulkhead.max_queue: queue_rejection_threshold caps the queue below it (Hystrix's default 5): set both",
+                "policies[2].bulkhead.max_queue: queue_rejection_threshold (5 unless set, as in Hystrix) caps the queue below it: set both",
                 "policies[4].match: never applies: policies[2] comes first and matches every request it would",
             ]
         );

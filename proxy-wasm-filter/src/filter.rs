@@ -1780,15 +1780,17 @@ impl Root {
                 return false;
             }
         };
-        for w in plugin.warnings() {
-            host::log(Level::Warn, &format!("fusewire: {w}"));
-        }
-        let (tick, n) = (
+        let (tick, n, warnings) = (
             plugin.tick_ms.min(u64::from(u32::MAX)) as u32,
             plugin.policies.len(),
+            plugin.warnings(),
         );
         if !self.worker.configure(plugin) {
             return false;
+        }
+        // Only for a configuration taken (found by review: logged, then refused).
+        for w in warnings {
+            host::log(Level::Warn, &format!("fusewire: {w}"));
         }
         let s = host::set_tick_period_ms(tick);
         if s != host::OK {

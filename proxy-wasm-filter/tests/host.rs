@@ -753,7 +753,7 @@ fn config_warnings_are_logged_at_warn_by_every_worker() {
             .collect::<std::collections::BTreeSet<_>>()
     };
     let said = [
-        "policies[0].bulkhead.max_queue: queue_rejection_threshold caps the queue below it",
+        "policies[0].bulkhead.max_queue: queue_rejection_threshold (5 unless set, as in Hystrix) caps the queue below it",
         "policies[1].match: never applies: policies[0] comes first",
     ];
     for what in said {
