@@ -809,6 +809,13 @@ pub enum ConfigWarning {
 }
 
 impl ConfigWarning {
+    /// Every kind, in bit order (`1 << kind as u32`).
+    pub const ALL: [ConfigWarning; 3] = [
+        Self::QueueCapped,
+        Self::SlowCallPastTimeout,
+        Self::ProbeLeaseShort,
+    ];
+
     /// Dotted path of the field, as in [`ConfigError`].
     pub fn path(self) -> &'static str {
         match self {
@@ -1118,13 +1125,9 @@ impl Config {
     /// their own deadline. Empty for the defaults.
     pub fn warnings(&self) -> impl Iterator<Item = ConfigWarning> {
         let bits = self.warning_bits();
-        [
-            ConfigWarning::QueueCapped,
-            ConfigWarning::SlowCallPastTimeout,
-            ConfigWarning::ProbeLeaseShort,
-        ]
-        .into_iter()
-        .filter(move |w| bits & 1 << *w as u32 != 0)
+        ConfigWarning::ALL
+            .into_iter()
+            .filter(move |w| bits & 1 << *w as u32 != 0)
     }
 
     /// [`Self::warnings`] as bits (`1 << ConfigWarning as u32`), for hosts that keep

@@ -55,6 +55,27 @@ fn config_errors_carry_the_path() {
 }
 
 #[test]
+fn create_reports_the_config_warnings_as_bits() {
+    use fusewire_core::ConfigWarning;
+    // The wrapper words each bit (CONFIG_WARNINGS in ts/options.ts): a new kind
+    // needs its words there, and its bit here.
+    let wrapper = include_str!("../ts/options.ts");
+    for w in ConfigWarning::ALL {
+        let row = format!("[{}, '{}', ", 1u32 << w as u32, w.path());
+        assert!(
+            wrapper.contains(&row),
+            "ts/options.ts CONFIG_WARNINGS lacks {row}"
+        );
+    }
+    assert!(create("{}", "quiet") >= 0);
+    assert_eq!(out(0), 0.0, "none for the defaults");
+    let all = r#"{"bulkhead": {"isolation": "pool", "max_queue": 9},
+                  "breaker": {"slow_call": {"enabled": true}, "half_open": {"probe_timeout_ms": 10}}}"#;
+    assert!(create(all, "loud") >= 0);
+    assert_eq!(out(0), 7.0, "one bit each");
+}
+
+#[test]
 fn a_call_trips_and_reports_a_transition() {
     let h = create(
         r#"{"breaker": {"error_percentage": {"request_volume_threshold": 0}}}"#,
