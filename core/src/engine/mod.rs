@@ -249,6 +249,11 @@ impl Engine {
                 format!("at most {MAX_POLICIES} policies"),
             ));
         }
+        // One policy is the common case (a JS breaker is an engine of one): no room
+        // for three more (≈ 1.5 KB). Later ones grow the vector as usual.
+        if self.policies.capacity() == 0 {
+            self.policies = Vec::with_capacity(1);
+        }
         self.policies.push(Policy {
             name: name.into(),
             config,
@@ -415,6 +420,10 @@ impl Engine {
             None => {
                 if self.keys.len() as u32 >= MAX_TABLE_KEYS {
                     return None;
+                }
+                // As for policies: a first key takes room for one.
+                if self.keys.capacity() == 0 {
+                    self.keys = Vec::with_capacity(1);
                 }
                 self.keys.push(entry);
                 self.keys.len() as u32 - 1
