@@ -10,11 +10,94 @@ import { register } from 'fusewire/prometheus';
 
 import { sleep } from './helpers.mjs';
 
-/** Scrapes again once a breaker's last read has aged out (reads are reused for 10 ms). */
+/** A scrape (each reads every breaker afresh: no wait between two). */
 async function scrape(registry) {
-  await sleep(15);
   return registry.metrics();
 }
+
+test('a scrape reads afresh: two in a row, and under fake timers (found by review: reads were reused for 10 ms by the clock)', async (t) => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const b = new CircuitBreaker(async () => 1, { name: 'fresh' });
+  await b.fire();
+  assert.match(await registry.metrics(), /^fusewire_fresh_success 1$/m);
+  await b.fire();
+  assert.match(await registry.metrics(), /^fusewire_fresh_success 2$/m, 'the second scrape sees the second call');
+  b.open();
+  assert.match(await registry.metrics(), /^fusewire_fresh_breaker_state 1$/m);
+  b.close();
+  t.mock.timers.enable({ apis: ['setTimeout', 'setInterval', 'setImmediate', 'Date'] });
+  try {
+    for (let i = 3; i <= 5; i++) {
+      await b.fire();
+      assert.match(await registry.metrics(), new RegExp(`^fusewire_fresh_success ${i}$`, 'm'), `scrape ${i} with the clock stopped`);
+    }
+  } finally {
+    t.mock.timers.reset();
+  }
+  b.shutdown();
+  remove();
+});
+
+test('a listener that throws during a scrape is warned of; the scrape goes on (found by review: it failed the whole scrape)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const store = new SharedStore();
+  const opts = { name: 'peer', shared: { store }, volumeThreshold: 1, errorThresholdPercentage: 1 };
+  const a = new CircuitBreaker(async () => { throw new Error('down'); }, opts);
+  const b = new CircuitBreaker(async () => 1, opts);
+  const other = new CircuitBreaker(async () => 1, { name: 'other' });
+  await other.fire();
+  b.on('open', () => { throw new Error('listener bug'); });
+  const seen = [];
+  const listen = (w) => { if (w.name === 'FusewireWarning') seen.push(w.message); };
+  process.on('warning', listen);
+  try {
+    await a.fire().catch(() => {});
+    assert.equal(a.opened, true);
+    const text = await registry.metrics();
+    assert.match(text, /^fusewire_other_success 1$/m, 'the other breakers are there');
+    assert.match(text, /^fusewire_peer_breaker_state 1$/m);
+    await new Promise((r) => setImmediate(r));
+  } finally {
+    process.off('warning', listen);
+  }
+  assert.ok(seen.some((m) => m.includes('breaker "peer": a listener threw during a scrape: listener bug')), seen.join('\n'));
+  for (const x of [a, b, other]) x.shutdown();
+  remove();
+});
+
+test('a shared breaker\'s store-wide counts are reported once per name, not once per breaker (found by review: shadow_rejections read double)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const fail = async () => { throw new Error('down'); };
+  const shadow = { breaker: { mode: 'metrics_only' } };
+  const local = new CircuitBreaker(fail, { name: 'alone', volumeThreshold: 1, fusewire: shadow });
+  const store = new SharedStore();
+  const opts = { name: 'pair', shared: { store }, volumeThreshold: 1, fusewire: shadow };
+  const a = new CircuitBreaker(fail, opts);
+  const b = new CircuitBreaker(fail, opts);
+  for (let i = 0; i < 5; i++) {
+    await local.fire().catch(() => {});
+    await a.fire().catch(() => {});
+  }
+  const text = await registry.metrics();
+  const value = (name) => Number(text.match(new RegExp(`^fusewire_${name}_shadow_rejections (\\d+)$`, 'm'))?.[1]);
+  assert.ok(value('alone') > 0, text);
+  assert.equal(value('pair'), value('alone'), 'the same calls, the same count');
+  for (const x of [local, a, b]) x.shutdown();
+  remove();
+});
+
+test('register() with labels whose name is taken throws and leaves nothing behind; another prefix works (found by review)', async () => {
+  const registry = new client.Registry();
+  new client.Gauge({ name: 'fusewire_closed', help: 'the app\'s own', registers: [registry] });
+  assert.throws(() => register({ client, registers: [registry], labels: true }), /fusewire_closed/);
+  assert.deepEqual(registry.getMetricsAsArray().map((m) => m.name), ['fusewire_closed'], 'only the app\'s own');
+  const remove = register({ client, registers: [registry], labels: true, prefix: 'fw' });
+  assert.ok(registry.getSingleMetric('fw_success'));
+  remove();
+});
 
 test('Envoy-style names: <prefix>_<name>_<suffix>', async () => {
   const registry = new client.Registry();

@@ -609,6 +609,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   readonly options: Options<TI, TR>;
   /** @internal */ _h: number;
   /** @internal */ readonly _percentilesEnabled: boolean;
+  /** @internal Whether its state is shared (a store): its window's counts are the store's. */
+  get _sharedState(): boolean {
+    return this._store !== undefined;
+  }
   /** @internal */ readonly _snapshotsEnabled: boolean;
   /** @internal */ readonly _bucketMs: number;
   /** @internal */ readonly _buckets: number;

@@ -147,12 +147,36 @@ interface Member {
   primed: number[] | undefined;
   counts: Counts | undefined;
   last: Sample | undefined;
+  /** The collect run of `last` (see `run`). */
+  run: number;
+  /** A shared breaker: `slow_calls` and `shadow_rejections` are its store's, as every member's of the name. */
+  shared: boolean;
+}
+
+/**
+ * The collect run: prom-client collects every family of a scrape in one synchronous
+ * run, so a member is read once per run and read again in the next. Ended by a
+ * promise job (found by review: reads reused for 10 ms by the clock returned a
+ * stale scrape, and one frozen for good under fake timers, which leave promise
+ * jobs alone).
+ */
+let runId = 0;
+let runOpen = false;
+function run(): number {
+  if (!runOpen) {
+    runOpen = true;
+    void Promise.resolve().then(() => {
+      runOpen = false;
+      runId++;
+    });
+  }
+  return runId;
 }
 
 function member(b: Breaker, series: string, labels: Record<string, string>): Member {
   return {
     ref: b._ref, h: b._h, series, labels, transitions: b._transitions, cancelled: b._cancelled, percentiles: b._percentilesEnabled,
-    primed: b._primed, counts: undefined, last: undefined,
+    primed: b._primed, counts: undefined, last: undefined, run: -1, shared: b._sharedState,
   };
 }
 
@@ -202,22 +226,36 @@ function read(m: Member, t: number): Sample | undefined {
     });
     latency['mean'] = o[S.MEAN]!;
   }
+  m.run = run();
   return (m.last = { at: t, counters, state: o[S.PHASE]!, inFlight: o[S.IN_FLIGHT]!, slow: o[S.SLOW]!, latency });
 }
 
 /**
- * One read of a live member's core per scrape (reused for 10 ms); a collected one's
+ * One read of a live member's core per scrape (per collect run); a collected one's
  * last read (its counters: a counter never goes down) until its final read.
- * `final`: the values of a breaker shutting down (its core is still there).
+ * `final`: the values of a breaker shutting down (its core is still there). Never
+ * throws: a listener that throws on a transition the refresh finds (a shared
+ * breaker's) is warned of, and the scrape goes on (found by review: it failed the
+ * whole scrape, every metric of the app gone).
  */
 function sample(m: Member, final = false): Sample | undefined {
   const b = m.ref.deref();
   if (b === undefined) return m.last === undefined ? undefined : { ...m.last, state: 0, inFlight: 0, slow: 0, latency: {} };
   if (b.isShutdown && !final) return undefined;
-  const t = b._now();
-  if (!final && m.last !== undefined && t - m.last.at < 10) return m.last;
-  if (!final) b._refresh(t);
-  return read(m, t);
+  if (!final && m.last !== undefined && m.run === runId && runOpen) return m.last;
+  try {
+    const t = b._now();
+    if (!final) {
+      try {
+        b._refresh(t);
+      } catch (e) {
+        warn(`fusewire/prometheus: breaker ${JSON.stringify(b.name)}: a listener threw during a scrape: ${(e as Error)?.message ?? e}`);
+      }
+    }
+    return read(m, t);
+  } catch {
+    return m.last;
+  }
 }
 
 function help(suffix: string): string {
@@ -243,23 +281,40 @@ const OPENNESS = [0, 2, 1];
  * that shut down or were collected while others of the series lived on, so a counter never goes down
  * (Prometheus would read a drop as a reset and `rate()` a phantom increase).
  */
-function merge(ms: Iterable<Member>, retired?: Record<string, number>): Sample | undefined {
+function merge(ms: Iterable<Member>, retired?: Record<string, number>, floor?: Record<string, number>): Sample | undefined {
   let m: Sample | undefined;
+  // A shared breaker's `slow_calls` and `shadow_rejections` are its store's: every
+  // member of the name reports the whole, so the highest counts, once (found by
+  // review: two members read double).
+  let sharedSlow = 0;
+  let sharedShadow = 0;
   for (const member of ms) {
     const s = sample(member);
     if (s === undefined) continue;
     m ??= { at: s.at, counters: {}, state: 0, inFlight: 0, slow: 0, latency: {} };
-    for (const [k, v] of Object.entries(s.counters)) m.counters[k] = (m.counters[k] ?? 0) + v;
+    for (const [k, v] of Object.entries(s.counters)) {
+      if (member.shared && k === SHADOW) sharedShadow = Math.max(sharedShadow, v);
+      else m.counters[k] = (m.counters[k] ?? 0) + v;
+    }
     m.inFlight += s.inFlight;
-    m.slow += s.slow;
+    if (member.shared) sharedSlow = Math.max(sharedSlow, s.slow);
+    else m.slow += s.slow;
     if (OPENNESS[s.state]! > OPENNESS[m.state]!) m.state = s.state;
     if (member.ref.deref() !== undefined) m.latency = s.latency; // a collected one has none
   }
-  if (m !== undefined && retired !== undefined) {
-    for (const [k, v] of Object.entries(retired)) m.counters[k] = (m.counters[k] ?? 0) + v;
+  if (m !== undefined) {
+    m.slow += sharedSlow;
+    m.counters[SHADOW] = (m.counters[SHADOW] ?? 0) + sharedShadow;
+    if (retired !== undefined) {
+      for (const [k, v] of Object.entries(retired)) m.counters[k] = (m.counters[k] ?? 0) + v;
+    }
+    // A store's count read by members whose views differ a little: never down.
+    if (floor !== undefined) m.counters[SHADOW] = floor[SHADOW] = Math.max(floor[SHADOW] ?? 0, m.counters[SHADOW]!);
   }
   return m;
 }
+
+const SHADOW = 'shadow_rejections';
 
 /** Writes the value of `suffix` into metric `m` (reset first). */
 function fill(m: Metric, suffix: string, s: Sample, labels: Record<string, string>): void {
@@ -336,7 +391,7 @@ export function register(options: PrometheusOptions): () => void {
     ? (b: Breaker) => JSON.stringify([b.name, b.group])
     : (b: Breaker) => metricName(prefix, b.name, '');
   /** A series: its members, the counters of those gone while others live on, its families. */
-  interface Series { labels: Record<string, string>; ms: Set<Member>; retired: Record<string, number>; mine: string[] }
+  interface Series { labels: Record<string, string>; ms: Set<Member>; retired: Record<string, number>; floor: Record<string, number>; mine: string[] }
   const members = new Map<Ref, Member>();
   const series = new Map<string, Series>();
   let changes = 0;
@@ -353,7 +408,7 @@ export function register(options: PrometheusOptions): () => void {
       const extra = suffix === 'latency_ms' ? ['quantile'] : [];
       const made = tryMake(COUNTERS.includes(suffix), name, suffix, extra, function () {
         this.reset();
-        const s = merge(e.ms, e.retired);
+        const s = merge(e.ms, e.retired, e.floor);
         if (s !== undefined) fill(this, suffix, s, {});
       });
       if (made) e.mine.push(name);
@@ -367,7 +422,7 @@ export function register(options: PrometheusOptions): () => void {
     changes++;
     let e = series.get(key);
     if (e === undefined) {
-      series.set(key, (e = { labels: m.labels, ms: new Set(), retired: {}, mine: [] }));
+      series.set(key, (e = { labels: m.labels, ms: new Set(), retired: {}, floor: {}, mine: [] }));
       if (!labels) families(b, e);
     }
     e.ms.add(m);
@@ -384,7 +439,11 @@ export function register(options: PrometheusOptions): () => void {
       series.delete(m.series);
       return;
     }
-    for (const k of COUNTERS) e.retired[k] = (e.retired[k] ?? 0) + (final?.counters[k] ?? 0);
+    for (const k of COUNTERS) {
+      // A shared member's store count lives on in the others (and the floor).
+      if (m.shared && k === SHADOW) continue;
+      e.retired[k] = (e.retired[k] ?? 0) + (final?.counters[k] ?? 0);
+    }
   };
   const watcher = (b: Breaker, live: boolean) => {
     if (live) join(b);
@@ -410,7 +469,7 @@ export function register(options: PrometheusOptions): () => void {
       if (view === undefined || view.changes !== changes || view.read.has(suffix)) {
         const merged: [Record<string, string>, Sample][] = [];
         for (const e of series.values()) {
-          const s = merge(e.ms, e.retired);
+          const s = merge(e.ms, e.retired, e.floor);
           if (s !== undefined) merged.push([e.labels, s]);
         }
         const made = { changes, read: new Set<string>(), rows: merged };
@@ -422,12 +481,20 @@ export function register(options: PrometheusOptions): () => void {
       view.read.add(suffix);
       return view.rows;
     };
-    for (const suffix of suffixes) {
-      const extra = suffix === 'latency_ms' ? ['quantile'] : [];
-      make(COUNTERS.includes(suffix), `${prefix}_${suffix}`, suffix, ['name', 'group', ...extra], function () {
-        this.reset();
-        for (const [labels, s] of rows(suffix)) fill(this, suffix, s, labels);
-      });
+    try {
+      for (const suffix of suffixes) {
+        const extra = suffix === 'latency_ms' ? ['quantile'] : [];
+        make(COUNTERS.includes(suffix), `${prefix}_${suffix}`, suffix, ['name', 'group', ...extra], function () {
+          this.reset();
+          for (const [labels, s] of rows(suffix)) fill(this, suffix, s, labels);
+        });
+      }
+    } catch (e) {
+      // A name taken (the app's own metric, another copy of fusewire): nothing of this
+      // registration stays behind (found by review: the families made before it did,
+      // with no remover, and every retry threw).
+      for (const n of [...names]) remove(n);
+      throw e;
     }
   }
   for (const b of liveBreakers()) join(b);
