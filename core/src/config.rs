@@ -1121,8 +1121,8 @@ impl Config {
     }
 
     /// Settings that validate but do not do what they seem to: a queue capped below
-    /// its `max_queue`, a slow-call rule no call can meet, probes given up before
-    /// their own deadline. Empty for the defaults.
+    /// its `max_queue`, a slow-call threshold above the call timeout, probes given up
+    /// before their own deadline. Empty for the defaults.
     pub fn warnings(&self) -> impl Iterator<Item = ConfigWarning> {
         let bits = self.warning_bits();
         ConfigWarning::ALL
