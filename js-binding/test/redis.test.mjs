@@ -15,7 +15,10 @@ function fakeClient(answer) {
   const log = [];
   return {
     log,
-    callBuffer(cmd, ...args) {
+    callBuffer(name, ...args) {
+      // The store sends lower-case names (ioredis < 5.9 looks them up case-sensitively).
+      assert.equal(name, name.toLowerCase(), `command ${name} in lower case`);
+      const cmd = name.toUpperCase();
       log.push([cmd, ...args]);
       return answer(cmd, args);
     },

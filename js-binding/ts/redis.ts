@@ -388,7 +388,7 @@ export class RedisStore extends AsyncStore {
     this._stats.reads++;
     let p: Promise<unknown>;
     try {
-      p = this.client.callBuffer('HMGET', k, 't', 'v');
+      p = this.client.callBuffer('hmget', k, 't', 'v');
     } catch (e) {
       queueMicrotask(() => this._fail(o, e));
       return;
@@ -434,11 +434,14 @@ export class RedisStore extends AsyncStore {
     let p: Promise<unknown>;
     try {
       // EVALSHA; a Redis that does not know the script yet (new, restarted, another
-      // cluster node) answers NOSCRIPT, and EVAL loads it.
-      p = c.callBuffer('EVALSHA', CAS_SHA, 1, ...args).catch((e: unknown) => {
+      // cluster node) answers NOSCRIPT, and EVAL loads it. Command names in lower
+      // case: ioredis before 5.9 looked them up case-sensitively, and for 'EVALSHA'
+      // found no key, so added no `keyPrefix` and routed no Cluster slot (found by
+      // review: two apps kept apart by keyPrefix shared one breaker).
+      p = c.callBuffer('evalsha', CAS_SHA, 1, ...args).catch((e: unknown) => {
         if (!/NOSCRIPT/.test(errorText(e))) throw e;
         this._stats.noscript++;
-        return c.callBuffer('EVAL', CAS_SCRIPT, 1, ...args);
+        return c.callBuffer('eval', CAS_SCRIPT, 1, ...args);
       });
     } catch (e) {
       queueMicrotask(() => this._fail(o, e));

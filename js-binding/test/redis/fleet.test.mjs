@@ -642,6 +642,29 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     await kill(redis);
   });
 
+  test('a client\'s keyPrefix applies to every key the store writes: two apps kept apart by it keep two breakers (found by review: on ioredis < 5.9 the breaker keys had none)', async () => {
+    const port = await freePort();
+    const redis = await redisServer(port);
+    const clients = [new Redis({ port, keyPrefix: 'appA:' }), new Redis({ port, keyPrefix: 'appB:' })];
+    const stores = clients.map((client) => new RedisStore({ client, timeoutMs: 1000 }));
+    await Promise.all(stores.map((s) => s.ready));
+    const shared = { sync_ms: 100, flush_ms: 50 };
+    const a = new CircuitBreaker(async () => { throw new Error('down'); }, { name: 'pay', volumeThreshold: 1, shared: { store: stores[0], ...shared } });
+    const b = new CircuitBreaker(async () => 1, { name: 'pay', shared: { store: stores[1], ...shared } });
+    await a.fire().catch(() => {});
+    assert.ok(a.opened);
+    await sleep(400);
+    assert.equal(await b.fire(), 1, 'the other app\'s breaker of that name is its own');
+    const plain = new Redis({ port });
+    const keys = (await plain.keys('*')).sort();
+    assert.ok(keys.length >= 3, keys.join(' '));
+    assert.deepEqual(keys.filter((k) => !k.startsWith('appA:') && !k.startsWith('appB:')), [], `every key prefixed: ${keys.join(' ')}`);
+    for (const x of [a, b]) x.shutdown();
+    for (const s of stores) await s.close();
+    for (const c of [...clients, plain]) c.disconnect();
+    await kill(redis);
+  });
+
   test('corrupt and foreign bytes in the key are detected and reset', async () => {
     const port = await freePort();
     const redis = await redisServer(port);
