@@ -480,6 +480,38 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     b.shutdown();
   });
 
+  test('a new hold of the lock is never taken over on an old sighting: each hold has its own ticket (found by review: a sighting a second old matched a new hold of the same worker, two threads in at once)', { timeout: 10_000 }, async () => {
+    const store = new SharedStore({ entries: 8 });
+    const header = new Int32Array(store.buffer, 0, 16);
+    const b = new CircuitBreaker(async () => 'ok', { name: 'held', shared: { store } });
+    await b.fire();
+    const issues = [];
+    b.on('store', (e) => issues.push(e.message));
+    Atomics.store(header, 2, 555_001); // a hold: seen, answered busy
+    await b.fire();
+    const busy = issues.length;
+    assert.ok(busy > 0, 'answered busy');
+    Atomics.store(header, 2, 0); // released
+    await sleep(1_200);
+    Atomics.store(header, 2, 555_002); // another hold, just taken
+    await b.fire();
+    assert.equal(Atomics.load(header, 2), 555_002, 'the new hold is not taken over');
+    assert.ok(issues.length > busy, 'the call was answered busy again');
+    Atomics.store(header, 2, 0);
+    // Two holds of one view write two lock words (white-box: before, both were the
+    // view's id, and a waiter's sighting of the first matched the second).
+    const view = SharedStore.from(store.buffer);
+    const words = [];
+    for (let i = 0; i < 3; i++) {
+      assert.equal(view.lock(), true);
+      words.push(Atomics.load(header, 2));
+      view.unlock();
+    }
+    assert.equal(new Set(words).size, 3, `each hold its own ticket: ${words}`);
+    assert.ok(words.every((w) => w !== 0));
+    b.shutdown();
+  });
+
   test('a damaged value length neither throws out of fire() nor stops the key syncing', async () => {
     const store = new SharedStore({ entries: 4 });
     const a = new CircuitBreaker(async () => 1, { name: 'dmg', shared: { store } });

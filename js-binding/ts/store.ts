@@ -13,20 +13,25 @@
  * free entry takes over the one written longest ago within `MAX_PROBE` of its hash,
  * if that was `ttlMs` or more ago (as `RedisStore` lets keys expire), so breaker names
  * that come and go do not fill the store for good. One lock serialises operations;
- * each holds it for a copy of at most `valueBytes`. The lock word holds
- * its holder's id and a sequence counts acquisitions, so a waiter can tell a dead
- * holder (a worker terminated inside the lock) from a busy one: an operation waits
- * at most `LOCK_WAIT_MS` (spinning, with `Atomics.wait` back-off off the browser
- * main thread) and then answers "failed" (`FAIL_BUSY`: the core runs the key on its
- * local breaker and backs off); a holder that made no progress for
- * `LOCK_TAKEOVER_MS` is taken over (a value it left half-written fails the state's
- * checksum and is reset by the core).
+ * each holds it for a copy of at most `valueBytes`. The lock word holds a ticket
+ * drawn for each hold, so a waiter can tell a dead holder (a worker terminated inside
+ * the lock) from a busy one: an operation waits at most `LOCK_WAIT_MS` (spinning,
+ * with `Atomics.wait` back-off off the browser main thread) and then answers
+ * "failed" (`FAIL_BUSY`: the core runs the key on its local breaker and backs off); a
+ * hold that made no progress for `LOCK_TAKEOVER_MS` is taken over. A value it left
+ * half-written fails the state's checksum and is reset by the core; one it finished
+ * copying stands under the old token, and the next write replaces it. A holder that
+ * was only stalled (a debugger pause, a long GC) finds its ticket gone before it
+ * writes and answers "failed" instead.
  */
 import { brand, optionError, describe } from './errors.js';
 
 const MAGIC = 0x46575331; // "FWS1"
-/** 3: entries record when they were written (2: the lock word holds its holder's id). */
-const VERSION = 3;
+/**
+ * 4: the lock word holds a ticket per hold (3: entries record when they were written;
+ * 2: the lock word holds its holder's id).
+ */
+const VERSION = 4;
 /** Longest probe from a key's hash: past it the store counts as full for that key. */
 const MAX_PROBE = 4096;
 const H_MAGIC = 0;
@@ -168,11 +173,10 @@ export class SharedStore {
   /** Set by `find` when no entry is free: the entry to take over, or -1. */
   private reclaim = -1;
   private canWait = true;
-  /** This view's id in the lock word (never 0). */
-  private readonly id: number;
-  /** The lock holder last seen while waiting, its sequence, and since when (ms). */
+  /** The lock word of this view's hold (its ticket), 0 when it holds none. */
+  private ticket = 0;
+  /** The hold (ticket) last seen while waiting, and since when (ms). */
   private heldBy = 0;
-  private heldSeq = 0;
   private heldSince = 0;
   private readonly answer: StoreAnswer = { kind: 0, token: -1, len: 0, flag: 0 };
 
@@ -240,7 +244,6 @@ export class SharedStore {
     this.u8 = new Uint8Array(this.buffer);
     this.dv = new DataView(this.buffer);
     this.value = new Uint8Array(this.valueBytes);
-    this.id = (Atomics.add(this.i32, H_OWNERS, 1) + 1) | 0 || 1;
   }
 
   /** A view of the store in `buffer` (made by `new SharedStore()` in any worker). */
@@ -276,7 +279,13 @@ export class SharedStore {
   /** Takes the lock; false when it stayed held for `LOCK_WAIT_MS` (see the module doc). */
   private lock(): boolean {
     const i32 = this.i32;
-    const me = this.id;
+    // Each hold writes a ticket of its own into the lock word (never 0), so a waiter
+    // that sees one ticket there for LOCK_TAKEOVER_MS has seen one hold make no
+    // progress (found by review: the holder's id and a sequence bumped after taking
+    // the lock let a sighting from an earlier hold match a new one, and two threads
+    // in at once).
+    let me = (Atomics.add(i32, H_LOCK_SEQ, 1) + 1) | 0;
+    if (me === 0) me = (Atomics.add(i32, H_LOCK_SEQ, 1) + 1) | 0;
     let spins = 0;
     let start = -1;
     for (;;) {
@@ -284,10 +293,8 @@ export class SharedStore {
       if (cur === 0) break;
       if (++spins < 64) continue;
       const t = clock.now();
-      const seq = Atomics.load(i32, H_LOCK_SEQ);
-      if (cur !== this.heldBy || seq !== this.heldSeq) {
+      if (cur !== this.heldBy) {
         this.heldBy = cur;
-        this.heldSeq = seq;
         this.heldSince = t;
       } else if (t - this.heldSince > LOCK_TAKEOVER_MS) {
         // No progress for a second: the holder died inside the lock.
@@ -306,13 +313,30 @@ export class SharedStore {
         Atomics.sub(i32, H_WAITERS, 1);
       }
     }
-    Atomics.add(i32, H_LOCK_SEQ, 1);
+    this.ticket = me;
     return true;
+  }
+
+  /**
+   * Whether this view still holds the lock: a holder that stalled past
+   * LOCK_TAKEOVER_MS (a debugger pause, a long GC) was presumed dead and its lock
+   * taken over; it must not write then (it answers busy, and the core retries).
+   */
+  private holds(): boolean {
+    return Atomics.load(this.i32, H_LOCK) === this.ticket;
+  }
+
+  /** Answers "failed: the lock was busy" (the core runs the key on its own breaker and retries). */
+  private busy(a: StoreAnswer): StoreAnswer {
+    a.kind = 4;
+    a.flag = FAIL_BUSY;
+    return a;
   }
 
   private unlock(): void {
     // Not ours any more if it was taken over (we were presumed dead): leave it.
-    Atomics.compareExchange(this.i32, H_LOCK, this.id, 0);
+    Atomics.compareExchange(this.i32, H_LOCK, this.ticket, 0);
+    this.ticket = 0;
     if (Atomics.load(this.i32, H_WAITERS) > 0) Atomics.notify(this.i32, H_LOCK, 1);
   }
 
@@ -393,11 +417,7 @@ export class SharedStore {
       return a;
     }
     const hash = fnv1a(mem, kFrom, kLen);
-    if (!this.lock()) {
-      a.kind = 4;
-      a.flag = FAIL_BUSY;
-      return a;
-    }
+    if (!this.lock()) return this.busy(a);
     try {
       const at = this.find(mem, kFrom, kLen, hash);
       if (op === 1) {
@@ -419,6 +439,7 @@ export class SharedStore {
           a.len = this.copyOut(at);
           return a;
         }
+        if (!this.holds()) return this.busy(a);
         this.u8.set(mem.subarray(vFrom, vFrom + vLen), at + E_DATA + this.keyBytes);
         this.dv.setUint32(at + E_VALUE_LEN, vLen, true);
         this.dv.setFloat64(at + E_WRITTEN, wallNow(), true);
@@ -442,6 +463,7 @@ export class SharedStore {
         return a;
       }
       const e = taken;
+      if (!this.holds()) return this.busy(a);
       this.u8.set(mem.subarray(kFrom, kFrom + kLen), e + E_DATA);
       this.dv.setUint32(e + E_KEY_LEN, kLen, true);
       this.dv.setUint32(e + E_HASH, hash, true);
