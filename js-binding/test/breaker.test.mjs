@@ -1012,6 +1012,64 @@ describe('shutdown: the calls still running', () => {
     const { error } = await settle(b.fire('later'));
     assert.equal(error.code, 'ESHUTDOWN', 'a call made after shutdown is still refused');
   });
+
+  test('a call whose action aborted its own signal does not keep another from timing out after shutdown (found by review: the other never settled)', async () => {
+    clock = fakeTime();
+    const mine = new AbortController();
+    const b = new CircuitBreaker((x) => {
+      if (x === 'self') mine.abort();
+      return new Promise(() => {});
+    }, { timeout: 50 });
+    const a = settle(b.fireWithSignal(new AbortController().signal, 'a'));
+    const self = settle(b.fireWithSignal(mine.signal, 'self'));
+    b.shutdown();
+    clock.tick(60);
+    await flush();
+    assert.equal((await self).error?.name, 'AbortError');
+    assert.equal((await a).error?.code, 'ETIMEDOUT', 'the other call timed out at its deadline');
+  });
+});
+
+describe('per-call signals (found by review, against opossum and the README)', () => {
+  test('a caller\'s deadline (AbortSignal.timeout) asks errorFilter, as the breaker\'s own timeout does', async () => {
+    const asked = [];
+    const b = new CircuitBreaker(() => new Promise(() => {}), {
+      errorFilter: (err, x) => {
+        asked.push([err.name, x]);
+        return true;
+      },
+    });
+    const seen = record(b, ['timeout', 'success', 'failure']);
+    const { error } = await settle(b.fireWithSignal(AbortSignal.timeout(20), 1));
+    assert.equal(error.name, 'TimeoutError');
+    assert.deepEqual(asked, [['TimeoutError', 1]]);
+    assert.deepEqual(seen.map((e) => e[0]), ['timeout', 'success']);
+    b.shutdown();
+  });
+
+  test('an already aborted signal is refused before the fire event: it counts nowhere', async () => {
+    const b = new CircuitBreaker(ok);
+    const fires = [];
+    b.on('fire', () => fires.push(b.stats.fires));
+    const ctl = new AbortController();
+    ctl.abort();
+    await assert.rejects(b.fireWithSignal(ctl.signal, 1), { name: 'AbortError' });
+    assert.deepEqual(fires, []);
+    assert.equal(b.stats.fires, 0);
+    b.shutdown();
+  });
+
+  test('a restored open state past resetTimeout is half-open with a renewed controller, as opossum\'s constructor makes it', () => {
+    const ac = new AbortController();
+    ac.abort();
+    const b = new CircuitBreaker(ok, {
+      autoRenewAbortController: true, abortController: ac, resetTimeout: 1000,
+      state: { closed: false, open: true, halfOpen: false, lastTimerAt: Date.now() - 1e6 },
+    });
+    assert.equal(b.halfOpen, true);
+    assert.equal(b.getSignal().aborted, false, 'the probe gets a live signal');
+    b.shutdown();
+  });
 });
 
 describe('stats and status', () => {

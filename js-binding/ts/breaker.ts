@@ -1333,9 +1333,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // Slots are id mod 2^22 and ids grow: the calls in flight are the newest.
     for (let i = calls.length - 1; i >= 0 && left > 0; i--) {
       const c = calls[i];
-      if (c === undefined) continue;
+      if (c === undefined || c.done) continue;
       left--;
-      if (c.done) continue;
       if (c.queued && run) {
         // The instance is lost: the call runs now, unprotected.
         c.queued = false;
@@ -1470,13 +1469,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown) {
       return Promise.reject(ourError('The circuit has been shutdown.', 'ESHUTDOWN'));
     }
+    // Refused before its `fire` event: an aborted call counts nowhere, not even in a
+    // `fire` listener's `stats.fires` (found by review).
+    if (signal?.aborted === true && this._enabled && !lost) return Promise.reject(signal.reason);
     // Skipped without a listener: `emit` copies its arguments into an array.
     if (listening(this, 'fire')) this._told('fire', args);
     if (!this._enabled || lost) {
       if (lost) tell();
       return this._bare(context, args);
     }
-    if (signal?.aborted === true) return Promise.reject(signal.reason);
     if (this._cached === 0) return this._protected(context, args, signal, -1);
     return this._fireCached(context, args, signal);
   }
@@ -1805,7 +1806,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     try {
       then = r !== null && (typeof r === 'object' || typeof r === 'function') ? (r as { then?: unknown }).then : undefined;
       if (typeof then === 'function') {
-        this._calls[c.id % SLOTS] = c;
+        // Not when the action ended it already (aborted its own signal): a dead entry
+        // in the table stopped the scan after `shutdown()` short of a live call
+        // (found by review: that call never timed out).
+        if (!c.done) this._calls[c.id % SLOTS] = c;
         // (`r.then`, not `then.call`: 5 % of a fire faster.)
         (r as PromiseLike<unknown>).then(c.ok, c.err);
         return;
@@ -2101,7 +2105,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       u[0]++; // its `timeout` listeners do not see the failure yet
       guarded(sink, () => this._emitOwn('timeout', reason, latency, c.args));
       u[0]--;
-      guarded(sink, () => this._emitOwn('failure', reason, latency, c.args));
+      // `errorFilter` is asked, as for the breaker's own timeout (found by review: it
+      // was not, though the README says it is).
+      const filtered = this._filters(reason, c.args);
+      guarded(sink, () => {
+        if (filtered) this._emitOwn('success', reason, latency);
+        else this._emitOwn('failure', reason, latency, c.args);
+      });
     }
     // The action is told before its slot goes to a queued call (found by a stress
     // test: the next action started while this one had not been told to stop).
@@ -2708,6 +2718,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           const last = s.lastTimerAt;
           if (typeof last === 'number' && wallNow() - last > this._parsed.resetTimeout) {
             w.fw_force(this._h, HALF_OPEN, t);
+            // opossum's constructor goes half-open through `_halfOpen()`, which renews
+            // an aborted controller (found by review: the probe got an aborted signal).
+            // Not for a restored `halfOpen: true` (opossum does not renew there).
+            const ac = this.options.abortController;
+            if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
+              this.options.abortController = new AbortController();
+            }
           } else {
             w.fw_force(this._h, OPEN, t);
           }
