@@ -692,6 +692,12 @@ impl Plugin {
                     "policies[{i}].match: never applies: policies[{j}] comes first and matches every request it would"
                 ));
             }
+            // Breakers are per policy, stats by key name alone (found by review).
+            if let Some(j) = first.iter().position(|q| q.key.may_share_names(&p.key)) {
+                out.push(format!(
+                    "policies[{i}].key: can render the key names of policies[{j}], whose stats it would share; put {{policy}} in it"
+                ));
+            }
         }
         out
     }
@@ -1076,6 +1082,35 @@ mod tests {
                 "policies[4].match: never applies: policies[2] comes first and matches every request it would",
             ]
         );
+        let keys = parse(
+            r#"{"policies":[
+                {"name":"a","match":{"method":"GET"},"key":"{cluster}"},
+                {"name":"b","match":{"method":"POST"},"key":"{cluster}"},
+                {"name":"c","match":{"method":"PUT"},"key":"c/{path}"},
+                {"name":"d","match":{"method":"DELETE"},"key":"d/{path}"},
+                {"name":"e","match":{"method":"HEAD"},"key":"d/x{path}"},
+                {"name":"f","match":{"method":"PATCH"},"key":"{policy}-{cluster}"}
+            ]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            keys.warnings(),
+            [
+                "policies[1].key: can render the key names of policies[0], whose stats it would share; put {policy} in it",
+                "policies[2].key: can render the key names of policies[0], whose stats it would share; put {policy} in it",
+                "policies[3].key: can render the key names of policies[0], whose stats it would share; put {policy} in it",
+                "policies[4].key: can render the key names of policies[0], whose stats it would share; put {policy} in it",
+            ],
+            "a leading placeholder can render anything; d/ and d/x overlap; c/ and d/ do not; {{policy}} keeps apart"
+        );
+        let apart = parse(
+            r#"{"policies":[
+                {"name":"c","match":{"method":"PUT"},"key":"c/{path}"},
+                {"name":"d","match":{"method":"DELETE"},"key":"d/{path}"}
+            ]}"#,
+        )
+        .unwrap();
+        assert!(apart.warnings().is_empty());
         let example = std::fs::read("../examples/fusewire.json").unwrap();
         assert!(
             Plugin::parse(&example).unwrap().warnings().is_empty(),

@@ -357,18 +357,25 @@ impl Worker {
             return Some(i);
         }
         let mut name = self.engine.as_ref()?.key_name(key)?.to_string();
+        let prefix = self
+            .plugin
+            .as_ref()
+            .map_or("fusewire", |p| p.metrics_prefix.as_str());
+        // The cap is per metrics prefix too: two plugins of one VM (Istio's CLIENT and
+        // SERVER) with policies of one name but their own prefixes write apart (found
+        // by review: they shared one cap).
         if self.metric_names.get(&name).is_none()
-            && !metrics::own_stats(&policy.name, &name, metric_cap(policy))
+            && !metrics::own_stats(
+                &format!("{prefix} {}", policy.name),
+                &format!("{prefix} {name}"),
+                metric_cap(policy),
+            )
         {
             name = format!("{}/~overflow", policy.name);
         }
         let i = match self.metric_names.get(&name) {
             Some(&i) => i,
             None => {
-                let prefix = self
-                    .plugin
-                    .as_ref()
-                    .map_or("fusewire", |p| p.metrics_prefix.as_str());
                 let m = KeyMetrics::define(prefix, &name);
                 // A breaker that never transitions (`forced_open`) still reports its phase.
                 if let Some(phase) = self.engine.as_ref().and_then(|e| e.phase(key)) {

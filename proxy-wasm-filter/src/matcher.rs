@@ -181,6 +181,20 @@ pub struct KeySpec {
 }
 
 impl KeySpec {
+    /// Whether a name this renders can be one `other` renders: neither has
+    /// `{policy}`, and neither's leading text is the other's start. Conservative.
+    pub fn may_share_names(&self, other: &KeySpec) -> bool {
+        fn lead(k: &KeySpec) -> &str {
+            match k.parts.first() {
+                Some(Part::Lit(s)) => s,
+                _ => "",
+            }
+        }
+        let (a, b) = (lead(self), lead(other));
+        let named = |k: &KeySpec| k.parts.contains(&Part::Policy);
+        !named(self) && !named(other) && (a.starts_with(b) || b.starts_with(a))
+    }
+
     /// Whether every request header a response's `Vary` names (comma-separated, any
     /// case) is part of this key, so requests of one key get one representation.
     /// `Vary: *` never is.
