@@ -932,6 +932,7 @@ impl Worker {
                 req.grpc_timeout = t;
             }
         }
+        let mut no_store = false;
         if method.is_some() {
             // Found by a security review: `x-api-key`, a client certificate, or a JWT
             // payload header (Envoy's jwt_authn and Istio remove `authorization` once
@@ -940,13 +941,14 @@ impl Worker {
             // no-store`, RFC 9111 §5.2.1.5) is treated the same (found by an HTTP
             // review: its response was kept and served to other clients), on any of
             // its `cache-control` lines.
-            req.creds = policy
-                .credential_headers
-                .iter()
-                .any(|h| view.header(h).is_some())
-                || view
-                    .header_all("cache-control")
-                    .is_some_and(|v| any_directive(&v, UNSHARED.get(..1).unwrap_or_default()));
+            no_store = view
+                .header_all("cache-control")
+                .is_some_and(|v| any_directive(&v, UNSHARED.get(..1).unwrap_or_default()));
+            req.creds = no_store
+                || policy
+                    .credential_headers
+                    .iter()
+                    .any(|h| view.header(h).is_some());
         }
         let mut request_key = String::new();
         if let Some((spec, m)) = policy
@@ -957,12 +959,23 @@ impl Worker {
             .zip(method.as_deref())
         {
             spec.render(&policy.name, &mut view, &mut request_key);
-            // The method is always part of the key: a GET never follows a HEAD.
-            request_key.push('\0');
-            request_key.push_str(m);
+            // The method is always part of the key: a GET never follows a HEAD. So are
+            // the cluster and route Envoy chose: one path can reach two subsets (Istio
+            // routes `end-user: jason` to v2) or two rewrites (found by an HTTP review:
+            // a v2 client got v1's response). And whether it carried credentials: with
+            // `allow_credentials` an anonymous request never follows a credentialed
+            // one.
+            for part in [Some(m.to_string()), view.cluster(), view.route()] {
+                request_key.push('\0');
+                request_key.push_str(part.as_deref().unwrap_or("-"));
+            }
+            request_key.push(if req.creds { '\x01' } else { '\x02' });
             req.key = request_key.into_bytes();
         }
-        let collapsible = policy
+        // A request that asks no cache to store its response never collapses, whatever
+        // `allow_credentials` says (found by an HTTP review: it did with it on).
+        let collapsible = !no_store
+            && policy
             .collapse
             .as_ref()
             .zip(method.as_ref())

@@ -1395,6 +1395,108 @@ fn identical_concurrent_gets_are_collapsed_per_worker() {
     assert_eq!(r.response_body, b"v2");
 }
 
+/// Requests Envoy routes to different clusters never share a response, whatever the
+/// collapse key says (found by an HTTP review: one path can reach two subsets — Istio
+/// routes `end-user: jason` to v2 — and a v2 client got v1's response). Here a key
+/// without the path, and two routes to two clusters.
+#[test]
+fn requests_to_different_clusters_never_share_a_response() {
+    let json = collapse_only(r#""key": "{method} {authority}""#);
+    let mut cfg = common::harness_config(CasMode::Envoy, &json, 15_000);
+    cfg.routes = vec![
+        RouteConfig {
+            name: "ra".into(),
+            prefix: "/api/a".into(),
+            cluster: "ca".into(),
+            timeout_ms: 15_000,
+        },
+        RouteConfig {
+            name: "rb".into(),
+            prefix: "/api/b".into(),
+            cluster: "cb".into(),
+            timeout_ms: 15_000,
+        },
+    ];
+    cfg.clusters = vec![
+        ClusterConfig {
+            name: "ca".into(),
+            ..Default::default()
+        },
+        ClusterConfig {
+            name: "cb".into(),
+            ..Default::default()
+        },
+    ];
+    let mut h = Harness::new(&common::module(), cfg).expect("plugin loads");
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = ["/api/a", "/api/b", "/api/a", "/api/b"]
+        .iter()
+        .enumerate()
+        .map(|(i, path)| {
+            h.submit_at(
+                t0 + i as u64 * 100_000,
+                0,
+                Request::get(path),
+                UpstreamReply::status(200).after_ms(100).with_body(path),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(500));
+    let recs = records(&h, &ids);
+    for (r, want) in recs.iter().zip(["/api/a", "/api/b", "/api/a", "/api/b"]) {
+        assert_eq!(r.response_body, want.as_bytes(), "{r:?}");
+    }
+    assert_eq!(
+        recs.iter().filter(|r| r.sent_upstream).count(),
+        2,
+        "one leader per cluster"
+    );
+}
+
+/// With `allow_credentials`, credentialed requests share among themselves, but an
+/// anonymous one never follows a credentialed leader, and a `no-store` request never
+/// collapses (found by an HTTP review: both did).
+#[test]
+fn allow_credentials_keeps_anonymous_and_no_store_requests_apart() {
+    let mut h = harness(
+        CasMode::Envoy,
+        &collapse_only(r#""allow_credentials": true"#),
+    );
+    let t0 = h.now_ns();
+    let reqs = [
+        Request::get("/api/me").header("authorization", "Bearer a"),
+        Request::get("/api/me").header("authorization", "Bearer b"),
+        Request::get("/api/me"),
+        Request::get("/api/me").header("cache-control", "no-store"),
+    ];
+    let ids: Vec<u64> = reqs
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            h.submit_at(
+                t0 + i as u64 * 100_000,
+                0,
+                r,
+                UpstreamReply::status(200)
+                    .after_ms(100)
+                    .with_body(&format!("reply {i}")),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(500));
+    let recs = records(&h, &ids);
+    let upstream: Vec<bool> = recs.iter().map(|r| r.sent_upstream).collect();
+    assert_eq!(upstream, [true, false, true, true], "{recs:?}");
+    assert_eq!(
+        recs[1].response_body, b"reply 0",
+        "credentialed requests share, as allowed"
+    );
+    assert_eq!(
+        recs[2].response_body, b"reply 2",
+        "the anonymous one got its own"
+    );
+}
+
 /// Found by review: every collapsed waiter's reply held its own copy of the leader's
 /// body until the leader's callback returned (and a clone on the way), so 400 waiters
 /// of a 512 KiB response needed 200 MiB at once — past a VM's memory, an allocation
