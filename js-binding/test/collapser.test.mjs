@@ -324,6 +324,25 @@ describe('Collapser', () => {
     byId.c.shutdown();
   });
 
+  test('a batch result that is not one value per key is a failed batch to the breaker: it opens, and its fallback answers (found by review: it counted as a success)', async () => {
+    const c = new Collapser(async (keys) => ({ rows: keys }), {
+      windowMs: 0, breaker: { volumeThreshold: 1, errorThresholdPercentage: 1 },
+    });
+    const first = await Promise.allSettled([c.load(1), c.load(2)]);
+    assert.deepEqual(first.map((r) => r.status), ['rejected', 'rejected']);
+    assert.match(first[0].reason.message, /^Collapser must be constructed with a function which accepts Array<key> and returns Promise<Array<value>>, but the function did not return a Promise of an Array: got/);
+    assert.equal(c.breaker.stats.failures, 1);
+    assert.equal(c.breaker.stats.successes, 0);
+    assert.equal(c.breaker.opened, true);
+    c.breaker.fallback((keys) => keys.map(() => null));
+    assert.deepEqual(await Promise.all([c.load(3), c.load(4)]), [null, null], 'the fallback answers the open breaker\'s batches');
+    const short = new Collapser(async (keys) => keys.slice(1), { windowMs: 0, breaker: { volumeThreshold: 1, errorThresholdPercentage: 1 } });
+    short.breaker.fallback((keys) => keys.map((k) => `fb:${k}`));
+    assert.deepEqual(await Promise.all([short.load(1), short.load(2)]), ['fb:1', 'fb:2'], 'too few values: the fallback answers at once');
+    c.shutdown();
+    short.shutdown();
+  });
+
   test('one failed batch does not open the breaker; fallback values are never cached', async () => {
     let up = false;
     const { c, batches } = loader({ windowMs: 0 }, (keys) => {

@@ -1823,9 +1823,22 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._ok(c, r);
   }
 
+  /**
+   * @internal A resolved value that is a failure all the same (a Collapser's batch
+   * result that is not one value per key): the error to fail the call with.
+   */
+  _failsWith: ((v: unknown, args: unknown[]) => Error | undefined) | undefined = undefined;
+
   /** @internal The action resolved. */
   _ok(c: Call, v: unknown): void {
     if (c.done) return;
+    if (this._failsWith !== undefined) {
+      const bad = this._failsWith(v, c.args);
+      if (bad !== undefined) {
+        this._err(c, bad);
+        return;
+      }
+    }
     c.done = true;
     if (c.flight !== undefined) c.flight.ended = 'success';
     const lead = c.lead;

@@ -189,6 +189,18 @@ function batchSize(v: unknown): number {
 const KNOWN = new Set(['windowMs', 'maxBatchSize', 'cache', 'cacheSize', 'cacheKeyFn', 'breaker', 'name']);
 
 /** DataLoader's `isArrayLike`: an array or an object with a `length` and its last index. */
+/** DataLoader's TypeError for a batch result that is not one value per key (or the fallback's). */
+function badBatch(values: unknown, keys: number, fallback: boolean): TypeError {
+  if (fallback) {
+    return new TypeError(`Collapser: the breaker's fallback must return an Array of the same length as the Array of keys (${keys} keys, ${(values as ArrayLike<unknown>).length} values)`);
+  }
+  const got = arrayLike(values)
+    ? ` of the same length as the Array of keys (${keys} keys, ${values.length} values)`
+    : `: got ${describe(values)}`;
+  return new TypeError('Collapser must be constructed with a function which accepts Array<key> and returns ' +
+    `Promise<Array<value>>, but the function did not return a Promise of an Array${got}.`);
+}
+
 function arrayLike(x: unknown): x is ArrayLike<unknown> {
   if (typeof x !== 'object' || x === null) return false;
   const n = (x as { length?: unknown }).length;
@@ -335,6 +347,14 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     };
     this._window = windowMs;
     this.breaker._onTick = (t) => this._flush(t);
+    // A batch result that is not one value per key fails the batch in the breaker, so
+    // it counts as a failure and the fallback answers (found by review: it counted as
+    // a success, and the breaker never opened). Checked where the breaker settles the
+    // call: no promise job added (DataLoader's settle timing).
+    this.breaker._failsWith = (values, args) => {
+      const n = (args[0] as unknown[]).length;
+      return arrayLike(values) && values.length === n ? undefined : badBatch(values, n, false);
+    };
   }
 
   /** Loads one key (batched with the other loads of the window). `null` and `undefined` are not keys: a TypeError, as in DataLoader. */
@@ -884,15 +904,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     fired.then((values) => {
       this._settleHits(hits);
       if (!arrayLike(values) || values.length !== keys.length) {
-        const got = arrayLike(values)
-          ? ` of the same length as the Array of keys (${keys.length} keys, ${values.length} values)`
-          : `: got ${describe(values)}`;
         // Said of the breaker's fallback where it gave them (found by review: the batch
         // function was blamed for what the fallback returned).
-        this._failed(items, batch, new TypeError(typeof values === 'object' && values !== null && this._fallen.has(values)
-          ? `Collapser: the breaker's fallback must return an Array of the same length as the Array of keys (${keys.length} keys, ${values.length} values)`
-          : 'Collapser must be constructed with a function which accepts Array<key> and returns ' +
-            `Promise<Array<value>>, but the function did not return a Promise of an Array${got}.`));
+        this._failed(items, batch, badBatch(values, keys.length, typeof values === 'object' && values !== null && this._fallen.has(values)));
       } else {
         this._done(items, batch, values, this._fallen.has(values));
       }
