@@ -541,35 +541,26 @@ export function putKey(key: string): number {
   const ptr = w.fw_scratch(max);
   if (ptr === 0 && max > 0) return NO_KEY;
   const mem = bytes();
-  // Most keys are short ASCII: copied byte by byte (`encodeInto` needs a view of the
-  // target, an allocation per key: a tenth of a batched Collapser load went to it
-  // and the garbage collector).
-  if (n <= 64) {
-    let i = 0;
-    for (; i < n; i++) {
-      const c = key.charCodeAt(i);
-      if (c >= 0x80) break;
-      mem[ptr + i] = c;
-    }
-    if (i === n) return n;
-  }
-  if (wellFormed(key)) return encoder.encodeInto(key, mem.subarray(ptr, ptr + max)).written;
-  // UTF-8 has no lone surrogate: `encodeInto` writes U+FFFD for it, so '\ud800',
-  // '\udc00' and '\ufffd' would be one key and share a cached value (found by a
-  // test). Such a key is written as WTF-8: a lone surrogate takes the three bytes
-  // UTF-8 would give its code point (ED A0..BF xx, which no UTF-8 holds), so keys
-  // stay apart and as long as `encodeInto` made them.
+  // Written by hand, not `encodeInto`: it needs a view of the target, an allocation
+  // per key (a tenth of a batched Collapser load went to it and the garbage
+  // collector); and UTF-8 has no lone surrogate, for which `encodeInto` writes
+  // U+FFFD, so '\ud800', '\udc00' and '\ufffd' were one key and shared a cached value
+  // (found by a test). This is WTF-8: UTF-8 for every well-formed string, and a lone
+  // surrogate as the three bytes UTF-8 would give its code point (ED A0..BF xx, which
+  // no UTF-8 holds), so keys stay apart and as long as UTF-8 makes them.
   let at = ptr;
   for (let i = 0; i < n; i++) {
     let c = key.charCodeAt(i);
+    if (c < 0x80) {
+      mem[at++] = c;
+      continue;
+    }
     const d = key.charCodeAt(i + 1); // NaN past the end
     if (c >= 0xd800 && c <= 0xdbff && d >= 0xdc00 && d <= 0xdfff) {
       c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
       i++;
     }
-    if (c < 0x80) {
-      mem[at++] = c;
-    } else if (c < 0x800) {
+    if (c < 0x800) {
       mem[at++] = 0xc0 | (c >> 6);
       mem[at++] = 0x80 | (c & 0x3f);
     } else if (c < 0x10000) {
@@ -586,17 +577,6 @@ export function putKey(key: string): number {
   return at - ptr;
 }
 
-/** Whether `s` has no lone surrogate (`String.prototype.isWellFormed`, which Node 18 lacks). */
-function wellFormed(s: string): boolean {
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c < 0xd800 || c > 0xdfff) continue;
-    const d = s.charCodeAt(i + 1); // NaN past the end
-    if (c > 0xdbff || !(d >= 0xdc00 && d <= 0xdfff)) return false;
-    i++;
-  }
-  return true;
-}
 
 /** A key length no scratch buffer holds (`u32::MAX` to the exports). */
 const NO_KEY = 0xffff_ffff;
