@@ -464,19 +464,18 @@ export function register(options: PrometheusOptions): () => void {
     // synchronous run: the view lasts until that run ends, and is made again for a
     // family that read it already (a second scrape in the same run) or after a
     // breaker came or went.
-    let view: { changes: number; read: Set<string>; rows: [Record<string, string>, Sample][] } | undefined;
+    let view: { changes: number; run: number; read: Set<string>; rows: [Record<string, string>, Sample][] } | undefined;
     const rows = (suffix: string) => {
-      if (view === undefined || view.changes !== changes || view.read.has(suffix)) {
+      // (The collect run, not a `queueMicrotask`: fake timers that fake it kept one
+      // view for good.)
+      const now = run();
+      if (view === undefined || view.run !== now || view.changes !== changes || view.read.has(suffix)) {
         const merged: [Record<string, string>, Sample][] = [];
         for (const e of series.values()) {
           const s = merge(e.ms, e.retired, e.floor);
           if (s !== undefined) merged.push([e.labels, s]);
         }
-        const made = { changes, read: new Set<string>(), rows: merged };
-        view = made;
-        queueMicrotask(() => {
-          if (view === made) view = undefined;
-        });
+        view = { changes, run: now, read: new Set<string>(), rows: merged };
       }
       view.read.add(suffix);
       return view.rows;
