@@ -152,6 +152,13 @@ pub enum UpstreamReply {
         /// `upstream_reset_after_response_started{remote_reset}`); no trailers.
         #[serde(default)]
         reset_after_headers: bool,
+        /// The body (and trailers) arrive this long after the headers: a streamed
+        /// response (a large download, an event stream). Envoy's route timeout still
+        /// covers it: a body due past the timeout resets the stream (flag UT) once the
+        /// timeout is reached. Only where the filter lets the headers go on at once;
+        /// a filter that stops them gets the body with them.
+        #[serde(default)]
+        body_after_ns: u64,
     },
     /// Resets after `latency_ns`; the router answers 503 with the flag and details of
     /// `reason` (default remote reset, flag UR).
@@ -177,6 +184,7 @@ impl UpstreamReply {
             body: String::new(),
             trailers: vec![],
             reset_after_headers: false,
+            body_after_ns: 0,
         }
     }
     /// A normal gRPC response: `:status 200`, `content-type: application/grpc`, a
@@ -247,6 +255,14 @@ impl UpstreamReply {
         } = &mut self
         {
             *reset_after_headers = true;
+        }
+        self
+    }
+    /// The body (and trailers) arriving `ms` milliseconds after the headers (no-op
+    /// for resets and hangs).
+    pub fn body_after_ms(mut self, ms: u64) -> Self {
+        if let UpstreamReply::Response { body_after_ns, .. } = &mut self {
+            *body_after_ns = ms * 1_000_000;
         }
         self
     }

@@ -40,6 +40,11 @@ pub(crate) enum Event {
     Uploaded {
         id: u64,
     },
+    /// The rest of a streamed response (`body_after_ns`) arrives, or the route
+    /// timeout ends it.
+    BodyArrived {
+        id: u64,
+    },
     IdleTimeout {
         id: u64,
         gen: u64,
@@ -79,6 +84,8 @@ enum St {
     Upstream,
     /// Response iteration stopped in the filter.
     PausedResp(Option<Stage>),
+    /// The response headers went on; its body is still arriving (`body_after_ns`).
+    Streaming,
     /// The response is complete; the client is still receiving it (`download_ns`).
     Delivering,
     /// The request headers went on; the client is still sending its body
@@ -117,6 +124,8 @@ struct Ctl {
     is_head: bool,
     due: Option<Due>,
     sent_ns: u64,
+    /// When the route timeout ends the upstream response (`u64::MAX`: none).
+    timeout_at: u64,
     /// When the client has sent its whole body (`upload_ns` after the start).
     uploaded_at: u64,
     in_response: bool,
@@ -291,6 +300,7 @@ impl WorkerVm {
                     }
                 }
             }
+            Event::BodyArrived { id } => self.body_arrived(id),
             Event::IdleTimeout { id, gen } => self.idle_timeout(id, gen),
             Event::Tick { root, gen } => {
                 let Some(vm) = self.vm.as_mut() else { return };
@@ -404,6 +414,7 @@ impl WorkerVm {
             failed: false,
             due: None,
             sent_ns: 0,
+            timeout_at: u64::MAX,
             uploaded_at: now + upload_ns,
             in_response: false,
             headers_sent: false,
@@ -874,6 +885,7 @@ impl WorkerVm {
         ctl.st = St::Upstream;
         ctl.sent_ns = now;
         let timeout = route.timeout_ms * 1_000_000;
+        ctl.timeout_at = if timeout > 0 { now + timeout } else { u64::MAX };
         let (due, at) = match &ctl.reply {
             UpstreamReply::Response { latency_ns, .. }
             | UpstreamReply::Reset { latency_ns, .. }
@@ -1002,6 +1014,7 @@ impl WorkerVm {
         let waiting = match ctl.st {
             St::PausedReq(_) | St::PausedResp(_) => true,
             St::Upstream => !ctl.in_response,
+            St::Streaming => true,
             St::Active | St::Delivering | St::Uploading => false,
         };
         if ctl.idle_gen != gen || !waiting {
@@ -1100,6 +1113,15 @@ impl WorkerVm {
             );
         let has_trailers = !cut && resp.trailers.as_ref().is_some_and(|t| !t.is_empty());
         let has_body = !resp.body.is_empty();
+        // A streamed upstream body arrives after the headers.
+        let body_after = match ctl.reply {
+            UpstreamReply::Response { body_after_ns, .. }
+                if !ctl.local_resp && from == Stage::Headers && (has_body || has_trailers) =>
+            {
+                body_after_ns
+            }
+            _ => 0,
+        };
         if bypass {
             // Envoy's router resets the stream whether or not a filter runs.
             return if cut {
@@ -1118,7 +1140,11 @@ impl WorkerVm {
                     if let Some(s) = self.stream_data(ctx) {
                         s.resp_headers = Some(resp.headers.clone());
                         s.resp_headers_live = true;
-                        s.resp_body = resp.body.clone();
+                        s.resp_body = if body_after > 0 {
+                            Vec::new()
+                        } else {
+                            resp.body.clone()
+                        };
                     }
                     let eos = !has_body && !has_trailers && !cut;
                     let flow = self.call(id, Phase::ResponseHeaders, resp.headers.len(), eos);
@@ -1128,6 +1154,13 @@ impl WorkerVm {
                     if flow == Flow::Continue {
                         if let Some(c) = self.ctls.get_mut(&id) {
                             c.headers_sent = true;
+                        }
+                        if body_after > 0 {
+                            return self.stream_rest(id, body_after);
+                        }
+                    } else if body_after > 0 {
+                        if let Some(s) = self.stream_data(ctx) {
+                            s.resp_body = resp.body.clone();
                         }
                     }
                     flow
@@ -1170,6 +1203,55 @@ impl WorkerVm {
         } else {
             self.complete(id);
         }
+    }
+
+    /// The response headers went on and the body is `after` ns away: it arrives
+    /// then, unless the route timeout comes first.
+    fn stream_rest(&mut self, id: u64, after: u64) {
+        let now = self.now();
+        let idle = self.env.stream_idle_timeout_ns;
+        let Some(ctl) = self.ctls.get_mut(&id) else {
+            return;
+        };
+        ctl.st = St::Streaming;
+        let at = now.saturating_add(after).min(ctl.timeout_at);
+        self.post(at, Event::BodyArrived { id });
+        if idle > 0 && at - now > idle {
+            self.arm_idle(id);
+        }
+    }
+
+    /// The rest of a streamed response arrives; past the route timeout the router
+    /// ends it instead (`onResponseTimeout` once the response started: its local
+    /// reply resets the stream).
+    fn body_arrived(&mut self, id: u64) {
+        let now = self.now();
+        let Some(ctl) = self.ctls.get_mut(&id) else {
+            return;
+        };
+        if ctl.st != St::Streaming {
+            return;
+        }
+        ctl.st = St::Active;
+        let ctx = ctl.ctx;
+        if now >= ctl.timeout_at {
+            return self.router_reply(
+                id,
+                504,
+                "upstream_response_timeout",
+                flags::UPSTREAM_REQUEST_TIMEOUT,
+                "upstream request timeout",
+            );
+        }
+        let body = ctl
+            .resp
+            .as_ref()
+            .map(|r| r.body.clone())
+            .unwrap_or_default();
+        if let Some(s) = self.stream_data(ctx) {
+            s.resp_body = body;
+        }
+        self.run_response(id, Stage::Body);
     }
 
     /// The upstream reset after its response started: Envoy's router (`onUpstreamReset`

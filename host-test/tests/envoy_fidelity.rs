@@ -1218,3 +1218,54 @@ fn a_local_reply_after_the_response_headers_were_sent_resets_the_stream() {
     );
     assert_ne!(r.response_flags & flags::LOCAL_RESET, 0);
 }
+
+/// A streamed response (`body_after_ms`): the filter sees the headers when they
+/// arrive and the body later, as Envoy's codec hands frames on when they come (the
+/// filter's buffer is empty at the headers).
+#[test]
+fn a_streamed_body_reaches_the_filter_after_its_headers() {
+    let mut h = one();
+    let t0 = h.now_ns();
+    let r = h.request(
+        0,
+        Request::get("/probe/body"),
+        UpstreamReply::status(200)
+            .with_body("upstream body")
+            .after_ms(100)
+            .body_after_ms(500),
+    );
+    assert_eq!(r.outcome, Outcome::UpstreamOk, "{r:?}");
+    assert_eq!(
+        r.response_body, b"UPSTREAM BODY",
+        "the filter read the body"
+    );
+    assert_eq!((r.end_ns - t0) / 1_000_000, 600);
+}
+
+/// Envoy `Router::Filter::onResponseTimeout`: the route timeout runs until the upstream
+/// response is complete; once the headers went to the client its local reply resets
+/// the stream (flag UT).
+#[test]
+fn the_route_timeout_cuts_a_streamed_body_short() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        routes: vec![RouteConfig {
+            timeout_ms: 300,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let t0 = h.now_ns();
+    let r = h.request(
+        0,
+        Request::get("/probe/body"),
+        UpstreamReply::status(200)
+            .with_body("upstream body")
+            .after_ms(100)
+            .body_after_ms(500),
+    );
+    assert_eq!(r.outcome, Outcome::ResetAfterHeaders, "{r:?}");
+    assert_eq!(r.response_status, Some(200));
+    assert_ne!(r.response_flags & flags::UPSTREAM_REQUEST_TIMEOUT, 0);
+    assert_eq!((r.end_ns - t0) / 1_000_000, 300);
+}

@@ -55,9 +55,8 @@ enum Call {
         /// A failed response for `lead`'s waiters, handed over in `finish`: after the
         /// permit is completed, so a promoted waiter finds the slot free.
         failed: Option<Box<Response>>,
-        /// The response is not for other clients (private, or it varies outside the
-        /// request key): `lead`'s waiters are released in `finish` (each goes
-        /// upstream on its own, the slot free).
+        /// `lead`'s waiters go upstream on their own once the call ends (its
+        /// response is not for them; a bulkhead's slot is then free for them).
         unshared: bool,
     },
     /// Paused in its request headers until its body has arrived (policy `pi`'s
@@ -1277,6 +1276,7 @@ impl Worker {
         else {
             return;
         };
+        let mut release = false;
         if map == host::RESPONSE_HEADERS {
             if let Some(c) = capture.as_mut() {
                 c.response.status = obs.status.unwrap_or(0);
@@ -1300,15 +1300,21 @@ impl Worker {
                 // A private response is not handed to waiters either (found by a
                 // security review: a `cache-control: private` reply to one user's
                 // request reached an anonymous client that followed it).
-                c.unshared = unread
+                // Such a response is neither replayed nor kept: its waiters go
+                // upstream now, not when its body ends (an event stream's, never).
+                release = unread
                     || private(&headers, false)
                     || headers
                         .iter()
                         .any(|(k, v)| k == "vary" && !key.is_some_and(|key| key.covers_vary(v)));
                 c.response.headers = headers.into_iter().filter(|(k, _)| replayable(k)).collect();
+                // A body announced past the limit is not waited for either.
+                if host::header_number(map, "content-length").is_some_and(|n| !c.fits(n as usize)) {
+                    c.give_up();
+                }
+                release |= c.too_large;
                 // Without waiters only a shared 2xx is worth its bytes (a stale copy).
-                let keep = !c.unshared && storable(c.response.status);
-                if lead.is_none() && !keep {
+                if lead.is_none() && !storable(c.response.status) {
                     *capture = None;
                 }
             }
@@ -1318,10 +1324,43 @@ impl Worker {
                 obs.grpc = Some(g);
             }
         }
-        if end || map == host::RESPONSE_TRAILERS {
-            obs.ended = true;
+        let ended = end || map == host::RESPONSE_TRAILERS;
+        obs.ended |= ended;
+        if release {
+            self.release_waiters(ctx);
+        }
+        if ended {
             self.publish(ctx);
             self.end_call(ctx);
+        }
+    }
+
+    /// The response on stream `ctx` will not be handed to its leader's waiters (one
+    /// client's, varying on a header the key lacks, or too large to hold): it is no
+    /// longer captured, and they go upstream on their own — now, or, where a bulkhead
+    /// counts the leader's call, when it ends (the leader's slot would refuse them).
+    fn release_waiters(&mut self, ctx: u32) {
+        let now = self.now();
+        let Some(Call::Running {
+            req,
+            lead,
+            capture,
+            unshared,
+            ..
+        }) = self.calls.get_mut(ctx)
+        else {
+            return;
+        };
+        *capture = None;
+        let plugin = self.plugin.as_ref();
+        if plugin
+            .and_then(|p| p.policies.get(req.pi))
+            .is_some_and(|p| p.core.bulkhead.is_some())
+        {
+            *unshared = true;
+        } else if let (Some(lead), Some(r)) = (lead.take(), self.replays.get_mut(req.pi)) {
+            r.release(lead, &req.key, now);
+            self.settle(now);
         }
     }
 
@@ -1409,7 +1448,8 @@ impl Worker {
         let Some(Call::Running { capture, obs, .. }) = self.calls.get_mut(ctx) else {
             return;
         };
-        if let Some(c) = capture.as_mut().filter(|c| !c.too_large) {
+        let mut release = false;
+        if let Some(c) = capture.as_mut() {
             if c.fits(size) {
                 host::response_body(size, |b| match b {
                     Some(b) => c.body(b),
@@ -1418,9 +1458,13 @@ impl Worker {
             } else {
                 c.give_up();
             }
+            release = c.too_large;
+        }
+        obs.ended |= end;
+        if release {
+            self.release_waiters(ctx);
         }
         if end {
-            obs.ended = true;
             self.publish(ctx);
             self.end_call(ctx);
         }
@@ -1434,7 +1478,6 @@ impl Worker {
             lead,
             capture,
             failed,
-            unshared,
             ..
         }) = self.calls.get_mut(ctx)
         else {
@@ -1452,11 +1495,6 @@ impl Worker {
         let Some(policy) = plugin.policies.get(req.pi) else {
             return;
         };
-        if cap.unshared {
-            // Neither replayed nor kept: `finish` releases the waiters.
-            *unshared = true;
-            return;
-        }
         let ok = matches!(
             policy.classifier.classify(&obs),
             Outcome::Success | Outcome::BadRequest
@@ -1464,31 +1502,23 @@ impl Worker {
         if !ok {
             // Waiters get the failure (or the next one leads) once the call is
             // complete; a failure is never kept as a stale copy.
-            *failed = (!cap.too_large).then(|| Box::new(cap.take_response()));
+            *failed = Some(Box::new(cap.take_response()));
             return;
         }
         let (lead, pi) = (lead.take(), req.pi);
         let req_key = req.key.clone();
         let get = req.get && !req.creds;
         let now = self.now();
-        let mut taken = cap.take_response();
-        taken.at = now;
+        let mut r = cap.take_response();
+        r.at = now;
         let Some(replay) = self.replays.get_mut(pi) else {
             return;
         };
-        let response = (!cap.too_large).then_some(taken);
-        if let Some(r) = &response {
-            if get && storable(r.status) && policy.stale.is_some() && !private(&r.headers, true) {
-                replay.keep(&req_key, r.clone(), now);
-            }
+        if get && storable(r.status) && policy.stale.is_some() && !private(&r.headers, true) {
+            replay.keep(&req_key, r.clone(), now);
         }
-        match (lead, response) {
-            (Some(lead), Some(r)) => replay.settle(lead, &req_key, Some(r), true, now),
-            // Too large to replay: the waiters go upstream on their own, at once (one
-            // after another, each waiting for the last, they took seconds; found by a
-            // stress run).
-            (Some(lead), None) => replay.release(lead, &req_key, now),
-            (None, _) => {}
+        if let Some(lead) = lead {
+            replay.settle(lead, &req_key, Some(r), true, now);
         }
         self.settle(now);
     }
@@ -1533,11 +1563,8 @@ impl Worker {
                 lead,
                 failed,
                 unshared,
-                capture,
                 ..
             } => {
-                // Also an unshared response cut short before `publish` saw its end.
-                let unshared = unshared || capture.is_some_and(|c| c.unshared);
                 self.by_call.remove(permit.id());
                 if obs.needs_flags() {
                     if let Some(f) = host::property(b"response\0flags", FlagSet::from_property) {
@@ -1563,7 +1590,6 @@ impl Worker {
                 }
                 if let (Some(lead), Some(r)) = (lead, self.replays.get_mut(req.pi)) {
                     if unshared {
-                        // Each waiter goes upstream on its own, at once.
                         r.release(lead, &req.key, now);
                     } else {
                         // A failed response goes to the waiters (or the next one

@@ -157,10 +157,6 @@ pub struct Capture {
     pub body: Vec<u8>,
     /// The body went past the limit: nothing to replay.
     pub too_large: bool,
-    /// The response is not for other clients — it is [`private`], or varies on a
-    /// request header its key does not hold (`Vary`): neither replayed to waiters nor
-    /// kept.
-    pub unshared: bool,
     /// Largest body kept.
     pub limit: u64,
 }
@@ -172,7 +168,6 @@ impl Capture {
             response: Response::default(),
             body: Vec::new(),
             too_large: false,
-            unshared: false,
             limit,
         }
     }

@@ -2310,12 +2310,38 @@ fn refused_waiters_share_the_fallback_body() {
     }
 }
 
-/// Found by review: a waiter promoted from the leader's last response frame (its body
-/// over `max_body_bytes`) and refused there (the leader still holds the only bulkhead
-/// slot) was out of the call table, so its reply — deferred, as every reply decided
-/// in another stream's callback — was dropped and it hung until Envoy's idle timeout.
+/// Found by review: a waiter promoted from the leader's last response frame and
+/// refused there was out of the call table, so its reply — deferred, as every reply
+/// decided in another stream's callback — was dropped and it hung until Envoy's idle
+/// timeout. (Found with a body over `max_body_bytes` and a full bulkhead; such
+/// waiters now go upstream once the leader's slot is free, so here the leader's
+/// failure opens the breaker and the promoted waiter is short-circuited.)
 #[test]
 fn a_waiter_promoted_and_refused_in_the_leaders_callback_gets_its_reply() {
+    let json = collapse_only(r#""on_leader_failure": "retry""#).replace(
+        r#""request_volume_threshold": 20"#,
+        r#""request_volume_threshold": 1"#,
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let reply = || UpstreamReply::status(503).after_ms(100).with_body("down");
+    let a = h.submit_at(t0, 0, Request::get("/api/big"), reply());
+    let b = h.submit_at(t0 + 1, 0, Request::get("/api/big"), reply());
+    h.run_for(Duration::from_millis(1_000));
+    let ra = h.record(a).expect("leader done").clone();
+    assert_eq!(ra.response_status, Some(503));
+    let rb = h
+        .record(b)
+        .expect("the waiter was answered, not left hanging")
+        .clone();
+    assert!(short_circuited(&rb), "refused: the breaker opened: {rb:?}");
+    assert_eq!(rb.end_ns, ra.end_ns, "answered at the leader's on_log");
+}
+
+/// Waiters of a response too large to hold, behind a bulkhead of one, go upstream
+/// when the leader's call ends: its slot is then theirs (they were refused by it).
+#[test]
+fn waiters_of_a_large_response_get_the_leaders_slot() {
     let json = collapse_only(r#""max_body_bytes": 4"#).replace(
         "\"fallback\": {",
         "\"bulkhead\": {\"max_concurrent\": 1}, \"fallback\": {",
@@ -2327,18 +2353,16 @@ fn a_waiter_promoted_and_refused_in_the_leaders_callback_gets_its_reply() {
             .after_ms(100)
             .with_body("0123456789")
     };
-    let a = h.submit_at(t0, 0, Request::get("/api/big"), reply());
-    let b = h.submit_at(t0 + 1, 0, Request::get("/api/big"), reply());
+    let ids: Vec<u64> = (0..2)
+        .map(|i| h.submit_at(t0 + i, 0, Request::get("/api/big"), reply()))
+        .collect();
     h.run_for(Duration::from_millis(1_000));
-    let ra = h.record(a).expect("leader done").clone();
-    assert_eq!(ra.response_status, Some(200));
-    let rb = h
-        .record(b)
-        .expect("the waiter was answered, not left hanging")
-        .clone();
-    assert!(!rb.sent_upstream, "refused: the leader held the slot");
-    assert_eq!(rb.response_status, Some(503), "{rb:?}");
-    assert_eq!(rb.end_ns, ra.end_ns, "answered at the leader's on_log");
+    for r in records(&h, &ids) {
+        assert!(r.sent_upstream, "{r:?}");
+        assert_eq!(r.response_body, b"0123456789");
+    }
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.semaphore_rejected"), 0);
 }
 
 /// Found by review: a promoted waiter was admitted while its failed leader still held
@@ -2791,6 +2815,47 @@ fn waiters_of_a_response_too_large_to_replay_go_upstream_at_once() {
         assert!(r.sent_upstream, "{r:?}");
         let ms = (r.end_ns - t0) / 1_000_000;
         assert!(ms <= 250, "answered {ms} ms after it arrived: {r:?}");
+    }
+}
+
+/// Waiters of a leader whose response will not be handed to them — one client's, or
+/// too large to hold (`content-length` says so) — go upstream when its headers arrive,
+/// not when its body ends (until 2026-12-07 they waited for it: a streamed response
+/// held them for its whole length, an event stream up to `max_wait_ms`).
+#[test]
+fn waiters_go_upstream_at_the_headers_of_a_response_not_for_them() {
+    let cases = [
+        (
+            collapse_config(""),
+            UpstreamReply::status(200).with_header("cache-control", "private"),
+        ),
+        (
+            collapse_only(r#""max_body_bytes": 4"#),
+            UpstreamReply::status(200).with_header("content-length", "10"),
+        ),
+    ];
+    for (json, reply) in cases {
+        let mut h = harness(CasMode::Envoy, &json);
+        let t0 = h.now_ns();
+        let ids: Vec<u64> = (0..4)
+            .map(|i| {
+                let reply = reply.clone().with_body("0123456789");
+                h.submit_at(
+                    t0 + i,
+                    0,
+                    Request::get("/api/feed"),
+                    reply.after_ms(100).body_after_ms(2_000),
+                )
+            })
+            .collect();
+        h.run_for(Duration::from_millis(5_000));
+        for r in records(&h, &ids) {
+            assert!(r.sent_upstream, "{reply:?}: {r:?}");
+            assert_eq!(r.response_body, b"0123456789", "{reply:?}");
+            // The leader's headers at 100 ms, the waiters' at 200 ms, each body 2 s on.
+            let ms = (r.end_ns - t0) / 1_000_000;
+            assert!(ms <= 2_200, "{reply:?}: ended at {ms} ms");
+        }
     }
 }
 

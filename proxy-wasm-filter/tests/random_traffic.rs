@@ -125,6 +125,8 @@ enum Reply {
         body: u8,
         reset_after_headers: bool,
         grpc: Option<u8>,
+        /// A streamed body: it arrives this long after the headers.
+        body_after_ms: u64,
     },
     Reset(u64, u8),
     Hang,
@@ -165,14 +167,20 @@ fn reply() -> impl Strategy<Value = Reply> {
             0..3u8,
             prop::bool::weighted(0.1),
             prop::option::weighted(0.2, 0..17u8),
+            prop_oneof![4 => Just(0u64), 1 => 0..300u64],
         )
-            .prop_map(|(status, latency_ms, body, reset_after_headers, grpc)| Reply::Status {
-                status,
-                latency_ms,
-                body,
-                reset_after_headers,
-                grpc,
-            }),
+            .prop_map(
+                |(status, latency_ms, body, reset_after_headers, grpc, body_after_ms)| {
+                    Reply::Status {
+                        status,
+                        latency_ms,
+                        body,
+                        reset_after_headers,
+                        grpc,
+                        body_after_ms,
+                    }
+                }
+            ),
         1 => (0..200u64, 0..5u8).prop_map(|(ms, r)| Reply::Reset(ms, r)),
         1 => Just(Reply::Hang),
     ]
@@ -254,6 +262,7 @@ fn upstream(r: &Reply) -> UpstreamReply {
             body,
             reset_after_headers,
             grpc,
+            body_after_ms,
         } => UpstreamReply::Response {
             status,
             latency_ns: latency_ms * MS,
@@ -265,6 +274,7 @@ fn upstream(r: &Reply) -> UpstreamReply {
             body: ["", "ok", &"b".repeat(100)][body as usize % 3].into(),
             trailers: grpc.map_or(vec![], |g| vec![("grpc-status".into(), g.to_string())]),
             reset_after_headers,
+            body_after_ns: body_after_ms * MS,
         },
         Reply::Reset(ms, reason) => UpstreamReply::Reset {
             latency_ns: ms * MS,
