@@ -284,7 +284,7 @@ impl Default for RawFailure {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct RawBadRequest {
     status: Vec<Entry>,
     grpc_status: Vec<Entry>,
@@ -816,18 +816,21 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     };
     // Failures are checked first: a bad-request entry whose every code is a failure
     // never applies (found by review: `bad_request.status: [503]` changed nothing).
+    // Only a list written says so: a code moved to `failure` leaves the default list
+    // (found by review: moving RESOURCE_EXHAUSTED, as README advises, was refused).
+    let written = p.bad_request != RawBadRequest::default();
     let shadowed = |field: &str, j: usize| {
         let msg = format!("never applies: failure.{field} has it, and is checked first");
         err(at(&format!("bad_request.{field}[{j}]")), msg)
     };
     for (j, e) in p.bad_request.status.iter().enumerate() {
         let one = StatusSet::parse(core::slice::from_ref(e)).unwrap_or(StatusSet::empty());
-        if one.within(&classifier.failure_status) {
+        if written && one.within(&classifier.failure_status) {
             return Err(shadowed("status", j));
         }
     }
     for (j, e) in p.bad_request.grpc_status.iter().enumerate() {
-        if GrpcSet::code(e).is_ok_and(|c| classifier.failure_grpc.contains(c)) {
+        if written && GrpcSet::code(e).is_ok_and(|c| classifier.failure_grpc.contains(c)) {
             return Err(shadowed("grpc_status", j));
         }
     }
@@ -1035,6 +1038,8 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::Observed;
+    use fusewire_core::Outcome;
 
     /// The hand-written substitution matches `str::replace` (which the shipped code
     /// avoids for its size), also on braces that are not `{reason}`.
@@ -1410,6 +1415,20 @@ mod tests {
         let p = parse(narrow).expect("429 a failure, other 4xx bad requests");
         let c = &p.policies[0].classifier;
         assert!(c.failure_status.contains(429) && c.bad_request_status.contains(404));
+        // README's advice for a server shedding load: a code moved to the failures
+        // leaves the default bad-request list, which need not be restated.
+        let moved = r#"{"policies":[{"name":"a","failure":{"grpc_status":
+            ["UNKNOWN","DEADLINE_EXCEEDED","INTERNAL","UNAVAILABLE","DATA_LOSS","RESOURCE_EXHAUSTED"]}}]}"#;
+        let p = parse(moved).expect("RESOURCE_EXHAUSTED moved to the failures");
+        let c = &p.policies[0].classifier;
+        let obs = |g| Observed {
+            status: Some(200),
+            grpc: Some(g),
+            ended: true,
+            ..Default::default()
+        };
+        assert_eq!(c.classify(&obs(8)), Outcome::Failure, "RESOURCE_EXHAUSTED");
+        assert_eq!(c.classify(&obs(5)), Outcome::BadRequest, "NOT_FOUND");
         fails(
             r#"{"policies":[{"name":"a","fallback":{"status":99}}]}"#,
             "policies[0].fallback.status",
