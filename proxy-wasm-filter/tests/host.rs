@@ -1775,6 +1775,15 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
     assert_eq!(r.response_header("age").as_deref(), Some("103"));
     assert_eq!(r.response_header("connection"), None, "hop-by-hop dropped");
     assert_eq!(r.response_body, br#"{"id":7}"#);
+    // Served to any GET: one carrying credentials or `no-store` too (found by review:
+    // the collapse key's credentials mark hid the copy from them).
+    for req in [
+        Request::get("/api/item/7").header("authorization", "Bearer a"),
+        Request::get("/api/item/7").header("cache-control", "no-store"),
+    ] {
+        let r = h.request(1, req, UpstreamReply::status(200));
+        assert_eq!(r.response_header("x-fusewire").as_deref(), Some("stale"), "{r:?}");
+    }
     let r = h.request(
         1,
         Request::get("/api/never-seen"),
