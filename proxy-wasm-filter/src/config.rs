@@ -693,9 +693,10 @@ impl Plugin {
                 ));
             }
             // Breakers are per policy, stats by key name alone (found by review).
-            if let Some(j) = first.iter().position(|q| q.key.may_share_names(&p.key)) {
+            let shares = |q: &Policy| q.key.may_share_names(&q.name, &p.key, &p.name);
+            if let Some(j) = first.iter().position(shares) {
                 out.push(format!(
-                    "policies[{i}].key: can render the key names of policies[{j}], whose stats it would share; put {{policy}} in it"
+                    "policies[{i}].key: can render the key names of policies[{j}], whose stats it would share; start both with {{policy}}/"
                 ));
             }
         }
@@ -1098,24 +1099,34 @@ mod tests {
             ]}"#,
         )
         .unwrap();
+        let w = |i, j| {
+            format!("policies[{i}].key: can render the key names of policies[{j}], whose stats it would share; start both with {{policy}}/")
+        };
         assert_eq!(
             keys.warnings(),
-            [
-                "policies[1].key: can render the key names of policies[0], whose stats it would share; put {policy} in it",
-                "policies[2].key: can render the key names of policies[0], whose stats it would share; put {policy} in it",
-                "policies[3].key: can render the key names of policies[0], whose stats it would share; put {policy} in it",
-                "policies[4].key: can render the key names of policies[0], whose stats it would share; put {policy} in it",
-            ],
-            "a leading placeholder can render anything; d/ and d/x overlap; c/ and d/ do not; {{policy}} keeps apart"
+            [w(1, 0), w(2, 0), w(3, 0), w(4, 0), w(5, 0)],
+            "a leading placeholder can render anything, {{policy}} too; d/ and d/x overlap"
         );
+        // Found by review: `{header:x-tenant}` renders `orders`, policy `orders`'s
+        // name, and `orders/~overflow`, its overflow key's.
+        for key in ["policy", "cluster"] {
+            let tenant = format!(
+                r#"{{"policies":[{{"name":"orders","match":{{"method":"GET"}},"key":"{key}"}},
+                    {{"name":"t","key":"{{header:x-tenant}}"}}]}}"#
+            );
+            assert_eq!(parse(&tenant).unwrap().warnings(), [w(1, 0)], "{key}");
+        }
         let apart = parse(
             r#"{"policies":[
                 {"name":"c","match":{"method":"PUT"},"key":"c/{path}"},
-                {"name":"d","match":{"method":"DELETE"},"key":"d/{path}"}
+                {"name":"d","match":{"method":"DELETE"},"key":"d/{path}"},
+                {"name":"e","match":{"method":"GET"},"key":"{policy}/{path}"},
+                {"name":"f","match":{"method":"HEAD"},"key":"cluster"},
+                {"name":"g","match":{"method":"POST"},"key":"policy"}
             ]}"#,
         )
         .unwrap();
-        assert!(apart.warnings().is_empty());
+        assert_eq!(apart.warnings(), Vec::<String>::new());
         let example = std::fs::read("../examples/fusewire.json").unwrap();
         assert!(
             Plugin::parse(&example).unwrap().warnings().is_empty(),

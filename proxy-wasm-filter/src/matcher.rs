@@ -181,18 +181,46 @@ pub struct KeySpec {
 }
 
 impl KeySpec {
-    /// Whether a name this renders can be one `other` renders: neither has
-    /// `{policy}`, and neither's leading text is the other's start. Conservative.
-    pub fn may_share_names(&self, other: &KeySpec) -> bool {
-        fn lead(k: &KeySpec) -> &str {
-            match k.parts.first() {
-                Some(Part::Lit(s)) => s,
-                _ => "",
+    /// Whether a name this renders for policy `name` — or its overflow key's,
+    /// `name/~overflow` — can be one `other` renders for policy `other_name`. Read
+    /// with `{policy}` as the name and any other placeholder as any text, their fixed
+    /// starts and ends must agree as far as both go. Conservative: false only where
+    /// no request can make them meet (found by review: a `{policy}` anywhere counted
+    /// as apart, but `{header:x}` renders `orders` as well as policy `orders`).
+    pub fn may_share_names(&self, name: &str, other: &KeySpec, other_name: &str) -> bool {
+        // A name's fixed start and end (the text before its first placeholder and
+        // after its last), and whether it has no placeholder at all.
+        fn shapes(k: &KeySpec, name: &str) -> [(String, String, bool); 2] {
+            let (mut head, mut tail, mut wild) = (String::new(), String::new(), false);
+            for p in &k.parts {
+                let s = match p {
+                    Part::Lit(s) => s,
+                    Part::Policy => name,
+                    _ => {
+                        wild = true;
+                        tail.clear();
+                        continue;
+                    }
+                };
+                tail.push_str(s);
+                if !wild {
+                    head.push_str(s);
+                }
             }
+            let mut overflow = name.to_string();
+            overflow.push_str("/~overflow");
+            [(head, tail, !wild), (overflow.clone(), overflow, true)]
         }
-        let (a, b) = (lead(self), lead(other));
-        let named = |k: &KeySpec| k.parts.contains(&Part::Policy);
-        !named(self) && !named(other) && (a.starts_with(b) || b.starts_with(a))
+        let (a, b) = (shapes(self, name), shapes(other, other_name));
+        a.iter().any(|(h1, t1, w1)| {
+            b.iter().any(|(h2, t2, w2)| match w1 & w2 {
+                true => h1 == h2,
+                false => {
+                    (h1.starts_with(h2.as_str()) || h2.starts_with(h1.as_str()))
+                        && (t1.ends_with(t2.as_str()) || t2.ends_with(t1.as_str()))
+                }
+            })
+        })
     }
 
     /// Whether every request header a response's `Vary` names (comma-separated, any
@@ -432,6 +460,65 @@ pub(crate) mod tests {
                 }
             }
         }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2_000))]
+        /// Soundness: two policies' keys that render one name (or a policy's overflow
+        /// name) for some requests are said to share names.
+        #[test]
+        fn names_two_keys_render_alike_are_said_to_be_shared(
+            a in arb_key(), b in arb_key(),
+            names in proptest::sample::select(&[("a", "b"), ("a", "ab"), ("ab", "b"), ("a/b", "a")][..]),
+            values in proptest::collection::vec((arb_value(), arb_value()), 1..12),
+        ) {
+            let (na, nb) = names;
+            let render = |k: &KeySpec, name: &str, (path, x): &(&str, &str)| {
+                let mut v = MapView::default();
+                v.headers.insert(":path".into(), path.to_string());
+                v.headers.insert("x".into(), x.to_string());
+                let mut out = String::new();
+                k.render(name, &mut v, &mut out);
+                out
+            };
+            let mut of_a: Vec<String> = values.iter().map(|v| render(&a, na, v)).collect();
+            of_a.push(format!("{na}/~overflow"));
+            let mut of_b: Vec<String> = values.iter().map(|v| render(&b, nb, v)).collect();
+            of_b.push(format!("{nb}/~overflow"));
+            if let Some(n) = of_a.iter().find(|n| of_b.contains(n)) {
+                proptest::prop_assert!(a.may_share_names(na, &b, nb), "{a:?} / {b:?} both render {n}");
+                proptest::prop_assert!(b.may_share_names(nb, &a, na), "{b:?} / {a:?} both render {n}");
+            }
+        }
+    }
+
+    fn arb_value() -> impl proptest::strategy::Strategy<Value = &'static str> {
+        proptest::sample::select(
+            &[
+                "",
+                "a",
+                "b",
+                "/",
+                "ab",
+                "a/",
+                "/b",
+                "a/b",
+                "-",
+                "/~overflow",
+                "b/~overflow",
+            ][..],
+        )
+    }
+
+    fn arb_key() -> impl proptest::strategy::Strategy<Value = KeySpec> {
+        let part = proptest::prop_oneof![
+            proptest::sample::select(&["a", "b", "/", "-", "/~overflow"][..])
+                .prop_map(|s| Part::Lit(s.into())),
+            proptest::strategy::Just(Part::Policy),
+            proptest::strategy::Just(Part::Path),
+            proptest::strategy::Just(Part::Header("x".into())),
+        ];
+        proptest::collection::vec(part, 1..4).prop_map(|parts| KeySpec { parts })
     }
 
     /// Half the time empty (any), so that one matcher often covers another.

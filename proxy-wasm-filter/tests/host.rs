@@ -1782,7 +1782,11 @@ fn open_breaker_serves_stale_copies_within_max_stale() {
         Request::get("/api/item/7").header("cache-control", "no-store"),
     ] {
         let r = h.request(1, req, UpstreamReply::status(200));
-        assert_eq!(r.response_header("x-fusewire").as_deref(), Some("stale"), "{r:?}");
+        assert_eq!(
+            r.response_header("x-fusewire").as_deref(),
+            Some("stale"),
+            "{r:?}"
+        );
     }
     let r = h.request(
         1,
