@@ -1137,9 +1137,10 @@ impl Config {
         let queue = self.bulkhead.as_ref().is_some_and(|p| {
             p.isolation == Isolation::Pool && p.queue_rejection_threshold < p.max_queue
         });
-        let timed = e.timeout_enabled;
+        // A pinned breaker neither trips on slow calls nor probes.
+        let timed = e.timeout_enabled && b.mode.runs_state_machine();
         let slow = b.slow_call.enabled && b.slow_call.duration_threshold_ms > e.timeout_ms;
-        let probe = b.mode.runs_state_machine() && b.half_open.probe_timeout_ms < e.timeout_ms;
+        let probe = b.half_open.probe_timeout_ms < e.timeout_ms;
         u32::from(queue) | u32::from(timed && slow) << 1 | u32::from(timed && probe) << 2
     }
 }

@@ -33,8 +33,9 @@ fn defaults_and_usual_settings_draw_none() {
         // No timeout in the core (the filter's route timeouts): nothing to compare.
         r#"{"breaker": {"slow_call": {"enabled": true}, "half_open": {"probe_timeout_ms": 10}},
             "execution": {"timeout_enabled": false}}"#,
-        // A pinned breaker never probes.
+        // A pinned breaker never probes, nor trips on slow calls (found by review).
         r#"{"breaker": {"mode": "forced_open", "half_open": {"probe_timeout_ms": 10}}}"#,
+        r#"{"breaker": {"mode": "forced_closed", "slow_call": {"enabled": true}}}"#,
     ] {
         assert_eq!(paths(json), Vec::<&str>::new(), "{json}");
     }
