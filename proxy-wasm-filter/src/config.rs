@@ -15,7 +15,7 @@ use fusewire_core::{Config, ConfigError, SharedConfig};
 use std::rc::Rc;
 
 use crate::classify::{Classifier, Entry, FlagSet, GrpcSet, StatusSet};
-use crate::matcher::{HeaderCond, KeySpec, Matcher};
+use crate::matcher::{valid_header_name, HeaderCond, KeySpec, Matcher};
 
 /// Top level of the plugin JSON.
 #[derive(Debug)]
@@ -597,17 +597,23 @@ fn err(path: String, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// A request key (`collapse.key`, `stale.key`): a template; the breaker key's words
+/// (`cluster`: every path of a cluster one request) are refused (found by review).
+fn request_key(s: &str) -> Result<KeySpec, String> {
+    match s.contains('{') {
+        true => KeySpec::parse(s),
+        false => Err(format!(
+            "must be a template with {{placeholders}}, got {}",
+            Quoted(s)
+        )),
+    }
+}
+
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
-}
-
-fn valid_header_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_:.".contains(&b))
 }
 
 impl Plugin {
@@ -693,6 +699,13 @@ impl Plugin {
                 ));
             }
             // Breakers are per policy, stats by key name alone (found by review).
+            let request_key = p.collapse.as_ref().map(|c| ("collapse", &c.key));
+            let request_key = request_key.or(p.stale.as_ref().map(|s| ("stale", &s.key)));
+            if let Some((section, _)) = request_key.filter(|(_, k)| !k.has_path()) {
+                out.push(format!(
+                    "policies[{i}].{section}.key: has no {{path}}: requests for different paths share responses"
+                ));
+            }
             let shares = |q: &Policy| q.key.may_share_names(&q.name, &p.key, &p.name);
             if let Some(j) = first.iter().position(shares) {
                 out.push(format!(
@@ -936,6 +949,10 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
                     return Err(err(at(&f), "must be GET or HEAD"));
                 }
             }
+            if c.methods.is_empty() {
+                let why = "must list GET, HEAD or both";
+                return Err(err(at("collapse.methods"), why));
+            }
             let cache = CacheConfig {
                 max_waiters: c.max_waiters,
                 max_wait_ms: c.max_wait_ms,
@@ -951,7 +968,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
                 .validate()
                 .map_err(|e| err(at(&format!("collapse.{}", e.path)), e.reason))?;
             Some(Collapse {
-                key: KeySpec::parse(&c.key).map_err(|r| err(at("collapse.key"), r))?,
+                key: request_key(&c.key).map_err(|r| err(at("collapse.key"), r))?,
                 methods: c.methods,
                 allow_credentials: c.allow_credentials,
                 max_body_bytes: c.max_body_bytes,
@@ -996,7 +1013,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
                 .validate()
                 .map_err(|e| err(at(&format!("stale.{}", e.path)), e.reason))?;
             Some(Stale {
-                key: KeySpec::parse(&st.key).map_err(|r| err(at("stale.key"), r))?,
+                key: request_key(&st.key).map_err(|r| err(at("stale.key"), r))?,
                 max_stale_ms: st.max_stale_ms,
                 max_body_bytes: st.max_body_bytes,
                 cache,
@@ -1127,6 +1144,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(apart.warnings(), Vec::<String>::new());
+        let pathless = r#"{"policies":[{"name":"a","stale":{"key":"{method} {authority}"}}]}"#;
+        assert_eq!(
+            parse(pathless).unwrap().warnings(),
+            ["policies[0].stale.key: has no {path}: requests for different paths share responses"]
+        );
         let example = std::fs::read("../examples/fusewire.json").unwrap();
         assert!(
             Plugin::parse(&example).unwrap().warnings().is_empty(),
@@ -1328,6 +1350,23 @@ mod tests {
             r#"{"policies":[{"name":"a","collapse":{"key":"{path}"},"stale":{}}]}"#,
             "policies[0].stale.key",
             "must equal collapse.key when both are set",
+        );
+        // Found by review: request keys the breaker key's words render per cluster,
+        // header names that render `-` for everyone, a collapse that never collapses.
+        fails(
+            r#"{"policies":[{"name":"a","collapse":{"key":"cluster"}}]}"#,
+            "policies[0].collapse.key",
+            "must be a template with {placeholders}, got \"cluster\"",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","key":"{policy}/{header:x-tenant }"}]}"#,
+            "policies[0].key",
+            "{header:x-tenant }: not a header name",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","collapse":{"methods":[]}}]}"#,
+            "policies[0].collapse.methods",
+            "must list GET, HEAD or both",
         );
         // Found by an HTTP review: two clients' POSTs were collapsed into one.
         fails(

@@ -180,6 +180,13 @@ pub struct KeySpec {
     pub parts: Vec<Part>,
 }
 
+/// A lower-case header name (`:` for pseudo-headers).
+pub fn valid_header_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_:.".contains(&b))
+}
+
 impl KeySpec {
     /// Whether a name this renders for policy `name` — or its overflow key's,
     /// `name/~overflow` — can be one `other` renders for policy `other_name`. Read
@@ -270,8 +277,13 @@ impl KeySpec {
                 "method" => Part::Method,
                 "authority" => Part::Authority,
                 "path" => Part::Path,
-                h if h.len() > 7 && h.starts_with("header:") => {
-                    Part::Header(h.get(7..).unwrap_or_default().to_ascii_lowercase())
+                h if h.starts_with("header:") => {
+                    let n = h.get(7..).unwrap_or_default().to_ascii_lowercase();
+                    // Found by review: `{header:x-tenant }` rendered `-` for everyone.
+                    if !valid_header_name(&n) {
+                        return Err(format!("{{{h}}}: not a header name"));
+                    }
+                    Part::Header(n)
                 }
                 other => {
                     return Err(format!(
@@ -288,6 +300,11 @@ impl KeySpec {
             parts.push(Part::Lit(rest.to_string()));
         }
         Ok(KeySpec { parts })
+    }
+
+    /// Whether `{path}` is part of the key.
+    pub fn has_path(&self) -> bool {
+        self.parts.contains(&Part::Path)
     }
 
     /// Whether the key depends on the request (otherwise it is the same for every
