@@ -102,6 +102,33 @@ test('register() with labels whose name is taken throws and leaves nothing behin
   remove();
 });
 
+test('a name taken in the second of two registries leaves nothing in the first, with labels or not (found by review)', async () => {
+  for (const labels of [true, false]) {
+    const [r1, r2] = [new client.Registry(), new client.Registry()];
+    new client.Gauge({ name: 'fusewire_closed', help: 'the app\'s own', registers: [r2] });
+    new client.Gauge({ name: 'fusewire_breakers', help: 'the app\'s own', registers: [r2] });
+    const warned = [];
+    const onWarning = (w) => warned.push(w.message);
+    process.on('warning', onWarning);
+    try {
+      if (labels) assert.throws(() => register({ client, registers: [r1, r2], labels }), /fusewire_closed/);
+      else register({ client, registers: [r1, r2], labels })();
+    } finally {
+      process.off('warning', onWarning);
+    }
+    if (labels) {
+      assert.deepEqual(r1.getMetricsAsArray().map((m) => m.name).filter((n) => /closed|breakers/.test(n)), [], 'labels');
+    } else {
+      assert.equal(r1.getSingleMetric('fusewire_breakers'), undefined, 'not labels: the taken name');
+    }
+    assert.deepEqual(r2.getMetricsAsArray().map((m) => m.name).sort(), ['fusewire_breakers', 'fusewire_closed'], 'the app\'s own stay');
+    // Free again: a retry works.
+    r2.removeSingleMetric('fusewire_closed');
+    r2.removeSingleMetric('fusewire_breakers');
+    register({ client, registers: [r1, r2], labels })();
+  }
+});
+
 test('Envoy-style names: <prefix>_<name>_<suffix>', async () => {
   const registry = new client.Registry();
   const remove = register({ client, registers: [registry] });

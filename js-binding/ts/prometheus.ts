@@ -356,6 +356,13 @@ export function register(options: PrometheusOptions): () => void {
   const make = (counter: boolean, name: string, suffix: string, labelNames: string[],
     collect: (this: Metric) => void) => {
     const C = (counter ? client.Counter : client.Gauge) as unknown as MetricClass;
+    // prom-client registers a metric in each registry in turn and throws at the first
+    // that has the name, leaving it in those before (found by review): ask them all.
+    for (const r of registers) {
+      if ((r as { getSingleMetric?(n: string): unknown }).getSingleMetric?.(name)) {
+        throw new Error(`A metric with the name ${name} has already been registered.`);
+      }
+    }
     new C({ name, help: help(suffix), labelNames, registers, collect, aggregator: aggregator(suffix) });
     names.add(name);
   };
