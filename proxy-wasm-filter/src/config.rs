@@ -1490,6 +1490,11 @@ mod tests {
             "x-fusewire",
         );
         fails(
+            r#"{"policies":[{"name":"a","fallback":{"headers":{"x:y":"8"}}}]}"#,
+            "policies[0].fallback.headers.x:y",
+            "must be a lower-case header name",
+        );
+        fails(
             r#"{"policies":[{"name":"a","fallback":{"headers":{"grpc-status":"8"}}}]}"#,
             "policies[0].fallback.headers.grpc-status",
             "set fallback.grpc_status",

@@ -180,11 +180,14 @@ pub struct KeySpec {
     pub parts: Vec<Part>,
 }
 
-/// A lower-case header name (`:` for pseudo-headers).
+/// A lower-case header name (a leading `:` for pseudo-headers; found by review: `x:y`
+/// passed).
 pub fn valid_header_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_:.".contains(&b))
+    let name = s.strip_prefix(':').unwrap_or(s);
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
 }
 
 impl KeySpec {
