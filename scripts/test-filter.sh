@@ -52,6 +52,12 @@ cargo run --quiet --release -p fusewire-proxy-wasm --example demo -- \
   examples/demo.toml --html "$out/demo.html" | tee "$out/summary.txt"
 grep -q "tripped at" "$out/summary.txt"
 grep -q "closed again at" "$out/summary.txt"
+# The demo is deterministic (virtual time, seed 42): README shows what it prints
+# (found by review: the block had drifted after collapse and stale changes).
+awk '/^What the Envoy part printed here/{f=1} f&&/^```text/{g=1;next} g&&/^```/{exit} g' README.md \
+  > "$out/readme-summary.txt"
+grep -v '^wrote ' "$out/summary.txt" | diff -u "$out/readme-summary.txt" - \
+  || { echo "README's demo output differs from the demo's (above): update README.md" >&2; exit 1; }
 test -s "$out/demo.html"
 
 echo "== filter: all tests passed"

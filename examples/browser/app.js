@@ -36,12 +36,18 @@ function render() {
 }
 
 async function tick() {
-  if ($('auto').checked) {
-    const r = await breaker.fire('/api/data');
-    $('last').textContent = JSON.stringify(r);
+  try {
+    if ($('auto').checked) {
+      const r = await breaker.fire('/api/data');
+      $('last').textContent = JSON.stringify(r);
+    }
+  } catch (err) {
+    // Without a fallback a refused or failed call rejects: show it, keep polling.
+    $('last').textContent = `error: ${err.message}`;
+  } finally {
+    render();
+    setTimeout(tick, 100);
   }
-  render();
-  setTimeout(tick, 100);
 }
 
 for (const b of document.querySelectorAll('button[data-mode]')) {

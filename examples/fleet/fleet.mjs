@@ -55,16 +55,22 @@ async function main() {
     });
     redisUrl = `redis://127.0.0.1:${port}`;
     // Until it accepts connections (a loaded machine can take longer than a moment).
-    for (let i = 0; i < 100; i++) {
-      const up = await new Promise((r) => {
+    let up = false;
+    for (let i = 0; i < 100 && !up; i++) {
+      up = await new Promise((r) => {
         const c = connect(port, '127.0.0.1', () => {
           c.end();
           r(true);
         });
         c.on('error', () => r(false));
       });
-      if (up) break;
-      await new Promise((r) => setTimeout(r, 50));
+      if (!up) await new Promise((r) => setTimeout(r, 50));
+    }
+    // Without it the members would each run on their own local breaker, silently.
+    if (!up) {
+      console.error(`fleet: redis-server did not accept connections on port ${port} within 5 s`);
+      redis.kill();
+      process.exit(1);
     }
   }
   console.log(`fleet: upstream ${upstreamUrl}, Redis ${redisUrl}${redis ? ' (started here)' : ''}, ${MEMBERS} members`);

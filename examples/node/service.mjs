@@ -24,6 +24,7 @@ const phase = () => [...PHASES].reverse().find((p) => Date.now() - start >= p.at
 
 // ---- the flaky upstream ---------------------------------------------------------------
 let upstreamHits = 0;
+let cancelled = 0; // slow upstream requests the service gave up on (its timeout)
 /** Per phase: requests the service answered, and those that reached the upstream. */
 const byPhase = new Map(PHASES.map((p) => [p, { served: 0, upstream: 0 }]));
 const upstream = createServer((req, res) => {
@@ -33,6 +34,9 @@ const upstream = createServer((req, res) => {
   const r = Math.random();
   if (r < p.slowRate) {
     setTimeout(() => res.end('{"stock": 3}'), 2_000).unref();
+    res.on('close', () => {
+      if (!res.writableEnded) cancelled++;
+    });
     return;
   }
   if (r < p.failRate) {
@@ -65,10 +69,12 @@ function getJSON(port, path, signal) {
 await new Promise((r) => upstream.listen(0, '127.0.0.1', r));
 const upstreamPort = upstream.address().port;
 
-const abortController = new AbortController();
-const breaker = new CircuitBreaker((sku) => getJSON(upstreamPort, `/inventory/${sku}`), {
+// The action gets a per-call signal as its last argument: it aborts when the call times
+// out or the service's own client goes away, so the upstream request is cancelled too
+// (not left running against a struggling upstream).
+const breaker = new CircuitBreaker((sku, signal) => getJSON(upstreamPort, `/inventory/${sku}`, signal), {
   name: 'inventory',
-  timeout: 500, // ms: a slow upstream call fails fast
+  timeout: 500, // ms: a slow upstream call fails fast, and its request is cancelled
   errorThresholdPercentage: 50,
   volumeThreshold: 10,
   resetTimeout: 1_000, // ms open before a probe
@@ -83,7 +89,7 @@ const breaker = new CircuitBreaker((sku) => getJSON(upstreamPort, `/inventory/${
     },
   },
 });
-breaker.fallback((sku) => ({ stock: null, sku, note: 'fallback: inventory unavailable' }));
+breaker.fallback((sku, _signal) => ({ stock: null, sku, note: 'fallback: inventory unavailable' }));
 for (const e of ['open', 'halfOpen', 'close']) {
   // `open` and `close` say why (the trip rule, probe_failed, probes_succeeded, …).
   breaker.on(e, (why) => {
@@ -97,7 +103,10 @@ let fallbacks = 0;
 const service = createServer(async (req, res) => {
   const sku = req.url.split('/').pop();
   const asked = phase();
-  const result = await breaker.fire(sku).catch((e) => ({ error: e.message }));
+  // Aborts when this request's client goes away before its answer.
+  const gone = new AbortController();
+  res.on('close', () => gone.abort());
+  const result = await breaker.fireWithSignal(gone.signal, sku).catch((e) => ({ error: e.message }));
   served++;
   byPhase.get(asked).served++;
   if (result.stock === null || result.error) fallbacks++;
@@ -142,12 +151,13 @@ console.log(`\nserved ${served} requests; ${upstreamHits} reached the upstream, 
 const outage = byPhase.get(PHASES[1]);
 console.log(`during the outage: ${outage.served} requests, ${outage.upstream} reached the upstream, ` +
   `${Math.round((100 * (outage.served - outage.upstream)) / outage.served)} % kept off it`);
+console.log(`${cancelled} slow upstream requests were cancelled at the breaker's timeout; ` +
+  `the breaker ends ${breaker.closed ? 'closed' : 'not closed'}`);
 console.log('final window (opossum\'s stats shape):', JSON.stringify({
   fires: s.fires, successes: s.successes, failures: s.failures, timeouts: s.timeouts, rejects: s.rejects,
   fallbacks: s.fallbacks, latencyMean: Number(s.latencyMean.toFixed(2)), p99: Number(s.percentiles[0.99].toFixed(2)),
 }));
 breaker.shutdown();
-abortController.abort();
 upstream.close();
 service.close();
 upstream.closeAllConnections?.();
