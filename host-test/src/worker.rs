@@ -934,6 +934,11 @@ impl WorkerVm {
                     return;
                 };
                 ctl.rec.upstream_status = Some(status);
+                // A HEAD's response ends at its headers (Envoy's codec reads no body).
+                let (body, trailers) = match ctl.is_head {
+                    true => (String::new(), Vec::new()),
+                    false => (body, trailers),
+                };
                 let mut h = HeaderMap::new();
                 h.add(":status", status.to_string().as_bytes());
                 for (k, v) in &headers {
@@ -1216,7 +1221,9 @@ impl WorkerVm {
         ctl.st = St::Streaming;
         let at = now.saturating_add(after).min(ctl.timeout_at);
         self.post(at, Event::BodyArrived { id });
-        if idle > 0 && at - now > idle {
+        // Envoy restarts the idle timer as the headers go out (`encodeHeaders`): an
+        // earlier arming (a pause before) must not end the stream (found by review).
+        if idle > 0 {
             self.arm_idle(id);
         }
     }

@@ -284,7 +284,7 @@ impl Default for RawFailure {
     }
 }
 
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct RawBadRequest {
     status: Vec<Entry>,
     grpc_status: Vec<Entry>,
@@ -832,19 +832,23 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     // never applies (found by review: `bad_request.status: [503]` changed nothing).
     // Only a list written says so: a code moved to `failure` leaves the default list
     // (found by review: moving RESOURCE_EXHAUSTED, as README advises, was refused).
-    let written = p.bad_request != RawBadRequest::default();
+    let default = RawBadRequest::default();
+    let written = (
+        p.bad_request.status != default.status,
+        p.bad_request.grpc_status != default.grpc_status,
+    );
     let shadowed = |field: &str, j: usize| {
         let msg = format!("never applies: failure.{field} has it, and is checked first");
         err(at(&format!("bad_request.{field}[{j}]")), msg)
     };
     for (j, e) in p.bad_request.status.iter().enumerate() {
         let one = StatusSet::parse(core::slice::from_ref(e)).unwrap_or(StatusSet::empty());
-        if written && one.within(&classifier.failure_status) {
+        if written.0 && one.within(&classifier.failure_status) {
             return Err(shadowed("status", j));
         }
     }
     for (j, e) in p.bad_request.grpc_status.iter().enumerate() {
-        if written && GrpcSet::code(e).is_ok_and(|c| classifier.failure_grpc.contains(c)) {
+        if written.1 && GrpcSet::code(e).is_ok_and(|c| classifier.failure_grpc.contains(c)) {
             return Err(shadowed("grpc_status", j));
         }
     }
@@ -1467,8 +1471,10 @@ mod tests {
         assert!(c.failure_status.contains(429) && c.bad_request_status.contains(404));
         // README's advice for a server shedding load: a code moved to the failures
         // leaves the default bad-request list, which need not be restated.
+        // The HTTP list written does not make the gRPC one written (found by review).
         let moved = r#"{"policies":[{"name":"a","failure":{"grpc_status":
-            ["UNKNOWN","DEADLINE_EXCEEDED","INTERNAL","UNAVAILABLE","DATA_LOSS","RESOURCE_EXHAUSTED"]}}]}"#;
+            ["UNKNOWN","DEADLINE_EXCEEDED","INTERNAL","UNAVAILABLE","DATA_LOSS","RESOURCE_EXHAUSTED"]},
+            "bad_request":{"status":[400,404]}}]}"#;
         let p = parse(moved).expect("RESOURCE_EXHAUSTED moved to the failures");
         let c = &p.policies[0].classifier;
         let obs = |g| Observed {

@@ -91,6 +91,8 @@ struct Request {
     grpc: bool,
     /// A GET of a policy with stale-if-error.
     get: bool,
+    /// A HEAD (its `content-length` is the GET's, with no body).
+    head: bool,
     /// It carries `authorization` or `cookie`: its response is never kept as a stale
     /// copy (another client would get it).
     creds: bool,
@@ -918,6 +920,7 @@ impl Worker {
             rpc,
             grpc: policy.fallback.grpc && rpc,
             get: policy.stale.is_some() && method.as_deref() == Some("GET"),
+            head: method.as_deref() == Some("HEAD"),
             creds: false,
             key: Vec::new(),
             sent: end,
@@ -1316,7 +1319,10 @@ impl Worker {
                         .any(|(k, v)| k == "vary" && !key.is_some_and(|key| key.covers_vary(v)));
                 c.response.headers = headers.into_iter().filter(|(k, _)| replayable(k)).collect();
                 // A body announced past the limit is not waited for either.
-                if host::header_number(map, "content-length").is_some_and(|n| !c.fits(n as usize)) {
+                if !req.head
+                    && host::header_number(map, "content-length")
+                        .is_some_and(|n| !c.fits(n as usize))
+                {
                     c.give_up();
                 }
                 release |= c.too_large;
@@ -1344,25 +1350,32 @@ impl Worker {
 
     /// The response on stream `ctx` will not be handed to its leader's waiters (one
     /// client's, varying on a header the key lacks, or too large to hold): it is no
-    /// longer captured, and they go upstream on their own — now, or, where a bulkhead
-    /// counts the leader's call, when it ends (the leader's slot would refuse them).
+    /// longer captured, and they go upstream on their own — now, or when the leader's
+    /// call ends where it holds what they need (a bulkhead slot; a breaker not closed:
+    /// the leader may be its probe, found by review: they were refused) or fails (its
+    /// failure counts first).
     fn release_waiters(&mut self, ctx: u32) {
         let now = self.now();
         let Some(Call::Running {
+            key,
             req,
             lead,
             capture,
             unshared,
+            obs,
             ..
         }) = self.calls.get_mut(ctx)
         else {
             return;
         };
         *capture = None;
-        let plugin = self.plugin.as_ref();
-        if plugin
-            .and_then(|p| p.policies.get(req.pi))
-            .is_some_and(|p| p.core.bulkhead.is_some())
+        let policy = self.plugin.as_ref().and_then(|p| p.policies.get(req.pi));
+        let failed = |p: &Policy| {
+            obs.status
+                .is_some_and(|s| p.classifier.failure_status.contains(s))
+        };
+        if policy.is_none_or(|p| p.core.bulkhead.is_some() || failed(p))
+            || self.engine.as_ref().and_then(|e| e.phase(*key)) != Some(Phase::Closed)
         {
             *unshared = true;
         } else if let (Some(lead), Some(r)) = (lead.take(), self.replays.get_mut(req.pi)) {

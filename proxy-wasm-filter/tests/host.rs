@@ -2872,6 +2872,67 @@ fn waiters_go_upstream_at_the_headers_of_a_response_not_for_them() {
     }
 }
 
+/// Found by review: waiters released at the headers of a half-open probe's private
+/// response were refused (the probe turn was out). They now go when the probe's call
+/// ends, its success having closed the breaker.
+#[test]
+fn waiters_of_a_probe_go_once_it_has_closed_the_breaker() {
+    let json = collapse_config("").replace(
+        r#""permitted_probes": 2, "success_threshold": 2"#,
+        r#""permitted_probes": 1, "success_threshold": 1"#,
+    );
+    let mut h = harness(CasMode::Envoy, &json);
+    fail_20(
+        &mut h,
+        1,
+        |_| Request::get("/api/x"),
+        UpstreamReply::status(500),
+    );
+    h.run_for(Duration::from_millis(5_100));
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..4)
+        .map(|i| {
+            let reply = UpstreamReply::status(200)
+                .after_ms(100)
+                .with_header("cache-control", "private")
+                .with_body("me");
+            h.submit_at(t0 + i, 0, Request::get("/api/me"), reply)
+        })
+        .collect();
+    h.run_for(Duration::from_millis(1_000));
+    for r in records(&h, &ids) {
+        assert!(r.sent_upstream, "{r:?}");
+        assert_eq!(r.response_body, b"me");
+    }
+}
+
+/// Found by review: a HEAD's `content-length` is the GET's, with no body, so HEADs of
+/// a resource over `max_body_bytes` are still collapsed (they went upstream each).
+#[test]
+fn heads_of_a_large_resource_are_collapsed() {
+    let mut h = harness(CasMode::Envoy, &collapse_only(r#""max_body_bytes": 4"#));
+    let t0 = h.now_ns();
+    let ids: Vec<u64> = (0..4)
+        .map(|i| {
+            let reply = UpstreamReply::status(200)
+                .after_ms(100)
+                .with_header("content-length", "1000000");
+            h.submit_at(t0 + i, 0, Request::get("/api/big").method("HEAD"), reply)
+        })
+        .collect();
+    h.run_for(Duration::from_millis(1_000));
+    let recs = records(&h, &ids);
+    assert!(
+        recs.iter().all(|r| r.response_status == Some(200)),
+        "{recs:?}"
+    );
+    assert_eq!(
+        recs.iter().filter(|r| r.sent_upstream).count(),
+        1,
+        "{recs:?}"
+    );
+}
+
 /// Found by a stress run: the state gauge is set on transitions, and a `forced_open`
 /// breaker never makes one: it read 0 (closed) while every call was refused.
 #[test]
