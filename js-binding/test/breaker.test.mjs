@@ -1411,7 +1411,32 @@ describe('toJSON and options.state', () => {
   });
 });
 
+test('a window set in options.fusewire.metrics is the latency percentiles\' window too (found by review: they stayed on opossum\'s 10 s)', async () => {
+  clock = fakeTime();
+  const b = new CircuitBreaker(() => new Promise((r) => setTimeout(r, 50, 1)),
+    { fusewire: { metrics: { rolling_window_ms: 60_000, rolling_buckets: 60 } } });
+  const p = b.fire();
+  clock.tick(50);
+  await p;
+  assert.ok(b.stats.percentiles[0.5] >= 40, `p50 ${b.stats.percentiles[0.5]}`);
+  clock.tick(15_000);
+  assert.equal(b.stats.successes, 1, 'the counts cover 60 s');
+  assert.ok(b.stats.percentiles[0.5] >= 40, `15 s on, p50 ${b.stats.percentiles[0.5]}: the latencies cover 60 s too`);
+  b.shutdown();
+});
+
 describe('health checks and abort controllers', () => {
+  test('healthCheck after shutdown() arms nothing (found by review: its interval ran for good)', async () => {
+    clock = fakeTime();
+    const b = new CircuitBreaker(ok);
+    b.shutdown();
+    let calls = 0;
+    b.healthCheck(() => { calls++; }, 1000);
+    clock.tick(3000);
+    await flush();
+    assert.equal(calls, 0);
+  });
+
   test('healthCheck: a function returning a plain value (or throwing) works too', async () => {
     clock = fakeTime();
     const b = new CircuitBreaker(ok);

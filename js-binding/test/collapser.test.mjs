@@ -190,6 +190,15 @@ describe('Collapser', () => {
     cached.shutdown();
   });
 
+  test('breaker options given as undefined keep the Collapser\'s defaults (found by review: volumeThreshold: undefined was opossum\'s 0)', async () => {
+    const c = new Collapser(async () => { throw new Error('down'); },
+      { name: 'users', windowMs: 0, cache: false, breaker: { volumeThreshold: undefined, name: undefined } });
+    await assert.rejects(c.load(1), /down/);
+    assert.equal(c.breaker.closed, true, 'one failed batch of 20 needed');
+    assert.equal(c.breaker.name, 'users');
+    c.shutdown();
+  });
+
   test('the batch runs through a breaker: it trips, and its fallback serves the whole batch', async () => {
     const { c } = loader({ windowMs: 0, cache: false, breaker: { volumeThreshold: 1 } }, () => {
       throw new Error('down');

@@ -191,6 +191,24 @@ describe('fusewire/redis: RedisStore', () => {
     store.close();
   });
 
+  test('shared options given as undefined keep the store\'s defaults (found by review: flush_ms: undefined flushed every 100 ms)', async () => {
+    const client = emptyStoreClient();
+    const store = new RedisStore({ client });
+    const b = new CircuitBreaker(async () => 'ok', { name: 'undef', shared: { store, flush_ms: undefined, sync_ms: undefined } });
+    await warm(b, store);
+    await warm(b, store);
+    const writes = () => client.log.filter((c) => c[0] === 'EVALSHA').length;
+    const before = writes();
+    for (let i = 0; i < 7; i++) {
+      await b.fire();
+      await sleep(100);
+    }
+    // 700 ms of healthy calls: one or two 1 s flushes, not seven of 100 ms.
+    assert.ok(writes() - before <= 2, `${writes() - before} writes`);
+    b.shutdown();
+    store.close();
+  });
+
   test('shutdown() called again by a \'shutdown\' listener: the listener runs once and close() still ends (found by review: the flush was held twice, close() never ended)', async () => {
     const now = Date.now();
     let token = 0;

@@ -568,14 +568,14 @@ export type State = Required<BreakerStateJSON>;
  */
 export interface StatusOptions {
   /** Counters to start from (those not given are 0). */
-  stats?: Partial<Stats>;
-  rollingCountBuckets?: number;
-  rollingCountTimeout?: number;
+  stats?: Partial<Stats> | undefined;
+  rollingCountBuckets?: number | undefined;
+  rollingCountTimeout?: number | undefined;
   /** The status's `rollingPercentilesEnabled` (default true). */
-  rollingPercentilesEnabled?: boolean;
+  rollingPercentilesEnabled?: boolean | undefined;
   /** The status's `enableSnapshots` (default true). */
-  enableSnapshots?: boolean;
-  rotateBucketController?: Options['rotateBucketController'];
+  enableSnapshots?: boolean | undefined;
+  rotateBucketController?: Options['rotateBucketController'] | undefined;
 }
 
 /** opossum-compatible circuit breaker on the fusewire core. */
@@ -1074,6 +1074,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (typeof n !== 'number' || Number.isNaN(n)) throw new TypeError('Health check interval must be a number');
     const iv = n || 5000;
     if (iv < 0) throw new TypeError(`Health check interval must not be negative, got ${iv}`);
+    // A shut-down breaker arms nothing (found by review: the interval ran for good,
+    // keeping the breaker from being collected; opossum's does the same).
+    if (this._shutdown) return;
     const check = (): void => {
       if (this._shutdown) return;
       // Called at once, as opossum does (the first check runs inside `healthCheck()`);

@@ -307,7 +307,10 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const fw = isPlain(bo.fusewire) ? merge(ours as Record<string, unknown>, bo.fusewire) : ours;
     // A batch is one call: Hystrix's volume threshold (20) keeps one failed batch
     // from opening the breaker (opossum's default of 0 would).
-    const breakerOptions = { name: this.name ?? 'collapser', volumeThreshold: 20, ...bo, fusewire: fw as CoreConfig };
+    // (An option given as undefined is not given: found by review, `volumeThreshold:
+    // undefined` made it opossum's 0.)
+    const given = Object.fromEntries(Object.entries(bo).filter(([, v]) => v !== undefined));
+    const breakerOptions = { name: this.name ?? 'collapser', volumeThreshold: 20, ...given, fusewire: fw as CoreConfig };
     // Its `fusewire` carries the collapser and its cache. Not enumerable: a copy of
     // `breaker.options` makes a plain breaker.
     Object.defineProperty(breakerOptions, FOR_COLLAPSER, { value: true });

@@ -10,7 +10,14 @@
 export type BreakerMode = 'normal' | 'forced_open' | 'forced_closed' | 'disabled' | 'metrics_only';
 export type OpenSchedule = 'fixed' | 'exponential' | 'ladder';
 
-export interface CoreConfig {
+/** `T` with every field, deeply, optional and taking `undefined` (not given). */
+type Loose<T> = T extends readonly unknown[] ? T
+  : T extends object ? { [K in keyof T]?: Loose<T[K]> | undefined } : T;
+
+/** The core's config: every field optional and taking `undefined` (not given). */
+export type CoreConfig = Loose<CoreConfigFields>;
+
+interface CoreConfigFields {
   breaker?: {
     /** Overall mode (default `normal`). */
     mode?: BreakerMode;
@@ -129,14 +136,14 @@ export interface CoreCollapserConfig {
  */
 export interface CoreSharedConfig {
   /** Prefix of every store key (breakers with the same name and namespace share state). */
-  namespace?: string;
-  cas_attempts?: number;
-  lease_ttl_ms?: number;
-  heartbeat_ms?: number;
+  namespace?: string | undefined;
+  cas_attempts?: number | undefined;
+  lease_ttl_ms?: number | undefined;
+  heartbeat_ms?: number | undefined;
   /** Healthy outcomes are merged into the shared state at most this often (ms). */
-  flush_ms?: number;
+  flush_ms?: number | undefined;
   /** A worker re-reads a key's shared state when its view is older (ms): 100 with a `SharedStore`, 1000 with an async store such as `RedisStore`; 0 (`SharedStore` only): before every call. */
-  sync_ms?: number | null;
+  sync_ms?: number | null | undefined;
   /** A view the store has not confirmed for this long is stale: the breaker then decides locally (ms, ≥ 2 × `sync_ms`). */
-  stale_ms?: number;
+  stale_ms?: number | undefined;
 }

@@ -261,19 +261,7 @@ export function parse(options: Obj, forCollapser = false): Parsed {
       `floor(rollingCountTimeout / rollingCountBuckets) whole ms, got ${rollingCountTimeout}`);
   }
   const window = width * rollingCountBuckets;
-  // Latency percentiles over the same window, in at most 5 histogram buckets (each
-  // bucket is a 0.7 KB histogram; the counters keep opossum's bucket count): whole
-  // groups of count buckets where their number allows, so a latency leaves with its
-  // counts; else the window (less a few ms) in equal parts. (Found by review: 7, 11
-  // or 13 buckets kept one histogram, and every latency left at once.)
-  let percentileBuckets = rollingCountBuckets;
-  let percentileWindow = window;
-  if (rollingCountBuckets > 5) {
-    const parts = [5, 4, 3, 2];
-    percentileBuckets = parts.find((d) => rollingCountBuckets % d === 0) ??
-      parts.find((d) => window % d === 0) ?? 5;
-    percentileWindow = window - (window % percentileBuckets);
-  }
+  const [percentileWindow, percentileBuckets] = latencyWindow(window, rollingCountBuckets);
   const probeTimeout = timeout === false ? MAX_MS : timeout;
   const base: CoreConfig = {
     breaker: {
@@ -413,6 +401,9 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     }
     // A SharedStore answers at once (sync mode); an AsyncStore (Redis) later: async
     // mode, with the store's defaults under the user's options.
+    // An option given as undefined is not given: it must not hide the store's default
+    // (found by review: `flush_ms: undefined` flushed every 100 ms, not 1000).
+    for (const k of Object.keys(rest)) if (rest[k] === undefined) delete rest[k];
     const sc: CoreSharedConfig & { mode: 'sync' | 'async' } = _store instanceof AsyncStore
       ? { ..._store._defaults(), ...(rest as CoreSharedConfig), mode: 'async' }
       : { ...(rest as CoreSharedConfig), mode: 'sync' };
@@ -477,10 +468,25 @@ export function parse(options: Obj, forCollapser = false): Parsed {
 }
 
 /**
+ * Latency percentiles over the counts' window, in at most 5 histogram buckets (each
+ * bucket is a 0.7 KB histogram; the counters keep their bucket count): whole groups
+ * of count buckets where their number allows, so a latency leaves with its counts;
+ * else the window (less a few ms) in equal parts. (Found by review: 7, 11 or 13
+ * buckets kept one histogram, and every latency left at once.)
+ */
+function latencyWindow(window: number, buckets: number): [number, number] {
+  if (buckets <= 5) return [window, buckets];
+  const parts = [5, 4, 3, 2];
+  const b = parts.find((d) => buckets % d === 0) ?? parts.find((d) => window % d === 0) ?? 5;
+  return [window - (window % b), b];
+}
+
+/**
  * The settings opossum's options derive from one another, following what
  * `options.fusewire` set in their place (found by review): a call timeout set there
  * turns the timeout on and is the probe timeout too, unless those are set as well; a
- * window set there is the warm-up of `allowWarmUp`.
+ * window set there is the warm-up of `allowWarmUp` and, in at most 5 buckets, the
+ * latency percentiles' window.
  */
 function derived(config: Obj, paths: Set<string>, warmUp: boolean, from: Map<string, string>): Obj {
   const set = (path: string): boolean => paths.has(`fusewire.${path}`);
@@ -494,6 +500,18 @@ function derived(config: Obj, paths: Set<string>, warmUp: boolean, from: Map<str
     if (typeof t === 'number') out = merge(out, { breaker: { half_open: { probe_timeout_ms: t } } });
     // A bad value is reported under the option that was set (found by review).
     if (on) from.set('breaker.half_open.probe_timeout_ms', 'execution.timeout_ms');
+  }
+  // The latency window follows a window set there (found by review: percentiles
+  // stayed on opossum's 10 s while the counts covered the window set).
+  const rolling = set('metrics.rolling_window_ms') || set('metrics.rolling_buckets');
+  if (rolling && !set('metrics.percentile_window_ms') && !set('metrics.percentile_buckets')) {
+    const [ms, n] = [get(out, 'metrics.rolling_window_ms'), get(out, 'metrics.rolling_buckets')];
+    if (Number.isInteger(ms) && Number.isInteger(n) && (n as number) > 0) {
+      const [pw, pb] = latencyWindow(ms as number, n as number);
+      out = merge(out, { metrics: { percentile_window_ms: pw, percentile_buckets: pb } });
+      from.set('metrics.percentile_window_ms', 'metrics.rolling_window_ms');
+      from.set('metrics.percentile_buckets', 'metrics.rolling_buckets');
+    }
   }
   if (warmUp && set('metrics.rolling_window_ms') && !set('breaker.warm_up_ms')) {
     out = merge(out, { breaker: { warm_up_ms: get(out, 'metrics.rolling_window_ms') } });

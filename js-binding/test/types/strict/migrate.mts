@@ -2,7 +2,7 @@
 // (`lib: ["ES2022"]`, `@types/node`, `exactOptionalPropertyTypes`, `skipLibCheck:
 // false`), written as `@types/opossum` users write it. Checked with the TypeScript
 // the package builds with and with TypeScript 4.9, the oldest the README names.
-import CircuitBreaker, { Collapser } from 'fusewire';
+import CircuitBreaker, { Collapser, SharedStore } from 'fusewire';
 import { once } from 'node:events';
 
 interface User { id: string; name: string }
@@ -39,6 +39,13 @@ const fromEnv: number | undefined = process.env['TIMEOUT'] === undefined ? undef
 const options: CircuitBreaker.Options = { timeout: fromEnv, name: undefined, errorFilter: undefined, cacheGetKey: undefined };
 const withOptions = new CircuitBreaker(getUser, options);
 void new Collapser(async (ids: readonly string[]) => ids.map((id) => ({ id, name: id })), { windowMs: undefined, breaker: undefined });
+// So may the core's schema, shared state's options and newStatus's (found by review).
+const mode: 'normal' | undefined = process.env['MODE'] === undefined ? undefined : 'normal';
+void new CircuitBreaker(getUser, {
+  fusewire: { breaker: { mode, open: { max_ms: fromEnv } }, metrics: undefined },
+  shared: { store: new SharedStore(), flush_ms: fromEnv, sync_ms: undefined },
+  status: CircuitBreaker.newStatus({ rollingCountBuckets: fromEnv, stats: undefined }),
+});
 
 // Listeners are checked against the event's arguments.
 const s = new CircuitBreaker(async (x: number) => String(x));
