@@ -199,6 +199,46 @@ describe('Collapser', () => {
     c.shutdown();
   });
 
+  test('a batch function declaring a signal gets one per batch, aborted when the breaker times the batch out (a fallback answering or not)', async () => {
+    clock = fakeTime();
+    const turn = () => new Promise((r) => setImmediate(r)); // the batch's process.nextTick
+    const signals = [];
+    const c = new Collapser((keys, context, signal) => {
+      signals.push(signal);
+      return new Promise((resolve, reject) => {
+        signal.addEventListener('abort', () => reject(signal.reason));
+        if (keys[0] === 2) resolve(keys.map(String));
+      });
+    }, { windowMs: 0, cache: false, breaker: { timeout: 50 } });
+    const first = c.load(1);
+    await turn();
+    assert.equal(signals.length, 1, 'the batch runs');
+    assert.equal(signals[0].aborted, false);
+    clock.tick(50);
+    await assert.rejects(first, { code: 'ETIMEDOUT' });
+    assert.equal(signals[0].aborted, true, 'the hung batch was told');
+    assert.equal(signals[0].reason.code, 'ETIMEDOUT');
+    const second = c.load(2);
+    await turn();
+    assert.equal(await second, '2');
+    assert.equal(signals[1].aborted, false, 'its own signal');
+    c.breaker.fallback((keys) => keys.map(() => 'fallback'));
+    const third = c.load(3);
+    await turn();
+    clock.tick(50);
+    assert.equal(await third, 'fallback');
+    assert.equal(signals[2].aborted, true, 'told though the fallback answered');
+    c.shutdown();
+    // Two parameters: no signal made (DataLoader's batch functions).
+    let args;
+    const plain = new Collapser(async (...a) => { args = a.length; return a[0].map(String); }, { windowMs: 0 });
+    const p = plain.load(1);
+    await turn();
+    assert.equal(await p, '1');
+    assert.equal(args, 2);
+    plain.shutdown();
+  });
+
   test('the batch runs through a breaker: it trips, and its fallback serves the whole batch', async () => {
     const { c } = loader({ windowMs: 0, cache: false, breaker: { volumeThreshold: 1 } }, () => {
       throw new Error('down');

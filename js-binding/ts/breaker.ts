@@ -1831,6 +1831,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * result that is not one value per key): the error to fail the call with.
    */
   _failsWith: ((v: unknown, args: unknown[]) => Error | undefined) | undefined = undefined;
+  /** @internal A `Collapser`'s: told of a call its timeout ended (after the call settled). */
+  _onTimedOut: ((args: unknown[], err: Error) => void) | undefined = undefined;
 
   /** @internal The action resolved. */
   _ok(c: Call, v: unknown): void {
@@ -2561,6 +2563,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           this.options.abortController = new AbortController();
         }
         c.ctl?.abort(err);
+        this._onTimedOut?.(c.args, err);
       }
     };
   }

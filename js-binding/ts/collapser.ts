@@ -18,12 +18,14 @@ import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './optio
  * The batch function: one result (or Error) per key, in order. `context`: the
  * context of the `forRequest` loader whose loads these are (`undefined` for the
  * collapser's own loads); `this` is that loader (or the collapser), as DataLoader
- * calls it with the loader.
+ * calls it with the loader. `signal`: given to a function that declares it (three
+ * parameters), aborted when the breaker times the batch out, to cancel its work.
  */
 export type BatchFn<K, V, X = unknown> = (
   this: Collapser<K, V, unknown, X> | RequestLoader<K, V, X>,
   keys: K[],
   context: X | undefined,
+  signal: AbortSignal,
 ) => PromiseLike<ArrayLike<V | Error>> | ArrayLike<V | Error>;
 
 /** `C`: what `cacheKeyFn` returns (DataLoader's third type parameter; default: the key's type). */
@@ -234,6 +236,8 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   private readonly _global: Scope;
   /** The scope of each batch's keys, for the batch function's `this` and `context`. */
   private readonly _scopeOf = new WeakMap<K[], Scope>();
+  /** Each running batch's signal, where the batch function takes one. */
+  private _signals: WeakMap<K[], AbortController> | undefined;
   /** Request loaders made so far (each one's batches are keyed by its number). */
   private _requests = 0;
   /** Values the breaker's fallback gave (never cached). */
@@ -320,7 +324,11 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
         // with the loader as `this`), with its context.
         (keys: K[]) => {
           const s = this._scopeOf.get(keys) ?? this._global;
-          return batchFn.call(s.self as Collapser<K, V, unknown, X>, keys, s.context as X | undefined) as PromiseLike<ArrayLike<V | Error>>;
+          const self = s.self as Collapser<K, V, unknown, X>;
+          const ac = this._signals?.get(keys);
+          return (ac === undefined
+            ? (batchFn as (this: unknown, k: K[], c: X | undefined) => unknown).call(self, keys, s.context as X | undefined)
+            : batchFn.call(self, keys, s.context as X | undefined, ac.signal)) as PromiseLike<ArrayLike<V | Error>>;
         },
         breakerOptions,
       );
@@ -354,6 +362,13 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     // it counts as a failure and the fallback answers (found by review: it counted as
     // a success, and the breaker never opened). Checked where the breaker settles the
     // call: no promise job added (DataLoader's settle timing).
+    // A batch function declaring a signal gets one per batch, aborted at its timeout
+    // (not the breaker's abortController, which stays aborted until a transition).
+    if (batchFn.length >= 3) {
+      const signals = new WeakMap<K[], AbortController>();
+      this._signals = signals;
+      this.breaker._onTimedOut = (args, err) => signals.get(args[0] as K[])?.abort(err);
+    }
     this.breaker._failsWith = (values, args) => {
       const n = (args[0] as unknown[]).length;
       return arrayLike(values) && values.length === n ? undefined : badBatch(values, n, false);
@@ -894,6 +909,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const s = items[0]?.s;
     // (A WeakMap entry per batch costs ≈ 10 % of a load alone: request batches only.)
     if (s !== undefined && s !== this._global) this._scopeOf.set(keys, s);
+    this._signals?.set(keys, new AbortController());
     let fired: Promise<ArrayLike<V | Error>>;
     try {
       fired = this.breaker.fire(keys);

@@ -39,6 +39,11 @@ const fromEnv: number | undefined = process.env['TIMEOUT'] === undefined ? undef
 const options: CircuitBreaker.Options = { timeout: fromEnv, name: undefined, errorFilter: undefined, cacheGetKey: undefined };
 const withOptions = new CircuitBreaker(getUser, options);
 void new Collapser(async (ids: readonly string[]) => ids.map((id) => ({ id, name: id })), { windowMs: undefined, breaker: undefined });
+// A batch function may take a per-batch signal.
+void new Collapser(async (ids: readonly string[], _ctx: unknown, signal: AbortSignal) => {
+  signal.throwIfAborted();
+  return ids.map((id) => ({ id, name: id }));
+});
 // So may the core's schema, shared state's options and newStatus's (found by review).
 const mode: 'normal' | undefined = process.env['MODE'] === undefined ? undefined : 'normal';
 void new CircuitBreaker(getUser, {
