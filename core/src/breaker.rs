@@ -567,8 +567,12 @@ impl BreakerState {
     }
 
     /// The next time `poll` has work: end of the open period or the earliest
-    /// probe-lease deadline.
-    pub fn next_deadline(&self) -> Option<Nanos> {
+    /// probe-lease deadline; none in a mode that pins the phase (`poll` then does
+    /// nothing: found by review, a pinned open key's wake stayed due for good).
+    pub fn next_deadline(&self, cfg: &BreakerConfig) -> Option<Nanos> {
+        if !cfg.mode.runs_state_machine() {
+            return None;
+        }
         match self.phase {
             Phase::Closed => None,
             Phase::Open => Some(self.open_until),

@@ -450,7 +450,7 @@ impl CircuitBreaker {
 
     /// When [`CircuitBreaker::poll`] next has work to do.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        self.circuit.state.next_deadline()
+        self.circuit.state.next_deadline(&self.config.breaker)
     }
 
     /// Rolling health counts at `now`.

@@ -214,6 +214,16 @@ fn deadlines_time_out_and_late_results_never_move_the_breaker() {
         assert_eq!(s.cumulative[EventKind::Timeout.index()], 1);
         assert_eq!(h.complete(0, p, Outcome::Failure), Completion::Late);
         assert_eq!(h.engines[0].late_results(k), Some(1));
+        // A timed-out call the caller gave up on: no result arrived (found by review).
+        let gone = running(h.start(0, k));
+        h.advance(300);
+        let now = h.now_of(0);
+        assert_eq!(h.engines[0].cancel(gone, now, 0), Completion::Late);
+        assert_eq!(
+            h.engines[0].late_results(k),
+            Some(1),
+            "{m:?}: a cancel is no result"
+        );
         let s = h.snapshot(0, k);
         assert_eq!(
             s.cumulative[EventKind::Failure.index()],
@@ -534,6 +544,41 @@ fn a_pinned_mode_ignores_a_force() {
             assert!(told.is_empty(), "{m:?} {mode}: {told:?}");
         });
     }
+}
+
+/// Found by review: a mode that pins the phase, set while a key was open, left its
+/// wake due for good (a host polling at `next_deadline()` spun). Pinned, nothing is
+/// due; back to `normal`, the open period's end wakes it again.
+#[test]
+fn a_mode_pinned_at_run_time_leaves_nothing_due_and_normal_wakes_again() {
+    each_mode(|m| {
+        let mut h = Host::new(m, BASE);
+        let ks = h.keys("k");
+        let k = ks[0];
+        trip(&mut h, &ks);
+        h.advance(SYNC_MS);
+        let r = refused(h.start(0, k));
+        assert_eq!(r.event, EventKind::ShortCircuited, "{m:?}: tripped");
+        let policy = h.policy;
+        for e in &mut h.engines {
+            e.set_policy(policy, config(r#"{"breaker": {"mode": "disabled"}}"#))
+                .unwrap();
+        }
+        h.advance(10_000);
+        let now = h.now_of(0);
+        while h.engines[0].poll(now, 0).is_some() {}
+        let due = h.engines[0].next_deadline().filter(|&d| d <= now);
+        assert_eq!(due, None, "{m:?}: nothing due once polled");
+        for e in &mut h.engines {
+            e.set_policy(policy, config(BASE)).unwrap();
+        }
+        h.advance(200);
+        assert_eq!(
+            h.phase(0, k),
+            Phase::HalfOpen,
+            "{m:?}: its open period is long over"
+        );
+    });
 }
 
 #[test]

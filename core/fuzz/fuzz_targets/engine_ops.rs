@@ -16,7 +16,7 @@ use libfuzzer_sys::fuzz_target;
 const MS: u64 = 1_000_000;
 
 /// Policies the program picks from; every one has a bulkhead limit of 2 (checked).
-const CONFIGS: [&str; 4] = [
+const CONFIGS: [&str; 5] = [
     // Pool with a queue, timeouts, N probes, exponential open with jitter.
     r#"{"bulkhead": {"isolation": "pool", "max_concurrent": 2, "max_queue": 3,
         "queue_rejection_threshold": 3, "max_wait_ms": 50, "fallback_max_concurrent": 1},
@@ -48,6 +48,9 @@ const CONFIGS: [&str; 4] = [
     // Semaphore, metrics only (never refuses on the breaker).
     r#"{"bulkhead": {"max_concurrent": 2}, "breaker": {"mode": "metrics_only"},
         "keys": {"max_keys": 1, "idle_ms": 1000}}"#,
+    // A pinned phase, reached by reconfiguring an open key too (found by review: its
+    // wake stayed due for good).
+    r#"{"bulkhead": {"max_concurrent": 2}, "breaker": {"mode": "disabled"}}"#,
 ];
 const LIMIT: u32 = 2;
 const NAMES: [&str; 5] = ["a", "b", "c", "d", "a"];

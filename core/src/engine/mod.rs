@@ -306,8 +306,10 @@ impl Engine {
         p.config = config;
         let cfg = &p.config;
         let mut waiting = Vec::new();
+        let mut keys = Vec::new();
         for (i, k) in self.keys.iter_mut().enumerate() {
             if k.live && k.policy == id.0 {
+                keys.push(i as u32);
                 k.circuit.reconfigure(cfg);
                 if let Some(r) = k.replica.as_deref_mut() {
                     let (w, n) = crate::ring::geometry(
@@ -329,15 +331,20 @@ impl Engine {
             // Shared keys read the store again (the ledger under the new limit).
             self.queue_io(i);
         }
+        // Wakes under the new mode: a pinned phase has none, one that runs again wakes
+        // at its open period's end or probe leases.
+        for i in keys {
+            self.after(i, now);
+        }
         Ok(())
     }
 
     /// The key `name` of `policy`, created if new. Names longer than
     /// [`SHORT_NAME`] bytes are shortened ([`bounded_name`]). Past `keys.max_keys` live keys a new name gets
     /// the policy's overflow key (unless the least recently used key is idle, which
-    /// then expires). `None` for an unknown policy, or when the table cannot take a
-    /// key at all (the overflow key itself could not be made: the table holds 2^21
-    /// entries, or has no memory to grow).
+    /// then expires); so does a new name when the whole table (every policy's keys)
+    /// is full. `None` for an unknown policy, or when the overflow key itself cannot
+    /// be made then (the table holds 2^21 entries).
     pub fn key(&mut self, policy: PolicyId, name: &str, now: Nanos) -> Option<KeyId> {
         let now = self.clock.advance(now);
         let name = bounded_name(name);
@@ -357,7 +364,10 @@ impl Engine {
                 return self.overflow_key(policy.0, now);
             }
         }
-        let i = self.new_key(policy.0, name, false, now)?;
+        // The whole table full: the overflow key, as past `max_keys` (found by review).
+        let Some(i) = self.new_key(policy.0, name, false, now) else {
+            return self.overflow_key(policy.0, now);
+        };
         let keys = &mut self.keys;
         let p = self.policies.get_mut(policy.0 as usize)?;
         p.index
@@ -823,9 +833,10 @@ impl Engine {
                 key_generation,
             }) => {
                 self.calls.remove(id);
-                // Not if the key expired meanwhile (another key may hold its entry).
+                // Not if the key expired meanwhile (another key may hold its entry), nor
+                // for a cancel: no result arrived (found by review).
                 if let Some(k) = self.keys.get_mut(key as usize) {
-                    if k.live && k.generation == key_generation {
+                    if k.live && k.generation == key_generation && outcome != Outcome::Cancelled {
                         k.late = k.late.saturating_add(1);
                     }
                 }
@@ -991,7 +1002,6 @@ impl Engine {
         }
     }
 
-    /// Hands free slots to queued calls, first come first served.
     /// Hands free slots of `key` to its waiters, oldest first. A waiter whose wait
     /// ended by `at` (the time the slot fell free) is refused instead; without a
     /// bulkhead (removed by `set_policy`) every waiter runs.
@@ -1407,14 +1417,14 @@ impl Engine {
                 let own = if rep.fresh(&ctx) && !rep.forcing() {
                     None
                 } else {
-                    k.circuit.state.next_deadline()
+                    k.circuit.state.next_deadline(&cfg.breaker)
                 };
                 match (rep.next_wake(&ctx), own) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 }
             }
-            None => k.circuit.state.next_deadline(),
+            None => k.circuit.state.next_deadline(&cfg.breaker),
         };
         let shared = k.replica.is_some();
         if let Some(w) = wake {
@@ -1790,10 +1800,6 @@ impl Default for Engine {
     }
 }
 
-/// Queues a transition of `key` for the host as a step from the phase it was last
-/// told, `told` (a restatement of that phase is dropped): whichever part of the
-/// engine made it — the local breaker, the shared view, an operator's force — the
-/// host sees one unbroken chain of phases per key, each announced once.
 /// The event kinds a shared key's window holds (bulkhead rejections of both kinds in
 /// one count, reported as semaphore rejections).
 const SHARED_KINDS: [EventKind; 7] = [
@@ -1852,6 +1858,10 @@ fn move_ahead(
     Some(t)
 }
 
+/// Queues a transition of `key` for the host as a step from the phase it was last
+/// told, `told` (a restatement of that phase is dropped): whichever part of the
+/// engine made it — the local breaker, the shared view, an operator's force — the
+/// host sees one unbroken chain of phases per key, each announced once.
 fn tell(events: &mut VecDeque<Event>, told: &mut Phase, key: KeyId, t: Transition) {
     if t.to == *told {
         return;

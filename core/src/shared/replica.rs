@@ -920,7 +920,10 @@ impl Replica {
             self.mark(now, true);
         }
         if let Some(v) = &self.view {
-            if v.breaker.next_deadline().is_some_and(|d| now >= d) {
+            if v.breaker
+                .next_deadline(&ctx.config.breaker)
+                .is_some_and(|d| now >= d)
+            {
                 self.poll_due = true;
             }
         }
@@ -967,7 +970,12 @@ impl Replica {
             at(l.arrived.saturating_add(hold).min(self.lease_due(ctx, l)));
         }
         if !self.poll_due {
-            if let Some(d) = self.view.as_ref().and_then(|v| v.breaker.next_deadline()) {
+            let cfg = &ctx.config.breaker;
+            if let Some(d) = self
+                .view
+                .as_ref()
+                .and_then(|v| v.breaker.next_deadline(cfg))
+            {
                 at(d);
             }
         }
