@@ -620,6 +620,35 @@ fn legacy_fail_open_lets_in_flight_streams_continue() {
     assert_eq!(p.body_text(), "stream timeout");
 }
 
+/// cpp-host `CHECK_FAIL_HTTP` with the legacy `fail_open`: a trap creating a stream's
+/// context leaves that stream to go on without the filter (it hung in the harness:
+/// found by review).
+#[test]
+fn legacy_fail_open_lets_a_stream_whose_context_trapped_continue() {
+    let mut h = with_plugin(PluginConfig {
+        fail_open: true,
+        ..Default::default()
+    });
+    let armed = h.request(
+        0,
+        Request::get("/probe/trap-next-create"),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(armed.body_text(), "armed");
+    let r = h.request(
+        0,
+        Request::get("/x"),
+        UpstreamReply::status(200).with_body("up"),
+    );
+    assert_eq!(
+        (r.outcome, r.response_status),
+        (Outcome::UpstreamOk, Some(200)),
+        "{r:?}"
+    );
+    assert!(r.sent_upstream);
+    assert_eq!(r.response_body, b"up");
+}
+
 /// Envoy `PluginConfig::maybeReloadHandleIfNeeded` (source/extensions/common/wasm/
 /// wasm.cc) with `JitteredLowerBoundBackOffStrategy` (source/common/common/
 /// backoff_strategy.cc: `[base, 1.5 × base)`): the backoff counts from the last load,
@@ -1220,26 +1249,45 @@ fn a_local_reply_after_the_response_headers_were_sent_resets_the_stream() {
 }
 
 /// A streamed response (`body_after_ms`): the filter sees the headers when they
-/// arrive and the body later, as Envoy's codec hands frames on when they come (the
-/// filter's buffer is empty at the headers).
+/// arrive (its body buffer empty, no end of stream) and the body later, as Envoy's
+/// codec hands frames on when they come.
 #[test]
 fn a_streamed_body_reaches_the_filter_after_its_headers() {
     let mut h = one();
     let t0 = h.now_ns();
     let r = h.request(
         0,
-        Request::get("/probe/body"),
+        Request::get("/probe/observe-stream"),
         UpstreamReply::status(200)
             .with_body("upstream body")
             .after_ms(100)
             .body_after_ms(500),
     );
     assert_eq!(r.outcome, Outcome::UpstreamOk, "{r:?}");
-    assert_eq!(
-        r.response_body, b"UPSTREAM BODY",
-        "the filter read the body"
-    );
+    assert_eq!(r.response_body, b"upstream body");
     assert_eq!((r.end_ns - t0) / 1_000_000, 600);
+    let field = |line: &str, k: &str| -> String {
+        let v = line
+            .split(' ')
+            .find_map(|f| f.strip_prefix(&format!("{k}=")));
+        v.unwrap_or_else(|| panic!("{k} in {line}")).to_string()
+    };
+    let (hd, bd) = (
+        obs(&h, "/probe/observe-stream", "stream-headers"),
+        obs(&h, "/probe/observe-stream", "stream-body"),
+    );
+    assert_eq!(
+        (field(&hd, "body"), field(&hd, "eos")),
+        ("0".into(), "false".into()),
+        "{hd}"
+    );
+    assert_eq!(
+        (field(&bd, "body"), field(&bd, "eos")),
+        ("13".into(), "true".into()),
+        "{bd}"
+    );
+    let t = |l: &str| field(l, "t").parse::<u64>().unwrap();
+    assert_eq!(t(&bd) - t(&hd), 500, "the body 500 ms after the headers");
 }
 
 /// Envoy `Router::Filter::onResponseTimeout`: the route timeout runs until the upstream
