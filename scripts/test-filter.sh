@@ -28,6 +28,8 @@ echo "== filter: wall-clock steps move nothing (time on the host's monotonic clo
 cargo test --release -p fusewire-proxy-wasm --test clock_steps
 echo "== filter: random traffic with every feature on never kills a worker's VM"
 cargo test --release -p fusewire-proxy-wasm --test random_traffic
+echo "== filter: workers on threads running at once: the bulkhead limit holds process-wide"
+cargo test --release -p fusewire-proxy-wasm --test parallel
 
 echo "== filter: fuzz state_decode (${FUZZ_SECONDS:-15}s)"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then

@@ -2,7 +2,7 @@
 //! stats, logs), the plugin, clusters, the clock and the event bus.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::clock::Clock;
@@ -49,6 +49,10 @@ pub struct Process {
     lifecycle: Mutex<Vec<LifecycleCall>>,
     /// 0: no echo; l + 1: echo level >= l.
     echo_level: AtomicU8,
+    /// Upstream requests awaiting their response headers, all workers; and the most
+    /// at once (see [`Process::upstream_peak`]).
+    upstream: AtomicU64,
+    upstream_peak: AtomicU64,
 }
 
 /// Most log lines kept (older lines are dropped first).
@@ -83,6 +87,27 @@ impl Process {
             l.pop_front();
         }
         l.push_back(rec);
+    }
+    /// An upstream request was sent.
+    pub(crate) fn upstream_sent(&self) {
+        let n = self.upstream.fetch_add(1, Ordering::SeqCst) + 1;
+        self.upstream_peak.fetch_max(n, Ordering::SeqCst);
+    }
+    /// An upstream request got its response headers, or ended without them.
+    pub(crate) fn upstream_done(&self) {
+        self.upstream.fetch_sub(1, Ordering::SeqCst);
+    }
+    /// The most upstream requests awaiting their response headers at once, over every
+    /// worker, since the process started or the last reset (`reset`). A bulkhead
+    /// slot is held for at least that span, so this never exceeds a process-wide
+    /// limit, however the workers' threads interleave.
+    pub fn upstream_peak(&self, reset: bool) -> u64 {
+        match reset {
+            true => self
+                .upstream_peak
+                .swap(self.upstream.load(Ordering::SeqCst), Ordering::SeqCst),
+            false => self.upstream_peak.load(Ordering::SeqCst),
+        }
     }
     /// Guest log lines so far.
     pub fn logs(&self) -> Vec<LogRecord> {

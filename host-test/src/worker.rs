@@ -126,6 +126,8 @@ struct Ctl {
     sent_ns: u64,
     /// When the route timeout ends the upstream response (`u64::MAX`: none).
     timeout_at: u64,
+    /// Sent upstream, its response headers not yet in ([`Process::upstream_peak`]).
+    awaiting_upstream: bool,
     /// When the client has sent its whole body (`upload_ns` after the start).
     uploaded_at: u64,
     in_response: bool,
@@ -415,6 +417,7 @@ impl WorkerVm {
             due: None,
             sent_ns: 0,
             timeout_at: u64::MAX,
+            awaiting_upstream: false,
             uploaded_at: now + upload_ns,
             in_response: false,
             headers_sent: false,
@@ -889,6 +892,8 @@ impl WorkerVm {
         }
         ctl.st = St::Upstream;
         ctl.sent_ns = now;
+        ctl.awaiting_upstream = true;
+        self.env.process.upstream_sent();
         let timeout = route.timeout_ms * 1_000_000;
         ctl.timeout_at = if timeout > 0 { now + timeout } else { u64::MAX };
         let (due, at) = match &ctl.reply {
@@ -926,6 +931,9 @@ impl WorkerVm {
         }
         let due = ctl.due.take();
         ctl.backend_latency = Some(now - ctl.sent_ns);
+        if std::mem::take(&mut ctl.awaiting_upstream) {
+            self.env.process.upstream_done();
+        }
         match due {
             Some(Due::Response) => {
                 let UpstreamReply::Response {
@@ -1064,6 +1072,10 @@ impl WorkerVm {
             return; // the response was already replaced / a second filter reply
         }
         ctl.due = None;
+        // The router resets the upstream request a local reply replaces.
+        if std::mem::take(&mut ctl.awaiting_upstream) {
+            self.env.process.upstream_done();
+        }
         if ctl.headers_sent {
             // FilterManager::sendLocalReply: "Prior headers have already been sent":
             // the stream is reset (LocalReset); the client saw the upstream's headers.
@@ -1407,6 +1419,9 @@ impl WorkerVm {
         let Some(mut ctl) = self.ctls.remove(&id) else {
             return;
         };
+        if std::mem::take(&mut ctl.awaiting_upstream) {
+            self.env.process.upstream_done();
+        }
         self.by_ctx.remove(&(ctl.ctx, id));
         ctl.rec.end_ns = now;
         ctl.rec.code_details = ctl.details.clone();
