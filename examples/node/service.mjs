@@ -151,7 +151,7 @@ console.log(`\nserved ${served} requests; ${upstreamHits} reached the upstream, 
 const outage = byPhase.get(PHASES[1]);
 console.log(`during the outage: ${outage.served} requests, ${outage.upstream} reached the upstream, ` +
   `${Math.round((100 * (outage.served - outage.upstream)) / outage.served)} % kept off it`);
-console.log(`${cancelled} slow upstream requests were cancelled at the breaker's timeout; ` +
+console.log(`${cancelled} slow upstream requests were cancelled (the breaker's timeout, or a client gone); ` +
   `the breaker ends ${breaker.closed ? 'closed' : 'not closed'}`);
 console.log('final window (opossum\'s stats shape):', JSON.stringify({
   fires: s.fires, successes: s.successes, failures: s.failures, timeouts: s.timeouts, rejects: s.rejects,

@@ -472,10 +472,12 @@ impl WorkerVm {
             self.by_ctx.insert((ctx, id));
             let root = self.root;
             if let Some(Err(e)) = self.vm.as_mut().map(|vm| vm.on_context_create(ctx, root)) {
+                // The legacy fail-open: the stream goes on without the filter
+                // (cpp-host's `CHECK_FAIL_HTTP` continues; it hung here: found by
+                // review); otherwise `fail` answered it (`wasm_fail_stream`).
+                let open = self.legacy_fail_open();
                 self.fail(e, Some(id));
-                // Fail-open: the stream goes on without the filter (cpp-host's
-                // `CHECK_FAIL_HTTP` continues); it hung here (found by review).
-                if !self.ctls.get(&id).is_some_and(|c| c.bypass) {
+                if !open {
                     return;
                 }
             }

@@ -649,6 +649,33 @@ fn legacy_fail_open_lets_a_stream_whose_context_trapped_continue() {
     assert_eq!(r.response_body, b"up");
 }
 
+/// Without the legacy `fail_open`, a stream whose context creation trapped gets the
+/// failure policy's 503 and never goes upstream (also with a slow client, whose
+/// stream outlives the reply: found by review, it was sent upstream after its 503).
+#[test]
+fn a_stream_whose_context_trapped_fails_closed() {
+    let mut h = with_plugin(PluginConfig {
+        failure_policy: FailurePolicy::FailClosed,
+        ..Default::default()
+    });
+    h.request(
+        0,
+        Request::get("/probe/trap-next-create"),
+        UpstreamReply::status(200),
+    );
+    let r = h.request(
+        0,
+        Request::get("/x").download_ms(50),
+        UpstreamReply::status(200),
+    );
+    assert_eq!(
+        (r.response_status, r.code_details.as_str()),
+        (Some(503), "wasm_fail_stream"),
+        "{r:?}"
+    );
+    assert!(!r.sent_upstream, "{r:?}");
+}
+
 /// Envoy `PluginConfig::maybeReloadHandleIfNeeded` (source/extensions/common/wasm/
 /// wasm.cc) with `JitteredLowerBoundBackOffStrategy` (source/common/common/
 /// backoff_strategy.cc: `[base, 1.5 × base)`): the backoff counts from the last load,

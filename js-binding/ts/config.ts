@@ -94,39 +94,39 @@ interface CoreConfigFields {
 /** The core's `CacheConfig` (core defaults in brackets; a breaker's come from `cacheTTL` / `cacheSize`). */
 export interface CoreCacheConfig {
   /** Entries at most, keys in flight included [10 000]. */
-  max_entries?: number;
+  max_entries?: number | undefined;
   /** Bytes at most: keys plus the sizes of values [16 MiB]. */
-  max_bytes?: number;
+  max_bytes?: number | undefined;
   /** How long a result is served (ms; 0: until evicted) [60 000]. */
-  ttl_ms?: number;
+  ttl_ms?: number | undefined;
   /** Whether failures are kept too [false]. */
-  cache_failures?: boolean;
+  cache_failures?: boolean | undefined;
   /** How long a kept failure is served (ms) [1 000]. */
-  failure_ttl_ms?: number;
+  failure_ttl_ms?: number | undefined;
   /** Callers waiting on a failed leader: fail with it, or the first runs the call again ['fail_followers']. */
-  on_leader_failure?: 'fail_followers' | 'promote';
+  on_leader_failure?: 'fail_followers' | 'promote' | undefined;
   /** Callers waiting per key in flight; 0: no de-duplication [1 000]. */
-  max_waiters?: number;
+  max_waiters?: number | undefined;
   /** A call in flight longer than this abandons its waiters (ms) [10 000]. */
-  max_wait_ms?: number;
+  max_wait_ms?: number | undefined;
   /** Longest cacheable key in bytes; longer keys bypass the cache [1 024]. */
-  max_key_bytes?: number;
+  max_key_bytes?: number | undefined;
   /** Request scopes open at once; 0: global only [10 000]. */
-  max_scopes?: number;
+  max_scopes?: number | undefined;
 }
 
 /** The core's `CollapserConfig` (core defaults in brackets; the `Collapser` class sets its own). */
 export interface CoreCollapserConfig {
   /** How long a batch collects loads after its first (ms) [10]. */
-  window_ms?: number;
+  window_ms?: number | undefined;
   /** Loads per batch; a full batch runs at once [1 000]. */
-  max_batch_size?: number;
+  max_batch_size?: number | undefined;
   /** Loads not yet answered, over all batches [100 000]. */
-  max_items?: number;
+  max_items?: number | undefined;
   /** Longest collapser key in bytes [1 024]. */
-  max_key_bytes?: number;
+  max_key_bytes?: number | undefined;
   /** Request scopes open at once; 0: global only [10 000]. */
-  max_scopes?: number;
+  max_scopes?: number | undefined;
 }
 
 /**
