@@ -34,7 +34,8 @@
 //!   leader: the failure is cached only with `cache_failures` (then with
 //!   `failure_ttl_ms`); followers get the failure (`Ready { failure: true }`) or, with
 //!   `on_leader_failure: promote`, the first follower becomes the leader
-//!   ([`CacheEvent::Promoted`]). A cancelled follower leaves; a cancelled leader hands
+//!   ([`CacheEvent::Promoted`]) — unless `cache_failures` is on: the failure is then
+//!   the entry every follower gets. A cancelled follower leaves; a cancelled leader hands
 //!   leadership to the first follower (a caller going away is not a failure of the
 //!   call, so nobody else is failed by it). A flight running longer than
 //!   `max_wait_ms` from its first leader's start (promotions do not restart it) is
@@ -96,6 +97,9 @@ impl ScopeId {
         generation: 0,
     });
 }
+
+/// Key bytes a freed entry's buffer keeps for the next key of its slot.
+pub(crate) const KEEP_KEY_BYTES: usize = 256;
 
 /// The verdict of [`RequestCache::lookup`].
 #[derive(Debug, PartialEq, Eq)]
@@ -809,6 +813,13 @@ impl RequestCache {
         }
         self.entries -= 1;
         self.bytes -= size;
+        // A long key's buffer is not kept for the slot's next key: kept, every slot
+        // ever used could hold one, memory past `max_bytes` (found by review).
+        if let Some(n) = self.nodes.at_mut(slot) {
+            if n.key.capacity() > KEEP_KEY_BYTES {
+                n.key = Vec::new();
+            }
+        }
         self.nodes.remove_at(slot);
     }
 

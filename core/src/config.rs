@@ -428,7 +428,8 @@ pub enum LeaderFailure {
     #[default]
     FailFollowers,
     /// The first follower becomes the leader and runs the call again; the others
-    /// keep waiting.
+    /// keep waiting. Not with `cache_failures`: the failure is then the entry, and
+    /// every follower gets it.
     Promote,
 }
 

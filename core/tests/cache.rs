@@ -643,6 +643,37 @@ fn clear_gives_the_keys_memory_back_and_old_entries_stay_unknown() {
     assert!(stored.iter().all(|e| !c.contains(*e)));
 }
 
+/// Found by review: a freed entry kept its key's buffer for its slot's next key, so
+/// slots that once held a long key kept its memory, past `max_bytes`.
+#[test]
+fn long_keys_leave_no_memory_behind_in_their_slots() {
+    let mut c = cache(
+        r#"{"max_entries": 1000, "max_bytes": 1048576, "max_key_bytes": 65536, "ttl_ms": 0}"#,
+    );
+    let key = |i: u32| i.to_le_bytes().to_vec();
+    for i in 0..1_000u32 {
+        let l = lead(c.lookup(G, &key(i), T0));
+        c.fill(l, 1, T0).unwrap();
+    }
+    for i in 0..1_000u32 {
+        let _ = c.invalidate(G, &key(i), T0);
+        let mut long = vec![0u8; 60_000];
+        long[..4].copy_from_slice(&i.to_le_bytes());
+        let l = lead(c.lookup(G, &long, T0));
+        c.fill(l, 1, T0).unwrap();
+        let _ = c.invalidate(G, &long, T0);
+        let l = lead(c.lookup(G, &key(i), T0));
+        c.fill(l, 1, T0).unwrap();
+        events(&mut c, T0);
+    }
+    assert_eq!(c.stats().entries, 1_000);
+    let kept = c.memory_bytes();
+    assert!(
+        kept < 2 << 20,
+        "{kept} bytes for 1 000 short keys (60 MB before)"
+    );
+}
+
 #[test]
 fn reconfigure_keeps_entries_and_applies_new_bounds_and_ttls() {
     let mut c = cache(r#"{"max_entries": 100, "ttl_ms": 0}"#);
