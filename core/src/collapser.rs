@@ -571,9 +571,6 @@ impl Collapser {
             if b.items.capacity() > KEEP_ITEMS {
                 b.items = Vec::new();
             }
-            if b.key.capacity() > crate::cache::KEEP_KEY_BYTES {
-                b.key = Vec::new();
-            }
         }
         self.batches.remove_at(slot);
     }

@@ -23,15 +23,6 @@ fn fold(a: u64, b: u64) -> u64 {
     (r as u64) ^ ((r >> 64) as u64)
 }
 
-/// [`fold`] keeping its inputs (wyhash's "condom" mode): a factor the key's bytes make
-/// zero (a word equal to the public constant it is XORed with) no longer wipes out
-/// the seed and every byte before it (found by review: such keys shared one hash
-/// under every seed).
-#[inline]
-fn mix(a: u64, b: u64) -> u64 {
-    fold(a, b) ^ a ^ b
-}
-
 #[inline]
 fn word(b: &[u8]) -> u64 {
     let mut w = [0u8; 8];
@@ -43,9 +34,14 @@ fn word(b: &[u8]) -> u64 {
 /// The hash of `bytes` under `seed`, in the namespace `tag` (a scope).
 pub(crate) fn hash(seed: u64, tag: u64, bytes: &[u8]) -> u64 {
     let mut h = fold(seed ^ P0, tag ^ P1) ^ bytes.len() as u64;
+    // XORed into each word of the key before its multiply: derived from the seed, so
+    // no key bytes a client picks can make a factor zero and wipe out the state
+    // (found by review: with a public constant, such keys shared one hash under every
+    // seed).
+    let k = seed ^ P1;
     let mut chunks = bytes.chunks_exact(16);
     for c in &mut chunks {
-        h = mix(word(&c[..8]) ^ P1, word(&c[8..]) ^ h);
+        h = fold(word(&c[..8]) ^ k, word(&c[8..]) ^ h);
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
@@ -54,7 +50,7 @@ pub(crate) fn hash(seed: u64, tag: u64, bytes: &[u8]) -> u64 {
         } else {
             (word(rest), 0)
         };
-        h = mix(a ^ P1, b ^ h ^ P2);
+        h = fold(a ^ k, b ^ h ^ P2);
     }
     fold(h ^ P0, bytes.len() as u64 ^ P2)
 }
@@ -226,8 +222,8 @@ mod tests {
             assert_ne!(h, hash(1, 0, &m), "byte {i}");
         }
         assert_ne!(hash(0, 0, b""), hash(0, 0, b"\0"));
-        // A word equal to the constant it is XORed with keeps the seed and the bytes
-        // before it (found by review: they all hashed alike).
+        // A word equal to the public constant no longer makes a factor zero: the
+        // seed and the bytes before it count (found by review: they hashed alike).
         let zero = P1.to_le_bytes();
         let keys: Vec<Vec<u8>> = [&b"0123456789abcdef"[..], b"fedcba9876543210"]
             .iter()
