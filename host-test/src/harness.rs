@@ -32,7 +32,7 @@ pub struct HarnessConfig {
     pub cas_mode: CasMode,
     /// The wasm filter config.
     pub plugin: PluginConfig,
-    /// Routes, first prefix match wins. Default: one route "default" for "/" → "backend".
+    /// Routes, first prefix match wins. Default: one unnamed route for "/" → "backend" (Envoy's routes have no name unless given one).
     pub routes: Vec<RouteConfig>,
     /// Clusters. Default: one cluster "backend".
     pub clusters: Vec<ClusterConfig>,

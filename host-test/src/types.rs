@@ -75,7 +75,8 @@ impl Default for PluginConfig {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RouteConfig {
-    /// Route name (property `xds.route_name`).
+    /// Route name (property `xds.route_name`; Envoy routes are unnamed unless set: "",
+    /// the default).
     pub name: String,
     /// Path prefix it matches (first match wins; "/" matches everything).
     pub prefix: String,
@@ -89,7 +90,7 @@ pub struct RouteConfig {
 impl Default for RouteConfig {
     fn default() -> Self {
         RouteConfig {
-            name: "default".into(),
+            name: String::new(),
             prefix: "/".into(),
             cluster: "backend".into(),
             timeout_ms: 15_000,

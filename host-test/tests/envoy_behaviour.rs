@@ -622,9 +622,12 @@ fn http_call_timeout_arrives_as_a_504_response() {
 fn properties_use_envoy_attribute_names() {
     let mut h = harness(1, "");
     let body = get(&mut h, 0, "/probe/props").body_text();
+    // The default route is unnamed, as Envoy's routes are unless given a name: its
+    // name is "" with OK, handed back as pointer 0 / length 0, which the SDK reads as
+    // no value.
     assert_eq!(
         body,
-        "cluster=backend route=default plugin=fusewire root_id=fusewire vm_id=fusewire-v1 path=/probe/props \
+        "cluster=backend route=<none> plugin=fusewire root_id=fusewire vm_id=fusewire-v1 path=/probe/props \
          method=GET code=<none> flat=<none> bare_cluster=<none> node=fusewire-host-test node_bytes=40 top_node=<none>"
     );
     get(&mut h, 0, "/ok");
