@@ -88,14 +88,18 @@ impl Process {
         }
         l.push_back(rec);
     }
-    /// An upstream request was sent.
-    pub(crate) fn upstream_sent(&self) {
+    /// An upstream request was sent (`awaiting`: the stream's mark, now set).
+    pub(crate) fn upstream_sent(&self, awaiting: &mut bool) {
+        *awaiting = true;
         let n = self.upstream.fetch_add(1, Ordering::SeqCst) + 1;
         self.upstream_peak.fetch_max(n, Ordering::SeqCst);
     }
-    /// An upstream request got its response headers, or ended without them.
-    pub(crate) fn upstream_done(&self) {
-        self.upstream.fetch_sub(1, Ordering::SeqCst);
+    /// The stream's upstream request, if `awaiting` (then cleared), got its response
+    /// headers or ended without them.
+    pub(crate) fn upstream_done(&self, awaiting: &mut bool) {
+        if std::mem::take(awaiting) {
+            self.upstream.fetch_sub(1, Ordering::SeqCst);
+        }
     }
     /// The most upstream requests awaiting their response headers at once, over every
     /// worker, since the process started or the last reset (`reset`). A bulkhead

@@ -894,8 +894,7 @@ impl WorkerVm {
         }
         ctl.st = St::Upstream;
         ctl.sent_ns = now;
-        ctl.awaiting_upstream = true;
-        self.env.process.upstream_sent();
+        self.env.process.upstream_sent(&mut ctl.awaiting_upstream);
         let timeout = route.timeout_ms * 1_000_000;
         ctl.timeout_at = if timeout > 0 { now + timeout } else { u64::MAX };
         let (due, at) = match &ctl.reply {
@@ -933,9 +932,7 @@ impl WorkerVm {
         }
         let due = ctl.due.take();
         ctl.backend_latency = Some(now - ctl.sent_ns);
-        if std::mem::take(&mut ctl.awaiting_upstream) {
-            self.env.process.upstream_done();
-        }
+        self.env.process.upstream_done(&mut ctl.awaiting_upstream);
         match due {
             Some(Due::Response) => {
                 let UpstreamReply::Response {
@@ -1075,9 +1072,7 @@ impl WorkerVm {
         }
         ctl.due = None;
         // The router resets the upstream request a local reply replaces.
-        if std::mem::take(&mut ctl.awaiting_upstream) {
-            self.env.process.upstream_done();
-        }
+        self.env.process.upstream_done(&mut ctl.awaiting_upstream);
         if ctl.headers_sent {
             // FilterManager::sendLocalReply: "Prior headers have already been sent":
             // the stream is reset (LocalReset); the client saw the upstream's headers.
@@ -1421,9 +1416,7 @@ impl WorkerVm {
         let Some(mut ctl) = self.ctls.remove(&id) else {
             return;
         };
-        if std::mem::take(&mut ctl.awaiting_upstream) {
-            self.env.process.upstream_done();
-        }
+        self.env.process.upstream_done(&mut ctl.awaiting_upstream);
         self.by_ctx.remove(&(ctl.ctx, id));
         ctl.rec.end_ns = now;
         ctl.rec.code_details = ctl.details.clone();

@@ -21,11 +21,13 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createConnection, createServer } from 'node:net';
+import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
+
+import { freePort, ping } from './redis/server.mjs';
 
 const TIME_LIMIT_MS = 30_000;
 const FRAGMENT = '// A fragment';
@@ -56,35 +58,6 @@ function jsBlocks(markdown) {
     i = j;
   }
   return blocks;
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-function ping(port) {
-  return new Promise((resolve) => {
-    const c = createConnection(port, '127.0.0.1');
-    let buf = '';
-    const timer = setTimeout(() => { c.destroy(); resolve(false); }, 500);
-    c.on('connect', () => c.write('PING\r\n'));
-    c.on('data', (d) => {
-      buf += d;
-      if (buf.includes('\r\n')) {
-        clearTimeout(timer);
-        c.destroy();
-        resolve(buf.startsWith('+PONG'));
-      }
-    });
-    c.on('error', () => { clearTimeout(timer); resolve(false); });
-  });
 }
 
 /** The keys of the Redis at `port` (`KEYS *`: a test server holding a few). */

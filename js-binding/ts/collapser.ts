@@ -12,7 +12,7 @@ import type { CoreConfig } from './config.js';
 import { F_REARM, K, KIND_MASK, f64s, lost, out, outView, putKey, tell, w } from './engine.js';
 import { describe, optionError, ourError } from './errors.js';
 import { tagged } from './key.js';
-import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int } from './options.js';
+import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, withoutUndefined } from './options.js';
 
 /**
  * The batch function: one result (or Error) per key, in order. `context`: the
@@ -311,10 +311,8 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const fw = isPlain(bo.fusewire) ? merge(ours as Record<string, unknown>, bo.fusewire) : ours;
     // A batch is one call: Hystrix's volume threshold (20) keeps one failed batch
     // from opening the breaker (opossum's default of 0 would).
-    // (An option given as undefined is not given: found by review, `volumeThreshold:
-    // undefined` made it opossum's 0.)
-    const given = Object.fromEntries(Object.entries(bo).filter(([, v]) => v !== undefined));
-    const breakerOptions = { name: this.name ?? 'collapser', volumeThreshold: 20, ...given, fusewire: fw as CoreConfig };
+    // (`volumeThreshold: undefined` made it opossum's 0.)
+    const breakerOptions = { name: this.name ?? 'collapser', volumeThreshold: 20, ...withoutUndefined(bo), fusewire: fw as CoreConfig };
     // Its `fusewire` carries the collapser and its cache. Not enumerable: a copy of
     // `breaker.options` makes a plain breaker.
     Object.defineProperty(breakerOptions, FOR_COLLAPSER, { value: true });

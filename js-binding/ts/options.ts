@@ -143,6 +143,11 @@ export function str(name: string, v: unknown): string | undefined {
 }
 
 /** Checks a JSON-bound value: plain data only, finite numbers; collects the paths set. */
+/** `o` without the fields given as `undefined`: those are not given (found by review: spread over defaults, they hid them). */
+export function withoutUndefined(o: Obj): Obj {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+}
+
 function walk(v: unknown, path: string, set: Set<string>, depth = 0): void {
   if (depth > 16) throw optionError(`options.${path}`, 'nested too deeply');
   if (v === null || typeof v === 'string' || typeof v === 'boolean') {
@@ -401,11 +406,9 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     }
     // A SharedStore answers at once (sync mode); an AsyncStore (Redis) later: async
     // mode, with the store's defaults under the user's options.
-    // An option given as undefined is not given: it must not hide the store's default
-    // (found by review: `flush_ms: undefined` flushed every 100 ms, not 1000).
-    for (const k of Object.keys(rest)) if (rest[k] === undefined) delete rest[k];
+    // (`flush_ms: undefined` hid the store's 1000 ms: the core's 100 ms applied.)
     const sc: CoreSharedConfig & { mode: 'sync' | 'async' } = _store instanceof AsyncStore
-      ? { ..._store._defaults(), ...(rest as CoreSharedConfig), mode: 'async' }
+      ? { ..._store._defaults(), ...(withoutUndefined(rest) as CoreSharedConfig), mode: 'async' }
       : { ...(rest as CoreSharedConfig), mode: 'sync' };
     sharedJson = JSON.stringify(sc);
     // A SharedStore gives an entry not written for its ttlMs to a new name: a breaker

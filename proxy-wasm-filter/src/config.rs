@@ -698,7 +698,6 @@ impl Plugin {
                     "policies[{i}].match: never applies: policies[{j}] comes first and matches every request it would"
                 ));
             }
-            // Breakers are per policy, stats by key name alone (found by review).
             let request_key = p.collapse.as_ref().map(|c| ("collapse", &c.key));
             let request_key = request_key.or(p.stale.as_ref().map(|s| ("stale", &s.key)));
             if let Some((section, _)) = request_key.filter(|(_, k)| !k.has_path()) {
@@ -706,6 +705,7 @@ impl Plugin {
                     "policies[{i}].{section}.key: has no {{path}}: requests for different paths share responses"
                 ));
             }
+            // Breakers are per policy, stats by key name alone (found by review).
             let shares = |q: &Policy| q.key.may_share_names(&q.name, &p.key, &p.name);
             if let Some(j) = first.iter().position(shares) {
                 out.push(format!(

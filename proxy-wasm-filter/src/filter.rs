@@ -116,13 +116,13 @@ impl Request {
             self.deadline = now.saturating_add(t - t / 20).max(1);
         }
     }
+}
 
-    /// The request key of stale copies: without the credentials mark, which only
-    /// collapsing needs (a copy is kept from anonymous requests only, and served to
-    /// every GET: found by review, credentialed ones never found it).
-    fn stale_key(&self) -> &[u8] {
-        self.key.split_last().map_or(&[], |(_, k)| k)
-    }
+/// The request key of stale copies: `key` without its credentials mark, which only
+/// collapsing needs (a copy is kept from anonymous requests only, and served to every
+/// GET: found by review, credentialed ones never found it).
+fn stale_key(key: &[u8]) -> &[u8] {
+    key.split_last().map_or(&[], |(_, k)| k)
 }
 
 /// Per-VM state shared by the root and every stream context.
@@ -1392,7 +1392,10 @@ impl Worker {
             .filter(|_| req.get)?
             .max_stale_ms
             .saturating_mul(1_000_000);
-        let r = self.replays.get_mut(req.pi)?.stale(req.stale_key(), now)?;
+        let r = self
+            .replays
+            .get_mut(req.pi)?
+            .stale(stale_key(&req.key), now)?;
         (now.saturating_sub(r.at) <= max).then(|| r.clone())
     }
 
@@ -1526,7 +1529,7 @@ impl Worker {
             return;
         }
         let (lead, pi) = (lead.take(), req.pi);
-        let (req_key, stale_key) = (req.key.clone(), req.stale_key().to_vec());
+        let req_key = req.key.clone();
         let get = req.get && !req.creds;
         let now = self.now();
         let mut r = cap.take_response();
@@ -1535,7 +1538,7 @@ impl Worker {
             return;
         };
         if get && storable(r.status) && policy.stale.is_some() && !private(&r.headers, true) {
-            replay.keep(&stale_key, r.clone(), now);
+            replay.keep(stale_key(&req_key), r.clone(), now);
         }
         if let Some(lead) = lead {
             replay.settle(lead, &req_key, Some(r), true, now);

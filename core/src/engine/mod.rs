@@ -305,7 +305,6 @@ impl Engine {
         };
         p.config = config;
         let cfg = &p.config;
-        let mut waiting = Vec::new();
         let mut keys = Vec::new();
         for (i, k) in self.keys.iter_mut().enumerate() {
             if k.live && k.policy == id.0 {
@@ -320,20 +319,18 @@ impl Engine {
                     r.sent.window.0.rebucket(w, n);
                     r.reconfigured();
                 }
-                if k.queued > 0 || k.replica.is_some() {
-                    waiting.push(i as u32);
-                }
             }
         }
         let now = self.clock.now();
-        for i in waiting {
-            self.dequeue(i, now, now, 0);
-            // Shared keys read the store again (the ledger under the new limit).
-            self.queue_io(i);
-        }
-        // Wakes under the new mode: a pinned phase has none, one that runs again wakes
-        // at its open period's end or probe leases.
         for i in keys {
+            let k = self.keys.get(i as usize);
+            if k.is_some_and(|k| k.queued > 0 || k.replica.is_some()) {
+                self.dequeue(i, now, now, 0);
+                // Shared keys read the store again (the ledger under the new limit).
+                self.queue_io(i);
+            }
+            // Wakes under the new mode: a pinned phase has none, one that runs again
+            // wakes at its open period's end or probe leases.
             self.after(i, now);
         }
         Ok(())

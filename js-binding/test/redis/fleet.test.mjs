@@ -13,6 +13,8 @@ import Redis from 'ioredis';
 import { CircuitBreaker } from 'fusewire';
 import { RedisStore } from 'fusewire/redis';
 
+import { freePort, ping } from './server.mjs';
+
 const here = dirname(fileURLToPath(import.meta.url));
 const SYNC_MS = 200;
 const STALE_MS = 1000;
@@ -22,34 +24,6 @@ const TIMEOUT_MS = 150;
 const CALL_BOUND_MS = 60;
 const SHARED = { sync_ms: SYNC_MS, stale_ms: STALE_MS, flush_ms: 50 };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-function ping(port) {
-  return new Promise((resolve) => {
-    const c = connect(port, '127.0.0.1');
-    let buf = '';
-    c.on('connect', () => c.write('PING\r\n'));
-    c.on('data', (d) => {
-      buf += d;
-      if (buf.includes('\r\n')) {
-        c.destroy();
-        resolve(buf.startsWith('+PONG'));
-      }
-    });
-    c.on('error', () => resolve(false));
-    setTimeout(() => { c.destroy(); resolve(false); }, 500);
-  });
-}
 
 const servers = new Set();
 /** A redis-server on `port` (no persistence: a restart starts empty). */
