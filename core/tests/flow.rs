@@ -481,6 +481,33 @@ fn pool_without_queue_rejects_as_thread_pool_by_configuration() {
     });
 }
 
+/// A probe is never queued: with every slot in use it is refused for the slots
+/// (`BulkheadFull`), though the queue has room, and its turn goes back.
+#[test]
+fn probe_refused_by_a_full_pool_is_bulkhead_full() {
+    each_mode(|m| {
+        let cfg = r#"{"bulkhead": {"isolation": "pool", "max_concurrent": 1, "max_queue": 2,
+                      "queue_rejection_threshold": 2}, "execution": {"timeout_enabled": false}}"#;
+        let mut h = Host::new(m, cfg);
+        let k = h.key(0, "k");
+        let a = running(h.start(0, k));
+        let now = h.now;
+        h.engines[0].force(k, Phase::HalfOpen, now, 0);
+        h.drive(0);
+        let r = refused(h.start(0, k));
+        assert_eq!(
+            (r.event, r.cause),
+            (EventKind::ThreadPoolRejected, Cause::BulkheadFull),
+            "{m:?}"
+        );
+        assert_eq!(h.engines[0].queued(k), Some(0), "{m:?}: not queued");
+        h.complete(0, a, Outcome::Success);
+        let p = running(h.start(0, k));
+        h.complete(0, p, Outcome::Success);
+        assert_eq!(h.phase(0, k), Phase::Closed, "{m:?}: the turn came back");
+    });
+}
+
 #[test]
 fn cancelled_ticket_counts_nowhere_and_frees_its_place() {
     let cfg = r#"{"bulkhead": {"isolation": "pool", "max_concurrent": 1, "max_queue": 1, "queue_rejection_threshold": 1}}"#;

@@ -552,7 +552,7 @@ impl Sim {
                     );
                 } else if !self.shared {
                     assert_eq!(want, "refused", "{r:?}");
-                    let cause = if cap > 0 {
+                    let cause = if cap > 0 && queued_before >= cap {
                         Cause::QueueFull
                     } else {
                         Cause::BulkheadFull

@@ -750,7 +750,9 @@ impl Engine {
                 };
                 let cause = if degraded {
                     Cause::Degraded
-                } else if b.isolation == Isolation::Pool && cap > 0 {
+                } else if b.isolation == Isolation::Pool && cap > 0 && k.queued >= cap {
+                    // (A probe is never queued: refused with room in the queue, it
+                    // is refused for the slots.)
                     Cause::QueueFull
                 } else {
                     Cause::BulkheadFull
