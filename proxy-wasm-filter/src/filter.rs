@@ -238,10 +238,9 @@ fn agree(key: &str, next: impl Fn(Option<u64>) -> Option<u64>) -> Option<u64> {
 
 /// A process-unique id for this VM's ledger entries: the next value of a counter in
 /// shared data (VMs of one Envoy share no randomness: in tests they even share the
-/// clock). Falls back to `rand` if the counter cannot be updated. Envoy's shared data
-/// has no create-if-absent (a write to an absent key always lands), so two VMs that
-/// both found the counter absent could both take 1: Envoy's canary VM configures, and
-/// creates the counter, on the main thread before the workers' VMs configure.
+/// clock). Falls back to `rand` if the counter cannot be updated. Two VMs that both
+/// find the counter absent do not both take 1: the first write creates it, the second
+/// is refused and reads again ([`fusewire_core::shared::Expect::proxy_wasm_set`]).
 fn owner_id(namespace: &str, rand: u64) -> u64 {
     agree(&format!("{namespace}/owners"), |n| Some(n.unwrap_or(0) + 1)).unwrap_or(rand | 1 << 63)
 }

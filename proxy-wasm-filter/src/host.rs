@@ -447,12 +447,20 @@ pub fn shared_data(io: &Io<'_>) -> OwnedAnswer {
             }
         }
         Op::Write { value, expect } => {
-            let cas = expect.cas() as u32;
             // SAFETY: valid slices.
-            let s = unsafe {
+            let set = |cas| unsafe {
                 proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas)
             };
-            match s {
+            let absent = || {
+                matches!(
+                    shared_data(&Io {
+                        op: Op::Read,
+                        ..*io
+                    }),
+                    OwnedAnswer::NotFound
+                )
+            };
+            match expect.proxy_wasm_set(set, absent) {
                 OK => OwnedAnswer::Written(None),
                 CAS_MISMATCH => OwnedAnswer::Conflict(None, false),
                 s => OwnedAnswer::Failed(s),

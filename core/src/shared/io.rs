@@ -59,12 +59,32 @@ pub enum Expect {
     Token(u64),
 }
 
+/// proxy-wasm's `CAS_MISMATCH` status.
+const CAS_MISMATCH: u32 = 8;
+
 impl Expect {
-    /// The proxy-wasm `cas` argument: 0 for [`Expect::Absent`], else the token.
-    pub fn cas(self) -> u64 {
+    /// Performs a write on proxy-wasm shared data as `self` says, through the host's
+    /// `set(cas)` (`proxy_set_shared_data`, returning its status) and `absent()`
+    /// (whether `proxy_get_shared_data` finds no key); returns the last status.
+    ///
+    /// A token is the `cas`. "Absent" is create-if-absent on both hosts' rules:
+    /// Envoy inserts an absent key whatever the `cas` and refuses a `cas` that does not
+    /// match an existing key, so `u32::MAX` (a token no key holds, in practice) creates
+    /// only if absent (with 0 two workers creating a key at once both "wrote", the
+    /// second over the first: found by review, a bulkhead of 1 then ran 2 calls). Kong
+    /// refuses a non-zero `cas` for an absent key: found absent after that refusal,
+    /// the write goes again with 0, its "must be absent".
+    pub fn proxy_wasm_set(
+        self,
+        mut set: impl FnMut(u32) -> u32,
+        absent: impl FnOnce() -> bool,
+    ) -> u32 {
         match self {
-            Expect::Absent => 0,
-            Expect::Token(t) => t,
+            Expect::Token(t) => set(t as u32),
+            Expect::Absent => match set(u32::MAX) {
+                CAS_MISMATCH if absent() => set(0),
+                s => s,
+            },
         }
     }
 }
@@ -189,6 +209,69 @@ impl core::fmt::Display for Issue {
             Issue::Stale => f.write_str(
                 "shared state not confirmed (no answer within stale_ms, or writes failing): running on the local breaker",
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::cell::RefCell;
+
+    /// One key of proxy-wasm shared data: (value, token), under Kong's rules or
+    /// Envoy's (`envoy-host-facts`: an absent key is inserted whatever the cas; cas 0
+    /// overwrites an existing one).
+    struct Raw {
+        kong: bool,
+        cur: Option<(u8, u32)>,
+        last: u32,
+    }
+
+    impl Raw {
+        fn set(&mut self, v: u8, cas: u32) -> u32 {
+            let ok = match (self.kong, self.cur) {
+                (false, Some((_, t))) => cas == 0 || cas == t,
+                (false, None) => true,
+                (true, c) => cas == c.map_or(0, |c| c.1),
+            };
+            if !ok {
+                return CAS_MISMATCH;
+            }
+            self.last += 1;
+            self.cur = Some((v, self.last));
+            0
+        }
+    }
+
+    fn write(store: &RefCell<Raw>, v: u8, expect: Expect) -> u32 {
+        expect.proxy_wasm_set(
+            |cas| store.borrow_mut().set(v, cas),
+            || store.borrow().cur.is_none(),
+        )
+    }
+
+    #[test]
+    fn absent_is_create_if_absent_on_envoy_and_kong() {
+        for kong in [false, true] {
+            let store = RefCell::new(Raw {
+                kong,
+                cur: None,
+                last: 0,
+            });
+            assert_eq!(write(&store, 1, Expect::Absent), 0, "kong {kong}: created");
+            assert_eq!(store.borrow().cur, Some((1, 1)));
+            // Another worker created the key between this one's read (not found) and
+            // its write: refused, the other's value kept.
+            assert_eq!(
+                write(&store, 2, Expect::Absent),
+                CAS_MISMATCH,
+                "kong {kong}"
+            );
+            assert_eq!(store.borrow().cur, Some((1, 1)), "kong {kong}");
+            // Tokens: the current one writes, an old one is refused.
+            assert_eq!(write(&store, 3, Expect::Token(1)), 0, "kong {kong}");
+            assert_eq!(write(&store, 4, Expect::Token(1)), CAS_MISMATCH);
+            assert_eq!(store.borrow().cur, Some((3, 2)), "kong {kong}");
         }
     }
 }
