@@ -8,6 +8,9 @@ bash scripts/setup.sh
 
 echo "== core: cargo test -p fusewire-core (incl. wasm zero-import check)"
 cargo test -p fusewire-core
+echo "== core: out-of-memory refusals in a release build (the .wasm's optimiser may drop an"
+echo "   allocation probe whose block is unused: the debug build cannot show that)"
+cargo test --release -p fusewire-core --test alloc_failure
 echo "== core: the JSON reader without its syntax messages (as the npm binding builds it)"
 cargo test -p fusewire-core --no-default-features --lib json
 

@@ -673,7 +673,7 @@ pub extern "C" fn fw_create(
             }
         };
         let Some(slot) = s.slots.get_mut(index as usize) else {
-            return s.fail(&ConfigError::new("", "no slot"));
+            return s.fail(&ConfigError::new("", "too many breakers alive"));
         };
         slot.breaker = Some(breaker);
         let h = ((slot.generation & GEN_MASK) << INDEX_BITS | index) as i32;
