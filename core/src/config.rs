@@ -624,7 +624,7 @@ fn in_range(path: &str, v: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
     if v < lo || v > hi {
         return Err(ConfigError::new(
             path,
-            format!("must be in {lo}..={hi}, got {v}"),
+            text!("must be in {lo}..={hi}, got {v}"),
         ));
     }
     Ok(())
@@ -662,9 +662,10 @@ impl CacheConfig {
         if self.max_bytes < u64::from(self.max_key_bytes) {
             return Err(ConfigError::new(
                 "max_bytes",
-                format!(
+                text!(
                     "must be at least max_key_bytes ({}), got {}",
-                    self.max_key_bytes, self.max_bytes
+                    self.max_key_bytes,
+                    self.max_bytes
                 ),
             ));
         }
@@ -790,7 +791,7 @@ impl ConfigError {
         self.path = match (prefix.is_empty(), self.path.is_empty()) {
             (true, _) => self.path,
             (false, true) => prefix.to_string(),
-            (false, false) => format!("{prefix}.{}", self.path),
+            (false, false) => text!("{prefix}.{}", self.path),
         };
         self
     }
@@ -926,7 +927,7 @@ fn percentage(path: &str, v: f64) -> Result<(), ConfigError> {
     if !v.is_finite() || !(0.0..=100.0).contains(&v) {
         return Err(ConfigError::new(
             path,
-            format!("must be a number in 0..=100, got {}", Num(v)),
+            text!("must be a number in 0..=100, got {}", Num(v)),
         ));
     }
     Ok(())
@@ -936,7 +937,7 @@ fn duration(path: &str, v: u64, min: u64) -> Result<(), ConfigError> {
     if v < min || v > MAX_DURATION_MS {
         return Err(ConfigError::new(
             path,
-            format!("must be in {min}..={MAX_DURATION_MS} ms, got {v}"),
+            text!("must be in {min}..={MAX_DURATION_MS} ms, got {v}"),
         ));
     }
     Ok(())
@@ -947,13 +948,13 @@ fn window(path_ms: &str, path_buckets: &str, ms: u64, buckets: u32) -> Result<()
     if buckets == 0 || buckets > MAX_BUCKETS {
         return Err(ConfigError::new(
             path_buckets,
-            format!("must be in 1..={MAX_BUCKETS}, got {buckets}"),
+            text!("must be in 1..={MAX_BUCKETS}, got {buckets}"),
         ));
     }
     if !ms.is_multiple_of(u64::from(buckets)) {
         return Err(ConfigError::new(
             path_buckets,
-            format!("must divide {path_ms} ({ms}) evenly, got {buckets}"),
+            text!("must divide {path_ms} ({ms}) evenly, got {buckets}"),
         ));
     }
     Ok(())
@@ -1003,7 +1004,7 @@ impl Config {
         if !k.is_finite() || !(1.0..=100.0).contains(&k) {
             return Err(ConfigError::new(
                 "breaker.adaptive_throttle.k",
-                format!("must be a number in 1..=100, got {}", Num(k)),
+                text!("must be a number in 1..=100, got {}", Num(k)),
             ));
         }
         let o = &b.open;
@@ -1011,16 +1012,17 @@ impl Config {
         if !o.multiplier.is_finite() || !(1.0..=1000.0).contains(&o.multiplier) {
             return Err(ConfigError::new(
                 "breaker.open.multiplier",
-                format!("must be a number in 1..=1000, got {}", Num(o.multiplier)),
+                text!("must be a number in 1..=1000, got {}", Num(o.multiplier)),
             ));
         }
         duration("breaker.open.max_ms", o.max_ms, 0)?;
         if o.schedule == OpenSchedule::Exponential && o.max_ms < o.sleep_window_ms {
             return Err(ConfigError::new(
                 "breaker.open.max_ms",
-                format!(
+                text!(
                     "must be at least sleep_window_ms ({}), got {}",
-                    o.sleep_window_ms, o.max_ms
+                    o.sleep_window_ms,
+                    o.max_ms
                 ),
             ));
         }
@@ -1033,26 +1035,27 @@ impl Config {
         if o.ladder_ms.len() > 64 {
             return Err(ConfigError::new(
                 "breaker.open.ladder_ms",
-                format!("must have at most 64 steps, got {}", o.ladder_ms.len()),
+                text!("must have at most 64 steps, got {}", o.ladder_ms.len()),
             ));
         }
         for (i, &step) in o.ladder_ms.iter().enumerate() {
-            duration(&format!("breaker.open.ladder_ms[{i}]"), step, 0)?;
+            duration(&text!("breaker.open.ladder_ms[{i}]"), step, 0)?;
         }
         percentage("breaker.open.jitter_percentage", o.jitter_percentage)?;
         let h = &b.half_open;
         if h.permitted_probes == 0 || h.permitted_probes > MAX_PROBES {
             return Err(ConfigError::new(
                 "breaker.half_open.permitted_probes",
-                format!("must be in 1..={MAX_PROBES}, got {}", h.permitted_probes),
+                text!("must be in 1..={MAX_PROBES}, got {}", h.permitted_probes),
             ));
         }
         if h.success_threshold == 0 || h.success_threshold > h.permitted_probes {
             return Err(ConfigError::new(
                 "breaker.half_open.success_threshold",
-                format!(
+                text!(
                     "must be in 1..=permitted_probes ({}), got {}",
-                    h.permitted_probes, h.success_threshold
+                    h.permitted_probes,
+                    h.success_threshold
                 ),
             ));
         }
@@ -1087,7 +1090,7 @@ impl Config {
             if p.max_queue > 1_000_000 {
                 return Err(ConfigError::new(
                     "bulkhead.max_queue",
-                    format!("must be at most 1000000, got {}", p.max_queue),
+                    text!("must be at most 1000000, got {}", p.max_queue),
                 ));
             }
             if p.max_queue > 0 && p.isolation == Isolation::Semaphore {
@@ -1108,7 +1111,7 @@ impl Config {
         if k.max_keys == 0 || k.max_keys > MAX_KEYS {
             return Err(ConfigError::new(
                 "keys.max_keys",
-                format!("must be in 1..={MAX_KEYS}, got {}", k.max_keys),
+                text!("must be in 1..={MAX_KEYS}, got {}", k.max_keys),
             ));
         }
         duration("keys.idle_ms", k.idle_ms, 1_000)?;
@@ -1167,7 +1170,7 @@ impl SharedConfig {
         if !name_ok(&self.namespace) {
             return Err(ConfigError::new(
                 "namespace",
-                format!(
+                text!(
                     "must be 1..=64 characters of [A-Za-z0-9_.-], got {}",
                     crate::json::Quoted(&self.namespace)
                 ),
@@ -1176,7 +1179,7 @@ impl SharedConfig {
         if self.cas_attempts == 0 || self.cas_attempts > 1000 {
             return Err(ConfigError::new(
                 "cas_attempts",
-                format!("must be in 1..=1000, got {}", self.cas_attempts),
+                text!("must be in 1..=1000, got {}", self.cas_attempts),
             ));
         }
         duration("heartbeat_ms", self.heartbeat_ms, 1)?;
@@ -1189,9 +1192,11 @@ impl SharedConfig {
         if self.lease_ttl_ms < floor {
             return Err(ConfigError::new(
                 "lease_ttl_ms",
-                format!(
+                text!(
                     "must be at least twice heartbeat_ms ({}) and twice flush_ms ({}), got {}",
-                    self.heartbeat_ms, self.flush_ms, self.lease_ttl_ms
+                    self.heartbeat_ms,
+                    self.flush_ms,
+                    self.lease_ttl_ms
                 ),
             ));
         }
@@ -1199,7 +1204,7 @@ impl SharedConfig {
         if self.stale_ms < sync_ms.saturating_mul(2) {
             return Err(ConfigError::new(
                 "stale_ms",
-                format!(
+                text!(
                     "must be at least twice sync_ms ({sync_ms}), got {}",
                     self.stale_ms
                 ),

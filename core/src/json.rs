@@ -196,17 +196,17 @@ fn shown(v: &Value) -> String {
         Value::Null => "null".into(),
         Value::Bool(true) => "boolean `true`".into(),
         Value::Bool(false) => "boolean `false`".into(),
-        Value::U64(i) => format!("integer `{i}`"),
+        Value::U64(i) => text!("integer `{i}`"),
         // (As a sign and a u64: no second integer formatter in the `.wasm`.)
-        Value::I64(i) => format!(
+        Value::I64(i) => text!(
             "integer `{}{}`",
             if *i < 0 { "-" } else { "" },
             i.unsigned_abs()
         ),
-        Value::F64(v) => format!("floating point `{}`", Num(*v)),
+        Value::F64(v) => text!("floating point `{}`", Num(*v)),
         Value::Str(s) => {
             let (head, more) = clipped(s);
-            let mut s = format!("string {}", Quoted(head));
+            let mut s = text!("string {}", Quoted(head));
             if more {
                 s.push('…');
             }
@@ -220,13 +220,13 @@ fn shown(v: &Value) -> String {
 /// "invalid type: …, expected `expected`" at `at`.
 #[inline(never)]
 pub fn wrong_type(v: &Value, at: &Path<'_>, expected: &str) -> ConfigError {
-    at.error(format!("invalid type: {}, expected {expected}", shown(v)))
+    at.error(text!("invalid type: {}, expected {expected}", shown(v)))
 }
 
 /// "invalid value: …, expected `expected`" at `at`.
 #[inline(never)]
 fn wrong_value(v: &Value, at: &Path<'_>, expected: &str) -> ConfigError {
-    at.error(format!("invalid value: {}, expected {expected}", shown(v)))
+    at.error(text!("invalid value: {}, expected {expected}", shown(v)))
 }
 
 /// `` `a`, `b`, `c` `` for error messages.
@@ -267,8 +267,8 @@ impl<'v, 'p> Fields<'v, 'p> {
             let here = Path::Key(at, key);
             if !names.contains(&key.as_str()) {
                 return Err(here.error(match names {
-                    [] => format!("unknown field `{}`, there are no fields", Shown(key)),
-                    _ => format!(
+                    [] => text!("unknown field `{}`, there are no fields", Shown(key)),
+                    _ => text!(
                         "unknown field `{}`, expected one of {}",
                         Shown(key),
                         one_of(names)
@@ -277,7 +277,7 @@ impl<'v, 'p> Fields<'v, 'p> {
             }
             // Members are all distinct known names up to here: at most `names.len()`.
             if members[..i].iter().any(|(k, _)| k == key) {
-                return Err(here.error(format!("duplicate field `{}`", Shown(key))));
+                return Err(here.error(text!("duplicate field `{}`", Shown(key))));
             }
         }
         Ok(Fields { members, at })
@@ -302,7 +302,7 @@ impl<'v, 'p> Fields<'v, 'p> {
     pub fn required<T: FromJson>(&self, name: &str) -> Result<T, ConfigError> {
         match self.get(name) {
             Some(v) => T::from_json(v, &Path::Key(self.at, name)),
-            None => Err(self.at.error(format!("missing field `{name}`"))),
+            None => Err(self.at.error(text!("missing field `{name}`"))),
         }
     }
 }
@@ -342,7 +342,7 @@ pub fn variant(v: &Value, at: &Path<'_>, names: &[&str], what: &str) -> Result<u
         return Err(wrong_type(v, at, what));
     };
     names.iter().position(|n| n == s).ok_or_else(|| {
-        at.error(format!(
+        at.error(text!(
             "unknown value `{}`, expected one of {}",
             Shown(s),
             one_of(names)
@@ -359,7 +359,7 @@ fn unsigned(v: &Value, at: &Path<'_>, max: u64, what: &str) -> Result<u64, Confi
         Value::F64(f) if f.fract() == 0.0 => Err(wrong_type(
             v,
             at,
-            &format!("{what} (write it without a fraction or exponent)"),
+            &text!("{what} (write it without a fraction or exponent)"),
         )),
         _ => Err(wrong_type(v, at, what)),
     }
@@ -692,7 +692,7 @@ impl Parser<'_> {
             .map_or(0, |i| i + 1);
         ConfigError {
             path: String::new(),
-            reason: format!("{what} at line {line} column {}", end - start + 1),
+            reason: text!("{what} at line {line} column {}", end - start + 1),
         }
     }
 
@@ -710,7 +710,7 @@ impl Parser<'_> {
 
     fn eof(&self, what: &str) -> ConfigError {
         if cfg!(feature = "syntax-messages") {
-            self.syntax(&format!("EOF while parsing {what}"))
+            self.syntax(&text!("EOF while parsing {what}"))
         } else {
             self.syntax("unexpected end of JSON")
         }

@@ -49,6 +49,20 @@
 
 #![warn(missing_docs)]
 
+/// `format!` without `alloc::fmt::format`'s panic message and its source path in the
+/// `.wasm` (a `String` cannot fail to take text; ≈ 150 B of the npm budget).
+macro_rules! text {
+    ($($arg:tt)*) => {
+        $crate::formatted(format_args!($($arg)*))
+    };
+}
+
+pub(crate) fn formatted(args: core::fmt::Arguments<'_>) -> String {
+    let mut s = String::new();
+    let _ = core::fmt::Write::write_fmt(&mut s, args);
+    s
+}
+
 pub mod breaker;
 pub mod cache;
 pub mod circuit;

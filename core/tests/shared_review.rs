@@ -285,3 +285,47 @@ fn an_unused_lease_goes_back_before_a_probe_timeout_shorter_than_flush_ms() {
     let t = transitions(&mut h, 0);
     assert!(!t.contains(&(Phase::HalfOpen, Phase::Open)), "{t:?}");
 }
+
+/// Found by a review of the shared layer (2026-12-07): a worker holding a probe lease
+/// it has not used yet was `quiet`, so a host could let the key go (the npm binding
+/// lets such a breaker be collected) and the fleet's lease stayed out until the probe
+/// timeout reopened the breaker. Quiet only once the lease has gone back.
+#[test]
+fn a_worker_holding_an_unused_probe_lease_is_not_quiet() {
+    let mut h = Host::new(Mode::Async(1), "{}");
+    let k = h.key(0, "k");
+    h.advance(1_000);
+    trip_from(&mut h, 0, k);
+    h.advance(6_000);
+    // Refused, asks for a lease; the write granting it lands.
+    assert!(!h.call(0, k, Outcome::Success));
+    h.deliver();
+    h.deliver();
+    let leases = h.engines[0]
+        .shared_view(k)
+        .unwrap()
+        .breaker
+        .probe_leases()
+        .iter()
+        .filter(|&&d| d != 0)
+        .count();
+    assert_eq!(leases, 1, "the lease was granted");
+    assert!(!h.engines[0].quiet(k), "a held lease is not quiet");
+    // Unused, it goes back; then the key is quiet.
+    for _ in 0..100 {
+        h.advance(200);
+        if h.engines[0].quiet(k) {
+            break;
+        }
+    }
+    assert!(h.engines[0].quiet(k), "quiet once the lease went back");
+    let lease_left = h.engines[0]
+        .shared_view(k)
+        .unwrap()
+        .breaker
+        .probe_leases()
+        .iter()
+        .filter(|&&d| d != 0)
+        .count();
+    assert_eq!(lease_left, 0);
+}

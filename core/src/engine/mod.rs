@@ -240,13 +240,13 @@ impl Engine {
         if self.policies.iter().any(|p| &*p.name == name) {
             return Err(ConfigError::new(
                 "name",
-                format!("duplicate policy {}", crate::json::Quoted(name)),
+                text!("duplicate policy {}", crate::json::Quoted(name)),
             ));
         }
         if self.policies.len() >= MAX_POLICIES {
             return Err(ConfigError::new(
                 "name",
-                format!("at most {MAX_POLICIES} policies"),
+                text!("at most {MAX_POLICIES} policies"),
             ));
         }
         // One policy is the common case (a JS breaker is an engine of one): no room
@@ -378,7 +378,7 @@ impl Engine {
         if let Some(i) = self.policies.get(policy as usize)?.overflow {
             return self.id_of(i);
         }
-        let name = format!("{}/~overflow", self.policies.get(policy as usize)?.name);
+        let name = text!("{}/~overflow", self.policies.get(policy as usize)?.name);
         let i = self.new_key(policy, &name, true, now)?;
         self.policies.get_mut(policy as usize)?.overflow = Some(i);
         self.id_of(i)
@@ -630,8 +630,8 @@ impl Engine {
     }
 
     /// Whether `key` holds nothing in the store either: [`Engine::flushed`], and no
-    /// bulkhead slot or slot reserve held, so a host may let it go without a word to
-    /// the store. True for local and unknown keys.
+    /// bulkhead slot, slot reserve or probe lease held, so a host may let it go
+    /// without a word to the store. True for local and unknown keys.
     pub fn quiet(&self, key: KeyId) -> bool {
         self.live(key)
             .is_none_or(|k| k.replica.as_deref().is_none_or(Replica::is_quiet))

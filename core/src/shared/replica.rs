@@ -269,7 +269,7 @@ impl Replica {
         shared: &SharedConfig,
         now: Nanos,
     ) -> Self {
-        let prefix = format!("{}/{LAYOUT}/{policy}/", shared.namespace);
+        let prefix = text!("{}/{LAYOUT}/{policy}/", shared.namespace);
         let mut r = Replica {
             name: name.into(),
             prefix: prefix.into(),
@@ -1865,13 +1865,15 @@ impl Replica {
             && self.doubt.is_none()
     }
 
-    /// Whether the replica has nothing in flight or pending (it may be dropped).
+    /// Whether the replica has nothing in flight or pending, and holds nothing in the
+    /// store (it may be dropped).
     pub(crate) fn is_quiet(&self) -> bool {
         self.io == IoState::Idle
             && !self.write_wanted()
             && self.delta.is_empty()
             && self.doubt.is_none()
             && self.slots_held == 0
+            && self.leases.is_empty()
     }
 }
 
