@@ -886,6 +886,35 @@ fn a_half_open_local_key_stays_idle_ms_past_its_open_period() {
     assert!(expired(&mut h), "idle_ms past the open period: expired");
 }
 
+/// A forced phase is a use of the key: a key forced half-open just before it would
+/// have expired stays `idle_ms` longer (it expired at its old time and came back
+/// closed, losing the operator's or a restored state's half-open).
+#[test]
+fn forcing_a_key_keeps_it_idle_ms_longer() {
+    each_mode(|m| {
+        let cfg = r#"{"keys": {"idle_ms": 1000}}"#;
+        let mut h = Host::new(m, cfg);
+        let k = h.key(0, "a");
+        assert!(h.call(0, k, Outcome::Success));
+        h.advance(900);
+        let now = h.now;
+        h.engines[0].force(k, Phase::HalfOpen, now, 0);
+        h.advance(500);
+        let expired = |h: &mut Host| {
+            h.take_events(0)
+                .iter()
+                .any(|e| matches!(e, Event::KeyExpired { .. }))
+        };
+        assert!(!expired(&mut h), "{m:?}: forced 500 ms ago: kept");
+        assert_eq!(h.engines[0].phase(k), Some(Phase::HalfOpen), "{m:?}");
+        h.advance(1_000);
+        assert!(
+            expired(&mut h),
+            "{m:?}: quiet idle_ms after the force: expired"
+        );
+    });
+}
+
 /// Found by review (Envoy's `breaker_state` gauge read open for good): a shared key
 /// that tripped and went quiet expired before its open period ended, and its host,
 /// told nothing more, still reported it open. In every mode a quiet tripped key is

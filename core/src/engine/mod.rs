@@ -1177,6 +1177,8 @@ impl Engine {
             r.force(to, now);
         }
         self.after(key.index, now);
+        // A use of the key: it stays `idle_ms` in the forced phase.
+        self.touch(key.index, now);
     }
 
     // ---- time ----------------------------------------------------------------
