@@ -329,3 +329,68 @@ fn a_worker_holding_an_unused_probe_lease_is_not_quiet() {
         .count();
     assert_eq!(lease_left, 0);
 }
+
+/// Found by a review of the shared layer (2026-12-07): outcomes of one generation not
+/// written yet when an outcome of a newer one came (another worker's trip and
+/// recovery, adopted in between) were dropped with their delta; the store counts
+/// outcomes of an earlier generation (they never move the breaker), so they must
+/// reach it.
+#[test]
+fn outcomes_unwritten_when_a_newer_generation_comes_are_counted() {
+    // The window outlives the close (an empty one is sparse, and written at once).
+    let json = r#"{"metrics": {"rolling_window_ms": 60000},
+                   "breaker": {"half_open": {"reset_window_on_close": false}}}"#;
+    let shared = SharedConfig {
+        flush_ms: 10_000,
+        sync_ms: Some(200),
+        stale_ms: 30_000,
+        ..SharedConfig::default()
+    };
+    let mut h = Host::with_shared(Mode::Async(2), json, shared);
+    let keys = h.keys("k");
+    h.advance(1_000);
+    // A busy window (a sparse one is written at once).
+    for _ in 0..30 {
+        assert!(h.call(1, keys[1], Outcome::Success));
+    }
+    h.advance(11_000);
+    for _ in 0..7 {
+        assert!(h.call(0, keys[0], Outcome::Success));
+    }
+    // Worker 1 opens and closes the key (an operator): two generations on.
+    let now = h.now;
+    h.engines[1].force(keys[1], Phase::Open, now, 0);
+    h.advance(500);
+    let now = h.now;
+    h.engines[1].force(keys[1], Phase::Closed, now, 0);
+    h.advance(500);
+    let g = |h: &Host, w: usize| {
+        h.engines[w]
+            .shared_view(keys[w])
+            .expect("a view")
+            .breaker
+            .generation()
+    };
+    assert_eq!(g(&h, 0), g(&h, 1), "worker 0 has read the new generation");
+    let seen = |h: &Host, w: usize| {
+        h.engines[w]
+            .shared_view(keys[w])
+            .expect("a view")
+            .window
+            .counts_at(h.now)
+            .success
+    };
+    assert_eq!(seen(&h, 1), 30, "worker 0's 7 are not written yet");
+    assert!(
+        h.call(0, keys[0], Outcome::Success),
+        "one under the new one"
+    );
+    h.advance(15_000);
+    for w in 0..2 {
+        assert_eq!(
+            seen(&h, w),
+            38,
+            "worker {w}: 30, the 7 before and the one after"
+        );
+    }
+}

@@ -622,7 +622,9 @@ impl Replica {
         };
         if generation != self.delta.generation {
             if newer(generation, self.delta.generation) || self.delta.is_empty() {
-                self.delta.reset(generation);
+                // The counts of the earlier generation are still to be written
+                // (found by review: reset here, they were lost).
+                self.delta.carry(generation);
             } else {
                 // From an earlier generation: never moves the breaker.
                 return self.mark(now, urgent);
@@ -630,14 +632,14 @@ impl Replica {
         }
         let mut slow = false;
         if let Some(kind) = outcome.event() {
-            self.delta.window.record(kind, now);
+            self.delta.record(kind, now);
             self.delta.streak.record(outcome);
             let sc = &ctx.config.breaker.slow_call;
             if sc.enabled
                 && kind != EventKind::BadRequest
                 && now.saturating_sub(started_at) >= ms_to_ns(sc.duration_threshold_ms)
             {
-                self.delta.window.record_slow(now);
+                self.delta.record_slow(now);
                 slow = true;
                 urgent = true;
             }
@@ -755,7 +757,7 @@ impl Replica {
                 self.delta.reset(v.breaker.generation());
             }
         }
-        self.delta.window.record(kind, now);
+        self.delta.record(kind, now);
         let urgent = matches!(
             kind,
             EventKind::SemaphoreRejected | EventKind::ThreadPoolRejected
@@ -1607,22 +1609,27 @@ impl Replica {
         }
         // A write built after the local breaker moved has landed (its reply, or its
         // receipt read back after the reply was lost: found by review, the key stayed
-        // on its local breaker for good), or what it moved on is gone (a delta of an
-        // older generation is dropped below): the store decides again.
+        // on its local breaker for good), or what it moved on no longer moves anything
+        // (a delta of an older generation is carried below): the store decides again.
         let behind = self.behind;
         self.behind = 0;
         if a.delta {
             let g = a.state.breaker.generation();
             self.sent.reset(g);
-            // Kept: outcomes of this generation recorded while the write was in
-            // flight (flushed on the next tick, or at once if urgent).
-            if self.delta.is_empty() || (self.delta.generation != g && !late) {
+            // Kept: outcomes recorded while the write was in flight (flushed on the
+            // next tick, or at once if urgent); those of an earlier generation than
+            // the store's now are counted and move nothing (found by review: they
+            // were dropped).
+            if self.delta.is_empty() {
                 self.delta.reset(g);
                 self.dirty_at = None;
                 // A tick during the round trip asked for this write again: left set,
                 // the next healthy outcome went out at once, not at its flush.
                 self.flush_now = false;
             } else {
+                if self.delta.generation != g && !late {
+                    self.delta.carry(g);
+                }
                 self.dirty_at = Some(now);
             }
         }
@@ -1666,20 +1673,25 @@ impl Replica {
     }
 
     /// The write in flight did not land: the delta it carried is pending again,
-    /// ahead of what was recorded since (results of an earlier generation than the
-    /// other part are dropped, as at merge).
+    /// ahead of what was recorded since. Of two generations the newer goes on; the
+    /// earlier one's counts ride along ([`Delta::carry`]: found by review, they were
+    /// dropped).
     fn unsend(&mut self) {
         if self.sent.is_empty() {
             return;
         }
         let (g, later) = (self.sent.generation, self.delta.generation);
         if self.delta.is_empty() || later == g {
-            self.sent.window.0.merge(&self.delta.window.0);
-            self.sent.streak = self.sent.streak.then(&self.delta.streak);
+            self.sent.join(&self.delta);
             core::mem::swap(&mut self.delta, &mut self.sent);
             self.delta.generation = g;
         } else if newer(g, later) {
+            self.delta.carry(g);
+            self.sent.join(&self.delta);
             core::mem::swap(&mut self.delta, &mut self.sent);
+        } else {
+            self.sent.carry(later);
+            self.delta.join(&self.sent);
         }
         self.sent.reset(self.delta.generation);
         // Retry as the round would have (a failed round clears it again).

@@ -273,15 +273,21 @@ impl Streak {
 /// What one worker recorded since its last successful write.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Delta {
-    /// Breaker generation the outcomes were admitted under; a delta of another
-    /// generation is dropped at merge (results of an earlier generation never move
-    /// the breaker).
+    /// Breaker generation the outcomes were admitted under. Counts of an earlier
+    /// generation ride along ([`Delta::carry`]): merged, they never move the breaker.
     pub generation: u32,
     /// Window counts.
     pub window: WireWindow,
     /// Consecutive-error streak.
     pub streak: Streak,
+    /// What the outcomes of `generation` hold ([`Delta::may_trip`] and the rest):
+    /// counts carried from an earlier generation are not in it.
+    moves: u8,
 }
+
+const ERROR: u8 = 1;
+const TRIPS: u8 = 2;
+const SUCCESS: u8 = 4;
 
 impl Delta {
     /// An empty delta for `config`'s window shape.
@@ -290,7 +296,30 @@ impl Delta {
             generation,
             window: WireWindow::new(config, now),
             streak: Streak::default(),
+            moves: 0,
         }
+    }
+
+    /// Records one event of `generation` at `now`. O(1).
+    #[inline]
+    pub fn record(&mut self, kind: EventKind, now: Nanos) {
+        self.window.record(kind, now);
+        self.moves |= match kind {
+            EventKind::Success => SUCCESS,
+            EventKind::Failure
+            | EventKind::Timeout
+            | EventKind::SemaphoreRejected
+            | EventKind::ThreadPoolRejected => ERROR | TRIPS,
+            EventKind::BadRequest => TRIPS,
+            _ => 0,
+        };
+    }
+
+    /// Records one slow execution of `generation` at `now`.
+    #[inline]
+    pub fn record_slow(&mut self, now: Nanos) {
+        self.window.record_slow(now);
+        self.moves |= TRIPS;
     }
 
     /// Nothing to write.
@@ -303,29 +332,41 @@ impl Delta {
     /// short-circuits never trips the breaker, as on a local key, where the rules run
     /// on those outcomes only.
     pub fn may_trip(&self) -> bool {
-        self.window.0.slots().iter().any(|s| {
-            let c = &s.bucket;
-            c.errors() > 0 || c.bad_request > 0 || c.slow > 0
-        })
+        self.moves & TRIPS != 0
     }
 
     /// Whether it holds an error (opossum's rule runs only then: see
     /// [`crate::breaker::trip_reason`]).
     pub fn has_error(&self) -> bool {
-        self.window.0.slots().iter().any(|s| s.bucket.errors() > 0)
+        self.moves & ERROR != 0
     }
 
     /// Whether it holds a success (it adds volume: see
     /// [`crate::breaker::short_of_volume`]).
     pub fn has_success(&self) -> bool {
-        self.window.0.slots().iter().any(|s| s.bucket.success > 0)
+        self.moves & SUCCESS != 0
+    }
+
+    /// Adds `other`'s outcomes (of the same generation) after its own.
+    pub fn join(&mut self, other: &Delta) {
+        self.window.0.merge(&other.window.0);
+        self.streak = self.streak.then(&other.streak);
+        self.moves |= other.moves;
+    }
+
+    /// Moves on to `generation`, a newer one: the counts stay (an earlier
+    /// generation's outcomes are counted, as at merge), the streak and what they
+    /// would move go.
+    pub fn carry(&mut self, generation: u32) {
+        self.generation = generation;
+        self.streak = Streak::default();
+        self.moves = 0;
     }
 
     /// Forgets everything and adopts `generation`.
     pub fn reset(&mut self, generation: u32) {
-        self.generation = generation;
+        self.carry(generation);
         self.window.0.clear();
-        self.streak = Streak::default();
     }
 }
 
