@@ -5,6 +5,7 @@
 # Output: target/fusewire/<target>/fusewire.wasm
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/setup.sh # the wasm targets, on a fresh machine
 MAX_BYTES=${FUSEWIRE_MAX_WASM_BYTES:-235000}
 WASM_OPT=target/npm/node_modules/.bin/wasm-opt
 if [ ! -x "$WASM_OPT" ]; then
