@@ -88,6 +88,11 @@ describe('fusewire/redis: RedisStore', () => {
     bad({ client, ttlMs: 10 }, /^options\.ttlMs: must be an integer in 1000\.\.=31536000000, got 10/);
     bad({ client, timeoutMs: 1.5 }, /^options\.timeoutMs: must be an integer in 1\.\.=60000, got 1\.5/);
     bad({ client, prefix: 7 }, /^options\.prefix: must be a string/);
+    // A Cluster reading from replicas (found by review: a read that missed a landed
+    // write sent its outcomes again).
+    bad({ client: { ...client, options: { scaleReads: 'slave' } } },
+      /^options\.client: must read from the masters \(scaleReads: 'master', the default\), got scaleReads "slave"/);
+    assert.doesNotThrow(() => new RedisStore({ client: { ...client, options: { scaleReads: 'master' } } }));
     // A misspelt option would leave its default in place unseen (found by review).
     bad({ client, timeout: 5 }, /^options\.timeout: not a RedisStore option \(they are client, prefix, ttlMs, timeoutMs\)$/);
     const store = new RedisStore({ client });

@@ -1226,15 +1226,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const flushes = (this._flushes ?? []).map((f) => f.resolve);
     this._flushes = undefined;
     this._flushTimer.cancel();
-    if (store instanceof AsyncStore && w.fw_flushed(this._h) === 0) {
-      this._closing = { until: t + CLOSE_MS, timer: new TimerSlot(), release: store._hold(), done: flushes.splice(0) };
-      this._closeStep();
-    } else if (this._lingering && this._busy > 0) {
+    if (this._lingering && this._busy > 0) {
       // Freed by `_forget` when the last running call ends.
       this._lingerStep();
     } else {
       this._lingering = false;
-      w.fw_free(this._h);
+      this._close(flushes.splice(0));
     }
     // (A lingering SharedStore key writes as each call ends: nothing to wait for.)
     for (const r of flushes) r(true);
@@ -1242,7 +1239,25 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   /**
-   * @internal After `shutdown()`, a breaker on an async store drives its last flush —
+   * Frees the core key once its last flush is in: at once when it is, else through
+   * `_closeStep` (`done` resolve then). A SharedStore's last write can fail too (a
+   * lock held by another thread) and is retried after the core's backoff (found by
+   * review: the key was freed at once, its outcomes and spare slots lost).
+   */
+  private _close(done: ((ok: boolean) => void)[]): void {
+    const store = this._store;
+    if (store === undefined || w.fw_flushed(this._h) === 1) {
+      w.fw_free(this._h);
+      for (const r of done) r(true);
+      return;
+    }
+    const release = store instanceof AsyncStore ? store._hold() : () => {};
+    this._closing = { until: now() + CLOSE_MS, timer: new TimerSlot(), release, done };
+    this._closeStep();
+  }
+
+  /**
+   * @internal After `shutdown()`, a breaker on a shared store drives its last flush —
    * a write that met another process's write is merged and sent again, when the core
    * says — until every outcome landed, the store failed, or `CLOSE_MS` passed; then
    * it is freed. No event is emitted meanwhile.
@@ -2028,7 +2043,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._lingering = false;
     this._lingerTimer.cancel();
     finalizer?.unregister(this);
-    w.fw_free(h);
+    this._close([]);
   }
 
   /**

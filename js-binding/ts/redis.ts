@@ -224,6 +224,13 @@ export class RedisStore extends AsyncStore {
         throw optionError('options.client', `must be an ioredis client (Redis or Cluster): it has no ${m}()`);
       }
     }
+    // ioredis sends commands flagged read-only (HMGET) to replicas under a Cluster's
+    // `scaleReads`, on another connection than the writes: a read could miss a write
+    // that landed, take its outcomes for lost and send them again (found by review).
+    const scaleReads = (c.options as { scaleReads?: unknown } | undefined)?.scaleReads;
+    if (scaleReads !== undefined && scaleReads !== 'master') {
+      throw optionError('options.client', `must read from the masters (scaleReads: 'master', the default), got scaleReads ${describe(scaleReads)}: replicas lag the writes`);
+    }
     for (const key of Object.keys(options)) {
       if (!REDIS_OPTION_KEYS.includes(key)) {
         throw optionError(`options.${key}`, `not a RedisStore option (they are ${REDIS_OPTION_KEYS.join(', ')})`);
