@@ -394,3 +394,78 @@ fn outcomes_unwritten_when_a_newer_generation_comes_are_counted() {
         );
     }
 }
+
+/// Found by a review of the shared layer (2026-12-07): a write answered as a read
+/// would be (found, not found: a host's bug) left the write's outcomes neither
+/// written nor pending, and the next write dropped them. Such an answer is a failed
+/// write: its outcomes go with the next one.
+#[test]
+fn a_write_answered_as_a_read_loses_nothing() {
+    let mut h = Host::new(Mode::Async(1), "{}");
+    let k = h.key(0, "k");
+    h.advance(1_000);
+    h.store.writes_down = Some(9);
+    for _ in 0..3 {
+        assert!(h.call(0, k, Outcome::Success));
+    }
+    assert!(!h.pending.is_empty(), "a write went out");
+    for p in &mut h.pending {
+        if matches!(p.2, fusewire_core::shared::OwnedAnswer::Failed(_)) {
+            p.2 = fusewire_core::shared::OwnedAnswer::NotFound;
+        }
+    }
+    h.store.writes_down = None;
+    h.deliver();
+    h.advance(5_000);
+    let c = h.engines[0]
+        .shared_view(k)
+        .expect("a view")
+        .window
+        .counts_at(h.now);
+    assert_eq!(c.success, 3);
+}
+
+/// Found by a review of the shared layer (2026-12-07): a view's freshness counted from
+/// when the answer confirming it came, so an answer held up (a busy event loop) for
+/// most of `stale_ms` confirmed a state that old for `stale_ms` more. It counts from
+/// when the request left.
+#[test]
+fn freshness_counts_from_when_the_request_left() {
+    let shared = SharedConfig {
+        sync_ms: Some(1_000),
+        stale_ms: 10_000,
+        ..SharedConfig::default()
+    };
+    let mut h = Host::with_shared(Mode::Async(1), "{}", shared);
+    let k = h.key(0, "k");
+    h.advance(500);
+    h.deliver();
+    let decides_view = |h: &Host| {
+        let e = &h.engines[0];
+        std::ptr::eq(
+            e.breaker_state(k).expect("live"),
+            &e.shared_view(k).expect("a view").breaker,
+        )
+    };
+    assert!(decides_view(&h), "a fresh view decides");
+    // The next read leaves (a call asks for the due refresh); its answer is held up
+    // 9 s.
+    h.advance(1_100);
+    assert!(h.call(0, k, Outcome::Success));
+    assert_eq!(h.pending.len(), 1, "one read out");
+    // Time passes, the worker ticks, no answer comes.
+    let hold = |h: &mut Host, ms: u64| {
+        for _ in 0..ms / 100 {
+            h.now += 100 * MS;
+            h.drive(0);
+        }
+    };
+    hold(&mut h, 9_000);
+    h.deliver();
+    assert!(decides_view(&h), "confirmed as of 9 s ago: fresh");
+    hold(&mut h, 1_100);
+    assert!(
+        !decides_view(&h),
+        "over 10 s after the request left: stale, the local breaker decides"
+    );
+}

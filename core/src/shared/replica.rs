@@ -159,8 +159,11 @@ pub(crate) struct Replica {
     /// What a write now expects to find (valid while `token_known`).
     expect: Expect,
     token_known: bool,
-    /// Last time the store confirmed the view (read or write).
+    /// Last time the store confirmed the view (read or write): its answer came.
     read_at: Option<Nanos>,
+    /// When the request that confirmed it left: what the view's freshness counts
+    /// from (with `read_at` set).
+    confirmed_at: Nanos,
     /// The stored window's current epoch as last seen, and since when (this worker's
     /// time) it has not moved: see [`crate::ring::Ring::merge_at`].
     ring_seen: (u64, Nanos),
@@ -286,6 +289,7 @@ impl Replica {
             expect: Expect::Absent,
             token_known: false,
             read_at: None,
+            confirmed_at: 0,
             ring_seen: (u64::MAX, 0),
             stale_told: None,
             failed_told: None,
@@ -424,7 +428,8 @@ impl Replica {
         let stale = ms_to_ns(shared.stale_ms);
         self.view.is_some()
             && !matches!(self.bind, Bind::Probing { .. })
-            && self.read_at.is_some_and(|t| now.saturating_sub(t) <= stale)
+            && self.read_at.is_some()
+            && now.saturating_sub(self.confirmed_at) <= stale
             // After a failed write the view stays in charge until its retry failed too
             // (two failed rounds in a row), at most `stale_ms`: then the outcomes are
             // not reaching the fleet and the local breaker, fed by them all along,
@@ -1125,18 +1130,23 @@ impl Replica {
     /// Takes the store's answer to the request in flight.
     pub(crate) fn on_answer(&mut self, ctx: &Ctx, answer: Answer<'_>) -> Effects {
         let mut fx = Effects::default();
-        let IoState::InFlight { write, .. } = self.io else {
+        let IoState::InFlight { write, at, .. } = self.io else {
             return fx;
         };
         self.io = IoState::Idle;
+        let confirmed = self.read_at;
         if let Bind::Probing { step, free } = self.bind {
             self.on_probe(ctx, step, free, answer, &mut fx);
-            return fx;
-        }
-        if write {
+        } else if write {
             self.on_write(ctx, answer, &mut fx);
         } else {
             self.on_read(ctx, answer, &mut fx);
+        }
+        // What the answer confirms is as old as the request: freshness counts from
+        // when it left (found by review: counted from the answer, a reply held up in a
+        // busy host confirmed a view up to `stale_ms` old for `stale_ms` more).
+        if self.read_at != confirmed && self.read_at == Some(ctx.now) {
+            self.confirmed_at = at.min(ctx.now);
         }
         fx
     }
@@ -1581,7 +1591,13 @@ impl Replica {
                     None => self.token_known = false,
                 }
             }
-            Answer::Failed { code } => {
+            // A read's answer to a write (a host's bug) is a failed write (found by
+            // review: its outcomes were neither written nor pending again).
+            Answer::Failed { .. } | Answer::Found { .. } | Answer::NotFound => {
+                let code = match answer {
+                    Answer::Failed { code } => code,
+                    _ => LOST,
+                };
                 // A write carrying a receipt may have landed: the next read tells.
                 match self.attempt.take() {
                     Some(a) if a.receipt.is_some() => {
@@ -1593,7 +1609,6 @@ impl Replica {
                 self.write_failed_at.get_or_insert(ctx.now);
                 self.fail(ctx, code, fx);
             }
-            Answer::Found { .. } | Answer::NotFound => {}
         }
     }
 
