@@ -535,6 +535,15 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     }
     assert.equal(new Set(words).size, 3, `each hold its own ticket: ${words}`);
     assert.ok(words.every((w) => w !== 0));
+    // A sighting long gone is forgotten (white-box: the 32-bit tickets wrap, and a
+    // sighting of one from 11 minutes ago matched its new hold: found by review).
+    Atomics.store(header, 2, 555_003);
+    assert.equal(view.lock(), false, 'held: busy');
+    view.seenAt -= 660_000;
+    view.heldSince -= 660_000;
+    assert.equal(view.lock(), false, 'the same word 11 minutes later is a new hold: busy, not taken over');
+    assert.equal(Atomics.load(header, 2), 555_003);
+    Atomics.store(header, 2, 0);
     b.shutdown();
   });
 

@@ -178,6 +178,7 @@ export class SharedStore {
   /** The hold (ticket) last seen while waiting, and since when (ms). */
   private heldBy = 0;
   private heldSince = 0;
+  private seenAt = 0;
   private readonly answer: StoreAnswer = { kind: 0, token: -1, len: 0, flag: 0 };
 
   /** A new store, or (given a buffer) a view of an existing one. */
@@ -293,7 +294,13 @@ export class SharedStore {
       if (cur === 0) break;
       if (++spins < 64) continue;
       const t = clock.now();
-      if (cur !== this.heldBy) {
+      // A sighting not renewed for 10 minutes is forgotten: the 32-bit tickets wrap,
+      // and one seen hours ago must not match a new hold (found by review). (A wrap
+      // within 10 minutes takes 7 million holds a second; a waiter backing off comes
+      // back well within them.)
+      const renewed = t - this.seenAt <= 600_000;
+      this.seenAt = t;
+      if (cur !== this.heldBy || !renewed) {
         this.heldBy = cur;
         this.heldSince = t;
       } else if (t - this.heldSince > LOCK_TAKEOVER_MS) {
@@ -439,10 +446,15 @@ export class SharedStore {
           a.len = this.copyOut(at);
           return a;
         }
+        // Everything that may allocate (and so pause for a collection) comes before
+        // the check: past it the writer only copies (found by review: a pause after
+        // the check let a takeover's write be overwritten).
+        const value = mem.subarray(vFrom, vFrom + vLen);
+        const written = wallNow();
         if (!this.holds()) return this.busy(a);
-        this.u8.set(mem.subarray(vFrom, vFrom + vLen), at + E_DATA + this.keyBytes);
+        this.u8.set(value, at + E_DATA + this.keyBytes);
         this.dv.setUint32(at + E_VALUE_LEN, vLen, true);
-        this.dv.setFloat64(at + E_WRITTEN, wallNow(), true);
+        this.dv.setFloat64(at + E_WRITTEN, written, true);
         const t = this.nextToken();
         this.dv.setUint32(at + E_TOKEN, t, true);
         a.kind = 2;
@@ -463,13 +475,16 @@ export class SharedStore {
         return a;
       }
       const e = taken;
+      const key = mem.subarray(kFrom, kFrom + kLen);
+      const value = mem.subarray(vFrom, vFrom + vLen);
+      const written = wallNow();
       if (!this.holds()) return this.busy(a);
-      this.u8.set(mem.subarray(kFrom, kFrom + kLen), e + E_DATA);
+      this.u8.set(key, e + E_DATA);
       this.dv.setUint32(e + E_KEY_LEN, kLen, true);
       this.dv.setUint32(e + E_HASH, hash, true);
-      this.u8.set(mem.subarray(vFrom, vFrom + vLen), e + E_DATA + this.keyBytes);
+      this.u8.set(value, e + E_DATA + this.keyBytes);
       this.dv.setUint32(e + E_VALUE_LEN, vLen, true);
-      this.dv.setFloat64(e + E_WRITTEN, wallNow(), true);
+      this.dv.setFloat64(e + E_WRITTEN, written, true);
       const t = this.nextToken();
       this.dv.setUint32(e + E_TOKEN, t, true);
       if (at !== -Infinity) Atomics.add(this.i32, H_USED, 1);
