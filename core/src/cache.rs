@@ -293,6 +293,8 @@ pub struct RequestCache {
     entries: u32,
     bytes: u64,
     flight_count: u32,
+    /// Key bytes of the flights (in `bytes`; no eviction frees them).
+    flight_bytes: u64,
     follower_count: u32,
     events: VecDeque<CacheEvent>,
     stats: CacheStats,
@@ -323,6 +325,7 @@ impl RequestCache {
             entries: 0,
             bytes: 0,
             flight_count: 0,
+            flight_bytes: 0,
             follower_count: 0,
             events: VecDeque::new(),
             stats: CacheStats::default(),
@@ -555,6 +558,13 @@ impl RequestCache {
 
     fn lead(&mut self, scope: u32, h: u64, key: &[u8], now: Nanos) -> Lookup {
         let klen = key.len() as u64;
+        // Flights alone leave no room: evicting every entry would not make it (found
+        // by review: it did, then refused all the same).
+        if self.flight_bytes.saturating_add(klen) > self.config.max_bytes
+            || self.flight_count >= self.config.max_entries
+        {
+            return self.bypass(Bypass::Full);
+        }
         while self.entries >= self.config.max_entries
             || self.bytes.saturating_add(klen) > self.config.max_bytes
         {
@@ -606,6 +616,7 @@ impl RequestCache {
         self.entries += 1;
         self.bytes += klen;
         self.flight_count += 1;
+        self.flight_bytes += klen;
         Lookup::Lead(Lead(CallerId(caller)))
     }
 
@@ -650,6 +661,7 @@ impl RequestCache {
         }
         unlink(&mut self.nodes, &mut self.flights, slot, QUEUE);
         self.flight_count -= 1;
+        self.flight_bytes -= self.nodes.at(slot).map_or(0, |n| n.key.len() as u64);
         let id = EntryId(self.nodes.id_at(slot)?);
         let mut followers = 0;
         let mut next = NIL;
@@ -678,8 +690,11 @@ impl RequestCache {
         }
         self.follower_count -= followers;
         let klen = self.nodes.at(slot).map_or(0, |n| n.key.len() as u64);
+        // What the flights hold stays whatever is evicted: only evict where it helps.
         let mut cached = (!failure || self.config.cache_failures)
-            && klen.saturating_add(payload) <= self.config.max_bytes;
+            && (self.flight_bytes.saturating_add(klen)).saturating_add(payload)
+                <= self.config.max_bytes
+            && self.flight_count < self.config.max_entries;
         if cached {
             while self.bytes.saturating_add(payload) > self.config.max_bytes
                 || self.entries > self.config.max_entries
@@ -805,6 +820,7 @@ impl RequestCache {
         } else {
             unlink(&mut self.nodes, &mut self.flights, slot, QUEUE);
             self.flight_count -= 1;
+            self.flight_bytes -= size;
         }
         if scope != 0 {
             if let Some(s) = self.scopes.at_mut(scope) {

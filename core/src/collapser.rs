@@ -571,6 +571,10 @@ impl Collapser {
             if b.items.capacity() > KEEP_ITEMS {
                 b.items = Vec::new();
             }
+            // As the cache's: a slot keeps no long key for its next, short one.
+            if b.key.capacity() > crate::cache::KEEP_KEY_BYTES {
+                b.key = Vec::new();
+            }
         }
         self.batches.remove_at(slot);
     }

@@ -643,6 +643,35 @@ fn clear_gives_the_keys_memory_back_and_old_entries_stay_unknown() {
     assert!(stored.iter().all(|e| !c.contains(*e)));
 }
 
+/// Found by review: when the flights' keys alone left no room for a result, every
+/// entry was evicted and the result was not kept all the same.
+#[test]
+fn entries_are_not_evicted_for_a_result_that_cannot_fit() {
+    let mut c = cache(r#"{"max_bytes": 10000, "max_key_bytes": 1000, "ttl_ms": 0}"#);
+    let kept: Vec<_> = (0..4u8)
+        .map(|i| {
+            let l = lead(c.lookup(G, &[i], T0));
+            c.fill(l, 499, T0).unwrap().entry.unwrap()
+        })
+        .collect();
+    let leads: Vec<_> = (0..8u8)
+        .map(|i| lead(c.lookup(G, &[i + 10; 1000], T0)))
+        .collect();
+    let mut leads = leads.into_iter();
+    let s = c.fill(leads.next().unwrap(), 2_500, T0).unwrap();
+    assert!(
+        !s.cached,
+        "7 000 B of flights' keys leave no room for 3 500 B"
+    );
+    assert!(
+        kept.iter().all(|e| c.contains(*e)),
+        "nothing evicted for it"
+    );
+    // One that fits still evicts what it must.
+    let s = c.fill(leads.next().unwrap(), 1_000, T0).unwrap();
+    assert!(s.cached);
+}
+
 /// Found by review: a freed entry kept its key's buffer for its slot's next key, so
 /// slots that once held a long key kept its memory, past `max_bytes`.
 #[test]

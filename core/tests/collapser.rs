@@ -671,3 +671,30 @@ fn a_freed_batch_gives_back_a_large_listing() {
         c.memory_bytes()
     );
 }
+
+/// Found by review: a freed batch slot kept its key's buffer for its next key, so
+/// slots that once held a long key kept that memory for good (the cache drops them).
+#[test]
+fn freed_batches_give_long_key_buffers_back() {
+    let mut c = collapser(r#"{"max_items": 100000, "max_key_bytes": 4096}"#);
+    let mut key = [0u8; 4000];
+    for i in 0..2_000u32 {
+        key[..4].copy_from_slice(&i.to_le_bytes());
+        let _ = queued(c.add(G, &key, T0));
+    }
+    let full = c.memory_bytes();
+    assert!(full > 2_000 * 4_000, "{full}");
+    let mut batches = vec![];
+    while let Some(b) = c.poll(T0 + 10 * MS) {
+        batches.push(b);
+    }
+    assert_eq!(batches.len(), 2_000);
+    for b in batches {
+        assert_eq!(c.fail_batch(b).len(), 1);
+    }
+    let freed = c.memory_bytes();
+    assert!(
+        freed < full / 10,
+        "kept {freed} of {full} bytes once every batch ended"
+    );
+}
