@@ -22,8 +22,8 @@
 //!   `max_batch_size` items is due at once ([`Add::Full`]). Either way,
 //!   [`Collapser::poll`] hands it out once; later adds for that key start a new batch.
 //! - **Bounds**: `max_items` items without a result at most (waiting or in flushed
-//!   batches); past it [`Collapser::add`] refuses. Batch listings keep at most
-//!   `2 · max_batch_size` slots (cancelled items are compacted away).
+//!   batches); past it [`Collapser::add`] refuses. An open batch's listing keeps at
+//!   most twice its live items, and 16 (cancelled items are compacted away).
 //! - **Results**: the flushed listing is fixed; [`Collapser::complete_item`] maps
 //!   result `index` to its item (`None` if that caller cancelled or already has a
 //!   result); [`Collapser::fail_batch`] fails every item still without a result (a
@@ -314,7 +314,10 @@ impl Collapser {
             b.items.push(item);
             b.live += 1;
             full = b.live >= limit;
-            compact = b.items.len() >= 2 * limit as usize;
+            // Cancelled items leave their ids behind: dropped once they are half the
+            // listing (found by review: at twice `max_batch_size`, a batch of one live
+            // item kept thousands of cancelled ids). Amortised O(1).
+            compact = b.items.len() >= 2 * (b.live as usize).max(8);
         }
         if compact {
             self.compact(slot);

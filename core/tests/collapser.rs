@@ -698,3 +698,21 @@ fn freed_batches_give_long_key_buffers_back() {
         "kept {freed} of {full} bytes once every batch ended"
     );
 }
+
+/// Found by review: cancelled items' ids stayed in an open batch's listing until it
+/// reached twice `max_batch_size`, so a batch of one live item could keep thousands
+/// of them (per key: `max_items` × `max_batch_size` in all).
+#[test]
+fn a_batch_of_cancelled_items_keeps_a_short_listing() {
+    let mut c = collapser(r#"{"max_items": 100000, "max_batch_size": 100000}"#);
+    let _live = queued(c.add(G, b"k", T0));
+    let before = c.memory_bytes();
+    for _ in 0..10_000 {
+        let i = queued(c.add(G, b"k", T0));
+        assert!(c.cancel(i));
+    }
+    let after = c.memory_bytes();
+    assert!(after < before + 1024, "{before} B, then {after} B");
+    let b = c.poll(T0 + 10 * MS).expect("due");
+    assert_eq!(c.items(b).len(), 1, "the live item");
+}
