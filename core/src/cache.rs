@@ -130,7 +130,8 @@ pub enum Bypass {
     KeyTooLong,
     /// The key's flight already has `max_waiters` followers.
     TooManyWaiters,
-    /// Every entry is an in-flight key (nothing can be evicted to make room).
+    /// No room: the in-flight keys alone fill `max_entries` or `max_bytes` (nothing
+    /// evicted would make room), or the memory to grow is not there.
     Full,
 }
 
@@ -251,7 +252,8 @@ struct Node {
     key: Vec<u8>,
     /// Payload bytes counted in `bytes` (ready and cached only).
     payload: u64,
-    /// Pending: when the current leader started; ready: when it was filled.
+    /// Pending: when the first leader started (a promoted follower keeps it); ready:
+    /// when it was filled.
     at: Nanos,
     links: [[u32; 2]; 2],
     leader: u32,
@@ -479,8 +481,9 @@ impl RequestCache {
     /// delivered it while the key has no ready entry — a flight still in progress
     /// gets it (its followers too; its leader's own result is then stale), an absent
     /// or expired key gets a new entry. A ready entry is left alone: the first result
-    /// to arrive is kept. `None`: nothing kept (a ready entry, a key too long, the
-    /// bounds).
+    /// to arrive is kept. `None`: nothing kept (a ready entry, a key too long, no
+    /// room); a payload over `max_bytes` settles a flight uncached
+    /// (`Settled { cached: false }`).
     pub fn offer(
         &mut self,
         scope: ScopeId,
@@ -950,7 +953,8 @@ impl RequestCache {
         self.index.shed();
     }
 
-    /// Whether `entry` is still stored (a hit could still return it).
+    /// Whether `entry` is still stored (an expired entry not yet swept is: a hit no
+    /// longer returns it).
     pub fn contains(&self, entry: EntryId) -> bool {
         self.nodes.get(entry.0).is_some_and(|n| n.ready)
     }
