@@ -134,11 +134,20 @@ pub fn can_allocate(bytes: usize) -> bool {
 
 /// Whether a full table of `cap` slots of `size` bytes can double: probed. A failed
 /// allocation would abort (trap a `.wasm`, and every breaker it serves: found by a
-/// security review, a cache doubling past 4 M entries). (The free list, a quarter of
-/// the size at most, grows as slots are freed.)
+/// security review, a cache doubling past 4 M entries).
 #[inline(never)]
 pub(crate) fn can_double(cap: usize, size: usize) -> bool {
     can_allocate(cap.max(4) * 2 * size)
+}
+
+/// Puts `slot` on a free list. Freeing must not abort for want of memory (found by
+/// review: free lists grow as slots are freed): a slot the list cannot take stays
+/// unused.
+#[inline(never)]
+pub(crate) fn push_free(free: &mut Vec<u32>, slot: u32) {
+    if free.len() < free.capacity() || can_double(free.len(), 4) {
+        free.push(slot);
+    }
 }
 
 impl<T> Default for Slab<T> {
@@ -257,7 +266,7 @@ impl<T> Slab<T> {
             Some(s) if s.live => {
                 s.live = false;
                 s.generation = s.generation.wrapping_add(1) & GEN_MASK;
-                self.free.push(slot);
+                push_free(&mut self.free, slot);
                 self.len -= 1;
                 true
             }

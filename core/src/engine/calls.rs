@@ -227,7 +227,7 @@ impl Calls {
     pub(crate) fn remove(&mut self, id: CallId) {
         let Some(call) = self.get(id) else { return };
         self.bump(id.slot);
-        self.free.push(id.slot);
+        crate::slab::push_free(&mut self.free, id.slot);
         if matches!(call, Call::Expired { .. }) {
             self.expired_live = self.expired_live.saturating_sub(1);
             self.compact();
@@ -251,7 +251,7 @@ impl Calls {
         self.expired_live += 1;
         if self.expired_live > MAX_EXPIRED {
             if let Some(slot) = self.reclaim() {
-                self.free.push(slot);
+                crate::slab::push_free(&mut self.free, slot);
             }
         }
         self.compact();
