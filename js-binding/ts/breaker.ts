@@ -1655,8 +1655,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       }
       this._emitOwn('failure', err, 0, args);
     };
-    if ((r & F_ANY) !== 0) this._after(r, t, own);
-    else own();
+    try {
+      if ((r & F_ANY) !== 0) this._after(r, t, own);
+      else own();
+    } catch (e) {
+      // opossum emits these inside the call's promise: a listener's error rejects
+      // the call (found by review: it was thrown out of `fire()`).
+      return Promise.reject(e);
+    }
     return this._fallback(err, args) ?? Promise.reject(err);
   }
 
@@ -2196,7 +2202,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     } else {
       this._fallbackDone(fid, 1);
     }
-    this._emitOwn('fallback', result, err);
+    try {
+      this._emitOwn('fallback', result, err);
+    } catch (e) {
+      // As opossum: a `fallback` listener's error is the call's rejection, not a throw
+      // out of `fire()` (found by review).
+      return Promise.reject(e);
+    }
     const seen = this._onFallbackValue;
     if (seen !== undefined) {
       if (p !== undefined) {
