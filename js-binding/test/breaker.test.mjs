@@ -1322,6 +1322,18 @@ describe('stats and status', () => {
     const c = new CircuitBreaker(ok, { status: st });
     assert.equal(c.stats.successes, 9);
     assert.equal(c.stats.failures, 0);
+    // Its window and latency read as opossum's (found by review: the window was empty
+    // and `percentiles` `{}`).
+    const off = CircuitBreaker.newStatus({ stats: { fires: 3 }, rollingPercentilesEnabled: false });
+    assert.equal(off.window.length, 10);
+    assert.equal(off.window[0].fires, 3);
+    assert.equal(off.window[1].fires, 0);
+    assert.equal(off.stats.latencyMean, -1);
+    assert.deepEqual(Object.values(off.stats.percentiles), new Array(9).fill(-1));
+    const four = CircuitBreaker.newStatus({ stats: { fires: 3 }, rollingCountBuckets: 4 });
+    assert.equal(four.window.length, 4);
+    assert.equal(four.stats.latencyMean, 0);
+    assert.deepEqual(Object.keys(four.stats.percentiles).sort(), ['0', '0.25', '0.5', '0.75', '0.9', '0.95', '0.99', '0.995', '1']);
     b.shutdown();
     c.shutdown();
   });
@@ -1427,7 +1439,13 @@ describe('toJSON and options.state', () => {
     assert.equal(f.isShutdown, true);
     const g = new CircuitBreaker(ok, { state: { warmUp: true } });
     assert.equal(g.warmUp, true);
-    for (const x of [a, b, c, d, e, g]) x.shutdown();
+    // As opossum: a restored state decides `enabled`, whatever `options.enabled` says
+    // (found by review).
+    const h = new CircuitBreaker(ok, { enabled: false, state: { closed: true, enabled: true } });
+    assert.equal(h.enabled, true);
+    const i = new CircuitBreaker(ok, { enabled: false, state: { closed: true } });
+    assert.equal(i.enabled, true);
+    for (const x of [a, b, c, d, e, g, h, i]) x.shutdown();
   });
 });
 

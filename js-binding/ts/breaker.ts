@@ -25,7 +25,7 @@ import { tagged } from './key.js';
 import { FOR_COLLAPSER, bool, create, fn, num, parse, str, type Parsed } from './options.js';
 import { EventEmitter, REQUEST_TIMERS, listening, ready } from './platform.js';
 import {
-  CACHE_MISSES, COALESCE_MISSES, FAILURES, FIRES, Status, countPerBucket, emptyBucket, extraCounts, markOpen, readStats,
+  CACHE_MISSES, COALESCE_MISSES, FAILURES, FIRES, PERCENTILES, Status, countPerBucket, emptyBucket, extraCounts, markOpen, readStats,
   readWindow, type Bucket, type ExtraCounts, type Stats, type StatusSource,
 } from './status.js';
 import { FAIL_INTERNAL, SharedStore, sharedStoreStatus } from './store.js';
@@ -590,17 +590,29 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** A `Status` primed with `options.stats`, to pass as another breaker's `options.status`. */
   static newStatus(options: StatusOptions = {}): Status {
-    // Counters not given are 0, as in opossum.
-    const stats = { ...emptyBucket(), latencyMean: 0, ...(options.stats ?? {}) } as Stats;
+    // As opossum's: counters not given are 0; the window has `rollingCountBuckets`
+    // buckets, the first holding the stats as given; the stats read latency as no
+    // sample yet (0, or -1 with percentiles disabled). (Found by review: the window
+    // was empty, `percentiles` `{}`.)
+    const given = options.stats ?? {};
+    const enabled = options.rollingPercentilesEnabled !== false;
+    const none = enabled ? 0 : -1;
+    const percentiles: Record<string, number> = {};
+    for (const p of PERCENTILES) percentiles[p] = none;
+    const stats = { ...emptyBucket(), ...given, percentiles, latencyTimes: [], latencyMean: none } as Stats;
+    const n = options.rollingCountBuckets;
+    const buckets = typeof n === 'number' && Number.isSafeInteger(n) && n > 0 && n <= 10_000 ? n : 10;
+    const window = [{ ...emptyBucket(), ...given } as Bucket];
+    for (let i = 1; i < buckets; i++) window.push(emptyBucket());
     const src: StatusSource = {
       _h: -1,
       _now: now,
-      _percentilesEnabled: options.rollingPercentilesEnabled !== false,
+      _percentilesEnabled: enabled,
       _snapshotsEnabled: options.enableSnapshots !== false,
       _bucketMs: 1000,
-      _buckets: 10,
+      _buckets: buckets,
       _extra: extraCounts(0),
-      _final: { stats, window: [] },
+      _final: { stats, window },
     };
     return new Status(src);
   }
@@ -2754,7 +2766,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const st = o['state'];
     if (st !== undefined) {
       const s = st as BreakerStateJSON;
-      if (s.enabled === false) this._enabled = false;
+      // As opossum: a restored state decides `enabled` (`options.enabled` is not read
+      // then; found by review).
+      this._enabled = s.enabled !== false;
       const closed = s.closed !== false;
       const half = s.halfOpen === true;
       if (!closed) {
