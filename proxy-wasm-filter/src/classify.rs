@@ -37,7 +37,7 @@ impl FromJson for Entry {
             // 4294967295 was reported).
             Value::U64(n) => u32::try_from(*n)
                 .map(Entry::Code)
-                .map_err(|_| at.error(format!("is not a status code, got {n}"))),
+                .map_err(|_| at.error(fusewire_core::text!("is not a status code, got {n}"))),
             Value::Str(s) => Ok(Entry::Text(s.clone())),
             _ => Err(json::wrong_type(v, at, "a code or a string")),
         }
@@ -88,7 +88,9 @@ impl StatusSet {
             if !(100..=599).contains(&lo) || !(100..=599).contains(&hi) || lo > hi {
                 return Err((
                     i,
-                    format!("must be a status code or range within 100..=599, got {lo}..={hi}"),
+                    fusewire_core::text!(
+                        "must be a status code or range within 100..=599, got {lo}..={hi}"
+                    ),
                 ));
             }
             set = set.with_range(lo, hi);
@@ -107,7 +109,7 @@ fn parse_status_text(t: &str) -> Result<(u32, u32), String> {
     }
     let num = |s: &str| {
         s.trim().parse::<u32>().map_err(|_| {
-            format!(
+            fusewire_core::text!(
                 "expected a code (503), a class (\"5xx\") or a range (\"500-504\"), got {}",
                 Quoted(t)
             )
@@ -148,7 +150,8 @@ impl FlagSet {
                 Some(p) => bits |= 1 << p,
                 None => {
                     // Pushed, not `join`ed: `join` brings ≈ 1.2 KB into the module.
-                    let mut msg = format!("unknown Envoy response flag {} (known:", Quoted(n));
+                    let mut msg =
+                        fusewire_core::text!("unknown Envoy response flag {} (known:", Quoted(n));
                     for f in RESPONSE_FLAGS {
                         msg.push(' ');
                         msg.push_str(f);
@@ -229,12 +232,12 @@ impl GrpcSet {
     pub fn code(e: &Entry) -> Result<u32, String> {
         match e {
             Entry::Code(c) if (*c as usize) < GRPC_CODES.len() => Ok(*c),
-            Entry::Code(c) => Err(format!("gRPC codes are 0..=16, got {c}")),
+            Entry::Code(c) => Err(fusewire_core::text!("gRPC codes are 0..=16, got {c}")),
             Entry::Text(n) => GRPC_CODES
                 .iter()
                 .position(|g| g.eq_ignore_ascii_case(n))
                 .map(|p| p as u32)
-                .ok_or_else(|| format!("unknown gRPC status name {}", Quoted(n))),
+                .ok_or_else(|| fusewire_core::text!("unknown gRPC status name {}", Quoted(n))),
         }
     }
 

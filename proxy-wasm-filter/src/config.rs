@@ -474,7 +474,7 @@ impl FromJson for Headers {
         for (k, value) in members {
             let here = Path::Key(at, k);
             if out.iter().any(|(o, _)| o == k) {
-                return Err(here.error(format!("duplicate header {}", Quoted(k))));
+                return Err(here.error(fusewire_core::text!("duplicate header {}", Quoted(k))));
             }
             out.push((k.clone(), String::from_json(value, &here)?));
         }
@@ -555,8 +555,8 @@ fn check_memory(policies: &[Policy]) -> Result<(), ConfigError> {
     }
     let mib = |b: u64| b.div_ceil(1 << 20);
     Err(err(
-        format!("policies[{}]", largest.1),
-        format!(
+        fusewire_core::text!("policies[{}]", largest.1),
+        fusewire_core::text!(
             "the policies' key tables and stale copies may hold {} MiB in a worker's VM \
              ({} MiB of it this policy's), over the {} MiB kept for them (Envoy caps a VM \
              at 1 GiB); lower keys.max_keys, metrics.rolling_buckets or stale.max_bytes",
@@ -602,7 +602,7 @@ fn err(path: String, reason: impl Into<String>) -> ConfigError {
 fn request_key(s: &str) -> Result<KeySpec, String> {
     match s.contains('{') {
         true => KeySpec::parse(s),
-        false => Err(format!(
+        false => Err(fusewire_core::text!(
             "must be a template with {{placeholders}}, got {}",
             Quoted(s)
         )),
@@ -623,7 +623,7 @@ impl Plugin {
         if raw.tick_ms == 0 || raw.tick_ms > 60_000 {
             return Err(err(
                 "tick_ms".into(),
-                format!("must be in 1..=60000, got {}", raw.tick_ms),
+                fusewire_core::text!("must be in 1..=60000, got {}", raw.tick_ms),
             ));
         }
         let prefix = raw.metrics_prefix.unwrap_or_else(|| "fusewire".into());
@@ -650,26 +650,27 @@ impl Plugin {
         if shared.lease_ttl_ms < 2 * raw.tick_ms {
             return Err(err(
                 "shared.lease_ttl_ms".into(),
-                format!(
+                fusewire_core::text!(
                     "must be at least twice tick_ms ({}): ticks refresh the leases, got {}",
-                    raw.tick_ms, shared.lease_ttl_ms
+                    raw.tick_ms,
+                    shared.lease_ttl_ms
                 ),
             ));
         }
         if raw.policies.len() > 256 {
             return Err(err(
                 "policies".into(),
-                format!("at most 256 policies, got {}", raw.policies.len()),
+                fusewire_core::text!("at most 256 policies, got {}", raw.policies.len()),
             ));
         }
         let mut policies = Vec::with_capacity(raw.policies.len());
         for (i, p) in raw.policies.into_iter().enumerate() {
-            let at = |f: &str| format!("policies[{i}].{f}");
+            let at = |f: &str| fusewire_core::text!("policies[{i}].{f}");
             let policy = compile_policy(p, &at)?;
             if policies.iter().any(|q: &Policy| q.name == policy.name) {
                 return Err(err(
                     at("name"),
-                    format!("duplicate policy name {}", Quoted(&policy.name)),
+                    fusewire_core::text!("duplicate policy name {}", Quoted(&policy.name)),
                 ));
             }
             policies.push(policy);
@@ -690,25 +691,25 @@ impl Plugin {
         let mut out = Vec::new();
         for (i, p) in self.policies.iter().enumerate() {
             for w in p.core.warnings() {
-                out.push(format!("policies[{i}].{w}"));
+                out.push(fusewire_core::text!("policies[{i}].{w}"));
             }
             let first = self.policies.get(..i).unwrap_or_default();
             if let Some(j) = first.iter().position(|q| q.matcher.covers(&p.matcher)) {
-                out.push(format!(
+                out.push(fusewire_core::text!(
                     "policies[{i}].match: never applies: policies[{j}] comes first and matches every request it would"
                 ));
             }
             let request_key = p.collapse.as_ref().map(|c| ("collapse", &c.key));
             let request_key = request_key.or(p.stale.as_ref().map(|s| ("stale", &s.key)));
             if let Some((section, _)) = request_key.filter(|(_, k)| !k.has_path()) {
-                out.push(format!(
+                out.push(fusewire_core::text!(
                     "policies[{i}].{section}.key: has no {{path}}: requests for different paths share responses"
                 ));
             }
             // Breakers are per policy, stats by key name alone (found by review).
             let shares = |q: &Policy| q.key.may_share_names(&q.name, &p.key, &p.name);
             if let Some(j) = first.iter().position(shares) {
-                out.push(format!(
+                out.push(fusewire_core::text!(
                     "policies[{i}].key: can render the key names of policies[{j}], whose stats it would share; start both with {{policy}}/"
                 ));
             }
@@ -724,7 +725,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     if !valid_name(&p.name) {
         return Err(err(
             at("name"),
-            format!(
+            fusewire_core::text!(
                 "must be 1..=64 characters of [A-Za-z0-9_.-], got {}",
                 Quoted(&p.name)
             ),
@@ -772,25 +773,25 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     for (j, pp) in matcher.path_prefixes.iter().enumerate() {
         if !pp.starts_with('/') {
             return Err(err(
-                at(&format!("match.path_prefix[{j}]")),
-                format!("must start with '/', got {}", Quoted(pp)),
+                at(&fusewire_core::text!("match.path_prefix[{j}]")),
+                fusewire_core::text!("must start with '/', got {}", Quoted(pp)),
             ));
         }
     }
     for (j, me) in matcher.methods.iter().enumerate() {
         if me.is_empty() || !me.bytes().all(|b| b.is_ascii_uppercase()) {
             return Err(err(
-                at(&format!("match.method[{j}]")),
-                format!("must be an upper-case HTTP method, got {}", Quoted(me)),
+                at(&fusewire_core::text!("match.method[{j}]")),
+                fusewire_core::text!("must be an upper-case HTTP method, got {}", Quoted(me)),
             ));
         }
     }
     for (j, h) in m.headers.into_iter().enumerate() {
-        let hp = |f: &str| at(&format!("match.headers[{j}].{f}"));
+        let hp = |f: &str| at(&fusewire_core::text!("match.headers[{j}].{f}"));
         if !valid_header_name(&h.name) {
             return Err(err(
                 hp("name"),
-                format!("must be a lower-case header name, got {}", Quoted(&h.name)),
+                fusewire_core::text!("must be a lower-case header name, got {}", Quoted(&h.name)),
             ));
         }
         let cond = match (h.exact, h.prefix, h.present) {
@@ -799,7 +800,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             (None, None, Some(b)) => HeaderCond::Present(b),
             _ => {
                 return Err(err(
-                    at(&format!("match.headers[{j}]")),
+                    at(&fusewire_core::text!("match.headers[{j}]")),
                     "needs exactly one of exact, prefix, present",
                 ))
             }
@@ -813,20 +814,20 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     let f = p.failure;
     let classifier = Classifier {
         failure_status: StatusSet::parse(&f.status)
-            .map_err(|(j, r)| err(at(&format!("failure.status[{j}]")), r))?,
+            .map_err(|(j, r)| err(at(&fusewire_core::text!("failure.status[{j}]")), r))?,
         failure_grpc: GrpcSet::parse(&f.grpc_status)
-            .map_err(|(j, r)| err(at(&format!("failure.grpc_status[{j}]")), r))?,
+            .map_err(|(j, r)| err(at(&fusewire_core::text!("failure.grpc_status[{j}]")), r))?,
         failure_flags: FlagSet::parse(&f.response_flags)
-            .map_err(|(j, r)| err(at(&format!("failure.response_flags[{j}]")), r))?,
+            .map_err(|(j, r)| err(at(&fusewire_core::text!("failure.response_flags[{j}]")), r))?,
         timeout_flags: FlagSet::parse(&f.timeout_flags)
-            .map_err(|(j, r)| err(at(&format!("failure.timeout_flags[{j}]")), r))?,
+            .map_err(|(j, r)| err(at(&fusewire_core::text!("failure.timeout_flags[{j}]")), r))?,
         resets_are_failures: f.resets,
         client_deadline: f.client_deadline,
         client_deadline_min: ms_to_ns(f.client_deadline_min_ms),
         bad_request_status: StatusSet::parse(&p.bad_request.status)
-            .map_err(|(j, r)| err(at(&format!("bad_request.status[{j}]")), r))?,
+            .map_err(|(j, r)| err(at(&fusewire_core::text!("bad_request.status[{j}]")), r))?,
         bad_request_grpc: GrpcSet::parse(&p.bad_request.grpc_status)
-            .map_err(|(j, r)| err(at(&format!("bad_request.grpc_status[{j}]")), r))?,
+            .map_err(|(j, r)| err(at(&fusewire_core::text!("bad_request.grpc_status[{j}]")), r))?,
     };
     // Failures are checked first: a bad-request entry whose every code is a failure
     // never applies (found by review: `bad_request.status: [503]` changed nothing).
@@ -838,8 +839,9 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         p.bad_request.grpc_status != default.grpc_status,
     );
     let shadowed = |field: &str, j: usize| {
-        let msg = format!("never applies: failure.{field} has it, and is checked first");
-        err(at(&format!("bad_request.{field}[{j}]")), msg)
+        let msg =
+            fusewire_core::text!("never applies: failure.{field} has it, and is checked first");
+        err(at(&fusewire_core::text!("bad_request.{field}[{j}]")), msg)
     };
     for (j, e) in p.bad_request.status.iter().enumerate() {
         let one = StatusSet::parse(core::slice::from_ref(e)).unwrap_or(StatusSet::empty());
@@ -857,13 +859,13 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     for (field, s) in [("status", fb.status), ("timeout_status", fb.timeout_status)] {
         if !(200..=599).contains(&s) {
             return Err(err(
-                at(&format!("fallback.{field}")),
-                format!("must be in 200..=599, got {s}"),
+                at(&fusewire_core::text!("fallback.{field}")),
+                fusewire_core::text!("must be in 200..=599, got {s}"),
             ));
         }
     }
     for (name, value) in &fb.headers.0 {
-        let at_h = || at(&format!("fallback.headers.{name}"));
+        let at_h = || at(&fusewire_core::text!("fallback.headers.{name}"));
         // `grpc-status` is `fallback.grpc_status`'s (found by a gRPC review: a header
         // overrode the timeout reply's status, and rode on plain HTTP replies).
         if !valid_header_name(name)
@@ -894,7 +896,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         return Err(err(at("fallback.body"), "must be at most 64 KiB"));
     }
     let grpc = |field: &str, e: Entry| {
-        let path = || at(&format!("fallback.{field}"));
+        let path = || at(&fusewire_core::text!("fallback.{field}"));
         match GrpcSet::code(&e).map_err(|r| err(path(), r))? {
             // A refused call answered as a success (found by review).
             0 => Err(err(
@@ -935,7 +937,10 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
     };
     let bounded = |field: &str, v: u64, max: u64| {
         if v == 0 || v > max {
-            return Err(err(at(field), format!("must be in 1..={max}, got {v}")));
+            return Err(err(
+                at(field),
+                fusewire_core::text!("must be in 1..={max}, got {v}"),
+            ));
         }
         Ok(())
     };
@@ -949,7 +954,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             // an HTTP review: the README said reads only, the check did not).
             for (j, m) in c.methods.iter().enumerate() {
                 if m != "GET" && m != "HEAD" {
-                    let f = format!("collapse.methods[{j}]");
+                    let f = fusewire_core::text!("collapse.methods[{j}]");
                     return Err(err(at(&f), "must be GET or HEAD"));
                 }
             }
@@ -970,7 +975,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             };
             cache
                 .validate()
-                .map_err(|e| err(at(&format!("collapse.{}", e.path)), e.reason))?;
+                .map_err(|e| err(at(&fusewire_core::text!("collapse.{}", e.path)), e.reason))?;
             Some(Collapse {
                 key: request_key(&c.key).map_err(|r| err(at("collapse.key"), r))?,
                 methods: c.methods,
@@ -988,7 +993,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
                 // One request key per request: both stores are looked up by it.
                 return Err(err(
                     at("stale.key"),
-                    format!(
+                    fusewire_core::text!(
                         "must equal collapse.key when both are set, got {} and {}",
                         Quoted(&st.key),
                         Quoted(&collapse_key.unwrap_or_default())
@@ -1001,7 +1006,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
                 // Below the longest request key kept (the cache's `max_key_bytes`).
                 return Err(err(
                     at("stale.max_bytes"),
-                    format!("must be in 1024..={}, got {}", 1u64 << 30, st.max_bytes),
+                    fusewire_core::text!("must be in 1024..={}, got {}", 1u64 << 30, st.max_bytes),
                 ));
             }
             bounded("stale.max_entries", u64::from(st.max_entries), 1_000_000)?;
@@ -1015,7 +1020,7 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             };
             cache
                 .validate()
-                .map_err(|e| err(at(&format!("stale.{}", e.path)), e.reason))?;
+                .map_err(|e| err(at(&fusewire_core::text!("stale.{}", e.path)), e.reason))?;
             Some(Stale {
                 key: request_key(&st.key).map_err(|r| err(at("stale.key"), r))?,
                 max_stale_ms: st.max_stale_ms,

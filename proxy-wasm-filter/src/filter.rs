@@ -242,7 +242,10 @@ fn agree(key: &str, next: impl Fn(Option<u64>) -> Option<u64>) -> Option<u64> {
 /// find the counter absent do not both take 1: the first write creates it, the second
 /// is refused and reads again ([`fusewire_core::shared::Expect::proxy_wasm_set`]).
 fn owner_id(namespace: &str, rand: u64) -> u64 {
-    agree(&format!("{namespace}/owners"), |n| Some(n.unwrap_or(0) + 1)).unwrap_or(rand | 1 << 63)
+    agree(&fusewire_core::text!("{namespace}/owners"), |n| {
+        Some(n.unwrap_or(0) + 1)
+    })
+    .unwrap_or(rand | 1 << 63)
 }
 
 /// What every VM of the process adds to the host's monotonic clock to keep time: the
@@ -317,7 +320,7 @@ impl Worker {
             match Engine::shared(plugin.shared.clone(), owner) {
                 Ok(e) => self.engine = Some(e),
                 Err(e) => {
-                    host::log(Level::Error, &format!("fusewire: shared.{e}"));
+                    host::log(Level::Error, &fusewire_core::text!("fusewire: shared.{e}"));
                     return false;
                 }
             }
@@ -336,7 +339,7 @@ impl Worker {
                 Err(e) => {
                     host::log(
                         Level::Error,
-                        &format!("fusewire: policy {}: {e}", Quoted(&p.name)),
+                        &fusewire_core::text!("fusewire: policy {}: {e}", Quoted(&p.name)),
                     );
                     return false;
                 }
@@ -373,12 +376,12 @@ impl Worker {
         // by review: they shared one cap).
         if self.metric_names.get(&name).is_none()
             && !metrics::own_stats(
-                &format!("{prefix} {}", policy.name),
-                &format!("{prefix} {name}"),
+                &fusewire_core::text!("{prefix} {}", policy.name),
+                &fusewire_core::text!("{prefix} {name}"),
                 metric_cap(policy),
             )
         {
-            name = format!("{}/~overflow", policy.name);
+            name = fusewire_core::text!("{}/~overflow", policy.name);
         }
         let i = match self.metric_names.get(&name) {
             Some(&i) => i,
@@ -552,7 +555,7 @@ impl Worker {
                 }
                 if let (true, Some(e)) = (here, self.engine.as_ref()) {
                     let name = e.key_name(key).unwrap_or("?");
-                    let mut msg = format!(
+                    let mut msg = fusewire_core::text!(
                         "fusewire: breaker {} {} ({})",
                         Quoted(name),
                         t.to.name(),
@@ -567,13 +570,17 @@ impl Worker {
                             let n = |k: EventKind| h.counts.get(k.index()).copied().unwrap_or(0);
                             let rejected =
                                 n(EventKind::SemaphoreRejected) + n(EventKind::ThreadPoolRejected);
-                            msg = format!(
+                            msg = fusewire_core::text!(
                                 "{msg}: {} errors in {} calls, {rejected} of them bulkhead rejections",
                                 h.errors, h.total
                             );
                         }
                         (TransitionReason::SlowCallRate, Some(h)) => {
-                            msg = format!("{msg}: {} slow calls in {}", h.slow, h.executions);
+                            msg = fusewire_core::text!(
+                                "{msg}: {} slow calls in {}",
+                                h.slow,
+                                h.executions
+                            );
                         }
                         _ => {}
                     }
@@ -592,7 +599,7 @@ impl Worker {
                     .unwrap_or("?");
                 host::log(
                     Level::Warn,
-                    &format!("fusewire: key {}: shared data: {issue}", Quoted(name)),
+                    &fusewire_core::text!("fusewire: key {}: shared data: {issue}", Quoted(name)),
                 );
             }
         }
@@ -854,7 +861,7 @@ impl Worker {
             if s != host::OK {
                 host::log(
                     Level::Warn,
-                    &format!("fusewire: continue_stream failed ({s})"),
+                    &fusewire_core::text!("fusewire: continue_stream failed ({s})"),
                 );
             }
             // The running callback's own stream again: it may still read its
@@ -1015,7 +1022,7 @@ impl Worker {
                         *told = true;
                         host::log(
                             Level::Warn,
-                            &format!(
+                            &fusewire_core::text!(
                                 "fusewire: key table full (keys.max_keys): new names share {}",
                                 Quoted(engine.key_name(k).unwrap_or("?"))
                             ),
@@ -1126,7 +1133,7 @@ impl Worker {
         let name = self.plugin.as_ref().and_then(|p| p.policies.get(pi));
         host::log(
             Level::Warn,
-            &format!(
+            &fusewire_core::text!(
                 "fusewire: policy {}: admit_after_body: no request body has reached the filter (a request ended, or waited 5 s, without one): a client that stalled, or Envoy without allow_on_headers_stop_iteration: true (1.35+), which holds every body back",
                 Quoted(name.map_or("?", |p| p.name.as_str()))
             ),
@@ -1713,7 +1720,7 @@ fn local_response(status: u32, body: &[u8], headers: &[u8], grpc_status: i32, de
     if s != host::OK {
         host::log(
             Level::Warn,
-            &format!("fusewire: send_local_response failed ({s})"),
+            &fusewire_core::text!("fusewire: send_local_response failed ({s})"),
         );
     }
 }
@@ -1833,7 +1840,9 @@ impl Root {
             Err(s) => {
                 host::log(
                     Level::Error,
-                    &format!("fusewire: cannot read plugin configuration (status {s})"),
+                    &fusewire_core::text!(
+                        "fusewire: cannot read plugin configuration (status {s})"
+                    ),
                 );
                 return false;
             }
@@ -1843,7 +1852,7 @@ impl Root {
             Err(e) => {
                 host::log(
                     Level::Error,
-                    &format!("fusewire: invalid plugin configuration: {e}"),
+                    &fusewire_core::text!("fusewire: invalid plugin configuration: {e}"),
                 );
                 return false;
             }
@@ -1858,13 +1867,15 @@ impl Root {
         }
         // Only for a configuration taken (found by review: logged, then refused).
         for w in warnings {
-            host::log(Level::Warn, &format!("fusewire: {w}"));
+            host::log(Level::Warn, &fusewire_core::text!("fusewire: {w}"));
         }
         let s = host::set_tick_period_ms(tick);
         if s != host::OK {
             host::log(
                 Level::Warn,
-                &format!("fusewire: set_tick_period failed ({s}): no deadlines or flushes"),
+                &fusewire_core::text!(
+                    "fusewire: set_tick_period failed ({s}): no deadlines or flushes"
+                ),
             );
         }
         // No policy: every request passes untouched, as with an empty configuration
@@ -1873,7 +1884,10 @@ impl Root {
             0 => (Level::Warn, ": every request passes untouched"),
             _ => (Level::Info, ""),
         };
-        host::log(level, &format!("fusewire: configured {n} policies{none}"));
+        host::log(
+            level,
+            &fusewire_core::text!("fusewire: configured {n} policies{none}"),
+        );
         true
     }
 

@@ -255,7 +255,7 @@ impl KeySpec {
             "route" => "{policy}/{route}",
             t if t.contains('{') => t,
             other => {
-                return Err(format!(
+                return Err(fusewire_core::text!(
                     "must be \"policy\", \"cluster\", \"route\" or a template with {{placeholders}}, got {}",
                     Quoted(other)
                 ))
@@ -266,13 +266,16 @@ impl KeySpec {
         while let Some((lit, after)) = rest.split_once('{') {
             if !lit.is_empty() {
                 if lit.contains('}') {
-                    return Err(format!("unmatched '}}' in key template {}", Quoted(t)));
+                    return Err(fusewire_core::text!(
+                        "unmatched '}}' in key template {}",
+                        Quoted(t)
+                    ));
                 }
                 parts.push(Part::Lit(lit.to_string()));
             }
-            let (name, tail) = after
-                .split_once('}')
-                .ok_or_else(|| format!("unclosed '{{' in key template {}", Quoted(t)))?;
+            let (name, tail) = after.split_once('}').ok_or_else(|| {
+                fusewire_core::text!("unclosed '{{' in key template {}", Quoted(t))
+            })?;
             parts.push(match name {
                 "policy" => Part::Policy,
                 "cluster" => Part::Cluster,
@@ -284,12 +287,12 @@ impl KeySpec {
                     let n = h.get(7..).unwrap_or_default().to_ascii_lowercase();
                     // Found by review: `{header:x-tenant }` rendered `-` for everyone.
                     if !valid_header_name(&n) {
-                        return Err(format!("{{{h}}}: not a header name"));
+                        return Err(fusewire_core::text!("{{{h}}}: not a header name"));
                     }
                     Part::Header(n)
                 }
                 other => {
-                    return Err(format!(
+                    return Err(fusewire_core::text!(
                         "unknown placeholder {{{other}}} (known: policy cluster route method authority path header:NAME)"
                     ))
                 }
@@ -297,7 +300,10 @@ impl KeySpec {
             rest = tail;
         }
         if rest.contains('}') {
-            return Err(format!("unmatched '}}' in key template {}", Quoted(t)));
+            return Err(fusewire_core::text!(
+                "unmatched '}}' in key template {}",
+                Quoted(t)
+            ));
         }
         if !rest.is_empty() {
             parts.push(Part::Lit(rest.to_string()));
