@@ -793,7 +793,13 @@ impl BreakerState {
             return Err(ShortCircuit::Open);
         }
         if self.probes_issued >= cfg.half_open.permitted_probes {
-            return Err(ShortCircuit::ProbesExhausted);
+            // With none out (issued = successes + leases held), none can come back:
+            // `permitted_probes` was lowered below the probes issued (found by review:
+            // half-open refused every call for good). The turn starts over.
+            if self.probe_successes < self.probes_issued {
+                return Err(ShortCircuit::ProbesExhausted);
+            }
+            self.restart_probes();
         }
         let Some(slot) = self.probe_leases.iter().position(|&d| d == 0) else {
             return Err(ShortCircuit::ProbesExhausted);

@@ -792,3 +792,25 @@ fn the_standalone_breaker_reports_its_config_latencies_and_size() {
     assert_eq!(b.config(), &big);
     assert!(size(&b) > small);
 }
+
+/// Found by a review of the strategies (2026-12-07): `permitted_probes` lowered while
+/// half-open, below the probes already issued, with none of them out, left no turn to
+/// take and none to come back: the breaker refused every call, half-open, for good.
+/// The turn starts over (a new generation of probes).
+#[test]
+fn probes_lowered_mid_half_open_do_not_wedge_it() {
+    let mut c = Config::default();
+    c.breaker.half_open.permitted_probes = 2;
+    c.breaker.half_open.success_threshold = 2;
+    let mut b = cb(c.clone());
+    calls(&mut b, T0, 0, 20);
+    let now = T0 + 5_000 * MS;
+    call(&mut b, now, Outcome::Success).expect("the first probe");
+    assert_eq!(b.phase(), Phase::HalfOpen);
+    c.breaker.half_open.permitted_probes = 1;
+    c.breaker.half_open.success_threshold = 1;
+    c.validate().expect("valid");
+    b.reconfigure(c);
+    call(&mut b, now + MS, Outcome::Success).expect("a probe under the new config");
+    assert_eq!(b.phase(), Phase::Closed);
+}
