@@ -293,7 +293,9 @@ impl Histogram {
         if q >= 100.0 {
             return self.max;
         }
-        let rank = ((q / 100.0) * count as f64).ceil().max(1.0) as u64;
+        // q·count first: (q / 100)·count rounds 7 % of 100 to 7.000000000000001, and
+        // its ceiling to the 8th sample (found by review).
+        let rank = (q * count as f64 / 100.0).ceil().max(1.0) as u64;
         let mut seen = 0u64;
         for (j, &c) in self.bins.iter().enumerate() {
             seen += u64::from(c);
