@@ -528,6 +528,16 @@ impl BreakerState {
         self.check_on_success |= self.phase == Phase::Closed;
     }
 
+    /// A new open schedule: an open period runs on it from when it began, as Hystrix
+    /// reads its sleep window at each check (found by review: a 5-minute window
+    /// shortened to 5 s still held the breaker open 5 minutes). No jitter.
+    pub(crate) fn reschedule(&mut self, cfg: &BreakerConfig) {
+        if self.phase == Phase::Open {
+            let d = open_duration_ns(&cfg.open, self.open_step.saturating_sub(1), 1 << 63);
+            self.open_until = self.opened_at.saturating_add(d);
+        }
+    }
+
     /// A success in the closed phase ends any failure run.
     #[inline(always)]
     pub(crate) fn clear_failure_run(&mut self) {

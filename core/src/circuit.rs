@@ -473,6 +473,9 @@ impl CircuitBreaker {
     /// validated.
     pub fn reconfigure(&mut self, config: Config) {
         self.circuit.reconfigure(&config);
+        if config.breaker.open != self.config.breaker.open {
+            self.circuit.state.reschedule(&config.breaker);
+        }
         self.fast = fast(&config);
         self.config = config;
     }

@@ -814,3 +814,31 @@ fn probes_lowered_mid_half_open_do_not_wedge_it() {
     call(&mut b, now + MS, Outcome::Success).expect("a probe under the new config");
     assert_eq!(b.phase(), Phase::Closed);
 }
+
+/// Found by a review of the strategies (2026-12-07): a sleep window changed while open
+/// took effect only at the next trip. As Hystrix reads it at each check, the open
+/// period runs on the new one from when it began.
+#[test]
+fn a_new_sleep_window_applies_to_the_open_period() {
+    let mut c = Config::default();
+    c.breaker.open.sleep_window_ms = 300_000;
+    let mut b = cb(c.clone());
+    calls(&mut b, T0, 0, 20);
+    assert_eq!(b.phase(), Phase::Open);
+    let now = T0 + 10_000 * MS;
+    assert_eq!(call(&mut b, now, Outcome::Success), Err(ShortCircuit::Open));
+    c.breaker.open.sleep_window_ms = 5_000;
+    b.reconfigure(c.clone());
+    call(&mut b, now, Outcome::Success).expect("5 s passed since it opened: a probe");
+    assert_eq!(b.phase(), Phase::Closed);
+    // Lengthened, it holds longer; an unchanged schedule leaves the period alone.
+    calls(&mut b, now, 0, 20);
+    c.breaker.open.sleep_window_ms = 60_000;
+    b.reconfigure(c.clone());
+    assert_eq!(
+        call(&mut b, now + 30_000 * MS, Outcome::Success),
+        Err(ShortCircuit::Open)
+    );
+    b.reconfigure(c);
+    call(&mut b, now + 60_000 * MS, Outcome::Success).expect("60 s: a probe");
+}

@@ -1212,3 +1212,24 @@ fn call_slots_are_dense_distinct_and_reused() {
         e.complete(p, Outcome::Success, 3 * MS, 0);
     }
 }
+
+/// `set_policy` with a new open schedule: a local key's open period runs on it from
+/// when it began (as `CircuitBreaker::reconfigure`; a shared key's period is the
+/// store's, which keeps its end).
+#[test]
+fn set_policy_reschedules_a_local_open_period() {
+    let mut h = Host::new(
+        Mode::Local,
+        r#"{"breaker": {"open": {"sleep_window_ms": 300000}}}"#,
+    );
+    let keys = h.keys("k");
+    trip(&mut h, &keys);
+    h.advance(10_000);
+    assert!(refused(h.start(0, keys[0])).is_short_circuit());
+    let cfg = config(r#"{"breaker": {"open": {"sleep_window_ms": 5000}}}"#);
+    h.engines[0].set_policy(PolicyId(0), cfg).expect("valid");
+    h.drive(0);
+    let p = running(h.start(0, keys[0]));
+    h.complete(0, p, Outcome::Success);
+    assert_eq!(h.phase(0, keys[0]), Phase::Closed);
+}

@@ -303,6 +303,7 @@ impl Engine {
         let Some(p) = self.policies.get_mut(id.0 as usize) else {
             return Err(ConfigError::new("", "unknown policy"));
         };
+        let rescheduled = p.config.breaker.open != config.breaker.open;
         p.config = config;
         let cfg = &p.config;
         let mut keys = Vec::new();
@@ -310,6 +311,9 @@ impl Engine {
             if k.live && k.policy == id.0 {
                 keys.push(i as u32);
                 k.circuit.reconfigure(cfg);
+                if rescheduled {
+                    k.circuit.state.reschedule(&cfg.breaker);
+                }
                 if let Some(r) = k.replica.as_deref_mut() {
                     let (w, n) = crate::ring::geometry(
                         ms_to_ns(cfg.metrics.rolling_window_ms),
