@@ -259,7 +259,10 @@ impl Health for Running<'_> {
     }
 }
 
-/// A single key's breaker with its own config: admit → run → record.
+/// A single key's breaker with its own config: admit → run → record. Its `now` must
+/// not go backwards: pass a monotonic clock (a step back would restart a slow-start
+/// ramp or hold an open period longer). [`crate::Engine`] keeps its own monotonic
+/// time and takes any clock.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CircuitBreaker {
     config: Config,

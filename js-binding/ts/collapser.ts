@@ -15,6 +15,18 @@ import { tagged } from './key.js';
 import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, withoutUndefined } from './options.js';
 
 /**
+ * A thenable value as one promise, taken on once (as DataLoader's load promise does):
+ * every load, follower and cache hit resolving with the thenable itself would call
+ * its `then` again — a query builder runs its query each time (found by review).
+ */
+function adopted<T>(v: T): T {
+  return v !== null && (typeof v === 'object' || typeof v === 'function') &&
+    typeof (v as { then?: unknown }).then === 'function' && !(v instanceof Promise)
+    ? Promise.resolve(v) as T
+    : v;
+}
+
+/**
  * The batch function: one result (or Error) per key, in order. `context`: the
  * context of the `forRequest` loader whose loads these are (`undefined` for the
  * collapser's own loads); `this` is that loader (or the collapser), as DataLoader
@@ -579,6 +591,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   /** @internal */
   _prime(s: Scope, key: K, value: V | PromiseLike<V> | Error): void {
     if (!this._cache || this.breaker.isShutdown || s.closed) return;
+    value = adopted(value);
     const h = this._h;
     const t = now();
     const ck = this._cacheKey(s, key);
@@ -958,7 +971,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const t = this._cache ? now() : 0;
     for (let i = 0; i < items.length; i++) {
       const it = items[i]!;
-      const v = values[i] as V | Error;
+      const v = adopted(values[i] as V | Error);
       const ok = !(v instanceof Error);
       if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_complete(this._h, batch, i, ok ? 1 : 0);
       if (ok) it.resolve(v as V);
