@@ -93,6 +93,20 @@ describe('Collapser', () => {
     assert.deepEqual(await Promise.all([miss, hit]), ['err ESHUTDOWN', 'ok va']);
   });
 
+  test('a thenable value is taken on once, as DataLoader does: its then runs once for the load, its followers and later hits (found by review: a query builder ran again for each)', async () => {
+    let runs = 0;
+    const q = (id) => ({ then(res) { runs++; res(`v${id}`); } });
+    const c = new Collapser(async (ks) => ks.map(q), { windowMs: 0 });
+    assert.deepEqual(await Promise.all([c.load(1), c.load(1)]), ['v1', 'v1']);
+    assert.equal(await c.load(1), 'v1');
+    assert.equal(runs, 1);
+    c.prime(2, q(2));
+    assert.equal(await c.load(2), 'v2');
+    assert.equal(await c.load(2), 'v2');
+    assert.equal(runs, 2);
+    c.shutdown();
+  });
+
   test('a fallback of the wrong length is named as the fallback, not the batch function', async () => {
     const c = new Collapser(async (ks) => ks.map(String), { windowMs: 0 });
     c.breaker.fallback(() => ['only one']);
