@@ -117,6 +117,16 @@ describe('Collapser', () => {
       assert.equal(r.reason.message, "Collapser: the breaker's fallback must return an Array of the same length as the Array of keys (2 keys, 1 values)");
     }
     c.shutdown();
+    // A fallback answering null (a logging fallback returns nothing): named too (found
+    // by review: the batch function was blamed).
+    const d = new Collapser(async () => { throw new Error('down'); }, { windowMs: 0 });
+    d.breaker.fallback(() => null);
+    await assert.rejects(d.load(1), { message: /^Collapser: the breaker's fallback must return an Array/ });
+    d.shutdown();
+    // `null` options are no options, as in DataLoader.
+    const e = new Collapser(async (ks) => ks, null);
+    assert.equal(await e.load(3), 3);
+    e.shutdown();
   });
 
   test('shutdown: a load waiting on another load of its key in flight gets that result', async () => {

@@ -724,7 +724,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._refHold();
   };
   /** @internal The Collapser's hook: told each value a fallback resolved with. */
-  _onFallbackValue: ((v: unknown) => void) | undefined = undefined;
+  _onFallbackValue: ((v: unknown, args: unknown[]) => void) | undefined = undefined;
   private readonly _hooks: Listener;
   private readonly _unhooks: Listener;
 
@@ -2225,11 +2225,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (seen !== undefined) {
       if (p !== undefined) {
         return p.then((v) => {
-          seen(v);
+          seen(v, args);
           return v;
         });
       }
-      seen(result);
+      seen(result, args);
     }
     return p ?? Promise.resolve(result);
   }

@@ -205,12 +205,10 @@ const KNOWN = new Set(['windowMs', 'maxBatchSize', 'cache', 'cacheSize', 'cacheK
 /** DataLoader's `isArrayLike`: an array or an object with a `length` and its last index. */
 /** DataLoader's TypeError for a batch result that is not one value per key (or the fallback's). */
 function badBatch(values: unknown, keys: number, fallback: boolean): TypeError {
-  if (fallback) {
-    return new TypeError(`Collapser: the breaker's fallback must return an Array of the same length as the Array of keys (${keys} keys, ${(values as ArrayLike<unknown>).length} values)`);
-  }
   const got = arrayLike(values)
     ? ` of the same length as the Array of keys (${keys} keys, ${values.length} values)`
     : `: got ${describe(values)}`;
+  if (fallback) return new TypeError(`Collapser: the breaker's fallback must return an Array${got}`);
   return new TypeError('Collapser must be constructed with a function which accepts Array<key> and returns ' +
     `Promise<Array<value>>, but the function did not return a Promise of an Array${got}.`);
 }
@@ -273,10 +271,12 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   private _flushing = false;
   private _shutdownAfterFlush = false;
 
-  constructor(batchFn: BatchFn<K, V, X>, options: CollapserOptions<K, V, C> = {}) {
+  constructor(batchFn: BatchFn<K, V, X>, options: CollapserOptions<K, V, C> | null = {}) {
     if (typeof batchFn !== 'function') {
       throw new TypeError(`batchFn: must be a function of an array of keys, got ${describe(batchFn)}`);
     }
+    // `null` is no options, as DataLoader reads it.
+    options ??= {};
     if (!isPlain(options)) throw optionError('options', `must be an object, got ${describe(options)}`);
     for (const k of Object.keys(options)) {
       if (!KNOWN.has(k)) {
@@ -363,8 +363,11 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     // review: both stayed pending for good once the window timer was cancelled).
     this.breaker._onShutdown = () => this._abandon();
     const fallen = this._fallen;
-    this.breaker._onFallbackValue = (v) => {
-      if (typeof v === 'object' && v !== null) fallen.add(v);
+    // Known by the batch's keys (an array: always an object), not by the value: a
+    // fallback's `null` or `undefined` was blamed on the batch function (found by
+    // review), and a shared array given by a fallback matched other batches.
+    this.breaker._onFallbackValue = (_v, args) => {
+      fallen.add(args[0] as object);
     };
     this._window = windowMs;
     this.breaker._onTick = (t) => this._flush(t);
@@ -936,9 +939,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       if (!arrayLike(values) || values.length !== keys.length) {
         // Said of the breaker's fallback where it gave them (found by review: the batch
         // function was blamed for what the fallback returned).
-        this._failed(items, batch, badBatch(values, keys.length, typeof values === 'object' && values !== null && this._fallen.has(values)));
+        this._failed(items, batch, badBatch(values, keys.length, this._fallen.has(keys)));
       } else {
-        this._done(items, batch, values, this._fallen.has(values));
+        this._done(items, batch, values, this._fallen.has(keys));
       }
     }, (e: unknown) => {
       this._settleHits(hits);
