@@ -107,6 +107,24 @@ describe('Collapser', () => {
     c.shutdown();
   });
 
+  test('a cache hit made after a batch filled does not wait for that batch (found by review: it waited for the full batch\'s function, as DataLoader\'s next batch does not)', async () => {
+    let release;
+    const c = new Collapser(async (ks) => {
+      if (ks[0] === 'b') await new Promise((r) => { release = r; });
+      return ks;
+    }, { windowMs: 0, maxBatchSize: 1 });
+    assert.equal(await c.load('a'), 'a'); // cached
+    const b = c.load('b'); // a miss: fills a batch, whose function waits
+    let hit = false;
+    const a = c.load('a').then((v) => { hit = true; return v; });
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(hit, true, 'the hit settled while the full batch still runs');
+    assert.equal(await a, 'a');
+    release();
+    assert.equal(await b, 'b');
+    c.shutdown();
+  });
+
   test('a fallback of the wrong length is named as the fallback, not the batch function', async () => {
     const c = new Collapser(async (ks) => ks.map(String), { windowMs: 0 });
     c.breaker.fallback(() => ['only one']);

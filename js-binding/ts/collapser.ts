@@ -89,6 +89,13 @@ interface Scope {
    * Per scope: a request's hits wait for no other request's batch (found by review).
    */
   hits: (() => void)[];
+  /**
+   * The hits made while a batch now full was forming: they settle with it (its flush
+   * comes in a microtask); hits made after it filled wait for the next batch, or for
+   * none, as DataLoader's go to its next batch (found by review: they waited for the
+   * full batch's function).
+   */
+  fullHits: (() => void)[];
   /** `hits` has a settling scheduled. */
   hitsQueued: boolean;
   /** Its loads waiting in the core's batches. */
@@ -97,7 +104,7 @@ interface Scope {
 
 /** A scope's state. */
 function scope(tag: string, cache: number, self: object, context: unknown): Scope {
-  return { tag, cache, inflight: new Map(), waitsOf: new Map(), self, context, closed: false, hits: [], hitsQueued: false, waiting: 0 };
+  return { tag, cache, inflight: new Map(), waitsOf: new Map(), self, context, closed: false, hits: [], fullHits: [], hitsQueued: false, waiting: 0 };
 }
 
 /** One `load(key)`: its scope, its key, its cache key and its promise's settlers. */
@@ -499,9 +506,14 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     });
   }
 
-  private _takeHits(s: Scope): (() => void)[] {
-    const hits = s.hits;
-    if (hits.length !== 0) s.hits = [];
+  /** The scope's hits to settle now (`fullOnly`: those of its batches now full only). */
+  private _takeHits(s: Scope, fullOnly = false): (() => void)[] {
+    let hits = s.fullHits;
+    if (hits.length !== 0) s.fullHits = [];
+    if (!fullOnly && s.hits.length !== 0) {
+      hits = hits.length === 0 ? s.hits : hits.concat(s.hits);
+      s.hits = [];
+    }
     return hits;
   }
 
@@ -839,6 +851,11 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       this._items.set(out()[0]!, item);
       item.s.waiting++;
       if (kind === 2) {
+        const s = item.s;
+        if (s.hits.length !== 0) {
+          for (const h of s.hits) s.fullHits.push(h);
+          s.hits = [];
+        }
         // Full: it runs right after the code that loaded (never inside `load()`,
         // which DataLoader never does either), with the batches due by then.
         if (!this._fullQueued) {
@@ -906,7 +923,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     try {
       for (const [items, batch] of due) {
         const s = items[0]?.s;
-        this._run(items, batch, s !== undefined && s.hits.length !== 0 ? this._takeHits(s) : undefined);
+        this._run(items, batch, s === undefined ? undefined : this._takeHits(s, fullOnly));
       }
     } finally {
       this._flushing = outer;
