@@ -1008,7 +1008,9 @@ impl Config {
             ));
         }
         let o = &b.open;
-        duration("breaker.open.sleep_window_ms", o.sleep_window_ms, 0)?;
+        // An exponential schedule grows from it: from 0 it stays 0 (found by review).
+        let least = u64::from(o.schedule == OpenSchedule::Exponential);
+        duration("breaker.open.sleep_window_ms", o.sleep_window_ms, least)?;
         if !o.multiplier.is_finite() || !(1.0..=1000.0).contains(&o.multiplier) {
             return Err(ConfigError::new(
                 "breaker.open.multiplier",

@@ -128,6 +128,11 @@ fn invalid_values_name_the_field_and_reason() {
             "breaker.open.multiplier",
         ),
         (
+            // Grown from 0, an exponential open period stays 0 (found by review).
+            r#"{"breaker": {"open": {"schedule": "exponential", "sleep_window_ms": 0}}}"#,
+            "breaker.open.sleep_window_ms",
+        ),
+        (
             r#"{"metrics": {"rolling_window_ms": 10000, "rolling_buckets": 3}}"#,
             "metrics.rolling_buckets",
         ),
