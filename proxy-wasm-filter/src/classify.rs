@@ -133,9 +133,18 @@ pub const RESPONSE_FLAGS: &[&str] = &[
     "UDO",
 ];
 
-/// The client went away: its connection closed (DC) or, on HTTP/2 and HTTP/3, it reset
-/// the stream (DR).
-const CLIENT_GONE: FlagSet = FlagSet(0x4000 | 0x1000_0000);
+/// Not the upstream's doing: the client went away — its connection closed (DC) or,
+/// on HTTP/2 and HTTP/3, it reset the stream (DR) — or broke the protocol (DPE: Envoy
+/// resets every stream of the connection), or Envoy's overload manager reset the
+/// stream (OM). (Found by review: one malformed HTTP/2 frame failed 30 calls and
+/// tripped a healthy upstream's breaker.)
+const CLIENT_GONE: FlagSet = FlagSet(0x4000 | 0x1000_0000 | 0x40000 | 0x200_0000);
+
+/// Envoy's own replies that never reach an upstream: drop overload (DO, UDO: a control
+/// plane shedding load) and no cluster (NC). They count nowhere unless configured as
+/// failure flags (found by review: shedding 60 % of calls tripped the breaker, and
+/// then 100 % were refused).
+const ENVOY_SHED: FlagSet = FlagSet(0x800_0000 | 0x2000_0000 | 0x100_0000);
 
 /// A set of Envoy response flags, with Envoy's own bit values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -332,8 +341,10 @@ impl Observed {
 
 impl Classifier {
     /// Classifies, in this order: timeout flags → TIMEOUT; failure flags → FAILURE;
+    /// Envoy's own sheds (DO, UDO, NC) → CANCELLED;
     /// no response, or one cut short before its end of stream → FAILURE if resets are
-    /// failures and Envoy set a flag, else if the client went away (flag DC or DR, or
+    /// failures and Envoy set a flag, else if the client went away or broke the
+    /// protocol, or the overload manager reset it (flag DC, DR, DPE or OM, or
     /// no flag: Envoy's router answers an upstream reset or timeout itself, with its
     /// flag, and Envoy before 1.30 set no flag for an HTTP/2 client's reset) TIMEOUT
     /// when it had no response headers and its own deadline had passed
@@ -346,6 +357,9 @@ impl Classifier {
         }
         if o.flags.intersects(self.failure_flags) {
             return Outcome::Failure;
+        }
+        if o.flags.intersects(ENVOY_SHED) {
+            return Outcome::Cancelled;
         }
         let status = match o.status {
             Some(s) if o.ended => s,
@@ -463,7 +477,37 @@ mod tests {
         );
         assert_eq!(
             CLIENT_GONE,
-            FlagSet(FlagSet::one("DC").0 | FlagSet::one("DR").0)
+            FlagSet(
+                FlagSet::one("DC").0
+                    | FlagSet::one("DR").0
+                    | FlagSet::one("DPE").0
+                    | FlagSet::one("OM").0
+            )
+        );
+        // Not the upstream's doing (found by review): a client's protocol error resets
+        // every stream of its connection (DPE); the overload manager resets a stream
+        // (OM); Envoy sheds load (DO, UDO) or finds no cluster (NC) with its own 503.
+        assert_eq!(c.classify(&o(None, None, b"DPE")), Outcome::Cancelled);
+        assert_eq!(c.classify(&o(None, None, b"OM")), Outcome::Cancelled);
+        for f in ["DO", "UDO", "NC"] {
+            assert_eq!(
+                c.classify(&o(Some(503), None, f.as_bytes())),
+                Outcome::Cancelled,
+                "{f}"
+            );
+        }
+        assert_eq!(
+            ENVOY_SHED,
+            FlagSet(FlagSet::one("DO").0 | FlagSet::one("UDO").0 | FlagSet::one("NC").0)
+        );
+        let strict = Classifier {
+            failure_flags: FlagSet::one("DO"),
+            ..c.clone()
+        };
+        assert_eq!(
+            strict.classify(&o(Some(503), None, b"DO")),
+            Outcome::Failure,
+            "a failure flag configured wins"
         );
         assert_eq!(FlagSet::one("DR"), FlagSet(0x1000_0000));
         assert_eq!(FlagSet::one("UDO"), FlagSet(0x2000_0000));

@@ -1345,6 +1345,13 @@ impl Worker {
         }
         let ended = end || map == host::RESPONSE_TRAILERS;
         obs.ended |= ended;
+        // A gRPC response must end with a `grpc-status` (gRPC over HTTP/2: in its
+        // trailers, or its headers when trailers-only); a 200 without a valid one is
+        // UNKNOWN to the client (found by review: it counted as a success, and closed
+        // a half-open breaker on a backend answering HTML).
+        if req.rpc && ended && obs.status == Some(200) && obs.grpc.is_none_or(|g| g > 16) {
+            obs.grpc = Some(2);
+        }
         if release {
             self.release_waiters(ctx);
         }

@@ -85,6 +85,24 @@ fn grpc_unknown_counts_as_failure_by_default() {
     assert_eq!(phase(&h), Phase::Open, "the breaker trips on them");
 }
 
+/// A gRPC call answered 200 without a valid `grpc-status` (a backend answering HTML, a
+/// code past 16) is UNKNOWN to the client, so a failure (found by review: it was a
+/// success, and as a probe closed the breaker on a broken backend).
+#[test]
+fn a_grpc_response_without_a_valid_status_is_unknown() {
+    let mut h = harness(&policy(BREAKER_1PROBE));
+    for i in 0..40 {
+        let reply = match i % 2 {
+            0 => UpstreamReply::status(200).with_header("content-type", "text/html"),
+            _ => UpstreamReply::grpc(17),
+        };
+        h.request(i % 4, Request::grpc("/pkg.Svc/Call"), reply);
+    }
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.success"), 0);
+    assert_eq!(phase(&h), Phase::Open, "the breaker trips on them");
+}
+
 /// HTTP 4xx is BAD_REQUEST (a half-open probe answered 4xx gives its turn back); so are
 /// the gRPC statuses that are the caller's mistake (INVALID_ARGUMENT, NOT_FOUND, …):
 /// they were SUCCESS, and a probe answered NOT_FOUND closed an open breaker.
