@@ -863,6 +863,14 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
                 fusewire_core::text!("must be in 200..=599, got {s}"),
             ));
         }
+        // RFC 9110: no body (nor content-length) on a 204, 205 or 304; on HTTP/1.1 the
+        // bytes would start the connection's next response (found by review).
+        if matches!(s, 204 | 205 | 304) && !fb.body.is_empty() {
+            return Err(err(
+                at(&fusewire_core::text!("fallback.{field}")),
+                fusewire_core::text!("{s} carries no body: leave fallback.body empty"),
+            ));
+        }
     }
     for (name, value) in &fb.headers.0 {
         let at_h = || at(&fusewire_core::text!("fallback.headers.{name}"));
@@ -1495,6 +1503,13 @@ mod tests {
             "policies[0].fallback.status",
             "200..=599",
         );
+        // No body on a 204, 205 or 304 (RFC 9110; found by review).
+        fails(
+            r#"{"policies":[{"name":"a","fallback":{"status":204,"body":"down"}}]}"#,
+            "policies[0].fallback.status",
+            "204 carries no body",
+        );
+        assert!(parse(r#"{"policies":[{"name":"a","fallback":{"status":204}}]}"#).is_ok());
         fails(
             r#"{"policies":[{"name":"a","fallback":{"headers":{"x-fusewire":"x"}}}]}"#,
             "policies[0].fallback.headers.x-fusewire",
