@@ -561,7 +561,15 @@ impl Collapser {
                 self.index.remove(h, slot);
                 unlink(&mut self.batches, &mut self.open, slot, OPEN);
             }
-            Phase::Full => self.full_count -= 1,
+            Phase::Full => {
+                self.full_count -= 1;
+                // Its id stays in `full` until polled: with none full left, they are
+                // all stale (found by review: full batches emptied by cancels, never
+                // polled, grew the queue without bound).
+                if self.full_count == 0 {
+                    self.full.clear();
+                }
+            }
             Phase::Running => self.running -= 1,
         }
         if phase != Phase::Running && scope != 0 {

@@ -716,3 +716,21 @@ fn a_batch_of_cancelled_items_keeps_a_short_listing() {
     let b = c.poll(T0 + 10 * MS).expect("due");
     assert_eq!(c.items(b).len(), 1, "the live item");
 }
+
+/// Found by review: a full batch emptied by cancels left its id in the full queue,
+/// and with no batch due no poll came to drop it: add + cancel of full batches grew
+/// the queue without bound.
+#[test]
+fn full_batches_emptied_by_cancels_leave_no_ids_behind() {
+    let mut c = collapser(r#"{"max_batch_size": 1}"#);
+    let before = c.memory_bytes();
+    for _ in 0..10_000 {
+        let Add::Full(i) = c.add(G, b"k", T0) else {
+            panic!("full at one item")
+        };
+        assert!(c.cancel(i));
+    }
+    assert_eq!(c.next_deadline(), None, "nothing due");
+    let after = c.memory_bytes();
+    assert!(after < before + 1024, "{before} B, then {after} B");
+}
