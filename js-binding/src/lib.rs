@@ -477,9 +477,15 @@ pub extern "C" fn fw_scratch(len: u32) -> u32 {
     }
     with(0, |s| {
         s.scratch.clear();
-        // A failed allocation would trap the instance (every breaker of the process).
-        if !fusewire_core::can_allocate(len as usize) {
-            return 0;
+        if len as usize > s.scratch.capacity() {
+            // A failed allocation would trap the instance (every breaker of the
+            // process): the old buffer goes first, so the new one (grown from none)
+            // is what was probed (found by review: resize doubled past the probe, the
+            // old block still held).
+            s.scratch = Vec::new();
+            if !fusewire_core::can_allocate(len as usize) {
+                return 0;
+            }
         }
         s.scratch.resize(len as usize, 0);
         if s.scratch.capacity() == 0 {
@@ -641,7 +647,7 @@ pub extern "C" fn fw_create(
         let total = name_end.saturating_add(coalesce_len as usize);
         if total > s.scratch.len() {
             s.set_out(0, 0.0);
-            s.set_msg("input larger than the scratch buffer");
+            s.set_msg("input too large");
             return -1;
         }
         if heap::low() {

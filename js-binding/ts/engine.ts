@@ -578,6 +578,9 @@ export function putKey(key: string): number {
 }
 
 
+/** The exports' scratch limit (`MAX_SCRATCH` in src/lib.rs). */
+const MAX_SCRATCH = 16 << 20;
+
 /** A key length no scratch buffer holds (`u32::MAX` to the exports). */
 const NO_KEY = 0xffff_ffff;
 
@@ -588,6 +591,9 @@ export function putScratch(parts: readonly string[]): number[] {
   // is at most 3 UTF-8 bytes.
   let max = 0;
   for (const p of parts) max += p.length * 3;
+  // Over the scratch limit: refused here, before a length past 2^32 wraps on its
+  // way into wasm and the encoding writes past the buffer (found by review).
+  if (max > MAX_SCRATCH) throw new RangeError('fusewire: input too large');
   const ptr = w.fw_scratch(max);
   if (lost) return parts.map(() => 0); // nothing reads it
   if (ptr === 0 && max > 0) throw new RangeError('fusewire: input too large');
