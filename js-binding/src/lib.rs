@@ -524,7 +524,7 @@ pub extern "C" fn fw_live() -> u32 {
     })
 }
 
-/// Sets the wasm memory size (MiB, at most 4 096) past which memory counts as low:
+/// Sets the wasm memory size (MiB, at most 4 095) past which memory counts as low:
 /// new breakers, cache entries and collapser items are then refused (tests; the
 /// default is 4 GiB less 128 MiB). Lifts the low mark.
 #[no_mangle]
