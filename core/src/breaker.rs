@@ -334,10 +334,13 @@ pub fn trip_reason(
             Denominator::Total => (h.total, h.error_percentage),
             Denominator::AllCalls => {
                 let calls = h.calls.saturating_add(h.running);
+                // In opossum's order, `failures / fires * 100`, so a rate at the
+                // threshold rounds as opossum's does (7 / 100 · 100 is
+                // 7.000000000000001: over 7; found by review).
                 let pct = if calls == 0 {
                     0.0
                 } else {
-                    h.errors as f64 * 100.0 / calls as f64
+                    h.errors as f64 / calls as f64 * 100.0
                 };
                 (calls, pct)
             }

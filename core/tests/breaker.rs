@@ -537,6 +537,27 @@ fn opossum_rule_is_checked_on_errors_only() {
     assert_eq!(b.phase(), Phase::Open);
 }
 
+/// opossum's rule computes `failures / fires * 100` in floating point: at 7 failures of
+/// 100 fires that is 7.000000000000001, over a threshold of 7, and opossum trips; so
+/// does this rule now (found by review: computed as `failures * 100 / fires`, exactly 7,
+/// it did not).
+#[test]
+fn opossum_rule_rounds_as_opossum_does() {
+    let mut c = Config::default();
+    c.breaker.error_percentage.denominator = Denominator::AllCalls;
+    c.breaker.error_percentage.comparison = Comparison::Above;
+    c.breaker.error_percentage.threshold_percentage = 7.0;
+    let mut b = cb(c);
+    calls(&mut b, T0, 93, 6);
+    assert_eq!(b.phase(), Phase::Closed);
+    call(&mut b, T0, Outcome::Failure).unwrap();
+    assert_eq!(
+        b.phase(),
+        Phase::Open,
+        "7 / 100 * 100 > 7 in floating point"
+    );
+}
+
 /// resilience4j checks the slow-call rate after every call: a fast call that brings
 /// the executions up to the volume trips at a 50 % slow rate.
 #[test]
