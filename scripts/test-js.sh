@@ -15,8 +15,11 @@ root=$PWD
 start=$(date +%s)
 bash scripts/build-js.sh
 echo "== fusewire-js: the binding's Rust tests (hostile input, the ABI, the store protocol)"
-cargo test --quiet -p fusewire-js 2>&1 | grep -E "^test result|FAILED|panicked" || true
-cargo test --quiet -p fusewire-js >/dev/null
+# One run (a second, for the exit code, could pass where the first failed).
+mkdir -p target
+cargo test --quiet -p fusewire-js > target/fusewire-js-tests.log 2>&1 ||
+  { cat target/fusewire-js-tests.log; echo "fusewire-js: Rust tests failed" >&2; exit 1; }
+grep -E "^test result" target/fusewire-js-tests.log
 
 echo "== npm pack → a scratch project"
 out=target/js-test

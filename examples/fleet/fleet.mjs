@@ -49,6 +49,8 @@ async function main() {
     });
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
       { stdio: 'ignore' });
+    // Stopped however this process ends (a member's failure exits early).
+    process.on('exit', () => redis?.kill());
     redis.on('error', (e) => {
       console.error(`fleet: cannot start redis-server (${e.message}); install it (apt-get install redis-server) or set REDIS_URL`);
       process.exit(1);
@@ -82,6 +84,13 @@ async function main() {
     c.on('message', (m) => {
       if (m.transition) console.log(`${since()}  member ${i}: ${m.transition}`);
       if (m.phase) phases.set(i, m);
+    });
+    // A member that dies ends the run (it would wait for its totals for good).
+    c.on('exit', (code) => {
+      if (code !== 0 && code !== null) {
+        console.error(`fleet: member ${i} exited with code ${code}`);
+        process.exit(1);
+      }
     });
     members.push(c);
   }
