@@ -1,7 +1,7 @@
 // Serves the browser example: the page, fusewire's browser build (from
 // js-binding/dist, built by scripts/build-js.sh) and a flaky /api whose health the
 // page's buttons switch. Usage: node examples/browser/serve.mjs [port]
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { dirname, extname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,7 +33,8 @@ const server = createServer((req, res) => {
   const file = url.pathname.startsWith('/fusewire/')
     ? normalize(join(dist, url.pathname.slice('/fusewire/'.length)))
     : normalize(join(here, url.pathname === '/' ? 'index.html' : url.pathname));
-  if ((!file.startsWith(dist) && !file.startsWith(here)) || !existsSync(file)) {
+  // (A directory is not served: reading one threw and ended the server.)
+  if ((!file.startsWith(dist) && !file.startsWith(here)) || !existsSync(file) || !statSync(file).isFile()) {
     res.writeHead(404).end();
     return;
   }
