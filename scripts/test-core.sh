@@ -16,7 +16,7 @@ cargo test -p fusewire-core --no-default-features --lib json
 
 echo "== core: fuzz smoke runs"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
-  cargo install cargo-fuzz --locked
+  cargo install cargo-fuzz --version 0.13.2 --locked
 fi
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   fuzz=(cargo +nightly fuzz)
@@ -26,6 +26,7 @@ else
 fi
 cd core/fuzz
 targets=$("${fuzz[@]}" list)
+[ -n "$targets" ] || { echo "core/fuzz: no fuzz targets listed" >&2; exit 1; }
 secs=${FUZZ_SECONDS:-20}
 for t in $targets; do
   echo "-- fuzz $t (${secs}s)"

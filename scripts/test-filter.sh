@@ -33,7 +33,7 @@ cargo test --release -p fusewire-proxy-wasm --test parallel
 
 echo "== filter: fuzz state_decode (${FUZZ_SECONDS:-15}s)"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
-  cargo install cargo-fuzz --locked
+  cargo install cargo-fuzz --version 0.13.2 --locked
 fi
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   fuzz=(cargo +nightly fuzz)
