@@ -5,10 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-installed=$(rustup target list --installed)
-for t in wasm32-wasip1 wasm32-unknown-unknown; do
-  grep -qx "$t" <<<"$installed" || rustup target add "$t"
-done
+# The wasm targets, clippy and rustfmt (run alone on a fresh machine too).
+bash scripts/setup.sh
 
 echo "== host-test: fixtures (wasm32-wasip1, wasm32-unknown-unknown)"
 for t in wasm32-wasip1 wasm32-unknown-unknown; do
