@@ -370,7 +370,8 @@ function deadline(reason: unknown): boolean {
     (reason as { name?: unknown }).name === 'TimeoutError';
 }
 
-function thenable(v: unknown): v is PromiseLike<unknown> {
+/** @internal Whether `v` has a callable `then` (a promise or any thenable). */
+export function thenable(v: unknown): v is PromiseLike<unknown> {
   return v !== null && (typeof v === 'object' || typeof v === 'function') &&
     typeof (v as { then?: unknown }).then === 'function';
 }

@@ -5,7 +5,7 @@
  * open); each result maps back to its load. The core decides batching, the cache's
  * contents and sharing; this class keeps the callers and the payloads.
  */
-import { CircuitBreaker, type Options } from './breaker.js';
+import { CircuitBreaker, thenable, type Options } from './breaker.js';
 import { ById } from './byid.js';
 import { now } from './clock.js';
 import type { CoreConfig } from './config.js';
@@ -20,10 +20,7 @@ import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, withoutUndefin
  * its `then` again — a query builder runs its query each time (found by review).
  */
 function adopted<T>(v: T): T {
-  return v !== null && (typeof v === 'object' || typeof v === 'function') &&
-    typeof (v as { then?: unknown }).then === 'function' && !(v instanceof Promise)
-    ? Promise.resolve(v) as T
-    : v;
+  return thenable(v) && !(v instanceof Promise) ? Promise.resolve(v) as T : v;
 }
 
 /**
