@@ -52,12 +52,12 @@ JSON
 (cd "$out/app" && node "$root/js-binding/node_modules/typescript/bin/tsc" -p test)
 echo "types: ok"
 echo "== node:test: the fleet against redis-server (Node $(node --version))"
-(cd "$out/app" && node --test --test-reporter=spec test/*.test.mjs 2>&1 | tee "$root/$out/log.txt" | grep -E '^# |✔|✖|﹣' || true)
+(cd "$out/app" && timeout -k 10 600 node --test --test-timeout=300000 --test-reporter=spec test/*.test.mjs 2>&1 | tee "$root/$out/log.txt" | grep -E '^# |✔|✖|﹣' || true)
 # (A test past its timeout is counted cancelled, not failed: both must be 0.)
 grep -qE '^ℹ fail 0' "$out/log.txt" && grep -qE '^ℹ cancelled 0' "$out/log.txt" ||
   { grep -B5 -A40 '✖' "$out/log.txt" | head -150; tail -12 "$out/log.txt"; exit 1; }
 echo "== examples/fleet: 3 processes trip together and close together"
-if ! (cd examples/fleet && npm install --no-audit --no-fund --loglevel=error >/dev/null && node fleet.mjs) > "$out/fleet.log" 2>&1; then
+if ! (cd examples/fleet && npm install --no-audit --no-fund --loglevel=error >/dev/null && timeout -k 10 300 node fleet.mjs) > "$out/fleet.log" 2>&1; then
   cat "$out/fleet.log"
   echo "examples/fleet: failed" >&2
   exit 1
