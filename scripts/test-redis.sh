@@ -27,11 +27,10 @@ out=target/redis-test
 rm -rf "$out" && mkdir -p "$out/app"
 (cd js-binding && npm pack --silent --pack-destination "$root/$out" >/dev/null)
 tarball=$(ls "$out"/fusewire-*.tgz)
-cat > "$out/app/package.json" <<'JSON'
-{ "name": "fusewire-redis-test-app", "private": true, "type": "module" }
-JSON
-(cd "$out/app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error \
-  "../$(basename "$tarball")" ioredis@5.9.3 @types/node@20.19.43 >/dev/null)
+# The test dependencies as locked in js-binding/test/app (test-js's), then the tarball.
+cp js-binding/test/app/package.json js-binding/test/app/package-lock.json "$out/app/"
+(cd "$out/app" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error >/dev/null &&
+  npm install --no-save --prefer-offline --no-audit --no-fund --loglevel=error "../$(basename "$tarball")" >/dev/null)
 cp -r js-binding/test/redis "$out/app/test"
 echo "== tsc --noEmit: a consumer of fusewire/redis"
 cat > "$out/app/test/sample.mts" <<'TS'
