@@ -19,9 +19,6 @@ const here = dirname(fileURLToPath(import.meta.url));
 const SYNC_MS = 200;
 const STALE_MS = 1000;
 const TIMEOUT_MS = 150;
-// No call may take this long (the Redis round trips never sit on the call path; a
-// blocked call would take at least TIMEOUT_MS).
-const CALL_BOUND_MS = 60;
 const SHARED = { sync_ms: SYNC_MS, stale_ms: STALE_MS, flush_ms: 50 };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -188,10 +185,10 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     const f = await fleet(4, { REDIS_PORT: String(port), NAME: 'upstream', OPTIONS: JSON.stringify(BREAKER) });
     // 6 failures each: 24 fleet-wide ≥ the volume threshold of 20 (no process alone reaches it).
     const fired = await f.all({ op: 'fire', n: 6, arg: 'fail', gap: 5 });
-    for (const r of fired) assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms`);
+    for (const r of fired) assert.equal(r.waited, 0, `calls waited on I/O (slowest ${r.maxMs} ms)`);
     const tripped = await until(f, (s) => s.members.every((m) => m.phase === 'open'), 3000);
     assert.notEqual(tripped.ms, -1, `not every process opened: ${JSON.stringify(tripped.s.members)}`);
-    assert.ok(tripped.ms <= 2 * SYNC_MS + 400, `the trip took ${tripped.ms} ms to reach every process`);
+    assert.ok(tripped.ms <= 2 * SYNC_MS + 1000, `the trip took ${tripped.ms} ms to reach every process`);
     for (const m of tripped.s.members) assert.deepEqual(m.seen, ['open']);
     // Half-open: every process keeps firing; exactly 2 actions run fleet-wide.
     await sleep(1100);
@@ -369,7 +366,7 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     const fired = await f.all({ op: 'fire', n: N, parallel: true, gap: 8 });
     for (const r of fired) {
       assert.equal(r.ok, N * 4);
-      assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms`);
+      assert.equal(r.waited, 0, `calls waited on I/O (slowest ${r.maxMs} ms)`);
     }
     const total = 8 * N;
     const done = await until(f, (s) => s.members.every((m) => m.successes === total), 5000);
@@ -392,14 +389,14 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     const during = await f.all({ op: 'fire', n: 10, gap: (STALE_MS + 300) / 10 });
     for (const r of during) {
       assert.equal(r.ok, 10, 'closed breakers serve while Redis is down');
-      assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms with Redis down`);
+      assert.equal(r.waited, 0, `calls waited on I/O with Redis down (slowest ${r.maxMs} ms)`);
     }
     // Process 0's upstream fails: its local breaker (15 successes in its window) trips
     // on its 16th failure — more than half of 20+ calls — alone; the others stay closed.
     const [m0, m1, m2] = f.members;
     const failing = await m0.ask({ op: 'fire', n: 25, arg: 'fail' });
     assert.deepEqual([failing.failed, failing.rejected], [16, 9], 'the local breaker opened on its own window');
-    assert.ok(failing.maxMs < CALL_BOUND_MS);
+    assert.equal(failing.waited, 0, 'calls waited on I/O');
     let s = await states(f);
     assert.deepEqual(s.members.map((m) => m.phase), ['open', 'closed', 'closed']);
     for (const m of s.members) assert.ok((m.issues.failed ?? 0) + (m.issues.stale ?? 0) > 0, JSON.stringify(m.issues));
@@ -435,7 +432,7 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     const during = await f.all({ op: 'fire', n: 10, gap: (STALE_MS + 600) / 10 });
     for (const r of during) {
       assert.equal(r.ok, 10);
-      assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms with Redis paused`);
+      assert.equal(r.waited, 0, `calls waited on I/O with Redis paused (slowest ${r.maxMs} ms)`);
     }
     let s = await states(f);
     assert.ok(sum(s.stores, 'timeouts') > 0, 'ops timed out');
@@ -485,7 +482,7 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
       px.drop();
       for (const r of await during) {
         assert.equal(r.ok, 6, 'closed breakers serve through the failover');
-        assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms during the failover`);
+        assert.equal(r.waited, 0, `calls waited on I/O during the failover (slowest ${r.maxMs} ms)`);
       }
       // The state written before the failover was replicated, so it is still there: the
       // new primary's state counts those 6 successes and the 18 fired meanwhile (a
@@ -499,7 +496,7 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
       // On the new primary the fleet is one breaker again: 11 failures each — alone 8 +
       // 11 < the volume threshold of 20, together 33 of 57 calls — trip all.
       const failing = await f.all({ op: 'fire', n: 11, arg: 'fail', gap: 5 });
-      for (const r of failing) assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms`);
+      for (const r of failing) assert.equal(r.waited, 0, `calls waited on I/O (slowest ${r.maxMs} ms)`);
       const tripped = await until(f, (st) => st.members.every((m) => m.phase === 'open'), 3000);
       assert.notEqual(tripped.ms, -1, `not every process opened: ${JSON.stringify(tripped.s.members)}`);
       for (const m of tripped.s.members) assert.deepEqual(m.seen, ['open']);
@@ -534,7 +531,7 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     px[2].mode = 'blackhole';
     const [r0, r1, cut] = await Promise.all([m0.ask({ op: 'fire', n: 5, gap: 50 }), m1.ask({ op: 'fire', n: 5, gap: 50 }),
       m2.ask({ op: 'fire', n: 10, gap: (STALE_MS + 300) / 10 })]);
-    for (const r of [r0, r1, cut]) assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms`);
+    for (const r of [r0, r1, cut]) assert.equal(r.waited, 0, `calls waited on I/O (slowest ${r.maxMs} ms)`);
     assert.equal(cut.ok, 10, 'the partitioned process serves on its closed local breaker');
     const shared = await until(f, (s) => s.members[0].successes === 30 && s.members[1].successes === 30, 3000);
     assert.notEqual(shared.ms, -1, `the connected processes share: ${counts(shared.s)} (want 30, 30)`);
@@ -558,12 +555,12 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     px[2].mode = 'blackhole';
     px[2].drop();
     const failing = await Promise.all([m0, m1].map((m) => m.ask({ op: 'fire', n: 24, arg: 'fail', gap: 5 })));
-    for (const r of failing) assert.ok(r.maxMs < CALL_BOUND_MS, `a call took ${r.maxMs} ms`);
+    for (const r of failing) assert.equal(r.waited, 0, `calls waited on I/O (slowest ${r.maxMs} ms)`);
     const tripped = await until(f, (st) => st.members[0].phase === 'open' && st.members[1].phase === 'open', 3000);
     assert.notEqual(tripped.ms, -1, `the connected processes did not both open: ${JSON.stringify(tripped.s.members)}`);
     const more = await m2.ask({ op: 'fire', n: 5 });
     assert.equal(more.ok, 5, 'the partitioned process does not see the trip; its own upstream works');
-    assert.ok(more.maxMs < CALL_BOUND_MS);
+    assert.equal(more.waited, 0, 'calls waited on I/O');
     s = await states(f);
     assert.deepEqual(s.members.map((m) => [m.phase, m.seen]), [['open', ['open']], ['open', ['open']], ['closed', []]]);
     // Healed again: process 2 finds the fleet's breaker open and takes its window; its
@@ -600,7 +597,7 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     px[2].mode = 'deaf';
     const cut = await f.members[2].ask({ op: 'fire', n: 10, gap: (STALE_MS + 300) / 10 });
     assert.equal(cut.ok, 10);
-    assert.ok(cut.maxMs < CALL_BOUND_MS, `a call took ${cut.maxMs} ms`);
+    assert.equal(cut.waited, 0, `calls waited on I/O (slowest ${cut.maxMs} ms)`);
     let s = await states(f);
     assert.ok(s.stores[2].timeouts > 0, `process 2's ops timed out: ${JSON.stringify(s.stores[2])}`);
     px[2].mode = 'forward';

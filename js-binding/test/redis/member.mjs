@@ -40,11 +40,18 @@ await Promise.all(stores.map((s) => s.ready));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const phase = (b) => (b.opened ? 'open' : b.halfOpen ? 'halfOpen' : 'closed');
 
-/** Fires `n` calls per breaker (`arg`), `gap` ms apart; every call's latency is timed. */
+/**
+ * Fires `n` calls per breaker (`arg`), `gap` ms apart. `waited` counts the calls that
+ * let an event-loop turn pass before settling: the actions settle in microtasks, so
+ * such a call waited on I/O (Redis). A turn, not a time bound: a GC pause or a busy
+ * machine makes a call slow but not waiting.
+ */
 async function fire({ n, arg = 'ok', gap = 0, parallel = false }) {
-  const out = { ok: 0, failed: 0, rejected: 0, maxMs: 0 };
+  const out = { ok: 0, failed: 0, rejected: 0, waited: 0, maxMs: 0 };
   const one = async (b) => {
     const t0 = performance.now();
+    let turned = false;
+    const turn = setImmediate(() => { turned = true; });
     try {
       await b.fire(arg);
       out.ok++;
@@ -52,6 +59,8 @@ async function fire({ n, arg = 'ok', gap = 0, parallel = false }) {
       if (e.code === 'EOPENBREAKER') out.rejected++;
       else out.failed++;
     }
+    clearImmediate(turn);
+    if (turned) out.waited++;
     out.maxMs = Math.max(out.maxMs, performance.now() - t0);
   };
   for (let i = 0; i < n; i++) {
