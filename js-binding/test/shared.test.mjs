@@ -22,7 +22,7 @@ const b = new CircuitBreaker(async (x) => {
   return x;
 }, {
   name: 'upstream',
-  resetTimeout: 300,
+  resetTimeout: workerData.resetTimeout,
   timeout: false,
   volumeThreshold: 8,
   errorThresholdPercentage: 50,
@@ -51,8 +51,9 @@ parentPort.on('message', async (m) => {
 parentPort.postMessage({ ready: true });
 `;
 
-function spawn(buffer) {
-  const w = new Worker(workerSource, { eval: true, workerData: { buffer } });
+/** A worker whose breaker opens for `resetTimeout` ms. */
+function spawn(buffer, resetTimeout = 300) {
+  const w = new Worker(workerSource, { eval: true, workerData: { buffer, resetTimeout } });
   const queue = [];
   w.on('message', (m) => queue.shift()?.(m));
   const ready = new Promise((r) => queue.push(r));
@@ -82,7 +83,9 @@ async function lockedFor(b, ms) {
 describe('worker_threads share one breaker', () => {
   test('trip seen by all, exactly N probes, recovery closes all', { timeout: 30_000 }, async () => {
     const store = new SharedStore({ entries: 64 });
-    const workers = Array.from({ length: WORKERS }, () => spawn(store.buffer));
+    // Open for 1.5 s: the checks below, a few worker round trips, must end before
+    // half-open on a busy machine too (a probe admitted early failed them).
+    const workers = Array.from({ length: WORKERS }, () => spawn(store.buffer, 1500));
     await Promise.all(workers.map((w) => w.ready));
     try {
       // 7 failures over the workers: below the volume threshold of 8 fires combined.
@@ -102,12 +105,12 @@ describe('worker_threads share one breaker', () => {
       }
       // A breaker in the main thread with the same name and store sees it too.
       const main = new CircuitBreaker(async () => 1, {
-        name: 'upstream', resetTimeout: 300, shared: { store },
+        name: 'upstream', resetTimeout: 1500, shared: { store },
         fusewire: { breaker: { half_open: { permitted_probes: PROBES, success_threshold: PROBES } } },
       });
       await assert.rejects(main.fire(), { code: 'EOPENBREAKER' });
       main.shutdown();
-      await sleep(400);
+      await sleep(1600);
       // Every worker starts a slow call at once: exactly N are admitted as probes.
       const starts = await Promise.all(workers.map((w) => w.ask({ op: 'slow' })));
       const admitted = starts.filter((s) => s.admitted).length;
@@ -245,14 +248,16 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
 
   test('shutdown() with calls running longer than the lease: their slots are still renewed until they end (found by review: they lapsed after lease_ttl_ms, and other workers went past the limit)', async () => {
     const store = new SharedStore({ entries: 8 });
-    const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 60, lease_ttl_ms: 250 };
+    // Renewed every 100 ms, lapsing after 600 ms: refused for 1.5 s proves renewal,
+    // with room for a stall of the thread that renews.
+    const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 100, lease_ttl_ms: 600 };
     const options = { name: 'db', capacity: 2, timeout: false, volumeThreshold: 1000, shared };
     const releases = [];
     const a = new CircuitBreaker(() => new Promise((r) => { releases.push(r); }), options);
     const running = [a.fire(), a.fire()];
     a.shutdown();
     const b = new CircuitBreaker(async () => 'ok', options);
-    await lockedFor(b, 700);
+    await lockedFor(b, 1500);
     for (const r of releases) r('done');
     await Promise.all(running);
     await sleep(40);
@@ -306,25 +311,42 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     other.shutdown();
   });
 
-  test('timeout: false: the slots of running calls are renewed past their lease, and given back within a flush when they end (found by a stress test: no timer was armed, so the limit was exceeded after lease_ttl_ms and freed slots came back only then)', async () => {
+  test('timeout: false: the slots of running calls are renewed past their lease (found by a stress test: no timer was armed, so the limit was exceeded after lease_ttl_ms)', async () => {
     const store = new SharedStore({ entries: 8 });
-    const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 60, lease_ttl_ms: 250 };
+    // Renewed every 100 ms, lapsing after 600 ms: refused for 1.5 s proves renewal.
+    const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 100, lease_ttl_ms: 600 };
     const options = { name: 'db', timeout: false, volumeThreshold: 1000, fusewire: { bulkhead: { max_concurrent: 2 } }, shared };
     const releases = [];
     const a = new CircuitBreaker(() => new Promise((r) => { releases.push(r); }), options);
     const b = new CircuitBreaker(async () => 'ok', options);
     const running = [a.fire(), a.fire()];
-    await lockedFor(b, 700);
+    await lockedFor(b, 1500);
+    for (const r of releases) r('done');
+    await Promise.all(running);
+    a.shutdown();
+    b.shutdown();
+  });
+
+  test('timeout: false: the slots of calls that end are given back within a flush, not when their lease lapses (found by a stress test)', async () => {
+    const store = new SharedStore({ entries: 8 });
+    // A 5 s lease: a slot back within 2 s came back by the flush.
+    const shared = { store, flush_ms: 20, sync_ms: 20, heartbeat_ms: 1_000, lease_ttl_ms: 5_000 };
+    const options = { name: 'db', timeout: false, volumeThreshold: 1000, fusewire: { bulkhead: { max_concurrent: 2 } }, shared };
+    const releases = [];
+    const a = new CircuitBreaker(() => new Promise((r) => { releases.push(r); }), options);
+    const b = new CircuitBreaker(async () => 'ok', options);
+    const running = [a.fire(), a.fire()];
+    await lockedFor(b, 100);
     for (const r of releases) r('done');
     await Promise.all(running);
     const ended = Date.now();
     let got;
-    while (Date.now() - ended < 2_000 && got === undefined) {
+    while (Date.now() - ended < 4_000 && got === undefined) {
       got = await b.fire().catch(() => undefined);
       if (got === undefined) await sleep(5);
     }
     assert.equal(got, 'ok');
-    assert.ok(Date.now() - ended < 150, `a slot came back ${Date.now() - ended} ms after the calls ended`);
+    assert.ok(Date.now() - ended < 2_000, `a slot came back ${Date.now() - ended} ms after the calls ended`);
     a.shutdown();
     b.shutdown();
   });
