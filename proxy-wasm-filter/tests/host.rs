@@ -665,6 +665,31 @@ fn tick_timeout_replies_504_and_counts_timeout_once() {
     assert_eq!(r.response_status, Some(200));
 }
 
+/// `metrics_prefix` names every metric and `fallback.timeout_status` is the timeout's
+/// reply (only their defaults were observed: a hard-coded "fusewire" or 504 passed).
+#[test]
+fn metrics_prefix_and_timeout_status_apply() {
+    let json = BASE
+        .replace("BULKHEAD", r#""execution": {"timeout_ms": 200}, "timeout": "tick","#)
+        .replace(r#""tick_ms": 100,"#, r#""tick_ms": 100, "metrics_prefix": "fw","#)
+        .replace(r#""status": 503,"#, r#""status": 503, "timeout_status": 599,"#);
+    let mut h = harness(CasMode::Envoy, &json);
+    let r = h.request(
+        0,
+        Request::get("/api/slow"),
+        UpstreamReply::status(200).after_ms(1_000),
+    );
+    assert_eq!(r.response_status, Some(599));
+    assert_eq!(r.response_header("x-fusewire").as_deref(), Some("timeout"));
+    let r = h.request(0, Request::get("/api/fast"), UpstreamReply::status(200));
+    assert_eq!(r.response_status, Some(200));
+    settle(&mut h);
+    assert_eq!(counter(&h, "fw.svc.timeout"), 1);
+    assert_eq!(counter(&h, "fw.svc.success"), 1);
+    assert!(h.metric("fusewire.svc.timeout").is_none());
+    assert!(h.metric("fusewire.svc.success").is_none());
+}
+
 #[test]
 fn route_timeout_ut_counts_as_timeout() {
     let mut h = harness_with(None, CasMode::Envoy, &config(None), 300);
