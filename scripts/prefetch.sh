@@ -10,11 +10,7 @@ pkgs=()
 command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || pkgs+=(chromium)
 command -v redis-server >/dev/null || pkgs+=(redis-server)
 if [ ${#pkgs[@]} -gt 0 ]; then
-  sudo=()
-  [ "$(id -u)" = 0 ] || sudo=(sudo)
-  "${sudo[@]}" apt-get install -y "${pkgs[@]}" >/dev/null 2>&1 ||
-    { "${sudo[@]}" apt-get update >/dev/null && "${sudo[@]}" apt-get install -y "${pkgs[@]}" >/dev/null; } ||
-    { echo "prefetch: apt-get install ${pkgs[*]} failed"; status=1; }
+  bash scripts/apt-install.sh "${pkgs[@]}" || { echo "prefetch: apt-get install ${pkgs[*]} failed"; status=1; }
 fi
 for major in 18 22 24; do
   bash scripts/install-node.sh "$major" >/dev/null || status=1

@@ -10,9 +10,7 @@ if [ ! -x "$venv/bin/python" ]; then
   if ! python3 -m venv "$venv" 2>/dev/null; then
     # Debian splits venv (and its pip) out of python3.
     rm -rf "$venv"
-    pkg="python3-venv"
-    if [ "$(id -u)" = 0 ]; then sudo=(); else sudo=(sudo); fi
-    "${sudo[@]}" apt-get install -y "$pkg" >/dev/null 2>&1 || { "${sudo[@]}" apt-get update >/dev/null && "${sudo[@]}" apt-get install -y "$pkg" >/dev/null; }
+    bash scripts/apt-install.sh python3-venv
     python3 -m venv "$venv"
   fi
 fi

