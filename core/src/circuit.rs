@@ -382,7 +382,11 @@ impl CircuitBreaker {
         rand: u64,
     ) -> Option<Transition> {
         let concurrency = self.in_flight();
-        self.completed = self.completed.wrapping_add(1);
+        // A pass rebuilt from its raw parts and handed back twice must not take the
+        // count below zero (it read u32::MAX: found by review).
+        if concurrency != 0 {
+            self.completed = self.completed.wrapping_add(1);
+        }
         let state = &self.circuit.state;
         if self.fast
             && outcome == Outcome::Success

@@ -231,7 +231,12 @@ impl Window {
     #[cold]
     #[inline(never)]
     fn roll_cold(&mut self, now: Nanos) {
-        if now >= self.counters.current_end() {
+        // At the clock's last bucket the end saturates at `u64::MAX`, which `now` can
+        // reach without leaving the bucket: the epoch decides (found by review: the
+        // bucket was counted again on each record).
+        if now >= self.counters.current_end()
+            && now / self.counters.width_ns() > self.counters.current_epoch()
+        {
             // The current bucket becomes a past one; buckets leaving the window move
             // from the running totals to the retired counts.
             if let Some(b) = self.counters.current() {

@@ -95,6 +95,13 @@ fn hot_paths_do_not_allocate() {
     run(&mut e, 0, 1_000);
     let n = allocations(|| run(&mut e, 1_000, 10_000));
     assert_eq!(n, 0, "engine start + complete + poll + key lookup");
+
+    // A known name longer than the kept length is shortened on the stack (found by
+    // review: each lookup built the short form in a new String).
+    let long = "a".repeat(300);
+    let k = e.key(p, &long, 20_000 * MS).unwrap();
+    let n = allocations(|| assert_eq!(e.key(p, &long, 20_001 * MS), Some(k)));
+    assert_eq!(n, 0, "lookup of a long name");
 }
 
 /// Request cache on a warm cache: a hit is allocation-free, and so is a miss that

@@ -281,6 +281,49 @@ fn a_call_started_near_the_end_of_time_still_times_out() {
     );
 }
 
+/// A seeded engine finds every key by name, before and after others expire.
+#[test]
+fn a_seeded_engine_finds_its_keys() {
+    let mut e = Engine::local().with_seed(0x9e37_79b9_7f4a_7c15);
+    let p = e
+        .add_policy("p", config(r#"{"keys": {"max_keys": 5000}}"#))
+        .unwrap();
+    let names: Vec<String> = (0..3000).map(|i| format!("c/{i}")).collect();
+    let ids: Vec<KeyId> = names.iter().map(|n| e.key(p, n, 0).unwrap()).collect();
+    for (n, id) in names.iter().zip(&ids) {
+        assert_eq!(e.key(p, n, 0), Some(*id), "{n}");
+    }
+    let other = e.key(p, &"x".repeat(400), 0).unwrap();
+    assert_eq!(e.key(p, &"x".repeat(400), 0), Some(other));
+    assert_ne!(e.key(p, &format!("{}y", "x".repeat(399)), 0), Some(other));
+}
+
+/// Found by review: at `now == u64::MAX` every failure was counted again on each
+/// record, and two failures tripped a breaker whose volume threshold is 4.
+#[test]
+fn the_end_of_time_counts_each_outcome_once() {
+    let mut e = Engine::local();
+    let p = e
+        .add_policy(
+            "p",
+            config(r#"{"breaker": {"error_percentage": {"request_volume_threshold": 4}}}"#),
+        )
+        .unwrap();
+    let k = e.key(p, "k", u64::MAX).unwrap();
+    for _ in 0..3 {
+        let permit = running(e.start(k, u64::MAX, 0));
+        e.complete(permit, Outcome::Failure, u64::MAX, 0);
+    }
+    assert_eq!(e.phase(k), Some(Phase::Closed));
+    assert_eq!(
+        e.health(k, u64::MAX).map(|h| h.count(EventKind::Failure)),
+        Some(3)
+    );
+    let permit = running(e.start(k, u64::MAX, 0));
+    e.complete(permit, Outcome::Failure, u64::MAX, 0);
+    assert_eq!(e.phase(k), Some(Phase::Open), "the fourth failure trips it");
+}
+
 #[test]
 fn stopped_timer_never_times_out() {
     let mut h = Host::new(Mode::Local, r#"{"execution": {"timeout_ms": 100}}"#);

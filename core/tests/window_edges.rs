@@ -147,3 +147,30 @@ fn a_full_counter_saturates_instead_of_wrapping() {
     assert_eq!(h.count(EventKind::Failure), u64::from(u32::MAX));
     assert_eq!(h.count(EventKind::Success), u64::from(u32::MAX));
 }
+
+/// At the clock's last instant the current bucket's end saturates at `u64::MAX`: the
+/// bucket must not be counted again on each record (found by review: three failures
+/// at `u64::MAX` read as nine).
+#[test]
+fn the_last_instant_of_time_counts_each_event_once() {
+    let mut w = Window::new(&MetricsConfig::default(), u64::MAX);
+    for _ in 0..3 {
+        w.record(EventKind::Failure, u64::MAX);
+    }
+    assert_eq!(w.health(u64::MAX).count(EventKind::Failure), 3);
+    assert_eq!(w.health(u64::MAX).count(EventKind::Failure), 3);
+    assert_eq!(w.health_at(u64::MAX).count(EventKind::Failure), 3);
+}
+
+/// A pass rebuilt from its raw parts and handed back twice does not take the in-flight
+/// count below zero (found by review: it read `u32::MAX`, and an `all_calls` error
+/// rate divided by 4 billion never tripped).
+#[test]
+fn a_pass_handed_back_twice_leaves_in_flight_at_zero() {
+    let mut cb = CircuitBreaker::new(Config::default(), 0);
+    let raw = cb.try_acquire(0, 0).unwrap().into_raw();
+    let _ = cb.record(fusewire_core::Pass::from_raw(raw), Outcome::Success, 1, 0);
+    let _ = cb.record(fusewire_core::Pass::from_raw(raw), Outcome::Success, 2, 0);
+    assert_eq!(cb.in_flight(), 0);
+    assert!(cb.snapshot(2).rolling_max_concurrency <= 1);
+}

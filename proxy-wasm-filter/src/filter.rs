@@ -317,8 +317,10 @@ impl Worker {
                 .owner
                 .unwrap_or_else(|| owner_id(&plugin.shared.namespace, rand));
             self.owner = Some(owner);
+            // Key names come from requests: the name hash is seeded (see `with_seed`).
+            let seed = self.rand();
             match Engine::shared(plugin.shared.clone(), owner) {
-                Ok(e) => self.engine = Some(e),
+                Ok(e) => self.engine = Some(e.with_seed(seed)),
                 Err(e) => {
                     host::log(Level::Error, &fusewire_core::text!("fusewire: shared.{e}"));
                     return false;

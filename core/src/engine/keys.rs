@@ -1,9 +1,5 @@
-//! The key table: key name → slot, generation-checked [`KeyId`]s, and an LRU order per
-//! policy for idle expiry.
-//!
-//! The name index is a small open-addressing hash table (FNV-1a, linear probing,
-//! tombstones): lookups of known keys allocate nothing, and it costs far less code
-//! in a `.wasm` than `std`'s `HashMap`.
+//! The key table's parts: generation-checked [`KeyId`]s and an LRU order per policy
+//! for idle expiry. (Names find their slots through [`crate::keyindex`], seeded.)
 
 const INDEX_BITS: u32 = 21;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
@@ -49,105 +45,6 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
-}
-
-const EMPTY: u32 = u32::MAX;
-const TOMB: u32 = u32::MAX - 1;
-
-/// Name → slot index, per policy.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct NameIndex {
-    buckets: Vec<u32>,
-    used: usize,
-    tombs: usize,
-}
-
-impl NameIndex {
-    /// Finds `name`; `name_of(i)` gives the name of slot `i`.
-    pub(crate) fn get<'a>(&self, name: &str, name_of: impl Fn(u32) -> &'a str) -> Option<u32> {
-        if self.buckets.is_empty() {
-            return None;
-        }
-        let mask = self.buckets.len() - 1;
-        let mut i = fnv1a(name.as_bytes()) as usize & mask;
-        for _ in 0..self.buckets.len() {
-            match self.buckets.get(i).copied() {
-                Some(EMPTY) | None => return None,
-                Some(TOMB) => {}
-                Some(k) if name_of(k) == name => return Some(k),
-                Some(_) => {}
-            }
-            i = (i + 1) & mask;
-        }
-        None
-    }
-
-    /// Inserts `slot` under `name` (absent before).
-    pub(crate) fn insert<'a>(&mut self, name: &str, slot: u32, name_of: impl Fn(u32) -> &'a str) {
-        if (self.used + self.tombs + 1) * 4 > self.buckets.len() * 3 {
-            self.grow(&name_of);
-        }
-        let mask = self.buckets.len() - 1;
-        let mut i = fnv1a(name.as_bytes()) as usize & mask;
-        loop {
-            match self.buckets.get_mut(i) {
-                Some(b) if *b == EMPTY || *b == TOMB => {
-                    if *b == TOMB {
-                        self.tombs -= 1;
-                    }
-                    *b = slot;
-                    self.used += 1;
-                    return;
-                }
-                Some(_) => i = (i + 1) & mask,
-                None => return,
-            }
-        }
-    }
-
-    /// Removes `slot` (stored under `name`).
-    pub(crate) fn remove(&mut self, name: &str, slot: u32) {
-        if self.buckets.is_empty() {
-            return;
-        }
-        let mask = self.buckets.len() - 1;
-        let mut i = fnv1a(name.as_bytes()) as usize & mask;
-        for _ in 0..self.buckets.len() {
-            match self.buckets.get_mut(i) {
-                Some(b) if *b == slot => {
-                    *b = TOMB;
-                    self.used -= 1;
-                    self.tombs += 1;
-                    return;
-                }
-                Some(b) if *b == EMPTY => return,
-                _ => {}
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    fn grow<'a>(&mut self, name_of: &impl Fn(u32) -> &'a str) {
-        let old = core::mem::take(&mut self.buckets);
-        let live = |b: u32| b != EMPTY && b != TOMB;
-        let n = old.iter().filter(|&&b| live(b)).count();
-        let cap = ((n + 1) * 2).next_power_of_two().max(8);
-        self.buckets = vec![EMPTY; cap];
-        self.used = 0;
-        self.tombs = 0;
-        for &k in old.iter().filter(|&&b| live(b)) {
-            let name = name_of(k);
-            let mask = cap - 1;
-            let mut i = fnv1a(name.as_bytes()) as usize & mask;
-            while self.buckets.get(i).is_some_and(|&b| b != EMPTY) {
-                i = (i + 1) & mask;
-            }
-            if let Some(b) = self.buckets.get_mut(i) {
-                *b = k;
-                self.used += 1;
-            }
-        }
-    }
 }
 
 /// A doubly linked list threaded through key slots (`prev`/`next` live in the keys).
@@ -245,23 +142,18 @@ mod tests {
         assert_eq!(KeyId::from_raw(k.to_raw()), k);
     }
 
+    /// Names a client aimed at one probe chain under one seed spread under another
+    /// (the engine hashes names with its seed: `Engine::with_seed`).
     #[test]
-    fn index_insert_find_remove_grow() {
-        let names: Vec<String> = (0..1000).map(|i| format!("k{i}")).collect();
-        let mut ix = NameIndex::default();
-        for (i, n) in names.iter().enumerate() {
-            ix.insert(n, i as u32, |k| names[k as usize].as_str());
-        }
-        for (i, n) in names.iter().enumerate() {
-            assert_eq!(ix.get(n, |k| names[k as usize].as_str()), Some(i as u32));
-        }
-        for (i, n) in names.iter().enumerate().step_by(2) {
-            ix.remove(n, i as u32);
-        }
-        for (i, n) in names.iter().enumerate() {
-            let want = (i % 2 == 1).then_some(i as u32);
-            assert_eq!(ix.get(n, |k| names[k as usize].as_str()), want);
-        }
-        assert_eq!(ix.get("nope", |k| names[k as usize].as_str()), None);
+    fn names_aimed_at_one_chain_spread_under_another_seed() {
+        let hash = |seed, n: &str| crate::keyindex::hash(seed, 0, n.as_bytes()) & 0xff;
+        let aimed: Vec<String> = (0u64..)
+            .map(|i| format!("c/{i}"))
+            .filter(|n| hash(0, n) == 0)
+            .take(64)
+            .collect();
+        let spread: std::collections::HashSet<u64> =
+            aimed.iter().map(|n| hash(0x5eed_f00d, n)).collect();
+        assert!(spread.len() > 32, "{} buckets", spread.len());
     }
 }

@@ -35,12 +35,13 @@ use crate::config::{
     BreakerMode, Config, ConfigError, Isolation, SharedConfig, SyncMode, MAX_KEY_LEN,
 };
 use crate::event::{EventKind, Outcome};
+use crate::keyindex::{self, KeyIndex};
 use crate::shared::io::{Answer, Io, IoId, Op, LOST};
 use crate::shared::replica::{Ctx, Replica};
 use crate::time::{ms_to_ns, Monotonic, Nanos};
 use crate::window::HealthSnapshot;
 use calls::{Call, Calls, Deadlines};
-use keys::{Linked, Links, Lru, NameIndex, MAX_TABLE_KEYS};
+use keys::{Linked, Links, Lru, MAX_TABLE_KEYS};
 
 /// A registered policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -56,7 +57,8 @@ const SWEEP_PER_POLL: usize = 64;
 struct Policy {
     name: Box<str>,
     config: Config,
-    index: NameIndex,
+    /// Key name → key slot, by a seeded hash of the name ([`Engine::with_seed`]).
+    index: KeyIndex,
     lru: Lru,
     count: u32,
     overflow: Option<u32>,
@@ -112,6 +114,8 @@ pub struct Engine {
     io_queue: VecDeque<u32>,
     io_seq: u32,
     due: Vec<(u32, u32)>,
+    /// Seeds the key-name hash ([`Engine::with_seed`]).
+    seed: u64,
 }
 
 /// Hands the turn of a probe that never ran back to the breaker that admitted it: the
@@ -149,8 +153,18 @@ fn deadline_after(now: Nanos, ms: u64) -> Nanos {
 /// equal to a long name's shortened one shared its breaker). The hash is not
 /// collision-resistant: names an attacker chooses should not be long.
 pub fn bounded_name(name: &str) -> std::borrow::Cow<'_, str> {
+    let mut buf = [0; MAX_KEY_LEN];
+    match bounded(name, &mut buf) {
+        short if short.len() == name.len() => std::borrow::Cow::Borrowed(name),
+        short => std::borrow::Cow::Owned(short.into()),
+    }
+}
+
+/// [`bounded_name`] written into `buf` when shortened: no allocation (a lookup of a
+/// known long name allocated each time: found by review).
+fn bounded<'a>(name: &'a str, buf: &'a mut [u8; MAX_KEY_LEN]) -> &'a str {
     if name.len() <= SHORT_NAME {
-        return std::borrow::Cow::Borrowed(name);
+        return name;
     }
     let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -159,19 +173,20 @@ pub fn bounded_name(name: &str) -> std::borrow::Cow<'_, str> {
     while !name.is_char_boundary(end) {
         end -= 1;
     }
-    let mut short = String::with_capacity(end + 17);
-    short.push_str(name.get(..end).unwrap_or(""));
-    short.push('~');
-    // 16 hex digits, by hand: no hex formatter in the `.wasm`.
-    for shift in (0..16).rev() {
-        let digit = (hash >> (shift * 4)) as u8 & 15;
-        short.push(char::from(if digit < 10 {
-            b'0' + digit
-        } else {
-            b'a' + digit - 10
-        }));
+    let (head, tail) = buf.split_at_mut(end);
+    head.copy_from_slice(name.as_bytes().get(..end).unwrap_or_default());
+    let mut len = end;
+    for (i, b) in tail.iter_mut().take(17).enumerate() {
+        // '~' then 16 hex digits, by hand: no hex formatter in the `.wasm`.
+        let digit = (hash >> (60 - 4 * i.saturating_sub(1))) as u8 & 15;
+        *b = match i {
+            0 => b'~',
+            _ if digit < 10 => b'0' + digit,
+            _ => b'a' + digit - 10,
+        };
+        len += 1;
     }
-    std::borrow::Cow::Owned(short)
+    core::str::from_utf8(buf.get(..len).unwrap_or_default()).unwrap_or_default()
 }
 
 macro_rules! ctx {
@@ -207,7 +222,16 @@ impl Engine {
             io_queue: VecDeque::new(),
             io_seq: 0,
             due: Vec::new(),
+            seed: 0,
         }
+    }
+
+    /// Seeds the hash that finds keys by name with 64 random bits from the host: key
+    /// names often come from requests, and without a secret seed a client could pick
+    /// thousands of names on one probe chain and slow every lookup (found by review).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
     }
 
     /// An engine whose keys keep process-wide state in the host's CAS store.
@@ -257,7 +281,7 @@ impl Engine {
         self.policies.push(Policy {
             name: name.into(),
             config,
-            index: NameIndex::default(),
+            index: KeyIndex::default(),
             lru: Lru::default(),
             count: 0,
             overflow: None,
@@ -348,14 +372,13 @@ impl Engine {
     /// be made then (the table holds 2^21 entries).
     pub fn key(&mut self, policy: PolicyId, name: &str, now: Nanos) -> Option<KeyId> {
         let now = self.clock.advance(now);
-        let name = bounded_name(name);
-        let name = name.as_ref();
+        let mut buf = [0; MAX_KEY_LEN];
+        let name = bounded(name, &mut buf);
+        let hash = keyindex::hash(self.seed, u64::from(policy.0), name.as_bytes());
         let keys = &self.keys;
         let p = self.policies.get(policy.0 as usize)?;
-        if let Some(i) = p
-            .index
-            .get(name, |i| keys.get(i as usize).map_or("", |k| &k.name))
-        {
+        let named = |i: u32| keys.get(i as usize).is_some_and(|k| *k.name == *name);
+        if let Some(i) = p.index.find(hash, named) {
             return self.id_of(i);
         }
         if p.count >= p.config.keys.max_keys {
@@ -365,14 +388,17 @@ impl Engine {
                 return self.overflow_key(policy.0, now);
             }
         }
-        // The whole table full: the overflow key, as past `max_keys` (found by review).
+        // The whole table full, or no memory to index one more name: the overflow
+        // key, as past `max_keys` (found by review).
+        if !self.policies.get_mut(policy.0 as usize)?.index.reserve() {
+            return self.overflow_key(policy.0, now);
+        }
         let Some(i) = self.new_key(policy.0, name, false, now) else {
             return self.overflow_key(policy.0, now);
         };
         let keys = &mut self.keys;
         let p = self.policies.get_mut(policy.0 as usize)?;
-        p.index
-            .insert(name, i, |i| keys.get(i as usize).map_or("", |k| &k.name));
+        p.index.insert(hash, i);
         p.count += 1;
         p.lru.push_front(keys, i);
         self.id_of(i)
@@ -565,7 +591,10 @@ impl Engine {
         let name = core::mem::take(&mut k.name);
         if let Some(p) = self.policies.get_mut(policy as usize) {
             p.lru.unlink(&mut self.keys, i);
-            p.index.remove(&name, i);
+            p.index.remove(
+                keyindex::hash(self.seed, u64::from(policy), name.as_bytes()),
+                i,
+            );
             p.count = p.count.saturating_sub(1);
         }
         self.free_keys.push(i);
