@@ -331,6 +331,18 @@ pub struct Observed {
 }
 
 impl Observed {
+    /// The response reached its end of stream (at its headers, body or trailers). A
+    /// gRPC one (`rpc`) must end with a `grpc-status` (in its trailers, or its headers
+    /// when trailers-only); a 200 without a valid one is UNKNOWN to the client (found
+    /// by review: it counted as a success, and closed a half-open breaker on a backend
+    /// answering HTML, also when the page came as a body).
+    pub fn end(&mut self, rpc: bool) {
+        self.ended = true;
+        if rpc && self.status == Some(200) && self.grpc.is_none_or(|g| g > 16) {
+            self.grpc = Some(2);
+        }
+    }
+
     /// Whether Envoy's response flags can change the verdict (and so must be read):
     /// no response or one cut short, a 5xx, or a non-OK gRPC status (a trailers-only
     /// router reply to a gRPC request is a 200).

@@ -1346,13 +1346,8 @@ impl Worker {
             }
         }
         let ended = end || map == host::RESPONSE_TRAILERS;
-        obs.ended |= ended;
-        // A gRPC response must end with a `grpc-status` (gRPC over HTTP/2: in its
-        // trailers, or its headers when trailers-only); a 200 without a valid one is
-        // UNKNOWN to the client (found by review: it counted as a success, and closed
-        // a half-open breaker on a backend answering HTML).
-        if req.rpc && ended && obs.status == Some(200) && obs.grpc.is_none_or(|g| g > 16) {
-            obs.grpc = Some(2);
+        if ended {
+            obs.end(req.rpc);
         }
         if release {
             self.release_waiters(ctx);
@@ -1483,7 +1478,10 @@ impl Worker {
 
     /// A response body chunk.
     fn body(&mut self, ctx: u32, size: usize, end: bool) {
-        let Some(Call::Running { capture, obs, .. }) = self.calls.get_mut(ctx) else {
+        let Some(Call::Running {
+            capture, obs, req, ..
+        }) = self.calls.get_mut(ctx)
+        else {
             return;
         };
         let mut release = false;
@@ -1498,7 +1496,9 @@ impl Worker {
             }
             release = c.too_large;
         }
-        obs.ended |= end;
+        if end {
+            obs.end(req.rpc);
+        }
         if release {
             self.release_waiters(ctx);
         }

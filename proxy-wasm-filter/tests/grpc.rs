@@ -92,8 +92,12 @@ fn grpc_unknown_counts_as_failure_by_default() {
 fn a_grpc_response_without_a_valid_status_is_unknown() {
     let mut h = harness(&policy(BREAKER_1PROBE));
     for i in 0..40 {
-        let reply = match i % 2 {
+        // Ending at its headers, at its body (no trailers), or with a code past 16.
+        let reply = match i % 3 {
             0 => UpstreamReply::status(200).with_header("content-type", "text/html"),
+            1 => UpstreamReply::status(200)
+                .with_header("content-type", "text/html")
+                .with_body("<html>oops</html>"),
             _ => UpstreamReply::grpc(17),
         };
         h.request(i % 4, Request::grpc("/pkg.Svc/Call"), reply);

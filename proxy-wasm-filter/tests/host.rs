@@ -670,9 +670,18 @@ fn tick_timeout_replies_504_and_counts_timeout_once() {
 #[test]
 fn metrics_prefix_and_timeout_status_apply() {
     let json = BASE
-        .replace("BULKHEAD", r#""execution": {"timeout_ms": 200}, "timeout": "tick","#)
-        .replace(r#""tick_ms": 100,"#, r#""tick_ms": 100, "metrics_prefix": "fw","#)
-        .replace(r#""status": 503,"#, r#""status": 503, "timeout_status": 599,"#);
+        .replace(
+            "BULKHEAD",
+            r#""execution": {"timeout_ms": 200}, "timeout": "tick","#,
+        )
+        .replace(
+            r#""tick_ms": 100,"#,
+            r#""tick_ms": 100, "metrics_prefix": "fw","#,
+        )
+        .replace(
+            r#""status": 503,"#,
+            r#""status": 503, "timeout_status": 599,"#,
+        );
     let mut h = harness(CasMode::Envoy, &json);
     let r = h.request(
         0,
