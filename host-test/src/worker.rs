@@ -774,7 +774,9 @@ impl WorkerVm {
         if let Some(c) = self.ctls.get_mut(&id) {
             c.st = st;
         }
-        if matches!(st, St::PausedReq(_) | St::PausedResp(_)) {
+        // Waiting on the filter, or on a client that sends nothing until its upload
+        // ends: Envoy's idle timer runs (reset only by activity on the stream).
+        if matches!(st, St::PausedReq(_) | St::PausedResp(_) | St::Uploading) {
             self.arm_idle(id);
         }
     }
@@ -1023,7 +1025,8 @@ impl WorkerVm {
     }
 
     /// A stream with no activity for the stream idle timeout (connection manager
-    /// `onIdleTimeout`): 504 "stream timeout", details `stream_idle_timeout`, flag SI.
+    /// `onIdleTimeout`): "stream timeout", details `stream_idle_timeout`, flag SI; 504
+    /// once the whole request was received, else 408 (`maybeRequestTimeoutCode`).
     fn idle_timeout(&mut self, id: u64, gen: u64) {
         let Some(ctl) = self.ctls.get(&id) else {
             return;
@@ -1032,15 +1035,17 @@ impl WorkerVm {
             St::PausedReq(_) | St::PausedResp(_) => true,
             St::Upstream => !ctl.in_response,
             St::Streaming => true,
-            St::Active | St::Delivering | St::Uploading => false,
+            St::Uploading => true,
+            St::Active | St::Delivering => false,
         };
         if ctl.idle_gen != gen || !waiting {
             return;
         }
+        let received = ctl.uploaded_at <= self.now();
         self.set_info(id, None, flags::STREAM_IDLE_TIMEOUT);
         let lr = LocalReply {
             source: LocalReplySource::ConnectionManager,
-            status: 504,
+            status: if received { 504 } else { 408 },
             details: "stream_idle_timeout".into(),
             headers: vec![],
             body: "stream timeout".into(),

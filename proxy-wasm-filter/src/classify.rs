@@ -146,6 +146,12 @@ const CLIENT_GONE: FlagSet = FlagSet(0x4000 | 0x1000_0000 | 0x40000 | 0x200_0000
 /// then 100 % were refused).
 const ENVOY_SHED: FlagSet = FlagSet(0x800_0000 | 0x2000_0000 | 0x100_0000);
 
+/// Envoy's stream timers on the client's side: stream idle (SI) and the stream's
+/// maximum duration (DT). Fired while the client still owed part of its request
+/// (Envoy answers 408 then), they are the client's doing, not the upstream's (found
+/// by review: 20 clients that stopped mid-upload tripped a healthy upstream).
+const CLIENT_STALLED: FlagSet = FlagSet(0x10000 | 0x40_0000);
+
 /// A set of Envoy response flags, with Envoy's own bit values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlagSet(pub u64);
@@ -328,6 +334,8 @@ pub struct Observed {
     pub ended: bool,
     /// The stream ended at or after the client's own deadline (`grpc-timeout`).
     pub past_deadline: bool,
+    /// The filter never saw the request's end of stream.
+    pub request_incomplete: bool,
 }
 
 impl Observed {
@@ -344,15 +352,19 @@ impl Observed {
     }
 
     /// Whether Envoy's response flags can change the verdict (and so must be read):
-    /// no response or one cut short, a 5xx, or a non-OK gRPC status (a trailers-only
-    /// router reply to a gRPC request is a 200).
+    /// no response or one cut short, a 5xx, a non-OK gRPC status (a trailers-only
+    /// router reply to a gRPC request is a 200), or a request never received in full.
     pub fn needs_flags(&self) -> bool {
-        !self.ended || self.status.is_none_or(|s| s >= 500) || self.grpc.is_some_and(|g| g != 0)
+        !self.ended
+            || self.request_incomplete
+            || self.status.is_none_or(|s| s >= 500)
+            || self.grpc.is_some_and(|g| g != 0)
     }
 }
 
 impl Classifier {
-    /// Classifies, in this order: timeout flags → TIMEOUT; failure flags → FAILURE;
+    /// Classifies, in this order: a client-side stream timer (SI, DT) while the
+    /// request was incomplete → CANCELLED; timeout flags → TIMEOUT; failure flags → FAILURE;
     /// Envoy's own sheds (DO, UDO, NC) → CANCELLED;
     /// no response, or one cut short before its end of stream → FAILURE if resets are
     /// failures and Envoy set a flag, else if the client went away or broke the
@@ -364,6 +376,9 @@ impl Classifier {
     /// gRPC status → FAILURE; bad-request HTTP or gRPC status → BAD_REQUEST; else
     /// SUCCESS.
     pub fn classify(&self, o: &Observed) -> Outcome {
+        if o.request_incomplete && o.flags.intersects(CLIENT_STALLED) {
+            return Outcome::Cancelled;
+        }
         if o.flags.intersects(self.timeout_flags) {
             return Outcome::Timeout;
         }
@@ -469,8 +484,22 @@ mod tests {
             flags: FlagSet::from_property(flags),
             ended: status.is_some(),
             past_deadline: false,
+            request_incomplete: false,
         };
         assert_eq!(c.classify(&o(Some(200), None, b"")), Outcome::Success);
+        // Stream idle (SI) or max duration (DT) before the request was in: the client's.
+        let stalled = |flags: &[u8]| Observed {
+            request_incomplete: true,
+            ..o(Some(408), None, flags)
+        };
+        let c_si = Classifier {
+            timeout_flags: FlagSet::parse(&["UT".into(), "SI".into(), "DT".into()]).unwrap(),
+            ..c.clone()
+        };
+        assert_eq!(c_si.classify(&stalled(b"SI")), Outcome::Cancelled);
+        assert_eq!(c_si.classify(&stalled(b"DT")), Outcome::Cancelled);
+        assert_eq!(c_si.classify(&o(Some(504), None, b"SI")), Outcome::Timeout);
+        assert_eq!(c_si.classify(&stalled(b"UT")), Outcome::Timeout);
         assert_eq!(c.classify(&o(Some(503), None, b"")), Outcome::Failure);
         assert_eq!(c.classify(&o(Some(404), None, b"")), Outcome::BadRequest);
         assert_eq!(c.classify(&o(Some(504), None, b"UT")), Outcome::Timeout);

@@ -1604,6 +1604,7 @@ impl Worker {
                 ..
             } => {
                 self.by_call.remove(permit.id());
+                obs.request_incomplete = !req.sent;
                 if obs.needs_flags() {
                     if let Some(f) = host::property(b"response\0flags", FlagSet::from_property) {
                         obs.flags = f;
@@ -1963,14 +1964,16 @@ impl Root {
             }
             // Its reply waits in `deferred`: the request must not go upstream first.
             Some(Call::Answered { .. }) if w.deferred.iter().any(|d| d.ctx == ctx) => Action::Pause,
-            // Sent in full before its response started: its deadline starts now.
+            // Sent in full; before its response started, its deadline starts now.
             Some(Call::Running {
                 permit, req, obs, ..
-            }) if end && !req.sent && obs.status.is_none() => {
+            }) if end && !req.sent => {
                 req.sent = true;
-                req.sent_at(now);
-                if let Some(e) = w.engine.as_mut() {
-                    e.restart_timer(permit, now);
+                if obs.status.is_none() {
+                    req.sent_at(now);
+                    if let Some(e) = w.engine.as_mut() {
+                        e.restart_timer(permit, now);
+                    }
                 }
                 Action::Continue
             }

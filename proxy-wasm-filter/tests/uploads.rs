@@ -371,3 +371,36 @@ fn an_upgrade_is_admitted_at_its_headers() {
     h.run_for(Duration::from_millis(3_000));
     assert!(h.record(id).expect("ended").sent_upstream);
 }
+
+/// A client that stops mid-upload until Envoy's stream idle timeout fires (Envoy
+/// answers 408 then: the request was not received in full) is the client's doing:
+/// the call counts nowhere (found by review: they counted as bad requests, and as
+/// timeouts where the flag was read — the harness answered 504, which tripped a
+/// healthy upstream's breaker on 20 such clients). Without `admit_after_body`, where
+/// the calls hold their slots while uploading.
+#[test]
+fn uploads_stalled_past_the_stream_idle_timeout_count_nowhere() {
+    let json = CONFIG
+        .replace("ADMIT", "")
+        .replace(r#""bulkhead": {"max_concurrent": 2},"#, "")
+        .replace(r#""execution": {"timeout_ms": 1000}, "timeout": "tick","#, "");
+    let mut cfg = common::harness_config(CasMode::Envoy, &json, 15_000);
+    cfg.stream_idle_timeout_ms = 1_000;
+    let mut h = Harness::new(&common::module(), cfg).expect("plugin loads");
+    let ids: Vec<u64> = (0..20)
+        .map(|i| h.submit(i % 4, upload(3_000), ok()))
+        .collect();
+    h.run_for(Duration::from_millis(4_000));
+    for id in ids {
+        let r = h.record(id).expect("ended");
+        assert_eq!(r.response_status, Some(408), "{r:?}");
+        assert_eq!(r.response_flags, flags::STREAM_IDLE_TIMEOUT);
+        assert!(!r.sent_upstream || r.upstream_status.is_none());
+    }
+    assert_eq!(counter(&h, "fusewire.svc.timeout"), 0);
+    assert_eq!(counter(&h, "fusewire.svc.cancelled"), 20);
+    assert_eq!(counter(&h, "fusewire.svc.opened"), 0);
+    // A call after them runs.
+    let r = h.request(0, Request::get("/api/x"), ok());
+    assert_eq!(r.response_status, Some(200));
+}
