@@ -430,10 +430,14 @@ impl Vm {
             .map_err(wt)
             .with_context(|| format!("instantiating {}", module.name))?;
         let memory = inst.get_memory(&mut store, "memory");
-        let alloc = inst
+        // cpp-host `WasmBase::getFunctions` fails the VM without one.
+        let Ok(alloc) = inst
             .get_typed_func::<i32, i32>(&mut store, "malloc")
             .or_else(|_| inst.get_typed_func::<i32, i32>(&mut store, "proxy_on_memory_allocate"))
-            .ok();
+        else {
+            bail!("{}: Wasm module is missing malloc function.", module.name);
+        };
+        let alloc = Some(alloc);
         store.data_mut().memory = memory;
         store.data_mut().alloc = alloc;
         macro_rules! f {

@@ -7,14 +7,17 @@ use wasmtime::Linker;
 use crate::hostcalls::{read, write, write_u32, C};
 use crate::vm::VmState;
 
-/// Every `wasi_snapshot_preview1` import the host provides.
+/// Every `wasi_snapshot_preview1` import the host provides: proxy-wasm-cpp-host's
+/// `FOR_ALL_WASI_FUNCTIONS` (include/proxy-wasm/exports.h). A module importing any
+/// other (`poll_oneoff` for `std::thread::sleep`, `sched_yield`, `clock_res_get`,
+/// `fd_fdstat_set_flags`) fails to load in Envoy, and here (until 2026-12-07 the
+/// harness provided those four).
 pub const NAMES: &[&str] = &[
     "fd_write",
     "fd_read",
     "fd_seek",
     "fd_close",
     "fd_fdstat_get",
-    "fd_fdstat_set_flags",
     "fd_prestat_get",
     "fd_prestat_dir_name",
     "environ_get",
@@ -22,10 +25,7 @@ pub const NAMES: &[&str] = &[
     "args_get",
     "args_sizes_get",
     "clock_time_get",
-    "clock_res_get",
     "random_get",
-    "sched_yield",
-    "poll_oneoff",
     "proc_exit",
     "path_open",
 ];
@@ -35,6 +35,9 @@ const EBADF: i32 = 8;
 const EFAULT: i32 = 21;
 const EINVAL: i32 = 28;
 const ENOSYS: i32 = 52;
+const ENOTSUP: i32 = 58;
+/// cpp-host's `PROXY_WASM_HOST_WASI_RANDOM_GET_MAX_SIZE_BYTES`.
+const RANDOM_GET_MAX: u32 = 64 * 1024;
 
 fn errno<T>(r: Result<T, crate::hostcalls::HErr>) -> i32 {
     if r.is_ok() {
@@ -101,7 +104,6 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         st[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
         errno(write(&mut c, buf, &st))
     })?;
-    l.func_wrap(M, "fd_fdstat_set_flags", |_c: C, _fd: i32, _f: i32| ENOSYS)?;
     l.func_wrap(M, "fd_prestat_get", |_c: C, _fd: i32, _b: i32| EBADF)?;
     l.func_wrap(
         M,
@@ -124,15 +126,16 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
             let t = match id {
                 0 => clock.wall(),
                 1 => clock.monotonic(),
-                _ => return EINVAL,
+                _ => return ENOTSUP, // CPU-time clocks, as cpp-host
             };
             errno(write(&mut c, ret, &t.to_le_bytes()))
         },
     )?;
-    l.func_wrap(M, "clock_res_get", |mut c: C, _id: i32, ret: i32| {
-        errno(write(&mut c, ret, &1u64.to_le_bytes()))
-    })?;
     l.func_wrap(M, "random_get", |mut c: C, buf: i32, len: i32| {
+        // cpp-host refuses more than PROXY_WASM_HOST_WASI_RANDOM_GET_MAX_SIZE_BYTES.
+        if len as u32 > RANDOM_GET_MAX {
+            return EINVAL;
+        }
         let mem_len = c.data().memory.map(|m| m.data_size(&c)).unwrap_or(0);
         if len as u32 as usize > mem_len {
             return EFAULT;
@@ -141,12 +144,6 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         c.data_mut().rng.fill(&mut b);
         errno(write(&mut c, buf, &b))
     })?;
-    l.func_wrap(M, "sched_yield", |_c: C| ESUCCESS)?;
-    l.func_wrap(
-        M,
-        "poll_oneoff",
-        |_c: C, _i: i32, _o: i32, _n: i32, _r: i32| ENOSYS,
-    )?;
     l.func_wrap(M, "proc_exit", |_c: C, code: i32| -> wasmtime::Result<()> {
         Err(wasmtime::format_err!("proc_exit({code})"))
     })?;

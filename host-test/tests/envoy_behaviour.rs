@@ -887,6 +887,64 @@ fn non_proxy_wasm_module_is_refused() {
     );
 }
 
+/// Envoy provides only proxy-wasm-cpp-host's WASI subset (`FOR_ALL_WASI_FUNCTIONS`):
+/// a module importing another WASI function (Rust's `std::thread::sleep` imports
+/// `poll_oneoff`) fails to load (found by review: the harness provided four more).
+#[test]
+fn a_module_importing_wasi_outside_envoys_subset_is_refused() {
+    for name in [
+        "poll_oneoff",
+        "sched_yield",
+        "clock_res_get",
+        "fd_fdstat_set_flags",
+    ] {
+        let module = b"wasi_snapshot_preview1";
+        let mut imports = vec![1, module.len() as u8];
+        imports.extend_from_slice(module);
+        imports.push(name.len() as u8);
+        imports.extend_from_slice(name.as_bytes());
+        imports.extend_from_slice(&[0, 0]); // a function of type 0
+        let mut bytes = b"\0asm\x01\0\0\0".to_vec();
+        bytes.extend_from_slice(&[1, 4, 1, 0x60, 0, 0]); // type 0: () -> ()
+        bytes.extend_from_slice(&[2, imports.len() as u8]);
+        bytes.extend_from_slice(&imports);
+        // Function 1 of type 0, exported as the ABI marker, with an empty body.
+        let abi = b"proxy_abi_version_0_2_1";
+        bytes.extend_from_slice(&[3, 2, 1, 0, 7, abi.len() as u8 + 4, 1, abi.len() as u8]);
+        bytes.extend_from_slice(abi);
+        bytes.extend_from_slice(&[0, 1, 10, 4, 1, 2, 0, 0x0b]);
+        let e = WasmModule::from_bytes(&bytes, "wasi-extra")
+            .err()
+            .expect("refused");
+        assert!(
+            e.to_string()
+                .contains(&format!("missing import: wasi_snapshot_preview1.{name}")),
+            "{e}"
+        );
+    }
+}
+
+/// A module exporting neither `malloc` nor `proxy_on_memory_allocate` fails its VM,
+/// as cpp-host's `getFunctions` ("Wasm module is missing malloc function."): the host
+/// could hand it no header or body (the harness started it, and failed each call).
+#[test]
+fn a_module_without_an_allocator_fails_to_start() {
+    let abi = b"proxy_abi_version_0_2_1";
+    let mut bytes = b"\0asm\x01\0\0\0".to_vec();
+    bytes.extend_from_slice(&[1, 4, 1, 0x60, 0, 0]); // type 0: () -> ()
+    bytes.extend_from_slice(&[3, 2, 1, 0, 7, abi.len() as u8 + 4, 1, abi.len() as u8]);
+    bytes.extend_from_slice(abi);
+    bytes.extend_from_slice(&[0, 0, 10, 4, 1, 2, 0, 0x0b]);
+    let m = WasmModule::from_bytes(&bytes, "no-malloc").expect("compiles");
+    let e = Harness::new(&m, HarnessConfig::default())
+        .err()
+        .expect("refused");
+    assert!(
+        format!("{e:#}").contains("missing malloc function"),
+        "{e:#}"
+    );
+}
+
 #[test]
 fn concurrent_cas_increments_from_8_worker_threads_lose_nothing() {
     for cas_mode in [CasMode::Envoy, CasMode::Kong] {

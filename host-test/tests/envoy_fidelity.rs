@@ -775,14 +775,20 @@ fn stream_idle_timeout_on_a_stalled_upload_answers_408() {
         stream_idle_timeout_ms: 2_000,
         ..Default::default()
     });
-    let stalled = Request::get("/upload").method("POST").body(b"x").upload_ms(5_000);
+    let stalled = Request::get("/upload")
+        .method("POST")
+        .body(b"x")
+        .upload_ms(5_000);
     let r = h.request(0, stalled, UpstreamReply::status(200));
     assert_eq!(r.latency_ns(), 2_000_000_000);
     assert_eq!(r.response_status, Some(408));
     assert_eq!(r.response_flags, flags::STREAM_IDLE_TIMEOUT);
     assert!(!r.sent_upstream || r.upstream_status.is_none());
     // Sent within the timeout: it goes through.
-    let quick = Request::get("/upload").method("POST").body(b"x").upload_ms(1_000);
+    let quick = Request::get("/upload")
+        .method("POST")
+        .body(b"x")
+        .upload_ms(1_000);
     let r = h.request(0, quick, UpstreamReply::status(200));
     assert_eq!(r.response_status, Some(200));
 }
