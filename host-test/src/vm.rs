@@ -283,6 +283,10 @@ pub struct VmState {
     /// The running callback switched the effective context (it may have acted on
     /// other streams).
     pub(crate) switched_context: bool,
+    /// The host calls allowed right now, when restricted (cpp-host
+    /// `setRestrictedCallback`): while the start functions run, and inside the
+    /// module's allocator. Any other traps with `restricted_callback`.
+    pub(crate) restricted: Option<&'static [&'static str]>,
     /// A `proxy_send_local_response` succeeded during the running callback, for any
     /// stream (cpp-host `Wasm::stopNextIteration(true)`, a flag of the whole VM): the
     /// calling stream's returned action is read as a stop.
@@ -416,6 +420,7 @@ impl Vm {
             metric_ids: Vec::new(),
             rng: Rng::new(seed),
             switched_context: false,
+            restricted: None,
             stop_next: false,
             effects: BTreeSet::new(),
             limits: StoreLimitsBuilder::new()
@@ -467,6 +472,7 @@ impl Vm {
             on_grpc_receive_trailing_metadata: f!("proxy_on_grpc_receive_trailing_metadata"),
         };
         let init: Option<TypedFunc<(), ()>> = inst.get_typed_func(&mut store, "_initialize").ok();
+        store.data_mut().restricted = Some(crate::hostcalls::START_ALLOWED);
         let start = |store: &mut Store<VmState>, r: wasmtime::Result<()>| {
             r.map_err(|e| anyhow!("{}: start function trapped: {e:?}", store.data().vm_name))
         };
@@ -484,6 +490,7 @@ impl Vm {
             let r = s.call(&mut store, ());
             start(&mut store, r)?;
         }
+        store.data_mut().restricted = None;
         store.data_mut().phase = Phase::None;
         Ok(Vm {
             store,

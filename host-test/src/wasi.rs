@@ -4,7 +4,7 @@
 
 use wasmtime::Linker;
 
-use crate::hostcalls::{read, write, write_u32, C};
+use crate::hostcalls::{gate, read, write, write_u32, C};
 use crate::vm::VmState;
 
 /// Every `wasi_snapshot_preview1` import the host provides: proxy-wasm-cpp-host's
@@ -75,91 +75,114 @@ fn fd_write(c: &mut C, fd: i32, iovs: i32, n: i32, ret: i32) -> i32 {
     errno(write_u32(c, ret, written))
 }
 
+/// Defines `wasi_snapshot_preview1.$name`; a call while host calls are restricted to
+/// a list it is not on traps ([`gate`]). `$c` is the caller, `&mut C`.
+macro_rules! wasi {
+    ($l:expr, $name:literal, |$c:ident $(, $a:ident : $t:ty)*| $body:expr) => {
+        $l.func_wrap(
+            "wasi_snapshot_preview1",
+            $name,
+            |mut $c: C, $($a: $t),*| -> wasmtime::Result<i32> {
+                gate(&$c, concat!("wasi_snapshot_preview1.", $name))?;
+                let $c = &mut $c;
+                Ok($body)
+            },
+        )?;
+    };
+}
+
+#[allow(clippy::redundant_closure_call)]
 pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
-    const M: &str = "wasi_snapshot_preview1";
-    l.func_wrap(
-        M,
-        "fd_write",
-        |mut c: C, fd: i32, iovs: i32, n: i32, ret: i32| fd_write(&mut c, fd, iovs, n, ret),
-    )?;
-    l.func_wrap(
-        M,
-        "fd_read",
-        |_c: C, _fd: i32, _i: i32, _n: i32, _r: i32| ENOSYS,
-    )?;
-    l.func_wrap(
-        M,
-        "fd_seek",
-        |_c: C, _fd: i32, _o: i64, _w: i32, _r: i32| ENOSYS,
-    )?;
-    l.func_wrap(M, "fd_close", |_c: C, _fd: i32| ENOSYS)?;
-    l.func_wrap(M, "fd_fdstat_get", |mut c: C, fd: i32, buf: i32| {
+    wasi!(l, "fd_write", |c, fd: i32, iovs: i32, n: i32, ret: i32| {
+        fd_write(c, fd, iovs, n, ret)
+    });
+    wasi!(l, "fd_read", |c, _fd: i32, _i: i32, _n: i32, _r: i32| {
+        let _ = c;
+        ENOSYS
+    });
+    wasi!(l, "fd_seek", |c, _fd: i32, _o: i64, _w: i32, _r: i32| {
+        let _ = c;
+        ENOSYS
+    });
+    wasi!(l, "fd_close", |c, _fd: i32| {
+        let _ = c;
+        ENOSYS
+    });
+    wasi!(l, "fd_fdstat_get", |c, fd: i32, buf: i32| {
         if fd != 1 && fd != 2 {
-            return EBADF;
+            EBADF
+        } else {
+            // filetype character_device (2), no flags, all rights.
+            let mut st = [0u8; 24];
+            st[0] = 2;
+            st[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+            st[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+            errno(write(c, buf, &st))
         }
-        // filetype character_device (2), no flags, all rights.
-        let mut st = [0u8; 24];
-        st[0] = 2;
-        st[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-        st[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
-        errno(write(&mut c, buf, &st))
-    })?;
-    l.func_wrap(M, "fd_prestat_get", |_c: C, _fd: i32, _b: i32| EBADF)?;
+    });
+    wasi!(l, "fd_prestat_get", |c, _fd: i32, _b: i32| {
+        let _ = c;
+        EBADF
+    });
+    wasi!(l, "fd_prestat_dir_name", |c, _fd: i32, _p: i32, _n: i32| {
+        let _ = c;
+        ENOSYS
+    });
+    wasi!(l, "environ_get", |c, _a: i32, _b: i32| {
+        let _ = c;
+        ESUCCESS
+    });
+    wasi!(l, "environ_sizes_get", |c, cnt: i32, size: i32| {
+        errno(write_u32(c, cnt, 0).and_then(|_| write_u32(c, size, 0)))
+    });
+    wasi!(l, "args_get", |c, _a: i32, _b: i32| {
+        let _ = c;
+        ESUCCESS
+    });
+    wasi!(l, "args_sizes_get", |c, cnt: i32, size: i32| {
+        errno(write_u32(c, cnt, 0).and_then(|_| write_u32(c, size, 0)))
+    });
+    wasi!(l, "clock_time_get", |c, id: i32, _prec: i64, ret: i32| {
+        let clock = &c.data().env.clock;
+        match id {
+            0 => errno(write(c, ret, &clock.wall().to_le_bytes())),
+            1 => errno(write(c, ret, &clock.monotonic().to_le_bytes())),
+            _ => ENOTSUP, // CPU-time clocks, as cpp-host
+        }
+    });
+    wasi!(l, "random_get", |c, buf: i32, len: i32| {
+        let mem_len = c.data().memory.map(|m| m.data_size(&*c)).unwrap_or(0);
+        if len as u32 > RANDOM_GET_MAX {
+            // cpp-host refuses more than PROXY_WASM_HOST_WASI_RANDOM_GET_MAX_SIZE_BYTES.
+            EINVAL
+        } else if len as u32 as usize > mem_len {
+            EFAULT
+        } else {
+            let mut b = vec![0u8; len as u32 as usize];
+            c.data_mut().rng.fill(&mut b);
+            errno(write(c, buf, &b))
+        }
+    });
     l.func_wrap(
-        M,
-        "fd_prestat_dir_name",
-        |_c: C, _fd: i32, _p: i32, _n: i32| ENOSYS,
-    )?;
-    l.func_wrap(M, "environ_get", |_c: C, _a: i32, _b: i32| ESUCCESS)?;
-    l.func_wrap(M, "environ_sizes_get", |mut c: C, cnt: i32, size: i32| {
-        errno(write_u32(&mut c, cnt, 0).and_then(|_| write_u32(&mut c, size, 0)))
-    })?;
-    l.func_wrap(M, "args_get", |_c: C, _a: i32, _b: i32| ESUCCESS)?;
-    l.func_wrap(M, "args_sizes_get", |mut c: C, cnt: i32, size: i32| {
-        errno(write_u32(&mut c, cnt, 0).and_then(|_| write_u32(&mut c, size, 0)))
-    })?;
-    l.func_wrap(
-        M,
-        "clock_time_get",
-        |mut c: C, id: i32, _prec: i64, ret: i32| {
-            let clock = &c.data().env.clock;
-            let t = match id {
-                0 => clock.wall(),
-                1 => clock.monotonic(),
-                _ => return ENOTSUP, // CPU-time clocks, as cpp-host
-            };
-            errno(write(&mut c, ret, &t.to_le_bytes()))
+        "wasi_snapshot_preview1",
+        "proc_exit",
+        |c: C, code: i32| -> wasmtime::Result<()> {
+            gate(&c, "wasi_snapshot_preview1.proc_exit")?;
+            Err(wasmtime::format_err!("proc_exit({code})"))
         },
     )?;
-    l.func_wrap(M, "random_get", |mut c: C, buf: i32, len: i32| {
-        // cpp-host refuses more than PROXY_WASM_HOST_WASI_RANDOM_GET_MAX_SIZE_BYTES.
-        if len as u32 > RANDOM_GET_MAX {
-            return EINVAL;
-        }
-        let mem_len = c.data().memory.map(|m| m.data_size(&c)).unwrap_or(0);
-        if len as u32 as usize > mem_len {
-            return EFAULT;
-        }
-        let mut b = vec![0u8; len as u32 as usize];
-        c.data_mut().rng.fill(&mut b);
-        errno(write(&mut c, buf, &b))
-    })?;
-    l.func_wrap(M, "proc_exit", |_c: C, code: i32| -> wasmtime::Result<()> {
-        Err(wasmtime::format_err!("proc_exit({code})"))
-    })?;
-    l.func_wrap(
-        M,
-        "path_open",
-        |_c: C,
-         _fd: i32,
-         _df: i32,
-         _p: i32,
-         _pl: i32,
-         _of: i32,
-         _rb: i64,
-         _ri: i64,
-         _ff: i32,
-         _r: i32| ENOSYS,
-    )?;
+    wasi!(l, "path_open", |c,
+                           _fd: i32,
+                           _df: i32,
+                           _p: i32,
+                           _pl: i32,
+                           _of: i32,
+                           _rb: i64,
+                           _ri: i64,
+                           _ff: i32,
+                           _r: i32| {
+        let _ = c;
+        ENOSYS
+    });
     Ok(())
 }

@@ -963,22 +963,104 @@ fn local_reply_content_type_and_forwarded_proto() {
     assert_eq!(up.get_str("x-forwarded-proto").as_deref(), Some("http"));
 }
 
-/// cpp-host `WasmBase::startVm` runs the start functions with the VM context (id 0): no
-/// root context, no plugin (Envoy `Context::findValue`: plugin_name needs `plugin_`,
-/// plugin_root_id is the VM context's empty root id), no plugin configuration
-/// (`getBuffer`: `temp_plugin_` null); the VM configuration is served anytime.
+/// cpp-host `WasmBase::startVm` restricts host calls while the start functions run
+/// (`setRestrictedCallback`): logging, WASI output, args, environment, clocks and
+/// randomness pass; any other call traps (`restricted_callback`) and the VM fails to
+/// start (found by review: the harness answered them).
 #[test]
-fn host_calls_during_initialize_see_only_the_vm_context() {
+fn host_calls_during_initialize_are_restricted_as_envoys() {
     let h = one();
-    let init = h
+    assert!(h
         .logs()
-        .into_iter()
-        .find(|l| l.vm == "worker-0" && l.message.starts_with("init "))
-        .expect("init line");
-    assert_eq!(
-        init.message,
-        "init plugin_name=!1 root_id= vm_id=fusewire-v1 effective_1=2 local_reply=0 plugin_config=!1 vm_config= pairs=(0, 0)"
+        .iter()
+        .any(|l| l.vm == "worker-0" && l.message == "init clock=true"));
+    for (name, args) in [
+        ("proxy_get_current_time_nanoseconds", 1),
+        ("proxy_set_effective_context", 1),
+        ("proxy_get_buffer_bytes", 5),
+    ] {
+        let e = Harness::new(&initializer_calling(name, args), HarnessConfig::default())
+            .err()
+            .expect("refused");
+        assert!(
+            format!("{e:#}").contains(&format!("restricted_callback: env.{name}")),
+            "{name}: {e:#}"
+        );
+    }
+    // `proxy_log` is allowed.
+    let h = Harness::new(
+        &initializer_calling("proxy_log", 3),
+        HarnessConfig::default(),
     );
+    assert!(
+        h.is_ok(),
+        "{:#}",
+        h.err().map(|e| format!("{e:#}")).unwrap_or_default()
+    );
+}
+
+/// A module whose `_initialize` calls `env.<name>` with `args` zero arguments (i32),
+/// dropping its i32 result; with the ABI marker, memory and an allocator.
+fn initializer_calling(name: &str, args: usize) -> WasmModule {
+    fn section(id: u8, content: &[u8]) -> Vec<u8> {
+        let mut s = vec![id];
+        let mut n = content.len();
+        loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            s.push(if n == 0 { b } else { b | 0x80 });
+            if n == 0 {
+                break;
+            }
+        }
+        s.extend_from_slice(content);
+        s
+    }
+    fn name_bytes(v: &mut Vec<u8>, n: &str) {
+        v.push(n.len() as u8);
+        v.extend_from_slice(n.as_bytes());
+    }
+    // Types: 0 () -> (), 1 (i32) -> i32, 2 (i32 × args) -> i32.
+    let mut types = vec![3, 0x60, 0, 0, 0x60, 1, 0x7f, 1, 0x7f, 0x60, args as u8];
+    types.extend(std::iter::repeat_n(0x7f, args));
+    types.extend_from_slice(&[1, 0x7f]);
+    let mut imports = vec![1];
+    name_bytes(&mut imports, "env");
+    name_bytes(&mut imports, name);
+    imports.extend_from_slice(&[0, 2]);
+    // Functions 1 (marker), 2 (_initialize), 3 (malloc); one memory page.
+    let funcs = [3, 0, 0, 1];
+    let memory = [1, 0, 1];
+    let mut exports = vec![4];
+    for (n, kind, index) in [
+        ("proxy_abi_version_0_2_1", 0, 1),
+        ("_initialize", 0, 2),
+        ("malloc", 0, 3),
+        ("memory", 2, 0),
+    ] {
+        name_bytes(&mut exports, n);
+        exports.extend_from_slice(&[kind, index]);
+    }
+    let mut init = vec![0];
+    for _ in 0..args {
+        init.extend_from_slice(&[0x41, 0]); // i32.const 0
+    }
+    init.extend_from_slice(&[0x10, 0, 0x1a, 0x0b]); // call 0, drop, end
+    let mut code = vec![3, 2, 0, 0x0b, init.len() as u8];
+    code.extend_from_slice(&init);
+    code.extend_from_slice(&[4, 0, 0x41, 0, 0x0b]); // malloc: i32.const 0
+    let mut bytes = b"\0asm\x01\0\0\0".to_vec();
+    for (id, content) in [
+        (1, types),
+        (2, imports),
+        (3, funcs.to_vec()),
+        (5, memory.to_vec()),
+        (7, exports),
+        (10, code),
+    ] {
+        bytes.extend(section(id, &content));
+    }
+    WasmModule::from_bytes(&bytes, name).expect("compiles")
 }
 
 /// Envoy `Context::setProperty` (NOT_FOUND without stream info), `sendLocalResponse`
