@@ -153,15 +153,13 @@ fn set_buffer(c: &mut C, ty: i32, start: i32, size: i32, ptr: i32, len: i32) -> 
     let data = read(c, ptr, len)?;
     let buf = maps::write_buffer(c.data_mut(), ty)?;
     let (start, size) = (start as u32 as usize, size as u32 as usize);
-    // Envoy's Buffer semantics: prepend, replace all, or append.
+    // Envoy's `Buffer::copyFrom`: at 0, drain `size` bytes (at most all) and prepend
+    // (a prepend, a replacement of the head, or of it all); at or past the end,
+    // append; anything else BAD_ARGUMENT. (Until 2026-12-07 a head shorter than the
+    // buffer was BAD_ARGUMENT here: found by review.)
     if start == 0 {
-        if size == 0 {
-            buf.splice(0..0, data);
-        } else if size >= buf.len() {
-            *buf = data;
-        } else {
-            return Err(Status::BadArgument.into());
-        }
+        let n = size.min(buf.len());
+        buf.splice(0..n, data);
     } else if start >= buf.len() {
         buf.extend_from_slice(&data);
     } else {

@@ -837,6 +837,14 @@ fn bodies_can_be_read_and_replaced() {
     );
     assert_eq!(r.body_text(), "HELLO");
     assert!(r.callbacks.contains(&"on_request_body".to_string()));
+    // Envoy `Buffer::copyFrom(0, 3, "XY")`: drain 3 bytes, prepend (the SDK's
+    // `set_http_response_body(0, 3, ..)` trapped on BAD_ARGUMENT here).
+    let r = h.request(
+        0,
+        Request::get("/probe/body-head"),
+        UpstreamReply::status(200).with_body("abcdef"),
+    );
+    assert_eq!(r.body_text(), "XYdef");
 }
 
 #[test]
