@@ -22,7 +22,11 @@ pub(crate) fn read(d: &VmState, ty: i32) -> Result<Option<&HeaderMap>, Status> {
     let cb = &d.callback;
     match ty {
         map::HTTP_CALL_RESPONSE_HEADERS => return Ok(cb.http.as_ref().map(|r| &r.0)),
-        map::HTTP_CALL_RESPONSE_TRAILERS => return Ok(cb.http.as_ref().map(|r| &r.2)),
+        // Envoy serves `response->trailers()`, null when the response had none (a
+        // read is then BAD_ARGUMENT: until 2026-12-07 an empty map here).
+        map::HTTP_CALL_RESPONSE_TRAILERS => {
+            return Ok(cb.http.as_ref().map(|r| &r.2).filter(|t| !t.is_empty()))
+        }
         map::GRPC_INITIAL_METADATA => return Ok(cb.grpc_initial.as_ref()),
         map::GRPC_TRAILING_METADATA => return Ok(cb.grpc_trailing.as_ref()),
         _ => {}

@@ -589,6 +589,11 @@ fn http_call_to_simulated_cluster() {
     );
     assert_eq!(r.body_text(), "callout-body");
     assert_eq!(r.latency_ns(), 5_000_000);
+    // No trailers: the map does not exist (Envoy `getConstMap` → null → BAD_ARGUMENT 2).
+    assert_eq!(
+        r.response_header("x-callout-trailer").as_deref(),
+        Some("!2")
+    );
     let r = get(&mut h, 0, "/probe/callout-bad");
     assert_eq!(
         r.body_text(),
@@ -616,6 +621,25 @@ fn http_call_timeout_arrives_as_a_504_response() {
     );
     assert_eq!(r.body_text(), "upstream request timeout");
     assert_eq!(r.latency_ns(), 1_000_000_000);
+    assert_eq!(
+        r.response_header("x-callout-trailer").as_deref(),
+        Some("!2")
+    );
+}
+
+/// A callout answered with trailers: the trailer map exists and serves them.
+#[test]
+fn http_call_trailers_are_served_when_the_response_had_them() {
+    let mut h = harness_with(HarnessConfig {
+        workers: 1,
+        clusters: vec![ClusterConfig {
+            http_call_reply: UpstreamReply::status(200).with_trailer("x-t", "7"),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let r = get(&mut h, 0, "/probe/callout");
+    assert_eq!(r.response_header("x-callout-trailer").as_deref(), Some("7"));
 }
 
 #[test]
