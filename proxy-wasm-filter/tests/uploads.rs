@@ -383,7 +383,10 @@ fn uploads_stalled_past_the_stream_idle_timeout_count_nowhere() {
     let json = CONFIG
         .replace("ADMIT", "")
         .replace(r#""bulkhead": {"max_concurrent": 2},"#, "")
-        .replace(r#""execution": {"timeout_ms": 1000}, "timeout": "tick","#, "");
+        .replace(
+            r#""execution": {"timeout_ms": 1000}, "timeout": "tick","#,
+            "",
+        );
     let mut cfg = common::harness_config(CasMode::Envoy, &json, 15_000);
     cfg.stream_idle_timeout_ms = 1_000;
     let mut h = Harness::new(&common::module(), cfg).expect("plugin loads");
