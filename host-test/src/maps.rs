@@ -69,7 +69,25 @@ pub(crate) fn missing(d: &VmState) -> Status {
 pub(crate) fn write(d: &mut VmState, ty: i32) -> Result<&mut HeaderMap, Status> {
     let strict = d.env.strict_lifetimes;
     let cur = d.current;
+    let (phase, eos) = (d.phase, d.end_of_stream);
     let s = d.streams.get_mut(&cur).ok_or(Status::BadArgument)?;
+    // Envoy `getMap`: in a body callback at the stream's end, a stream without
+    // trailers gets an empty trailer map (`addDecodedTrailers` / `addEncodedTrailers`)
+    // that goes on after the body (until 2026-12-07 BAD_ARGUMENT here: found by
+    // review).
+    if eos {
+        match (ty, phase) {
+            (map::REQUEST_TRAILERS, Phase::RequestBody) if s.req_trailers.is_none() => {
+                s.req_trailers = Some(HeaderMap::new());
+                s.req_trailers_live = true;
+            }
+            (map::RESPONSE_TRAILERS, Phase::ResponseBody) if s.resp_trailers.is_none() => {
+                s.resp_trailers = Some(HeaderMap::new());
+                s.resp_trailers_live = true;
+            }
+            _ => {}
+        }
+    }
     if strict && !is_live(s, ty) {
         return Err(Status::BadArgument);
     }

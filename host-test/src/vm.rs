@@ -287,6 +287,8 @@ pub struct VmState {
     /// `setRestrictedCallback`): while the start functions run, and inside the
     /// module's allocator. Any other traps with `restricted_callback`.
     pub(crate) restricted: Option<&'static [&'static str]>,
+    /// The running body callback was given the stream's end (Envoy's `end_of_stream_`).
+    pub(crate) end_of_stream: bool,
     /// A `proxy_send_local_response` succeeded during the running callback, for any
     /// stream (cpp-host `Wasm::stopNextIteration(true)`, a flag of the whole VM): the
     /// calling stream's returned action is read as a stop.
@@ -421,6 +423,7 @@ impl Vm {
             rng: Rng::new(seed),
             switched_context: false,
             restricted: None,
+            end_of_stream: false,
             stop_next: false,
             effects: BTreeSet::new(),
             limits: StoreLimitsBuilder::new()
@@ -676,7 +679,9 @@ impl Vm {
         };
         let Some(f) = f else { return Ok(0) };
         self.enter(ctx, phase);
+        self.store.data_mut().end_of_stream = eos;
         let r = f.call(&mut self.store, (ctx as i32, n as i32, eos as i32));
+        self.store.data_mut().end_of_stream = false;
         self.finish(r, |v| v)
     }
 

@@ -871,6 +871,30 @@ fn bodies_can_be_read_and_replaced() {
     assert_eq!(r.body_text(), "XYdef");
 }
 
+/// Envoy `Context::getMap`: in the response body callback at the stream's end, a
+/// response without trailers gets a trailer map (`addEncodedTrailers`) that follows
+/// the body to the client; in an earlier body chunk there is none (BAD_ARGUMENT).
+#[test]
+fn trailers_can_be_added_at_the_end_of_the_body() {
+    let mut h = harness(1, "");
+    let r = h.request(
+        0,
+        Request::get("/probe/add-trailer"),
+        UpstreamReply::status(200).with_body("abc"),
+    );
+    assert!(h
+        .logs()
+        .iter()
+        .any(|l| l.message == "add-trailer eos=true status=0"));
+    assert_eq!(
+        r.response_trailers
+            .as_ref()
+            .and_then(|t| t.get_str("x-added"))
+            .as_deref(),
+        Some("end")
+    );
+}
+
 #[test]
 fn shared_queue_notifies_the_registering_vm() {
     let mut h = harness(2, "");
