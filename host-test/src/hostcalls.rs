@@ -441,12 +441,18 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         "proxy_resolve_shared_queue",
         |c, vp: i32, vn: i32, np: i32, nn: i32, rp: i32| {
             let (vm, n) = (read_str(c, vp, vn)?, read_str(c, np, nn)?);
-            let id = c
-                .data()
+            let d = c.data();
+            // cpp-host `lookupSharedQueue`: an empty vm_id is the caller's own.
+            let vm = if vm.is_empty() {
+                &d.env.plugin.vm_id
+            } else {
+                &vm
+            };
+            let id = d
                 .env
                 .process
                 .shared
-                .resolve_queue(&vm, &n)
+                .resolve_queue(vm, &n)
                 .ok_or(Status::NotFound)?;
             write_u32(c, rp, id)
         }

@@ -904,6 +904,10 @@ fn shared_queue_notifies_the_registering_vm() {
     assert_eq!(h.metric("probe.queue_msgs").map(|m| m.scalar()), Some(1));
     h.run_for(Duration::from_millis(1));
     assert_eq!(h.metric("probe.queue_msgs").map(|m| m.scalar()), Some(2));
+    // No vm_id: the caller's own VM id (cpp-host `lookupSharedQueue`).
+    get(&mut h, 1, "/probe/enqueue-own");
+    h.run_for(Duration::from_millis(1));
+    assert_eq!(h.metric("probe.queue_msgs").map(|m| m.scalar()), Some(3));
 }
 
 #[test]
