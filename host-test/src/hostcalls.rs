@@ -315,7 +315,9 @@ pub(crate) fn add_to_linker(l: &mut Linker<VmState>) -> wasmtime::Result<()> {
         l,
         "proxy_set_header_map_pairs",
         |c, ty: i32, p: i32, n: i32| {
-            let m = HeaderMap::decode(&read(c, p, n)?).map_err(|_| Status::BadArgument)?;
+            // cpp-host `PairsUtil::toPairs`: a malformed or oversized map is no pairs,
+            // and Envoy sets that (every header removed, OK).
+            let m = HeaderMap::decode(&read(c, p, n)?).unwrap_or_default();
             *maps::write(c.data_mut(), ty)? = m;
             Ok(())
         }

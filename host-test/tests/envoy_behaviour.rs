@@ -895,6 +895,27 @@ fn trailers_can_be_added_at_the_end_of_the_body() {
     );
 }
 
+/// cpp-host `set_header_map_pairs` decodes with `PairsUtil::toPairs`, which gives no
+/// pairs for a malformed or oversized map, and sets that: the map is emptied and the
+/// call is OK (the harness answered BAD_ARGUMENT and left the map, on which the SDK
+/// traps).
+#[test]
+fn malformed_pairs_set_an_empty_map() {
+    let mut h = harness(1, "");
+    let r = h.request(
+        0,
+        Request::get("/probe/bad-trailer-pairs"),
+        UpstreamReply::status(200)
+            .with_body("abc")
+            .with_trailer("x-a", "1"),
+    );
+    assert!(h
+        .logs()
+        .iter()
+        .any(|l| l.message == "bad-trailer-pairs status=0"));
+    assert_eq!(r.response_trailers.map(|t| t.is_empty()), Some(true));
+}
+
 #[test]
 fn shared_queue_notifies_the_registering_vm() {
     let mut h = harness(2, "");
