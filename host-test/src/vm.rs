@@ -543,7 +543,11 @@ impl Vm {
         d.root_plugins.insert(root, plugin.clone());
         if let Some(f) = self.ex.on_context_create.clone() {
             self.enter(root, Phase::Root);
+            // cpp-host `ContextBase::onStart` sets `temp_plugin_` around the root's
+            // creation: its plugin configuration is served there (not in on_vm_start).
+            self.store.data_mut().plugin_config = Some(plugin.configuration.clone().into_bytes());
             let r = f.call(&mut self.store, (root as i32, 0));
+            self.store.data_mut().plugin_config = None;
             self.finish(r, |_| 0).map_err(StartError::Trap)?;
             self.lifecycle("proxy_on_context_create", root, None);
         }

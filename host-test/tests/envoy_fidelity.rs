@@ -999,6 +999,21 @@ fn host_calls_during_initialize_are_restricted_as_envoys() {
     );
 }
 
+/// cpp-host `ContextBase::onStart` sets `temp_plugin_` around the root context's
+/// creation, so Envoy serves the plugin configuration there (and in on_configure), not
+/// in on_vm_start (found by review: NOT_FOUND here).
+#[test]
+fn plugin_configuration_is_served_at_the_roots_creation() {
+    let h = with_plugin(PluginConfig {
+        configuration: "{\"x\": 1}".into(),
+        ..Default::default()
+    });
+    assert!(h
+        .logs()
+        .iter()
+        .any(|l| l.vm == "worker-0" && l.message == "root create plugin_config_bytes=8"));
+}
+
 /// A module whose `_initialize` calls `env.<name>` with `args` zero arguments (i32),
 /// dropping its i32 result; with the ABI marker, memory and an allocator.
 fn initializer_calling(name: &str, args: usize) -> WasmModule {
