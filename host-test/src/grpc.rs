@@ -33,6 +33,24 @@ pub fn http_to_grpc_status(http: u16) -> u32 {
     }
 }
 
+/// Envoy's `Grpc::Utility::grpcToHttpStatus` (source/common/grpc/status.cc).
+pub fn grpc_to_http_status(grpc: u32) -> u16 {
+    match grpc {
+        0 => 200,
+        1 => 499,
+        3 | 9 | 11 => 400,
+        4 => 504,
+        5 => 404,
+        6 | 10 => 409,
+        7 => 403,
+        8 => 429,
+        12 => 501,
+        14 => 503,
+        16 => 401,
+        _ => 500, // UNKNOWN, INTERNAL, DATA_LOSS and codes past 16
+    }
+}
+
 /// Envoy's `Http::Utility::PercentEncoding::encode` with the default reserved set `%`:
 /// bytes below 0x20, from 0x7E (`~`) up, and `%` become `%XX` (uppercase hex).
 pub fn percent_encode(s: &str) -> String {
@@ -100,6 +118,14 @@ mod tests {
             .map(|s| http_to_grpc_status(*s))
             .collect();
         assert_eq!(got, [13, 16, 7, 12, 14, 2, 14, 14, 14, 2]);
+        let back: Vec<u16> = (0..=17).map(grpc_to_http_status).collect();
+        assert_eq!(
+            back,
+            [
+                200, 499, 500, 400, 504, 404, 409, 403, 429, 400, 409, 400, 501, 500, 503, 500,
+                401, 500
+            ]
+        );
     }
 
     #[test]

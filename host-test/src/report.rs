@@ -18,9 +18,10 @@ pub const TAG_HEADER: &str = "x-fusewire";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Class {
-    /// Upstream answered < 500.
+    /// Upstream answered < 500 (gRPC: a `grpc-status` Envoy maps below 500).
     UpstreamOk,
-    /// Upstream answered >= 500, reset or timed out (and the filter let that through).
+    /// Upstream answered >= 500 (or such a `grpc-status`), reset or timed out (and the
+    /// filter let that through).
     UpstreamFailed,
     /// The filter answered locally with an error (status >= 400 or a non-zero
     /// grpc-status, tag not "fallback").
@@ -298,7 +299,7 @@ impl ReportBuilder {
         *t.outcomes.entry(class.name().into()).or_default() += 1;
         if r.sent_upstream {
             t.sent_upstream += 1;
-            if r.upstream_status.is_none_or(|s| s >= 500) && r.outcome != Outcome::DownstreamReset {
+            if r.upstream_failed() && r.outcome != Outcome::DownstreamReset {
                 t.upstream_attempt_failed += 1;
             }
         }

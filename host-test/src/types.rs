@@ -489,9 +489,11 @@ pub struct LocalReply {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
-    /// Upstream answered with a status < 500.
+    /// Upstream answered with a status < 500 (gRPC: a `grpc-status` Envoy maps below
+    /// 500, see [`StreamRecord::upstream_failed`]).
     UpstreamOk,
-    /// Upstream answered >= 500, reset, or timed out (router reply).
+    /// Upstream answered >= 500 (or such a `grpc-status`), reset, or timed out
+    /// (router reply).
     UpstreamFailed,
     /// The filter sent a local reply (from any phase).
     LocalReply,
@@ -530,6 +532,9 @@ pub struct StreamRecord {
     pub upstream_request_headers: Option<HeaderMap>,
     /// The upstream's status, when it answered.
     pub upstream_status: Option<u16>,
+    /// The upstream's `grpc-status` (trailers, else headers), when it sent one.
+    #[serde(default)]
+    pub upstream_grpc_status: Option<u32>,
     /// Local reply, if any (filter, router or wasm failure).
     pub local_reply: Option<LocalReply>,
     /// Final status the client saw (None on reset).
@@ -555,6 +560,16 @@ pub struct StreamRecord {
 }
 
 impl StreamRecord {
+    /// Whether the upstream's answer was a failure: none, a 5xx, or a `grpc-status`
+    /// that Envoy maps to a 5xx (`Grpc::Utility::grpcToHttpStatus`: UNKNOWN,
+    /// DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS). A gRPC
+    /// failure comes as a 200 (found by review: reports counted them as upstream_ok).
+    pub fn upstream_failed(&self) -> bool {
+        let grpc = self
+            .upstream_grpc_status
+            .is_some_and(|g| crate::grpc::grpc_to_http_status(g) >= 500);
+        self.upstream_status.is_none_or(|s| s >= 500) || grpc
+    }
     /// Value of response header `k` the client saw.
     pub fn response_header(&self, k: &str) -> Option<String> {
         self.response_headers.as_ref()?.get_str(k)

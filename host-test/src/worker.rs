@@ -388,6 +388,7 @@ impl WorkerVm {
             sent_upstream: false,
             upstream_request_headers: None,
             upstream_status: None,
+            upstream_grpc_status: None,
             local_reply: None,
             response_status: None,
             response_headers: None,
@@ -948,6 +949,13 @@ impl WorkerVm {
                     return;
                 };
                 ctl.rec.upstream_status = Some(status);
+                let grpc_status = |pairs: &[(String, String)]| {
+                    pairs
+                        .iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case("grpc-status"))
+                        .and_then(|(_, v)| v.parse().ok())
+                };
+                ctl.rec.upstream_grpc_status = grpc_status(&trailers).or(grpc_status(&headers));
                 // A HEAD's response ends at its headers (Envoy's codec reads no body).
                 let (body, trailers) = match ctl.is_head {
                     true => (String::new(), Vec::new()),
@@ -1364,10 +1372,8 @@ impl WorkerVm {
             Some(LocalReplySource::WasmFailure) => Outcome::FailClosed,
             Some(LocalReplySource::Router) => Outcome::UpstreamFailed,
             Some(LocalReplySource::ConnectionManager) => Outcome::IdleTimeout,
-            None => match ctl.rec.upstream_status {
-                Some(s) if s < 500 => Outcome::UpstreamOk,
-                _ => Outcome::UpstreamFailed,
-            },
+            None if ctl.rec.upstream_failed() => Outcome::UpstreamFailed,
+            None => Outcome::UpstreamOk,
         };
         let download = ctl.req.download_ns;
         if download > 0 {

@@ -916,6 +916,23 @@ fn malformed_pairs_set_an_empty_map() {
     assert_eq!(r.response_trailers.map(|t| t.is_empty()), Some(true));
 }
 
+/// A gRPC failure arrives as a 200 with a `grpc-status`: one that Envoy maps to a 5xx
+/// (`grpcToHttpStatus`) is an upstream failure in records and reports; the caller's
+/// mistakes (NOT_FOUND) are not (found by review: every gRPC answer was upstream_ok).
+#[test]
+fn grpc_failures_are_upstream_failures() {
+    let mut h = harness(1, "");
+    let r = h.request(0, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(14));
+    assert_eq!(
+        (r.upstream_status, r.upstream_grpc_status, r.outcome),
+        (Some(200), Some(14), Outcome::UpstreamFailed)
+    );
+    let r = h.request(0, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(5));
+    assert_eq!(r.outcome, Outcome::UpstreamOk);
+    let r = h.request(0, Request::grpc("/pkg.Svc/Call"), UpstreamReply::grpc(0));
+    assert_eq!(r.outcome, Outcome::UpstreamOk);
+}
+
 #[test]
 fn shared_queue_notifies_the_registering_vm() {
     let mut h = harness(2, "");

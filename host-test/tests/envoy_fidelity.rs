@@ -200,8 +200,8 @@ fn upstream_grpc_status_arrives_in_the_response_trailers() {
     assert!(r.callbacks.contains(&"on_response_trailers".to_string()));
     assert_eq!(
         r.outcome,
-        Outcome::UpstreamOk,
-        "HTTP 200: Envoy's own classification"
+        Outcome::UpstreamFailed,
+        "HTTP 200, but UNAVAILABLE: a 503 by Envoy's grpcToHttpStatus"
     );
     let r = h.request(
         0,
