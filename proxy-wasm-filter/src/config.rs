@@ -1042,11 +1042,13 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
         None => CREDENTIAL_HEADERS.iter().map(|h| h.to_string()).collect(),
         Some(list) => list,
     };
-    if credential_headers.iter().any(|h| !valid_header_name(h)) {
-        return Err(err(
-            at("credential_headers"),
-            "must hold lower-case header names",
-        ));
+    for (j, h) in credential_headers.iter().enumerate() {
+        if !valid_header_name(h) {
+            return Err(err(
+                at(&fusewire_core::text!("credential_headers[{j}]")),
+                fusewire_core::text!("must be a lower-case header name, got {}", Quoted(h)),
+            ));
+        }
     }
     let admit_after_body = match p.admit_after_body {
         None => None,

@@ -1700,7 +1700,7 @@ fn private_replies_are_not_handed_to_followers() {
         Ok(h) => panic!("must be rejected; logs: {:?}", h.logs()),
         Err(e) => assert!(
             format!("{e:#}")
-                .contains("policies[0].credential_headers: must hold lower-case header names"),
+                .contains(r#"policies[0].credential_headers[0]: must be a lower-case header name, got "X-Api-Key""#),
             "{e:#}"
         ),
     }
