@@ -317,8 +317,9 @@ impl Worker {
                 .owner
                 .unwrap_or_else(|| owner_id(&plugin.shared.namespace, rand));
             self.owner = Some(owner);
-            // Key names come from requests: the name hash is seeded (see `with_seed`).
-            let seed = self.rand();
+            // Key names come from requests: the name hash is seeded (see `with_seed`),
+            // from the draw above (no second draw: the harness's runs stay as they were).
+            let seed = rand.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
             match Engine::shared(plugin.shared.clone(), owner) {
                 Ok(e) => self.engine = Some(e.with_seed(seed)),
                 Err(e) => {
