@@ -7,7 +7,7 @@
 //   dist/prometheus.*  the fusewire/prometheus subpath
 //   dist/redis.*       the fusewire/redis subpath (RedisStore: fleet-wide state through ioredis)
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,6 +27,17 @@ mkdirSync(dist, { recursive: true });
 execFileSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.json')], { stdio: 'inherit' });
 execFileSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.browser.json')], { stdio: 'inherit' });
 writeFileSync(join(dist, 'cjs', 'package.json'), '{ "type": "commonjs" }\n');
+
+// A `Status` is made by a breaker only. Its constructor is @internal (stripped), so the
+// declaration inherited the emitter's `new ()`: `new Status()` compiled, then threw
+// (found by review). Declared private instead.
+const statusDts = join(dist, 'cjs', 'status.d.ts');
+const statusClass = 'export declare class Status extends Status_base {\n';
+const statusText = readFileSync(statusDts, 'utf8');
+if (!statusText.includes(statusClass)) throw new Error('build.mjs: dist/cjs/status.d.ts declares no Status class');
+writeFileSync(statusDts, statusText.replace(statusClass, `${statusClass}    /** Made by a breaker (\`breaker.status\`) or \`CircuitBreaker.newStatus\`. */
+    private constructor();
+`));
 
 const write = (name, text) => writeFileSync(join(dist, name), text.trimStart());
 

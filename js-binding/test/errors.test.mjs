@@ -137,6 +137,22 @@ describe('TypeErrors name the option and the reason', () => {
     const frozen = Object.freeze({ resetTimeout: 100 });
     new CircuitBreaker(ok, frozen).shutdown();
     assert.equal(frozen.timeout, undefined);
+    // Also with autoRenewAbortController: the renewed controller is the breaker's own
+    // (found by review: writing it to the frozen options threw, at construction and
+    // from inside a transition).
+    for (const given of [{ autoRenewAbortController: true }, { autoRenewAbortController: true, abortController: new AbortController() }]) {
+      const f = Object.freeze(given);
+      const b = new CircuitBreaker(ok, f);
+      const first = b.getAbortController();
+      assert.ok(first instanceof AbortController);
+      first.abort();
+      b.open();
+      b.close();
+      assert.notEqual(b.getAbortController(), first);
+      assert.equal(b.getSignal().aborted, false);
+      assert.equal(f.abortController, given.abortController);
+      b.shutdown();
+    }
     typeError({ cache: true, cacheTransport: null }, /^options\.cacheTransport/);
   });
 

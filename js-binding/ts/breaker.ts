@@ -141,8 +141,11 @@ export interface Options<TI extends unknown[] = unknown[], TR = any> { // eslint
   cacheTransport?: CacheTransport<any> | undefined; // eslint-disable-line @typescript-eslint/no-explicit-any
   /** Share one in-flight call among concurrent calls with the same key (default false). */
   coalesce?: boolean | undefined;
-  /** How long a coalesced result is shared, in ms (default: `timeout`). */
-  coalesceTTL?: number | undefined;
+  /**
+   * How long a coalesced result is shared, in ms (default: `timeout`); `false`: no
+   * expiry (what opossum writes back when `timeout` is false).
+   */
+  coalesceTTL?: number | false | undefined;
   /** Entries of the coalescing cache at most. */
   coalesceSize?: number | undefined;
   /** Outcomes that end sharing early. */
@@ -170,9 +173,18 @@ export type TransitionReason = 'error_percentage' | 'consecutive_failures' | 'sl
 /** Listeners of each event, with opossum's arguments. */
 export interface CircuitBreakerEvents<TI extends unknown[] = unknown[], TR = unknown> {
   fire: (args: TI) => void;
+  /**
+   * The action's result; as in opossum, also the error when `errorFilter` passed it
+   * (then `result` is that error, whatever `TR` says).
+   */
   success: (result: TR, latencyMs: number) => void;
   failure: (error: any, latencyMs: number, args: TI) => void; // eslint-disable-line @typescript-eslint/no-explicit-any
-  timeout: (error: CircuitBreakerError, latencyMs: number, args: TI) => void;
+  /**
+   * The breaker's `ETIMEDOUT` error; or, for a call whose `fireWithSignal` signal timed
+   * out, that signal's reason (a `DOMException` named `TimeoutError`, whose `code` is a
+   * number: `isOurError` is false for it).
+   */
+  timeout: (error: CircuitBreakerError | (Error & { name: 'TimeoutError'; code: number }), latencyMs: number, args: TI) => void;
   reject: (error: CircuitBreakerError) => void;
   /**
    * fusewire passes why (opossum passes nothing): the trip rule, `probe_failed`,
@@ -564,8 +576,9 @@ export type State = Required<BreakerStateJSON>;
 
 /**
  * What `CircuitBreaker.newStatus` takes (@types/opossum's `StatusOptions`): `stats`
- * primes the counters; the window options are accepted and change nothing (the
- * `Status` it makes is a fixed snapshot, to pass as a breaker's `options.status`).
+ * primes the counters; `rollingCountBuckets` sets the length of its `window`;
+ * `rollingCountTimeout` changes nothing (the `Status` it makes is a fixed snapshot, to
+ * pass as a breaker's `options.status`).
  */
 export interface StatusOptions {
   /** Counters to start from (those not given are 0). */
@@ -762,7 +775,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (ac !== undefined && (typeof ac !== 'object' || ac === null || typeof (ac as AbortController).abort !== 'function')) {
       throw optionError('options.abortController', `must be an AbortController (with an \`abort()\` method), got ${describe(ac)}`);
     }
-    if (autoRenew && ac === undefined) options.abortController = new AbortController();
+    if (autoRenew && ac === undefined) this._renewController();
     const rbc = o['rotateBucketController'];
     if (rbc !== undefined && (typeof rbc !== 'object' || rbc === null ||
         typeof (rbc as { on?: unknown }).on !== 'function')) {
@@ -986,12 +999,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** The breaker-wide AbortController's signal, if any. */
   getSignal(): AbortSignal | undefined {
-    return this.options.abortController?.signal;
+    return this._controller()?.signal;
   }
 
   /** The breaker-wide AbortController, if any. */
   getAbortController(): AbortController | undefined {
-    return this.options.abortController;
+    return this._controller();
   }
 
   /** opossum's JSON form; `options.state` restores `state`. */
@@ -1039,7 +1052,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (!this._shutdown) this._enabled = true;
   }
 
-  /** Sets the fallback: a function of `(...args, error)` or another breaker; `null` or `undefined` removes it. */
+  /**
+   * Sets the fallback: a function of `(...args, error)` or another breaker; `null` or
+   * `undefined` removes it. `fire()` then resolves to what it returns, whatever its
+   * type (as in opossum: `TR` describes the action's result only).
+   */
   fallback(func: ((...args: any[]) => unknown) | CircuitBreaker<any, any> | null | undefined): this { // eslint-disable-line @typescript-eslint/no-explicit-any
     if (!func) {
       // opossum keeps whatever it is given and runs a fallback only when it is truthy.
@@ -1963,6 +1980,29 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** Half-open and close transitions so far (where `autoRenewAbortController` renews). */
   private _renewals = 0;
 
+  /** A renewed AbortController that frozen options could not take. */
+  private _ownController: AbortController | undefined;
+
+  /** The breaker-wide AbortController: `options.abortController`, or its renewal. */
+  private _controller(): AbortController | undefined {
+    return this._ownController ?? this.options.abortController;
+  }
+
+  /**
+   * A new breaker-wide AbortController, written to `options.abortController` as opossum
+   * does, or kept here when the options are frozen (found by review: the write threw
+   * from inside a transition).
+   */
+  private _renewController(): void {
+    const ac = new AbortController();
+    try {
+      this.options.abortController = ac;
+      this._ownController = undefined;
+    } catch {
+      this._ownController = ac;
+    }
+  }
+
   /** @internal The action failed. */
   _err(c: Call, e: unknown): void {
     if (c.done) return;
@@ -2522,7 +2562,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** `reason`: the core's code (lib.rs `reason_code`); 8 = made by another process's breaker. */
   private _transition(from: Phase, to: Phase, reason: number): void {
     if (from === to) return;
-    const ac = this.options.abortController;
+    const ac = this._controller();
     // Counted (for fusewire/prometheus) where it was made, as the Envoy filter counts:
     // a shared trip is one `opened`, not one per worker that saw it.
     const own = reason !== REASON_OBSERVED ? 1 : 0;
@@ -2548,14 +2588,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._transitions.halfOpened += own;
       this._renewals++;
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
-        this.options.abortController = new AbortController();
+        this._renewController();
       }
       this._emitOwn('halfOpen', this._parsed.resetTimeout);
     } else {
       this._transitions.closed += own;
       this._renewals++;
       if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
-        this.options.abortController = new AbortController();
+        this._renewController();
       }
       markOpen(this, now(), false);
       this._emitOwn('close', REASONS[reason]);
@@ -2594,13 +2634,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this._threw(c, x);
         throw x;
       } finally {
-        const ac = this.options.abortController;
+        const ac = this._controller();
         ac?.abort();
         // A half-open or close since the timeout (on the same tick) comes after this
         // abort in opossum's order, and renews the controller there (found by a
         // differential fuzzer: the probe got an aborted signal).
         if (this.options.autoRenewAbortController === true && ac !== undefined && this._renewals !== renewals) {
-          this.options.abortController = new AbortController();
+          this._renewController();
         }
         c.ctl?.abort(err);
         this._onTimedOut?.(c.args, err);
@@ -2782,9 +2822,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
             // opossum's constructor goes half-open through `_halfOpen()`, which renews
             // an aborted controller (found by review: the probe got an aborted signal).
             // Not for a restored `halfOpen: true` (opossum does not renew there).
-            const ac = this.options.abortController;
+            const ac = this._controller();
             if (this.options.autoRenewAbortController === true && ac?.signal.aborted === true) {
-              this.options.abortController = new AbortController();
+              this._renewController();
             }
           } else {
             w.fw_force(this._h, OPEN, t);

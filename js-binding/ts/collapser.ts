@@ -12,7 +12,7 @@ import type { CoreConfig } from './config.js';
 import { F_REARM, K, KIND_MASK, f64s, lost, out, outView, putKey, tell, w } from './engine.js';
 import { describe, optionError, ourError } from './errors.js';
 import { tagged } from './key.js';
-import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, withoutUndefined } from './options.js';
+import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, ms, withoutUndefined } from './options.js';
 
 /**
  * A thenable value as one promise, taken on once (as DataLoader's load promise does):
@@ -28,7 +28,8 @@ function adopted<T>(v: T): T {
  * context of the `forRequest` loader whose loads these are (`undefined` for the
  * collapser's own loads); `this` is that loader (or the collapser), as DataLoader
  * calls it with the loader. `signal`: given to a function that declares it (three
- * parameters), aborted when the breaker times the batch out, to cancel its work.
+ * parameters, by its `length`: one whose earlier parameters have defaults gets
+ * `undefined`), aborted when the breaker times the batch out, to cancel its work.
  */
 export type BatchFn<K, V, X = unknown> = (
   this: Collapser<K, V, unknown, X> | RequestLoader<K, V, X>,
@@ -54,10 +55,18 @@ export interface CollapserOptions<K, V, C = K> {
    * cache key of more than 64 KiB is neither de-duplicated nor cached.
    */
   cacheKeyFn?: ((key: K) => C) | undefined;
-  /** Options of the breaker the batch function runs through (opossum's, plus `fusewire`). */
-  breaker?: Options<[K[]], ArrayLike<V | Error>> | undefined;
-  /** A name (DataLoader's, for tools; also the breaker's name unless `breaker.name` is given). */
-  name?: string | undefined;
+  /**
+   * Options of the breaker the batch function runs through (opossum's, plus
+   * `fusewire`), with the Collapser's defaults: `volumeThreshold` 20 (a batch is one
+   * call), `name` the Collapser's name or `'collapser'`. Its own `cache` and `coalesce`
+   * are refused (the Collapser caches each key itself).
+   */
+  breaker?: (Omit<Options<[K[]], ArrayLike<V | Error>>, 'cache' | 'coalesce'> & {
+    cache?: false | undefined;
+    coalesce?: false | undefined;
+  }) | undefined;
+  /** A name (DataLoader's, for tools; also the breaker's name unless `breaker.name` is given); `null` by default. */
+  name?: string | null | undefined;
 }
 
 /**
@@ -294,7 +303,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     this.name = name ?? null;
     // Whole numbers in the core's ranges, checked here as the breaker's options are
     // (the core's own check names a u32 for numbers past 2^32).
-    const windowMs = int('windowMs', options.windowMs, 0, MAX_MS) ?? 10;
+    // Fractional milliseconds round up, as every breaker duration (found by review: an
+    // integer was required).
+    const windowMs = Math.ceil(ms('windowMs', options.windowMs) ?? 10);
     const maxBatchSize = batchSize(options.maxBatchSize);
     this._max = maxBatchSize;
     this._cache = bool('cache', options.cache) ?? true;

@@ -10,10 +10,12 @@
  * | suffix | type | meaning |
  * | --- | --- | --- |
  * | `success`, `failure`, `timeout`, `bad_request`, `short_circuited`, `semaphore_rejected`, `thread_pool_rejected`, `fallback_success`, `fallback_failure`, `fallback_rejection`, `response_from_cache`, `collapsed` | counter | the core's event kinds, since the breaker was created |
+ * | `shadow_rejections` | counter | calls `mode: 'metrics_only'` would have refused |
  * | `cancelled` | counter | calls whose caller went away (an abort of a waiting call, or of a running one but its own deadline): the core counts them nowhere |
  * | `opened`, `half_opened`, `closed` | counter | transitions the breaker made |
  * | `breaker_state` | gauge | 0 closed, 1 open, 2 half-open |
  * | `in_flight` | gauge | calls holding a slot |
+ * | `slow_calls` | gauge | calls in the rolling window at or over `slow_call.duration_threshold_ms` (with that rule on) |
  * | `latency_ms` | gauge, label `quantile` | latency percentiles over the window (p0 … p100) and `mean` |
  *
  * And two of the process: `<prefix>_breakers` (live breakers) and
