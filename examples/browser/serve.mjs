@@ -41,4 +41,10 @@ const server = createServer((req, res) => {
   res.writeHead(200, { 'content-type': TYPES[extname(file)] ?? 'application/octet-stream' }).end(readFileSync(file));
 });
 const port = Number(process.argv[2] ?? 8080);
+server.on('error', (e) => {
+  console.error(e.code === 'EADDRINUSE'
+    ? `fusewire browser example: port ${port} is in use; pass another: node examples/browser/serve.mjs 8081 (0: any free port)`
+    : `fusewire browser example: ${e.message}`);
+  process.exit(1);
+});
 server.listen(port, '127.0.0.1', () => console.log(`fusewire browser example: http://127.0.0.1:${server.address().port}/`));

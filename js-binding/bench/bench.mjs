@@ -48,6 +48,25 @@ async function time(fn, n, rounds = 5) {
   return median(per);
 }
 
+/**
+ * Median ns per call of each of `fns` (name → function), `n` calls a round, the
+ * libraries' rounds interleaved (one after another in each of `rounds` rounds), so a
+ * machine slowing down mid-run slows them all (timed back to back, they drifted ±30 %).
+ */
+async function timeAll(fns, n, rounds = 5) {
+  const entries = Object.entries(fns);
+  for (const [, fn] of entries) for (let i = 0; i < Math.min(n, 2000); i++) await fn(i); // warm-up
+  const per = Object.fromEntries(entries.map(([k]) => [k, []]));
+  for (let r = 0; r < rounds; r++) {
+    for (const [k, fn] of entries) {
+      const t0 = process.hrtime.bigint();
+      for (let i = 0; i < n; i++) await fn(i);
+      per[k].push(Number(process.hrtime.bigint() - t0) / n);
+    }
+  }
+  return Object.fromEntries(entries.map(([k]) => [k, median(per[k])]));
+}
+
 function fmt(ns) {
   return ns >= 10_000 ? `${(ns / 1000).toFixed(1)} µs` : `${ns.toFixed(0)} ns`;
 }
@@ -75,17 +94,17 @@ async function successPath() {
     halfOpenAfter: 10_000,
     breaker: new cockatiel.SamplingBreaker({ threshold: 0.5, duration: 10_000 }),
   });
-  const base = await time(() => ok(), N);
-  const f = await time(() => fw.fire(), N);
-  const o = await time(() => op.fire(), N);
-  const c = await time(() => ck.execute(ok), N);
+  const { f, o, c, base } = await timeAll(
+    { f: () => fw.fire(), o: () => op.fire(), c: () => ck.execute(ok), base: () => ok() }, N);
   row('success path, ns/call', { fusewire: f, opossum: o, cockatiel: c, 'bare await': base },
     `fusewire ${(o / f).toFixed(1)}× faster than opossum, ${(c / f).toFixed(2)}× vs cockatiel`);
+  // opossum's default 10 s timeout arms and clears a timer per call; fusewire keeps one
+  // deadline queue. Without a timeout neither does: the comparison without that cost.
   const fwNoTimeout = new CircuitBreaker(ok, { timeout: false });
   const opNoTimeout = new Opossum(ok, { timeout: false });
-  const f2 = await time(() => fwNoTimeout.fire(), N);
-  const o2 = await time(() => opNoTimeout.fire(), N);
-  row('success path, timeout: false', { fusewire: f2, opossum: o2 });
+  const { f2, o2 } = await timeAll({ f2: () => fwNoTimeout.fire(), o2: () => opNoTimeout.fire() }, N);
+  row('success path, timeout: false', { fusewire: f2, opossum: o2 },
+    `fusewire ${(o2 / f2).toFixed(2)}× opossum's speed`);
   for (const b of [fw, fwNoTimeout]) b.shutdown();
   for (const b of [op, opNoTimeout]) b.shutdown();
   return { f, o, c };
@@ -109,12 +128,24 @@ async function failurePath() {
       await swallow(op.fire());
       await swallow(ck.execute(fail));
     }
+    // The same few calls for each (opossum's cost grows with every failure): the
+    // window holds about `inWindow` failures for all three throughout.
     const n = inWindow >= 20_000 ? (quick ? 20 : 100) : quick ? 50 : 300;
-    const f = await time(() => swallow(fw.fire()), quick ? 2_000 : 20_000, 3);
-    const o = await time(() => swallow(op.fire()), n, 3);
-    const c = await time(() => swallow(ck.execute(fail)), quick ? 2_000 : 20_000, 3);
+    const { f, o, c } = await timeAll({
+      f: () => swallow(fw.fire()), o: () => swallow(op.fire()), c: () => swallow(ck.execute(fail)),
+    }, n, 3);
     row(`failure path, ${inWindow / 1000}k failures in the window`, { fusewire: f, opossum: o, cockatiel: c },
       `fusewire ${(o / f).toFixed(0)}× faster than opossum`);
+    if (inWindow === 20_000) {
+      // opossum's cost is its latency percentiles (it sorts every latency of the
+      // window on each failure): without them.
+      const op2 = new Opossum(fail, { ...opts, rollingPercentilesEnabled: false });
+      for (let i = 0; i < inWindow; i++) await swallow(op2.fire());
+      const { o2 } = await timeAll({ o2: () => swallow(op2.fire()) }, n, 3);
+      row('failure path, 20k, opossum without percentiles', { opossum: o2 }, `fusewire ${(o2 / f).toFixed(1)}× faster`);
+      out.noPercentiles = o2;
+      op2.shutdown();
+    }
     out[inWindow] = { f, o, c };
     if (inWindow === 20_000) {
       const sf = await time(async () => fw.stats, quick ? 200 : 2_000, 3);
