@@ -1528,9 +1528,9 @@ mod tests {
             "set fallback.grpc_status",
         );
         fails(
-            r#"{"policies":[{"name":"a","credential_headers":["X-Api-Key"]}]}"#,
-            "policies[0].credential_headers",
-            "lower-case header names",
+            r#"{"policies":[{"name":"a","credential_headers":["x-a", "X-Api-Key"]}]}"#,
+            "policies[0].credential_headers[1]",
+            r#"lower-case header name, got "X-Api-Key""#,
         );
         fails(
             r#"{"policies":[{"name":"a","failure":{"client_deadline_min_ms":-1}}]}"#,
