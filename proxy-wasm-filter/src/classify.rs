@@ -336,17 +336,26 @@ pub struct Observed {
     pub past_deadline: bool,
     /// The filter never saw the request's end of stream.
     pub request_incomplete: bool,
+    /// The response's `content-type` is gRPC's (a gRPC request's).
+    pub grpc_response: bool,
 }
 
 impl Observed {
     /// The response reached its end of stream (at its headers, body or trailers). A
     /// gRPC one (`rpc`) must end with a `grpc-status` (in its trailers, or its headers
-    /// when trailers-only); a 200 without a valid one is UNKNOWN to the client (found
-    /// by review: it counted as a success, and closed a half-open breaker on a backend
-    /// answering HTML, also when the page came as a body).
+    /// when trailers-only); a 200 with an invalid one, or a gRPC-typed 200 with none, is
+    /// UNKNOWN to the client (found by review: it counted as a success, and closed a
+    /// half-open breaker). A 200 that is not gRPC at all is judged by its status: the
+    /// request's `content-type` is the client's word, and any client could label
+    /// calls to a REST upstream gRPC and have its 200s counted as failures (found by a
+    /// security review).
     pub fn end(&mut self, rpc: bool) {
         self.ended = true;
-        if rpc && self.status == Some(200) && self.grpc.is_none_or(|g| g > 16) {
+        let unknown = match self.grpc {
+            Some(g) => g > 16,
+            None => self.grpc_response,
+        };
+        if rpc && self.status == Some(200) && unknown {
             self.grpc = Some(2);
         }
     }
@@ -485,6 +494,7 @@ mod tests {
             ended: status.is_some(),
             past_deadline: false,
             request_incomplete: false,
+            grpc_response: false,
         };
         assert_eq!(c.classify(&o(Some(200), None, b"")), Outcome::Success);
         // Stream idle (SI) or max duration (DT) before the request was in: the client's.

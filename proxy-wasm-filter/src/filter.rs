@@ -1345,6 +1345,9 @@ impl Worker {
             if let Some(g) = host::header_number(map, "grpc-status") {
                 obs.grpc = Some(g);
             }
+            if map == host::RESPONSE_HEADERS {
+                obs.grpc_response = grpc_typed(map);
+            }
         }
         let ended = end || map == host::RESPONSE_TRAILERS;
         if ended {
@@ -1807,7 +1810,13 @@ fn upgrade(view: &mut HostView) -> bool {
 /// Envoy's rule (`Grpc::Common::hasGrpcContentType`): `application/grpc` or
 /// `application/grpc+<subtype>`; `application/grpc-web` is not gRPC.
 fn is_grpc() -> bool {
-    host::header(host::REQUEST_HEADERS, "content-type", |v| {
+    grpc_typed(host::REQUEST_HEADERS)
+}
+
+/// The map's `content-type` is gRPC's: `application/grpc` or `application/grpc+<subtype>`
+/// (Envoy's `Grpc::Common::hasGrpcContentType`).
+fn grpc_typed(map: u32) -> bool {
+    host::header(map, "content-type", |v| {
         let base = b"application/grpc";
         v.strip_prefix(base)
             .is_some_and(|rest| matches!(rest.first(), None | Some(b'+')))

@@ -85,19 +85,20 @@ fn grpc_unknown_counts_as_failure_by_default() {
     assert_eq!(phase(&h), Phase::Open, "the breaker trips on them");
 }
 
-/// A gRPC call answered 200 without a valid `grpc-status` (a backend answering HTML, a
-/// code past 16) is UNKNOWN to the client, so a failure (found by review: it was a
-/// success, and as a probe closed the breaker on a broken backend).
+/// A gRPC call answered 200 without a valid `grpc-status` (a gRPC response that lost
+/// its status, a code past 16) is UNKNOWN to the client, so a failure (found by review:
+/// it was a success, and as a probe closed the breaker on a broken backend).
 #[test]
 fn a_grpc_response_without_a_valid_status_is_unknown() {
     let mut h = harness(&policy(BREAKER_1PROBE));
     for i in 0..40 {
         // Ending at its headers, at its body (no trailers), or with a code past 16.
+        let grpc = "application/grpc";
         let reply = match i % 3 {
-            0 => UpstreamReply::status(200).with_header("content-type", "text/html"),
+            0 => UpstreamReply::status(200).with_header("content-type", grpc),
             1 => UpstreamReply::status(200)
-                .with_header("content-type", "text/html")
-                .with_body("<html>oops</html>"),
+                .with_header("content-type", grpc)
+                .with_body("\0\0\0\0\0"),
             _ => UpstreamReply::grpc(17),
         };
         h.request(i % 4, Request::grpc("/pkg.Svc/Call"), reply);
@@ -105,6 +106,25 @@ fn a_grpc_response_without_a_valid_status_is_unknown() {
     settle(&mut h);
     assert_eq!(counter(&h, "fusewire.svc.success"), 0);
     assert_eq!(phase(&h), Phase::Open, "the breaker trips on them");
+}
+
+/// The request's `content-type` is the client's word: calls labelled gRPC to an
+/// upstream that answers plain HTTP 200s are judged by their status (found by a
+/// security review: any client could label 20 GETs to a REST upstream gRPC and open
+/// its breaker for everyone).
+#[test]
+fn a_plain_200_to_a_call_labelled_grpc_is_a_success() {
+    let mut h = harness(&policy(BREAKER_1PROBE));
+    for i in 0..40 {
+        let reply = UpstreamReply::status(200)
+            .with_header("content-type", "application/json")
+            .with_body("{}");
+        h.request(i % 4, Request::grpc("/api/orders"), reply);
+    }
+    settle(&mut h);
+    assert_eq!(counter(&h, "fusewire.svc.failure"), 0);
+    assert_eq!(counter(&h, "fusewire.svc.success"), 40);
+    assert_eq!(phase(&h), Phase::Closed);
 }
 
 /// HTTP 4xx is BAD_REQUEST (a half-open probe answered 4xx gives its turn back); so are
