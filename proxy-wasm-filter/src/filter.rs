@@ -665,6 +665,15 @@ impl Worker {
                     );
                 }
             }
+            // A range or conditional request never leads (see `start`), promoted
+            // either: its 206 or 304 would answer every plain request waiting (found
+            // by a security review). It runs alone; the next waiter is promoted.
+            CacheEvent::Promoted { lead } if conditional(ctx) => {
+                if let Some(c) = self.replays.get_mut(pi).and_then(|r| r.collapse.as_mut()) {
+                    c.cancel_lead(lead, now);
+                }
+                self.admit(ctx, key, req, None, now, true);
+            }
             CacheEvent::Promoted { lead } => {
                 if let Some(m) = self.metrics(key) {
                     m.extra(Extra::CollapseLeader);
@@ -1722,6 +1731,15 @@ const CONDITIONAL: [&str; 5] = [
     "if-match",
     "if-unmodified-since",
 ];
+
+/// Whether paused stream `ctx`'s request is a range or conditional one (read through
+/// its effective context; one that cannot be read is taken as one).
+fn conditional(ctx: u32) -> bool {
+    host::set_effective_context(ctx) != host::OK
+        || CONDITIONAL
+            .iter()
+            .any(|h| host::header(host::REQUEST_HEADERS, h, |_| ()).is_some())
+}
 
 /// A response worth keeping as a stale copy: a 2xx that is the whole resource (not a
 /// 206 part).

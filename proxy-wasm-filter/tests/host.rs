@@ -1706,6 +1706,47 @@ fn private_replies_are_not_handed_to_followers() {
     }
 }
 
+/// A range or conditional waiter promoted when its leader goes away does not lead:
+/// its 206 (or 304) would answer every plain GET waiting with it (found by a security
+/// review). It runs alone, and the plain GET behind it leads.
+#[test]
+fn a_promoted_range_waiter_never_answers_plain_gets() {
+    for (name, value, status, body) in [
+        ("range", "bytes=0-0", 206, "w"),
+        ("if-none-match", "\"v1\"", 304, ""),
+    ] {
+        let mut h = harness(CasMode::Envoy, &collapse_config(""));
+        let t0 = h.now_ns();
+        h.submit_at(
+            t0,
+            0,
+            Request::get("/api/doc").client_timeout_ms(50),
+            UpstreamReply::status(200).after_ms(100).with_body("whole"),
+        );
+        let partial = h.submit_at(
+            t0 + 1,
+            0,
+            Request::get("/api/doc").header(name, value),
+            UpstreamReply::status(status).after_ms(100).with_body(body),
+        );
+        let plain = h.submit_at(
+            t0 + 2,
+            0,
+            Request::get("/api/doc"),
+            UpstreamReply::status(200).after_ms(100).with_body("whole"),
+        );
+        h.run_for(Duration::from_millis(1_000));
+        let r = h.record(plain).expect("done");
+        assert_eq!(
+            (r.response_status, r.body_text().as_str()),
+            (Some(200), "whole"),
+            "{name}"
+        );
+        let r = h.record(partial).expect("done");
+        assert_eq!(r.response_status, Some(status), "{name}");
+    }
+}
+
 /// A failing leader: by default its waiters get the same reply; with
 /// `"on_leader_failure": "retry"` the next waiter goes upstream itself.
 #[test]
