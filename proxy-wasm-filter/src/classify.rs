@@ -152,6 +152,14 @@ const ENVOY_SHED: FlagSet = FlagSet(0x800_0000 | 0x2000_0000 | 0x100_0000);
 /// by review: 20 clients that stopped mid-upload tripped a healthy upstream).
 const CLIENT_STALLED: FlagSet = FlagSet(0x10000 | 0x40_0000);
 
+/// Envoy's stream timers: the route timeout (UT), stream idle (SI) and the stream's
+/// maximum duration (DT). Fired after a response that started well and before its end,
+/// they may be the client's doing: Envoy stops reading the upstream while the client
+/// does not read (found by a security review: 20 clients not reading large responses
+/// counted 20 timeouts and opened the breaker). The upstream is judged by its time to
+/// response headers, as the filter's own deadline judges it.
+const STREAM_TIMERS: FlagSet = FlagSet(0x4 | 0x10000 | 0x40_0000);
+
 /// A set of Envoy response flags, with Envoy's own bit values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlagSet(pub u64);
@@ -373,7 +381,9 @@ impl Observed {
 
 impl Classifier {
     /// Classifies, in this order: a client-side stream timer (SI, DT) while the
-    /// request was incomplete → CANCELLED; timeout flags → TIMEOUT; failure flags → FAILURE;
+    /// request was incomplete → CANCELLED; a stream timer (UT, SI, DT) cutting short a
+    /// response that started with a non-failure status → CANCELLED; timeout flags →
+    /// TIMEOUT; failure flags → FAILURE;
     /// Envoy's own sheds (DO, UDO, NC) → CANCELLED;
     /// no response, or one cut short before its end of stream → FAILURE if resets are
     /// failures and Envoy set a flag, else if the client went away or broke the
@@ -386,6 +396,10 @@ impl Classifier {
     /// SUCCESS.
     pub fn classify(&self, o: &Observed) -> Outcome {
         if o.request_incomplete && o.flags.intersects(CLIENT_STALLED) {
+            return Outcome::Cancelled;
+        }
+        let started_well = o.status.is_some_and(|s| !self.failure_status.contains(s));
+        if started_well && !o.ended && o.flags.intersects(STREAM_TIMERS) {
             return Outcome::Cancelled;
         }
         if o.flags.intersects(self.timeout_flags) {
@@ -578,7 +592,18 @@ mod tests {
         };
         assert!(cut(b"").needs_flags());
         assert_eq!(c.classify(&cut(b"UF")), Outcome::Failure, "upstream reset");
-        assert_eq!(c.classify(&cut(b"UT")), Outcome::Timeout, "route timeout");
+        // A stream timer after a good start: perhaps a client not reading (Envoy stops
+        // reading the upstream), not counted; after a failure status, a timeout.
+        assert_eq!(
+            c.classify(&cut(b"UT")),
+            Outcome::Cancelled,
+            "route timeout mid-body"
+        );
+        let cut_503 = Observed {
+            ended: false,
+            ..o(Some(503), None, b"UT")
+        };
+        assert_eq!(c.classify(&cut_503), Outcome::Timeout);
         assert_eq!(c.classify(&cut(b"LR")), Outcome::Failure);
         assert_eq!(c.classify(&cut(b"DR")), Outcome::Cancelled);
         assert_eq!(c.classify(&cut(b"")), Outcome::Cancelled, "the client left");

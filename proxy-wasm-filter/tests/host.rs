@@ -2640,6 +2640,30 @@ fn reloads_do_not_reset_the_stats_cap() {
     );
 }
 
+/// A response that started well and is cut short by Envoy's route timeout (what a
+/// client not reading a large response causes: Envoy stops reading the upstream) is
+/// not counted: the upstream answered in time (found by a security review: 20 such
+/// clients counted 20 timeouts and opened the breaker for everyone).
+#[test]
+fn a_response_held_back_after_its_headers_is_not_an_upstream_timeout() {
+    let mut h = harness(CasMode::Envoy, &config(None)); // route timeout 15 s
+    let t0 = h.now_ns();
+    for i in 0..20u64 {
+        h.submit_at(
+            t0 + i,
+            (i % 4) as usize,
+            Request::get("/api/big"),
+            UpstreamReply::status(200)
+                .with_body("x")
+                .body_after_ms(60_000),
+        );
+    }
+    h.run_for(Duration::from_secs(16));
+    assert_eq!(counter(&h, "fusewire.svc.timeout"), 0);
+    assert_eq!(counter(&h, "fusewire.svc.cancelled"), 20);
+    assert_eq!(counter(&h, "fusewire.svc.opened"), 0);
+}
+
 /// A call ends when its response does, not when the client has taken it: a slow
 /// client (or a large download) is not a slow upstream, and its bulkhead slot is free
 /// for the next call (found by review: 25 fast responses to slow clients tripped the
