@@ -985,7 +985,7 @@ impl Worker {
             .or(policy.stale.as_ref().map(|s| &s.key))
             .zip(method.as_deref())
         {
-            spec.render(&policy.name, &mut view, &mut request_key);
+            spec.render_exact(&policy.name, &mut view, &mut request_key);
             // The method is always part of the key: a GET never follows a HEAD. So are
             // the cluster and route Envoy chose: one path can reach two subsets (Istio
             // routes `end-user: jason` to v2) or two rewrites (found by an HTTP review:

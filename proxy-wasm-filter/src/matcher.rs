@@ -329,6 +329,19 @@ impl KeySpec {
     /// bounds breaker key names itself (`bounded_name`), so two requests never share a
     /// key because their first bytes agree.
     pub fn render(&self, policy: &str, r: &mut impl RequestView, out: &mut String) {
+        self.render_as(policy, r, out, false);
+    }
+
+    /// [`Template::render`] one-to-one, for request keys: each value follows a NUL
+    /// (which no header value or path holds), then `\x01` if missing or `\x02` and the
+    /// value (found by a security review: a value `-` and a missing one, or values
+    /// sharing their edges with the template's text, gave two requests one key, and
+    /// one's response answered the other).
+    pub fn render_exact(&self, policy: &str, r: &mut impl RequestView, out: &mut String) {
+        self.render_as(policy, r, out, true);
+    }
+
+    fn render_as(&self, policy: &str, r: &mut impl RequestView, out: &mut String, exact: bool) {
         out.clear();
         for p in &self.parts {
             let v = match p {
@@ -348,6 +361,11 @@ impl KeySpec {
                 Part::Header(h) => r.header_all(h),
             };
             match v {
+                Some(v) if exact => {
+                    out.push_str("\0\x02");
+                    out.push_str(&v);
+                }
+                None if exact => out.push_str("\0\x01"),
                 Some(v) if !v.is_empty() => out.push_str(&v),
                 _ => out.push('-'),
             }

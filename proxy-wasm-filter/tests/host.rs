@@ -1747,6 +1747,44 @@ fn a_promoted_range_waiter_never_answers_plain_gets() {
     }
 }
 
+/// Request keys are one-to-one: a header value `-` and a missing header, or values
+/// that share their edges with the template's text, are different requests (found by
+/// a security review: the follower got the response made for the other request).
+#[test]
+fn request_keys_keep_values_apart() {
+    let json = collapse_only(r#""key": "{method} {authority}{path} {header:x-v}-{header:x-w}""#);
+    for (lead, follow) in [
+        (vec![("x-v", "-")], vec![]),
+        (
+            vec![("x-v", "a-"), ("x-w", "b")],
+            vec![("x-v", "a"), ("x-w", "-b")],
+        ),
+    ] {
+        let mut h = harness(CasMode::Envoy, &json);
+        let t0 = h.now_ns();
+        let with = |hs: &[(&str, &str)]| {
+            hs.iter()
+                .fold(Request::get("/api/doc"), |r, (k, v)| r.header(k, v))
+        };
+        h.submit_at(
+            t0,
+            0,
+            with(&lead),
+            UpstreamReply::status(200).after_ms(100).with_body("lead"),
+        );
+        let f = h.submit_at(
+            t0 + 1,
+            0,
+            with(&follow),
+            UpstreamReply::status(200).after_ms(100).with_body("own"),
+        );
+        h.run_for(Duration::from_millis(1_000));
+        let r = h.record(f).expect("done");
+        assert!(r.sent_upstream, "{lead:?} / {follow:?}: followed");
+        assert_eq!(r.body_text(), "own");
+    }
+}
+
 /// A failing leader: by default its waiters get the same reply; with
 /// `"on_leader_failure": "retry"` the next waiter goes upstream itself.
 #[test]
