@@ -153,11 +153,11 @@ fn deadline_after(now: Nanos, ms: u64) -> Nanos {
 /// equal to a long name's shortened one shared its breaker). The hash is not
 /// collision-resistant: names an attacker chooses should not be long.
 pub fn bounded_name(name: &str) -> std::borrow::Cow<'_, str> {
-    let mut buf = [0; MAX_KEY_LEN];
-    match bounded(name, &mut buf) {
-        short if short.len() == name.len() => std::borrow::Cow::Borrowed(name),
-        short => std::borrow::Cow::Owned(short.into()),
+    if name.len() <= SHORT_NAME {
+        return std::borrow::Cow::Borrowed(name);
     }
+    let mut buf = [0; MAX_KEY_LEN];
+    std::borrow::Cow::Owned(bounded(name, &mut buf).into())
 }
 
 /// [`bounded_name`] written into `buf` when shortened: no allocation (a lookup of a
