@@ -1067,7 +1067,11 @@ fn long_key_names_that_share_a_prefix_stay_apart() {
     // Also one whose shortened form has its length (183 ASCII bytes + 17).
     let ascii = "a".repeat(MAX_KEY_LEN);
     assert_eq!(bounded_name(&ascii).len(), MAX_KEY_LEN);
-    assert_ne!(bounded_name(&ascii), ascii.as_str(), "200 ASCII bytes: shortened");
+    assert_ne!(
+        bounded_name(&ascii),
+        ascii.as_str(),
+        "200 ASCII bytes: shortened"
+    );
     // The form is fixed (shared-store keys are named by it, across versions): the
     // head cut at a char boundary, `~`, the name's FNV-1a hash in 16 hex digits,
     // leading zeros kept.

@@ -1825,14 +1825,14 @@ fn upgrade(view: &mut HostView) -> bool {
     view.header("upgrade").is_some() || view.header(":method").as_deref() == Some("CONNECT")
 }
 
-/// Envoy's rule (`Grpc::Common::hasGrpcContentType`): `application/grpc` or
-/// `application/grpc+<subtype>`; `application/grpc-web` is not gRPC.
+/// Whether the request is gRPC by its `content-type` ([`grpc_typed`]).
 fn is_grpc() -> bool {
     grpc_typed(host::REQUEST_HEADERS)
 }
 
-/// The map's `content-type` is gRPC's: `application/grpc` or `application/grpc+<subtype>`
-/// (Envoy's `Grpc::Common::hasGrpcContentType`).
+/// Envoy's rule (`Grpc::Common::hasGrpcContentType`) on the map's `content-type`:
+/// `application/grpc` or `application/grpc+<subtype>`; `application/grpc-web` is not
+/// gRPC.
 fn grpc_typed(map: u32) -> bool {
     host::header(map, "content-type", |v| {
         let base = b"application/grpc";
