@@ -281,6 +281,43 @@ fn a_call_started_near_the_end_of_time_still_times_out() {
     );
 }
 
+/// A late poll times calls out in the order their deadlines fell, across policies:
+/// the earliest queue is drained only while its head stays before every other's.
+#[test]
+fn a_late_poll_times_out_across_policies_in_deadline_order() {
+    let mut e = Engine::local();
+    let mut pids = Vec::new();
+    for (name, ms) in [("a", 100), ("b", 150), ("c", 120)] {
+        let json = format!(r#"{{"execution": {{"timeout_ms": {ms}}}}}"#);
+        pids.push(e.add_policy(name, config(&json)).unwrap());
+    }
+    let keys: Vec<KeyId> = pids.iter().map(|&p| e.key(p, "k", 0).unwrap()).collect();
+    let mut calls = Vec::new();
+    // Deadlines: a at 100, 130, 160 ms; b at 150, 180 ms; c at 120, 150 ms (b's 150
+    // before c's 150: same deadline, policy order). Started in time order (the
+    // engine's clock never goes back).
+    for (t, k) in [(0, 0), (0, 1), (0, 2), (30, 0), (30, 1), (30, 2), (60, 0)] {
+        let permit = running(e.start(keys[k], t * MS, 0));
+        calls.push((permit.id(), k, t));
+    }
+    let timeouts_ms = [100, 150, 120];
+    let mut want: Vec<(u64, usize)> = calls
+        .iter()
+        .map(|&(_, k, t)| (t + timeouts_ms[k], k))
+        .collect();
+    want.sort();
+    let got: Vec<(u64, usize)> = std::iter::from_fn(|| e.poll(1_000 * MS, 0))
+        .filter_map(|ev| match ev {
+            Event::TimedOut { call, .. } => calls
+                .iter()
+                .find(|c| c.0 == call)
+                .map(|&(_, k, t)| (t + timeouts_ms[k], k)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, want);
+}
+
 /// A seeded engine finds every key by name, before and after others expire.
 #[test]
 fn a_seeded_engine_finds_its_keys() {
@@ -322,6 +359,23 @@ fn the_end_of_time_counts_each_outcome_once() {
     let permit = running(e.start(k, u64::MAX, 0));
     e.complete(permit, Outcome::Failure, u64::MAX, 0);
     assert_eq!(e.phase(k), Some(Phase::Open), "the fourth failure trips it");
+    // Polling at the last instant ends (a drain bounded by `now` must stop there),
+    // with a call due and without.
+    let mut t = Engine::local();
+    let p = t
+        .add_policy("t", config(r#"{"execution": {"timeout_ms": 100}}"#))
+        .unwrap();
+    let k = t.key(p, "k", u64::MAX - 1).unwrap();
+    let _permit = running(t.start(k, u64::MAX - 1, 0));
+    let ev: Vec<Event> = std::iter::from_fn(|| t.poll(u64::MAX, 0)).collect();
+    assert!(
+        ev.iter().any(|x| matches!(x, Event::TimedOut { .. })),
+        "{ev:?}"
+    );
+    let drained = std::iter::from_fn(|| e.poll(u64::MAX, 0))
+        .take(1_000)
+        .count();
+    assert!(drained < 1_000, "poll at the last instant drains");
 }
 
 #[test]
