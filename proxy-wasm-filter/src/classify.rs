@@ -380,8 +380,8 @@ impl Observed {
 }
 
 impl Classifier {
-    /// Classifies, in this order: a client-side stream timer (SI, DT) while the
-    /// request was incomplete → CANCELLED; a stream timer (UT, SI, DT) cutting short a
+    /// Classifies, in this order: a client-side stream timer (SI, DT) answered by
+    /// Envoy's 408 while the request was incomplete → CANCELLED; a stream timer (UT, SI, DT) cutting short a
     /// response that started with a non-failure status → CANCELLED; timeout flags →
     /// TIMEOUT; failure flags → FAILURE;
     /// Envoy's own sheds (DO, UDO, NC) → CANCELLED;
@@ -395,7 +395,10 @@ impl Classifier {
     /// gRPC status → FAILURE; bad-request HTTP or gRPC status → BAD_REQUEST; else
     /// SUCCESS.
     pub fn classify(&self, o: &Observed) -> Outcome {
-        if o.request_incomplete && o.flags.intersects(CLIENT_STALLED) {
+        // Envoy's own 408 (`maybeRequestTimeoutCode`): not a gRPC trailers-only reply
+        // (a bidi call's client keeps its side open while an upstream hangs: that SI
+        // is the upstream's), nor after the upstream's own status (found by review).
+        if o.request_incomplete && o.status == Some(408) && o.flags.intersects(CLIENT_STALLED) {
             return Outcome::Cancelled;
         }
         let started_well = o.status.is_some_and(|s| !self.failure_status.contains(s));
@@ -522,6 +525,19 @@ mod tests {
         };
         assert_eq!(c_si.classify(&stalled(b"SI")), Outcome::Cancelled);
         assert_eq!(c_si.classify(&stalled(b"DT")), Outcome::Cancelled);
+        // A bidi gRPC call whose upstream hangs: Envoy's SI is a trailers-only 200.
+        let hung_stream = Observed {
+            request_incomplete: true,
+            ..o(Some(200), Some(2), b"SI")
+        };
+        assert_eq!(c_si.classify(&hung_stream), Outcome::Timeout);
+        // After the upstream's own 503, its timer is still a timeout.
+        let after_503 = Observed {
+            request_incomplete: true,
+            ended: false,
+            ..o(Some(503), None, b"SI")
+        };
+        assert_eq!(c_si.classify(&after_503), Outcome::Timeout);
         assert_eq!(c_si.classify(&o(Some(504), None, b"SI")), Outcome::Timeout);
         assert_eq!(c_si.classify(&stalled(b"UT")), Outcome::Timeout);
         assert_eq!(c.classify(&o(Some(503), None, b"")), Outcome::Failure);
