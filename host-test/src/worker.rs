@@ -298,6 +298,10 @@ impl WorkerVm {
                 if let Some(c) = self.ctls.get_mut(&id) {
                     if c.st == St::Uploading {
                         c.st = St::Active;
+                        // The body's arrival is activity: Envoy's idle timer starts over
+                        // (found by review: the upload's timer fired while the upstream
+                        // answered).
+                        self.arm_idle(id);
                         self.run_request(id, Stage::Body);
                     }
                 }
