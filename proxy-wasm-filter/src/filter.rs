@@ -317,9 +317,11 @@ impl Worker {
                 .owner
                 .unwrap_or_else(|| owner_id(&plugin.shared.namespace, rand));
             self.owner = Some(owner);
-            // Key names come from requests: the name hash is seeded (see `with_seed`),
-            // from the draw above (no second draw: the harness's runs stay as they were).
-            let seed = rand.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15;
+            // Key names come from requests: the name hash is seeded (see `with_seed`)
+            // with the host's randomness where there is some (wasip1), else from the
+            // draw above, a function of the VM's start time (no second draw: the
+            // harness's runs stay as they were; found by review).
+            let seed = host::random_u64().unwrap_or(rand.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15);
             match Engine::shared(plugin.shared.clone(), owner) {
                 Ok(e) => self.engine = Some(e.with_seed(seed)),
                 Err(e) => {

@@ -209,6 +209,25 @@ pub fn wall_ns() -> Option<u64> {
     (s == OK).then_some(t)
 }
 
+/// 64 bits of the host's randomness: WASI `random_get` (Envoy's CSPRNG) on the wasip1
+/// build; None elsewhere.
+#[cfg(target_os = "wasi")]
+pub fn random_u64() -> Option<u64> {
+    #[link(wasm_import_module = "wasi_snapshot_preview1")]
+    extern "C" {
+        fn random_get(buf: *mut u8, len: usize) -> i32;
+    }
+    let mut b = [0u8; 8];
+    // SAFETY: a valid 8-byte buffer.
+    (unsafe { random_get(b.as_mut_ptr(), b.len()) } == 0).then(|| u64::from_le_bytes(b))
+}
+
+/// No host randomness without WASI (the wasm32-unknown-unknown build, native tests).
+#[cfg(not(target_os = "wasi"))]
+pub fn random_u64() -> Option<u64> {
+    None
+}
+
 /// Arms this VM's timer.
 pub fn set_tick_period_ms(ms: u32) -> u32 {
     // SAFETY: plain value call.

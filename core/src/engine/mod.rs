@@ -226,7 +226,8 @@ impl Engine {
         }
     }
 
-    /// Seeds the hash that finds keys by name with 64 random bits from the host: key
+    /// Seeds the hash that finds keys by name with 64 bits the host makes unguessable
+    /// (its randomness, or at least a nanosecond start time): key
     /// names often come from requests, and without a secret seed a client could pick
     /// thousands of names on one probe chain and slow every lookup (found by review).
     pub fn with_seed(mut self, seed: u64) -> Self {
