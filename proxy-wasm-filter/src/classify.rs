@@ -381,9 +381,9 @@ impl Observed {
 
 impl Classifier {
     /// Classifies, in this order: a client-side stream timer (SI, DT) answered by
-    /// Envoy's 408 while the request was incomplete → CANCELLED; a stream timer (UT, SI, DT) cutting short a
-    /// response that started with a non-failure status → CANCELLED; timeout flags →
-    /// TIMEOUT; failure flags → FAILURE;
+    /// Envoy's 408 while the request was incomplete → CANCELLED; a stream timer (UT,
+    /// SI, DT) cutting short a response that started with a non-failure status →
+    /// CANCELLED; timeout flags → TIMEOUT; failure flags → FAILURE;
     /// Envoy's own sheds (DO, UDO, NC) → CANCELLED;
     /// no response, or one cut short before its end of stream → FAILURE if resets are
     /// failures and Envoy set a flag, else if the client went away or broke the
