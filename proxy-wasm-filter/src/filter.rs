@@ -1792,31 +1792,41 @@ struct HostView {
     headers: Option<Option<Vec<u8>>>,
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-impl RequestView for HostView {
-    fn header(&mut self, name: &str) -> Option<String> {
-        host::header(host::REQUEST_HEADERS, name, text)
-    }
-    fn header_all(&mut self, name: &str) -> Option<String> {
+impl HostView {
+    /// Every value of request header `name` (see [`host::values_in`]).
+    fn values(&mut self, name: &str, exact: bool) -> Option<String> {
         let raw = self
             .headers
             .get_or_insert_with(|| host::header_map_bytes(host::REQUEST_HEADERS));
         match raw {
-            Some(raw) => host::values_in(raw, name),
-            None => self.header(name),
+            Some(raw) => host::values_in(raw, name, exact),
+            None => host::header(host::REQUEST_HEADERS, name, |b| {
+                let mut s = String::new();
+                host::push_text(&mut s, b, exact);
+                s
+            }),
         }
+    }
+}
+
+impl RequestView for HostView {
+    fn header(&mut self, name: &str) -> Option<String> {
+        host::header(host::REQUEST_HEADERS, name, host::text)
+    }
+    fn header_all(&mut self, name: &str) -> Option<String> {
+        self.values(name, false)
+    }
+    fn header_exact(&mut self, name: &str) -> Option<String> {
+        self.values(name, true)
     }
     fn route(&mut self) -> Option<String> {
         self.route
-            .get_or_insert_with(|| host::property(b"xds\0route_name", text))
+            .get_or_insert_with(|| host::property(b"xds\0route_name", host::text))
             .clone()
     }
     fn cluster(&mut self) -> Option<String> {
         self.cluster
-            .get_or_insert_with(|| host::property(b"xds\0cluster_name", text))
+            .get_or_insert_with(|| host::property(b"xds\0cluster_name", host::text))
             .clone()
     }
 }

@@ -277,33 +277,54 @@ pub fn header_map_bytes(map: u32) -> Option<Vec<u8>> {
 }
 
 /// Every value of header `name` in `raw` (a map in the proxy-wasm format), in order,
-/// joined with `,`; None when absent or the map is malformed.
-pub fn values_in(raw: &[u8], name: &str) -> Option<String> {
+/// joined with `,` (as [`push_text`] with `exact`); None when absent or the map is
+/// malformed.
+pub fn values_in(raw: &[u8], name: &str, exact: bool) -> Option<String> {
     let mut all: Option<String> = None;
     each_pair(raw, |k, v| {
         if k == name.as_bytes() {
-            let v = String::from_utf8_lossy(v);
-            match &mut all {
+            let a = match &mut all {
                 Some(a) => {
                     a.push(',');
-                    a.push_str(&v);
+                    a
                 }
-                None => all = Some(v.into_owned()),
-            }
+                None => all.insert(String::new()),
+            };
+            push_text(a, v, exact);
         }
     })?;
     all
 }
 
+/// `b` as text, what is not UTF-8 as U+FFFD (see [`push_text`]).
+pub fn text(b: &[u8]) -> String {
+    let mut s = String::new();
+    push_text(&mut s, b, false);
+    s
+}
+
+/// Appends header bytes `b` to `out` as text: what is not UTF-8 becomes U+FFFD (as
+/// `from_utf8_lossy`), or with `exact` each such byte a NUL and that byte as a
+/// Latin-1 char — one-to-one, as no header value holds a NUL (Envoy refuses them).
+pub fn push_text(out: &mut String, b: &[u8], exact: bool) {
+    for chunk in b.utf8_chunks() {
+        out.push_str(chunk.valid());
+        let bad = chunk.invalid();
+        if !exact && !bad.is_empty() {
+            out.push(char::REPLACEMENT_CHARACTER);
+        } else if exact {
+            for &x in bad {
+                out.push('\0');
+                out.push(char::from(x));
+            }
+        }
+    }
+}
+
 /// Parses the proxy-wasm map format; None when malformed.
 pub fn parse_map(raw: &[u8]) -> Option<Vec<(String, String)>> {
     let mut out = Vec::new();
-    each_pair(raw, |k, v| {
-        out.push((
-            String::from_utf8_lossy(k).into_owned(),
-            String::from_utf8_lossy(v).into_owned(),
-        ))
-    })?;
+    each_pair(raw, |k, v| out.push((text(k), text(v))))?;
     Some(out)
 }
 
@@ -513,14 +534,35 @@ mod tests {
     fn values_of_a_repeated_header_are_joined_in_order() {
         let mut raw = Vec::new();
         super::serialize_map(&[("x-t", "a"), ("y", "1"), ("x-t", "b")], &mut raw);
-        assert_eq!(super::values_in(&raw, "x-t").as_deref(), Some("a,b"));
-        assert_eq!(super::values_in(&raw, "y").as_deref(), Some("1"));
-        assert_eq!(super::values_in(&raw, "z"), None);
+        assert_eq!(super::values_in(&raw, "x-t", false).as_deref(), Some("a,b"));
+        assert_eq!(super::values_in(&raw, "y", false).as_deref(), Some("1"));
+        assert_eq!(super::values_in(&raw, "z", false), None);
         assert_eq!(
-            super::values_in(&raw[..raw.len() - 1], "x-t"),
+            super::values_in(&raw[..raw.len() - 1], "x-t", false),
             None,
             "malformed"
         );
+    }
+
+    proptest::proptest! {
+        /// `push_text` is `from_utf8_lossy`, or with `exact` one-to-one on header
+        /// values (which hold no NUL): bytes differing only where they are not UTF-8
+        /// (`0xFE` / `0xFF`, or either / a real U+FFFD) stay apart.
+        #[test]
+        fn exact_text_is_one_to_one(
+            a in proptest::collection::vec(
+                proptest::prop_oneof![1u8..=255, proptest::prelude::Just(0xFFu8)], 0..12),
+            b in proptest::collection::vec(
+                proptest::prop_oneof![1u8..=255, proptest::prelude::Just(0xFEu8)], 0..12),
+        ) {
+            let text = |v: &[u8], exact| {
+                let mut s = String::new();
+                super::push_text(&mut s, v, exact);
+                s
+            };
+            proptest::prop_assert_eq!(text(&a, false), String::from_utf8_lossy(&a));
+            proptest::prop_assert_eq!(text(&a, true) == text(&b, true), a == b);
+        }
     }
 
     #[test]

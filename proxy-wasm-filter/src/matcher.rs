@@ -14,6 +14,14 @@ pub trait RequestView {
     fn header_all(&mut self, name: &str) -> Option<String> {
         self.header(name)
     }
+    /// [`header_all`](Self::header_all) one-to-one: each byte that is not UTF-8
+    /// becomes a NUL and that byte as a Latin-1 char (see [`host::push_text`]), not
+    /// U+FFFD.
+    ///
+    /// [`host::push_text`]: crate::host::push_text
+    fn header_exact(&mut self, name: &str) -> Option<String> {
+        self.header_all(name)
+    }
     /// Envoy's `xds.route_name`.
     fn route(&mut self) -> Option<String>;
     /// Envoy's `xds.cluster_name`.
@@ -334,14 +342,21 @@ impl KeySpec {
 
     /// [`Template::render`] one-to-one, for request keys: each value follows a NUL
     /// (which no header value or path holds), then `\x01` if missing or `\x02` and the
-    /// value (found by a security review: a value `-` and a missing one, or values
-    /// sharing their edges with the template's text, gave two requests one key, and
-    /// one's response answered the other).
+    /// value, read with [`RequestView::header_exact`] (found by a security review: a
+    /// value `-` and a missing one, values sharing their edges with the template's
+    /// text, or values differing only in bytes that are not UTF-8 gave two requests
+    /// one key, and one's response answered the other).
     pub fn render_exact(&self, policy: &str, r: &mut impl RequestView, out: &mut String) {
         self.render_as(policy, r, out, true);
     }
 
     fn render_as(&self, policy: &str, r: &mut impl RequestView, out: &mut String, exact: bool) {
+        fn header(r: &mut impl RequestView, name: &str, exact: bool) -> Option<String> {
+            match exact {
+                true => r.header_exact(name),
+                false => r.header(name),
+            }
+        }
         out.clear();
         for p in &self.parts {
             let v = match p {
@@ -355,9 +370,10 @@ impl KeySpec {
                 }
                 Part::Cluster => r.cluster(),
                 Part::Route => r.route(),
-                Part::Method => r.header(":method"),
-                Part::Authority => r.header(":authority"),
-                Part::Path => r.header(":path"),
+                Part::Method => header(r, ":method", exact),
+                Part::Authority => header(r, ":authority", exact),
+                Part::Path => header(r, ":path", exact),
+                Part::Header(h) if exact => r.header_exact(h),
                 Part::Header(h) => r.header_all(h),
             };
             match v {
@@ -398,6 +414,32 @@ pub(crate) mod tests {
             self.property_reads += 1;
             self.cluster.clone()
         }
+    }
+
+    /// Request keys read every header value with `header_exact`; breaker keys do not.
+    #[test]
+    fn request_keys_read_values_exactly() {
+        struct Exact;
+        impl RequestView for Exact {
+            fn header(&mut self, name: &str) -> Option<String> {
+                Some(format!("~{name}"))
+            }
+            fn header_exact(&mut self, name: &str) -> Option<String> {
+                Some(format!("={name}"))
+            }
+            fn route(&mut self) -> Option<String> {
+                None
+            }
+            fn cluster(&mut self) -> Option<String> {
+                None
+            }
+        }
+        let t = KeySpec::parse("{method}{authority}{path}{header:x}").unwrap();
+        let mut out = String::new();
+        t.render("p", &mut Exact, &mut out);
+        assert_eq!(out, "~:method~:authority~:path~x");
+        t.render_exact("p", &mut Exact, &mut out);
+        assert_eq!(out, "\0\x02=:method\0\x02=:authority\0\x02=:path\0\x02=x");
     }
 
     pub fn view(method: &str, path: &str, cluster: &str) -> MapView {
