@@ -661,6 +661,17 @@ describe('half-open (timer-driven)', () => {
     ({ error } = await settle(b.fire(1)));
     assert.equal(error.retryAfter, 750);
     b.shutdown();
+    // With the request cache on, whose wasm calls on a refused call write the result
+    // area too (found by review: `retryAfter` was a cache entry's id, 4.7 h).
+    const cached = flaky({ resetTimeout: 1000, cache: true }).b;
+    await settle(cached.fire('fail'));
+    clock.tick(400);
+    for (const x of [1, 1, 2]) {
+      ({ error } = await settle(cached.fire(x)));
+      assert.equal(error.code, 'EOPENBREAKER');
+      assert.equal(error.retryAfter, 600);
+    }
+    cached.shutdown();
     // Held open by the mode: no end.
     const forced = new CircuitBreaker(ok, { fusewire: { breaker: { mode: 'forced_open' } } });
     ({ error } = await settle(forced.fire(1)));
@@ -880,6 +891,17 @@ describe('fallback', () => {
     assert.throws(() => b.fallback(42), TypeError);
     b.shutdown();
     other.shutdown();
+  });
+
+  test('a fallback result whose then getter throws fails the fallback and gives its slot back (found by review: the slot stayed taken)', async () => {
+    const b = new CircuitBreaker(async () => { throw new Error('down'); }, {
+      fusewire: { breaker: { error_percentage: { enabled: false } }, bulkhead: { max_concurrent: 10, fallback_max_concurrent: 2 } },
+    });
+    b.fallback(() => ({ get then() { throw new Error('bad then'); } }));
+    for (let i = 0; i < 3; i++) await assert.rejects(b.fire(1), /bad then/);
+    b.fallback(() => 'fb');
+    assert.equal(await b.fire(1), 'fb', 'the limit of 2 still has room');
+    b.shutdown();
   });
 
   test('fallback(null) and fallback(undefined) remove the fallback, as in opossum (found by review: they threw)', async () => {

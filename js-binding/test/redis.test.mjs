@@ -2,7 +2,10 @@
 // the store), per-op timeouts, EVALSHA → EVAL on NOSCRIPT, single-key commands. The
 // fleet against a real redis-server is test/redis/fleet.test.mjs (scripts/test-redis.sh).
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { dirname } from 'node:path';
 import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 
 import { CircuitBreaker } from 'fusewire';
 import { RedisStore, CAS_SCRIPT, CAS_SHA, FAIL_TIMEOUT } from 'fusewire/redis';
@@ -242,6 +245,34 @@ describe('fusewire/redis: RedisStore', () => {
     assert.equal(once.isShutdown, true);
     const closed = await Promise.race([store.close().then(() => 'closed'), sleep(2_000).then(() => 'hung')]);
     assert.equal(closed, 'closed');
+  });
+
+  test('await close() holds the process while a shut-down breaker waits out the store\'s backoff (found by review: Node exited with close() unsettled)', () => {
+    const script = `
+      import { CircuitBreaker } from 'fusewire';
+      import { RedisStore } from 'fusewire/redis';
+      // Every write fails and nothing here holds the event loop (a client whose socket is gone).
+      const client = {
+        callBuffer: (name) => name === 'hmget' ? Promise.resolve([null, null]) : Promise.reject(new Error('down')),
+        incr: () => Promise.resolve(1),
+      };
+      const store = new RedisStore({ client });
+      const b = new CircuitBreaker(async () => 'ok', { name: 'held', shared: { store } });
+      for (let i = 0; i < 5; i++) await b.fire();
+      await new Promise((r) => setTimeout(r, 50));
+      b.shutdown();
+      const t0 = Date.now();
+      await store.close();
+      console.log('after', store.stats.pending, Date.now() - t0 < 6000);
+    `;
+    const r = spawnSync(process.execPath, ['--no-warnings', '--input-type=module', '-e', script], {
+      cwd: dirname(fileURLToPath(import.meta.url)),
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
+    assert.equal(r.stderr, '');
+    assert.equal(r.status, 0);
+    assert.equal(r.stdout.trim(), 'after 0 true');
   });
 
   test('shutdown(): a last write that meets another process\'s write is merged and sent again; close() waits for it (found by review: it was dropped)', async () => {

@@ -45,29 +45,37 @@ const decoder = new TextDecoder();
 
 /** A store the core's shared layer drives asynchronously (see `RedisStore`). */
 export abstract class AsyncStore {
-  /** Breakers shut down and still driving their last flush. */
-  private _holds = 0;
+  /** Breakers shut down and still driving their last flush: how to make each hold the process. */
+  private _holds = new Set<() => void>();
   private _idle: (() => void)[] = [];
 
-  /** @internal A shut-down breaker drives its last flush: call the result when it is done. */
-  _hold(): () => void {
-    this._holds++;
-    let released = false;
+  /**
+   * @internal A shut-down breaker drives its last flush: call the result when it is
+   * done. `wait` makes its timer hold the process (someone awaits `close()`).
+   */
+  _hold(wait: () => void): () => void {
+    const holds = this._holds;
+    holds.add(wait);
+    if (this._idle.length !== 0) wait();
     return () => {
-      if (released) return;
-      released = true;
-      if (--this._holds === 0) for (const f of this._idle.splice(0)) f();
+      if (holds.delete(wait) && holds.size === 0) for (const f of this._idle.splice(0)) f();
     };
   }
 
-  /** @internal Resolves once no shut-down breaker drives a flush any more. */
+  /**
+   * @internal Resolves once no shut-down breaker drives a flush any more; meanwhile
+   * their timers hold the process (found by review: with the client's socket gone,
+   * Node exited with `close()` unsettled).
+   */
   _whenIdle(): Promise<void> {
-    return this._holds === 0 ? Promise.resolve() : new Promise((r) => this._idle.push(r));
+    if (this._holds.size === 0) return Promise.resolve();
+    for (const wait of this._holds) wait();
+    return new Promise((r) => this._idle.push(r));
   }
 
   /** @internal Whether a shut-down breaker still drives its last flush. */
   get _busy(): boolean {
-    return this._holds > 0;
+    return this._holds.size > 0;
   }
 
   /** @internal Shared-config defaults for breakers on this store (the user's options win). */

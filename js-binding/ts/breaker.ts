@@ -232,7 +232,7 @@ function storeText(issue: (typeof STORE_ISSUES)[number], status: number, what: n
 }
 /** Why a call was refused, by the core's cause code (lib.rs `cause_code`). */
 const REFUSALS: readonly (Refusal | undefined)[] = ['open', 'forced_open', 'probes_exhausted', 'throttled', 'slow_start',
-  'bulkhead_full', 'queue_full', 'wait_expired', 'degraded'];
+  'bulkhead_full', 'queue_full', 'wait_expired', 'degraded', 'no_key'];
 const SLOTS = 4_194_304; // call ids: slot = id mod 2^22
 /** The core's transition reasons (`TransitionReason::name`, by lib.rs `reason_code`). */
 const REASONS: readonly TransitionReason[] = ['error_percentage', 'consecutive_failures', 'slow_call_rate',
@@ -696,7 +696,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** While lingering: the core's next time-driven work (see `_lingerStep`). */
   private readonly _lingerTimer = new TimerSlot();
   /** After `shutdown()` on an async store: the last flush being driven (`done`: `flush()` calls waiting on it). */
-  private _closing: { until: number; timer: TimerSlot; release: () => void; done: ((ok: boolean) => void)[] } |
+  private _closing: { until: number; timer: TimerSlot; release: () => void; done: ((ok: boolean) => void)[]; held: boolean } |
     undefined = undefined;
   /**
    * `flush()` calls waiting for an async store, each with the writes sent before it
@@ -1143,7 +1143,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const store = this._store;
     if (store === undefined) return Promise.resolve(true);
     const c = this._closing;
-    if (c !== undefined) return new Promise((r) => c.done.push(r));
+    if (c !== undefined) {
+      c.held = true;
+      ref(c.timer.timer);
+      return new Promise((r) => c.done.push(r));
+    }
     if (this._shutdown) return Promise.resolve(this._closedOk);
     const h = this._h;
     const t = now();
@@ -1281,8 +1285,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       for (const r of done) r(true);
       return;
     }
-    const release = store instanceof AsyncStore ? store._hold() : () => {};
-    this._closing = { until: now() + CLOSE_MS, timer: new TimerSlot(), release, done };
+    const timer = new TimerSlot();
+    const c = { until: now() + CLOSE_MS, timer, release: () => {}, done, held: done.length !== 0 };
+    // Someone awaits the end (`flush()`, the store's `close()`): the timer holds the process.
+    const hold = (): void => {
+      c.held = true;
+      ref(timer.timer);
+    };
+    if (store instanceof AsyncStore) c.release = store._hold(hold);
+    this._closing = c;
     this._closeStep();
   }
 
@@ -1307,7 +1318,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         // Wait for the answer, or the core's next retry time, within the bound.
         const d = w.fw_next(h);
         const left = c.until - t;
-        c.timer.arm(() => this._closeStep(), d < 0 ? left : Math.min(Math.max(d - t, 1), left), false);
+        c.timer.arm(() => this._closeStep(), d < 0 ? left : Math.min(Math.max(d - t, 1), left), c.held);
         return;
       }
     }
@@ -1656,6 +1667,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         throw e;
       }
     }
+    // Read before the leads are settled: their wasm calls write the result area
+    // (found by review: with `cache: true`, `retryAfter` was a cache entry's id).
+    const wait = r >= 0 ? out()[0]! : -1;
     if (lead >= 0) this._settleLead(0, lead, false, undefined);
     // A refused call's outcome is its own (opossum's `call()` returns before keeping
     // it for coalescing): its followers, if any, lead in its place.
@@ -1664,7 +1678,6 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // Refused.
     const event = (r >> 4) & 0xf;
     if (event === K.SHORT_CIRCUITED) {
-      const wait = out()[0]!;
       if ((r & F_ANY) !== 0) this._after(r, t);
       const err = ourError('Breaker is open', 'EOPENBREAKER');
       err.refusal = REFUSALS[(r >> 8) & 0xf];
@@ -2230,8 +2243,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const fid = live ? w.fw_fallback(h, now()) : -1;
     if (live && fid < 0) return undefined; // the fallback limit refused it (FALLBACK_REJECTION)
     let result: unknown;
+    let promised: boolean;
     try {
       result = f.apply(f, [...args, err]);
+      // In the `try` too: a result whose `then` getter throws fails the fallback
+      // (found by review: its slot under `fallback_max_concurrent` stayed taken).
+      promised = thenable(result);
     } catch (e) {
       this._fallbackDone(fid, 0);
       return Promise.reject(e);
@@ -2239,7 +2256,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // Counted before `fallback` is emitted (opossum counts it in its own listener);
     // a promise is counted as running until it settles.
     let p: Promise<unknown> | undefined;
-    if (thenable(result)) {
+    if (promised) {
       const x = this._extra;
       p = Promise.resolve(result);
       if (fid >= 0) {

@@ -6,11 +6,13 @@ const OUR_ERROR = Symbol.for('fusewire.ourError');
 export type ErrorCode = 'EOPENBREAKER' | 'ETIMEDOUT' | 'ESEMLOCKED' | 'ESHUTDOWN';
 
 /**
- * Why the core refused a call (`EOPENBREAKER`: the first five; `ESEMLOCKED`: the
- * rest). `degraded`: a shared store could not grant a probe lease or a slot in time.
+ * Why the core refused a call (`EOPENBREAKER`: the first five and `no_key`;
+ * `ESEMLOCKED`: the rest). `degraded`: a shared store could not grant a probe lease
+ * or a slot in time. `no_key`: the breaker's key expired and the instance had no
+ * memory to take it again (the call counts nowhere).
  */
 export type Refusal = 'open' | 'forced_open' | 'probes_exhausted' | 'throttled' | 'slow_start' |
-  'bulkhead_full' | 'queue_full' | 'wait_expired' | 'degraded';
+  'bulkhead_full' | 'queue_full' | 'wait_expired' | 'degraded' | 'no_key';
 
 /** An error made by the breaker: `code` says which (opossum's shape: a plain Error). */
 export interface CircuitBreakerError extends Error {
