@@ -184,6 +184,12 @@ describe('TypeErrors name the option and the reason', () => {
     // Found by review: '' fell back to the action's name, and a buffer got "an object".
     assert.throws(() => new CircuitBreaker(async function named() { return 1; }, { name: '', shared: { store } }),
       { name: 'TypeError', message: 'options.name: a shared breaker needs a name (the same in every worker)' });
+    // Found by review: lone surrogates became U+FFFD in the store, 'q\ud800' and 'q\udc00' one breaker.
+    typeError({ name: 'q\ud800', shared: { store } },
+      "options.name: a shared breaker's name must be well-formed Unicode, got a lone surrogate at index 1");
+    typeError({ name: '\udc00q', shared: { store } },
+      "options.name: a shared breaker's name must be well-formed Unicode, got a lone surrogate at index 0");
+    new CircuitBreaker(async () => 1, { name: 'q\ud83d\ude00', shared: { store } }).shutdown();
     typeError({ name: 'x', shared: { store: store.buffer } },
       'options.shared.store: must be a SharedStore or a RedisStore, got a SharedArrayBuffer (in a worker, pass SharedStore.from(buffer))');
     typeError({ name: 'x', shared: { store, mode: 'async' } },

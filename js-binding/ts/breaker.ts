@@ -803,6 +803,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if ((o['name'] === undefined && action.name === '') || o['name'] === '') {
         throw optionError('options.name', 'a shared breaker needs a name (the same in every worker)');
       }
+      // Names go to the store as UTF-8, where a lone surrogate is U+FFFD: two such
+      // names would share one fleet breaker (found by review).
+      const lone = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.exec(name);
+      if (lone !== null) {
+        throw optionError('options.name', `a shared breaker's name must be well-formed Unicode, got a lone surrogate at index ${lone.index}`);
+      }
       this._store = st;
       this._syncStore = this._store instanceof SharedStore;
     }
