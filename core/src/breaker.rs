@@ -111,6 +111,9 @@ pub enum ShortCircuit {
 
 /// The probe slot of a pass that is not a probe.
 pub(crate) const NO_PROBE: u8 = u8::MAX;
+/// Marks the probe slot of a pass on a lease the store granted (a shared key's), as
+/// opposed to one its local breaker issued: only those settle the store's leases.
+pub(crate) const LEASED: u8 = 0x80;
 
 /// The breaker's admission of one call: the generation it was admitted in, its probe
 /// slot (if it is a half-open probe) and its start time. Hand it back exactly once
@@ -757,14 +760,35 @@ impl BreakerState {
         self.probe_successes = 0;
     }
 
-    /// Brings in times a state read from a store cannot honestly hold: an open period
+    /// Brings in what a state read from a store cannot honestly hold: an open period
     /// or a probe lease ending far past anything `cfg` gives — past four times its
     /// longest, and a minute more than that, room for peers on another config during
     /// a rollout and for their clocks — end there instead (a forged or damaged state,
     /// `open_until` = `u64::MAX`, kept a fleet open for good: found by a security
-    /// review). Whether it changed anything.
+    /// review); a warm-up ending, or a slow-start ramp starting, more than its length
+    /// from now is over (a writer's clock ahead kept a fleet from tripping, or
+    /// throttled it, for as long as the clock was ahead: found by review); probes
+    /// issued that are neither successes nor held leases are not out (half-open
+    /// refused every call for good). Whether it changed anything.
     #[inline(never)]
     pub(crate) fn bound(&mut self, cfg: &BreakerConfig, now: Nanos) -> bool {
+        let mut changed = false;
+        let warm = now.saturating_add(ms_to_ns(cfg.warm_up_ms));
+        if self.warm_until.is_some_and(|w| w > warm) {
+            self.warm_until = None;
+            changed = true;
+        }
+        let ramp = now.saturating_add(ms_to_ns(cfg.slow_start.ramp_ms));
+        if self.ramp_started_at.is_some_and(|r| r > ramp) {
+            self.ramp_started_at = None;
+            changed = true;
+        }
+        let held = self.probe_leases.iter().filter(|&&d| d != 0).count() as u32;
+        let issued = self.probe_successes.saturating_add(held);
+        if self.phase == Phase::HalfOpen && self.probes_issued != issued {
+            self.probes_issued = issued;
+            changed = true;
+        }
         let o = &cfg.open;
         let (ms, t) = match self.phase {
             // Jitter lengthens a period by at most its percentage: 4× covers 100 %.
@@ -779,12 +803,11 @@ impl BreakerState {
                 core::slice::from_mut(&mut self.open_until),
             ),
             Phase::HalfOpen => (cfg.half_open.probe_timeout_ms, &mut self.probe_leases[..]),
-            Phase::Closed => return false,
+            Phase::Closed => return changed,
         };
         let far = now.saturating_add(ms_to_ns(
             ms.saturating_mul(4).max(ms.saturating_add(60_000)),
         ));
-        let mut changed = false;
         for d in t {
             if *d > far {
                 *d = far;

@@ -37,7 +37,7 @@ use crate::config::{
 use crate::event::{EventKind, Outcome};
 use crate::keyindex::{self, KeyIndex};
 use crate::shared::io::{Answer, Io, IoId, Op, LOST};
-use crate::shared::replica::{Ctx, Replica};
+use crate::shared::replica::{leased, Ctx, Replica};
 use crate::time::{ms_to_ns, Monotonic, Nanos};
 use crate::window::HealthSnapshot;
 use calls::{Call, Calls, Deadlines};
@@ -121,9 +121,10 @@ pub struct Engine {
 /// Hands the turn of a probe that never ran back to the breaker that admitted it: the
 /// shared view's (`fresh`), or the key's own.
 #[inline(never)]
-fn give_back(k: &mut KeyEntry, cfg: &Config, fresh: bool, raw: RawPass, now: Nanos, rand: u64) {
+fn give_back(k: &mut KeyEntry, cfg: &Config, raw: RawPass, now: Nanos, rand: u64) {
     match k.replica.as_deref_mut() {
-        Some(rep) if fresh => rep.return_probe(raw, now),
+        // Where it came from: a store lease, or the local breaker (a stale view).
+        Some(rep) if leased(raw).is_some() => rep.return_probe(raw, now),
         _ => {
             let _ = k.circuit.state.on_result(
                 &cfg.breaker,
@@ -756,7 +757,7 @@ impl Engine {
                 let probe = raw.1 != NO_PROBE;
                 if probe {
                     // The probe never reaches the upstream: hand its turn back.
-                    give_back(k, cfg, fresh, raw, now, rand);
+                    give_back(k, cfg, raw, now, rand);
                 }
                 let cap = b.queue_capacity();
                 if b.isolation == Isolation::Pool && cap > 0 && !probe && k.queued < cap {
@@ -816,7 +817,7 @@ impl Engine {
             // No room for the call: a probe's turn goes back (found by review: it
             // stayed out until its lease expired, refusing every call meanwhile).
             if raw.1 != NO_PROBE {
-                give_back(k, cfg, fresh, raw, now, rand);
+                give_back(k, cfg, raw, now, rand);
             }
             return Start::Refused(Refusal {
                 event: EventKind::SemaphoreRejected,
@@ -1008,9 +1009,11 @@ impl Engine {
                     in_flight: concurrency,
                     queued: k.queued,
                 };
+                // A store lease's pass settles the local breaker's copy of that lease.
+                let local = leased(pass).unwrap_or(pass);
                 let t = k
                     .circuit
-                    .record(cfg, Pass::from_raw(pass), outcome, load, now, rand);
+                    .record(cfg, Pass::from_raw(local), outcome, load, now, rand);
                 if let Some(rep) = rep {
                     rep.record(&ctx, pass, outcome);
                     if t.is_some() {

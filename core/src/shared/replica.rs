@@ -20,7 +20,7 @@ use super::codec::{self, DecodeError, Kind};
 use super::io::{Answer, Expect, Issue, LOST};
 use super::state::{Counts, Delta, KeyState};
 use crate::breaker::{
-    BreakerState, Pass, RawPass, ShortCircuit, Transition, TransitionReason, NO_PROBE,
+    BreakerState, Pass, RawPass, ShortCircuit, Transition, TransitionReason, LEASED, NO_PROBE,
 };
 use crate::circuit::Circuit;
 use crate::config::{BreakerMode, Config, SharedConfig, SyncMode};
@@ -575,7 +575,7 @@ impl Replica {
             let g = trial.generation();
             self.leases.retain(|l| l.generation == g);
             if let Some(l) = self.leases.pop() {
-                return (Ok(Pass::new(l.generation, l.slot, now)), None);
+                return (Ok(Pass::new(l.generation, l.slot | LEASED, now)), None);
             }
             if matches!(&r, Ok(p) if p.is_probe()) {
                 self.leases_wanted = self.leases_wanted.max(1);
@@ -610,10 +610,10 @@ impl Replica {
     /// must be written at once (an error, a slow call, a probe, a hot key).
     pub(crate) fn record(&mut self, ctx: &Ctx, pass: RawPass, outcome: Outcome) -> bool {
         let now = ctx.now;
-        let (generation, probe, started_at) = pass;
+        let (generation, _, started_at) = pass;
         let mut urgent = false;
-        if probe != NO_PROBE {
-            self.probe_results.push((pass, outcome, now));
+        if let Some(lease) = leased(pass) {
+            self.probe_results.push((lease, outcome, now));
             urgent = true;
         }
         // A generation only the local breaker has (a trip ahead, a move while the
@@ -808,8 +808,8 @@ impl Replica {
 
     /// Gives a probe lease back unused (the call never ran).
     pub(crate) fn return_probe(&mut self, pass: RawPass, now: Nanos) {
-        if pass.1 != NO_PROBE {
-            self.lease_returns.push((pass.0, pass.1));
+        if let Some((generation, slot, _)) = leased(pass) {
+            self.lease_returns.push((generation, slot));
             self.mark(now, true);
         }
     }
@@ -1937,4 +1937,13 @@ impl Health for Pending {
     fn reset_counts(&mut self) {
         self.0 = Counts::default();
     }
+}
+
+/// The store lease a pass ran on (its slot unmarked), if it ran on one: a probe the
+/// local breaker issued while the view did not decide holds a slot of that breaker
+/// only — settled against the store, it ended another worker's lease of the same
+/// generation and slot, and one more probe ran fleet-wide (found by review).
+pub(crate) fn leased(pass: RawPass) -> Option<RawPass> {
+    let (generation, probe, started_at) = pass;
+    (probe != NO_PROBE && probe & LEASED != 0).then_some((generation, probe & !LEASED, started_at))
 }
