@@ -602,9 +602,10 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
 
   /**
    * Caches `value` for `key` unless the key is cached or loading (an Error caches a
-   * failure; a promise is kept as it is: loads get what it settles with). A key cleared while its load runs takes the value at once (DataLoader's
-   * `clear(key).prime(key, value)` after a mutation): loads of it get `value`, and the
-   * running load's result, when it comes, answers only its own callers.
+   * failure; a promise is kept as it is: loads get what it settles with). A key
+   * cleared while its load runs takes the value at once (DataLoader's
+   * `clear(key).prime(key, value)` after a mutation): later loads of it get `value`,
+   * and the running load's result, when it comes, answers the loads made before.
    */
   prime(key: K, value: V | PromiseLike<V> | Error): this {
     this._prime(this._global, key, value);
@@ -628,6 +629,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       w.fw_cache_cancel(h, 0, id, 0, t);
       const lead = s.inflight.get(ck);
       if (lead !== undefined && this._cleared.delete(lead)) {
+        // Loads that joined the load since the `clear` keep its result too (found by
+        // review: they got `value`, or were rejected by a primed Error).
+        this._keep(s, ck, lead, t);
         s.inflight.delete(ck);
         if (w.fw_cache_offer(h, 0, s.cache, putKey(ck), t) >= 0) {
           this._payloads.set(out()[0]!, { ok: !(value instanceof Error), value });
@@ -638,9 +642,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   }
 
   /**
-   * Key `ck` was cleared while lead `lead` loads it: the loads that joined that load
-   * leave the cache's flight and keep its result (a `prime` now reaches only loads
-   * made after the `clear`, as in DataLoader).
+   * Key `ck` was cleared (or is primed after a `clear`) while lead `lead` loads it:
+   * the loads that joined that load leave the cache's flight and keep its result (a
+   * `prime` reaches only loads made after it).
    */
   private _keep(s: Scope, ck: string, lead: number, t: number): void {
     const it = this._leads.get(lead);
