@@ -54,6 +54,9 @@ pub const MAX_SCRATCH: u32 = 16 << 20;
 /// Most breakers alive at once (handle index bits).
 const INDEX_BITS: u32 = 20;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+/// A slot's generation (the handle's bits above the index; bit 31 stays clear, so a
+/// handle with it set is forged). A handle whose slot was freed and taken again 2 048
+/// times matches once more: the wrapper never uses a handle after [`fw_free`].
 const GEN_MASK: u32 = (1 << 11) - 1;
 
 // ---- flags returned by start / complete / force / io_done -----------------------
@@ -118,11 +121,19 @@ pub(crate) struct Breaker {
 struct Slot {
     generation: u32,
     breaker: Option<Box<Breaker>>,
+    /// While free: the next free slot ([`NO_SLOT`]: none). A list through the slots,
+    /// so `fw_free` never allocates (found by review: a free list of its own grew,
+    /// and at the memory's end trapped).
+    next_free: u32,
 }
+
+/// No slot (the end of the free list).
+const NO_SLOT: u32 = u32::MAX;
 
 pub(crate) struct State {
     slots: Vec<Slot>,
-    free: Vec<u32>,
+    /// The last slot freed (slots are taken again last freed first).
+    free: u32,
     scratch: Vec<u8>,
     msg: Vec<u8>,
     out: Box<[f64; OUT_LEN]>,
@@ -142,7 +153,7 @@ impl State {
     fn new() -> Self {
         State {
             slots: Vec::new(),
-            free: Vec::new(),
+            free: NO_SLOT,
             scratch: Vec::new(),
             msg: Vec::new(),
             out: Box::new([0.0; OUT_LEN]),
@@ -182,7 +193,7 @@ impl State {
             ..
         } = self;
         let slot = slots.get_mut((h & INDEX_MASK) as usize)?;
-        if slot.generation != (h >> INDEX_BITS) & GEN_MASK {
+        if slot.generation != h >> INDEX_BITS {
             return None;
         }
         Some(Parts {
@@ -200,7 +211,7 @@ impl State {
         h: u32,
     ) -> Option<(&mut Breaker, &mut [f64; OUT_LEN], &mut u64)> {
         let slot = self.slots.get_mut((h & INDEX_MASK) as usize)?;
-        if slot.generation != (h >> INDEX_BITS) & GEN_MASK {
+        if slot.generation != h >> INDEX_BITS {
             return None;
         }
         let b = slot.breaker.as_deref_mut()?;
@@ -665,15 +676,19 @@ pub extern "C" fn fw_create(
             Ok((b, w)) => (Box::new(b), w),
             Err(e) => return s.fail(&e),
         };
-        let index = match s.free.pop() {
-            Some(i) => i,
+        let index = match s.slots.get(s.free as usize) {
+            Some(slot) => core::mem::replace(&mut s.free, slot.next_free),
             None => {
                 if s.slots.len() as u32 > INDEX_MASK {
                     return s.fail(&ConfigError::new("", "too many breakers alive"));
                 }
+                if s.slots.try_reserve(1).is_err() {
+                    return s.fail(&ConfigError::new("", "wasm memory is full"));
+                }
                 s.slots.push(Slot {
                     generation: 0,
                     breaker: None,
+                    next_free: NO_SLOT,
                 });
                 s.slots.len() as u32 - 1
             }
@@ -682,6 +697,7 @@ pub extern "C" fn fw_create(
             return s.fail(&ConfigError::new("", "too many breakers alive"));
         };
         slot.breaker = Some(breaker);
+        slot.next_free = NO_SLOT;
         let h = ((slot.generation & GEN_MASK) << INDEX_BITS | index) as i32;
         s.set_out(0, f64::from(warnings));
         h
@@ -696,12 +712,12 @@ pub extern "C" fn fw_free(h: u32) -> i32 {
         let Some(slot) = s.slots.get_mut(i as usize) else {
             return 0;
         };
-        if slot.generation != (h >> INDEX_BITS) & GEN_MASK || slot.breaker.is_none() {
+        if slot.generation != h >> INDEX_BITS || slot.breaker.is_none() {
             return 0;
         }
         slot.breaker = None;
         slot.generation = slot.generation.wrapping_add(1) & GEN_MASK;
-        s.free.push(i);
+        slot.next_free = core::mem::replace(&mut s.free, i);
         1
     })
 }
@@ -1187,7 +1203,7 @@ pub extern "C" fn fw_io_done(
         let Some(slot) = slots.get_mut((h & INDEX_MASK) as usize) else {
             return E_HANDLE;
         };
-        if slot.generation != (h >> INDEX_BITS) & GEN_MASK {
+        if slot.generation != h >> INDEX_BITS {
             return E_HANDLE;
         }
         let Some(b) = slot.breaker.as_deref_mut() else {

@@ -100,9 +100,39 @@ fn a_call_trips_and_reports_a_transition() {
     assert_eq!(fw_snapshot(h, 1_003.0), 0);
     assert_eq!(out(4 + EventKind::Failure.index()), 1.0);
     assert!(fw_next(h) > 1_000.0);
+    // A handle with bit 31 set is forged (found by review: it acted as the handle).
+    assert_eq!(fw_start(h | 1 << 31, 1_003.0), E_HANDLE);
+    assert_eq!(fw_state(h | 1 << 31, 1_003.0), E_HANDLE);
+    assert_eq!(fw_free(h | 1 << 31), 0);
     assert_eq!(fw_free(h), 1);
     assert_eq!(fw_free(h), 0);
     assert_eq!(fw_start(h, 0.0), E_HANDLE);
+}
+
+/// Freed slots are taken again, last freed first, under a new generation: the old
+/// handles stay stale.
+#[test]
+fn freed_slots_are_taken_again_with_a_new_generation() {
+    let a = create("{}", "a") as u32;
+    let b = create("{}", "b") as u32;
+    assert_eq!((fw_free(a), fw_free(b)), (1, 1));
+    let (c, d, e) = (
+        create("{}", "c") as u32,
+        create("{}", "d") as u32,
+        create("{}", "e") as u32,
+    );
+    assert_eq!(c & INDEX_MASK, b & INDEX_MASK);
+    assert_eq!(d & INDEX_MASK, a & INDEX_MASK);
+    assert_ne!(e & INDEX_MASK, a & INDEX_MASK);
+    assert_ne!(e & INDEX_MASK, b & INDEX_MASK);
+    for stale in [a, b] {
+        assert_eq!(fw_start(stale, 0.0), E_HANDLE);
+        assert_eq!(fw_free(stale), 0);
+    }
+    for live in [c, d, e] {
+        assert_eq!(fw_start(live, 0.0) & 0xf, RUNNING);
+        assert_eq!(fw_free(live), 1);
+    }
 }
 
 #[test]
