@@ -885,6 +885,14 @@ impl BreakerState {
         rand: u64,
     ) -> Option<Transition> {
         if pass.generation() != self.generation || !cfg.mode.runs_state_machine() {
+            // An earlier generation's failure or slow call (admitted before a trip,
+            // ended after it) never moves the breaker, but it is in the window: the
+            // next call's result runs the rules on it, as Hystrix's next health check
+            // would (found by review: a closed breaker stayed over its threshold,
+            // every success taking the fast path, until a new failure came).
+            if outcome.is_error() || cfg.slow_call.enabled {
+                self.check_next_success();
+            }
             return None;
         }
         let slow = cfg.slow_call.enabled
