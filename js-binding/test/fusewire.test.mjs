@@ -301,6 +301,10 @@ describe('options.fusewire over the opossum options it replaces (found by a revi
     c.shutdown();
     assert.throws(() => new CircuitBreaker(async () => 1, { fusewire: { collapser: { window_ms: 5 } } }),
       { name: 'TypeError', message: /^options\.fusewire\.collapser: a CircuitBreaker has no collapser/ });
+    // Found by review: taken, and its waiters ran the action anyway.
+    assert.throws(() => new CircuitBreaker(async () => 1, { cache: true, fusewire: { cache: { max_waiters: 5 } } }),
+      { name: 'TypeError', message: 'options.fusewire.cache.max_waiters: must be 0 on a CircuitBreaker (calls wait for one in flight with coalesce: true), got 5' });
+    new CircuitBreaker(async () => 1, { fusewire: { cache: { max_waiters: 0 } } }).shutdown();
     // `cache: false` keeps it off; a custom transport gets the section's ttl_ms; past
     // the core's limit `capacity` reads back as given (found by review).
     let runs2 = 0;

@@ -386,6 +386,13 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     config = merge(config, fw);
     config = derived(config, fusewirePaths, warmUp, derivedFrom);
   }
+  // A breaker's cache answers hits only: calls waiting for a call in flight are
+  // `coalesce` (found by review: `max_waiters` was taken, and its waiters ran anyway).
+  const mw = isPlain(config['cache']) ? (config['cache'] as Obj)['max_waiters'] : undefined;
+  if (!forCollapser && mw !== undefined && mw !== 0) {
+    throw optionError('options.fusewire.cache.max_waiters',
+      `must be 0 on a CircuitBreaker (calls wait for one in flight with coalesce: true), got ${describe(mw)}`);
+  }
   // A custom cacheTransport is the cache: the core keeps none.
   if (cache && options['cacheTransport'] !== undefined) config = merge(config, { cache: null });
 
