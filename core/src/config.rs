@@ -406,8 +406,9 @@ pub struct KeysConfig {
     /// Distinct keys tracked at once; further keys share the policy's overflow key
     /// until idle ones expire.
     pub max_keys: u32,
-    /// A key with no call for this long (and nothing in flight or queued) expires, and
-    /// its shared slot may be taken by another key.
+    /// A key with no call started for this long and nothing in flight or queued
+    /// expires (checked lazily: a sweep finding it busy looks again this long later),
+    /// and its shared slot may be taken by another key.
     pub idle_ms: u64,
 }
 
