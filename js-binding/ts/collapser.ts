@@ -273,8 +273,6 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   private readonly _payloads = new ById<{ ok: boolean; value: unknown }>();
   private _flushQueued = false;
   private _fullQueued = false;
-  /** Cache leads cleared while in flight (their result is given, then forgotten). */
-  private readonly _cleared = new Set<number>();
   /** Loads batched by this wrapper once the instance is lost (see `_lost`), and the batch size. */
   private _bare: Item<K, V>[] = [];
   private readonly _max: number;
@@ -560,7 +558,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     return Promise.all(loads);
   }
 
-  /** Forgets the cached result of `key` (a load in flight still answers its callers, and is then forgotten). */
+  /** Forgets the cached result of `key` (a load in flight still answers the loads made before; a later load loads it again). */
   clear(key: K): this {
     this._clear(this._global, key);
     return this;
@@ -572,16 +570,13 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       const t = now();
       const ck = this._cacheKey(s, key);
       const lead = s.inflight.get(ck);
-      if (lead !== undefined) {
-        this._cleared.add(lead);
-        this._keep(s, ck, lead, t);
-      }
+      if (lead !== undefined) this._detach(s, ck, lead, t);
       w.fw_cache_invalidate(this._h, 0, s.cache, putKey(ck), t);
       this._events(t);
     }
   }
 
-  /** Forgets every cached result (loads in flight still answer their callers, and are then forgotten). */
+  /** Forgets every cached result (loads in flight still answer the loads made before; later loads load again). */
   clearAll(): this {
     this._clearAll(this._global);
     return this;
@@ -591,10 +586,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   _clearAll(s: Scope): void {
     if (this._cache && !this.breaker.isShutdown && !s.closed) {
       const t = now();
-      for (const [ck, lead] of s.inflight) {
-        this._cleared.add(lead);
-        this._keep(s, ck, lead, t);
-      }
+      for (const [ck, lead] of [...s.inflight]) this._detach(s, ck, lead, t);
       w.fw_cache_clear(this._h, 0, s.cache, t);
       this._events(t);
     }
@@ -603,9 +595,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   /**
    * Caches `value` for `key` unless the key is cached or loading (an Error caches a
    * failure; a promise is kept as it is: loads get what it settles with). A key
-   * cleared while its load runs takes the value at once (DataLoader's
-   * `clear(key).prime(key, value)` after a mutation): later loads of it get `value`,
-   * and the running load's result, when it comes, answers the loads made before.
+   * cleared while its load runs is neither (DataLoader's `clear(key).prime(key,
+   * value)` after a mutation): later loads get `value`, and the running load's
+   * result, when it comes, answers only the loads made before the `clear`.
    */
   prime(key: K, value: V | PromiseLike<V> | Error): this {
     this._prime(this._global, key, value);
@@ -626,37 +618,33 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       this._settle(id, !(value instanceof Error), value, t);
       this._events(t);
     } else if (kind === 3) {
+      // Loading: the load's result is the key's (as DataLoader's cached promise).
       w.fw_cache_cancel(h, 0, id, 0, t);
-      const lead = s.inflight.get(ck);
-      if (lead !== undefined && this._cleared.delete(lead)) {
-        // Loads that joined the load since the `clear` keep its result too (found by
-        // review: they got `value`, or were rejected by a primed Error).
-        this._keep(s, ck, lead, t);
-        s.inflight.delete(ck);
-        if (w.fw_cache_offer(h, 0, s.cache, putKey(ck), t) >= 0) {
-          this._payloads.set(out()[0]!, { ok: !(value instanceof Error), value });
-        }
-        this._events(t);
-      }
     }
   }
 
   /**
-   * Key `ck` was cleared (or is primed after a `clear`) while lead `lead` loads it:
-   * the loads that joined that load leave the cache's flight and keep its result (a
-   * `prime` reaches only loads made after it).
+   * Key `ck` was cleared while lead `lead` loads it: the loads that joined that load
+   * keep its result, and the cache lets go of it, so a later load loads the key again
+   * and a `prime` caches at once, as in DataLoader (found by review: later loads
+   * joined the load from before the clear, and a `prime` after them answered them).
+   * The lead's result, when it comes, answers only its own callers.
    */
-  private _keep(s: Scope, ck: string, lead: number, t: number): void {
+  private _detach(s: Scope, ck: string, lead: number, t: number): void {
     const it = this._leads.get(lead);
     const ids = s.waitsOf.get(ck);
-    if (it === undefined || ids === undefined) return;
-    for (const id of [...ids]) {
-      const wt = this._waits.get(id);
-      if (wt === undefined) continue;
-      this._unwait(wt);
-      w.fw_cache_cancel(this._h, 0, wt.id, 0, t);
-      (it.also ??= []).push(wt);
+    if (it !== undefined && ids !== undefined) {
+      for (const id of [...ids]) {
+        const wt = this._waits.get(id);
+        if (wt === undefined) continue;
+        this._unwait(wt);
+        w.fw_cache_cancel(this._h, 0, wt.id, 0, t);
+        (it.also ??= []).push(wt);
+      }
     }
+    // No waiter left: the flight ends, not handed on; settling the lead does nothing now.
+    w.fw_cache_cancel(this._h, 0, lead, 1, t);
+    s.inflight.delete(ck);
   }
 
   private _wait(wt: Wait<K, V>): void {
@@ -714,7 +702,6 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const pending = this._takePending();
     this._payloads.clear();
     this._global.inflight.clear();
-    this._cleared.clear();
     // Running batches still answer their loads (and those they kept), as DataLoader's.
     this._leads.clear();
     this._runAll(pending);
@@ -1013,9 +1000,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
         else a.reject(v);
       }
       if (it.lead >= 0) {
-        const cleared = this._landed(it);
+        this._landed(it);
         const settled = this._settle(it.lead, ok, v, t);
-        if (settled && (fallback || cleared)) {
+        if (settled && fallback) {
           this._events(t);
           if (!this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, it.s.cache, putKey(it.ck), t);
         }
@@ -1025,11 +1012,10 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     this._events(t);
   }
 
-  /** A lead's result arrived: no longer in flight. Whether it was cleared meanwhile. */
-  private _landed(it: Item<K, V>): boolean {
+  /** A lead's result arrived: no longer in flight (a cleared one was let go already). */
+  private _landed(it: Item<K, V>): void {
     if (it.s.inflight.get(it.ck) === it.lead) it.s.inflight.delete(it.ck);
     this._leads.delete(it.lead);
-    return this._cleared.delete(it.lead);
   }
 
   /** Fills (or fails) a cache lead with `value`, keeping its payload (events: `_events`); false for a stale lead. */
