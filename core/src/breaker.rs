@@ -765,21 +765,29 @@ impl BreakerState {
     /// longest, and a minute more than that, room for peers on another config during
     /// a rollout and for their clocks — end there instead (a forged or damaged state,
     /// `open_until` = `u64::MAX`, kept a fleet open for good: found by a security
-    /// review); a warm-up ending, or a slow-start ramp starting, more than its length
-    /// from now is over (a writer's clock ahead kept a fleet from tripping, or
-    /// throttled it, for as long as the clock was ahead: found by review); probes
-    /// issued that are neither successes nor held leases are not out (half-open
-    /// refused every call for good). Whether it changed anything.
+    /// review); so does a warm-up, and a slow-start ramp starting that far ahead is
+    /// over (a writer's clock an hour ahead kept a fleet from tripping, or throttled
+    /// it, for that hour: found by review); probes issued that are neither successes
+    /// nor held leases are not out (half-open refused every call for good). Whether
+    /// it changed anything.
     #[inline(never)]
     pub(crate) fn bound(&mut self, cfg: &BreakerConfig, now: Nanos) -> bool {
+        // Four times `ms` from now, and a minute more than `ms` if that is later.
+        let far = |ms: u64| {
+            now.saturating_add(ms_to_ns(
+                ms.saturating_mul(4).max(ms.saturating_add(60_000)),
+            ))
+        };
         let mut changed = false;
-        let warm = now.saturating_add(ms_to_ns(cfg.warm_up_ms));
+        let warm = far(cfg.warm_up_ms);
         if self.warm_until.is_some_and(|w| w > warm) {
-            self.warm_until = None;
+            self.warm_until = Some(warm);
             changed = true;
         }
-        let ramp = now.saturating_add(ms_to_ns(cfg.slow_start.ramp_ms));
-        if self.ramp_started_at.is_some_and(|r| r > ramp) {
+        if self
+            .ramp_started_at
+            .is_some_and(|r| r > far(cfg.slow_start.ramp_ms))
+        {
             self.ramp_started_at = None;
             changed = true;
         }
@@ -805,9 +813,7 @@ impl BreakerState {
             Phase::HalfOpen => (cfg.half_open.probe_timeout_ms, &mut self.probe_leases[..]),
             Phase::Closed => return changed,
         };
-        let far = now.saturating_add(ms_to_ns(
-            ms.saturating_mul(4).max(ms.saturating_add(60_000)),
-        ));
+        let far = far(ms);
         for d in t {
             if *d > far {
                 *d = far;
@@ -884,20 +890,23 @@ impl BreakerState {
         now: Nanos,
         rand: u64,
     ) -> Option<Transition> {
-        if pass.generation() != self.generation || !cfg.mode.runs_state_machine() {
-            // An earlier generation's failure or slow call (admitted before a trip,
-            // ended after it) never moves the breaker, but it is in the window: the
-            // next call's result runs the rules on it, as Hystrix's next health check
-            // would (found by review: a closed breaker stayed over its threshold,
-            // every success taking the fast path, until a new failure came).
-            if outcome.is_error() || cfg.slow_call.enabled {
-                self.check_next_success();
-            }
+        if !cfg.mode.runs_state_machine() {
             return None;
         }
         let slow = cfg.slow_call.enabled
             && outcome.executed()
             && elapsed(now, pass.started_at) >= ms_to_ns(cfg.slow_call.duration_threshold_ms);
+        if pass.generation() != self.generation {
+            // An earlier generation's failure or slow call (admitted before a trip,
+            // ended after it) never moves the breaker, but it is in the window: the
+            // next call's result runs the rules on it, as Hystrix's next health check
+            // would (found by review: a closed breaker stayed over its threshold,
+            // every success taking the fast path, until a new failure came).
+            if outcome.is_error() || slow {
+                self.check_next_success();
+            }
+            return None;
+        }
         match self.phase {
             Phase::Closed => {
                 match outcome {
