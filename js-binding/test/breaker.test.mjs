@@ -898,7 +898,10 @@ describe('fallback', () => {
       fusewire: { breaker: { error_percentage: { enabled: false } }, bulkhead: { max_concurrent: 10, fallback_max_concurrent: 2 } },
     });
     b.fallback(() => ({ get then() { throw new Error('bad then'); } }));
+    let told = 0;
+    b.on('fallback', () => told++);
     for (let i = 0; i < 3; i++) await assert.rejects(b.fire(1), /bad then/);
+    assert.equal(told, 3, 'emitted before the rejection, as opossum does');
     b.fallback(() => 'fb');
     assert.equal(await b.fire(1), 'fb', 'the limit of 2 still has room');
     b.shutdown();

@@ -2249,15 +2249,22 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const fid = live ? w.fw_fallback(h, now()) : -1;
     if (live && fid < 0) return undefined; // the fallback limit refused it (FALLBACK_REJECTION)
     let result: unknown;
-    let promised: boolean;
     try {
       result = f.apply(f, [...args, err]);
-      // In the `try` too: a result whose `then` getter throws fails the fallback
-      // (found by review: its slot under `fallback_max_concurrent` stayed taken).
-      promised = thenable(result);
     } catch (e) {
       this._fallbackDone(fid, 0);
       return Promise.reject(e);
+    }
+    let promised = false;
+    let broken: { e: unknown } | undefined;
+    try {
+      promised = thenable(result);
+    } catch (e) {
+      // A result whose `then` getter throws fails the fallback (found by review: its
+      // slot under `fallback_max_concurrent` stayed taken); `fallback` is emitted
+      // first, and the call rejects with it, as opossum's `Promise.resolve` does.
+      broken = { e };
+      this._fallbackDone(fid, 0);
     }
     // Counted before `fallback` is emitted (opossum counts it in its own listener);
     // a promise is counted as running until it settles.
@@ -2275,7 +2282,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           this._fallbackDone(fid, 0);
         });
       }
-    } else {
+    } else if (broken === undefined) {
       this._fallbackDone(fid, 1);
     }
     try {
@@ -2285,6 +2292,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // out of `fire()` (found by review).
       return Promise.reject(e);
     }
+    if (broken !== undefined) return Promise.reject(broken.e);
     const seen = this._onFallbackValue;
     if (seen !== undefined) {
       if (p !== undefined) {

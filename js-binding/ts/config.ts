@@ -105,7 +105,7 @@ export interface CoreCacheConfig {
   failure_ttl_ms?: number | undefined;
   /** Callers waiting on a failed leader: fail with it, or the first runs the call again ['fail_followers']. */
   on_leader_failure?: 'fail_followers' | 'promote' | undefined;
-  /** Callers waiting per key in flight; 0: no de-duplication [1 000]. */
+  /** Callers waiting per key in flight; 0: no de-duplication [1 000; a CircuitBreaker's must be 0: its in-flight de-duplication is `coalesce`]. */
   max_waiters?: number | undefined;
   /** A call in flight longer than this abandons its waiters (ms) [10 000]. */
   max_wait_ms?: number | undefined;

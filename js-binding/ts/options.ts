@@ -389,7 +389,7 @@ export function parse(options: Obj, forCollapser = false): Parsed {
   // A breaker's cache answers hits only: calls waiting for a call in flight are
   // `coalesce` (found by review: `max_waiters` was taken, and its waiters ran anyway).
   const mw = isPlain(config['cache']) ? (config['cache'] as Obj)['max_waiters'] : undefined;
-  if (!forCollapser && mw !== undefined && mw !== 0) {
+  if (coreCache && !forCollapser && mw !== undefined && mw !== 0) {
     throw optionError('options.fusewire.cache.max_waiters',
       `must be 0 on a CircuitBreaker (calls wait for one in flight with coalesce: true), got ${describe(mw)}`);
   }
