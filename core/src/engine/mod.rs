@@ -119,7 +119,7 @@ pub struct Engine {
 }
 
 /// Hands the turn of a probe that never ran back to the breaker that admitted it: the
-/// shared view's (`fresh`), or the key's own.
+/// store's (a pass on a store lease), or the key's own.
 #[inline(never)]
 fn give_back(k: &mut KeyEntry, cfg: &Config, raw: RawPass, now: Nanos, rand: u64) {
     match k.replica.as_deref_mut() {
