@@ -508,6 +508,10 @@ const b = new CircuitBreaker(async (x) => { if (x) throw new Error('x'); return 
   assert.match(text, /^fusewire_pay_failure 30$/m);
   assert.match(text, /^fusewire_pay_breaker_state 1$/m, 'open: the highest state of the threads');
   assert.match(text, /^fusewire_breakers 3$/m);
+  // Found by review: summed, two lost threads read 2 and an alert on `== 1` never fired.
+  const lost = all.map((t) => t.map((m) => m.name !== 'fusewire_instance_lost' ? m
+    : { ...m, values: m.values.map((v) => ({ ...v, value: 1 })) }));
+  assert.match(await client.AggregatorRegistry.aggregate(lost).metrics(), /^fusewire_instance_lost 1$/m);
   b.shutdown();
   remove();
 });
@@ -524,6 +528,19 @@ async function collector() {
     }
   };
 }
+
+test('a registry passed to register() is not kept alive by it (found by review: every one stayed for good)', async () => {
+  const collect = await collector();
+  let ref;
+  (() => {
+    const registry = new client.Registry();
+    const remove = register({ client, registers: [registry] });
+    remove();
+    ref = new WeakRef(registry);
+  })();
+  await collect();
+  assert.equal(ref.deref(), undefined);
+});
 
 test('a breaker dropped without shutdown() is collected, an exporter registered or not (found by review: the registry, then an exporter, held every breaker forever)', async () => {
   const collect = await collector();

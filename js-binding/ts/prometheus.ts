@@ -47,10 +47,12 @@ interface MetricConfig {
  * How prom-client's `AggregatorRegistry.aggregate` merges one metric of several
  * threads' registries (each `worker_threads` worker has its own): counts, calls in
  * flight and breakers add up (the default, `sum`); the state is the highest a thread
- * reports; latencies are averaged.
+ * reports, and so is `instance_lost` (1 if any thread's instance failed: found by
+ * review, two threads' summed to 2 and an alert on `== 1` never fired); latencies are
+ * averaged.
  */
 function aggregator(suffix: string): string {
-  return suffix === 'breaker_state' ? 'max' : suffix === 'latency_ms' ? 'average' : 'sum';
+  return suffix === 'breaker_state' || suffix === 'instance_lost' ? 'max' : suffix === 'latency_ms' ? 'average' : 'sum';
 }
 
 interface Metric {
@@ -328,8 +330,12 @@ function fill(m: Metric, suffix: string, s: Sample, labels: Record<string, strin
   } else m.inc?.(labels, s.counters[suffix] ?? 0);
 }
 
-/** Live registrations by registry and prefix: the function that removes each. */
-const active = new Map<unknown, Map<string, () => void>>();
+/**
+ * Live registrations by registry and prefix: the function that removes each. Weak:
+ * a registry dropped by its owner is not kept (found by review: a test suite's
+ * `new Registry()` per test stayed alive for good).
+ */
+const active = new WeakMap<object, Map<string, () => void>>();
 
 /**
  * Registers the metrics of every breaker, present and future (a breaker's metrics
@@ -351,8 +357,8 @@ export function register(options: PrometheusOptions): () => void {
   // threw "already registered" on every edit) registers again; and a registry cleared
   // since (`registry.clear()` between tests) must not get its metrics back. The
   // earlier `register()`'s remover then does nothing.
-  for (const r of registers) active.get(r)?.get(prefix)?.();
-  // A set: a breaker's 18 names are checked against every one made (found by review:
+  for (const r of registers) active.get(r as object)?.get(prefix)?.();
+  // A set: a breaker's 21 names are checked against every one made (found by review:
   // with an array, making the 8 000th breaker took 16 ms).
   const names = new Set<string>();
   const make = (counter: boolean, name: string, suffix: string, labelNames: string[],
@@ -467,7 +473,7 @@ export function register(options: PrometheusOptions): () => void {
     if (m !== undefined) leave(m, read(m, now()) ?? m.last);
   };
   if (labels) {
-    // Every series' value, computed once per scrape and read by all 18 families (found
+    // Every series' value, computed once per scrape and read by all 21 families (found
     // by review: each family grouped and merged every breaker itself, 1.2 s per scrape
     // at 8 000 breakers). prom-client collects every family of a scrape in one
     // synchronous run: the view lasts until that run ends, and is made again for a
@@ -513,13 +519,13 @@ export function register(options: PrometheusOptions): () => void {
     reapers.delete(reaper);
     for (const n of [...names]) remove(n);
     for (const r of registers) {
-      const m = active.get(r);
+      const m = active.get(r as object);
       if (m?.get(prefix) === dispose) m.delete(prefix);
     }
   };
   for (const r of registers) {
-    let m = active.get(r);
-    if (m === undefined) active.set(r, (m = new Map()));
+    let m = active.get(r as object);
+    if (m === undefined) active.set(r as object, (m = new Map()));
     m.set(prefix, dispose);
   }
   return dispose;
