@@ -125,6 +125,22 @@ describe('Collapser', () => {
     c.shutdown();
   });
 
+  test('the cache is bounded in bytes as a breaker\'s is, and the breaker\'s fusewire.cache.max_bytes sets another (found by a security review: 2^40)', async () => {
+    const { c } = loader();
+    assert.equal(c.breaker.options.fusewire.cache.max_bytes, 256 * 2 ** 20);
+    c.shutdown();
+    // Two keys of 1 KiB (plus 256 B an entry each) over a bound of 2 000 bytes: the
+    // first is evicted, and loads again.
+    const { c: small, batches } = loader({ windowMs: 0, breaker: { fusewire: { cache: { max_bytes: 2_000, max_key_bytes: 1_100 } } } });
+    const [a, b] = ['a'.repeat(1024), 'b'.repeat(1024)];
+    await small.load(a);
+    await small.load(b);
+    await small.load(b);
+    await small.load(a);
+    assert.equal(batches.length, 3, 'a loaded twice, b once');
+    small.shutdown();
+  });
+
   test('a fallback of the wrong length is named as the fallback, not the batch function', async () => {
     const c = new Collapser(async (ks) => ks.map(String), { windowMs: 0 });
     c.breaker.fallback(() => ['only one']);

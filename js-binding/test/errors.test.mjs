@@ -168,6 +168,10 @@ describe('TypeErrors name the option and the reason', () => {
     typeError({ fusewire: { breaker: { open: { ladder_ms: [100, -1] } } } }, /^options\.fusewire\.breaker\.open\.ladder_ms\[1\]: invalid value/);
     typeError({ fusewire: 'fast' }, 'options.fusewire: must be an object (the core config schema), got "fast"');
     typeError({ fusewire: { breaker: { mode: () => 1 } } }, 'options.fusewire.breaker.mode: must be plain JSON data, got a function');
+    // Found by a security review: an own `__proto__` (JSON.parse makes one) became the
+    // merged config's prototype, and the options read through it were undefined.
+    typeError(JSON.parse('{"fusewire": {"breaker": {"__proto__": {"mode": "forced_open"}}}}'),
+      'options.fusewire.breaker.__proto__: unknown field');
     const cyclic = {};
     cyclic.self = cyclic;
     typeError({ fusewire: { breaker: cyclic } }, /^options\.fusewire\.breaker\.self\.self/);
@@ -322,6 +326,27 @@ describe('an errorFilter that throws (found by review: its exception was lost)',
       process.off('warning', listen);
     }
     assert.deepEqual(seen, ['fusewire: breaker "filtered": errorFilter threw (filter bug); the error counts as a failure']);
+  });
+
+  test('the texts warned once are bounded: past 1000 the memory starts over (found by review: a breaker per request grew it for good)', async () => {
+    let seen = 0;
+    const listen = (w) => { if (w.name === 'FusewireWarning' && w.message.startsWith('fusewire: breaker "warned-')) seen++; };
+    process.on('warning', listen);
+    try {
+      const fire = async (i) => {
+        const b = new CircuitBreaker(async () => { throw new Error('503'); },
+          { name: `warned-${i}`, errorFilter: () => { throw new TypeError('bug'); } });
+        await assert.rejects(b.fire());
+        b.shutdown();
+      };
+      for (let i = 0; i <= 1000; i++) await fire(i);
+      await fire(0); // forgotten by now: told again
+      await fire(1000); // remembered: not told
+      await new Promise((r) => setImmediate(r));
+    } finally {
+      process.off('warning', listen);
+    }
+    assert.equal(seen, 1002);
   });
 });
 

@@ -12,7 +12,7 @@ import type { CoreConfig } from './config.js';
 import { F_REARM, K, KIND_MASK, f64s, lost, out, outView, putKey, tell, w } from './engine.js';
 import { describe, optionError, ourError } from './errors.js';
 import { tagged } from './key.js';
-import { FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, ms, withoutUndefined } from './options.js';
+import { CACHE_BYTES, FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, ms, withoutUndefined } from './options.js';
 
 /**
  * A thenable value as one promise, taken on once (as DataLoader's load promise does):
@@ -327,7 +327,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       collapser: { window_ms: windowMs, max_batch_size: maxBatchSize, max_items: 10_000_000, max_key_bytes: 16, max_scopes: 0 },
       cache: this._cache
         ? {
-            max_entries: cacheSize, max_bytes: 2 ** 40, ttl_ms: 0, cache_failures: true, failure_ttl_ms: MAX_MS,
+            // Bytes too, as a breaker's cache (found by a security review: 64 KiB keys
+            // an attacker chose took 640 MiB of wasm memory at the default cacheSize).
+            max_entries: cacheSize, max_bytes: CACHE_BYTES, ttl_ms: 0, cache_failures: true, failure_ttl_ms: MAX_MS,
             on_leader_failure: 'fail_followers', max_waiters: 1_000_000, max_wait_ms: MAX_MS,
             max_key_bytes: 65_536, max_scopes: MAX_REQUESTS,
           }

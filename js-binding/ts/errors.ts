@@ -67,13 +67,17 @@ export function optionError(path: string, reason: string): TypeError {
 }
 
 const warned = new Set<string>();
+/** Texts remembered at most (they name breakers: found by review, a breaker made per request grew the set for good). */
+const WARNED_MAX = 1000;
 
 /**
  * @internal Warns once per text, without throwing (a `FusewireWarning` process
  * warning in Node, `console.warn` elsewhere): for mistakes that must not fail a call.
+ * Past `WARNED_MAX` texts the memory starts over (a text may then be told again).
  */
 export function warn(text: string): void {
   if (warned.has(text)) return;
+  if (warned.size >= WARNED_MAX) warned.clear();
   warned.add(text);
   const p = (globalThis as { process?: { emitWarning?(m: string, t: string): void } }).process;
   try {

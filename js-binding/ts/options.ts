@@ -117,7 +117,7 @@ const MAX_BUCKETS = 1000;
  * one `.wasm` serves every breaker of the process, and an attacker's unique keys must
  * not fill it (found by a security review). `fusewire.cache.max_bytes` sets another.
  */
-const CACHE_BYTES = 256 * 2 ** 20;
+export const CACHE_BYTES = 256 * 2 ** 20;
 /** The core's largest `cache.max_entries`: 2^24 − 1, opossum's default `cacheSize`. */
 export const MAX_CACHE_ENTRIES = 16_777_215;
 
@@ -168,6 +168,9 @@ function walk(v: unknown, path: string, set: Set<string>, depth = 0): void {
   if (isPlain(v)) {
     set.add(path);
     for (const [k, x] of Object.entries(v)) {
+      // An own `__proto__` (from JSON.parse) would become the merged config's
+      // prototype, not a field (found by a security review): no field has the name.
+      if (k === '__proto__') throw optionError(`options.${path}.__proto__`, 'unknown field');
       if (x !== undefined) walk(x, `${path}.${k}`, set, depth + 1);
     }
     return;
