@@ -765,11 +765,11 @@ impl BreakerState {
     /// longest, and a minute more than that, room for peers on another config during
     /// a rollout and for their clocks — end there instead (a forged or damaged state,
     /// `open_until` = `u64::MAX`, kept a fleet open for good: found by a security
-    /// review); so does a warm-up, and a slow-start ramp starting that far ahead is
-    /// over (a writer's clock an hour ahead kept a fleet from tripping, or throttled
-    /// it, for that hour: found by review); probes issued that are neither successes
-    /// nor held leases are not out (half-open refused every call for good). Whether
-    /// it changed anything.
+    /// review); so does a warm-up, and a slow-start ramp starting after now starts
+    /// now (a writer's clock an hour ahead kept a fleet from tripping, or throttled it,
+    /// for that hour: found by review); probes issued that are neither successes nor
+    /// held leases are not out (half-open refused every call for good). Whether it
+    /// changed anything.
     #[inline(never)]
     pub(crate) fn bound(&mut self, cfg: &BreakerConfig, now: Nanos) -> bool {
         // Four times `ms` from now, and a minute more than `ms` if that is later.
@@ -784,11 +784,8 @@ impl BreakerState {
             self.warm_until = Some(warm);
             changed = true;
         }
-        if self
-            .ramp_started_at
-            .is_some_and(|r| r > far(cfg.slow_start.ramp_ms))
-        {
-            self.ramp_started_at = None;
+        if self.ramp_started_at.is_some_and(|r| r > now) {
+            self.ramp_started_at = Some(now);
             changed = true;
         }
         let held = self.probe_leases.iter().filter(|&&d| d != 0).count() as u32;

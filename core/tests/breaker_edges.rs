@@ -367,3 +367,25 @@ fn timeouts_from_before_a_trip_are_judged_at_the_next_result() {
     e.complete(x, Outcome::Success, t2, 1);
     assert_eq!(e.phase(k), Some(Phase::Open), "{:?}", e.health(k, t2));
 }
+
+/// Only an earlier generation's failure or slow call asks for the rules: a fast success
+/// of one does not (found by review: with `slow_call` on, any such result did, and a
+/// window kept over the close, `reset_window_on_close: false`, reopened at once).
+#[test]
+fn a_fast_success_from_before_a_trip_asks_for_nothing() {
+    let mut b = cb(Config::from_json(
+        r#"{"breaker": {"half_open": {"reset_window_on_close": false},
+            "slow_call": {"enabled": true, "duration_threshold_ms": 60000}}}"#,
+    )
+    .unwrap());
+    let early = b.try_acquire(T0, 0).unwrap();
+    trip(&mut b);
+    let t1 = T0 + 5_000 * MS;
+    let probe = b.try_acquire(t1, 0).unwrap();
+    b.record(probe, Outcome::Success, t1, 0);
+    assert_eq!(b.phase(), Phase::Closed);
+    b.record(early, Outcome::Success, t1, 0);
+    let p = b.try_acquire(t1, 0).unwrap();
+    b.record(p, Outcome::Success, t1, 0);
+    assert_eq!(b.phase(), Phase::Closed, "{:?}", b.health(t1));
+}

@@ -139,6 +139,9 @@ describe('Collapser', () => {
     await small.load(a);
     assert.equal(batches.length, 3, 'a loaded twice, b once');
     small.shutdown();
+    // An own `__proto__` (JSON.parse makes one) is refused by name before the merge.
+    assert.throws(() => new Collapser(async (k) => k, { breaker: JSON.parse('{"fusewire": {"cache": {"__proto__": null}}}') }),
+      { name: 'TypeError', message: 'options.breaker.fusewire.cache.__proto__: unknown field' });
   });
 
   test('a fallback of the wrong length is named as the fallback, not the batch function', async () => {

@@ -305,7 +305,7 @@ describe('options.fusewire over the opossum options it replaces (found by a revi
     assert.throws(() => new CircuitBreaker(async () => 1, { cache: true, fusewire: { cache: { max_waiters: 5 } } }),
       { name: 'TypeError', message: 'options.fusewire.cache.max_waiters: must be 0 on a CircuitBreaker (calls wait for one in flight with coalesce: true), got 5' });
     new CircuitBreaker(async () => 1, { fusewire: { cache: { max_waiters: 0 } } }).shutdown();
-    // Not where the core's cache is off or replaced.
+    // Not with `cache: false` (the core then keeps no cache).
     new CircuitBreaker(async () => 1, { cache: false, fusewire: { cache: { max_waiters: 5 } } }).shutdown();
     // `cache: false` keeps it off; a custom transport gets the section's ttl_ms; past
     // the core's limit `capacity` reads back as given (found by review).

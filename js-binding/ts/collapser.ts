@@ -12,7 +12,7 @@ import type { CoreConfig } from './config.js';
 import { F_REARM, K, KIND_MASK, f64s, lost, out, outView, putKey, tell, w } from './engine.js';
 import { describe, optionError, ourError } from './errors.js';
 import { tagged } from './key.js';
-import { CACHE_BYTES, FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, ms, withoutUndefined } from './options.js';
+import { CACHE_BYTES, FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, merge, ms, walk, withoutUndefined } from './options.js';
 
 /**
  * A thenable value as one promise, taken on once (as DataLoader's load promise does):
@@ -46,7 +46,7 @@ export interface CollapserOptions<K, V, C = K> {
   maxBatchSize?: number | undefined;
   /** Memoise results per key, failures included, until `clear` (DataLoader's `cache`, default true). */
   cache?: boolean | undefined;
-  /** Cached keys at most (default 10000, at most 16 777 215; the core evicts with SIEVE). */
+  /** Cached keys at most (default 10000, at most 16 777 215; the core evicts with SIEVE), and at most 256 MiB of keys counting 256 B an entry (`breaker.fusewire.cache.max_bytes` sets another). */
   cacheSize?: number | undefined;
   /**
    * The cache key of a key (default: the key itself). Keys of different types never
@@ -236,12 +236,6 @@ function isPlain(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
-  const o: Record<string, unknown> = { ...a };
-  for (const [k, v] of Object.entries(b)) o[k] = isPlain(o[k]) && isPlain(v) ? merge(o[k] as Record<string, unknown>, v) : v;
-  return o;
-}
-
 /**
  * DataLoader-style batching and caching through a circuit breaker. `C`: what
  * `cacheKeyFn` returns (DataLoader's third type parameter).
@@ -335,6 +329,8 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
           }
         : null,
     };
+    // Checked before the merge (an own `__proto__` would become its prototype: found by review).
+    if (isPlain(bo.fusewire)) walk(bo.fusewire, 'breaker.fusewire', new Set());
     const fw = isPlain(bo.fusewire) ? merge(ours as Record<string, unknown>, bo.fusewire) : ours;
     // A batch is one call: Hystrix's volume threshold (20) keeps one failed batch
     // from opening the breaker (opossum's default of 0 would).

@@ -148,7 +148,7 @@ export function withoutUndefined(o: Obj): Obj {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
 }
 
-function walk(v: unknown, path: string, set: Set<string>, depth = 0): void {
+export function walk(v: unknown, path: string, set: Set<string>, depth = 0): void {
   if (depth > 16) throw optionError(`options.${path}`, 'nested too deeply');
   if (v === null || typeof v === 'string' || typeof v === 'boolean') {
     set.add(path);
@@ -179,7 +179,7 @@ function walk(v: unknown, path: string, set: Set<string>, depth = 0): void {
 }
 
 /** Deep merge of plain objects (arrays and scalars replace; undefined is skipped). */
-function merge(base: Obj, over: Obj): Obj {
+export function merge(base: Obj, over: Obj): Obj {
   const out: Obj = { ...base };
   for (const [k, v] of Object.entries(over)) {
     if (v === undefined) continue;
@@ -396,8 +396,9 @@ export function parse(options: Obj, forCollapser = false): Parsed {
     throw optionError('options.fusewire.cache.max_waiters',
       `must be 0 on a CircuitBreaker (calls wait for one in flight with coalesce: true), got ${describe(mw)}`);
   }
-  // A custom cacheTransport is the cache: the core keeps none.
-  if (cache && options['cacheTransport'] !== undefined) config = merge(config, { cache: null });
+  // A custom cacheTransport is the cache: the core keeps none; nor with `cache: false`
+  // (found by review: a `fusewire.cache` section made one nothing used).
+  if ((cache && options['cacheTransport'] !== undefined) || (!cache && !forCollapser)) config = merge(config, { cache: null });
 
   const sharedPaths = new Set<string>();
   let sharedJson = '';
