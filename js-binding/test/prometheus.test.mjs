@@ -508,10 +508,11 @@ const b = new CircuitBreaker(async (x) => { if (x) throw new Error('x'); return 
   assert.match(text, /^fusewire_pay_failure 30$/m);
   assert.match(text, /^fusewire_pay_breaker_state 1$/m, 'open: the highest state of the threads');
   assert.match(text, /^fusewire_breakers 3$/m);
-  // Found by review: summed, two lost threads read 2 and an alert on `== 1` never fired.
-  const lost = all.map((t) => t.map((m) => m.name !== 'fusewire_instance_lost' ? m
+  // Each thread's losses (its instance replaced) add up.
+  assert.match(text, /^fusewire_instance_losses 0$/m);
+  const lost = all.map((t) => t.map((m) => m.name !== 'fusewire_instance_losses' ? m
     : { ...m, values: m.values.map((v) => ({ ...v, value: 1 })) }));
-  assert.match(await client.AggregatorRegistry.aggregate(lost).metrics(), /^fusewire_instance_lost 1$/m);
+  assert.match(await client.AggregatorRegistry.aggregate(lost).metrics(), /^fusewire_instance_losses 3$/m);
   b.shutdown();
   remove();
 });

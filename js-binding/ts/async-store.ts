@@ -10,12 +10,14 @@
  */
 import { now } from './clock.js';
 import type { CoreSharedConfig } from './config.js';
-import { bytes, io, nextIo, putScratchBytes, w } from './engine.js';
+import { bytes, io, nextIo, putScratchBytes, type Exports } from './engine.js';
 import { brand } from './errors.js';
 
 /** @internal What a breaker gives its async store. */
 export interface AsyncHost {
   readonly _h: number;
+  /** The exports of the instance its core is in. */
+  readonly _w: Exports;
   readonly isShutdown: boolean;
   _after(flags: number, t: number): void;
   /** An answer that came after `shutdown()`, while the breaker drives its last flush. */
@@ -106,16 +108,21 @@ export abstract class AsyncStore {
   /** @internal Hands a breaker's waiting requests to the store; never waits. Returns no flags. */
   _pump(b: AsyncHost, t: number): number {
     const h = b._h;
+    const x = b._w;
     // The core keeps at most one request in flight per key: this loop sends one.
     for (let i = 0; i < 8; i++) {
-      const op = nextIo(h, t);
+      const op = nextIo(x, h, t);
       if (op === 0) break;
       const { id, expect } = io;
       const mem = bytes();
       const key = decoder.decode(mem.subarray(io.keyAt, io.keyAt + io.keyLen));
       const value = op === 2 ? mem.slice(io.valueAt, io.valueAt + io.valueLen) : undefined;
       const seq = op === 2 ? b._writeSent() : 0;
-      this._send(op, key, value, expect, (kind, token, v, flag) => answer(b, id, kind, token, v, flag, seq));
+      this._send(op, key, value, expect, (kind, token, v, flag) => {
+        // Asked by a core since replaced with its instance (see `revive` in engine.ts):
+        // the new core never asked.
+        if (b._w === x) answer(b, id, kind, token, v, flag, seq);
+      });
     }
     return 0;
   }
@@ -129,7 +136,7 @@ function answer(b: AsyncHost, id: number, kind: number, token: number, value: Ui
     return;
   }
   const t = now();
-  const f = deliver(b._h, id, kind, token, value, flag, t);
+  const f = deliver(b._w, b._h, id, kind, token, value, flag, t);
   if (kind === WRITTEN && seq > 0) b._writeLanded(seq);
   if (f < 0) return;
   try {
@@ -143,8 +150,8 @@ function answer(b: AsyncHost, id: number, kind: number, token: number, value: Ui
   }
 }
 
-/** @internal Hands the store's answer to request `id` to the core (`fw_io_done`); returns its flags. */
-export function deliver(h: number, id: number, kind: number, token: number, value: Uint8Array | undefined,
+/** @internal Hands the store's answer to request `id` to the core (`fw_io_done` of exports `x`); returns its flags. */
+export function deliver(x: Exports, h: number, id: number, kind: number, token: number, value: Uint8Array | undefined,
   flag: number, t: number): number {
   // Past 64 KiB a value is not fusewire state (the core's encoding limit): its first
   // 64 KiB + 1 bytes tell the core so (it reports and resets the key) without copying
@@ -156,10 +163,10 @@ export function deliver(h: number, id: number, kind: number, token: number, valu
     try {
       putScratchBytes(v!);
     } catch {
-      return w.fw_io_done(h, id, FAILED, token, 0, 0, t);
+      return x.fw_io_done(h, id, FAILED, token, 0, 0, t);
     }
   }
-  return w.fw_io_done(h, id, kind, token, len, flag, t);
+  return x.fw_io_done(h, id, kind, token, len, flag, t);
 }
 
 /** The core's largest encoded state (`shared::codec::MAX_ENCODED_LEN`). */

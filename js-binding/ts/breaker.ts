@@ -16,7 +16,7 @@ import { epoch, fired, now, recheck, ref, TimerSlot, unref, wallNow, type Timer 
 import type { CoreConfig, CoreSharedConfig } from './config.js';
 import type { Emitter, Listener } from './emitter.js';
 import {
-  BAD_REQUEST, CANCELLED, EV_DEQUEUED, lost, onLost, tell, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
+  BAD_REQUEST, CANCELLED, EV_DEQUEUED, lost, onLost, onRevive, served, tell, type Exports, EV_NONE, EV_REFUSED, EV_STORE, EV_TIMED_OUT,
   EV_TRANSITION, F_ANY, F_EVENTS, F_IO, F_REARM, FAILURE, K, KIND_MASK, KIND_NAMES, OK, QUEUED, REFUSED,
   RUNNING, S, TIMEOUT, bytes, io, loaded, nextIo, notLoaded, out, outView, putKey, putScratchBytes, w,
 } from './engine.js';
@@ -262,17 +262,36 @@ export function liveBreakers(): AnyBreaker[] {
 }
 /**
  * Called when a breaker dropped without `shutdown()` has been collected, with its
- * handle (its core still there, freed right after) and its `_ref`: an exporter
+ * handle (its core still there, freed right after), its `_ref` and the exports of
+ * its instance: an exporter
  * reads its final counts. @internal
  */
-export const reapers: Set<(h: number, ref: Ref) => void> = new Set();
+export const reapers: Set<(h: number, ref: Ref, x: Exports) => void> = new Set();
 // Once the instance is lost, what waited on it runs (see `lose`).
 onLost.add(() => {
+  try {
+    // Calls whose settling threw (see `strays`): settled, unprotected, with the rest.
+    if (strays.n !== 0) returnStrays(now());
+  } catch {
+    // Each part is guarded; this is for what is not.
+  }
   for (const b of liveBreakers()) {
     try {
       b._lost();
     } catch {
       // (Each part of `_lost` is guarded; this is for what is not.)
+    }
+  }
+});
+
+// A new instance replaced the lost one: each breaker takes a core in it, or does once
+// what it ran before has settled (see `_rebind`).
+onRevive.add(() => {
+  for (const b of liveBreakers()) {
+    try {
+      b._rebind();
+    } catch {
+      // It passes calls through until its next call tries again.
     }
   }
 });
@@ -288,18 +307,19 @@ export const watchers: Set<(b: CircuitBreaker<any, any>, live: boolean) => void>
 type WeakTimers = { far: TimerSlot; snap: TimerSlot };
 
 const finalizer = typeof FinalizationRegistry === 'function'
-  ? new FinalizationRegistry<{ h: number; ref: Ref; timers: WeakTimers }>(({ h, ref, timers }) => {
+  ? new FinalizationRegistry<{ h: number; x: Exports; ref: Ref; timers: WeakTimers }>(({ h, x, ref, timers }) => {
       registry.delete(ref);
       timers.far.cancel();
       timers.snap.cancel();
       for (const f of reapers) {
         try {
-          f(h, ref);
+          f(h, ref, x);
         } catch {
           // An exporter's failure must not keep the core key.
         }
       }
-      w.fw_free(h);
+      // (Exports of an instance since replaced answer without it.)
+      x.fw_free(h);
     })
   : undefined;
 
@@ -620,6 +640,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     for (let i = 1; i < buckets; i++) window.push(emptyBucket());
     const src: StatusSource = {
       _h: -1,
+      _w: served,
       _now: now,
       _percentilesEnabled: enabled,
       _snapshotsEnabled: options.enableSnapshots !== false,
@@ -711,6 +732,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** Bounds the wait of `_flushes` to `CLOSE_MS`. */
   private readonly _flushTimer = new TimerSlot();
   private _busy = 0;
+  /** @internal The exports of the instance its core is in (see `_rebind`). */
+  _w: Exports;
 
   private _calls: (Call | undefined)[] = [];
   /** `healthCheck` intervals, each with the `clearInterval` that goes with it. */
@@ -829,15 +852,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const t = now();
     this._bornAt = t;
     this._createdAtWall = wallNow();
+    this._w = served;
     this._h = create(this._parsed, name, [owner >>> 0, Math.floor(Math.random() * 0x1_0000_0000) >>> 0], t);
     this._status = new Status(this);
     try {
       this._restore(o, t);
     } catch (e) {
-      w.fw_free(this._h);
+      this._w.fw_free(this._h);
       throw e;
     }
-    if (!this._shutdown) finalizer?.register(this, { h: this._h, ref: this._ref, timers: this._weakTimers }, this);
+    if (!this._shutdown) finalizer?.register(this, { h: this._h, x: this._w, ref: this._ref, timers: this._weakTimers }, this);
     // Snapshots only while someone listens.
     this._hooks = (ev: string | symbol) => {
       // Armed at once (the listener is added right after this), so its ticks come before
@@ -892,9 +916,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _phase(): number {
     if (this._shutdown) return -1;
     if (this._view >= 0) return this._view;
+    if (this._w !== served) this._rebind();
     const t = now();
     this._refresh(t);
-    return w.fw_state(this._h, t);
+    return this._w.fw_state(this._h, t);
   }
 
   /**
@@ -903,7 +928,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * asks, for the next read; found by review: an idle worker's `stats` read 0 for good).
    */
   _refresh(t: number): void {
-    if (this._store !== undefined && !this._shutdown) this._after(w.fw_prepare(this._h, 0, t), t);
+    if (this._store !== undefined && !this._shutdown) this._after(this._w.fw_prepare(this._h, 0, t), t);
   }
 
   /** The breaker's name. */
@@ -942,7 +967,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const limit = b !== undefined && b !== null ? b.max_concurrent ?? 10
         : !this._parsed.fusewirePaths.has('fusewire.bulkhead') && typeof cap === 'number' && cap >= 1 &&
           cap < Number.MAX_SAFE_INTEGER ? Math.floor(cap) : Number.MAX_SAFE_INTEGER;
-      if (this._shutdown || w.fw_snapshot(this._h, now()) !== 0) return limit;
+      if (this._shutdown || this._w.fw_snapshot(this._h, now()) !== 0) return limit;
       return Math.max(0, limit - out()[S.IN_FLIGHT]!);
     };
     return { get count() { return free(); }, test: () => free() > 0 };
@@ -1016,7 +1041,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /** opossum's JSON form; `options.state` restores `state`. */
   toJSON(): { state: Required<BreakerStateJSON>; status: Stats } {
     let lastTimerAt = this._createdAtWall;
-    if (!this._shutdown && w.fw_snapshot(this._h, now()) === 0) {
+    if (!this._shutdown && this._w.fw_snapshot(this._h, now()) === 0) {
       const o = out();
       const openedAt = o[S.OPENED_AT]!;
       if (o[S.GENERATION]! > 0 && openedAt > 0) lastTimerAt = wallNow() - (now() - openedAt);
@@ -1091,7 +1116,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._leading.size > 0) this._detach(t);
     for (const which of [0, 1]) {
       if ((this._cached & (which + 1)) === 0) continue;
-      w.fw_cache_clear(this._h, which, 0, t);
+      this._w.fw_cache_clear(this._h, which, 0, t);
       this._cacheEvents(which, t);
     }
   }
@@ -1161,13 +1186,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // here on carries what is pending now.
     const sent = this._writes;
     try {
-      this._after(w.fw_flush(h, t), t);
+      this._after(this._w.fw_flush(h, t), t);
     } catch (e) {
       // A listener threw on an event the write caused: the write still went out.
       return Promise.reject(e);
     }
     // A synchronous store answered already; an async one answers later.
-    if (w.fw_flushed(h) === 1 || !(store instanceof AsyncStore)) return Promise.resolve(w.fw_flushed(h) === 1);
+    if (this._w.fw_flushed(h) === 1 || !(store instanceof AsyncStore)) return Promise.resolve(this._w.fw_flushed(h) === 1);
     if (this._landed > sent) return Promise.resolve(true);
     return new Promise((resolve) => {
       if (this._flushes === undefined) {
@@ -1188,7 +1213,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _settleFlushes(ok?: boolean): void {
     const waiting = this._flushes;
     if (waiting === undefined) return;
-    const idle = w.fw_flushed(this._h) === 1;
+    const idle = this._w.fw_flushed(this._h) === 1;
     const done = ok === undefined ? waiting.filter((f) => idle || this._landed > f.sent) : waiting;
     if (done.length === 0) return;
     const left = waiting.filter((f) => !done.includes(f));
@@ -1225,7 +1250,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._store !== undefined) {
       // A shared breaker writes its pending outcomes now (an async store's answers
       // come after shutdown: see `_closeStep`).
-      this._io(w.fw_flush(this._h, t), t);
+      this._io(this._w.fw_flush(this._h, t), t);
     }
     this._shutdown = true;
     super.removeAllListeners();
@@ -1286,8 +1311,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    */
   private _close(done: ((ok: boolean) => void)[]): void {
     const store = this._store;
-    if (store === undefined || w.fw_flushed(this._h) === 1) {
-      w.fw_free(this._h);
+    if (store === undefined || this._w.fw_flushed(this._h) === 1) {
+      this._w.fw_free(this._h);
       for (const r of done) r(true);
       return;
     }
@@ -1315,14 +1340,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     c.timer.cancel();
     const h = this._h;
     const t = now();
-    if (t < c.until && w.fw_flushed(h) === 0) {
+    if (t < c.until && this._w.fw_flushed(h) === 0) {
       // The core's time-driven work (a retry after its backoff) queues the next
       // request: run it. Without it a refused last write was never sent again
       // (found by review).
       this._runDue(t);
-      if (w.fw_flushed(h) === 0) {
+      if (this._w.fw_flushed(h) === 0) {
         // Wait for the answer, or the core's next retry time, within the bound.
-        const d = w.fw_next(h);
+        const d = this._w.fw_next(h);
         const left = c.until - t;
         c.timer.arm(() => this._closeStep(), d < 0 ? left : Math.min(Math.max(d - t, 1), left), c.held);
         return;
@@ -1330,9 +1355,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     this._closing = undefined;
     c.release();
-    const ok = w.fw_flushed(h) === 1;
+    const ok = this._w.fw_flushed(h) === 1;
     this._closedOk = ok;
-    w.fw_free(h);
+    this._w.fw_free(h);
     for (const r of c.done) r(ok);
   }
 
@@ -1349,7 +1374,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const h = this._h;
     const t = now();
     this._runDue(t);
-    const d = w.fw_next(h);
+    const d = this._w.fw_next(h);
     if (d >= 0) slot.arm(() => this._lingerStep(), Math.max(d - t, 1), false);
   }
 
@@ -1359,20 +1384,20 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    */
   private _runDue(t: number): void {
     const h = this._h;
-    if (w.fw_next(h) <= t) {
+    if (this._w.fw_next(h) <= t) {
       for (let guard = 0; guard < 10_000; guard++) {
-        const ev = w.fw_poll(h, t);
+        const ev = this._w.fw_poll(h, t);
         if (ev === EV_NONE || ev < 0) break;
       }
     }
-    if (w.fw_has_io(h) === 1) this._io(F_IO, t);
+    if (this._w.fw_has_io(h) === 1) this._io(F_IO, t);
   }
 
   /** @internal A store answer after `shutdown()` (see `_closeStep`). */
   _closingAnswer(id: number, kind: number, token: number, value: Uint8Array | undefined, flag: number): void {
     const c = this._closing;
     if (c === undefined) return;
-    deliver(this._h, id, kind, token, value, flag, now());
+    deliver(this._w, this._h, id, kind, token, value, flag, now());
     // A failed request: the store is not answering; stop, so the process can exit
     // (the outcomes of a write that failed stay unsent: whether it landed would take a
     // read, see the core's write receipts). A write Redis refused as late did not
@@ -1458,7 +1483,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (counts !== undefined) {
       const t = now();
       const [kind, col, fires, failures] = counts;
-      if (kind >= 0) w.fw_record(this._h, kind, 1, t);
+      if (kind >= 0) this._w.fw_record(this._h, kind, 1, t);
       if (col >= 0) countPerBucket(this, col, t);
       if (fires !== 0) countPerBucket(this, FIRES, t, fires);
       if (failures !== 0) countPerBucket(this, FAILURES, t, failures);
@@ -1536,10 +1561,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     // Refused before its `fire` event: an aborted call counts nowhere, not even in a
     // `fire` listener's `stats.fires` (found by review).
-    if (signal?.aborted === true && this._enabled && !lost) return Promise.reject(signal.reason);
+    // (Bound to an instance since replaced: a new core first, where it can take one.)
+    const bound = !lost && (this._w === served || this._rebind());
+    if (signal?.aborted === true && this._enabled && bound) return Promise.reject(signal.reason);
     // Skipped without a listener: `emit` copies its arguments into an array.
     if (listening(this, 'fire')) this._told('fire', args);
-    if (!this._enabled || lost) {
+    if (!this._enabled || !bound) {
       if (lost) tell();
       return this._bare(context, args);
     }
@@ -1589,6 +1616,41 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (error !== undefined) throw error.e;
   }
 
+  /**
+   * @internal A new instance replaced the lost one (see `revive` in engine.ts): the
+   * breaker takes a new core in it, made from its options — closed, counts at zero (a
+   * shared breaker reads its store again) — once nothing it ran on the lost one is
+   * left: calls still running (they settle unprotected: their ids, leads and fallback
+   * slots are the lost core's), coalesced flights, async fallbacks. Till then it
+   * passes calls through; its next call tries again. A Collapser's breaker stays so
+   * (its loads, batches and request scopes are the lost core's). Returns whether it
+   * is bound to the current instance.
+   */
+  _rebind(): boolean {
+    if (this._w === served) return true;
+    if (lost || this._shutdown || this._onLost !== undefined || this._busy !== 0 || this._leading.size !== 0 ||
+      this._waits.size !== 0 || this._extra.fallingBack !== 0) return false;
+    const t = now();
+    const owner = this._store?.nextOwner() ?? 0;
+    const h = create(this._parsed, this._name, [owner >>> 0, Math.floor(Math.random() * 0x1_0000_0000) >>> 0], t);
+    this._w = served;
+    this._h = h;
+    this._calls = [];
+    for (const p of this._payloads) p.clear();
+    this._view = -1;
+    this._armEpoch = -1;
+    // `flush()` calls waiting on writes of the lost core: those never land.
+    const flushes = this._flushes ?? [];
+    this._flushes = undefined;
+    this._flushTimer.cancel();
+    this._landed = this._writes;
+    finalizer?.unregister(this);
+    finalizer?.register(this, { h, x: served, ref: this._ref, timers: this._weakTimers }, this);
+    if (this._store instanceof AsyncStore) this._refresh(t);
+    for (const f of flushes) f.resolve(false);
+    return true;
+  }
+
   /** @internal What a collapser on this breaker does once the instance is lost. */
   _onLost: (() => void) | undefined = undefined;
 
@@ -1630,10 +1692,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     let r: number;
     try {
       if (strays.n !== 0) returnStrays(t);
-      const pre = this._syncStore ? this._io(w.fw_prepare(h, 1, t), t) & F_REARM : 0;
+      const pre = this._syncStore ? this._io(this._w.fw_prepare(h, 1, t), t) & F_REARM : 0;
       // A timer armed through fake timers since gone never fires: armed again (found by
       // review: the core took it as armed, and later calls never timed out).
-      r = w.fw_start(h, t) | pre | (this._armEpoch === epoch ? 0 : F_REARM);
+      r = this._w.fw_start(h, t) | pre | (this._armEpoch === epoch ? 0 : F_REARM);
     } catch (e) {
       // Before the core decided (the stack's end): the leads it was given go back.
       if (lead >= 0) this._settleLead(0, lead, false, undefined);
@@ -1819,10 +1881,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (v !== v) return;
       const queued = v < 0;
       const id = queued ? -v - 1 : v;
-      let r = this._shutdown ? 0 : queued ? w.fw_cancel_ticket(this._h, id, t) : w.fw_complete(this._h, id, CANCELLED, t);
+      let r = this._shutdown ? 0 : queued ? this._w.fw_cancel_ticket(this._h, id, t) : this._w.fw_complete(this._h, id, CANCELLED, t);
       // A queue place given its turn since is a slot under the same id (found by
       // review: given back as a ticket only, it stayed taken for good).
-      if (queued && !this._shutdown && r >= 0 && (r & 1) === 0) r |= w.fw_complete(this._h, id, CANCELLED, t) & ~3;
+      if (queued && !this._shutdown && r >= 0 && (r & 1) === 0) r |= this._w.fw_complete(this._h, id, CANCELLED, t) & ~3;
       const c = strays.calls[i];
       if (c !== undefined) {
         if (!c.done) this._drop(c, true);
@@ -1932,7 +1994,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       return;
     }
     const t = now();
-    const r = w.fw_complete(this._h, c.id, OK, t);
+    const r = this._w.fw_complete(this._h, c.id, OK, t);
     if (r < 0 || (r & 3) !== 0) {
       // Unknown to the core (the breaker was reset under it): settle quietly.
       c.resolve(v);
@@ -2033,7 +2095,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const t = now();
     // After shutdown the core is gone: as in opossum, the events go to listeners
     // added since and the fallback runs, but nothing is counted.
-    const r = this._shutdown ? 0 : w.fw_complete(this._h, c.id, filtered ? BAD_REQUEST : FAILURE, t);
+    const r = this._shutdown ? 0 : this._w.fw_complete(this._h, c.id, filtered ? BAD_REQUEST : FAILURE, t);
     if (r < 0 || (r & 3) !== 0) {
       c.reject(e);
       return;
@@ -2113,9 +2175,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _letGo(c: Call): void {
     const h = this._h;
     const t = now();
-    if (c.queued) w.fw_cancel_ticket(h, c.id, t);
-    else w.fw_complete(h, c.id, CANCELLED, t);
-    this._io(w.fw_flush(h, t), t);
+    if (c.queued) this._w.fw_cancel_ticket(h, c.id, t);
+    else this._w.fw_complete(h, c.id, CANCELLED, t);
+    this._io(this._w.fw_flush(h, t), t);
     // (Inside `shutdown()` itself — a call past its deadline — it frees the key.)
     if (this._busy > 0 || this._final === undefined) return;
     this._lingering = false;
@@ -2202,11 +2264,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     let r = 0;
     if (!this._shutdown) {
       r = c.queued
-        ? w.fw_cancel_ticket(this._h, c.id, t)
-        : w.fw_complete(this._h, c.id, late ? TIMEOUT : CANCELLED, t);
+        ? this._w.fw_cancel_ticket(this._h, c.id, t)
+        : this._w.fw_complete(this._h, c.id, late ? TIMEOUT : CANCELLED, t);
       // A queue place given its turn before its event was told is a slot under the
       // same id: given back as one.
-      if (c.queued && r >= 0 && (r & 1) === 0) r |= w.fw_complete(this._h, c.id, CANCELLED, t) & ~3;
+      if (c.queued && r >= 0 && (r & 1) === 0) r |= this._w.fw_complete(this._h, c.id, CANCELLED, t) & ~3;
     }
     const sink: Sink = { threw: false, error: undefined };
     if (late && r >= 0 && (r & 3) === 0) {
@@ -2246,7 +2308,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const h = this._h;
     // After shutdown (a call that was running then): it runs uncounted, as opossum's.
     const live = !this._shutdown;
-    const fid = live ? w.fw_fallback(h, now()) : -1;
+    const fid = live ? this._w.fw_fallback(h, now()) : -1;
     if (live && fid < 0) return undefined; // the fallback limit refused it (FALLBACK_REJECTION)
     let result: unknown;
     try {
@@ -2308,7 +2370,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   /** Records fallback `fid`'s outcome, unless the core is gone (`shutdown()`). */
   private _fallbackDone(fid: number, ok: 0 | 1): void {
-    if (fid >= 0 && !this._shutdown) w.fw_fallback_done(this._h, fid, ok, now());
+    if (fid >= 0 && !this._shutdown) this._w.fw_fallback_done(this._h, fid, ok, now());
   }
 
   // ---- the core's events, timer and store --------------------------------------------
@@ -2356,16 +2418,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const h = this._h;
     let acc = 0;
     for (let i = 0; i < 256; i++) {
-      const op = nextIo(h, t);
+      const op = nextIo(this._w, h, t);
       if (op === 0) break;
       let f: number;
       try {
         const a = store.exec(op, bytes(), io.keyAt, io.keyLen, io.expect, io.valueAt, io.valueLen);
         if (a.len > 0) putScratchBytes(store.value.subarray(0, a.len));
-        f = w.fw_io_done(h, io.id, a.kind, a.token, a.len, a.flag, t);
+        f = this._w.fw_io_done(h, io.id, a.kind, a.token, a.len, a.flag, t);
       } catch {
         // Never out of a fire(): the request fails, the core degrades and backs off.
-        f = w.fw_io_done(h, io.id, 4, -1, 0, FAIL_INTERNAL, t);
+        f = this._w.fw_io_done(h, io.id, 4, -1, 0, FAIL_INTERNAL, t);
       }
       if (f < 0) break;
       acc |= f;
@@ -2428,7 +2490,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._evs = undefined;
     const sink: Sink = { threw: false, error: undefined };
     for (let guard = 0; guard < 100_000; guard++) {
-      const ev = w.fw_poll(h, t);
+      const ev = this._w.fw_poll(h, t);
       if (ev === EV_NONE || ev < 0) break;
       // Kept without a call where it can be (one can run out of stack here).
       const o = outView.length !== 0 ? outView : out();
@@ -2485,7 +2547,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _emitInOrder(evs: number[], t: number, sink: Sink, own?: () => void): void {
     const h = this._h;
     const prev = this._view;
-    const st = w.fw_state(h, t);
+    const st = this._w.fw_state(h, t);
     const flags = st >= 0 ? st & 8 : 0;
     const n = evs.length;
     // The outcomes of the calls not emitted yet, as opossum's counters would show them.
@@ -2746,7 +2808,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._snapshots();
     }
     if (this._shutdown) return;
-    const d = w.fw_next(this._h);
+    const d = this._w.fw_next(this._h);
     if (d < 0) {
       this._armEpoch = epoch;
       return;
@@ -2785,7 +2847,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * kept it from the other workers until `lease_ttl_ms`).
    */
   private _idleShared(): boolean {
-    return this._store !== undefined && this._busy === 0 && w.fw_quiet(this._h) === 1;
+    return this._store !== undefined && this._busy === 0 && this._w.fw_quiet(this._h) === 1;
   }
 
   private _tick(): void {
@@ -2807,10 +2869,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if ((this._cached & 1) !== 0 && this._cache === undefined) this._cacheEvents(0, t);
       if ((this._cached & 2) !== 0) this._cacheEvents(1, t);
       this._onTick?.(t);
-      if (this._store !== undefined) this._io(w.fw_has_io(this._h) === 1 ? F_IO : 0, t);
+      if (this._store !== undefined) this._io(this._w.fw_has_io(this._h) === 1 ? F_IO : 0, t);
       this._drain(t);
       if (this._store !== undefined) {
-        const more = w.fw_has_io(this._h) === 1 ? F_IO : 0;
+        const more = this._w.fw_has_io(this._h) === 1 ? F_IO : 0;
         if (more !== 0) {
           this._io(more, t);
           this._drain(t);
@@ -2824,11 +2886,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   private _force(phase: Phase): void {
+    // (Bound to an instance since replaced: `open()` forces the new core.)
+    if (this._w !== served) this._rebind();
     if (this._shutdown) return;
     this._forces++;
     const t = now();
-    if (this._store !== undefined) this._io(w.fw_prepare(this._h, 0, t), t);
-    const r = w.fw_force(this._h, phase, t);
+    if (this._store !== undefined) this._io(this._w.fw_prepare(this._h, 0, t), t);
+    const r = this._w.fw_force(this._h, phase, t);
     if (r >= 0) this._after(r | F_REARM, t);
   }
 
@@ -2845,11 +2909,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const half = s.halfOpen === true;
       if (!closed) {
         if (half) {
-          w.fw_force(this._h, HALF_OPEN, t);
+          this._w.fw_force(this._h, HALF_OPEN, t);
         } else {
           const last = s.lastTimerAt;
           if (typeof last === 'number' && wallNow() - last > this._parsed.resetTimeout) {
-            w.fw_force(this._h, HALF_OPEN, t);
+            this._w.fw_force(this._h, HALF_OPEN, t);
             // opossum's constructor goes half-open through `_halfOpen()`, which renews
             // an aborted controller (found by review: the probe got an aborted signal).
             // Not for a restored `halfOpen: true` (opossum does not renew there).
@@ -2858,7 +2922,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
               this._renewController();
             }
           } else {
-            w.fw_force(this._h, OPEN, t);
+            this._w.fw_force(this._h, OPEN, t);
           }
         }
       }
@@ -2869,13 +2933,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const stats: Partial<Stats> = pre instanceof Status || kindOf(pre) === 'Status'
         ? (pre as Status).stats : (pre as Partial<Stats>);
       this._prime(stats, t);
-      if (w.fw_snapshot(this._h, t) === 0) {
+      if (this._w.fw_snapshot(this._h, t) === 0) {
         const o = out();
         this._primed = KIND_NAMES.map((_, k) => o[S.CUMULATIVE + k]!);
       }
     }
     // Restored transitions are not announced (no one listens yet); arm the timer.
-    while (w.fw_poll(this._h, t) > 0) { /* drop */ }
+    while (this._w.fw_poll(this._h, t) > 0) { /* drop */ }
     this._arm(t);
     if (typeof st === 'object' && st !== null && (st as BreakerStateJSON).shutdown === true) {
       this.shutdown();
@@ -2896,7 +2960,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       [K.RESPONSE_FROM_CACHE, n(s.cacheHits)],
       [K.COLLAPSED, n(s.coalesceCacheHits)],
     ];
-    for (const [k, v] of counts) if (v > 0) w.fw_record(this._h, k, v, t);
+    for (const [k, v] of counts) if (v > 0) this._w.fw_record(this._h, k, v, t);
     countPerBucket(this, CACHE_MISSES, t, n(s.cacheMisses));
     countPerBucket(this, COALESCE_MISSES, t, n(s.coalesceCacheMisses));
     // Read back as given: `fires` (derived from the outcomes here; opossum counts each
@@ -3019,7 +3083,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           const cached = tr.get(raw as CacheKey);
           if (cached) {
             // Counted before the event (opossum counts in its own listener, first).
-            w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+            this._w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
             this._emitOwn('cacheHit');
             return Promise.resolve(cached);
           }
@@ -3029,12 +3093,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           // opossum caches the action's successful result (never a fallback's).
           store = (v) => tr.set(raw as CacheKey, Promise.resolve(v) as Promise<TR>, ttl > 0 ? wallNow() + ttl : 0);
         } else {
-          const r = w.fw_cache_lookup(h, 0, 0, putKey(key), t);
+          const r = this._w.fw_cache_lookup(h, 0, 0, putKey(key), t);
           const kind = r & KIND_MASK;
           if (kind === 1) {
             const p = this._payloads[0].get(out()[0]!);
             if (p !== undefined) {
-              w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+              this._w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
               this._emitOwn('cacheHit');
               return p;
             }
@@ -3051,18 +3115,18 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       }
       let p: Promise<unknown>;
       if ((this._cached & 2) !== 0) {
-        const r = w.fw_cache_lookup(h, 1, 0, putKey(key), t);
+        const r = this._w.fw_cache_lookup(h, 1, 0, putKey(key), t);
         const kind = r & KIND_MASK;
         const id = (outView.length !== 0 ? outView : out())[0]!;
         if (kind === 2) got1 = id;
         if (kind === 1 && this._payloads[1].has(id)) {
-          w.fw_record(h, K.COLLAPSED, 1, t);
+          this._w.fw_record(h, K.COLLAPSED, 1, t);
           this._emitOwn('coalesceCacheHit');
           if (lead0 >= 0) this._settleLead(0, lead0, false, undefined);
           return this._payloads[1].get(id)!;
         }
         if (kind === 3) {
-          w.fw_record(h, K.COLLAPSED, 1, t);
+          this._w.fw_record(h, K.COLLAPSED, 1, t);
           this._emitOwn('coalesceCacheHit');
           if (lead0 >= 0) {
             this._settleLead(0, lead0, false, undefined);
@@ -3108,7 +3172,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
           if (this._take(id) !== waiter) return;
           // `false` when its wait already ended (an event for it is queued): that event
           // then finds no waiter and is handled as for a follower gone (a lead passes on).
-          if (!this._shutdown) w.fw_cache_cancel(this._h, 1, id, 0, now());
+          if (!this._shutdown) this._w.fw_cache_cancel(this._h, 1, id, 0, now());
           reject(signal.reason);
         };
         signal.addEventListener('abort', waiter.onAbort, { once: true });
@@ -3166,7 +3230,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     if (this._shutdown) return;
     const t = now();
-    w.fw_cache_cancel(this._h, 1, lead, 1, t);
+    this._w.fw_cache_cancel(this._h, 1, lead, 1, t);
     this._cacheEvents(1, t);
   }
 
@@ -3174,7 +3238,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _offer(key: string, v: unknown): void {
     if (this._shutdown) return;
     const t = now();
-    const r = w.fw_cache_offer(this._h, 0, 0, putKey(key), t);
+    const r = this._w.fw_cache_offer(this._h, 0, 0, putKey(key), t);
     if (r < 0) return;
     const p = Promise.resolve(v);
     this._payloads[0].set(out()[0]!, p);
@@ -3192,7 +3256,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (this._shutdown) return;
     const h = this._h;
     const t = now();
-    const r = w.fw_cache_settle(h, which, lead, ok ? 1 : 0, t);
+    const r = this._w.fw_cache_settle(h, which, lead, ok ? 1 : 0, t);
     if (r >= 0) {
       const entry = out()[0]!;
       if (entry >= 0 && payload !== undefined) {
@@ -3203,7 +3267,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     this._cacheEvents(which, t);
     if (forget !== undefined) {
-      w.fw_cache_invalidate(h, which, 0, putKey(forget), t);
+      this._w.fw_cache_invalidate(h, which, 0, putKey(forget), t);
       this._cacheEvents(which, t);
     }
   }
@@ -3220,10 +3284,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const flight = this._leading.get(waiter.key);
       if (flight === undefined) continue;
       this._take(waiter.id);
-      w.fw_cache_cancel(h, 1, waiter.id, 0, t);
+      this._w.fw_cache_cancel(h, 1, waiter.id, 0, t);
       waiter.resolve(flight.p);
     }
-    for (const flight of this._leading.values()) w.fw_cache_cancel(h, 1, flight.lead, 1, t);
+    for (const flight of this._leading.values()) this._w.fw_cache_cancel(h, 1, flight.lead, 1, t);
     this._leading.clear();
   }
 
@@ -3239,7 +3303,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         : this._protected(waiter.context, waiter.args, waiter.signal, -1, waiter.store);
     } catch (e) {
       // Never led (or already given up: then this is a no-op); the loop takes the event.
-      if (lead >= 0 && !this._shutdown) w.fw_cache_cancel(this._h, 1, lead, 1, now());
+      if (lead >= 0 && !this._shutdown) this._w.fw_cache_cancel(this._h, 1, lead, 1, now());
       return Promise.reject(e);
     }
   }
@@ -3263,7 +3327,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _pollCache(which: number, t: number): void {
     const h = this._h;
     for (let guard = 0; guard < 1_000_000; guard++) {
-      const ev = w.fw_cache_poll(h, which, t);
+      const ev = this._w.fw_cache_poll(h, which, t);
       if (ev <= 0) return;
       const o = out();
       if (ev === 1) {
@@ -3275,7 +3339,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         const waiter = this._take(lead);
         if (waiter === undefined) {
           // That follower is gone: the next one leads.
-          w.fw_cache_cancel(h, which, lead, 1, t);
+          this._w.fw_cache_cancel(h, which, lead, 1, t);
           continue;
         }
         waiter.resolve(this._runWaiter(waiter, lead));

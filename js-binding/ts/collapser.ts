@@ -9,7 +9,7 @@ import { CircuitBreaker, thenable, type Options } from './breaker.js';
 import { ById } from './byid.js';
 import { now } from './clock.js';
 import type { CoreConfig } from './config.js';
-import { F_REARM, K, KIND_MASK, f64s, lost, out, outView, putKey, tell, w } from './engine.js';
+import { F_REARM, K, KIND_MASK, f64s, lost, out, outView, putKey, served, tell, type Exports } from './engine.js';
 import { describe, optionError, ourError } from './errors.js';
 import { tagged } from './key.js';
 import { CACHE_BYTES, FOR_COLLAPSER, MAX_CACHE_ENTRIES, MAX_MS, bool, fn, int, merge, ms, walk, withoutUndefined } from './options.js';
@@ -267,6 +267,19 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   private readonly _payloads = new ById<{ ok: boolean; value: unknown }>();
   private _flushQueued = false;
   private _fullQueued = false;
+  /** The exports of the instance its breaker's core is in. */
+  private get _x(): Exports {
+    return this.breaker._w;
+  }
+
+  /**
+   * Whether the instance its breaker's core is in is gone (lost, or replaced: a
+   * Collapser's breaker keeps the lost one, see `_rebind`): loads batch here, uncached.
+   */
+  private _gone(): boolean {
+    return lost || this.breaker._w !== served;
+  }
+
   /** Loads batched by this wrapper once the instance is lost (see `_lost`), and the batch size. */
   private _bare: Item<K, V>[] = [];
   private readonly _max: number;
@@ -429,9 +442,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   _open(loader: RequestLoader<K, V, X>, context: X | undefined): Scope {
     if (this._closing || this.breaker.isShutdown) throw shutDown();
     let cache = -1;
-    if (this._cache && !lost) {
-      cache = w.fw_cache_scope(this._h, -1, now());
-      if (cache < 0 && !lost) {
+    if (this._cache && !this._gone()) {
+      cache = this._x.fw_cache_scope(this._h, -1, now());
+      if (cache < 0 && !this._gone()) {
         throw new RangeError('Collapser.forRequest: every request scope of the cache is taken (its max_scopes, ' +
           `${MAX_REQUESTS} unless options.breaker.fusewire.cache sets another); shut request loaders down when their request ends`);
       }
@@ -448,7 +461,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     }
     if (this._closing || this.breaker.isShutdown) return Promise.reject(shutDown());
     if (s.closed) return Promise.reject(loaderShutDown());
-    if (lost) {
+    if (this._gone()) {
       tell();
       return new Promise<V>((resolve, reject) => this._batchBare({ s, key, ck: '', lead: -1, resolve, reject }));
     }
@@ -462,14 +475,14 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       } catch (e) {
         return Promise.reject(e);
       }
-      const r = w.fw_cache_lookup(h, 0, s.cache, putKey(ck), t);
+      const r = this._x.fw_cache_lookup(h, 0, s.cache, putKey(ck), t);
       const kind = r & KIND_MASK;
       // (Without a call where it can be: one can run out of stack with a lead taken.)
       const id = (outView.length !== 0 ? outView : out())[0]!;
       if (kind === 1) {
         const p = this._payloads.get(id);
         if (p !== undefined) {
-          w.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
+          this._x.fw_record(h, K.RESPONSE_FROM_CACHE, 1, t);
           // Settled with a promise of the value, as DataLoader's cached promise is
           // adopted: two promise jobs after the batch's own loads.
           return new Promise<V>((resolve) => this._hit(s, () => resolve(p.ok ? Promise.resolve(p.value as V) : Promise.reject(p.value))));
@@ -530,7 +543,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     try {
       if (s.inflight.get(ck) === lead) s.inflight.delete(ck);
       this._leads.delete(lead);
-      w.fw_cache_cancel(this._h, 0, lead, 1, t);
+      this._x.fw_cache_cancel(this._h, 0, lead, 1, t);
       this._events(t);
     } catch {
       // At the stack's end again.
@@ -569,7 +582,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       const ck = this._cacheKey(s, key);
       const lead = s.inflight.get(ck);
       if (lead !== undefined) this._detach(s, ck, lead, t);
-      w.fw_cache_invalidate(this._h, 0, s.cache, putKey(ck), t);
+      this._x.fw_cache_invalidate(this._h, 0, s.cache, putKey(ck), t);
       this._events(t);
     }
   }
@@ -585,7 +598,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     if (this._cache && !this.breaker.isShutdown && !s.closed) {
       const t = now();
       for (const [ck, lead] of [...s.inflight]) this._detach(s, ck, lead, t);
-      w.fw_cache_clear(this._h, 0, s.cache, t);
+      this._x.fw_cache_clear(this._h, 0, s.cache, t);
       this._events(t);
     }
   }
@@ -609,7 +622,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const h = this._h;
     const t = now();
     const ck = this._cacheKey(s, key);
-    const r = w.fw_cache_lookup(h, 0, s.cache, putKey(ck), t);
+    const r = this._x.fw_cache_lookup(h, 0, s.cache, putKey(ck), t);
     const kind = r & KIND_MASK;
     const id = out()[0]!;
     if (kind === 2) {
@@ -617,7 +630,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       this._events(t);
     } else if (kind === 3) {
       // Loading: the load's result is the key's (as DataLoader's cached promise).
-      w.fw_cache_cancel(h, 0, id, 0, t);
+      this._x.fw_cache_cancel(h, 0, id, 0, t);
     }
   }
 
@@ -636,12 +649,12 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
         const wt = this._waits.get(id);
         if (wt === undefined) continue;
         this._unwait(wt);
-        w.fw_cache_cancel(this._h, 0, wt.id, 0, t);
+        this._x.fw_cache_cancel(this._h, 0, wt.id, 0, t);
         (it.also ??= []).push(wt);
       }
     }
     // No waiter left: the flight ends, not handed on; settling the lead does nothing now.
-    w.fw_cache_cancel(this._h, 0, lead, 1, t);
+    this._x.fw_cache_cancel(this._h, 0, lead, 1, t);
     s.inflight.delete(ck);
   }
 
@@ -783,7 +796,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     if (s.closed) return;
     s.closed = true;
     dropped?.unregister(s.self);
-    if (s.cache <= 0 || this.breaker.isShutdown || lost) return;
+    if (s.cache <= 0 || this.breaker.isShutdown || this._gone()) return;
     const h = this._h;
     const t = now();
     const waits: Wait<K, V>[] = [];
@@ -794,10 +807,10 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const pending: Item<K, V>[] = [];
     for (const wt of waits) {
       this._unwait(wt);
-      w.fw_cache_cancel(h, 0, wt.id, 0, t);
+      this._x.fw_cache_cancel(h, 0, wt.id, 0, t);
       this._join(wt, pending);
     }
-    w.fw_cache_scope(h, s.cache, t);
+    this._x.fw_cache_scope(h, s.cache, t);
     this._events(t);
     // (Normally none: a wait's lead is in flight or in a batch.)
     for (const it of pending) this._add(it, t);
@@ -805,10 +818,10 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
 
   /** @internal A request loader was dropped without `shutdown()`: its cache scope closes (it holds no load). */
   _drop(cache: number): void {
-    if (this.breaker.isShutdown || lost) return;
+    if (this.breaker.isShutdown || this._gone()) return;
     try {
       const t = now();
-      w.fw_cache_scope(this._h, cache, t);
+      this._x.fw_cache_scope(this._h, cache, t);
       this._events(t);
     } catch {
       // Never out of a finaliser.
@@ -842,7 +855,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       this._leads.set(item.lead, item);
     }
     const tag = item.s.tag;
-    const r = w.fw_col_add(this._h, tag === '' ? 0 : putKey(tag), t);
+    const r = this._x.fw_col_add(this._h, tag === '' ? 0 : putKey(tag), t);
     const kind = r & KIND_MASK;
     if (kind === 1 || kind === 2) {
       this._items.set(out()[0]!, item);
@@ -895,11 +908,11 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     this._events(t);
     const due: [Item<K, V>[], number][] = [];
     for (let guard = 0; guard < 1_000_000; guard++) {
-      const batch = w.fw_col_poll(this._h, t, fullOnly ? 1 : 0);
+      const batch = this._x.fw_col_poll(this._h, t, fullOnly ? 1 : 0);
       if (batch < 0) break;
-      const n = w.fw_col_items(this._h, batch);
+      const n = this._x.fw_col_items(this._h, batch);
       const items: Item<K, V>[] = [];
-      const base = w.fw_table() >>> 3;
+      const base = this._x.fw_table() >>> 3;
       const table = f64s();
       for (let i = 0; i < n; i++) {
         const id = table[base + i]!;
@@ -910,7 +923,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
           items.push(it);
         }
       }
-      w.fw_record(this._h, K.COLLAPSED, items.length, t);
+      this._x.fw_record(this._h, K.COLLAPSED, items.length, t);
       due.push([items, batch]);
     }
     if (this._items.size === 0) this.breaker._keepAlive(false);
@@ -964,7 +977,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   }
 
   private _failed(items: Item<K, V>[], batch: number | undefined, e: unknown): void {
-    if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_fail(this._h, batch);
+    if (batch !== undefined && !this.breaker.isShutdown) this._x.fw_col_fail(this._h, batch);
     // Only the cache needs the time (leads, events): a clock read is not free.
     const t = this._cache ? now() : 0;
     for (const it of items) {
@@ -976,7 +989,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
         // Not when the key was primed meanwhile (the lead is stale): the primed value stays.
         const settled = this._settle(it.lead, false, e, t);
         this._events(t);
-        if (settled && !this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, it.s.cache, putKey(it.ck), t);
+        if (settled && !this.breaker.isShutdown) this._x.fw_cache_invalidate(this._h, 0, it.s.cache, putKey(it.ck), t);
       }
     }
     this._events(t);
@@ -990,7 +1003,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       const it = items[i]!;
       const v = adopted(values[i] as V | Error);
       const ok = !(v instanceof Error);
-      if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_complete(this._h, batch, i, ok ? 1 : 0);
+      if (batch !== undefined && !this.breaker.isShutdown) this._x.fw_col_complete(this._h, batch, i, ok ? 1 : 0);
       if (ok) it.resolve(v as V);
       else it.reject(v);
       for (const a of it.also ?? []) {
@@ -1002,11 +1015,11 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
         const settled = this._settle(it.lead, ok, v, t);
         if (settled && fallback) {
           this._events(t);
-          if (!this.breaker.isShutdown) w.fw_cache_invalidate(this._h, 0, it.s.cache, putKey(it.ck), t);
+          if (!this.breaker.isShutdown) this._x.fw_cache_invalidate(this._h, 0, it.s.cache, putKey(it.ck), t);
         }
       }
     }
-    if (batch !== undefined && !this.breaker.isShutdown) w.fw_col_fail(this._h, batch);
+    if (batch !== undefined && !this.breaker.isShutdown) this._x.fw_col_fail(this._h, batch);
     this._events(t);
   }
 
@@ -1019,7 +1032,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   /** Fills (or fails) a cache lead with `value`, keeping its payload (events: `_events`); false for a stale lead. */
   private _settle(lead: number, ok: boolean, value: unknown, t: number): boolean {
     if (this.breaker.isShutdown) return false;
-    const r = w.fw_cache_settle(this._h, 0, lead, ok ? 1 : 0, t);
+    const r = this._x.fw_cache_settle(this._h, 0, lead, ok ? 1 : 0, t);
     if (r < 0) return false;
     const entry = out()[0]!;
     if (entry >= 0) this._payloads.set(entry, { ok, value });
@@ -1031,7 +1044,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     if (!this._cache || this.breaker.isShutdown) return;
     const h = this._h;
     for (let guard = 0; guard < 1_000_000; guard++) {
-      const ev = w.fw_cache_poll(h, 0, t);
+      const ev = this._x.fw_cache_poll(h, 0, t);
       if (ev <= 0) return;
       const o = out();
       const a = o[0]!;
@@ -1050,7 +1063,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       } else if (ev === 2 || ev === 3) {
         const wt = this._waits.get(a);
         if (wt === undefined) {
-          if (ev === 2) w.fw_cache_cancel(h, 0, a, 1, t);
+          if (ev === 2) this._x.fw_cache_cancel(h, 0, a, 1, t);
           continue;
         }
         this._unwait(wt);

@@ -131,9 +131,20 @@ let raw: Exports = undefined as unknown as Exports;
  * caller's stack ran out inside it, which leaves its memory half-updated: found while
  * probing what a trap does: one
  * `fire()` at the stack limit left every breaker of the process refusing calls as shut
- * down, for good). From then on no call reaches it: breakers pass calls through.
+ * down, for good). From then on no call reaches it: breakers pass calls through, until
+ * a new instance replaces it (see `revive`), in a microtask.
  */
 export let lost = false;
+
+/**
+ * How many times an instance was replaced: what a breaker got of an earlier one (its
+ * handle, the ids of its calls, leads, batches and store requests) is known by this
+ * number, and never handed to a later instance.
+ */
+export let era = 0;
+
+/** Instances lost so far in this realm (the `instance_losses` metric). */
+export let losses = 0;
 
 /**
  * `lost`, after settling a doubt (see `settle`) where the stack allows: a doubt raised
@@ -175,6 +186,7 @@ let told = false;
 export function lose(e: unknown): void {
   if (!lost) {
     lost = true;
+    losses++;
     w = DEAD;
     cause = e;
   }
@@ -205,9 +217,7 @@ function schedule(): void {
   queueMicrotask(() => {
     const e = cause;
     const why = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-    console.error(`fusewire: the WebAssembly instance failed (${why}); every breaker it served (this ` +
-      'process, worker thread, page or Web Worker) now passes calls through unprotected ' +
-      '(no counts, no timeouts for new calls, no fallbacks) until it restarts');
+    // Each handler settles, unprotected, what its breaker got of the lost instance.
     for (const f of onLost) {
       try {
         f();
@@ -215,7 +225,62 @@ function schedule(): void {
         // One breaker's handler must not keep the others from theirs.
       }
     }
+    const wait = replaceIn();
+    console.error(`fusewire: the WebAssembly instance failed (${why}); ${wait === 0
+      ? 'a new instance replaces it now: calls made before settle unprotected and uncounted, and every breaker starts over on it (closed, counts at zero; a shared breaker reads its store again)'
+      : `every breaker of this realm passes calls through unprotected for ${Math.ceil(wait / 1000)} s (${RECENT} instances were lost within a minute), then a new instance replaces it`}`);
+    if (wait === 0) revive();
+    else later(revive, wait);
   });
+}
+
+/** Instances replaced within `REPLACE_WINDOW_MS` before one more waits (a fault on every call must not spin). */
+const RECENT = 5;
+const REPLACE_WINDOW_MS = 60_000;
+/** When the latest instances were replaced (ms, `Date.now()`). */
+const replaced: number[] = [];
+
+/** How long until the lost instance may be replaced (0: now). */
+function replaceIn(): number {
+  const t = Date.now();
+  while (replaced.length > 0 && t - replaced[0]! >= REPLACE_WINDOW_MS) replaced.shift();
+  return replaced.length < RECENT ? 0 : replaced[0]! + REPLACE_WINDOW_MS - t;
+}
+
+/** Runs `f` after `ms` without holding the process. */
+function later(f: () => void, ms: number): void {
+  const timer = setTimeout(f, ms) as unknown as { unref?(): void };
+  timer.unref?.();
+}
+
+/** What runs once a new instance replaced the lost one (each breaker takes a new core). */
+export const onRevive: Set<() => void> = new Set();
+
+/**
+ * Replaces the lost instance with a new one of the same module, and tells `onRevive`.
+ * One that cannot be made (memory) leaves every breaker passing calls through.
+ */
+function revive(): void {
+  if (!lost || wasmModule === undefined) return;
+  try {
+    start(wasmModule);
+  } catch (e) {
+    console.error(`fusewire: no new WebAssembly instance could be made (${e instanceof Error ? e.message : String(e)}); every breaker passes calls through unprotected until the process restarts`);
+    return;
+  }
+  replaced.push(Date.now());
+  era++;
+  lost = false;
+  told = false;
+  cause = undefined;
+  doubt = undefined;
+  for (const f of onRevive) {
+    try {
+      f();
+    } catch {
+      // One breaker's failure must not keep the others from their new core.
+    }
+  }
 }
 
 /**
@@ -277,15 +342,19 @@ for (const k of Object.keys(DEAD) as (keyof Exports)[]) {
   if (k === 'memory') continue;
   const f = DEAD[k] as unknown;
   (DEAD as unknown as Record<string, unknown>)[k] = (...a: number[]) => {
-    if (!told) told = tryTell();
+    if (!told && lost) told = tryTell();
     return (f as (...a: number[]) => number)(...a);
   };
 }
 
 type Fn = (...a: number[]) => number;
 
-/** The guarded exports (`w` while the instance serves). */
-let served: Exports = undefined as unknown as Exports;
+/**
+ * The current instance's guarded exports (`w` while it serves). A breaker calls
+ * through the exports of the instance it was bound to (`_w`): once a new instance
+ * replaced that one, they answer as `DEAD` does.
+ */
+export let served: Exports = undefined as unknown as Exports;
 /** What a call into the instance threw, while it is not known whether it was busy. */
 let doubt: unknown;
 
@@ -319,6 +388,7 @@ function settle(): void {
     return;
   }
   lost = true;
+  losses++;
   w = DEAD;
   cause ??= doubt;
   try {
@@ -360,9 +430,12 @@ function decide(): boolean {
  * leaves the instance idle (see `settle`): the stack ran out on the way in (12 of 16
  * deep recursions lost it so before), or an argument converts to no number.
  */
-function guard(name: keyof Exports, f: Fn): Fn {
+function guard(name: keyof Exports, f: Fn, me: Record<string, unknown>, mine: number): Fn {
   const dead = DEAD[name] as unknown as Fn;
   const guarded: Fn = (a, b, c, d, e, g, i) => {
+    // Not the exports every call goes to now: lost or in doubt (then `w` answers), or
+    // of an instance since replaced (then nothing of it reaches the new one).
+    if (w !== (me as unknown)) return (era === mine ? (w[name] as unknown as Fn) : dead)(a, b, c, d, e, g, i);
     try {
       return f(a, b, c, d, e, g, i);
     } catch (x) {
@@ -386,8 +459,9 @@ function guard(name: keyof Exports, f: Fn): Fn {
  */
 function guarded(x: Exports): Exports {
   const g: Record<string, unknown> = {};
+  const mine = era + 1; // `start` runs before `revive` counts it (or at load, era 0)
   for (const k of Object.keys(DEAD) as (keyof Exports)[]) {
-    if (k !== 'memory') g[k] = guard(k, x[k] as unknown as Fn);
+    if (k !== 'memory') g[k] = guard(k, x[k] as unknown as Fn, g, wasmModule === undefined ? 0 : mine);
   }
   g['memory'] = x.memory; // the same object for the instance's life
   return g as unknown as Exports;
@@ -437,8 +511,17 @@ export function notLoaded(): Error {
  * Instantiates the module synchronously (its only import is wasm-bindgen's
  * externref-table initialiser) and checks the ABI.
  */
-export function instantiate(module: WebAssembly.Module): void {
+export function instantiate(m: WebAssembly.Module): void {
   if (w !== undefined) return;
+  start(m);
+  wasmModule = m;
+}
+
+/** The module instantiated (kept to replace a lost instance). */
+let wasmModule: WebAssembly.Module | undefined;
+
+/** Makes a new instance of `module` the one every call goes to. */
+function start(module: WebAssembly.Module): void {
   const imports: Record<string, Record<string, () => void>> = {};
   let exportsRef: Exports | undefined;
   for (const imp of WebAssembly.Module.imports(module)) {
@@ -466,6 +549,10 @@ export function instantiate(module: WebAssembly.Module): void {
   raw = ex;
   served = guarded(ex);
   w = served;
+  // Views of the memory of an instance before are views of nothing now.
+  outView = new Float64Array(0);
+  u8 = new Uint8Array(0);
+  f64 = new Float64Array(0);
   const seed = new Uint32Array(2);
   const c = (globalThis as { crypto?: { getRandomValues?(a: Uint32Array): Uint32Array } }).crypto;
   try {
@@ -513,12 +600,12 @@ export function bytes(): Uint8Array {
 export const io = { id: 0, expect: -1, keyAt: 0, keyLen: 0, valueAt: 0, valueLen: 0 };
 
 /**
- * Takes the next store request of breaker `h` into `io`: returns its op (1 read,
+ * Takes the next store request of breaker `h` (of exports `x`) into `io`: returns its op (1 read,
  * 2 write; `expect` −1 for "absent", else the expected token), or 0 when none waits.
  * The key and value bytes are at `keyAt` / `valueAt` in `bytes()`.
  */
-export function nextIo(h: number, t: number): number {
-  const op = w.fw_io(h, t);
+export function nextIo(x: Exports, h: number, t: number): number {
+  const op = x.fw_io(h, t);
   if (op <= 0) return 0;
   const o = out();
   io.id = o[0]!;

@@ -19,7 +19,7 @@
  * | `latency_ms` | gauge, label `quantile` | latency percentiles over the window (p0 … p100) and `mean` |
  *
  * And two of the process: `<prefix>_breakers` (live breakers) and
- * `<prefix>_instance_lost` (1 once the wasm instance failed: see `lose` in engine.ts).
+ * `<prefix>_instance_losses` (a counter: wasm instances lost, each replaced: see `lose` and `revive` in engine.ts).
  *
  * With `{ labels: true }` the name moves into a `name` label instead:
  * `<prefix>_<suffix>{name="…", group="…"}` (one metric family per suffix).
@@ -30,7 +30,7 @@
  */
 import { CircuitBreaker, liveBreakers, reapers, watchers, type Ref } from './breaker.js';
 import { now } from './clock.js';
-import { KIND_NAMES, S, isLost, lost, out, w } from './engine.js';
+import { KIND_NAMES, S, losses, lost, out, served, type Exports } from './engine.js';
 import { warn } from './errors.js';
 import { PERCENTILES } from './status.js';
 
@@ -46,13 +46,11 @@ interface MetricConfig {
 /**
  * How prom-client's `AggregatorRegistry.aggregate` merges one metric of several
  * threads' registries (each `worker_threads` worker has its own): counts, calls in
- * flight and breakers add up (the default, `sum`); the state is the highest a thread
- * reports, and so is `instance_lost` (1 if any thread's instance failed: found by
- * review, two threads' summed to 2 and an alert on `== 1` never fired); latencies are
- * averaged.
+ * flight, breakers and instance losses add up (the default, `sum`); the state is the
+ * highest a thread reports; latencies are averaged.
  */
 function aggregator(suffix: string): string {
-  return suffix === 'breaker_state' || suffix === 'instance_lost' ? 'max' : suffix === 'latency_ms' ? 'average' : 'sum';
+  return suffix === 'breaker_state' ? 'max' : suffix === 'latency_ms' ? 'average' : 'sum';
 }
 
 interface Metric {
@@ -141,7 +139,9 @@ interface Counts {
  */
 interface Member {
   ref: Ref;
+  /** Its handle and the exports of its instance (kept up by `read` while it lives). */
   h: number;
+  x: Exports;
   series: string;
   labels: Record<string, string>;
   transitions: { opened: number; halfOpened: number; closed: number };
@@ -179,7 +179,7 @@ function run(): number {
 
 function member(b: Breaker, series: string, labels: Record<string, string>): Member {
   return {
-    ref: b._ref, h: b._h, series, labels, transitions: b._transitions, cancelled: b._cancelled, percentiles: b._percentilesEnabled,
+    ref: b._ref, h: b._h, x: b._w, series, labels, transitions: b._transitions, cancelled: b._cancelled, percentiles: b._percentilesEnabled,
     primed: b._primed, counts: undefined, last: undefined, run: -1, shared: b._sharedState,
   };
 }
@@ -204,9 +204,16 @@ function cumulative(m: Member, o: Float64Array): number[] {
 
 /** Reads a member's core at `t` (its handle still holds its key). */
 function read(m: Member, t: number): Sample | undefined {
-  if (w.fw_snapshot(m.h, t) !== 0) {
-    // The instance is lost: the counters stay, and nothing is open or in flight.
-    return lost && m.last !== undefined ? { ...m.last, state: 0, inFlight: 0, slow: 0, latency: {} } : undefined;
+  const b = m.ref.deref();
+  if (b !== undefined) {
+    // A new core since (see `_rebind`): its counts carry on from the last read.
+    m.h = b._h;
+    m.x = b._w;
+  }
+  if (m.x.fw_snapshot(m.h, t) !== 0) {
+    // The instance is lost (or its core's, till it takes a new one): the counters stay,
+    // and nothing is open or in flight.
+    return (lost || m.x !== served) && m.last !== undefined ? { ...m.last, state: 0, inFlight: 0, slow: 0, latency: {} } : undefined;
   }
   const o = out();
   const counters: Record<string, number> = {};
@@ -268,7 +275,7 @@ function help(suffix: string): string {
   if (suffix === 'slow_calls') return 'calls in the rolling window at or over slow_call.duration_threshold_ms (the slow_call rule on)';
   if (suffix === 'latency_ms') return 'latency percentiles over the rolling window (ms)';
   if (suffix === 'breakers') return 'live fusewire breakers';
-  if (suffix === 'instance_lost') return '1 once the WebAssembly instance failed: every breaker passes calls through, unprotected, until the process restarts';
+  if (suffix === 'instance_losses') return 'WebAssembly instances lost (a trap, or the stack running out inside one), each replaced: calls then running settled unprotected, and every breaker started over';
   if (suffix === 'shadow_rejections') return 'calls metrics_only would have refused, since the breaker was created';
   if (suffix === 'cancelled') return 'calls whose caller went away (an abort of a waiting call, or of a running one but its own deadline; counted in no other series), since the breaker was created';
   return `${suffix} since the breaker was created`;
@@ -394,9 +401,10 @@ export function register(options: PrometheusOptions): () => void {
   tryMake(false, `${prefix}_breakers`, 'breakers', [], function () {
     this.set?.(liveBreakers().length);
   });
-  // Alert on it: after it, the breakers' series hold their last values.
-  tryMake(false, `${prefix}_instance_lost`, 'instance_lost', [], function () {
-    this.set?.(isLost() ? 1 : 0);
+  // Alert on its increase: each loss started every breaker over (its counters carry on).
+  tryMake(true, `${prefix}_instance_losses`, 'instance_losses', [], function () {
+    this.reset();
+    this.inc?.(losses);
   });
   const suffixes = [...COUNTERS, ...GAUGES];
   const labels = options.labels === true;
@@ -468,7 +476,7 @@ export function register(options: PrometheusOptions): () => void {
     }
   };
   // Collected without `shutdown()`: its final counts, read before its key is freed.
-  const reaper = (_h: number, ref: Ref) => {
+  const reaper = (_h: number, ref: Ref, _x: Exports) => {
     const m = members.get(ref);
     if (m !== undefined) leave(m, read(m, now()) ?? m.last);
   };

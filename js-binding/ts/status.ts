@@ -4,7 +4,7 @@
  * O(buckets), whatever the traffic, where opossum concatenates and sorts every
  * latency sample of the window on each read.
  */
-import { K, S, out, w } from './engine.js';
+import { K, S, out, type Exports } from './engine.js';
 import type { Emitter } from './emitter.js';
 import { brand } from './errors.js';
 import { EventEmitter } from './platform.js';
@@ -165,6 +165,8 @@ export function fromCounts(b: Bucket, c: ArrayLike<number>, base: number): Bucke
 /** What a `Status` reads (its breaker). @internal */
 export interface StatusSource {
   readonly _h: number;
+  /** The exports of the instance its core is in. */
+  readonly _w: Exports;
   _now(): number;
   readonly _percentilesEnabled: boolean;
   /** Whether `snapshot` events are emitted (opossum's `enableSnapshots`). */
@@ -185,7 +187,7 @@ export function readStats(src: StatusSource): Stats {
   const now = src._now();
   src._refresh?.(now);
   const s = emptyBucket() as Stats;
-  if (w.fw_snapshot(src._h, now) !== 0) {
+  if (src._w.fw_snapshot(src._h, now) !== 0) {
     s.latencyMean = src._percentilesEnabled ? 0 : -1;
     for (const p of PERCENTILES) s.percentiles[p] = src._percentilesEnabled ? 0 : -1;
     return s;
@@ -218,11 +220,11 @@ export function readWindow(src: StatusSource): Bucket[] {
   if (src._final !== undefined) return src._final.window.map((b) => ({ ...b }));
   const now = src._now();
   src._refresh?.(now);
-  const n = w.fw_buckets(src._h, now);
+  const n = src._w.fw_buckets(src._h, now);
   const width = src._bucketMs;
   const buckets: Bucket[] = [];
   const rows = new Map<number, number>();
-  const table = n > 0 ? new Float64Array(w.memory.buffer, w.fw_table(), n * 14) : undefined;
+  const table = n > 0 ? new Float64Array(src._w.memory.buffer, src._w.fw_table(), n * 14) : undefined;
   if (table !== undefined) for (let r = 0; r < n; r++) rows.set(Math.round(table[r * 14]! / width), r);
   const newest = Math.floor(now / width);
   for (let i = 0; i < src._buckets; i++) {
@@ -238,7 +240,7 @@ export function readWindow(src: StatusSource): Bucket[] {
   }
   // The current bucket: the calls and fallbacks in progress (read after the table:
   // `fw_snapshot` reuses the core's output).
-  if (buckets.length > 0 && w.fw_snapshot(src._h, now) === 0) addInProgress(src, buckets[0]!, out());
+  if (buckets.length > 0 && src._w.fw_snapshot(src._h, now) === 0) addInProgress(src, buckets[0]!, out());
   return buckets;
 }
 
