@@ -463,6 +463,8 @@ const strays = {
   owners: new Array<AnyBreaker | undefined>(STRAYS).fill(undefined),
   ids: new Float64Array(STRAYS).fill(NaN),
   leads: new Float64Array(2 * STRAYS).fill(-1),
+  /** The exports each was noted under: given back only to that instance's core. */
+  xs: new Array<Exports | undefined>(STRAYS).fill(undefined),
   /** A call to reject once given back, and with what (settling it threw part-way). */
   calls: new Array<Call | undefined>(STRAYS).fill(undefined),
   errors: new Array<unknown>(STRAYS).fill(undefined),
@@ -512,6 +514,8 @@ class Call {
   onAbort: (() => void) | undefined = undefined;
   /** Its own timer at its deadline, where timers die with their request (workerd). */
   timer: unknown = undefined;
+  /** The exports of the instance it was admitted by: its id is that core's only. */
+  readonly x: Exports;
   constructor(
     readonly cb: CircuitBreaker<any, any>, // eslint-disable-line @typescript-eslint/no-explicit-any
     public id: number,
@@ -523,6 +527,7 @@ class Call {
     readonly reject: (e: unknown) => void,
   ) {
     this.t0 = t0;
+    this.x = cb._w;
   }
 
   // Settling threw part-way: only where the stack ran out (a listener's throw is the
@@ -536,6 +541,7 @@ class Call {
     } catch (e) {
       const i = strays.n++ & STRAY_MASK;
       strays.owners[i] = this.cb;
+      strays.xs[i] = this.cb._w;
       strays.ids[i] = this.id;
       strays.leads[2 * i] = this.lead;
       strays.leads[2 * i + 1] = -1;
@@ -552,6 +558,7 @@ class Call {
     } catch (x) {
       const i = strays.n++ & STRAY_MASK; // as in `ok`
       strays.owners[i] = this.cb;
+      strays.xs[i] = this.cb._w;
       strays.ids[i] = this.id;
       strays.leads[2 * i] = this.lead;
       strays.leads[2 * i + 1] = -1;
@@ -1632,7 +1639,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._waits.size !== 0 || this._extra.fallingBack !== 0) return false;
     const t = now();
     const owner = this._store?.nextOwner() ?? 0;
-    const h = create(this._parsed, this._name, [owner >>> 0, Math.floor(Math.random() * 0x1_0000_0000) >>> 0], t);
+    let h: number;
+    try {
+      h = create(this._parsed, this._name, [owner >>> 0, Math.floor(Math.random() * 0x1_0000_0000) >>> 0], t);
+    } catch {
+      // Options the core refuses (given while the instance was lost, unchecked then),
+      // or no room: it passes calls through, and is asked again at its next call.
+      return false;
+    }
     this._w = served;
     this._h = h;
     this._calls = [];
@@ -1728,6 +1742,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         // the core handed out goes back — noted first, with no call (one could fail).
         const i = strays.n++ & STRAY_MASK;
         strays.owners[i] = this;
+        strays.xs[i] = this._w;
         strays.ids[i] = kind === QUEUED ? -id - 1 : id;
         strays.leads[2 * i] = lead;
         strays.leads[2 * i + 1] = lead1;
@@ -1802,6 +1817,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._drop(c, entered);
       const i = strays.n++ & STRAY_MASK;
       strays.owners[i] = this;
+      strays.xs[i] = this._w;
       strays.ids[i] = id;
       strays.leads[2 * i] = -1; // `c.lead` was settled by `_drop`
       strays.leads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
@@ -1817,6 +1833,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // ignores an id it no longer holds).
       const i = strays.n++ & STRAY_MASK;
       strays.owners[i] = this;
+      strays.xs[i] = this._w;
       strays.ids[i] = id;
       strays.leads[2 * i] = -1;
       strays.leads[2 * i + 1] = -1;
@@ -1850,6 +1867,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._drop(c, entered);
       const i = strays.n++ & STRAY_MASK;
       strays.owners[i] = this;
+      strays.xs[i] = this._w;
       strays.ids[i] = -id - 1;
       strays.leads[2 * i] = -1;
       strays.leads[2 * i + 1] = c.flight === undefined ? lead1 : -1;
@@ -1881,10 +1899,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (v !== v) return;
       const queued = v < 0;
       const id = queued ? -v - 1 : v;
-      let r = this._shutdown ? 0 : queued ? this._w.fw_cancel_ticket(this._h, id, t) : this._w.fw_complete(this._h, id, CANCELLED, t);
+      // Noted under an instance since replaced: nothing of it reaches the new core.
+      const mine = strays.xs[i] === this._w;
+      let r = this._shutdown || !mine ? 0 : queued ? this._w.fw_cancel_ticket(this._h, id, t) : this._w.fw_complete(this._h, id, CANCELLED, t);
       // A queue place given its turn since is a slot under the same id (found by
       // review: given back as a ticket only, it stayed taken for good).
-      if (queued && !this._shutdown && r >= 0 && (r & 1) === 0) r |= this._w.fw_complete(this._h, id, CANCELLED, t) & ~3;
+      if (queued && !this._shutdown && mine && r >= 0 && (r & 1) === 0) r |= this._w.fw_complete(this._h, id, CANCELLED, t) & ~3;
       const c = strays.calls[i];
       if (c !== undefined) {
         if (!c.done) this._drop(c, true);
@@ -1892,10 +1912,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       }
       const lead = strays.leads[2 * i]!;
       const lead1 = strays.leads[2 * i + 1]!;
-      if (lead >= 0) this._settleLead(0, lead, false, undefined);
-      if (lead1 >= 0) this._giveUp1(lead1, undefined);
+      if (lead >= 0 && mine) this._settleLead(0, lead, false, undefined);
+      if (lead1 >= 0 && mine) this._giveUp1(lead1, undefined);
       strays.ids[i] = NaN;
       strays.owners[i] = undefined;
+      strays.xs[i] = undefined;
       strays.calls[i] = strays.errors[i] = undefined;
       strays.leads[2 * i] = strays.leads[2 * i + 1] = -1;
       if (r > 0 && (r & F_ANY) !== 0) {
@@ -1994,7 +2015,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       return;
     }
     const t = now();
-    const r = this._w.fw_complete(this._h, c.id, OK, t);
+    // (A call of an instance since replaced is unknown to this core.)
+    const r = c.x === this._w ? this._w.fw_complete(this._h, c.id, OK, t) : 2;
     if (r < 0 || (r & 3) !== 0) {
       // Unknown to the core (the breaker was reset under it): settle quietly.
       c.resolve(v);
@@ -2095,7 +2117,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const t = now();
     // After shutdown the core is gone: as in opossum, the events go to listeners
     // added since and the fallback runs, but nothing is counted.
-    const r = this._shutdown ? 0 : this._w.fw_complete(this._h, c.id, filtered ? BAD_REQUEST : FAILURE, t);
+    const r = this._shutdown ? 0 : c.x === this._w ? this._w.fw_complete(this._h, c.id, filtered ? BAD_REQUEST : FAILURE, t) : 2;
     if (r < 0 || (r & 3) !== 0) {
       c.reject(e);
       return;
@@ -2155,7 +2177,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // Settled by _ok before it gets here; any other end is not a cacheable success.
       const lead = c.lead;
       c.lead = -1;
-      queueMicrotask(() => this._settleLead(0, lead, false, undefined));
+      const x = c.x;
+      queueMicrotask(() => {
+        // Not once the breaker took a core in a new instance.
+        if (this._w === x) this._settleLead(0, lead, false, undefined);
+      });
     }
     const i = c.id % SLOTS;
     if (this._calls[i] === c) this._calls[i] = undefined;
@@ -2231,6 +2257,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const i = strays.n++ & STRAY_MASK;
       const noted = c.queued ? -c.id - 1 : c.id;
       strays.owners[i] = this;
+      strays.xs[i] = this._w;
       strays.ids[i] = noted;
       strays.leads[2 * i] = c.lead;
       strays.leads[2 * i + 1] = c.flight === undefined ? -1 : c.flight.lead;
@@ -2262,7 +2289,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const late = !c.queued && !this._shutdown && deadline(reason);
     if (!late && !this._shutdown) this._cancelled.count++;
     let r = 0;
-    if (!this._shutdown) {
+    if (!this._shutdown && c.x === this._w) {
       r = c.queued
         ? this._w.fw_cancel_ticket(this._h, c.id, t)
         : this._w.fw_complete(this._h, c.id, late ? TIMEOUT : CANCELLED, t);
@@ -2464,6 +2491,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         if (c === undefined || c.id !== id || (ev === EV_DEQUEUED && (c.done || !c.queued))) continue;
         const j = strays.n++ & STRAY_MASK;
         strays.owners[j] = this;
+        strays.xs[j] = this._w;
         strays.ids[j] = id;
         strays.leads[2 * j] = c.lead;
         strays.leads[2 * j + 1] = -1;
@@ -2630,6 +2658,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
                   // `Call.ok` does, it goes back and rejects.
                   const j = strays.n++ & STRAY_MASK;
                   strays.owners[j] = this;
+                  strays.xs[j] = this._w;
                   strays.ids[j] = call.id;
                   strays.leads[2 * j] = call.lead;
                   strays.leads[2 * j + 1] = -1;
@@ -2886,8 +2915,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   private _force(phase: Phase): void {
-    // (Bound to an instance since replaced: `open()` forces the new core.)
-    if (this._w !== served) this._rebind();
+    // Bound to an instance since replaced: `open()` forces the new core; none taken
+    // yet (calls of the lost one still run, their deadlines on the timer), nothing to force.
+    if (this._w !== served && !this._rebind()) return;
     if (this._shutdown) return;
     this._forces++;
     const t = now();
@@ -3287,7 +3317,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       this._w.fw_cache_cancel(h, 1, waiter.id, 0, t);
       waiter.resolve(flight.p);
     }
-    for (const flight of this._leading.values()) this._w.fw_cache_cancel(h, 1, flight.lead, 1, t);
+    for (const flight of this._leading.values()) {
+      // Its settling is stale: never sent (a core taken since would read its lead as its own).
+      flight.gone = true;
+      this._w.fw_cache_cancel(h, 1, flight.lead, 1, t);
+    }
     this._leading.clear();
   }
 

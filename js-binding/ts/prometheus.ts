@@ -205,10 +205,11 @@ function cumulative(m: Member, o: Float64Array): number[] {
 /** Reads a member's core at `t` (its handle still holds its key). */
 function read(m: Member, t: number): Sample | undefined {
   const b = m.ref.deref();
-  if (b !== undefined) {
+  if (b !== undefined && b._w !== m.x) {
     // A new core since (see `_rebind`): its counts carry on from the last read.
     m.h = b._h;
     m.x = b._w;
+    if (m.counts !== undefined) m.counts.key = NaN;
   }
   if (m.x.fw_snapshot(m.h, t) !== 0) {
     // The instance is lost (or its core's, till it takes a new one): the counters stay,
@@ -476,8 +477,14 @@ export function register(options: PrometheusOptions): () => void {
     }
   };
   // Collected without `shutdown()`: its final counts, read before its key is freed.
-  const reaper = (_h: number, ref: Ref, _x: Exports) => {
+  const reaper = (h: number, ref: Ref, x: Exports) => {
     const m = members.get(ref);
+    if (m !== undefined && m.x !== x) {
+      // Its last core (see `read`).
+      m.h = h;
+      m.x = x;
+      if (m.counts !== undefined) m.counts.key = NaN;
+    }
     if (m !== undefined) leave(m, read(m, now()) ?? m.last);
   };
   if (labels) {
