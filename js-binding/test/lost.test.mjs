@@ -201,7 +201,7 @@ test('what waits on the instance when it is lost settles: calls in flight, queue
   });
   assert.equal(out.ran, 2);
   assert.equal(out.led, 1, 'the followers shared their leader\'s call');
-  assert.deepEqual(out.batches, [[1, 2], ['req', 5], [3, 4, 3], ['late', 6], ['req', 7]],
+  assert.deepEqual(out.batches, [[1, 2], ["req", 5], [3, 4], ["late", 6], ["req", 7]],
     'the waiting loads went as one batch per loader; later ones batch per tick and loader');
 });
 
@@ -396,4 +396,44 @@ test('a fault on every call does not spin: past 5 losses a minute, the next new 
   assert.equal(out.v, 1, 'calls pass through meanwhile');
   assert.equal(out.losses, 6);
   assert.match(stderr, /passes calls through unprotected for 60 s \(5 instances were lost within a minute\)/);
+});
+
+test('after the new instance: a Collapser caches and protects again once its loads of the lost one are done; its request loaders get scopes of their own', () => {
+  const { out } = child(`
+    const batches = [];
+    let fail = false;
+    let gate;
+    const col = new Collapser(async (keys, ctx) => {
+      batches.push(ctx === undefined ? [...keys] : [ctx, ...keys]);
+      if (fail) throw new Error('down');
+      if (keys.includes('slow')) await new Promise((r) => { gate = r; });
+      return keys.map((k) => ctx === undefined ? 'v' + k : ctx + k);
+    }, { windowMs: 0, breaker: { volumeThreshold: 2, errorThresholdPercentage: 50, resetTimeout: 60_000 } });
+    const reqA = col.forRequest('A');
+    const reqB = col.forRequest('B');
+    await col.load(1);
+    await reqA.load(1);
+    // A batch running when the instance is lost.
+    const slow = col.load('slow');
+    await sleep(0);
+    engine.lose(new Error('injected'));
+    await sleep(0);
+    const whileOld = await col.load(2); // batched unprotected (its batch of the lost core runs)
+    gate();
+    await slow;
+    batches.length = 0;
+    // Bound again: cached, per request.
+    const again = [await col.load(3), await col.load(3), await reqA.load(1), await reqA.load(1), await reqB.load(1), await reqB.load(1)];
+    const cachedBatches = batches.splice(0);
+    fail = true;
+    const errors = [];
+    for (let i = 0; i < 6; i++) errors.push(await col.load('f' + i).then(() => 'ok', (e) => e.code ?? e.message));
+    return { whileOld, again, cachedBatches, errors, opened: col.breaker.opened };
+  `);
+  assert.equal(out.whileOld, 'v2');
+  assert.deepEqual(out.again, ['v3', 'v3', 'A1', 'A1', 'B1', 'B1'], 'each request its own values');
+  assert.deepEqual(out.cachedBatches, [[3], ['A', 1], ['B', 1]], 'cached again: one batch per key and request');
+  // (3 successes, then failures: open past half of them, as on a breaker never lost.)
+  assert.deepEqual(out.errors, ['down', 'down', 'down', 'down', 'EOPENBREAKER', 'EOPENBREAKER'], 'the breaker trips again');
+  assert.equal(out.opened, true);
 });

@@ -1629,14 +1629,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * shared breaker reads its store again) — once nothing it ran on the lost one is
    * left: calls still running (they settle unprotected: their ids, leads and fallback
    * slots are the lost core's), coalesced flights, async fallbacks. Till then it
-   * passes calls through; its next call tries again. A Collapser's breaker stays so
-   * (its loads, batches and request scopes are the lost core's). Returns whether it
+   * passes calls through; its next call tries again. A Collapser's breaker waits for
+   * its loads, leads and batches of the lost core too (`_holds`). Returns whether it
    * is bound to the current instance.
    */
   _rebind(): boolean {
     if (this._w === served) return true;
-    if (lost || this._shutdown || this._onLost !== undefined || this._busy !== 0 || this._leading.size !== 0 ||
-      this._waits.size !== 0 || this._extra.fallingBack !== 0) return false;
+    if (lost || this._shutdown || this._busy !== 0 || this._leading.size !== 0 || this._waits.size !== 0 ||
+      this._extra.fallingBack !== 0 || this._holds?.() === true) return false;
     const t = now();
     const owner = this._store?.nextOwner() ?? 0;
     let h: number;
@@ -1662,8 +1662,15 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     finalizer?.register(this, { h, x: served, ref: this._ref, timers: this._weakTimers }, this);
     if (this._store instanceof AsyncStore) this._refresh(t);
     for (const f of flushes) f.resolve(false);
+    this._onRebind?.();
     return true;
   }
+
+  /** @internal A Collapser's: whether it still holds ids of the lost instance (see `_rebind`). */
+  _holds: (() => boolean) | undefined = undefined;
+
+  /** @internal A Collapser's: the breaker took a new core. */
+  _onRebind: (() => void) | undefined = undefined;
 
   /** @internal What a collapser on this breaker does once the instance is lost. */
   _onLost: (() => void) | undefined = undefined;

@@ -78,6 +78,8 @@ interface Scope {
   tag: string;
   /** The core's cache scope (0: global; -1: none, so loads bypass the cache). */
   cache: number;
+  /** The exports of the instance whose core `cache` is a scope of (see `_rescope`). */
+  x: Exports;
   /** Cache leads in flight by cache key. */
   inflight: Map<string, number>;
   /** The waits of each cache key (`clear` finds a key's own, not all: found by review). */
@@ -109,8 +111,8 @@ interface Scope {
 }
 
 /** A scope's state. */
-function scope(tag: string, cache: number, self: object, context: unknown): Scope {
-  return { tag, cache, inflight: new Map(), waitsOf: new Map(), self, context, closed: false, hits: [], fullHits: [], hitsQueued: false, waiting: 0 };
+function scope(tag: string, cache: number, x: Exports, self: object, context: unknown): Scope {
+  return { tag, cache, x, inflight: new Map(), waitsOf: new Map(), self, context, closed: false, hits: [], fullHits: [], hitsQueued: false, waiting: 0 };
 }
 
 /** One `load(key)`: its scope, its key, its cache key and its promise's settlers. */
@@ -147,6 +149,7 @@ function loaderShutDown(): Error {
 interface Dropped {
   c: Collapser<never, never, never, never>;
   cache: number;
+  x: Exports;
 }
 
 /**
@@ -155,7 +158,7 @@ interface Dropped {
  * dropped loader's cache entries stay until evicted.
  */
 const dropped = typeof FinalizationRegistry === 'function'
-  ? new FinalizationRegistry<Dropped>((d) => d.c._drop(d.cache))
+  ? new FinalizationRegistry<Dropped>((d) => d.c._drop(d.cache, d.x))
   : undefined;
 
 /** The request loaders with a cache open at most, per collapser (the core's largest `cache.max_scopes`). */
@@ -245,7 +248,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   readonly breaker: CircuitBreaker<[K[]], ArrayLike<V | Error>>;
   /** The `name` option (`null` when not given, as DataLoader's). */
   readonly name: string | null;
-  private readonly _h: number;
+  private _h: number;
   private readonly _cache: boolean;
   private readonly _window: number;
   private readonly _keyFn: ((key: K) => unknown) | undefined;
@@ -280,6 +283,8 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     return lost || this.breaker._w !== served;
   }
 
+  /** Batches running (their ids and leads are the core's that made them). */
+  private _running = 0;
   /** Loads batched by this wrapper once the instance is lost (see `_lost`), and the batch size. */
   private _bare: Item<K, V>[] = [];
   private readonly _max: number;
@@ -380,8 +385,17 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       throw e;
     }
     this._h = this.breaker._h;
-    this._global = scope('', 0, this, undefined);
+    this._global = scope('', 0, this._x, this, undefined);
     this.breaker._onLost = () => this._lost();
+    // A new instance: the breaker takes a core in it once nothing of the lost one is
+    // left here (loads, waits, leads, batches running); its cached values go.
+    this.breaker._holds = () => this._items.size !== 0 || this._waits.size !== 0 || this._leads.size !== 0 ||
+      this._running !== 0 || this._bare.length !== 0;
+    this.breaker._onRebind = () => {
+      this._h = this.breaker._h;
+      this._payloads.clear();
+      this._global.x = this._x;
+    };
     // Shut down directly (`collapser.breaker.shutdown()`): loads waiting for their
     // window reject, loads joined to a load in flight get its result (found by
     // review: both stayed pending for good once the window timer was cancelled).
@@ -450,8 +464,20 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       }
     }
     const tag = (++this._requests).toString(36);
-    if (cache > 0) dropped?.register(loader, { c: this as never, cache }, loader);
-    return scope(tag, cache, loader, context);
+    if (cache > 0) dropped?.register(loader, { c: this as never, cache, x: this._x }, loader);
+    return scope(tag, cache, this._x, loader, context);
+  }
+
+  /**
+   * A request scope made on an instance since replaced (before the loss, or while lost):
+   * its cache scope is opened in the core taken since (or none: then uncached).
+   */
+  private _rescope(s: Scope): void {
+    s.x = this._x;
+    if (s === this._global || !this._cache) return;
+    dropped?.unregister(s.self);
+    s.cache = this._x.fw_cache_scope(this._h, -1, now());
+    if (s.cache > 0) dropped?.register(s.self, { c: this as never, cache: s.cache, x: s.x }, s.self);
   }
 
   /** @internal Loads `key` in scope `s`. */
@@ -461,10 +487,11 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     }
     if (this._closing || this.breaker.isShutdown) return Promise.reject(shutDown());
     if (s.closed) return Promise.reject(loaderShutDown());
-    if (this._gone()) {
+    if (this._gone() && (lost || !this.breaker._rebind())) {
       tell();
       return new Promise<V>((resolve, reject) => this._batchBare({ s, key, ck: '', lead: -1, resolve, reject }));
     }
+    if (s.x !== this._x) this._rescope(s);
     const h = this._h;
     const t = now();
     let lead = -1;
@@ -796,7 +823,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     if (s.closed) return;
     s.closed = true;
     dropped?.unregister(s.self);
-    if (s.cache <= 0 || this.breaker.isShutdown || this._gone()) return;
+    if (s.cache <= 0 || this.breaker.isShutdown || this._gone() || s.x !== this._x) return;
     const h = this._h;
     const t = now();
     const waits: Wait<K, V>[] = [];
@@ -817,8 +844,8 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   }
 
   /** @internal A request loader was dropped without `shutdown()`: its cache scope closes (it holds no load). */
-  _drop(cache: number): void {
-    if (this.breaker.isShutdown || this._gone()) return;
+  _drop(cache: number, x: Exports): void {
+    if (this.breaker.isShutdown || this._gone() || x !== this._x) return;
     try {
       const t = now();
       this._x.fw_cache_scope(this._h, cache, t);
@@ -961,18 +988,27 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       this._failed(items, batch, e);
       return;
     }
+    this._running++;
     fired.then((values) => {
-      this._settleHits(hits);
-      if (!arrayLike(values) || values.length !== keys.length) {
-        // Said of the breaker's fallback where it gave them (found by review: the batch
-        // function was blamed for what the fallback returned).
-        this._failed(items, batch, badBatch(values, keys.length, this._fallen.has(keys)));
-      } else {
-        this._done(items, batch, values, this._fallen.has(keys));
+      try {
+        this._settleHits(hits);
+        if (!arrayLike(values) || values.length !== keys.length) {
+          // Said of the breaker's fallback where it gave them (found by review: the batch
+          // function was blamed for what the fallback returned).
+          this._failed(items, batch, badBatch(values, keys.length, this._fallen.has(keys)));
+        } else {
+          this._done(items, batch, values, this._fallen.has(keys));
+        }
+      } finally {
+        this._running--;
       }
     }, (e: unknown) => {
-      this._settleHits(hits);
-      this._failed(items, batch, e);
+      try {
+        this._settleHits(hits);
+        this._failed(items, batch, e);
+      } finally {
+        this._running--;
+      }
     });
   }
 
