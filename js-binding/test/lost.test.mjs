@@ -182,16 +182,17 @@ test('what waits on the instance when it is lost settles: calls in flight, queue
     track('failQueued', failing.fire());
     engine.lose(new Error('injected'));
     await sleep(200);
-    // After: a collapser batches per tick (one batch for these three, uncached).
+    // After: the new instance (its loads of the lost one done), batched and cached again.
     track('after1', col.load(3));
     track('after2', col.load(4));
     track('after3', col.load(3));
-    // A request loader made after the loss batches apart too; its shutdown is a no-op.
+    // A request loader made after the loss batches apart too; its shutdown sends its
+    // loads waiting for the window.
     const late = col.forRequest('late');
     track('lateLoad', late.load(6));
     track('reqAfter', req.load(7));
     late.shutdown();
-    await sleep(50);
+    await sleep(200);
     return { results, ran, led, batches, stats: slow.stats.fires };
   `);
   assert.deepEqual(out.results, {
@@ -411,6 +412,7 @@ test('after the new instance: a Collapser caches and protects again once its loa
     }, { windowMs: 0, breaker: { volumeThreshold: 2, errorThresholdPercentage: 50, resetTimeout: 60_000 } });
     const reqA = col.forRequest('A');
     const reqB = col.forRequest('B');
+    const reqC = col.forRequest('C'); // never loads after the new instance
     await col.load(1);
     await reqA.load(1);
     // A batch running when the instance is lost.
@@ -425,15 +427,25 @@ test('after the new instance: a Collapser caches and protects again once its loa
     // Bound again: cached, per request.
     const again = [await col.load(3), await col.load(3), await reqA.load(1), await reqA.load(1), await reqB.load(1), await reqB.load(1)];
     const cachedBatches = batches.splice(0);
+    // A loader made on the new instance may get the scope number reqC had: reqC's
+    // prime and clearAll must not reach it.
+    const reqM = col.forRequest('M');
+    const mine = [await reqM.load('z')];
+    reqC.clearAll();
+    reqC.prime('z', 'C!');
+    mine.push(await reqM.load('z'), await reqC.load('z'));
     fail = true;
     const errors = [];
-    for (let i = 0; i < 6; i++) errors.push(await col.load('f' + i).then(() => 'ok', (e) => e.code ?? e.message));
-    return { whileOld, again, cachedBatches, errors, opened: col.breaker.opened };
+    for (let i = 0; i < 8; i++) errors.push(await col.load('f' + i).then(() => 'ok', (e) => e.code ?? e.message));
+    return { whileOld, again, cachedBatches, mine, mBatches: batches.filter((b) => b[0] === 'M').length, errors, opened: col.breaker.opened };
   `);
   assert.equal(out.whileOld, 'v2');
   assert.deepEqual(out.again, ['v3', 'v3', 'A1', 'A1', 'B1', 'B1'], 'each request its own values');
   assert.deepEqual(out.cachedBatches, [[3], ['A', 1], ['B', 1]], 'cached again: one batch per key and request');
-  // (3 successes, then failures: open past half of them, as on a breaker never lost.)
-  assert.deepEqual(out.errors, ['down', 'down', 'down', 'down', 'EOPENBREAKER', 'EOPENBREAKER'], 'the breaker trips again');
+  assert.deepEqual(out.mine, ['Mz', 'Mz', 'C!'], 'a loader of before primes its own scope only');
+  assert.equal(out.mBatches, 1, 'nor clears another\'s');
+  // (4 successes, then failures: open past half of them, as on a breaker never lost.)
+  assert.deepEqual(out.errors, ['down', 'down', 'down', 'down', 'down', 'EOPENBREAKER', 'EOPENBREAKER', 'EOPENBREAKER'],
+    'the breaker trips again');
   assert.equal(out.opened, true);
 });

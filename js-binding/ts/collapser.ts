@@ -473,11 +473,29 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
    * its cache scope is opened in the core taken since (or none: then uncached).
    */
   private _rescope(s: Scope): void {
+    if (s !== this._global && this._cache) {
+      // (Asked first: a throw here leaves the scope as it was, of the lost instance.)
+      const cache = this._x.fw_cache_scope(this._h, -1, now());
+      dropped?.unregister(s.self);
+      // None left (`max_scopes`): this loader's loads go uncached.
+      s.cache = cache;
+      if (cache > 0) dropped?.register(s.self, { c: this as never, cache, x: this._x }, s.self);
+    }
     s.x = this._x;
-    if (s === this._global || !this._cache) return;
-    dropped?.unregister(s.self);
-    s.cache = this._x.fw_cache_scope(this._h, -1, now());
-    if (s.cache > 0) dropped?.register(s.self, { c: this as never, cache: s.cache, x: s.x }, s.self);
+  }
+
+  /**
+   * A wait that loads its key itself now (with `lead`, as the key's load). Where that
+   * throws (the stack's end) the lead goes back and the load fails with the error, as
+   * in `_load` (found by review: the lead stayed in `_leads`, the load pending, for good).
+   */
+  private _requeue(wt: Wait<K, V>, lead: number, t: number): void {
+    try {
+      this._add({ s: wt.s, key: wt.key, ck: wt.ck, lead, resolve: wt.resolve, reject: wt.reject }, t);
+    } catch (e) {
+      if (lead >= 0) this._giveUp(wt.s, wt.ck, lead, t);
+      wt.reject(e);
+    }
   }
 
   /** @internal Loads `key` in scope `s`. */
@@ -604,7 +622,8 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
 
   /** @internal */
   _clear(s: Scope, key: K): void {
-    if (this._cache && !this.breaker.isShutdown && !s.closed) {
+    // (A scope of an instance since replaced holds nothing of the new one.)
+    if (this._cache && !this.breaker.isShutdown && !s.closed && s.x === this._x) {
       const t = now();
       const ck = this._cacheKey(s, key);
       const lead = s.inflight.get(ck);
@@ -622,7 +641,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
 
   /** @internal */
   _clearAll(s: Scope): void {
-    if (this._cache && !this.breaker.isShutdown && !s.closed) {
+    if (this._cache && !this.breaker.isShutdown && !s.closed && s.x === this._x) {
       const t = now();
       for (const [ck, lead] of [...s.inflight]) this._detach(s, ck, lead, t);
       this._x.fw_cache_clear(this._h, 0, s.cache, t);
@@ -645,6 +664,10 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   /** @internal */
   _prime(s: Scope, key: K, value: V | PromiseLike<V> | Error): void {
     if (!this._cache || this.breaker.isShutdown || s.closed) return;
+    // Nothing to prime in a lost instance; a scope of one since replaced is opened in
+    // the core taken since.
+    if (this._gone() && (lost || !this.breaker._rebind())) return;
+    if (s.x !== this._x) this._rescope(s);
     value = adopted(value);
     const h = this._h;
     const t = now();
@@ -1094,7 +1117,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
             if (p.ok) wt.resolve(p.value as V);
             else wt.reject(p.value);
           }
-          else this._add({ s: wt.s, key: wt.key, ck: wt.ck, lead: -1, resolve: wt.resolve, reject: wt.reject }, t);
+          else this._requeue(wt, -1, t);
         }
       } else if (ev === 2 || ev === 3) {
         const wt = this._waits.get(a);
@@ -1103,7 +1126,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
           continue;
         }
         this._unwait(wt);
-        this._add({ s: wt.s, key: wt.key, ck: wt.ck, lead: ev === 2 ? a : -1, resolve: wt.resolve, reject: wt.reject }, t);
+        this._requeue(wt, ev === 2 ? a : -1, t);
       } else if (ev === 4) {
         this._payloads.delete(a);
       }
