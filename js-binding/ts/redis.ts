@@ -120,7 +120,10 @@ if ty == 'hash' then
   local r = redis.call('HMGET', k, 't', 'v')
   tok = r[1]
   cur = r[2] or ''
-  if (not tok) or string.len(tok) > 16 or not string.match(tok, '^[1-9][0-9]*$')
+  if (not tok) and (not r[2]) then
+    -- Neither field: absent, as the read (HMGET) found it.
+    tok = false
+  elseif (not tok) or string.len(tok) > 16 or not string.match(tok, '^[1-9][0-9]*$')
       or tonumber(tok) > 9007199254740991 then
     tok = '0'
     cur = ''
@@ -130,6 +133,7 @@ elseif ty ~= 'none' then
 end
 if not tok then
   if ARGV[1] ~= '' then return {2, now} end
+  redis.call('DEL', k)
   redis.call('HSET', k, 't', ARGV[5], 'v', ARGV[2])
   redis.call('PEXPIRE', k, ARGV[3])
   return {0, now, tonumber(ARGV[5])}

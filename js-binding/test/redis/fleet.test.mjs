@@ -666,6 +666,15 @@ describe('fusewire/redis: one breaker for a fleet of processes', { concurrency: 
     await client.set(key, 'someone else\'s value');
     assert.ok(await healthy(), 'the foreign value was replaced');
     assert.ok((await client.pttl(key)) > 0, 'the key has a TTL');
+    // A hash with neither field reads as absent, and the script takes it so: the first
+    // write creates the key (before: a conflict as foreign data, then a reset).
+    const { CAS_SCRIPT } = await import('fusewire/redis');
+    await client.del('app:other');
+    await client.hset('app:other', 'x', '1');
+    const reply = await client.eval(CAS_SCRIPT, 1, 'app:other', '', 'FWstate', '60000', '0', '42');
+    assert.equal(reply[0], 0, `written at once: ${JSON.stringify(reply)}`);
+    assert.equal(reply[2], 42);
+    assert.deepEqual(await client.hgetall('app:other'), { t: '42', v: 'FWstate' }, 'the foreign field went');
     const s = await states(f);
     assert.ok(s.members.some((m) => (m.issues.invalid ?? 0) > 0), JSON.stringify(s.members.map((m) => m.issues)));
     assert.ok(sum(s.stores, 'foreign') > 0);
