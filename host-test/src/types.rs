@@ -332,8 +332,10 @@ pub struct Request {
     pub path: String,
     /// `:authority`.
     pub authority: String,
-    /// Extra headers (after the pseudo-headers).
-    pub headers: Vec<(String, String)>,
+    /// Extra headers (after the pseudo-headers): values are bytes, as Envoy's (an
+    /// HTTP/1 `obs-text` byte is no UTF-8); text in scenario files.
+    #[serde(with = "lossy_pairs")]
+    pub headers: Vec<(String, Vec<u8>)>,
     /// Request body (empty: headers end the stream).
     #[serde(with = "lossy_text")]
     pub body: Vec<u8>,
@@ -393,8 +395,12 @@ impl Request {
         self
     }
     /// Adds a header.
-    pub fn header(mut self, k: &str, v: &str) -> Self {
-        self.headers.push((k.into(), v.into()));
+    pub fn header(self, k: &str, v: &str) -> Self {
+        self.header_bytes(k, v.as_bytes())
+    }
+    /// Adds a header whose value is any bytes (Envoy passes `obs-text`, 0x80–0xFF, on).
+    pub fn header_bytes(mut self, k: &str, v: &[u8]) -> Self {
+        self.headers.push((k.into(), v.to_vec()));
         self
     }
     /// Sets the method.
@@ -435,7 +441,7 @@ impl Request {
         m.add(":method", self.method.as_bytes());
         m.add(":scheme", b"http");
         for (k, v) in &self.headers {
-            m.add(k, v.as_bytes());
+            m.add(k, v);
         }
         m
     }
@@ -617,6 +623,25 @@ mod lossy_text {
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let s: String = serde::Deserialize::deserialize(d)?;
         Ok(s.into_bytes())
+    }
+}
+
+/// Header pairs with byte values, as text pairs (lossy UTF-8 out).
+mod lossy_pairs {
+    pub fn serialize<S: serde::Serializer>(
+        v: &[(String, Vec<u8>)],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|(k, v)| (k, String::from_utf8_lossy(v))))
+    }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(String, Vec<u8>)>, D::Error> {
+        let pairs: Vec<(String, String)> = serde::Deserialize::deserialize(d)?;
+        Ok(pairs
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes()))
+            .collect())
     }
 }
 

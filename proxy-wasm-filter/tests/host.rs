@@ -1429,6 +1429,38 @@ fn identical_concurrent_gets_are_collapsed_per_worker() {
     assert_eq!(r.response_body, b"v2");
 }
 
+/// Header values Envoy passes on as bytes that are not UTF-8 (HTTP/1 `obs-text`) key
+/// collapsed requests one-to-one: `\xff` and `\xfe` never share a response (before
+/// 2026-12-07 both read as U+FFFD, one key; the harness sent text only, so this was
+/// tested at unit level).
+#[test]
+fn header_bytes_that_are_not_utf8_key_collapsing_apart() {
+    let json = collapse_only(r#""key": "{method} {path} {header:x-v}""#);
+    let mut h = harness(CasMode::Envoy, &json);
+    let t0 = h.now_ns();
+    let values: [&[u8]; 4] = [b"\xff", b"\xfe", b"\xff", b"a\x80"];
+    let ids: Vec<u64> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            h.submit_at(
+                t0 + i as u64 * 100_000,
+                0,
+                Request::get("/api/item").header_bytes("x-v", v),
+                UpstreamReply::status(200)
+                    .after_ms(200)
+                    .with_body(&format!("for {i}")),
+            )
+        })
+        .collect();
+    h.run_for(Duration::from_millis(1_000));
+    let recs = records(&h, &ids);
+    let bodies: Vec<String> = recs.iter().map(|r| r.body_text()).collect();
+    assert_eq!(bodies, ["for 0", "for 1", "for 0", "for 3"], "{recs:?}");
+    let upstream: Vec<bool> = recs.iter().map(|r| r.sent_upstream).collect();
+    assert_eq!(upstream, [true, true, false, true]);
+}
+
 /// Requests Envoy routes to different clusters never share a response, whatever the
 /// collapse key says (found by an HTTP review: one path can reach two subsets — Istio
 /// routes `end-user: jason` to v2 — and a v2 client got v1's response). Here a key
