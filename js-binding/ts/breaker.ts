@@ -721,6 +721,11 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * gives its slot back then), and is freed after it.
    */
   private _lingering = false;
+  /**
+   * The deadlines of calls the core no longer keeps (after `shutdown()`, or of a lost
+   * instance: see `_lateTick`), apart from the core's timer, which a new core re-arms.
+   */
+  private readonly _lateTimer = new TimerSlot();
   /** While lingering: the core's next time-driven work (see `_lingerStep`). */
   private readonly _lingerTimer = new TimerSlot();
   /** After `shutdown()` on an async store: the last flush being driven (`done`: `flush()` calls waiting on it). */
@@ -1461,7 +1466,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * is thrown after the batch, as from the timer before shutdown.
    */
   private _lateTick(late: Call[], t: number): void {
-    this._timer.timer = undefined;
+    this._lateTimer.timer = undefined;
     const timeout = this._parsed.timeout;
     if (timeout === false) return;
     const sink: Sink = { threw: false, error: undefined };
@@ -1470,12 +1475,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const c = late[i]!;
       if (c.done) continue;
       if (c.t0 + timeout > t) break;
-      const s = this._timedOut(c.id, t, sink);
+      const s = this._timedOutCall(c, t, sink);
       if (s !== undefined) guarded(sink, s);
     }
     late.splice(0, i);
     while (late.length > 0 && late[0]!.done) late.shift();
-    if (late.length > 0) this._timer.arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, this._hold);
+    if (late.length > 0) this._lateTimer.arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, this._hold);
     if (sink.threw) throw sink.error;
   }
 
@@ -1626,17 +1631,17 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   /**
    * @internal A new instance replaced the lost one (see `revive` in engine.ts): the
    * breaker takes a new core in it, made from its options — closed, counts at zero (a
-   * shared breaker reads its store again) — once nothing it ran on the lost one is
-   * left: calls still running (they settle unprotected: their ids, leads and fallback
-   * slots are the lost core's), coalesced flights, async fallbacks. Till then it
-   * passes calls through; its next call tries again. A Collapser's breaker waits for
-   * its loads, leads and batches of the lost core too (`_holds`). Returns whether it
-   * is bound to the current instance.
+   * shared breaker reads its store again). What it ran on the lost one settles apart,
+   * unprotected: each call, fallback and give-back keeps the exports it came from
+   * (its ids are the lost core's), calls time out on `_lateTimer`, coalescing flights
+   * are let go (their followers already have the leader's promise). A Collapser's
+   * breaker waits till its loads, leads and batches of the lost core are done
+   * (`_holds`), passing batches through; its next call tries again. Returns whether
+   * it is bound to the current instance.
    */
   _rebind(): boolean {
     if (this._w === served) return true;
-    if (lost || this._shutdown || this._busy !== 0 || this._leading.size !== 0 || this._waits.size !== 0 ||
-      this._extra.fallingBack !== 0 || this._holds?.() === true) return false;
+    if (lost || this._shutdown || this._holds?.() === true) return false;
     const t = now();
     const owner = this._store?.nextOwner() ?? 0;
     let h: number;
@@ -1650,6 +1655,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._w = served;
     this._h = h;
     this._calls = [];
+    for (const flight of this._leading.values()) flight.gone = true;
+    this._leading.clear();
+    this._waits.clear();
     for (const p of this._payloads) p.clear();
     this._view = -1;
     this._armEpoch = -1;
@@ -2340,15 +2348,16 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const f = this._fallbackFn;
     if (f === undefined) return undefined;
     const h = this._h;
+    const fx = this._w;
     // After shutdown (a call that was running then): it runs uncounted, as opossum's.
     const live = !this._shutdown;
-    const fid = live ? this._w.fw_fallback(h, now()) : -1;
+    const fid = live ? fx.fw_fallback(h, now()) : -1;
     if (live && fid < 0) return undefined; // the fallback limit refused it (FALLBACK_REJECTION)
     let result: unknown;
     try {
       result = f.apply(f, [...args, err]);
     } catch (e) {
-      this._fallbackDone(fid, 0);
+      this._fallbackDone(fid, 0, fx);
       return Promise.reject(e);
     }
     let promised = false;
@@ -2360,7 +2369,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // slot under `fallback_max_concurrent` stayed taken); `fallback` is emitted
       // first, and the call rejects with it, as opossum's `Promise.resolve` does.
       broken = { e };
-      this._fallbackDone(fid, 0);
+      this._fallbackDone(fid, 0, fx);
     }
     // Counted before `fallback` is emitted (opossum counts it in its own listener);
     // a promise is counted as running until it settles.
@@ -2372,14 +2381,14 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         x.fallingBack++;
         p.then(() => {
           x.fallingBack--;
-          this._fallbackDone(fid, 1);
+          this._fallbackDone(fid, 1, fx);
         }, () => {
           x.fallingBack--;
-          this._fallbackDone(fid, 0);
+          this._fallbackDone(fid, 0, fx);
         });
       }
     } else if (broken === undefined) {
-      this._fallbackDone(fid, 1);
+      this._fallbackDone(fid, 1, fx);
     }
     try {
       this._emitOwn('fallback', result, err);
@@ -2402,9 +2411,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     return p ?? Promise.resolve(result);
   }
 
-  /** Records fallback `fid`'s outcome, unless the core is gone (`shutdown()`). */
-  private _fallbackDone(fid: number, ok: 0 | 1): void {
-    if (fid >= 0 && !this._shutdown) this._w.fw_fallback_done(this._h, fid, ok, now());
+  /**
+   * Records fallback `fid`'s outcome, unless the core is gone (`shutdown()`) or is not
+   * the one of exports `x`, which gave it (a new instance since: see `_rebind`).
+   */
+  private _fallbackDone(fid: number, ok: 0 | 1, x: Exports): void {
+    if (fid >= 0 && !this._shutdown && x === this._w) this._w.fw_fallback_done(this._h, fid, ok, now());
   }
 
   // ---- the core's events, timer and store --------------------------------------------
@@ -2425,6 +2437,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (on && this._timer.timer === undefined && this._weakTimers.far.timer !== undefined) this._arm(now());
     else if (on) ref(this._timer.timer);
     else unref(this._timer.timer);
+    if (on) ref(this._lateTimer.timer);
+    else unref(this._lateTimer.timer);
   }
 
   /**
@@ -2733,7 +2747,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
 
   private _timedOut(id: number, t: number, sink: Sink): (() => void) | undefined {
     const c = this._calls[id % SLOTS];
-    if (c === undefined || c.id !== id || c.done) return undefined;
+    if (c === undefined || c.id !== id) return undefined;
+    return this._timedOutCall(c, t, sink);
+  }
+
+  /** `_timedOut` of call `c` (also one the core no longer knows: see `_lateTick`). */
+  private _timedOutCall(c: Call, t: number, sink: Sink): (() => void) | undefined {
+    if (c.done) return undefined;
     c.done = true;
     if (c.flight !== undefined) c.flight.ended = 'timeout';
     this._forget(c);
