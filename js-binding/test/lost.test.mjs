@@ -445,3 +445,37 @@ test('after the new instance: a Collapser caches and protects again once its loa
     'the breaker trips again');
   assert.equal(out.opened, true);
 });
+
+// Found by review: an old call aborted after the new core counted as cancelled there
+// and could give back a permit of the same number; a shutdown after the new core
+// replaced the old calls' deadlines with its own (one timer, one list).
+test('after the new instance: an old call aborted frees and counts nothing; after a shutdown old calls still time out', () => {
+  const { out } = child(`
+    const within = (p, ms) => Promise.race([p.then(() => 'ran', (e) => e.code ?? e.message), sleep(ms).then(() => 'pending')]);
+    const pool = new CircuitBreaker((x) => new Promise(() => {}),
+      { capacity: 1, timeout: 300, fusewire: { bulkhead: { isolation: 'pool', max_queue: 0 } } });
+    const ac = new AbortController();
+    const oldAborted = pool.fireWithSignal(ac.signal, 'a').catch((e) => e.name);
+    const oldHung = new CircuitBreaker(() => new Promise(() => {}), { timeout: 400 });
+    const hungCall = oldHung.fire().then(() => 'ran', (e) => e.code);
+    await sleep(0);
+    engine.lose(new Error('injected'));
+    await sleep(0);
+    const p1 = pool.fire('p1').catch((e) => e.code); // the new core's slot
+    ac.abort();
+    const aborted = await oldAborted;
+    const p2 = await within(pool.fire('p2'), 50);
+    const cancelled = pool.stats.cancelled ?? null;
+    // A call on the new core, then shutdown: the old call keeps its deadline too.
+    oldHung.fire().catch(() => {});
+    oldHung.shutdown();
+    const t0 = Date.now();
+    const hung = await hungCall;
+    return { aborted, p2, p1: await p1, hung, waited: Date.now() - t0 < 2000 };
+  `);
+  assert.equal(out.aborted, 'AbortError');
+  assert.equal(out.p2, 'ESEMLOCKED', 'the aborted old call gave back nothing of the new core');
+  assert.equal(out.p1, 'ETIMEDOUT');
+  assert.equal(out.hung, 'ETIMEDOUT', 'the old call timed out after the shutdown');
+  assert.equal(out.waited, true);
+});

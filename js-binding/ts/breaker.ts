@@ -541,7 +541,7 @@ class Call {
     } catch (e) {
       const i = strays.n++ & STRAY_MASK;
       strays.owners[i] = this.cb;
-      strays.xs[i] = this.cb._w;
+      strays.xs[i] = this.x;
       strays.ids[i] = this.id;
       strays.leads[2 * i] = this.lead;
       strays.leads[2 * i + 1] = -1;
@@ -558,7 +558,7 @@ class Call {
     } catch (x) {
       const i = strays.n++ & STRAY_MASK; // as in `ok`
       strays.owners[i] = this.cb;
-      strays.xs[i] = this.cb._w;
+      strays.xs[i] = this.x;
       strays.ids[i] = this.id;
       strays.leads[2 * i] = this.lead;
       strays.leads[2 * i + 1] = -1;
@@ -1452,9 +1452,20 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       }
     }
     if (late.length === 0) return;
-    late.sort((a, b) => a.t0 - b.t0);
+    // One list (a loss, then a shutdown, each adds theirs).
+    for (const c of late) this._late.push(c);
+    this._late.sort((a, b) => a.t0 - b.t0);
     this._refHold();
-    this._lateTick(late, t);
+    this._lateTick(t);
+  }
+
+  /** The running calls whose deadline the core keeps no more, by start (see `_lateTick`). */
+  private _late: Call[] = [];
+
+  /** One of `_late` ended: once none runs, nothing is left to time out or hold the process for. */
+  private _lateEnded(): void {
+    this._late = this._late.filter((c) => !c.done);
+    if (this._late.length === 0) this._lateTimer.cancel();
   }
 
   /**
@@ -1465,8 +1476,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * listener, its own counters too). Re-arms for the next deadline; a listener's error
    * is thrown after the batch, as from the timer before shutdown.
    */
-  private _lateTick(late: Call[], t: number): void {
-    this._lateTimer.timer = undefined;
+  private _lateTick(t: number): void {
+    this._lateTimer.cancel();
+    const late = this._late;
     const timeout = this._parsed.timeout;
     if (timeout === false) return;
     const sink: Sink = { threw: false, error: undefined };
@@ -1480,7 +1492,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     late.splice(0, i);
     while (late.length > 0 && late[0]!.done) late.shift();
-    if (late.length > 0) this._lateTimer.arm(() => this._lateTick(late, now()), late[0]!.t0 + timeout - t, this._hold);
+    // Holding the process, as opossum's per-call timers do.
+    if (late.length > 0) this._lateTimer.arm(() => this._lateTick(now()), late[0]!.t0 + timeout - t, true);
     if (sink.threw) throw sink.error;
   }
 
@@ -1655,6 +1668,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     this._w = served;
     this._h = h;
     this._calls = [];
+    // Its calls of the lost instance time out on `_lateTimer`, which holds the process.
+    this._busy = 0;
+    this._refHold();
     for (const flight of this._leading.values()) flight.gone = true;
     this._leading.clear();
     this._waits.clear();
@@ -1957,8 +1973,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       if (this._calls[i] === c) this._calls[i] = undefined;
       if (c.timer !== undefined) globalThis.clearTimeout(c.timer as never);
       if (c.signal !== undefined && c.onAbort !== undefined) c.signal.removeEventListener('abort', c.onAbort);
-      if (entered && --this._busy === 0 && this._hold) this._refHold();
-      if (lead >= 0) this._settleLead(0, lead, false, undefined);
+      // (A call of a lost instance is in no count or cache of this core: see `_rebind`.)
+      const mine = c.x === this._w;
+      if (entered && mine && --this._busy === 0 && this._hold) this._refHold();
+      if (lead >= 0 && mine) this._settleLead(0, lead, false, undefined);
     } catch {
       // At the stack's end: what is left of it stays.
     }
@@ -2201,7 +2219,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const i = c.id % SLOTS;
     if (this._calls[i] === c) this._calls[i] = undefined;
     if (c.timer !== undefined) globalThis.clearTimeout(c.timer as never);
-    if (--this._busy === 0 && this._hold) this._refHold();
+    // (`_busy` counts this core's calls: see `_rebind`.)
+    if (c.x === this._w && --this._busy === 0 && this._hold) this._refHold();
+    if (this._late.length !== 0) this._lateEnded();
     if (this._lingering) this._letGo(c);
     if (c.signal !== undefined && c.onAbort !== undefined) {
       c.signal.removeEventListener('abort', c.onAbort);
@@ -2216,7 +2236,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   private _letGo(c: Call): void {
     const h = this._h;
     const t = now();
-    if (c.queued) this._w.fw_cancel_ticket(h, c.id, t);
+    if (c.x !== this._w) {
+      // A call of a lost instance: nothing of it is in this core.
+    } else if (c.queued) this._w.fw_cancel_ticket(h, c.id, t);
     else this._w.fw_complete(h, c.id, CANCELLED, t);
     this._io(this._w.fw_flush(h, t), t);
     // (Inside `shutdown()` itself — a call past its deadline — it frees the key.)
@@ -2272,7 +2294,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       const i = strays.n++ & STRAY_MASK;
       const noted = c.queued ? -c.id - 1 : c.id;
       strays.owners[i] = this;
-      strays.xs[i] = this._w;
+      strays.xs[i] = c.x;
       strays.ids[i] = noted;
       strays.leads[2 * i] = c.lead;
       strays.leads[2 * i + 1] = c.flight === undefined ? -1 : c.flight.lead;
@@ -2301,10 +2323,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // The caller's own deadline (`AbortSignal.timeout`) passed with no answer: a
     // TIMEOUT, as the Envoy filter counts a gRPC client's `grpc-timeout`. Any other
     // abort (the caller went away) counts nowhere.
-    const late = !c.queued && !this._shutdown && deadline(reason);
-    if (!late && !this._shutdown) this._cancelled.count++;
+    // (A call of a lost instance, since replaced, counts nowhere: see `_rebind`.)
+    const mine = c.x === this._w;
+    const late = !c.queued && !this._shutdown && mine && deadline(reason);
+    if (!late && !this._shutdown && mine) this._cancelled.count++;
     let r = 0;
-    if (!this._shutdown && c.x === this._w) {
+    if (!this._shutdown && mine) {
       r = c.queued
         ? this._w.fw_cancel_ticket(this._h, c.id, t)
         : this._w.fw_complete(this._h, c.id, late ? TIMEOUT : CANCELLED, t);
@@ -2344,11 +2368,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
   }
 
   /** Runs the fallback: a promise of its result, or undefined without one. */
-  private _fallback(err: unknown, args: unknown[]): Promise<unknown> | undefined {
+  private _fallback(err: unknown, args: unknown[], fx: Exports = this._w): Promise<unknown> | undefined {
     const f = this._fallbackFn;
     if (f === undefined) return undefined;
     const h = this._h;
-    const fx = this._w;
     // After shutdown (a call that was running then): it runs uncounted, as opossum's.
     const live = !this._shutdown;
     const fid = live ? fx.fw_fallback(h, now()) : -1;
@@ -2437,8 +2460,6 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (on && this._timer.timer === undefined && this._weakTimers.far.timer !== undefined) this._arm(now());
     else if (on) ref(this._timer.timer);
     else unref(this._timer.timer);
-    if (on) ref(this._lateTimer.timer);
-    else unref(this._lateTimer.timer);
   }
 
   /**
@@ -2774,7 +2795,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const renewals = this._renewals;
     return () => {
       try {
-        const fb = filtered ? undefined : this._fallback(err, callerArgs(c));
+        // (Through the call's own exports: a call of a lost instance gets none, as while lost.)
+        const fb = filtered ? undefined : this._fallback(err, callerArgs(c), c.x);
         if (fb !== undefined) c.resolve(fb);
         else c.reject(err);
       } catch (x) {
@@ -3282,6 +3304,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    */
   private _giveUp1(lead: number, flight: Flight | undefined): void {
     if (flight !== undefined) {
+      // Let go already (`_detach`, `_rebind`): its lead is not this core's to give.
+      if (flight.gone) return;
       flight.gone = true;
       if (this._leading.get(flight.key) === flight) this._leading.delete(flight.key);
     }
