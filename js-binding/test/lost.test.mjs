@@ -479,3 +479,19 @@ test('after the new instance: an old call aborted frees and counts nothing; afte
   assert.equal(out.hung, 'ETIMEDOUT', 'the old call timed out after the shutdown');
   assert.equal(out.waited, true);
 });
+
+test('after the new instance: an old call timing out leaves options.abortController to the new core\'s calls', () => {
+  const { out } = child(`
+    const ac = new AbortController();
+    const b = new CircuitBreaker(() => new Promise(() => {}), { timeout: 100, abortController: ac });
+    const old = b.fire().catch((e) => e.code);
+    await sleep(0);
+    engine.lose(new Error('injected'));
+    await sleep(0);
+    const code = await old;
+    const afterOld = ac.signal.aborted;
+    const mine = await b.fire().catch((e) => e.code);
+    return { code, afterOld, mine, afterMine: ac.signal.aborted };
+  `);
+  assert.deepEqual(out, { code: 'ETIMEDOUT', afterOld: false, mine: 'ETIMEDOUT', afterMine: true });
+});

@@ -1453,19 +1453,28 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     }
     if (late.length === 0) return;
     // One list (a loss, then a shutdown, each adds theirs).
-    for (const c of late) this._late.push(c);
+    for (const c of late) {
+      if (this._lateLive.has(c)) continue;
+      this._lateLive.add(c);
+      this._late.push(c);
+    }
     this._late.sort((a, b) => a.t0 - b.t0);
     this._refHold();
     this._lateTick(t);
   }
 
-  /** The running calls whose deadline the core keeps no more, by start (see `_lateTick`). */
+  /**
+   * The running calls whose deadline the core keeps no more, by start (see
+   * `_lateTick`; ended ones leave lazily), and those of them still running.
+   */
   private _late: Call[] = [];
+  private readonly _lateLive = new Set<Call>();
 
-  /** One of `_late` ended: once none runs, nothing is left to time out or hold the process for. */
-  private _lateEnded(): void {
-    this._late = this._late.filter((c) => !c.done);
-    if (this._late.length === 0) this._lateTimer.cancel();
+  /** Call `c` ended: once none of `_late` runs, nothing is left to time out or hold the process for. */
+  private _lateEnded(c: Call): void {
+    if (!this._lateLive.delete(c) || this._lateLive.size !== 0) return;
+    this._late.length = 0;
+    this._lateTimer.cancel();
   }
 
   /**
@@ -1482,16 +1491,13 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     const timeout = this._parsed.timeout;
     if (timeout === false) return;
     const sink: Sink = { threw: false, error: undefined };
-    let i = 0;
-    for (; i < late.length; i++) {
-      const c = late[i]!;
+    // Each due call is taken off first (a listener's `shutdown()` adds calls, in order).
+    while (late.length > 0 && (late[0]!.done || late[0]!.t0 + timeout <= t)) {
+      const c = late.shift()!;
       if (c.done) continue;
-      if (c.t0 + timeout > t) break;
       const s = this._timedOutCall(c, t, sink);
       if (s !== undefined) guarded(sink, s);
     }
-    late.splice(0, i);
-    while (late.length > 0 && late[0]!.done) late.shift();
     // Holding the process, as opossum's per-call timers do.
     if (late.length > 0) this._lateTimer.arm(() => this._lateTick(now()), late[0]!.t0 + timeout - t, true);
     if (sink.threw) throw sink.error;
@@ -1976,6 +1982,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       // (A call of a lost instance is in no count or cache of this core: see `_rebind`.)
       const mine = c.x === this._w;
       if (entered && mine && --this._busy === 0 && this._hold) this._refHold();
+      if (this._lateLive.size !== 0) this._lateEnded(c);
       if (lead >= 0 && mine) this._settleLead(0, lead, false, undefined);
     } catch {
       // At the stack's end: what is left of it stays.
@@ -2221,7 +2228,7 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     if (c.timer !== undefined) globalThis.clearTimeout(c.timer as never);
     // (`_busy` counts this core's calls: see `_rebind`.)
     if (c.x === this._w && --this._busy === 0 && this._hold) this._refHold();
-    if (this._late.length !== 0) this._lateEnded();
+    if (this._lateLive.size !== 0) this._lateEnded(c);
     if (this._lingering) this._letGo(c);
     if (c.signal !== undefined && c.onAbort !== undefined) {
       c.signal.removeEventListener('abort', c.onAbort);
@@ -2805,7 +2812,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         this._threw(c, x);
         throw x;
       } finally {
-        const ac = this._controller();
+        // (Not for a call of a lost instance: the controller is the new core's calls'.)
+        const ac = c.x === this._w ? this._controller() : undefined;
         ac?.abort();
         // A half-open or close since the timeout (on the same tick) comes after this
         // abort in opossum's order, and renews the controller there (found by a
