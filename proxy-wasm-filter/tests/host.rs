@@ -1429,6 +1429,29 @@ fn identical_concurrent_gets_are_collapsed_per_worker() {
     assert_eq!(r.response_body, b"v2");
 }
 
+/// Submits `reqs` on worker 0, 0.1 ms apart, each answered 200 `reply {i}` after
+/// `after_ms`; their ids.
+fn submit_apart(
+    h: &mut Harness,
+    reqs: impl IntoIterator<Item = Request>,
+    after_ms: u64,
+) -> Vec<u64> {
+    let t0 = h.now_ns();
+    reqs.into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            h.submit_at(
+                t0 + i as u64 * 100_000,
+                0,
+                r,
+                UpstreamReply::status(200)
+                    .after_ms(after_ms)
+                    .with_body(&format!("reply {i}")),
+            )
+        })
+        .collect()
+}
+
 /// Header values Envoy passes on as bytes that are not UTF-8 (HTTP/1 `obs-text`) key
 /// collapsed requests one-to-one: `\xff` and `\xfe` never share a response (before
 /// 2026-12-07 both read as U+FFFD, one key; the harness sent text only, so this was
@@ -1437,26 +1460,17 @@ fn identical_concurrent_gets_are_collapsed_per_worker() {
 fn header_bytes_that_are_not_utf8_key_collapsing_apart() {
     let json = collapse_only(r#""key": "{method} {path} {header:x-v}""#);
     let mut h = harness(CasMode::Envoy, &json);
-    let t0 = h.now_ns();
     let values: [&[u8]; 4] = [b"\xff", b"\xfe", b"\xff", b"a\x80"];
-    let ids: Vec<u64> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            h.submit_at(
-                t0 + i as u64 * 100_000,
-                0,
-                Request::get("/api/item").header_bytes("x-v", v),
-                UpstreamReply::status(200)
-                    .after_ms(200)
-                    .with_body(&format!("for {i}")),
-            )
-        })
-        .collect();
+    let reqs = values.map(|v| Request::get("/api/item").header_bytes("x-v", v));
+    let ids = submit_apart(&mut h, reqs, 200);
     h.run_for(Duration::from_millis(1_000));
     let recs = records(&h, &ids);
     let bodies: Vec<String> = recs.iter().map(|r| r.body_text()).collect();
-    assert_eq!(bodies, ["for 0", "for 1", "for 0", "for 3"], "{recs:?}");
+    assert_eq!(
+        bodies,
+        ["reply 0", "reply 1", "reply 0", "reply 3"],
+        "{recs:?}"
+    );
     let upstream: Vec<bool> = recs.iter().map(|r| r.sent_upstream).collect();
     assert_eq!(upstream, [true, true, false, true]);
 }
@@ -1528,27 +1542,13 @@ fn allow_credentials_keeps_anonymous_and_no_store_requests_apart() {
         CasMode::Envoy,
         &collapse_only(r#""allow_credentials": true"#),
     );
-    let t0 = h.now_ns();
     let reqs = [
         Request::get("/api/me").header("authorization", "Bearer a"),
         Request::get("/api/me").header("authorization", "Bearer b"),
         Request::get("/api/me"),
         Request::get("/api/me").header("cache-control", "no-store"),
     ];
-    let ids: Vec<u64> = reqs
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            h.submit_at(
-                t0 + i as u64 * 100_000,
-                0,
-                r,
-                UpstreamReply::status(200)
-                    .after_ms(100)
-                    .with_body(&format!("reply {i}")),
-            )
-        })
-        .collect();
+    let ids = submit_apart(&mut h, reqs, 100);
     h.run_for(Duration::from_millis(500));
     let recs = records(&h, &ids);
     let upstream: Vec<bool> = recs.iter().map(|r| r.sent_upstream).collect();
