@@ -284,8 +284,8 @@ onLost.add(() => {
   }
 });
 
-// A new instance replaced the lost one: each breaker takes a core in it, or does once
-// what it ran before has settled (see `_rebind`).
+// A new instance replaced the lost one: each breaker takes a core in it (a Collapser's
+// once its loads of the lost one are done: see `_rebind`).
 onRevive.add(() => {
   for (const b of liveBreakers()) {
     try {
