@@ -829,8 +829,8 @@ status = { "503" = 1 }
                 .headers
                 .iter()
                 .find(|(k, _)| k == "x-tenant")
-                .map(|(_, v)| v.as_str());
-            acme += usize::from(tenant == Some("acme"));
+                .map(|(_, v)| v.as_slice());
+            acme += usize::from(tenant == Some(b"acme".as_slice()));
             n += usize::from(tenant.is_some());
         }
         assert_eq!(n, 2_000);
