@@ -284,8 +284,7 @@ onLost.add(() => {
   }
 });
 
-// A new instance replaced the lost one: each breaker takes a core in it (a Collapser's
-// once its loads of the lost one are done: see `_rebind`).
+// A new instance replaced the lost one: each breaker takes a core in it (see `_rebind`).
 onRevive.add(() => {
   for (const b of liveBreakers()) {
     try {
@@ -1654,9 +1653,9 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
    * unprotected: each call, fallback and give-back keeps the exports it came from
    * (its ids are the lost core's), calls time out on `_lateTimer`, coalescing flights
    * are let go (their followers already have the leader's promise). A Collapser's
-   * breaker waits till its loads, leads and batches of the lost core are done
-   * (`_holds`), passing batches through; its next call tries again. Returns whether
-   * it is bound to the current instance.
+   * breaker waits while a load of it waits in the lost core (`_holds`; none does once
+   * `_lost` ran); its next call tries again. Returns whether it is bound to the
+   * current instance.
    */
   _rebind(): boolean {
     if (this._w === served) return true;

@@ -283,8 +283,6 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     return lost || this.breaker._w !== served;
   }
 
-  /** Batches running (their ids and leads are the core's that made them). */
-  private _running = 0;
   /** Loads batched by this wrapper once the instance is lost (see `_lost`), and the batch size. */
   private _bare: Item<K, V>[] = [];
   private readonly _max: number;
@@ -387,13 +385,16 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     this._h = this.breaker._h;
     this._global = scope('', 0, this._x, this, undefined);
     this.breaker._onLost = () => this._lost();
-    // A new instance: the breaker takes a core in it once nothing of the lost one is
-    // left here (loads, waits, leads, batches running); its cached values go.
-    this.breaker._holds = () => this._items.size !== 0 || this._waits.size !== 0 || this._leads.size !== 0 ||
-      this._running !== 0 || this._bare.length !== 0;
+    // A new instance: the breaker takes a core in it once no load waits in the lost
+    // one (`_lost` sends them all); batches still running settle apart (see `_run`),
+    // and what the lost core's leads and cached values were goes.
+    this.breaker._holds = () => this._items.size !== 0 || this._waits.size !== 0;
     this.breaker._onRebind = () => {
       this._h = this.breaker._h;
       this._payloads.clear();
+      this._leads.clear();
+      this._global.inflight.clear();
+      this._global.waitsOf.clear();
       this._global.x = this._x;
     };
     // Shut down directly (`collapser.breaker.shutdown()`): loads waiting for their
@@ -477,6 +478,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       // (Asked first: a throw here leaves the scope as it was, of the lost instance.)
       const cache = this._x.fw_cache_scope(this._h, -1, now());
       dropped?.unregister(s.self);
+      // Its leads and waits were the lost core's.
+      s.inflight.clear();
+      s.waitsOf.clear();
       // None left (`max_scopes`): this loader's loads go uncached.
       s.cache = cache;
       if (cache > 0) dropped?.register(s.self, { c: this as never, cache, x: this._x }, s.self);
@@ -997,6 +1001,9 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   /** Runs one batch; `hits`: cache hits that settle with its results, first (DataLoader's order). */
   private _run(items: Item<K, V>[], batch: number | undefined, hits?: (() => void)[]): void {
     const keys = items.map((i) => i.key);
+    // The exports of the core whose batch and leads these are (a new instance since:
+    // the results still answer the loads, and nothing reaches the new core).
+    const x = this._x;
     const s = items[0]?.s;
     // (A WeakMap entry per batch costs ≈ 10 % of a load alone: request batches only.)
     if (s !== undefined && s !== this._global) this._scopeOf.set(keys, s);
@@ -1008,42 +1015,34 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
       // A breaker listener threw (`fire`, `reject`…): these loads fail with it, the
       // other batches of the flush still run.
       this._settleHits(hits);
-      this._failed(items, batch, e);
+      this._failed(items, batch, e, x);
       return;
     }
-    this._running++;
     fired.then((values) => {
-      try {
-        this._settleHits(hits);
-        if (!arrayLike(values) || values.length !== keys.length) {
-          // Said of the breaker's fallback where it gave them (found by review: the batch
-          // function was blamed for what the fallback returned).
-          this._failed(items, batch, badBatch(values, keys.length, this._fallen.has(keys)));
-        } else {
-          this._done(items, batch, values, this._fallen.has(keys));
-        }
-      } finally {
-        this._running--;
+      this._settleHits(hits);
+      if (!arrayLike(values) || values.length !== keys.length) {
+        // Said of the breaker's fallback where it gave them (found by review: the batch
+        // function was blamed for what the fallback returned).
+        this._failed(items, batch, badBatch(values, keys.length, this._fallen.has(keys)), x);
+      } else {
+        this._done(items, batch, values, this._fallen.has(keys), x);
       }
     }, (e: unknown) => {
-      try {
-        this._settleHits(hits);
-        this._failed(items, batch, e);
-      } finally {
-        this._running--;
-      }
+      this._settleHits(hits);
+      this._failed(items, batch, e, x);
     });
   }
 
-  private _failed(items: Item<K, V>[], batch: number | undefined, e: unknown): void {
-    if (batch !== undefined && !this.breaker.isShutdown) this._x.fw_col_fail(this._h, batch);
+  private _failed(items: Item<K, V>[], batch: number | undefined, e: unknown, x: Exports): void {
+    const mine = x === this._x;
+    if (batch !== undefined && mine && !this.breaker.isShutdown) this._x.fw_col_fail(this._h, batch);
     // Only the cache needs the time (leads, events): a clock read is not free.
     const t = this._cache ? now() : 0;
     for (const it of items) {
       it.reject(e);
       for (const a of it.also ?? []) a.reject(e);
       // A failed batch is not cached (DataLoader): the followers get it, then it is forgotten.
-      if (it.lead >= 0) {
+      if (it.lead >= 0 && mine) {
         this._landed(it);
         // Not when the key was primed meanwhile (the lead is stale): the primed value stays.
         const settled = this._settle(it.lead, false, e, t);
@@ -1055,21 +1054,23 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   }
 
   /** `fallback`: the values came from the breaker's fallback: given to this batch's loads and their followers, never cached. */
-  private _done(items: Item<K, V>[], batch: number | undefined, values: ArrayLike<V | Error>, fallback: boolean): void {
+  private _done(items: Item<K, V>[], batch: number | undefined, values: ArrayLike<V | Error>, fallback: boolean,
+    x: Exports): void {
+    const mine = x === this._x;
     // Only the cache needs the time (leads, events): a clock read is not free.
     const t = this._cache ? now() : 0;
     for (let i = 0; i < items.length; i++) {
       const it = items[i]!;
       const v = adopted(values[i] as V | Error);
       const ok = !(v instanceof Error);
-      if (batch !== undefined && !this.breaker.isShutdown) this._x.fw_col_complete(this._h, batch, i, ok ? 1 : 0);
+      if (batch !== undefined && mine && !this.breaker.isShutdown) this._x.fw_col_complete(this._h, batch, i, ok ? 1 : 0);
       if (ok) it.resolve(v as V);
       else it.reject(v);
       for (const a of it.also ?? []) {
         if (ok) a.resolve(v as V);
         else a.reject(v);
       }
-      if (it.lead >= 0) {
+      if (it.lead >= 0 && mine) {
         this._landed(it);
         const settled = this._settle(it.lead, ok, v, t);
         if (settled && fallback) {
@@ -1078,7 +1079,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
         }
       }
     }
-    if (batch !== undefined && !this.breaker.isShutdown) this._x.fw_col_fail(this._h, batch);
+    if (batch !== undefined && mine && !this.breaker.isShutdown) this._x.fw_col_fail(this._h, batch);
     this._events(t);
   }
 
