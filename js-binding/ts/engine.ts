@@ -141,25 +141,10 @@ export let lost = false;
  * handle, the ids of its calls, leads, batches and store requests) is known by this
  * number, and never handed to a later instance.
  */
-export let era = 0;
+let era = 0;
 
 /** Instances lost so far in this realm (the `instance_losses` metric). */
 export let losses = 0;
-
-/**
- * `lost`, after settling a doubt (see `settle`) where the stack allows: a doubt raised
- * at the stack's end is otherwise settled by the next call into the instance.
- */
-export function isLost(): boolean {
-  if (w === DOUBT) {
-    try {
-      settle();
-    } catch {
-      // Still in doubt.
-    }
-  }
-  return lost;
-}
 
 /** Whether the instance is busy (a call into it threw inside it), for tests. @internal */
 export function busy(): boolean {
