@@ -215,6 +215,10 @@ test('a breaker made while the instance is lost, its events and getters; after t
     engine.lose(new Error('injected'));
     // Made before the microtask that replaces the instance: it passes calls through.
     const b = new CircuitBreaker(async (x) => x, { name: 'after', cache: true, coalesce: true, timeout: 50 });
+    // Options only the core checks: unchecked while lost, refused by the new instance.
+    const refused = new CircuitBreaker(async (x) => x, { name: 'refused', fusewire: { breaker: { half_open: { permitted_probes: 0 } } } });
+    const warnings = [];
+    process.on('warning', (w) => { if (w.name === 'FusewireWarning') warnings.push(w.message); });
     const seen = [];
     for (const ev of ['fire', 'success', 'failure', 'reject', 'open']) b.on(ev, () => seen.push(ev));
     const whileLost = { v: b.fire(7), json: typeof JSON.stringify(b.toJSON()), status: b.status.window.length >= 0,
@@ -228,8 +232,13 @@ test('a breaker made while the instance is lost, its events and getters; after t
     const raced = await Promise.race([hung.fire().then(() => 'settled', (e) => e.code), sleep(200).then(() => 'still running')]);
     b.open();
     const whileOpen = await b.fire(9).then(() => 'ran', (e) => e.code);
-    return { whileLost, seenWhileLost, v, seen, fires: b.stats.fires, raced, whileOpen, before, metric };
+    const unprotected = await refused.fire(10);
+    await sleep(0);
+    return { whileLost, seenWhileLost, v, seen, fires: b.stats.fires, raced, whileOpen, before, metric, unprotected, warnings };
   `);
+  assert.equal(out.unprotected, 10);
+  assert.equal(out.warnings.length, 1, out.warnings.join('\n'));
+  assert.match(out.warnings[0], /breaker "refused" passes calls through, unprotected: the new WebAssembly instance refuses it \(options\.fusewire\.breaker\.half_open\.permitted_probes: /);
   assert.match(out.before, /^fusewire_instance_losses 0$/m);
   assert.match(out.metric, /^fusewire_instance_losses 1$/m);
   assert.deepEqual(out.whileLost, { v: 7, json: 'string', status: true, closed: true, fires: 0 });

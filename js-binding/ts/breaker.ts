@@ -1665,9 +1665,10 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     let h: number;
     try {
       h = create(this._parsed, this._name, [owner >>> 0, Math.floor(Math.random() * 0x1_0000_0000) >>> 0], t);
-    } catch {
+    } catch (e) {
       // Options the core refuses (given while the instance was lost, unchecked then),
       // or no room: it passes calls through, and is asked again at its next call.
+      warn(`fusewire: breaker ${JSON.stringify(this._name)} passes calls through, unprotected: the new WebAssembly instance refuses it (${e instanceof Error ? e.message : String(e)})`);
       return false;
     }
     this._w = served;
