@@ -1092,6 +1092,32 @@ describe('per-call signals (found by review, against opossum and the README)', (
     b.shutdown();
   });
 
+  test('a breaker\'s own timeout, handed on through its per-call signal, is a timeout to the breaker inside (found by review: it counted nowhere)', async () => {
+    const inner = new CircuitBreaker((id, signal) => new Promise(() => {}), { timeout: 10_000, volumeThreshold: 3 });
+    const outer = new CircuitBreaker((id, signal) => inner.fireWithSignal(signal, id), { timeout: 20, volumeThreshold: 1e9 });
+    for (let i = 0; i < 3; i++) await settle(outer.fireWithSignal(new AbortController().signal, i));
+    assert.equal(inner.stats.timeouts, 3);
+    assert.equal(inner.opened, true, 'a hung upstream opens the inner breaker too');
+    // Any other abort still counts nowhere.
+    const other = new CircuitBreaker((id, signal) => new Promise(() => {}), { timeout: false });
+    const ac = new AbortController();
+    const p = settle(other.fireWithSignal(ac.signal, 1));
+    ac.abort(Object.assign(new Error('gone'), { code: 'ETIMEDOUT' })); // not ours
+    await p;
+    assert.equal(other.stats.timeouts, 0);
+    for (const b of [inner, outer, other]) b.shutdown();
+  });
+
+  test('the signal goes where the action declares it: optional parameters left out before it are undefined (found by review)', async () => {
+    const b = new CircuitBreaker((url, opts, signal) => [url, opts, signal instanceof AbortSignal]);
+    assert.deepEqual(await b.fireWithSignal(new AbortController().signal, 'u'), ['u', undefined, true]);
+    assert.deepEqual(await b.fireWithSignal(new AbortController().signal, 'u', { r: 1 }), ['u', { r: 1 }, true]);
+    const rest = new CircuitBreaker((...a) => a.length);
+    assert.equal(await rest.fireWithSignal(new AbortController().signal, 'u'), 2, 'a rest parameter: right after the arguments');
+    b.shutdown();
+    rest.shutdown();
+  });
+
   test('an already aborted signal is refused before the fire event: it counts nowhere', async () => {
     const b = new CircuitBreaker(ok);
     const fires = [];

@@ -395,6 +395,29 @@ describe('coalesce: a leader refused or gone is not shared (found by review)', (
     b.shutdown();
   });
 
+  test('timeout: false: a hung leader holds its key for coalesceTTL at most; then its follower and later calls run anew', async () => {
+    clock = fakeTime();
+    const { b, gates } = gatedBreaker({ coalesce: true, coalesceTTL: 50, timeout: false });
+    const leader = outcome(b.fire('k')); // hangs for good
+    const follower = outcome(b.fire('k'));
+    clock.tick(40);
+    assert.equal(gates.length, 1, 'within coalesceTTL: shared');
+    clock.tick(20);
+    await flush();
+    assert.equal(gates.length, 2, 'past it: the follower runs its own call');
+    const later = outcome(b.fire('k'));
+    const joined = outcome(b.fire('k'));
+    await flush();
+    assert.equal(gates.length, 3, 'a later call leads anew, and is shared');
+    gates[1].resolve('F');
+    gates[2].resolve('L');
+    assert.deepEqual(await follower, { ok: 'F' });
+    assert.deepEqual([await later, await joined], [{ ok: 'L' }, { ok: 'L' }]);
+    gates[0].resolve('late');
+    assert.deepEqual(await leader, { ok: 'late' }, 'the hung call still answers its own caller');
+    b.shutdown();
+  });
+
   test('a leader refused from the bulkhead queue: its follower runs its own call', async () => {
     clock = fakeTime();
     const { b, gates } = gatedBreaker({ coalesce: true, timeout: false,

@@ -398,7 +398,11 @@ function guarded(sink: Sink, f: () => void): void {
 /** Whether an abort reason says the caller's deadline passed (`AbortSignal.timeout`). */
 function deadline(reason: unknown): boolean {
   return typeof reason === 'object' && reason !== null &&
-    (reason as { name?: unknown }).name === 'TimeoutError';
+    ((reason as { name?: unknown }).name === 'TimeoutError' ||
+      // A breaker's own timeout, through the per-call signal it handed on (found by
+      // review: a breaker called inside another's action never counted the outer
+      // one's timeouts, and never opened on a hung upstream).
+      (isOurError(reason) && (reason as { code?: unknown }).code === 'ETIMEDOUT'));
 }
 
 /** @internal Whether `v` has a callable `then` (a promise or any thenable). */
@@ -1581,7 +1585,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
     // runs, then its own): `errorFilter`, `cacheGetKey`, the fallback and the events
     // see what the action's type says (found by review: they saw one argument less,
     // and a fallback found the error one place earlier than after `fire`).
-    (args as unknown[]).push(signal);
+    // At the place the action declares for it: optional parameters left out before it
+    // are `undefined` (found by review: with `(url, opts?, signal?)`, the signal became
+    // `opts`). A parameter with a default value ends `length`: pass those.
+    const a = args as unknown[];
+    while (a.length < this._action.length - 1) a.push(undefined);
+    a.push(signal);
     return this._fire(this._action, args, signal) as Promise<TR>;
   }
 
@@ -3206,6 +3215,8 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
         const kind = r & KIND_MASK;
         const id = (outView.length !== 0 ? outView : out())[0]!;
         if (kind === 2) got1 = id;
+        // A new flight's wait bound (`coalesceTTL` with `timeout: false`) wants a timer.
+        if ((r & F_REARM) !== 0) this._arm(t);
         if (kind === 1 && this._payloads[1].has(id)) {
           this._w.fw_record(h, K.COLLAPSED, 1, t);
           this._emitOwn('coalesceCacheHit');

@@ -374,7 +374,11 @@ export function parse(options: Obj, forCollapser = false): Parsed {
       failure_ttl_ms: ttl > 0 ? ttl : MAX_MS,
       on_leader_failure: 'fail_followers',
       max_waiters: 1_000_000,
-      max_wait_ms: MAX_MS,
+      // Without a timeout nothing else ends a hung leader: its followers wait at most
+      // coalesceTTL, then run their own calls, and the key takes a new leader (found by
+      // review: a hung call held its key for good; opossum's calls after coalesceTTL
+      // start anew).
+      max_wait_ms: timeout === false && ttl > 0 ? ttl : MAX_MS,
       max_key_bytes: 65_536,
       max_scopes: 0,
     });
