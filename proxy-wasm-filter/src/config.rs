@@ -105,7 +105,7 @@ impl Default for RawCollapse {
     fn default() -> Self {
         RawCollapse {
             key: REQUEST_KEY.into(),
-            methods: vec!["GET".into(), "HEAD".into()],
+            methods: vec!["GET".into()],
             allow_credentials: false,
             max_body_bytes: 64 * 1024,
             max_waiters: 100,
@@ -154,7 +154,7 @@ impl Default for RawStale {
 pub struct Collapse {
     /// Request identity (default `{method} {authority}{path}`, query included).
     pub key: KeySpec,
-    /// Methods that may be collapsed (default GET, HEAD).
+    /// Methods that may be collapsed: GET (the default) only.
     pub methods: Vec<String>,
     /// Whether requests with `authorization` or `cookie` may be collapsed.
     pub allow_credentials: bool,
@@ -959,15 +959,22 @@ fn compile_policy(p: RawPolicy, at: &dyn Fn(&str) -> String) -> Result<Policy, C
             bounded("collapse.max_body_bytes", c.max_body_bytes, 16 << 20)?;
             bounded("collapse.max_waiters", u64::from(c.max_waiters), 100_000)?;
             // Two clients' POSTs are two actions: collapsing them drops one (found by
-            // an HTTP review: the README said reads only, the check did not).
+            // an HTTP review: the README said reads only, the check did not). A HEAD's
+            // reply is headers only, and Envoy drops `content-length` and
+            // `content-type` from a local reply without a body (found by review).
             for (j, m) in c.methods.iter().enumerate() {
-                if m != "GET" && m != "HEAD" {
+                if m != "GET" {
                     let f = fusewire_core::text!("collapse.methods[{j}]");
-                    return Err(err(at(&f), "must be GET or HEAD"));
+                    let why = if m == "HEAD" {
+                        "must be GET: a HEAD's reply cannot be handed on (Envoy drops content-length and content-type from a local reply without a body)"
+                    } else {
+                        "must be GET"
+                    };
+                    return Err(err(at(&f), why));
                 }
             }
             if c.methods.is_empty() {
-                let why = "must list GET, HEAD or both";
+                let why = "must list GET";
                 return Err(err(at("collapse.methods"), why));
             }
             let cache = CacheConfig {
@@ -1385,13 +1392,18 @@ mod tests {
         fails(
             r#"{"policies":[{"name":"a","collapse":{"methods":[]}}]}"#,
             "policies[0].collapse.methods",
-            "must list GET, HEAD or both",
+            "must list GET",
         );
         // Found by an HTTP review: two clients' POSTs were collapsed into one.
         fails(
             r#"{"policies":[{"name":"a","collapse":{"methods":["GET","POST"]}}]}"#,
             "policies[0].collapse.methods[1]",
-            "must be GET or HEAD",
+            "must be GET",
+        );
+        fails(
+            r#"{"policies":[{"name":"a","collapse":{"methods":["GET","HEAD"]}}]}"#,
+            "policies[0].collapse.methods[1]",
+            "must be GET: a HEAD's reply cannot be handed on (Envoy drops content-length and content-type from a local reply without a body)",
         );
         fails(
             r#"{"policies":[{"name":"a","stale":{"max_bytes":512}}]}"#,

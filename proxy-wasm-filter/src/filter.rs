@@ -91,8 +91,6 @@ struct Request {
     grpc: bool,
     /// A GET of a policy with stale-if-error.
     get: bool,
-    /// A HEAD (its `content-length` is the GET's, with no body).
-    head: bool,
     /// It carries `authorization` or `cookie`: its response is never kept as a stale
     /// copy (another client would get it).
     creds: bool,
@@ -670,7 +668,7 @@ impl Worker {
             // A range or conditional request never leads (see `start`), promoted
             // either: its 206 or 304 would answer every plain request waiting (found
             // by a security review). It runs alone; the next waiter is promoted.
-            CacheEvent::Promoted { lead } if conditional(ctx) => {
+            CacheEvent::Promoted { lead } if self.conditional(ctx) => {
                 if let Some(c) = self.replays.get_mut(pi).and_then(|r| r.collapse.as_mut()) {
                     c.cancel_lead(lead, now);
                 }
@@ -867,6 +865,20 @@ impl Worker {
         }
     }
 
+    /// Whether paused stream `ctx`'s request is a range or conditional one (read through
+    /// its effective context, then the running callback's again; one that cannot be
+    /// read is taken as one).
+    fn conditional(&self, ctx: u32) -> bool {
+        let found = host::set_effective_context(ctx) != host::OK
+            || CONDITIONAL
+                .iter()
+                .any(|h| host::header(host::REQUEST_HEADERS, h, |_| ()).is_some());
+        if let Some(c) = self.current {
+            host::set_effective_context(c);
+        }
+        found
+    }
+
     /// Continues paused stream `ctx` — unless its own callback is running: its
     /// returned action continues it (a `continue_stream` there re-enters Envoy).
     fn resume(&self, ctx: u32) {
@@ -940,7 +952,6 @@ impl Worker {
             rpc,
             grpc: policy.fallback.grpc && rpc,
             get: policy.stale.is_some() && method.as_deref() == Some("GET"),
-            head: method.as_deref() == Some("HEAD"),
             creds: false,
             key: Vec::new(),
             sent: end,
@@ -1339,10 +1350,7 @@ impl Worker {
                         .any(|(k, v)| k == "vary" && !key.is_some_and(|key| key.covers_vary(v)));
                 c.response.headers = headers.into_iter().filter(|(k, _)| replayable(k)).collect();
                 // A body announced past the limit is not waited for either.
-                if !req.head
-                    && host::header_number(map, "content-length")
-                        .is_some_and(|n| !c.fits(n as usize))
-                {
+                if host::header_number(map, "content-length").is_some_and(|n| !c.fits(n as usize)) {
                     c.give_up();
                 }
                 release |= c.too_large;
@@ -1733,15 +1741,6 @@ const CONDITIONAL: [&str; 5] = [
     "if-match",
     "if-unmodified-since",
 ];
-
-/// Whether paused stream `ctx`'s request is a range or conditional one (read through
-/// its effective context; one that cannot be read is taken as one).
-fn conditional(ctx: u32) -> bool {
-    host::set_effective_context(ctx) != host::OK
-        || CONDITIONAL
-            .iter()
-            .any(|h| host::header(host::REQUEST_HEADERS, h, |_| ()).is_some())
-}
 
 /// A response worth keeping as a stale copy: a 2xx that is the whole resource (not a
 /// 206 part).
