@@ -1289,6 +1289,10 @@ impl Replica {
         };
         self.view = None;
         self.token_known = false;
+        // Our last write is no view now (found by review: a key re-probing back into the
+        // overflow slot read its own bytes, took them for the view it no longer had,
+        // and wrote a fresh state over every key's counts and slots there).
+        self.written_is_view = false;
         self.claim = false;
         self.read_at = None;
         self.leases.clear();
@@ -1864,8 +1868,12 @@ impl Replica {
                     .acquire(self.me(ctx), keep, self.slots_wanted, max, now, ttl)
             }
             None => {
+                // No bulkhead (`set_policy` took it away): nothing is held (found by
+                // review: a slot held then was kept for good, written every `flush_ms`,
+                // and the key never went quiet).
                 s.ledger.prune(now, ttl);
-                self.slots_held
+                s.ledger.set(self.me(ctx), 0, now);
+                0
             }
         };
         s.touched_at = now;
