@@ -92,6 +92,37 @@ test('a shared breaker\'s store-wide counts are reported once per name, not once
   remove();
 });
 
+test('a shared store that loses its state (a restart, an eviction) adds nothing to the counters: its shadow count dropping is no new key (found by review: every counter jumped by its total)', async () => {
+  const registry = new client.Registry();
+  const remove = register({ client, registers: [registry] });
+  const store = new SharedStore();
+  let fail = false;
+  let calls = 0;
+  const b = new CircuitBreaker(async () => { if (fail) throw new Error('down'); return 1; }, {
+    name: 'lost', shared: { store, sync_ms: 20, flush_ms: 20 }, volumeThreshold: 2, resetTimeout: 100,
+    rollingCountTimeout: 200, fusewire: { breaker: { mode: 'metrics_only' } },
+  });
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const fire = async (f) => { calls++; fail = f; await b.fire().catch(() => {}); };
+  const value = async (c) => Number((await registry.metrics()).match(new RegExp(`^fusewire_lost_${c} (\\d+)$`, 'm'))?.[1]);
+  for (let i = 0; i < 5; i++) await fire(false);
+  for (let i = 0; i < 10; i++) await fire(true);
+  await sleep(50);
+  for (let i = 0; i < 10; i++) await fire(false); // would-be rejections while (shadow-)open
+  await sleep(350); // open period over, the window rolled
+  for (let i = 0; i < 5; i++) { await fire(false); await sleep(30); }
+  await sleep(50);
+  assert.ok(await value('shadow_rejections') > 0, 'would-be rejections counted');
+  assert.equal(await value('success') + await value('failure'), calls);
+  // The store forgets every key (its entries wiped, the header kept).
+  new Uint8Array(store.buffer).fill(0, 64);
+  for (let i = 0; i < 5; i++) { await fire(false); await sleep(30); }
+  await sleep(100);
+  assert.equal(await value('success') + await value('failure'), calls, 'the calls made, once each');
+  b.shutdown();
+  remove();
+});
+
 test('register() with labels whose name is taken throws and leaves nothing behind; another prefix works (found by review)', async () => {
   const registry = new client.Registry();
   new client.Gauge({ name: 'fusewire_closed', help: 'the app\'s own', registers: [registry] });

@@ -191,12 +191,18 @@ function cumulative(m: Member, o: Float64Array): number[] {
   const c = m.counts ??= { key, last: Array(n).fill(0), carried: Array(n).fill(0) };
   const base = m.primed;
   const raw = [...EVENTS.map((k) => o[S.CUMULATIVE + k]! - (base?.[k] ?? 0)), ...EXTRA.map((at) => o[at]!)];
-  if (key !== c.key || raw.some((v, i) => v < c.last[i]!)) {
+  // A key made again restarts its event counts. The shadow count is no event count: a
+  // shared breaker's is its store's, which drops when the store loses the state (a
+  // Redis restart, an eviction), and `merge` keeps it from going down (found by
+  // review: read as a new key, such a drop added every counter's total once more).
+  if (key !== c.key || raw.some((v, i) => i < EVENTS.length && v < c.last[i]!)) {
     c.key = key;
     c.carried = c.carried.map((v, i) => v + c.last[i]!);
     // The primed counts belonged to the first key only.
-    if (base !== undefined) for (let i = 0; i < raw.length; i++) raw[i]! += base[EVENTS[i]!] ?? 0;
+    if (base !== undefined) for (let i = 0; i < EVENTS.length; i++) raw[i]! += base[EVENTS[i]!] ?? 0;
     m.primed = undefined;
+  } else if (!m.shared) {
+    for (let i = EVENTS.length; i < n; i++) if (raw[i]! < c.last[i]!) c.carried[i]! += c.last[i]!;
   }
   c.last = raw;
   return raw.map((v, i) => Math.max(0, v) + c.carried[i]!);
