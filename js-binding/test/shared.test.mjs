@@ -438,6 +438,43 @@ describe('a SharedStore that cannot serve degrades, never hangs or throws (found
     }
   });
 
+  // (Before the full-store test below: it moves this thread's monotonic clock 61 s
+  // ahead of the workers' for good.)
+  test('a worker that ends right after shutdown() still retries its last write past a busy lock (found by review: the retry timer did not hold the worker, and its outcomes were lost)', { timeout: 10_000 }, async () => {
+    const store = new SharedStore({ entries: 8 });
+    const header = new Int32Array(store.buffer, 0, 16);
+    const w = new Worker(`
+      const { parentPort, workerData } = require('node:worker_threads');
+      const { CircuitBreaker, SharedStore } = require('fusewire');
+      const store = SharedStore.from(workerData.buffer);
+      const b = new CircuitBreaker(async () => 'ok', { name: 'last', shared: { store, flush_ms: 1000 } });
+      const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+      (async () => {
+        for (let i = 0; i < 25; i++) await b.fire();
+        await sleep(1_300);
+        for (let i = 0; i < 5; i++) await b.fire();
+        parentPort.once('message', () => {
+          b.shutdown();
+          parentPort.close(); // nothing else holds the worker
+        });
+        parentPort.postMessage('fired');
+      })();
+    `, { eval: true, workerData: { buffer: store.buffer } });
+    const exited = new Promise((r) => w.once('exit', r));
+    await new Promise((r) => w.once('message', r));
+    // Another thread holds the lock: the last write is answered busy, then retried.
+    Atomics.store(header, 2, 424_242);
+    w.postMessage('stop');
+    await sleep(200);
+    Atomics.store(header, 2, 0);
+    await exited;
+    const again = new CircuitBreaker(async () => 'ok', { name: 'last', shared: { store, flush_ms: 1000 } });
+    assert.equal(await again.fire(), 'ok');
+    await sleep(50);
+    assert.equal(again.stats.successes, 31, 'the 30 of the worker, and this one');
+    again.shutdown();
+  });
+
   test('a full store gives the entry written longest ago, ttlMs or more ago, to a new name (found by review: entries were never freed)', async () => {
     const store = new SharedStore({ entries: 2, ttlMs: 60_000 });
     assert.throws(() => new SharedStore({ ttlMs: 10 }), /options\.ttlMs: must be an integer in 60000\.\.=31536000000 \(ms\), got 10/);

@@ -1332,7 +1332,12 @@ export class CircuitBreaker<TI extends unknown[] = unknown[], TR = unknown>
       return;
     }
     const timer = new TimerSlot();
-    const c = { until: now() + CLOSE_MS, timer, release: () => {}, done, held: done.length !== 0 };
+    // A SharedStore's retry comes within milliseconds (a lock held by another thread):
+    // it holds the process or worker, within `CLOSE_MS` (found by review: a worker
+    // ending right after `shutdown()` lost the outcomes of its last write). A RedisStore's
+    // holds it once someone awaits the end.
+    const sync = !(store instanceof AsyncStore);
+    const c = { until: now() + CLOSE_MS, timer, release: () => {}, done, held: sync || done.length !== 0 };
     // Someone awaits the end (`flush()`, the store's `close()`): the timer holds the process.
     const hold = (): void => {
       c.held = true;
