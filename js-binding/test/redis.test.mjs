@@ -199,6 +199,21 @@ describe('fusewire/redis: RedisStore', () => {
     store.close();
   });
 
+  test('integer replies as strings (ioredis\'s stringNumbers) are read as numbers (found by review: every write read as failed though it landed)', async () => {
+    const cas = casBackend();
+    const client = fakeClient((cmd, args) => cas(cmd, args).then((r) => (cmd === 'EVALSHA'
+      ? r.map((x) => (typeof x === 'number' ? String(x) : x)) : r)));
+    const store = new RedisStore({ client });
+    const b = new CircuitBreaker(async () => 'ok', { name: 'strings', shared: { store } });
+    for (let i = 0; i < 3; i++) assert.equal(await b.fire(), 'ok');
+    for (let i = 0; i < 100 && store.stats.pending > 0; i++) await sleep(10);
+    assert.ok(store.stats.written > 0, JSON.stringify(store.stats));
+    assert.equal(store.stats.failures, 0, JSON.stringify(store.stats));
+    assert.equal(await b.flush(), true);
+    b.shutdown();
+    await store.close();
+  });
+
   test('shared options given as undefined keep the store\'s defaults (found by review: flush_ms: undefined flushed every 100 ms)', async () => {
     const client = emptyStoreClient();
     const store = new RedisStore({ client });

@@ -459,11 +459,14 @@ export class RedisStore extends AsyncStore {
       return;
     }
     p.then((r) => {
-      if (!Array.isArray(r) || r.length < 2 || typeof r[0] !== 'number') {
+      // (Integer replies are strings with ioredis's `stringNumbers`: found by review,
+      // every write read as failed though it landed.)
+      const code = Array.isArray(r) && r.length >= 2 ? Number(r[0]) : NaN;
+      if (!Array.isArray(r) || !Number.isInteger(code)) {
         return this._settle(o, 4, -1, undefined, FAIL_REPLY);
       }
       this._clock(sent, performance.now(), Number(r[1]));
-      switch (r[0]) {
+      switch (code) {
         case 0: {
           const t = Number(r[2]);
           this._stats.written++;
