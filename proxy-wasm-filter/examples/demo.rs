@@ -124,20 +124,23 @@ fn summary(r: &Report) -> String {
             100.0 * (req - sent) as f64 / req as f64
         ));
     }
-    let tags: Vec<String> = t
-        .local_by_tag
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+    // Which of them kept that load off: the outage's local replies by tag.
+    let mut in_outage: std::collections::BTreeMap<&str, u64> = Default::default();
+    for s in secs {
+        for (k, v) in &s.local_by_tag {
+            *in_outage.entry(k.as_str()).or_default() += v;
+        }
+    }
+    let tags: Vec<String> = in_outage.iter().map(|(k, v)| format!("{k}={v}")).collect();
     out.push_str(&format!(
-        "  local replies by x-fusewire: {}\n",
+        "  in the outage, local replies by x-fusewire: {}\n",
         tags.join(" ")
     ));
     let collapsed = t.local_by_tag.get("collapsed").copied().unwrap_or(0);
     let stale = t.local_by_tag.get("stale").copied().unwrap_or(0);
     if collapsed + stale > 0 {
         out.push_str(&format!(
-            "  collapsed forwarding: {collapsed} requests answered by an identical request in flight (upstream requests saved); stale-if-error: {stale} fallbacks served the last good response\n"
+            "  whole run: collapsed forwarding answered {collapsed} requests by an identical request in flight (upstream requests saved); stale-if-error served {stale} fallbacks the last good response\n"
         ));
     }
     out.push_str(&format!(
