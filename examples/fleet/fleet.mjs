@@ -9,10 +9,10 @@
 //
 // Every member prints its own transitions; once a second the parent prints the
 // fleet-wide view: each member's phase and what reached the upstream. With one
-// breaker for the fleet, the outage is detected by the members' combined failures
-// (no member alone reaches the volume threshold that fast), every member stops
-// calling within one sync interval, and half-open lets exactly one probe through
-// for the whole fleet. `npm start` here (after `bash scripts/build-js.sh`).
+// breaker for the fleet, the members trip together, within one sync interval of
+// the first to see the error rate (each would reach it alone too, here: about 40
+// calls a second is past the volume threshold within a second), and half-open lets
+// exactly one probe through for the whole fleet, not one per member. `npm start` here (after `bash scripts/build-js.sh`).
 import { fork, spawn } from 'node:child_process';
 import { createServer, get } from 'node:http';
 import { connect, createServer as netServer } from 'node:net';
