@@ -581,3 +581,62 @@ test('a copy of a Collapser breaker\'s options makes a plain breaker (found by r
   assert.deepEqual(await c.loadMany([1, 2]), [1, 2]);
   c.shutdown();
 });
+
+describe('found by review: cached errors and odd values', () => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  /** Records unhandled rejections while `f` runs (and a little after). */
+  async function unhandledDuring(f) {
+    const seen = [];
+    const on = (e) => seen.push(e);
+    process.on('unhandledRejection', on);
+    try {
+      await f();
+      await sleep(30);
+    } finally {
+      process.off('unhandledRejection', on);
+    }
+    return seen;
+  }
+
+  test('a cached Error hit in a full batch settles once, while another batch is in flight (it settled early and again: an unhandled rejection)', async () => {
+    for (const request of [false, true]) {
+      const users = new Collapser(async (ids) => {
+        await sleep(5);
+        return ids.map((id) => (id === 0 ? new Error('not found') : { id }));
+      }, { windowMs: 0, maxBatchSize: 2 });
+      const l = request ? users.forRequest() : users;
+      const seen = await unhandledDuring(async () => {
+        await l.load(0).catch(() => {}); // the Error is cached
+        const first = l.load(1); // a batch in flight
+        await sleep(1);
+        const got = await Promise.allSettled([l.load(2), l.load(0), l.load(3), first]);
+        assert.deepEqual(got.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+        assert.equal(got[1].reason.message, 'not found');
+      });
+      assert.deepEqual(seen, [], `request loader: ${request}`);
+      users.shutdown();
+    }
+  });
+
+  test('a value whose then getter throws fails its own load only, as in DataLoader (the batch, and later loads of its keys, waited for good)', async () => {
+    const strict = (o) => new Proxy(o, {
+      get(t, p) {
+        if (!(p in t)) throw new Error(`unknown property ${String(p)}`);
+        return t[p];
+      },
+    });
+    const l = new Collapser(async (ids) => ids.map((id) => (id === 1 ? strict({ id }) : { id })), { windowMs: 0 });
+    const seen = await unhandledDuring(async () => {
+      const got = await Promise.race([
+        Promise.allSettled([l.load(1), l.load(2), l.load(3)]),
+        sleep(200).then(() => 'pending'),
+      ]);
+      assert.notEqual(got, 'pending');
+      assert.deepEqual(got.map((r) => r.status), ['rejected', 'fulfilled', 'fulfilled']);
+      assert.equal(got[0].reason.message, 'unknown property then');
+      assert.deepEqual(await l.load(2), { id: 2 }, 'a later load of its batch\'s keys');
+    });
+    assert.deepEqual(seen, []);
+    l.shutdown();
+  });
+});

@@ -573,11 +573,17 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
   }
 
   /** The scope's hits to settle now (`fullOnly`: those of its batches now full only). */
-  private _takeHits(s: Scope, fullOnly = false): (() => void)[] {
-    let hits = s.fullHits;
-    if (hits.length !== 0) s.fullHits = [];
+  private _takeHits(s: Scope, fullOnly = false): (() => void)[] | undefined {
+    // Never the scope's own arrays: a batch in flight holding one got the hits pushed
+    // there later, settled them early, and again with theirs (found by review: a
+    // cached Error's second `resolve(Promise.reject(…))` was an unhandled rejection).
+    let hits: (() => void)[] | undefined;
+    if (s.fullHits.length !== 0) {
+      hits = s.fullHits;
+      s.fullHits = [];
+    }
     if (!fullOnly && s.hits.length !== 0) {
-      hits = hits.length === 0 ? s.hits : hits.concat(s.hits);
+      hits = hits === undefined ? s.hits : hits.concat(s.hits);
       s.hits = [];
     }
     return hits;
@@ -1061,8 +1067,18 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const t = this._cache ? now() : 0;
     for (let i = 0; i < items.length; i++) {
       const it = items[i]!;
-      const v = adopted(values[i] as V | Error);
-      const ok = !(v instanceof Error);
+      let v: V | Error | unknown;
+      let ok: boolean;
+      try {
+        v = adopted(values[i] as V | Error);
+        ok = !(v instanceof Error);
+      } catch (e) {
+        // A value whose `then` getter throws (a strict Proxy): that load fails with it,
+        // as DataLoader's `resolve` would (found by review: the rest of the batch, and
+        // later loads of its keys, waited for good).
+        v = e;
+        ok = false;
+      }
       if (batch !== undefined && mine && !this.breaker.isShutdown) this._x.fw_col_complete(this._h, batch, i, ok ? 1 : 0);
       if (ok) it.resolve(v as V);
       else it.reject(v);
