@@ -197,7 +197,8 @@ function cumulative(m: Member, o: Float64Array): number[] {
   // review: read as a new key, such a drop added every counter's total once more).
   if (key !== c.key || raw.some((v, i) => i < EVENTS.length && v < c.last[i]!)) {
     c.key = key;
-    c.carried = c.carried.map((v, i) => v + c.last[i]!);
+    // (A shared breaker's shadow count lives on in its store: never carried.)
+    c.carried = c.carried.map((v, i) => v + (m.shared && i >= EVENTS.length ? 0 : c.last[i]!));
     // The primed counts belonged to the first key only.
     if (base !== undefined) for (let i = 0; i < EVENTS.length; i++) raw[i]! += base[EVENTS[i]!] ?? 0;
     m.primed = undefined;
