@@ -1067,7 +1067,7 @@ export class Collapser<K = unknown, V = unknown, C = K, X = unknown> {
     const t = this._cache ? now() : 0;
     for (let i = 0; i < items.length; i++) {
       const it = items[i]!;
-      let v: V | Error | unknown;
+      let v: unknown;
       let ok: boolean;
       try {
         v = adopted(values[i] as V | Error);
